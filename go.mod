@@ -1,0 +1,5 @@
+module github.com/mlock-dev/mlock
+
+go 1.26
+
+require pgregory.net/rapid v1.3.0

@@ -1,0 +1,156 @@
+package locktable
+
+import (
+	"fmt"
+	"runtime"
+	"strconv"
+	"testing"
+	"time"
+)
+
+func benchTable(b *testing.B) *Table {
+	b.Helper()
+	seed := [32]byte{3}
+	t, err := New(Config{Seed: &seed, MaxLocksPerSession: -1, MaxQueueLen: -1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	t.Attach(0, "s")
+	return t
+}
+
+func names(prefix string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = prefix + strconv.Itoa(i)
+	}
+	return out
+}
+
+// fill adds n held single-resource locks.
+func fill(b *testing.B, t *Table, n int) {
+	b.Helper()
+	req := Request{Session: "s", TTL: time.Minute, Resources: make([]string, 1)}
+	for i, name := range names("live:", n) {
+		req.Resources[0] = name
+		if _, err := t.Lock(int64(i), &req); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func benchLockUnlock(b *testing.B, t *Table, k int) {
+	req := Request{Session: "s", TTL: time.Minute, Resources: names("bench:", k)}
+	now := int64(1_000_000) // after every fill lock was taken
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		now++
+		g, err := t.Lock(now, &req)
+		if err != nil || !g.Granted {
+			b.Fatal(err)
+		}
+		if err := t.Unlock(now, g.ID); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkEngineUncontended: one lock+unlock cycle on free resources.
+func BenchmarkEngineUncontended(b *testing.B) {
+	for _, k := range []int{1, 5} {
+		b.Run(fmt.Sprintf("resources=%d", k), func(b *testing.B) {
+			benchLockUnlock(b, benchTable(b), k)
+		})
+	}
+}
+
+// BenchmarkEngineLive: the same cycle with n other live locks in the table.
+func BenchmarkEngineLive(b *testing.B) {
+	for _, n := range []int{1_000, 100_000, 1_000_000} {
+		b.Run(fmt.Sprintf("live=%d", n), func(b *testing.B) {
+			t := benchTable(b)
+			fill(b, t, n)
+			benchLockUnlock(b, t, 1)
+		})
+	}
+}
+
+// BenchmarkEngineHandoff: a hot resource with one holder and one waiter; each
+// op enqueues a new waiter and unlocks the holder, which grants the waiter.
+func BenchmarkEngineHandoff(b *testing.B) {
+	t := benchTable(b)
+	granted := 0
+	t.cfg.OnEvent = func(e Event) {
+		if e.Kind == Granted {
+			granted++
+		}
+	}
+	req := Request{Session: "s", TTL: time.Minute, Resources: []string{"hot"}}
+	head, _ := t.Lock(1, &req)
+	holder := head.ID
+	now := int64(1)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		now++
+		w, err := t.Lock(now, &req)
+		if err != nil || w.Granted {
+			b.Fatal("waiter must queue", err)
+		}
+		if err := t.Unlock(now, holder); err != nil {
+			b.Fatal(err)
+		}
+		holder = w.ID
+	}
+	b.StopTimer()
+	if granted != b.N {
+		b.Fatalf("%d hand-offs, %d grants", b.N, granted)
+	}
+}
+
+// BenchmarkEngineMemoryPerLock reports the heap bytes per held
+// single-resource lock with 1 M held locks (metric bytes/lock). Each op is
+// one whole fill of 1 M locks.
+func BenchmarkEngineMemoryPerLock(b *testing.B) {
+	const n = 1_000_000
+	res := names("mem:", n) // the names belong to the caller, not the engine
+	var perLock float64
+	for i := 0; i < b.N; i++ {
+		runtime.GC()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		t := benchTable(b)
+		req := Request{Session: "s", TTL: time.Hour, Resources: make([]string, 1)}
+		for j := range n {
+			req.Resources[0] = res[j]
+			if _, err := t.Lock(int64(j), &req); err != nil {
+				b.Fatal(err)
+			}
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		perLock = float64(after.HeapAlloc-before.HeapAlloc) / n
+		runtime.KeepAlive(t)
+	}
+	b.ReportMetric(perLock, "bytes/lock")
+}
+
+// BenchmarkEngineLiveEarliest is the deadline heap's worst case: every new
+// lock expires before all n live ones, so it climbs to the top of the heap
+// and its removal sifts a leaf down again (O(log n)).
+func BenchmarkEngineLiveEarliest(b *testing.B) {
+	for _, n := range []int{1_000, 1_000_000} {
+		b.Run(fmt.Sprintf("live=%d", n), func(b *testing.B) {
+			t := benchTable(b)
+			req := Request{Session: "s", TTL: 24 * time.Hour, Resources: make([]string, 1)}
+			for i, name := range names("live:", n) {
+				req.Resources[0] = name
+				if _, err := t.Lock(int64(i), &req); err != nil {
+					b.Fatal(err)
+				}
+			}
+			benchLockUnlock(b, t, 1)
+		})
+	}
+}

@@ -1,0 +1,50 @@
+// Package locktable is mlock's lock engine: per-resource FIFO queues, atomic
+// multi-resource grants, leases, wait timeouts, tolerate, owners, sessions and
+// fencing tokens.
+//
+// # Basics
+//
+// A [Table] holds every live lock request. A request names 1..N resources. It
+// enters the tail of every resource's queue in one step and is granted once it
+// is at the head of every one of them. Because every request enters all of its
+// queues at once, two requests have the same relative order in every queue they
+// share, so no deadlock is possible. A waiting multi-resource request at the
+// head of a queue reserves that resource even while nobody holds it: strict
+// FIFO, no barging.
+//
+// A granted lock has a lease (ttl). It expires at grant time + ttl unless it is
+// extended (extend counts from now). A waiting request may have a wait timeout.
+// Every grant receives the next value of one strictly increasing 64-bit fencing
+// token counter.
+//
+// Every lock belongs to a session. A detached session keeps its locks for the
+// configured grace period; when that ends, its held locks are released and its
+// waiting requests removed.
+//
+// # Determinism
+//
+// The engine does no I/O, starts no goroutines and never reads the clock: every
+// method takes now (nanoseconds on any fixed origin, normally the Unix epoch).
+// Before doing anything else, every method first processes the deadlines due at
+// now, in deadline order. The owner arms one timer for [Table.NextDeadline] and
+// calls [Table.Advance] when it fires.
+//
+// Things that happen to requests other than the one being handled (a waiter
+// granted because another lock went away, a timeout, an expiry, a session
+// drop) are reported synchronously through [Config.OnEvent]. A request that is
+// granted at once is reported only by the return value of [Table.Lock], so the
+// owner can answer the request before it announces the grant.
+//
+// # Costs
+//
+// Every operation costs O(k log n) or better, where k is the number of
+// resources in the request and n the number of live requests. Nothing scans
+// all locks except the listing methods ([Table.Queues], [Table.Locks]), which
+// take a limit.
+//
+// # Caveats
+//
+// A Table is not safe for concurrent use; its owner serialises calls (one
+// mutex, or one goroutine). OnEvent runs inside Table methods and must not call
+// back into the Table.
+package locktable

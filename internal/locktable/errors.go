@@ -1,0 +1,44 @@
+package locktable
+
+import "errors"
+
+// Errors returned by Table methods. None of them changes any state: a refused
+// request leaves every queue as it was.
+var (
+	// ErrInvalidResource: a resource name is empty, longer than
+	// Config.MaxNameLen, or contains a space or '|'; or the request names no
+	// resource.
+	ErrInvalidResource = errors.New("locktable: invalid resource name")
+	// ErrTooManyResources: the request names more than Config.MaxResources
+	// resources.
+	ErrTooManyResources = errors.New("locktable: too many resources in one request")
+	// ErrInvalidTTL: the ttl is not > 0 or above Config.MaxTTL.
+	ErrInvalidTTL = errors.New("locktable: ttl out of range")
+	// ErrInvalidTimeout: the wait timeout is negative or above Config.MaxTimeout.
+	ErrInvalidTimeout = errors.New("locktable: timeout out of range")
+	// ErrInvalidTolerate: tolerate is negative.
+	ErrInvalidTolerate = errors.New("locktable: tolerate is negative")
+	// ErrInvalidOwner: the owner is longer than Config.MaxNameLen or contains
+	// a space.
+	ErrInvalidOwner = errors.New("locktable: invalid owner")
+	// ErrTolerate: a queue of the request already holds more than Tolerate
+	// entries.
+	ErrTolerate = errors.New("locktable: can not tolerate")
+	// ErrBusy: a try-lock could not be granted at once.
+	ErrBusy = errors.New("locktable: resource is locked")
+	// ErrQueueFull: a queue already holds Config.MaxQueueLen entries.
+	ErrQueueFull = errors.New("locktable: queue is full")
+	// ErrSessionLimit: the session already has Config.MaxLocksPerSession live
+	// requests.
+	ErrSessionLimit = errors.New("locktable: too many locks in this session")
+	// ErrUnknownSession: the session was never attached or has been dropped.
+	ErrUnknownSession = errors.New("locktable: unknown session")
+	// ErrNotFound: no live lock has this id.
+	ErrNotFound = errors.New("locktable: lock does not exist")
+	// ErrNotGranted: the lock is still waiting.
+	ErrNotGranted = errors.New("locktable: lock is not granted yet")
+	// ErrOwnerConflict: the owner already holds a lock that overlaps the
+	// request without being exactly the same set of resources; queueing would
+	// wait behind itself.
+	ErrOwnerConflict = errors.New("locktable: owner holds an overlapping lock")
+)

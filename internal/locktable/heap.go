@@ -1,0 +1,96 @@
+package locktable
+
+// deadlines is a binary min-heap of timers ordered by time. Each item points
+// back to its lock or session, which records its index so that it can be
+// removed or moved in O(log n).
+type deadlines []deadline
+
+type deadline struct {
+	at int64
+	l  *lock    // exactly one of l and s is set
+	s  *session // session grace timer
+}
+
+func (h deadlines) setIndex(i int) {
+	if d := h[i]; d.l != nil {
+		d.l.hidx = int32(i)
+	} else {
+		d.s.hidx = int32(i)
+	}
+}
+
+func (h deadlines) less(i, j int) bool { return h[i].at < h[j].at }
+
+func (h deadlines) swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h.setIndex(i)
+	h.setIndex(j)
+}
+
+func (h deadlines) up(i int) {
+	for i > 0 {
+		p := (i - 1) / 2
+		if !h.less(i, p) {
+			return
+		}
+		h.swap(i, p)
+		i = p
+	}
+}
+
+func (h deadlines) down(i int) bool {
+	start := i
+	n := len(h)
+	for {
+		l := 2*i + 1
+		if l >= n {
+			break
+		}
+		m := l
+		if r := l + 1; r < n && h.less(r, l) {
+			m = r
+		}
+		if !h.less(m, i) {
+			break
+		}
+		h.swap(i, m)
+		i = m
+	}
+	return i > start
+}
+
+func (h *deadlines) push(d deadline) {
+	*h = append(*h, d)
+	i := len(*h) - 1
+	h.setIndex(i)
+	h.up(i)
+}
+
+// remove deletes item i and clears its owner's index.
+func (h *deadlines) remove(i int) {
+	old := *h
+	n := len(old) - 1
+	if d := old[i]; d.l != nil {
+		d.l.hidx = -1
+	} else {
+		d.s.hidx = -1
+	}
+	if i != n {
+		old[i] = old[n]
+		old.setIndex(i)
+	}
+	old[n] = deadline{}
+	*h = old[:n]
+	if i != n {
+		if !h.down(i) {
+			h.up(i)
+		}
+	}
+}
+
+// fix restores the order after item i's time changed.
+func (h deadlines) fix(i int) {
+	if !h.down(i) {
+		h.up(i)
+	}
+}

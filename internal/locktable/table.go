@@ -1,0 +1,969 @@
+package locktable
+
+import (
+	crand "crypto/rand"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"time"
+)
+
+// Defaults for the zero fields of Config.
+const (
+	DefaultMaxResources       = 64
+	DefaultMaxNameLen         = 512
+	DefaultMaxLocksPerSession = 100_000
+	DefaultMaxQueueLen        = 100_000
+	DefaultSessionGrace       = 15 * time.Second
+	DefaultMaxTTL             = 24 * time.Hour
+	DefaultMaxTimeout         = 24 * time.Hour
+)
+
+// Config configures a Table. The zero value is valid: every zero field takes
+// its default. For the integer limits a negative value means "no limit".
+type Config struct {
+	// MaxResources is the most resources one request may name (duplicates
+	// included). Default 64.
+	MaxResources int
+	// MaxNameLen is the longest resource or owner name in bytes. Default 512.
+	MaxNameLen int
+	// MaxLocksPerSession caps the live requests (held and waiting) of one
+	// session. Default 100 000.
+	MaxLocksPerSession int
+	// MaxQueueLen caps the entries (holder included) of one resource's queue.
+	// Default 100 000.
+	MaxQueueLen int
+	// SessionGrace is how long a detached session keeps its locks. Default
+	// 15 s. A negative value drops a session as soon as it detaches.
+	SessionGrace time.Duration
+	// MaxTTL is the longest lease. Default 24 h.
+	MaxTTL time.Duration
+	// MaxTimeout is the longest wait timeout. Default 24 h.
+	MaxTimeout time.Duration
+	// FirstToken is the fencing token of the first grant; later grants count
+	// up from it. Default 1. A server sets it above every token it ever gave.
+	FirstToken uint64
+	// Seed seeds the generator of lock ids. Nil means 32 bytes from
+	// crypto/rand; tests set it to be reproducible.
+	Seed *[32]byte
+	// OnEvent, if set, is called for everything that happens to a request
+	// other than the one a method was called for. It runs inside Table
+	// methods and must not call back into the Table.
+	OnEvent func(Event)
+}
+
+// Validate reports the first field of c that is out of range.
+func (c *Config) Validate() error {
+	if c.SessionGrace > 0 && c.SessionGrace < time.Millisecond {
+		return fmt.Errorf("locktable: Config.SessionGrace %v is below 1ms", c.SessionGrace)
+	}
+	if c.MaxTTL < 0 {
+		return fmt.Errorf("locktable: Config.MaxTTL %v is negative", c.MaxTTL)
+	}
+	if c.MaxTimeout < 0 {
+		return fmt.Errorf("locktable: Config.MaxTimeout %v is negative", c.MaxTimeout)
+	}
+	return nil
+}
+
+func orDefault(v, def int) int {
+	switch {
+	case v == 0:
+		return def
+	case v < 0:
+		return int(^uint(0) >> 1)
+	}
+	return v
+}
+
+// EventKind says what happened to a request.
+type EventKind uint8
+
+const (
+	// Granted: a waiting request now holds all its resources.
+	Granted EventKind = iota + 1
+	// TimedOut: a waiting request passed its wait timeout and left every
+	// queue.
+	TimedOut
+	// Expired: a granted lock passed its expiry and was removed.
+	Expired
+	// Released: a granted lock was removed by Release or ReleaseAll.
+	Released
+	// Dropped: a request was removed because its session's grace period
+	// ended. Held is true if it was granted.
+	Dropped
+)
+
+var kindNames = [...]string{"", "granted", "timeout", "expired", "released", "dropped"}
+
+func (k EventKind) String() string {
+	if int(k) < len(kindNames) {
+		return kindNames[k]
+	}
+	return fmt.Sprintf("EventKind(%d)", uint8(k))
+}
+
+// Event reports a change to one request.
+type Event struct {
+	Kind      EventKind
+	ID        ID
+	Session   string
+	Owner     string
+	Token     uint64 // fencing token of a granted lock (Granted, Expired, Released, Dropped held)
+	ExpiresAt int64  // expiry (ns) of a Granted lock
+	Held      bool   // Dropped: whether the request was granted
+}
+
+// Request is one lock request.
+type Request struct {
+	// Session the request belongs to; it must be attached.
+	Session string
+	// Resources to lock, 1..MaxResources names. Duplicates are folded.
+	// Lock does not keep or modify the slice.
+	Resources []string
+	// TTL is the lease, > 0 and <= MaxTTL.
+	TTL time.Duration
+	// Timeout is the longest wait; 0 waits without limit.
+	Timeout time.Duration
+	// Tolerate > 0 refuses the request at once if any of its queues already
+	// holds more than Tolerate entries. 0 means no limit.
+	Tolerate int
+	// Try refuses the request unless it can be granted at once.
+	Try bool
+	// Owner, if set, makes the request re-entrant: the same owner asking for
+	// exactly the resources it holds renews that lock.
+	Owner string
+}
+
+// Grant is the answer to an accepted Lock request.
+type Grant struct {
+	ID        ID
+	Granted   bool   // granted at once (otherwise waiting)
+	Renewed   bool   // an owner's existing lock was renewed; ID is that lock's
+	Token     uint64 // fencing token, when Granted
+	ExpiresAt int64  // expiry in ns, when Granted
+}
+
+// Stats counts what the Table has done since it was created.
+type Stats struct {
+	Requests    uint64 // accepted lock requests (including renewals)
+	Refused     uint64 // requests refused by tolerate or try
+	Granted     uint64 // grants
+	TimedOut    uint64
+	Expired     uint64
+	Unlocked    uint64 // successful unlocks and releases
+	Extended    uint64
+	ExtendFails uint64
+	Dropped     uint64 // requests removed with their session
+	Live        int    // live requests (held and waiting)
+	Held        int    // granted locks
+	Queues      int    // resources with a non-empty queue
+	Sessions    int
+	LastToken   uint64 // the last token given, or FirstToken-1
+}
+
+const (
+	stateWaiting uint8 = iota
+	stateGranted
+)
+
+type node struct {
+	l          *lock
+	q          *queue // nil when this node is not queued
+	prev, next *node
+}
+
+type queue struct {
+	name       string
+	head, tail *node
+	n          int
+}
+
+type lock struct {
+	id       ID
+	token    uint64
+	ttl      time.Duration
+	created  int64
+	deadline int64 // expiry when granted; wait deadline when waiting (0: none)
+	hidx     int32 // index in the deadline heap, -1 if absent
+	waiting  int32 // queues where this request is not at the head yet
+	live     int32 // nodes still queued
+	state    uint8
+	sess     *session
+	sprev    *lock // session list
+	snext    *lock
+	owner    string
+	oprev    *lock // owner list
+	onext    *lock
+	nodes    []node
+	one      [1]node
+}
+
+type session struct {
+	id       string
+	attached bool
+	hidx     int32
+	head     *lock
+	n        int
+}
+
+type ownerList struct {
+	head *lock
+	n    int
+}
+
+// Table is the lock engine. Create one with New.
+type Table struct {
+	cfg        Config
+	maxRes     int
+	maxName    int
+	maxPerSess int
+	maxQueue   int
+	maxTTL     time.Duration
+	maxTimeout time.Duration
+
+	slots    []*lock  // live requests by slot; the slot is in the ID
+	freeIdx  []uint32 // unused slots
+	live     int
+	spare    []*lock // removed lock structs kept for reuse
+	queues   map[string]*queue
+	sessions map[string]*session
+	owners   map[string]*ownerList
+	heap     deadlines
+	rng      *rand.ChaCha8
+	next     uint64
+	held     int
+	free     []*queue
+	stats    Stats
+	now      int64 // the latest time seen; time never runs backwards
+}
+
+// New returns an empty Table.
+func New(cfg Config) (*Table, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	t := &Table{
+		cfg:        cfg,
+		maxRes:     orDefault(cfg.MaxResources, DefaultMaxResources),
+		maxName:    orDefault(cfg.MaxNameLen, DefaultMaxNameLen),
+		maxPerSess: orDefault(cfg.MaxLocksPerSession, DefaultMaxLocksPerSession),
+		maxQueue:   orDefault(cfg.MaxQueueLen, DefaultMaxQueueLen),
+		maxTTL:     cfg.MaxTTL,
+		maxTimeout: cfg.MaxTimeout,
+		queues:     make(map[string]*queue),
+		sessions:   make(map[string]*session),
+		owners:     make(map[string]*ownerList),
+		next:       cfg.FirstToken,
+	}
+	if t.cfg.SessionGrace == 0 {
+		t.cfg.SessionGrace = DefaultSessionGrace
+	}
+	if t.maxTTL == 0 {
+		t.maxTTL = DefaultMaxTTL
+	}
+	if t.maxTimeout == 0 {
+		t.maxTimeout = DefaultMaxTimeout
+	}
+	if t.next == 0 {
+		t.next = 1
+	}
+	var seed [32]byte
+	if cfg.Seed != nil {
+		seed = *cfg.Seed
+	} else {
+		_, _ = crand.Read(seed[:]) // never fails since Go 1.24
+	}
+	t.rng = rand.NewChaCha8(seed)
+	return t, nil
+}
+
+// SessionGrace returns the grace period in force.
+func (t *Table) SessionGrace() time.Duration { return t.cfg.SessionGrace }
+
+func (t *Table) emit(e Event) {
+	if t.cfg.OnEvent != nil {
+		t.cfg.OnEvent(e)
+	}
+}
+
+// ---- sessions ----
+
+// Attach attaches session id, creating it if it is new, and stops its grace
+// clock if it was detached. It reports whether the session already existed.
+func (t *Table) Attach(now int64, id string) (existed bool) {
+	now = t.advance(now)
+	if s, ok := t.sessions[id]; ok {
+		if s.hidx >= 0 {
+			t.heap.remove(int(s.hidx))
+		}
+		s.attached = true
+		return true
+	}
+	t.sessions[id] = &session{id: id, attached: true, hidx: -1}
+	return false
+}
+
+// Detach starts session id's grace clock. At now + SessionGrace, unless it is
+// attached again, all of its requests are dropped. Detaching an unknown or
+// detached session does nothing.
+func (t *Table) Detach(now int64, id string) {
+	now = t.advance(now)
+	s, ok := t.sessions[id]
+	if !ok || !s.attached {
+		return
+	}
+	s.attached = false
+	if t.cfg.SessionGrace < 0 {
+		t.dropSession(s)
+		return
+	}
+	t.heap.push(deadline{at: now + int64(t.cfg.SessionGrace), s: s})
+}
+
+// HasSession reports whether session id exists (attached or in its grace
+// period).
+func (t *Table) HasSession(id string) bool {
+	_, ok := t.sessions[id]
+	return ok
+}
+
+func (t *Table) dropSession(s *session) {
+	for s.head != nil {
+		l := s.head
+		t.stats.Dropped++
+		t.emit(Event{Kind: Dropped, ID: l.id, Session: s.id, Owner: l.owner, Token: l.token, Held: l.state == stateGranted})
+		t.remove(l)
+	}
+	if s.hidx >= 0 {
+		t.heap.remove(int(s.hidx))
+	}
+	delete(t.sessions, s.id)
+}
+
+func (s *session) add(l *lock) {
+	l.sess = s
+	l.sprev = nil
+	l.snext = s.head
+	if s.head != nil {
+		s.head.sprev = l
+	}
+	s.head = l
+	s.n++
+}
+
+func (s *session) del(l *lock) {
+	if l.sprev != nil {
+		l.sprev.snext = l.snext
+	} else {
+		s.head = l.snext
+	}
+	if l.snext != nil {
+		l.snext.sprev = l.sprev
+	}
+	l.sprev, l.snext, l.sess = nil, nil, nil
+	s.n--
+}
+
+// ---- validation ----
+
+func (t *Table) validName(s string) bool {
+	if len(s) == 0 || len(s) > t.maxName {
+		return false
+	}
+	return strings.IndexByte(s, ' ') < 0 && strings.IndexByte(s, '|') < 0
+}
+
+// ---- lock ----
+
+// Lock enqueues req. It returns ErrTolerate or ErrBusy when the request is
+// refused for its queues, and one of the validation errors when it is
+// malformed; in both cases nothing changes. A request granted at once is
+// reported in the returned Grant only, not through OnEvent.
+func (t *Table) Lock(now int64, req *Request) (Grant, error) {
+	now = t.advance(now)
+	s, ok := t.sessions[req.Session]
+	if !ok {
+		return Grant{}, ErrUnknownSession
+	}
+	k := len(req.Resources)
+	if k == 0 {
+		return Grant{}, ErrInvalidResource
+	}
+	if k > t.maxRes {
+		return Grant{}, ErrTooManyResources
+	}
+	if req.TTL <= 0 || req.TTL > t.maxTTL {
+		return Grant{}, ErrInvalidTTL
+	}
+	if req.Timeout < 0 || req.Timeout > t.maxTimeout {
+		return Grant{}, ErrInvalidTimeout
+	}
+	if req.Tolerate < 0 {
+		return Grant{}, ErrInvalidTolerate
+	}
+	if req.Owner != "" && (len(req.Owner) > t.maxName || strings.IndexByte(req.Owner, ' ') >= 0) {
+		return Grant{}, ErrInvalidOwner
+	}
+	var mine *lock   // the owner's lock found at the head of a queue
+	foreign := false // some resource is not held by mine
+	for _, r := range req.Resources {
+		if !t.validName(r) {
+			return Grant{}, ErrInvalidResource
+		}
+		q := t.queues[r]
+		if req.Owner != "" && q != nil {
+			if h := q.head.l; h.state == stateGranted && h.owner == req.Owner {
+				if mine != nil && mine != h {
+					return Grant{}, ErrOwnerConflict
+				}
+				mine = h
+				continue
+			}
+		}
+		foreign = true
+		if q == nil {
+			continue
+		}
+		if req.Try {
+			t.stats.Refused++
+			return Grant{}, ErrBusy
+		}
+		if req.Tolerate > 0 && q.n > req.Tolerate {
+			t.stats.Refused++
+			return Grant{}, ErrTolerate
+		}
+		if q.n >= t.maxQueue {
+			return Grant{}, ErrQueueFull
+		}
+	}
+	if mine != nil && foreign {
+		return Grant{}, ErrOwnerConflict
+	}
+	if mine != nil {
+		return t.renew(now, s, mine, req)
+	}
+	if s.n >= t.maxPerSess {
+		return Grant{}, ErrSessionLimit
+	}
+
+	l := t.newLock(k)
+	l.ttl, l.created, l.owner = req.TTL, now, req.Owner
+	for i, r := range req.Resources {
+		q := t.queues[r]
+		if q == nil {
+			q = t.newQueue(r)
+		} else if q.tail.l == l {
+			continue // duplicate resource
+		}
+		n := &l.nodes[i]
+		n.l = l
+		q.pushBack(n)
+		l.live++
+		if q.head != n {
+			l.waiting++
+		}
+	}
+	s.add(l)
+	if l.owner != "" {
+		t.ownerAdd(l)
+	}
+	t.stats.Requests++
+	if l.waiting == 0 {
+		t.grant(now, l)
+		return Grant{ID: l.id, Granted: true, Token: l.token, ExpiresAt: l.deadline}, nil
+	}
+	if req.Timeout > 0 {
+		l.deadline = now + int64(req.Timeout)
+		t.heap.push(deadline{at: l.deadline, l: l})
+	}
+	return Grant{ID: l.id}, nil
+}
+
+// renew handles an owner asking again for a lock it holds.
+func (t *Table) renew(now int64, s *session, l *lock, req *Request) (Grant, error) {
+	// Every resource of req is held by l; the request must name all of them.
+	distinct := 0
+	for i, r := range req.Resources {
+		dup := false
+		for _, p := range req.Resources[:i] {
+			if p == r {
+				dup = true
+				break
+			}
+		}
+		if !dup {
+			distinct++
+		}
+	}
+	if distinct != int(l.live) {
+		return Grant{}, ErrOwnerConflict
+	}
+	if l.sess != s {
+		if s.n >= t.maxPerSess {
+			return Grant{}, ErrSessionLimit
+		}
+		l.sess.del(l)
+		s.add(l)
+	}
+	l.ttl = req.TTL
+	l.deadline = now + int64(req.TTL)
+	t.heap[l.hidx].at = l.deadline
+	t.heap.fix(int(l.hidx))
+	t.stats.Requests++
+	return Grant{ID: l.id, Granted: true, Renewed: true, Token: l.token, ExpiresAt: l.deadline}, nil
+}
+
+// maxSpare bounds the removed lock structs kept for reuse.
+const maxSpare = 4096
+
+// newLock returns a cleared lock with room for k nodes, registered in a slot
+// under a fresh ID: 4 bytes of slot index and 96 random bits.
+func (t *Table) newLock(k int) *lock {
+	var l *lock
+	if n := len(t.spare); n > 0 {
+		l = t.spare[n-1]
+		t.spare = t.spare[:n-1]
+	} else {
+		l = &lock{hidx: -1}
+	}
+	switch {
+	case k == 1:
+		l.nodes = l.one[:]
+	case cap(l.nodes) >= k && &l.nodes[:1][0] != &l.one[0]:
+		l.nodes = l.nodes[:k]
+	default:
+		l.nodes = make([]node, k)
+	}
+	var idx uint32
+	if n := len(t.freeIdx); n > 0 {
+		idx = t.freeIdx[n-1]
+		t.freeIdx = t.freeIdx[:n-1]
+	} else {
+		idx = uint32(len(t.slots))
+		t.slots = append(t.slots, nil)
+	}
+	t.slots[idx] = l
+	a, b := t.rng.Uint64(), t.rng.Uint64()
+	for i := 0; i < 4; i++ {
+		l.id[i] = byte(idx >> (8 * i))
+	}
+	for i := 0; i < 8; i++ {
+		l.id[4+i] = byte(a >> (8 * i))
+	}
+	for i := 0; i < 4; i++ {
+		l.id[12+i] = byte(b >> (8 * i))
+	}
+	t.live++
+	return l
+}
+
+// lookup returns the live request with this id, or nil.
+func (t *Table) lookup(id ID) *lock {
+	idx := uint32(id[0]) | uint32(id[1])<<8 | uint32(id[2])<<16 | uint32(id[3])<<24
+	if idx >= uint32(len(t.slots)) {
+		return nil
+	}
+	if l := t.slots[idx]; l != nil && l.id == id {
+		return l
+	}
+	return nil
+}
+
+// freeLock releases l's slot and keeps the struct for reuse.
+func (t *Table) freeLock(l *lock) {
+	idx := uint32(l.id[0]) | uint32(l.id[1])<<8 | uint32(l.id[2])<<16 | uint32(l.id[3])<<24
+	t.slots[idx] = nil
+	t.freeIdx = append(t.freeIdx, idx)
+	t.live--
+	nodes := l.nodes
+	clear(nodes)
+	*l = lock{hidx: -1}
+	if &nodes[0] != &l.one[0] {
+		l.nodes = nodes[:0]
+	}
+	if len(t.spare) < maxSpare {
+		t.spare = append(t.spare, l)
+	}
+}
+
+func (t *Table) grant(now int64, l *lock) {
+	if l.hidx >= 0 {
+		t.heap.remove(int(l.hidx))
+	}
+	l.state = stateGranted
+	l.token = t.next
+	t.next++
+	l.deadline = now + int64(l.ttl)
+	t.heap.push(deadline{at: l.deadline, l: l})
+	t.held++
+	t.stats.Granted++
+}
+
+// ---- extend, unlock, release ----
+
+// Extend sets a granted lock's expiry to now + ttl and returns it. It returns
+// ErrNotFound, ErrNotGranted or ErrInvalidTTL.
+func (t *Table) Extend(now int64, id ID, ttl time.Duration) (int64, error) {
+	now = t.advance(now)
+	l := t.lookup(id)
+	switch {
+	case l == nil:
+		t.stats.ExtendFails++
+		return 0, ErrNotFound
+	case l.state != stateGranted:
+		t.stats.ExtendFails++
+		return 0, ErrNotGranted
+	case ttl <= 0 || ttl > t.maxTTL:
+		t.stats.ExtendFails++
+		return 0, ErrInvalidTTL
+	}
+	l.ttl = ttl
+	l.deadline = now + int64(ttl)
+	t.heap[l.hidx].at = l.deadline
+	t.heap.fix(int(l.hidx))
+	t.stats.Extended++
+	return l.deadline, nil
+}
+
+// Unlock removes a granted or waiting lock from every queue and grants what
+// becomes grantable. It returns ErrNotFound for an unknown id. Unlocking a
+// waiting request reports nothing to its session.
+func (t *Table) Unlock(now int64, id ID) error {
+	now = t.advance(now)
+	l := t.lookup(id)
+	if l == nil {
+		return ErrNotFound
+	}
+	t.stats.Unlocked++
+	t.remove(l)
+	return nil
+}
+
+// Release releases, for each named resource, the owner's lock on it. It
+// reports true only if every resource was held by owner. Resources held by
+// another owner, or only waited for, are left alone. Releasing some resources
+// of a multi-resource lock leaves it holding the rest; a lock left with none is
+// removed and reported as Released.
+func (t *Table) Release(now int64, owner string, resources []string) bool {
+	now = t.advance(now)
+	all := len(resources) > 0 && owner != ""
+	for _, r := range resources {
+		q := t.queues[r]
+		if owner == "" || q == nil || q.head.l.state != stateGranted || q.head.l.owner != owner {
+			all = false
+			continue
+		}
+		l := q.head.l
+		if l.live == 1 {
+			t.stats.Unlocked++
+			t.emit(Event{Kind: Released, ID: l.id, Session: l.sess.id, Owner: l.owner, Token: l.token})
+			t.remove(l)
+			continue
+		}
+		t.unqueue(q.head)
+		l.live--
+	}
+	return all
+}
+
+// ReleaseAll releases every granted lock of owner, reporting each as Released,
+// and returns how many it released. Waiting requests of owner stay queued.
+func (t *Table) ReleaseAll(now int64, owner string) int {
+	now = t.advance(now)
+	ol := t.owners[owner]
+	if ol == nil || owner == "" {
+		return 0
+	}
+	n := 0
+	for l := ol.head; l != nil; {
+		next := l.onext
+		if l.state == stateGranted {
+			n++
+			t.stats.Unlocked++
+			t.emit(Event{Kind: Released, ID: l.id, Session: l.sess.id, Owner: l.owner, Token: l.token})
+			t.remove(l)
+		}
+		l = next
+	}
+	return n
+}
+
+// remove deletes l everywhere and grants what becomes grantable.
+func (t *Table) remove(l *lock) {
+	if l.hidx >= 0 {
+		t.heap.remove(int(l.hidx))
+	}
+	if l.state == stateGranted {
+		t.held--
+	}
+	l.sess.del(l)
+	if l.owner != "" {
+		t.ownerDel(l)
+	}
+	// Unlink every node first, then grant, so a grant never sees l.
+	for i := range l.nodes {
+		if n := &l.nodes[i]; n.q != nil {
+			t.unqueue(n)
+		}
+	}
+	t.freeLock(l)
+}
+
+// unqueue unlinks n from its queue; if that exposes a new head whose request
+// then heads all its queues, it is granted.
+func (t *Table) unqueue(n *node) {
+	q := n.q
+	wasHead := q.head == n
+	q.unlink(n)
+	if q.n == 0 {
+		delete(t.queues, q.name)
+		*q = queue{}
+		t.free = append(t.free, q)
+		return
+	}
+	if wasHead {
+		h := q.head.l
+		h.waiting--
+		if h.waiting == 0 {
+			t.grant(t.now, h)
+			t.emit(Event{Kind: Granted, ID: h.id, Session: h.sess.id, Owner: h.owner, Token: h.token, ExpiresAt: h.deadline})
+		}
+	}
+}
+
+// ---- time ----
+
+// Advance processes, in deadline order, every expiry, wait timeout and
+// session grace period due at or before now.
+func (t *Table) Advance(now int64) { t.advance(now) }
+
+func (t *Table) advance(now int64) int64 {
+	if now > t.now {
+		t.now = now
+	}
+	now = t.now
+	for len(t.heap) > 0 && t.heap[0].at <= now {
+		d := t.heap[0]
+		if d.s != nil {
+			t.heap.remove(0)
+			t.dropSession(d.s)
+			continue
+		}
+		l := d.l
+		if l.state == stateGranted {
+			t.stats.Expired++
+			t.emit(Event{Kind: Expired, ID: l.id, Session: l.sess.id, Owner: l.owner, Token: l.token})
+		} else {
+			t.stats.TimedOut++
+			t.emit(Event{Kind: TimedOut, ID: l.id, Session: l.sess.id, Owner: l.owner})
+		}
+		t.remove(l)
+	}
+	return now
+}
+
+// NextDeadline returns the earliest pending deadline (expiry, wait timeout
+// or end of a grace period), or false if there is none.
+func (t *Table) NextDeadline() (int64, bool) {
+	if len(t.heap) == 0 {
+		return 0, false
+	}
+	return t.heap[0].at, true
+}
+
+// ---- owners ----
+
+func (t *Table) ownerAdd(l *lock) {
+	ol := t.owners[l.owner]
+	if ol == nil {
+		ol = &ownerList{}
+		t.owners[l.owner] = ol
+	}
+	l.oprev = nil
+	l.onext = ol.head
+	if ol.head != nil {
+		ol.head.oprev = l
+	}
+	ol.head = l
+	ol.n++
+}
+
+func (t *Table) ownerDel(l *lock) {
+	ol := t.owners[l.owner]
+	if l.oprev != nil {
+		l.oprev.onext = l.onext
+	} else {
+		ol.head = l.onext
+	}
+	if l.onext != nil {
+		l.onext.oprev = l.oprev
+	}
+	l.oprev, l.onext = nil, nil
+	if ol.n--; ol.n == 0 {
+		delete(t.owners, l.owner)
+	}
+}
+
+// ---- queues ----
+
+func (t *Table) newQueue(name string) *queue {
+	var q *queue
+	if n := len(t.free); n > 0 {
+		q = t.free[n-1]
+		t.free = t.free[:n-1]
+	} else {
+		q = new(queue)
+	}
+	q.name = name
+	t.queues[name] = q
+	return q
+}
+
+func (q *queue) pushBack(n *node) {
+	n.q = q
+	n.prev = q.tail
+	n.next = nil
+	if q.tail != nil {
+		q.tail.next = n
+	} else {
+		q.head = n
+	}
+	q.tail = n
+	q.n++
+}
+
+func (q *queue) unlink(n *node) {
+	if n.prev != nil {
+		n.prev.next = n.next
+	} else {
+		q.head = n.next
+	}
+	if n.next != nil {
+		n.next.prev = n.prev
+	} else {
+		q.tail = n.prev
+	}
+	n.prev, n.next, n.q = nil, nil, nil
+	q.n--
+}
+
+// ---- inspection ----
+
+// Stats returns the counters and sizes.
+func (t *Table) Stats() Stats {
+	s := t.stats
+	s.Live = t.live
+	s.Held = t.held
+	s.Queues = len(t.queues)
+	s.Sessions = len(t.sessions)
+	s.LastToken = t.next - 1
+	return s
+}
+
+// LastToken returns the last fencing token given (FirstToken-1 before the
+// first grant).
+func (t *Table) LastToken() uint64 { return t.next - 1 }
+
+// LockInfo describes one live request.
+type LockInfo struct {
+	ID        ID
+	Session   string
+	Owner     string
+	Resources []string
+	Granted   bool
+	Token     uint64
+	TTL       time.Duration
+	Created   int64
+	Deadline  int64 // expiry if granted, wait deadline if waiting (0: none)
+}
+
+func (t *Table) info(l *lock) LockInfo {
+	li := LockInfo{ID: l.id, Session: l.sess.id, Owner: l.owner, Granted: l.state == stateGranted,
+		Token: l.token, TTL: l.ttl, Created: l.created, Deadline: l.deadline}
+	for i := range l.nodes {
+		if q := l.nodes[i].q; q != nil {
+			li.Resources = append(li.Resources, q.name)
+		}
+	}
+	return li
+}
+
+// Lookup returns the request with this id.
+func (t *Table) Lookup(id ID) (LockInfo, bool) {
+	l := t.lookup(id)
+	if l == nil {
+		return LockInfo{}, false
+	}
+	return t.info(l), true
+}
+
+// Locks calls fn for up to limit live requests (all if limit <= 0), in no
+// particular order, until fn returns false. It costs O(n): for inspection.
+func (t *Table) Locks(limit int, fn func(LockInfo) bool) {
+	i := 0
+	for _, l := range t.slots {
+		if l == nil {
+			continue
+		}
+		if limit > 0 && i >= limit {
+			return
+		}
+		i++
+		if !fn(t.info(l)) {
+			return
+		}
+	}
+}
+
+// QueueEntry is one request in a resource's queue.
+type QueueEntry struct {
+	ID       ID
+	Session  string
+	Owner    string
+	Granted  bool
+	Token    uint64
+	Created  int64
+	Deadline int64
+}
+
+// QueueInfo is one resource's queue, head (the holder or the reserving
+// waiter) first.
+type QueueInfo struct {
+	Resource string
+	Entries  []QueueEntry
+}
+
+// Queues calls fn for up to limit resources whose name starts with prefix
+// (all if limit <= 0), in no particular order, until fn returns false. It
+// costs O(number of queues): for inspection.
+func (t *Table) Queues(prefix string, limit int, fn func(QueueInfo) bool) {
+	i := 0
+	for name, q := range t.queues {
+		if !strings.HasPrefix(name, prefix) {
+			continue
+		}
+		if limit > 0 && i >= limit {
+			return
+		}
+		i++
+		qi := QueueInfo{Resource: name, Entries: make([]QueueEntry, 0, q.n)}
+		for n := q.head; n != nil; n = n.next {
+			l := n.l
+			qi.Entries = append(qi.Entries, QueueEntry{ID: l.id, Session: l.sess.id, Owner: l.owner,
+				Granted: l.state == stateGranted, Token: l.token, Created: l.created, Deadline: l.deadline})
+		}
+		if !fn(qi) {
+			return
+		}
+	}
+}
+
+// QueueLen returns the number of entries in resource's queue, holder
+// included.
+func (t *Table) QueueLen(resource string) int {
+	if q := t.queues[resource]; q != nil {
+		return q.n
+	}
+	return 0
+}
