@@ -83,6 +83,13 @@ func (m *model) apply() {
 	evs := m.pending
 	m.pending = nil
 	for _, e := range evs {
+		if e.Kind == SessionClosed {
+			if at, ok := m.detached[e.Session]; !ok || at+m.grace > m.now {
+				m.t.Fatalf("closed live session %s", e.Session)
+			}
+			m.dropped[e.Session] = true
+			continue
+		}
 		i, r := m.find(e.ID)
 		if r == nil {
 			m.t.Fatalf("event %v for unknown request %s", e.Kind, e.ID.Short())

@@ -92,9 +92,12 @@ const (
 	// Dropped: a request was removed because its session's grace period
 	// ended. Held is true if it was granted.
 	Dropped
+	// SessionClosed: a session's grace period ended; its requests have been
+	// reported as Dropped. Only Session is set.
+	SessionClosed
 )
 
-var kindNames = [...]string{"", "granted", "timeout", "expired", "released", "dropped"}
+var kindNames = [...]string{"", "granted", "timeout", "expired", "released", "dropped", "session-closed"}
 
 func (k EventKind) String() string {
 	if int(k) < len(kindNames) {
@@ -339,6 +342,7 @@ func (t *Table) dropSession(s *session) {
 		t.heap.remove(int(s.hidx))
 	}
 	delete(t.sessions, s.id)
+	t.emit(Event{Kind: SessionClosed, Session: s.id})
 }
 
 func (s *session) add(l *lock) {
@@ -913,6 +917,18 @@ func (t *Table) Locks(limit int, fn func(LockInfo) bool) {
 		if !fn(t.info(l)) {
 			return
 		}
+	}
+}
+
+// SessionLocks calls fn for every live request of session id, newest first.
+// It costs O(requests of the session).
+func (t *Table) SessionLocks(id string, fn func(LockInfo)) {
+	s := t.sessions[id]
+	if s == nil {
+		return
+	}
+	for l := s.head; l != nil; l = l.snext {
+		fn(t.info(l))
 	}
 }
 

@@ -60,6 +60,10 @@ func (h *harness) advance(d time.Duration) {
 func (h *harness) take(names map[ID]string) []string {
 	var out []string
 	for _, e := range h.events {
+		if e.Kind == SessionClosed {
+			out = append(out, "closed:"+e.Session)
+			continue
+		}
 		n := names[e.ID]
 		if n == "" {
 			n = e.ID.Short()
@@ -532,7 +536,7 @@ func TestSessionGrace(t *testing.T) {
 	h.advance(time.Millisecond)
 	got := h.take(map[ID]string{held.ID: "held", wait.ID: "wait", other.ID: "other"})
 	slices.Sort(got)
-	if !slices.Equal(got, []string{"dropped:held", "dropped:wait", "granted:other"}) {
+	if !slices.Equal(got, []string{"closed:s1", "dropped:held", "dropped:wait", "granted:other"}) {
 		t.Fatalf("events = %v", got)
 	}
 	if h.tab.HasSession("s1") || h.tab.QueueLen("B") != 0 {
