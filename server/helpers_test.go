@@ -1,0 +1,198 @@
+package server
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/mlock-dev/mlock/internal/wire"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// start runs a server on 127.0.0.1:0 and stops it when the test ends.
+func start(t testing.TB, cfg Config) *Server {
+	t.Helper()
+	srv, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(ctx); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+		if err := <-done; err != ErrServerClosed {
+			t.Errorf("Serve returned %v", err)
+		}
+	})
+	for srv.Addr() == nil {
+		time.Sleep(time.Millisecond)
+	}
+	return srv
+}
+
+// raw is a client speaking raw frames.
+type raw struct {
+	t   testing.TB
+	nc  net.Conn
+	buf []byte
+}
+
+func dialRaw(t testing.TB, srv *Server) *raw {
+	t.Helper()
+	nc, err := net.Dial("tcp", srv.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	return &raw{t: t, nc: nc}
+}
+
+// connected dials and identifies as sid, expecting a new session.
+func connected(t testing.TB, srv *Server, sid string) *raw {
+	t.Helper()
+	c := dialRaw(t, srv)
+	c.send("connect " + sid + " 1.0")
+	c.expect("connected 1.0 new")
+	return c
+}
+
+func (c *raw) send(payload string) {
+	c.t.Helper()
+	c.write(wire.Append(nil, payload))
+}
+
+func (c *raw) write(b []byte) {
+	c.t.Helper()
+	if _, err := c.nc.Write(b); err != nil {
+		c.t.Fatalf("write: %v", err)
+	}
+}
+
+// next returns the next frame's payload, or "" and the error.
+func (c *raw) next(wait time.Duration) (string, error) {
+	_ = c.nc.SetReadDeadline(time.Now().Add(wait))
+	for {
+		if len(c.buf) >= 4 {
+			l := int(binary.BigEndian.Uint32(c.buf))
+			if l < 5 {
+				return "", fmt.Errorf("server sent frame length %d", l)
+			}
+			if len(c.buf) >= l {
+				if c.buf[l-1] != '\n' {
+					return "", fmt.Errorf("server frame without newline")
+				}
+				p := string(c.buf[4 : l-1])
+				c.buf = c.buf[l:]
+				return p, nil
+			}
+		}
+		tmp := make([]byte, 4096)
+		n, err := c.nc.Read(tmp)
+		c.buf = append(c.buf, tmp[:n]...)
+		if err != nil && n == 0 {
+			return "", err
+		}
+	}
+}
+
+func (c *raw) read() string {
+	c.t.Helper()
+	p, err := c.next(3 * time.Second)
+	if err != nil {
+		c.t.Fatalf("reading a frame: %v", err)
+	}
+	return p
+}
+
+// expect reads one frame and compares it with want; "*" in want matches
+// one field.
+func (c *raw) expect(want string) []string {
+	c.t.Helper()
+	got := c.read()
+	if !match(got, want) {
+		c.t.Fatalf("got %q, want %q", got, want)
+	}
+	return strings.Split(got, " ")
+}
+
+func match(got, want string) bool {
+	g, w := strings.Split(got, " "), strings.Split(want, " ")
+	if len(g) != len(w) {
+		return false
+	}
+	for i := range w {
+		if w[i] != "*" && w[i] != g[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// expectAfterLocked is expect that first skips re-announced locked pushes.
+func (c *raw) expectAfterLocked(want string) []string {
+	c.t.Helper()
+	for {
+		got := c.read()
+		if strings.HasPrefix(got, "locked ") && !strings.HasPrefix(want, "locked ") {
+			continue
+		}
+		if !match(got, want) {
+			c.t.Fatalf("got %q, want %q", got, want)
+		}
+		return strings.Split(got, " ")
+	}
+}
+
+// quiet asserts nothing arrives for a short while.
+func (c *raw) quiet() {
+	c.t.Helper()
+	if p, err := c.next(50 * time.Millisecond); err == nil {
+		c.t.Fatalf("unexpected frame %q", p)
+	}
+}
+
+// closed asserts the server closes the connection (after any frames).
+func (c *raw) closed() {
+	c.t.Helper()
+	for {
+		p, err := c.next(3 * time.Second)
+		if err == io.EOF || (err != nil && strings.Contains(err.Error(), "reset")) {
+			return
+		}
+		if err != nil {
+			c.t.Fatalf("want close, got %v", err)
+		}
+		c.t.Fatalf("want close, got frame %q", p)
+	}
+}
+
+// lock sends a lock and returns the lock id from the result.
+func (c *raw) lock(req, args string) string {
+	c.t.Helper()
+	c.send("lock " + req + " " + args)
+	f := c.expect("result " + req + " success *")
+	return f[3]
+}
+
+// locked expects the locked push for id and returns its token.
+func (c *raw) locked(id string) string {
+	c.t.Helper()
+	f := c.expect("locked " + id + " * *")
+	return f[3]
+}

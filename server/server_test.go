@@ -1,0 +1,603 @@
+package server
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mlock-dev/mlock/internal/wire"
+)
+
+func TestHandshake(t *testing.T) {
+	srv := start(t, Config{AuthTimeout: 200 * time.Millisecond})
+	tests := []struct {
+		name string
+		send []string
+		want []string // then the connection closes
+	}{
+		{"command before connect", []string{"ping r1"}, []string{"error should connect first!"}},
+		{"missing socketId", []string{"connect"}, []string{"error socketId is required!"}},
+		{"empty socketId", []string{"connect  1.0"}, []string{"error socketId is required!"}},
+		{"missing apiVersion", []string{"connect abc"}, []string{"error apiVersion is required!"}},
+		{"duplicate connect", []string{"connect dup1 1.0", "connect dup1 1.0"}, []string{"connected 1.0 new", "error duplicate connect!"}},
+		{"socketId too long", []string{"connect " + strings.Repeat("x", 300) + " 1.0"}, []string{"error socketId is too long!"}},
+		{"never connects", nil, []string{"error auth timeout!"}},
+		{"uppercase command", []string{"CONNECT up1 1.0", "PING r"}, []string{"connected 1.0 new", "result r success pong"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := dialRaw(t, srv)
+			for _, s := range tc.send {
+				c.send(s)
+			}
+			for _, w := range tc.want {
+				c.expect(w)
+			}
+			if tc.name != "uppercase command" {
+				c.closed()
+			}
+		})
+	}
+}
+
+func TestSeedScenarios(t *testing.T) {
+	srv := start(t, Config{})
+	c1, c2, c3 := connected(t, srv, "c1"), connected(t, srv, "c2"), connected(t, srv, "c3")
+
+	// Scenario 1: all free.
+	id := c1.lock("r1", "res-a|res-b|res-c 5000 0 0")
+	c1.locked(id)
+	c1.send("unlock r2 " + id)
+	c1.expect("result r2 success done")
+
+	// Scenario 2: partly taken.
+	a := c1.lock("r3", "res-a 5000 0 0")
+	c1.locked(a)
+	b := c2.lock("r4", "res-a|res-b|res-c 5000 0 0")
+	c2.quiet()
+	c1.send("unlock r5 " + a)
+	c1.expect("result r5 success done")
+	c2.locked(b)
+	c2.send("unlock r6 " + b)
+	c2.expect("result r6 success done")
+
+	// Scenario 3: a queue, first come first served.
+	a = c1.lock("r7", "res-a 5000 0 0")
+	c1.locked(a)
+	b = c2.lock("r8", "res-a|res-b 5000 0 0")
+	c := c3.lock("r9", "res-a|res-b 5000 0 0")
+	c1.send("unlock r10 " + a)
+	c1.expect("result r10 success done")
+	c2.locked(b)
+	c3.quiet()
+	c2.send("unlock r11 " + b)
+	c2.expect("result r11 success done")
+	c3.locked(c)
+}
+
+func TestHeadOfLineAndAtomicity(t *testing.T) {
+	srv := start(t, Config{})
+	c1, c2, c3 := connected(t, srv, "h1"), connected(t, srv, "h2"), connected(t, srv, "h3")
+	b := c1.lock("1", "B 5000 0 0")
+	c1.locked(b)
+	ab := c2.lock("2", "A|B 5000 0 0")
+	a := c3.lock("3", "A 5000 0 0")
+	c3.quiet() // A is free but reserved by A|B
+	c2.quiet() // never granted A alone
+	c1.send("unlock 4 " + b)
+	c1.expect("result 4 success done")
+	c2.locked(ab)
+	c2.send("unlock 5 " + ab)
+	c2.expect("result 5 success done")
+	c3.locked(a)
+}
+
+func TestTolerateTimeoutExpiryExtend(t *testing.T) {
+	srv := start(t, Config{})
+	c1, c2 := connected(t, srv, "t1"), connected(t, srv, "t2")
+	h := c1.lock("1", "T 300 0 0")
+	c1.locked(h)
+	w := c2.lock("2", "T 5000 0 1") // holder only: tolerated
+	c2.send("lock 3 T 5000 0 1")     // holder + waiter: refused
+	c2.expect("result 3 failed can not tolerate!")
+	c2.send("unlock 4 " + w)
+	c2.expect("result 4 success done")
+
+	// Wait timeout.
+	w = c2.lock("5", "T 5000 50 0")
+	c2.expect("timeout " + w)
+
+	// extend counts from now; expiry pushes expired and hands over.
+	c1.send("extend 6 " + h + " 200")
+	before := time.Now().UnixMilli()
+	f := c1.expect("result 6 success *")
+	exp, _ := strconv.ParseInt(f[3], 10, 64)
+	if exp < before+150 || exp > time.Now().UnixMilli()+250 {
+		t.Fatalf("extend returned %d, want about now+200ms (%d)", exp, before+200)
+	}
+	w = c2.lock("7", "T 5000 0 0")
+	c1.expect("expired " + h)
+	c2.locked(w)
+	c1.send("extend 8 " + h + " 200")
+	c1.expect("result 8 failed lock not exist!")
+}
+
+func TestTTLArgument(t *testing.T) {
+	srv := start(t, Config{DefaultTTL: 42 * time.Second})
+	c := connected(t, srv, "ttl")
+	for i, bad := range []string{"0", "-5", "1.5", "abc", "1000abc"} {
+		c.send(fmt.Sprintf("lock q%d x %s 0 0", i, bad))
+		c.expect(fmt.Sprintf("result q%d failed ttl should be integer!", i))
+	}
+	c.send("lock t1 x 5000 -1 0")
+	c.expect("result t1 failed timeout should be integer!")
+	c.send("lock t2 x 5000 0 -1")
+	c.expect("result t2 failed tolerate should be integer!")
+	c.send("lock r")
+	c.expect("result r failed invalid resource!") // a missing ttl is the default; resources are missing
+
+	// The 0.1.10 client sends "undefined" when no ttl is set.
+	id := c.lock("u", "x undefined 0 0")
+	f := c.expect("locked " + id + " * *")
+	exp, _ := strconv.ParseInt(f[2], 10, 64)
+	if d := exp - time.Now().UnixMilli(); d < 41_000 || d > 42_000 {
+		t.Fatalf("default ttl gave expiry in %d ms, want 42 s", d)
+	}
+	c.send("extend e " + id)
+	f = c.expect("result e success *")
+	exp, _ = strconv.ParseInt(f[3], 10, 64)
+	if d := exp - time.Now().UnixMilli(); d < 41_000 || d > 42_000 {
+		t.Fatalf("extend without ttl: expiry in %d ms", d)
+	}
+}
+
+func TestResourcesFoldedAndValidated(t *testing.T) {
+	srv := start(t, Config{MaxResources: 3})
+	c := connected(t, srv, "res")
+	id := c.lock("1", "dup|dup 5000 0 0")
+	c.locked(id)
+	c.send("unlock 2 " + id)
+	c.expect("result 2 success done")
+	id = c.lock("3", "dup 5000 0 0") // not blocked by an orphan entry
+	c.locked(id)
+	for i, bad := range []string{"lock 4  5000 0 0", "lock 5 x| 5000 0 0", "lock 6 |x 5000 0 0"} {
+		c.send(bad)
+		c.expect(fmt.Sprintf("result %d failed invalid resource!", i+4))
+	}
+	c.send("lock 7 a|b|c|d 5000 0 0")
+	c.expect("result 7 failed too many resources!")
+}
+
+func TestUnlockWaitingAndUnknown(t *testing.T) {
+	srv := start(t, Config{})
+	c1, c2 := connected(t, srv, "u1"), connected(t, srv, "u2")
+	h := c1.lock("1", "W 5000 0 0")
+	c1.locked(h)
+	w := c2.lock("2", "W 5000 0 0")
+	c2.send("unlock 3 " + w)
+	c2.expect("result 3 success done")
+	c1.send("unlock 4 " + h)
+	c1.expect("result 4 success done")
+	c2.quiet() // the removed waiter is not granted
+	for i, bad := range []string{w, "nothex", strings.Repeat("0", 32)} {
+		c1.send(fmt.Sprintf("unlock x%d %s", i, bad))
+		c1.expect(fmt.Sprintf("result x%d failed lock not exist!", i))
+	}
+	c1.send("extend e1 " + w + " 100")
+	c1.expect("result e1 failed lock not exist!")
+	w = c2.lock("5", "W2 5000 0 0")
+	c2.locked(w)
+	c1.lock("6", "W2 5000 0 0")
+	// extend of a waiting lock
+	c1.send("unlock 7 nope")
+	c1.expect("result 7 failed lock not exist!")
+}
+
+func TestPingStatusAndUnknownCommand(t *testing.T) {
+	srv := start(t, Config{})
+	c := connected(t, srv, "p1")
+	c.send("ping r1")
+	c.expect("result r1 success pong")
+	c.send("frobnicate r2 a b")
+	c.expect("result r2 failed invalid message!")
+	c.send("ping r3") // still connected
+	c.expect("result r3 success pong")
+
+	h := c.lock("l1", "s:a|s:b 5000 0 0")
+	c.locked(h)
+	other := connected(t, srv, "p2")
+	other.lock("l2", "s:a 5000 100000 0")
+	c.send("status r4")
+	f := c.read()
+	prefix := "result r4 success "
+	if !strings.HasPrefix(f, prefix) {
+		t.Fatalf("status reply %q", f)
+	}
+	var st Status
+	if err := json.Unmarshal([]byte(f[len(prefix):]), &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.SocketCount != 2 || st.CurrentLocks != 2 || st.HeldLocks != 1 || st.LockCount != 2 || st.LockedCount != 1 ||
+		st.Queues["s:a"] != 2 || st.Queues["s:b"] != 1 || len(st.Locks) != 2 || st.LiveTime < 0 {
+		t.Fatalf("status = %+v", st)
+	}
+	if strings.Contains(f, h) || strings.Contains(f, "p1") {
+		t.Fatal("status shows a whole lock id or socketId")
+	}
+	for _, li := range st.Locks {
+		if li.Locked && (li.Expire == nil || *li.Expire <= 0 || li.Resources != "s:a|s:b") {
+			t.Fatalf("held lock entry %+v", li)
+		}
+		if !li.Locked && (li.Timeout == nil || *li.Timeout <= 0) {
+			t.Fatalf("waiting lock entry %+v", li)
+		}
+	}
+	// After a disconnect, socketCount counts only live connections.
+	other.nc.Close()
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		c.send("status r5")
+		f = c.read()
+		json.Unmarshal([]byte(f[len("result r5 success "):]), &st)
+		if st.SocketCount == 1 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if st.SocketCount != 1 {
+		t.Fatalf("socketCount = %d after a disconnect", st.SocketCount)
+	}
+}
+
+func TestPlainStatus(t *testing.T) {
+	srv := start(t, Config{})
+	c := connected(t, srv, "ps")
+	c.lock("1", "plain 5000 0 0")
+	nc, err := net.Dial("tcp", srv.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	nc.Write([]byte("status\n"))
+	nc.SetReadDeadline(time.Now().Add(3 * time.Second))
+	b, err := io.ReadAll(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(b)
+	for _, want := range []string{"socketCount: 1", "currentLocks: 1", "queues:\n  plain: 1", "locks:\n"} {
+		if !strings.Contains(text, want) {
+			t.Fatalf("plain status lacks %q:\n%s", want, text)
+		}
+	}
+}
+
+func TestMalformedFramesCloseOnlyThatConnection(t *testing.T) {
+	srv := start(t, Config{MaxFrame: 1024})
+	good := connected(t, srv, "good")
+	tests := []struct {
+		name string
+		in   []byte
+		want string
+	}{
+		{"zero length", []byte{0, 0, 0, 0}, "error invalid frame!"},
+		{"length 4", []byte{0, 0, 0, 4}, "error invalid frame!"},
+		{"negative length", []byte{0x80, 0, 0, 0}, "error invalid frame!"},
+		{"too large", []byte{0, 0, 0x10, 0}, "error frame too large!"},
+		{"bad trailer", []byte{0, 0, 0, 7, 'p', 'i', 'X'}, "error invalid frame!"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := connected(t, srv, "bad-"+strings.ReplaceAll(tc.name, " ", "-"))
+			c.write(tc.in)
+			if tc.want != "" {
+				c.expect(tc.want)
+			}
+			c.closed()
+			good.send("ping g")
+			good.expect("result g success pong")
+		})
+	}
+	// Before connect, a non-frame first byte is the plain status path.
+	c := dialRaw(t, srv)
+	c.write([]byte("garbage\n"))
+	c.closed()
+}
+
+func TestSplitFramesAndBatches(t *testing.T) {
+	srv := start(t, Config{})
+	c := dialRaw(t, srv)
+	var all []byte
+	all = wire.Append(all, "connect split 1.0")
+	for i := range 50 {
+		all = wire.Append(all, fmt.Sprintf("ping p%d", i))
+	}
+	// One byte per write, header split included.
+	for i := range 40 {
+		c.write(all[i : i+1])
+		time.Sleep(time.Millisecond)
+	}
+	c.write(all[40:]) // the rest in one batch
+	c.expect("connected 1.0 new")
+	for i := range 50 {
+		c.expect(fmt.Sprintf("result p%d success pong", i))
+	}
+}
+
+func TestExtensions(t *testing.T) {
+	srv := start(t, Config{})
+	c1, c2 := connected(t, srv, "x1"), connected(t, srv, "x2")
+
+	// Fencing tokens grow; extend keeps them.
+	a := c1.lock("1", "fx 5000 0 0")
+	t1, _ := strconv.ParseUint(c1.locked(a), 10, 64)
+	c1.send("unlock 2 " + a)
+	c1.expect("result 2 success done")
+	b := c1.lock("3", "fx 5000 0 0")
+	t2, _ := strconv.ParseUint(c1.locked(b), 10, 64)
+	if t2 <= t1 || t1 == 0 {
+		t.Fatalf("tokens %d then %d", t1, t2)
+	}
+
+	// Owner re-entry renews the same lock.
+	o := c1.lock("4", "ox|oy 5000 0 0 worker-1")
+	tok := c1.locked(o)
+	c1.send("lock 5 oy|ox 9000 0 0 worker-1")
+	c1.expect("result 5 success " + o)
+	c1.expect("locked " + o + " * " + tok)
+	c2.send("lock 6 ox|oy 5000 0 0 worker-1")
+	c2.expect("result 6 success " + o) // same owner from another session renews too
+	c2.expect("locked " + o + " * " + tok)
+	c1.send("lock 7 ox 5000 0 0 worker-1")
+	c1.expect("result 7 failed owner holds an overlapping lock!")
+
+	// Release by owner.
+	c2.send("release 8 worker-2 ox|oy")
+	c2.expect("result 8 success false")
+	c2.send("release 9 worker-1 ox|oy")
+	c2.expect("result 9 success true")
+	c1.quiet() // released from its own (current) session: no push
+
+	// releaseall.
+	r1 := c1.lock("10", "ra1 5000 0 0 w9")
+	c1.locked(r1)
+	r2 := c1.lock("11", "ra2 5000 0 0 w9")
+	c1.locked(r2)
+	c2.send("releaseall 12 w9")
+	c2.expect("result 12 success 2")
+	c1.expect("expired " + r2) // the holder is told it lost them
+	c1.expect("expired " + r1)
+
+	// trylock.
+	tl := c1.lock("13", "tl 5000 0 0")
+	c1.locked(tl)
+	c2.send("trylock 14 tl 5000")
+	c2.expect("result 14 failed resource is locked!")
+	c2.send("trylock 15 tl2 5000 own")
+	f := c2.expect("result 15 success *")
+	c2.locked(f[3])
+
+	// locks listing, by prefix.
+	w := c2.lock("16", "tl 5000 60000 0")
+	_ = w
+	c1.send("locks 17 tl")
+	reply := c1.read()
+	var doc Locks
+	if err := json.Unmarshal([]byte(strings.TrimPrefix(reply, "result 17 success ")), &doc); err != nil {
+		t.Fatalf("%v: %q", err, reply)
+	}
+	if len(doc.Queues) != 2 || doc.Queues[0].Resource != "tl" || doc.Queues[1].Resource != "tl2" {
+		t.Fatalf("locks = %+v", doc)
+	}
+	e := doc.Queues[0].Entries
+	if len(e) != 2 || e[0].State != "held" || e[0].Position != 0 || e[0].TTLLeftMs == nil || e[0].Token == 0 ||
+		e[1].State != "waiting" || e[1].Position != 1 || e[1].TimeoutLeftMs == nil || e[0].Session == e[1].Session {
+		t.Fatalf("entries = %+v", e)
+	}
+	if doc.Queues[1].Entries[0].Owner != "own" {
+		t.Fatalf("owner missing: %+v", doc.Queues[1])
+	}
+	c1.send("release 18")
+	c1.expect("result 18 failed missing arguments!")
+}
+
+func TestReconnectReplaysPushes(t *testing.T) {
+	srv := start(t, Config{SessionGrace: 5 * time.Second})
+	holder := connected(t, srv, "holder")
+	h := holder.lock("1", "rc 5000 0 0")
+	holder.locked(h)
+
+	w := connected(t, srv, "waiter")
+	wid := w.lock("2", "rc 5000 0 0")
+	w.nc.Close() // TCP dropped while waiting
+
+	holder.send("unlock 3 " + h)
+	holder.expect("result 3 success done") // the waiter is granted while offline
+
+	w2 := dialRaw(t, srv)
+	w2.send("connect waiter 1.0")
+	w2.expect("connected 1.0 resumed")
+	w2.locked(wid)
+	w2.send("unlock 4 " + wid)
+	w2.expectAfterLocked("result 4 success done")
+}
+
+func TestTakeoverOfHalfOpenConnection(t *testing.T) {
+	srv := start(t, Config{})
+	old := connected(t, srv, "same")
+	id := old.lock("1", "tk 5000 0 0")
+	old.locked(id)
+	nw := dialRaw(t, srv)
+	nw.send("connect same 1.0")
+	nw.expect("connected 1.0 resumed")
+	old.expect("error session taken over by a new connection!")
+	old.closed()
+	nw.locked(id) // held locks are announced again on resume
+	nw.send("unlock 2 " + id)
+	nw.expect("result 2 success done")
+}
+
+func TestGraceExpiryReleasesAndGrantsNext(t *testing.T) {
+	srv := start(t, Config{SessionGrace: 150 * time.Millisecond})
+	dead := connected(t, srv, "dead")
+	h := dead.lock("1", "g 60000 0 0")
+	dead.locked(h)
+	dead.lock("2", "g2|g 60000 0 0") // a waiting request of the same session
+	other := connected(t, srv, "alive")
+	w := other.lock("3", "g 60000 0 0")
+	dead.nc.Close()
+	start := time.Now()
+	other.locked(w)
+	if d := time.Since(start); d < 100*time.Millisecond {
+		t.Fatalf("granted after %v, before the grace period", d)
+	}
+	// The session is gone: reconnecting starts a new one.
+	again := dialRaw(t, srv)
+	again.send("connect dead 1.0")
+	again.expect("connected 1.0 new")
+	again.send("unlock 4 " + h)
+	again.expect("result 4 failed lock not exist!")
+}
+
+func TestSlowReaderDoesNotHurtOthers(t *testing.T) {
+	srv := start(t, Config{MaxPendingOutput: 256 << 10})
+	slow := connected(t, srv, "slow")
+	slow.lock("0", "big 60000 0 0")
+	fast := connected(t, srv, "fast")
+	// The slow client asks for many status replies and never reads them.
+	var batch []byte
+	for i := range 200 {
+		batch = wire.Append(batch, fmt.Sprintf("status s%d", i))
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range 100 {
+			if _, err := slow.nc.Write(batch); err != nil {
+				return
+			}
+		}
+	}()
+	for i := range 200 {
+		fast.send(fmt.Sprintf("ping f%d", i))
+		fast.expect(fmt.Sprintf("result f%d success pong", i))
+	}
+	<-done
+	// The slow client has been cut off; its session keeps its grace period.
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		srv.mu.Lock()
+		sess := srv.sessions["slow"]
+		gone := sess != nil && sess.c == nil
+		srv.mu.Unlock()
+		if gone {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("slow client was never disconnected")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestLimits(t *testing.T) {
+	srv := start(t, Config{MaxConns: 3, MaxLocksPerSession: 2, MaxQueueLen: 2})
+	c1 := connected(t, srv, "l1")
+	c2 := connected(t, srv, "l2")
+	c3 := connected(t, srv, "l3")
+	extra := dialRaw(t, srv)
+	extra.expect("error too many connections!")
+	extra.closed()
+	c1.locked(c1.lock("1", "q 5000 0 0"))
+	c1.locked(c1.lock("2", "q2 5000 0 0"))
+	c1.send("lock 3 q3 5000 0 0")
+	c1.expect("result 3 failed too many locks in this session!")
+	c2.lock("4", "q 5000 0 0")
+	c3.send("lock 5 q 5000 0 0")
+	c3.expect("result 5 failed queue is full!")
+	// A flood of commands is answered in order.
+	var flood []byte
+	for i := range 2000 {
+		flood = wire.Append(flood, fmt.Sprintf("lock f%d q 5000 0 0", i))
+	}
+	c3.write(flood)
+	for i := range 2000 {
+		c3.expect(fmt.Sprintf("result f%d failed queue is full!", i))
+	}
+	c2.send("ping ok")
+	c2.expect("result ok success pong")
+}
+
+func TestIdleServerArmsOneTimer(t *testing.T) {
+	srv := start(t, Config{})
+	c := connected(t, srv, "idle")
+	srv.mu.Lock()
+	if srv.timerAt != 0 {
+		t.Fatal("a server without deadlines must not arm its timer")
+	}
+	srv.mu.Unlock()
+	id := c.lock("1", "idle 3600000 0 0")
+	c.locked(id)
+	srv.mu.Lock()
+	at, _ := srv.tab.NextDeadline()
+	armed := srv.timerAt
+	srv.mu.Unlock()
+	if armed != at || time.Duration(at-srv.now()) < 59*time.Minute {
+		t.Fatalf("timer armed for %d, next deadline %d: want one timer at the lock's expiry", armed, at)
+	}
+}
+
+func TestTokensSurviveRestart(t *testing.T) {
+	dir := t.TempDir()
+	ts, err := openTokens(dir, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ts.first != 1000 || ts.mark != 1000+tokenBlock {
+		t.Fatalf("first %d mark %d", ts.first, ts.mark)
+	}
+	if err := ts.reserve(1000 + tokenBlock - 10); err != nil {
+		t.Fatal(err)
+	}
+	// The clock went back: the mark on disk still wins.
+	ts2, err := openTokens(dir, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ts2.first <= 1000+tokenBlock-10 {
+		t.Fatalf("after restart first token %d repeats tokens already given", ts2.first)
+	}
+
+	srv := start(t, Config{DataDir: dir})
+	c := connected(t, srv, "tok")
+	id := c.lock("1", "tok 5000 0 0")
+	tok, _ := strconv.ParseUint(c.locked(id), 10, 64)
+	if tok < ts2.first {
+		t.Fatalf("server token %d below the mark %d", tok, ts2.first)
+	}
+}
+
+func TestShutdownClosesConnections(t *testing.T) {
+	srv, err := New(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	for srv.Addr() == nil {
+		time.Sleep(time.Millisecond)
+	}
+	c := connected(t, srv, "bye")
+	if err := srv.Shutdown(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != ErrServerClosed {
+		t.Fatalf("Serve = %v", err)
+	}
+	c.closed()
+}
