@@ -103,7 +103,7 @@ func TestTolerateTimeoutExpiryExtend(t *testing.T) {
 	h := c1.lock("1", "T 300 0 0")
 	c1.locked(h)
 	w := c2.lock("2", "T 5000 0 1") // holder only: tolerated
-	c2.send("lock 3 T 5000 0 1")     // holder + waiter: refused
+	c2.send("lock 3 T 5000 0 1")    // holder + waiter: refused
 	c2.expect("result 3 failed can not tolerate!")
 	c2.send("unlock 4 " + w)
 	c2.expect("result 4 success done")
