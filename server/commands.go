@@ -75,7 +75,6 @@ func (c *conn) handle(f [][]byte) bool {
 		}
 		return c.connect(f)
 	}
-	s.cur = c.sess
 	var req []byte
 	if len(f) > 1 {
 		req = f[1]

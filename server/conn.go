@@ -219,7 +219,6 @@ func (c *conn) handleFrames(buf []byte, fields [][]byte) ([]byte, [][]byte, bool
 		off += n
 	}
 	if locked {
-		s.cur = nil
 		s.afterBatchLocked()
 		s.mu.Unlock()
 	}

@@ -223,7 +223,6 @@ func (s *Server) onTimer() {
 	if s.closed {
 		return
 	}
-	s.cur = nil
 	s.tab.Advance(s.now())
 	s.afterBatchLocked()
 }
@@ -239,12 +238,8 @@ func (s *Server) onEvent(e locktable.Event) {
 		s.pushLocked(sess, e.ID, e.ExpiresAt, e.Token)
 	case locktable.TimedOut:
 		s.push(sess, "timeout", e.ID)
-	case locktable.Expired:
+	case locktable.Expired, locktable.Released:
 		s.push(sess, "expired", e.ID)
-	case locktable.Released:
-		if sess != s.cur {
-			s.push(sess, "expired", e.ID)
-		}
 	case locktable.SessionClosed:
 		delete(s.sessions, e.Session)
 		s.log.Debug("session closed after its grace period", "session", sess.hash)

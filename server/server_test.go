@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mlock-dev/mlock"
 	"github.com/mlock-dev/mlock/internal/wire"
 )
 
@@ -218,7 +219,7 @@ func TestPingStatusAndUnknownCommand(t *testing.T) {
 	if !strings.HasPrefix(f, prefix) {
 		t.Fatalf("status reply %q", f)
 	}
-	var st Status
+	var st mlock.Status
 	if err := json.Unmarshal([]byte(f[len(prefix):]), &st); err != nil {
 		t.Fatal(err)
 	}
@@ -359,8 +360,9 @@ func TestExtensions(t *testing.T) {
 	c2.send("release 8 worker-2 ox|oy")
 	c2.expect("result 8 success false")
 	c2.send("release 9 worker-1 ox|oy")
+	c2.expect("expired " + o) // the holder (now c2's session) is told, before the result
 	c2.expect("result 9 success true")
-	c1.quiet() // released from its own (current) session: no push
+	c1.quiet()
 
 	// releaseall.
 	r1 := c1.lock("10", "ra1 5000 0 0 w9")
@@ -386,7 +388,7 @@ func TestExtensions(t *testing.T) {
 	_ = w
 	c1.send("locks 17 tl")
 	reply := c1.read()
-	var doc Locks
+	var doc mlock.Locks
 	if err := json.Unmarshal([]byte(strings.TrimPrefix(reply, "result 17 success ")), &doc); err != nil {
 		t.Fatalf("%v: %q", err, reply)
 	}

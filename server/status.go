@@ -12,59 +12,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/mlock-dev/mlock"
 	"github.com/mlock-dev/mlock/internal/locktable"
 )
-
-// Version is the server version reported by status.
-const Version = "0.1.0"
-
-// Status is the status document: the original server's fields first, then
-// this server's additions. Lock ids and socketIds are secrets, so locks are
-// keyed by the first 8 hex digits of their id and sockets by a keyed hash of
-// their socketId.
-type Status struct {
-	SocketCount       int                   `json:"socketCount"`  // live identified connections
-	CurrentLocks      int                   `json:"currentLocks"` // live requests, held and waiting
-	LiveTime          int64                 `json:"liveTime"`     // ms since start
-	StartAt           int64                 `json:"startAt"`      // start, Unix ms
-	LockCount         uint64                `json:"lockCount"`    // accepted lock requests
-	IntoleranceCount  uint64                `json:"intoleranceCount"`
-	TimeoutCount      uint64                `json:"timeoutCount"`
-	LockedCount       uint64                `json:"lockedCount"` // grants
-	ExpiredCount      uint64                `json:"expiredCount"`
-	FinishedCount     uint64                `json:"finishedCount"` // unlocks and releases
-	ExtendCount       uint64                `json:"extendCount"`
-	ExtendFailedCount uint64                `json:"extendFailedCount"`
-	Sockets           map[string]SocketInfo `json:"sockets"`
-	Queues            map[string]int        `json:"queues"`
-	Locks             map[string]LockInfo   `json:"locks"`
-
-	Version             string  `json:"version"`
-	HeldLocks           int     `json:"heldLocks"`
-	Sessions            int     `json:"sessions"` // connected and in their grace period
-	Connections         int     `json:"connections"`
-	RejectedConnections uint64  `json:"rejectedConnections"`
-	DroppedCount        uint64  `json:"droppedCount"` // requests dropped with their session
-	LastToken           uint64  `json:"lastToken"`
-	CPUTimeMs           float64 `json:"cpuTimeMs"` // process user+system CPU time
-	Truncated           bool    `json:"truncated"` // listings cut at the status limit
-}
-
-// SocketInfo describes one connected session in Status.
-type SocketInfo struct {
-	Address  string `json:"address"`
-	LiveTime int64  `json:"liveTime"` // ms since the connection was accepted
-	LastLive int64  `json:"lastLive"` // ms since its last frame
-}
-
-// LockInfo describes one request in Status.
-type LockInfo struct {
-	Locked    bool   `json:"locked"`
-	TTL       int64  `json:"ttl"`               // ms
-	Expire    *int64 `json:"expire,omitempty"`  // ms left, when locked
-	Timeout   *int64 `json:"timeout,omitempty"` // ms left of the wait, when waiting with a timeout
-	Resources string `json:"resources"`
-}
 
 func (s *Server) shortHash(id string) string {
 	m := hmac.New(sha256.New, s.hashKey[:])
@@ -81,10 +31,10 @@ func cpuTime() time.Duration {
 }
 
 // status builds the Status document. It runs under mu.
-func (s *Server) status(now int64) *Status {
+func (s *Server) status(now int64) *mlock.Status {
 	st := s.tab.Stats()
 	nowT := time.Now()
-	doc := &Status{
+	doc := &mlock.Status{
 		CurrentLocks:        st.Live,
 		LiveTime:            (now - s.startNs) / int64(time.Millisecond),
 		StartAt:             s.start.UnixMilli(),
@@ -96,10 +46,10 @@ func (s *Server) status(now int64) *Status {
 		FinishedCount:       st.Unlocked,
 		ExtendCount:         st.Extended,
 		ExtendFailedCount:   st.ExtendFails,
-		Sockets:             map[string]SocketInfo{},
+		Sockets:             map[string]mlock.StatusSocket{},
 		Queues:              map[string]int{},
-		Locks:               map[string]LockInfo{},
-		Version:             Version,
+		Locks:               map[string]mlock.StatusLock{},
+		Version:             mlock.Version,
 		HeldLocks:           st.Held,
 		Sessions:            st.Sessions,
 		Connections:         len(s.conns),
@@ -118,7 +68,7 @@ func (s *Server) status(now int64) *Status {
 			doc.Truncated = true
 			continue
 		}
-		doc.Sockets[sess.hash] = SocketInfo{
+		doc.Sockets[sess.hash] = mlock.StatusSocket{
 			Address:  sess.c.remote,
 			LiveTime: nowT.Sub(sess.c.accepted).Milliseconds(),
 			LastLive: (nowT.UnixNano() - sess.c.lastLive.Load()) / int64(time.Millisecond),
@@ -129,7 +79,7 @@ func (s *Server) status(now int64) *Status {
 		return true
 	})
 	s.tab.Locks(limit, func(li locktable.LockInfo) bool {
-		d := LockInfo{Locked: li.Granted, TTL: li.TTL.Milliseconds(), Resources: strings.Join(li.Resources, "|")}
+		d := mlock.StatusLock{Locked: li.Granted, TTL: li.TTL.Milliseconds(), Resources: strings.Join(li.Resources, "|")}
 		if left := (li.Deadline - now) / int64(time.Millisecond); li.Granted {
 			d.Expire = &left
 		} else if li.Deadline != 0 {
@@ -152,42 +102,17 @@ func (s *Server) statusJSON(now int64) []byte {
 	return b
 }
 
-// LocksEntry is one request in a resource's queue in the locks listing.
-type LocksEntry struct {
-	Lock          string `json:"lock"`    // first 8 hex digits of the lock id
-	Session       string `json:"session"` // keyed hash of the socketId
-	Owner         string `json:"owner,omitempty"`
-	State         string `json:"state"`    // "held" or "waiting"
-	Position      int    `json:"position"` // 0 is the head of the queue
-	Token         uint64 `json:"token,omitempty"`
-	AgeMs         int64  `json:"ageMs"`                   // since the request arrived
-	TTLLeftMs     *int64 `json:"ttlLeftMs,omitempty"`     // held
-	TimeoutLeftMs *int64 `json:"timeoutLeftMs,omitempty"` // waiting with a timeout
-}
-
-// LocksQueue is one resource in the locks listing.
-type LocksQueue struct {
-	Resource string       `json:"resource"`
-	Entries  []LocksEntry `json:"entries"`
-}
-
-// Locks is the answer to the locks command.
-type Locks struct {
-	Queues    []LocksQueue `json:"queues"` // sorted by resource
-	Truncated bool         `json:"truncated"`
-}
-
 func (s *Server) locksJSON(now int64, prefix string) []byte {
-	doc := Locks{Queues: []LocksQueue{}}
+	doc := mlock.Locks{Queues: []mlock.LocksQueue{}}
 	limit := s.cfg.StatusLimit
 	s.tab.Queues(prefix, limit+1, func(q locktable.QueueInfo) bool {
 		if len(doc.Queues) == limit {
 			doc.Truncated = true
 			return false
 		}
-		lq := LocksQueue{Resource: q.Resource, Entries: make([]LocksEntry, 0, len(q.Entries))}
+		lq := mlock.LocksQueue{Resource: q.Resource, Entries: make([]mlock.LocksEntry, 0, len(q.Entries))}
 		for i, e := range q.Entries {
-			le := LocksEntry{Lock: e.ID.Short(), Owner: e.Owner, Position: i,
+			le := mlock.LocksEntry{Lock: e.ID.Short(), Owner: e.Owner, Position: i,
 				AgeMs: (now - e.Created) / int64(time.Millisecond), State: "waiting"}
 			if sess := s.sessions[e.Session]; sess != nil {
 				le.Session = sess.hash
@@ -203,7 +128,7 @@ func (s *Server) locksJSON(now int64, prefix string) []byte {
 		doc.Queues = append(doc.Queues, lq)
 		return true
 	})
-	slices.SortFunc(doc.Queues, func(a, b LocksQueue) int { return strings.Compare(a.Resource, b.Resource) })
+	slices.SortFunc(doc.Queues, func(a, b mlock.LocksQueue) int { return strings.Compare(a.Resource, b.Resource) })
 	b, err := json.Marshal(doc)
 	if err != nil {
 		return []byte("{}")

@@ -1,0 +1,481 @@
+package mlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/mlock-dev/mlock"
+	"github.com/mlock-dev/mlock/server"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// startServer runs mlockd in-process on addr ("" for a free port) and
+// returns its address and a function that stops it.
+func startServer(t testing.TB, cfg server.Config, addr string) (string, func()) {
+	t.Helper()
+	srv, err := server.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	var ln net.Listener
+	for i := 0; ; i++ {
+		if ln, err = net.Listen("tcp", addr); err == nil {
+			break
+		}
+		if i > 100 {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	done := make(chan struct{})
+	go func() { srv.Serve(ln); close(done) }()
+	var once atomic.Bool
+	stop := func() {
+		if once.Swap(true) {
+			return
+		}
+		srv.Shutdown(context.Background())
+		<-done
+	}
+	t.Cleanup(stop)
+	return ln.Addr().String(), stop
+}
+
+func client(t testing.TB, addr string, o mlock.Options) *mlock.Client {
+	t.Helper()
+	host, port, _ := net.SplitHostPort(addr)
+	o.Host = host
+	fmt.Sscan(port, &o.Port)
+	if o.DialTimeout == 0 {
+		o.DialTimeout = 2 * time.Second
+	}
+	c, err := mlock.NewClient(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func ctxT(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestParseURI(t *testing.T) {
+	o, err := mlock.ParseURI("mlock://localhost:12340?timeout=5000&ttl=3000&prefix=order:&tolerate=3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := mlock.Options{Host: "localhost", Port: 12340, Timeout: 5 * time.Second, TTL: 3 * time.Second, Prefix: "order:", Tolerate: 3}
+	if o != want {
+		t.Fatalf("ParseURI = %+v, want %+v", o, want)
+	}
+	if o, _ := mlock.ParseURI("mlock://example.org"); o.Port != 0 || o.Host != "example.org" {
+		t.Fatalf("no port: %+v (0 means the default 12340)", o)
+	}
+	for _, bad := range []string{
+		"redis://localhost", "mlock://h:x", "mlock://h?ttl=abc", "mlock://h?timeout=-1", "mlock://h?tolerate=-2",
+		"mlock://h?prefix=a|b", "mlock://h?prefix=a%20b", "mlock://h?color=red", "mlock://h:99999",
+	} {
+		_, err := mlock.ParseURI(bad)
+		if !errors.Is(err, mlock.ErrRequest) {
+			t.Errorf("ParseURI(%q) = %v, want a request error", bad, err)
+		}
+	}
+}
+
+func TestLockUnlockWithPrefix(t *testing.T) {
+	addr, _ := startServer(t, server.Config{}, "")
+	c := client(t, addr, mlock.Options{Prefix: "order:"})
+	ctx := ctxT(t)
+	l, err := c.Lock(ctx, "product:1001|product:1002", &mlock.LockOptions{TTL: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(l.ID()) != 32 || l.Token() == 0 || time.Until(l.ExpiresAt()) < 4*time.Second {
+		t.Fatalf("lock id %q token %d expires %v", l.ID(), l.Token(), l.ExpiresAt())
+	}
+	ls, err := c.Locks(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ls.Queues) != 2 || ls.Queues[0].Resource != "order:product:1001" || ls.Queues[1].Resource != "order:product:1002" {
+		t.Fatalf("locks = %+v", ls)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatalf("second unlock: %v", err)
+	}
+	l2, err := c.LockAll(ctx, []string{"product:1001"}, nil)
+	if err != nil || l2.Token() <= l.Token() {
+		t.Fatalf("relock: %v, token %d after %d", err, l2.Token(), l.Token())
+	}
+	if _, err := c.Lock(ctx, "a b", nil); !errors.Is(err, mlock.ErrRequest) {
+		t.Fatalf("resource with a space: %v", err)
+	}
+	if _, err := c.Lock(ctx, "a||b", nil); !errors.Is(err, mlock.ErrRequest) {
+		t.Fatalf("empty resource: %v", err)
+	}
+}
+
+func TestSharedConnection(t *testing.T) {
+	addr, _ := startServer(t, server.Config{}, "")
+	a := client(t, addr, mlock.Options{})
+	b := client(t, addr, mlock.Options{})
+	if a.SocketID() != b.SocketID() {
+		t.Fatal("two clients of one address must share the session")
+	}
+	ctx := ctxT(t)
+	st, err := b.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.SocketCount != 1 || st.Connections != 1 {
+		t.Fatalf("status = %+v, want one shared connection", st)
+	}
+	host, port, _ := net.SplitHostPort(addr)
+	var p int
+	fmt.Sscan(port, &p)
+	if _, err := mlock.NewClient(mlock.Options{Host: host, Port: p, SocketID: "other"}); !errors.Is(err, mlock.ErrRequest) {
+		t.Fatalf("a second socketId for one address: %v", err)
+	}
+}
+
+func TestErrorTypes(t *testing.T) {
+	addr, _ := startServer(t, server.Config{}, "")
+	c := client(t, addr, mlock.Options{})
+	ctx := ctxT(t)
+	h, err := c.Lock(ctx, "e", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := make(chan error, 1)
+	go func() { _, err := c.Lock(ctx, "e", nil); w <- err }()
+	waitQueue(t, c, "e", 2)
+	if _, err := c.Lock(ctx, "e", &mlock.LockOptions{Tolerate: 1}); !errors.Is(err, mlock.ErrTolerate) {
+		t.Fatalf("tolerate: %v", err)
+	}
+	var me *mlock.Error
+	if _, err := c.TryLock(ctx, "e", nil); !errors.As(err, &me) || me.Type != mlock.TypeTolerate || !errors.Is(err, mlock.ErrBusy) {
+		t.Fatalf("trylock: %v", err)
+	}
+	start := time.Now()
+	if _, err := c.Lock(ctx, "e", &mlock.LockOptions{Timeout: 100 * time.Millisecond}); !errors.Is(err, mlock.ErrTimeout) {
+		t.Fatalf("server timeout: %v", err)
+	} else if time.Since(start) < 90*time.Millisecond {
+		t.Fatal("timed out too early")
+	}
+	dctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	if _, err := c.Lock(dctx, "e", nil); !errors.Is(err, mlock.ErrTimeout) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("ctx deadline: %v", err)
+	}
+	h.Unlock(ctx)
+	if err := <-w; err != nil {
+		t.Fatalf("the waiter queued before the failures: %v", err)
+	}
+}
+
+// waitQueue waits until resource's queue has n entries.
+func waitQueue(t *testing.T, c *mlock.Client, resource string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		ls, err := c.Locks(context.Background(), resource)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := 0
+		for _, q := range ls.Queues {
+			if q.Resource == resource {
+				got = len(q.Entries)
+			}
+		}
+		if got == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("queue %s has %d entries, want %d", resource, got, n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestCancelLeavesTheQueue(t *testing.T) {
+	addr, _ := startServer(t, server.Config{}, "")
+	c := client(t, addr, mlock.Options{})
+	ctx := ctxT(t)
+	h, _ := c.Lock(ctx, "cq", nil)
+	cctx, cancel := context.WithCancel(ctx)
+	errc := make(chan error, 1)
+	go func() { _, err := c.Lock(cctx, "cq", nil); errc <- err }()
+	waitQueue(t, c, "cq", 2)
+	cancel()
+	err := <-errc
+	if !errors.Is(err, context.Canceled) || !errors.Is(err, mlock.ErrRequest) {
+		t.Fatalf("cancelled wait: %v", err)
+	}
+	waitQueue(t, c, "cq", 1)
+	h.Unlock(ctx)
+	waitQueue(t, c, "cq", 0)
+}
+
+func TestLostLockAndExtend(t *testing.T) {
+	addr, _ := startServer(t, server.Config{}, "")
+	c := client(t, addr, mlock.Options{})
+	ctx := ctxT(t)
+	l, err := c.Lock(ctx, "short", &mlock.LockOptions{TTL: 150 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	exp, err := l.Extend(ctx, 300*time.Millisecond)
+	if err != nil || time.Until(exp) < 200*time.Millisecond {
+		t.Fatalf("extend = %v, %v", exp, err)
+	}
+	select {
+	case <-l.Lost():
+	case <-time.After(3 * time.Second):
+		t.Fatal("the lock never reported its loss")
+	}
+	if !errors.Is(l.Err(), mlock.ErrLost) {
+		t.Fatalf("Err = %v", l.Err())
+	}
+	if _, err := l.Extend(ctx, time.Second); !errors.Is(err, mlock.ErrLost) {
+		t.Fatalf("extend after loss: %v", err)
+	}
+	if err := l.Unlock(ctx); !errors.Is(err, mlock.ErrLost) {
+		t.Fatalf("unlock after loss: %v", err)
+	}
+}
+
+func TestDoExtendsWhileRunning(t *testing.T) {
+	addr, _ := startServer(t, server.Config{}, "")
+	c := client(t, addr, mlock.Options{})
+	ctx := ctxT(t)
+	err := c.Do(ctx, "job", &mlock.LockOptions{TTL: 150 * time.Millisecond}, func(ctx context.Context) error {
+		select {
+		case <-time.After(600 * time.Millisecond): // four leases
+			return nil
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	})
+	if err != nil {
+		t.Fatalf("Do: %v", err)
+	}
+	if _, err := c.TryLock(ctx, "job", nil); err != nil {
+		t.Fatalf("Do did not unlock: %v", err)
+	}
+	boom := errors.New("boom")
+	if err := c.Do(ctx, "job2", nil, func(context.Context) error { return boom }); err != boom {
+		t.Fatalf("Do returns fn's error: %v", err)
+	}
+}
+
+func TestDoCancelsOnLoss(t *testing.T) {
+	addr, _ := startServer(t, server.Config{}, "")
+	c := client(t, addr, mlock.Options{})
+	admin := client(t, addr, mlock.Options{})
+	ctx := ctxT(t)
+	started := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- c.Do(ctx, "cron", &mlock.LockOptions{Owner: "worker-7"}, func(ctx context.Context) error {
+			close(started)
+			<-ctx.Done()
+			if !errors.Is(context.Cause(ctx), mlock.ErrLost) {
+				return fmt.Errorf("cause = %v", context.Cause(ctx))
+			}
+			return ctx.Err()
+		})
+	}()
+	<-started
+	if n, err := admin.ReleaseAll(ctx, "worker-7"); err != nil || n != 1 {
+		t.Fatalf("ReleaseAll = %d, %v", n, err)
+	}
+	if err := <-done; !errors.Is(err, mlock.ErrLost) {
+		t.Fatalf("Do = %v, want the loss", err)
+	}
+}
+
+func TestOwnerReleaseAndReentry(t *testing.T) {
+	addr, _ := startServer(t, server.Config{}, "")
+	c := client(t, addr, mlock.Options{})
+	ctx := ctxT(t)
+	o := &mlock.LockOptions{Owner: "u1", TTL: time.Second}
+	a, err := c.Lock(ctx, "k1|k2", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := c.Lock(ctx, "k2|k1", o)
+	if err != nil || b != a {
+		t.Fatalf("re-entry must return the held lock: %v", err)
+	}
+	if ok, err := c.Release(ctx, "u2", "k1|k2"); ok || err != nil {
+		t.Fatalf("another owner's release = %v, %v", ok, err)
+	}
+	if ok, err := c.Release(ctx, "u1", "k1|k2"); !ok || err != nil {
+		t.Fatalf("owner release = %v, %v", ok, err)
+	}
+	select {
+	case <-a.Lost():
+	case <-time.After(2 * time.Second):
+		t.Fatal("the handle of a released lock is not told")
+	}
+}
+
+func TestInFlightCallsFailFastAndLocksSurviveReconnect(t *testing.T) {
+	addr, _ := startServer(t, server.Config{SessionGrace: 10 * time.Second}, "")
+	px := newProxy(t, addr)
+	holder := client(t, addr, mlock.Options{})
+	w := client(t, px.addr(), mlock.Options{MaxBackoff: 100 * time.Millisecond})
+	ctx := ctxT(t)
+	h, err := holder.Lock(ctx, "rc", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *mlock.Lock, 1)
+	go func() {
+		l, err := w.Lock(ctx, "rc", nil)
+		if err != nil {
+			t.Errorf("waiting lock across a reconnect: %v", err)
+		}
+		got <- l
+	}()
+	waitQueue(t, holder, "rc", 2)
+	px.cut() // the network drops; the waiter's session survives
+	start := time.Now()
+	if err := w.Ping(ctx); err != nil {
+		t.Fatalf("ping across a reconnect: %v", err)
+	}
+	if time.Since(start) > 3*time.Second {
+		t.Fatal("ping took too long")
+	}
+	h.Unlock(ctx)
+	l := <-got
+	if l == nil {
+		t.FailNow()
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestInFlightCallFailsFast(t *testing.T) {
+	addr, _ := startServer(t, server.Config{}, "")
+	px := newProxy(t, addr)
+	c := client(t, px.addr(), mlock.Options{MaxBackoff: 100 * time.Millisecond})
+	ctx := ctxT(t)
+	if err := c.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	px.drop.Store(true) // the request never reaches the server
+	errc := make(chan error, 1)
+	go func() { _, err := c.Release(ctx, "o", "x"); errc <- err }()
+	time.Sleep(50 * time.Millisecond)
+	start := time.Now()
+	px.cut()
+	err := <-errc
+	if !errors.Is(err, mlock.ErrConnection) {
+		t.Fatalf("in-flight call: %v", err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("in-flight call failed after %v", d)
+	}
+	px.drop.Store(false)
+	if err := c.Ping(ctx); err != nil {
+		t.Fatalf("after reconnect: %v", err)
+	}
+}
+
+func TestServerRestartUnderHeldAndWaitingLocks(t *testing.T) {
+	cfg := server.Config{}
+	addr, stop := startServer(t, cfg, "")
+	c := client(t, addr, mlock.Options{MaxBackoff: 100 * time.Millisecond})
+	other := client(t, addr, mlock.Options{SocketID: "", Host: "localhost"})
+	ctx := ctxT(t)
+	held, err := c.Lock(ctx, "r1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocker, err := other.Lock(ctx, "r2", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = blocker
+	waitErr := make(chan error, 1)
+	go func() { _, err := c.Lock(ctx, "r2", nil); waitErr <- err }()
+	waitQueue(t, c, "r2", 2)
+
+	stop()
+	startServer(t, cfg, addr) // same address, empty state
+
+	select {
+	case <-held.Lost():
+	case <-time.After(5 * time.Second):
+		t.Fatal("held lock not reported lost after the restart")
+	}
+	if !errors.Is(held.Err(), mlock.ErrSessionLost) {
+		t.Fatalf("held: %v", held.Err())
+	}
+	if err := <-waitErr; !errors.Is(err, mlock.ErrConnection) || !errors.Is(err, mlock.ErrSessionLost) {
+		t.Fatalf("waiting lock after restart: %v", err)
+	}
+	// The client works again.
+	l, err := c.Lock(ctx, "r1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Unlock(ctx)
+}
+
+func TestClosingOneClientDoesNotDisturbAnother(t *testing.T) {
+	addr, _ := startServer(t, server.Config{}, "")
+	holder := client(t, "localhost:"+strings.Split(addr, ":")[1], mlock.Options{}) // another address string: another connection
+	a := client(t, addr, mlock.Options{})
+	b, _ := mlock.NewClient(a.Options())
+	ctx := ctxT(t)
+	h, err := holder.Lock(ctx, "shared", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	aErr := make(chan error, 1)
+	bErr := make(chan error, 1)
+	go func() {
+		l, err := a.Lock(ctx, "shared", nil)
+		if err == nil {
+			err = l.Unlock(ctx)
+		}
+		aErr <- err
+	}()
+	go func() { _, err := b.Lock(ctx, "shared", nil); bErr <- err }()
+	waitQueue(t, holder, "shared", 3)
+	b.Close() // mid-call
+	if err := <-bErr; !errors.Is(err, mlock.ErrClosed) {
+		t.Fatalf("the closed client's wait: %v", err)
+	}
+	waitQueue(t, holder, "shared", 2) // its request left the queue
+	h.Unlock(ctx)
+	if err := <-aErr; err != nil {
+		t.Fatalf("the other client's wait: %v", err)
+	}
+	if err := a.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
