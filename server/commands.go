@@ -39,6 +39,10 @@ const (
 	txtArgs          = "missing arguments!"
 )
 
+// anonymousOwner is the owner of Medusa's anonymous locks: recorded for
+// release and releaseall, never re-entrant.
+const anonymousOwner = "*"
+
 // engineText maps engine errors to wire texts.
 var engineText = map[error]string{
 	locktable.ErrInvalidResource:  txtResource,
@@ -233,6 +237,7 @@ func (c *conn) lock(now int64, req []byte, f [][]byte, try bool) {
 	}
 	if o := arg(ownerAt); len(o) > 0 {
 		r.Owner = string(o)
+		r.NoReentry = r.Owner == anonymousOwner
 	}
 	if len(f) < 3 {
 		c.failed(req, txtResource)

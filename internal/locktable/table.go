@@ -134,8 +134,12 @@ type Request struct {
 	// Try refuses the request unless it can be granted at once.
 	Try bool
 	// Owner, if set, makes the request re-entrant: the same owner asking for
-	// exactly the resources it holds renews that lock.
+	// exactly the resources it holds renews that lock. Release and
+	// ReleaseAll find locks by owner.
 	Owner string
+	// NoReentry records Owner for Release and ReleaseAll but turns re-entry
+	// off: asking again queues (or, with Try, is refused) like anyone else.
+	NoReentry bool
 }
 
 // Grant is the answer to an accepted Lock request.
@@ -416,7 +420,7 @@ func (t *Table) Lock(now int64, req *Request) (Grant, error) {
 			return Grant{}, ErrInvalidResource
 		}
 		q := t.queues[r]
-		if req.Owner != "" && q != nil {
+		if req.Owner != "" && !req.NoReentry && q != nil {
 			if h := q.head.l; h.state == stateGranted && h.owner == req.Owner {
 				if mine != nil && mine != h {
 					return Grant{}, ErrOwnerConflict

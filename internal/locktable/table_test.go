@@ -613,3 +613,19 @@ func TestListing(t *testing.T) {
 		t.Fatalf("Locks with limit 2 gave %d", n)
 	}
 }
+
+func TestNoReentry(t *testing.T) {
+	h := newHarness(t, Config{})
+	req := Request{Session: "s1", Resources: []string{"a"}, TTL: time.Second, Owner: "*", NoReentry: true}
+	g, err := h.tab.Lock(h.now, &req)
+	if err != nil || !g.Granted {
+		t.Fatal(err)
+	}
+	req.Try = true
+	if _, err := h.tab.Lock(h.now, &req); !errors.Is(err, ErrBusy) {
+		t.Fatalf("anonymous re-acquire: %v", err)
+	}
+	if !h.tab.Release(h.now, "*", []string{"a"}) {
+		t.Fatal("release by the recorded owner")
+	}
+}

@@ -1,0 +1,37 @@
+// Package locking is a locking module in the model of Medusa's Locking
+// Module: Execute, Acquire, Release and ReleaseAll with owner ids, over
+// interchangeable providers.
+//
+// # Basics
+//
+//	m := locking.NewModule()                     // the memory provider is the default
+//	err := m.Execute(ctx, []string{"cart:1"}, func(ctx context.Context) error {
+//		return completeCart(ctx)                  // ctx is cancelled if the lock is lost
+//	}, locking.ExecuteOptions{})
+//
+// Providers: the in-process Memory provider (this package, the default), an
+// mlockd provider (package locking/mlockd) and a Redis provider compatible
+// with Medusa's locking-redis key layout (package locking/redis). Register
+// them with Module.Register, or open one from a URL with Open.
+//
+// # Guarantees (every provider)
+//
+//   - Acquiring several keys is all-or-nothing, and two callers asking for
+//     overlapping keys in any order never deadlock.
+//   - Execute takes the lock under a fresh owner, waits at most its timeout
+//     (5 s by default), holds a lease separate from that timeout (60 s by
+//     default) renewed every third of it while the job runs, cancels the
+//     job's context and returns an ErrLost error if the lease is lost, and
+//     always releases — also a grant that lands as the wait times out.
+//   - The same owner acquiring exactly the keys it holds renews the lease;
+//     another owner conflicts; another owner's Release changes nothing and
+//     returns false.
+//
+// docs/locking.md lists every deviation from each Medusa provider.
+//
+// # Caveats
+//
+// Units are time.Duration, not Medusa's seconds. A lease is not mutual
+// exclusion under every failure; use the fencing tokens of Lease where the
+// provider has them.
+package locking

@@ -1,0 +1,496 @@
+// Package lockingtest is the conformance suite every locking provider runs:
+// the cases of Medusa's own locking tests (scaled to milliseconds) and the
+// guarantees this module adds (atomic multi-key, no deadlock in any key
+// order, renewal, loss detection, clean-up after a timeout, fencing).
+//
+//	func TestConformance(t *testing.T) {
+//		lockingtest.Run(t, lockingtest.Harness{New: func(t *testing.T) locking.Provider { ... }})
+//	}
+package lockingtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/mlock-dev/mlock/locking"
+)
+
+// Harness describes the provider under test.
+type Harness struct {
+	// New returns a provider for one test; the suite closes it. Providers
+	// may share state between tests: every test uses keys of its own.
+	New func(t *testing.T) locking.Provider
+	// Tokens says the provider returns fencing tokens.
+	Tokens bool
+}
+
+// Run runs every conformance test as a subtest of t.
+func Run(t *testing.T, h Harness) {
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, p locking.Provider, k func(string) string)
+	}{
+		{"Oversell", testOversell},
+		{"AcquireAndRelease", testAcquireRelease},
+		{"ParallelReentry", testParallelReentry},
+		{"AnonymousOwner", testAnonymous},
+		{"ReleaseAfterFailure", testReleaseAfterFailure},
+		{"TimeoutOrdering", testTimeoutOrdering},
+		{"HoldUntilJobDone", testHoldUntilDone},
+		{"RenewalKeepsLease", testRenewal},
+		{"LostLeaseCancelsJob", testLostLease},
+		{"PartialAcquireCleanup", testPartialCleanup},
+		{"OppositeOrderNoDeadlock", testOppositeOrder},
+		{"ScopedReleaseAll", testScopedReleaseAll},
+		{"AtomicMultiKey", testAtomicMultiKey},
+		{"AwaitQueueIsWoken", testAwaitQueue},
+		{"AcquireDeadline", testAcquireDeadline},
+		{"ReentryRenewsExpire", testReentryRenewsExpire},
+		{"InvalidKeys", testInvalidKeys},
+	}
+	if h.Tokens {
+		tests = append(tests, struct {
+			name string
+			fn   func(t *testing.T, p locking.Provider, k func(string) string)
+		}{"FencingTokens", testTokens})
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := h.New(t)
+			t.Cleanup(func() { p.Close() })
+			prefix := fmt.Sprintf("%s:%x:", tc.name, rand.Uint32())
+			tc.fn(t, p, func(s string) string { return prefix + s })
+		})
+	}
+}
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+func isConflict(t *testing.T, err error, key string) {
+	t.Helper()
+	if !errors.Is(err, locking.ErrConflict) {
+		t.Fatalf("err = %v, want a conflict", err)
+	}
+	if want := fmt.Sprintf("Failed to acquire lock for key %q", key); err.Error() != want {
+		t.Fatalf("message %q, want %q", err.Error(), want)
+	}
+}
+
+// Ten concurrent buys of a stock of 5: -5 without the lock, 0 with it.
+func testOversell(t *testing.T, p locking.Provider, k func(string) string) {
+	c := ctx(t)
+	for _, locked := range []bool{false, true} {
+		var stock atomic.Int64
+		stock.Store(5)
+		buy := func(context.Context) error {
+			if stock.Load() > 0 {
+				time.Sleep(10 * time.Millisecond)
+				stock.Add(-1)
+			}
+			return nil
+		}
+		var wg sync.WaitGroup
+		for range 10 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if !locked {
+					buy(c)
+					return
+				}
+				if err := p.Execute(c, []string{k("item_1")}, buy, locking.ExecuteOptions{}); err != nil {
+					t.Error(err)
+				}
+			}()
+		}
+		wg.Wait()
+		want := int64(-5)
+		if locked {
+			want = 0
+		}
+		if got := stock.Load(); got != want {
+			t.Fatalf("locked=%v: stock %d, want %d", locked, got, want)
+		}
+	}
+}
+
+func testAcquireRelease(t *testing.T, p locking.Provider, k func(string) string) {
+	c, key := ctx(t), k("key_name")
+	if _, err := p.Acquire(c, []string{key}, locking.AcquireOptions{OwnerID: "user_id_123"}); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := p.Release(c, []string{key}, locking.ReleaseOptions{OwnerID: "user_id_456"}); ok || err != nil {
+		t.Fatalf("another owner's release = %v, %v", ok, err)
+	}
+	_, err := p.Acquire(c, []string{key}, locking.AcquireOptions{OwnerID: "user_id_456"})
+	isConflict(t, err, key)
+	if ok, err := p.Release(c, []string{key}, locking.ReleaseOptions{OwnerID: "user_id_123"}); !ok || err != nil {
+		t.Fatalf("owner's release = %v, %v", ok, err)
+	}
+}
+
+func testParallelReentry(t *testing.T, p locking.Provider, k func(string) string) {
+	c, key := ctx(t), k("mySpecialKey")
+	acquire := func(owner string) [2]error {
+		var errs [2]error
+		var wg sync.WaitGroup
+		for i := range errs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, errs[i] = p.Acquire(c, []string{key}, locking.AcquireOptions{OwnerID: owner})
+			}()
+		}
+		wg.Wait()
+		return errs
+	}
+	for _, err := range acquire("user_id_456") {
+		if err != nil {
+			t.Fatalf("the owner's parallel acquires: %v", err)
+		}
+	}
+	for _, err := range acquire("user_id_000") {
+		isConflict(t, err, key)
+	}
+	if _, err := p.Acquire(c, []string{key}, locking.AcquireOptions{OwnerID: "user_id_456"}); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := p.Release(c, []string{key}, locking.ReleaseOptions{OwnerID: "user_id_000"}); ok {
+		t.Fatal("another owner released the lock")
+	}
+	if ok, _ := p.Release(c, []string{key}, locking.ReleaseOptions{OwnerID: "user_id_456"}); !ok {
+		t.Fatal("the owner could not release")
+	}
+}
+
+func testAnonymous(t *testing.T, p locking.Provider, k func(string) string) {
+	c, key := ctx(t), k("key_name")
+	if _, err := p.Acquire(c, []string{key}, locking.AcquireOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		_, err := p.Acquire(c, []string{key}, locking.AcquireOptions{})
+		isConflict(t, err, key) // anonymous locks are not re-entrant
+	}
+	_, err := p.Acquire(c, []string{key}, locking.AcquireOptions{OwnerID: "user_id_000"})
+	isConflict(t, err, key)
+	if ok, _ := p.Release(c, []string{key}, locking.ReleaseOptions{OwnerID: "user_id_000"}); ok {
+		t.Fatal("an owner released an anonymous lock")
+	}
+	if ok, _ := p.Release(c, []string{key}, locking.ReleaseOptions{}); !ok {
+		t.Fatal("anonymous release of an anonymous lock")
+	}
+}
+
+func testReleaseAfterFailure(t *testing.T, p locking.Provider, k func(string) string) {
+	c, key := ctx(t), k("lock_key")
+	boom := errors.New("fn_1 failed")
+	var calls [2]atomic.Int32
+	err := p.Execute(c, []string{key}, func(context.Context) error { calls[0].Add(1); return boom }, locking.ExecuteOptions{})
+	if err != boom {
+		t.Fatalf("Execute returned %v, want the job's error", err)
+	}
+	err = p.Execute(c, []string{key}, func(context.Context) error { calls[1].Add(1); return nil }, locking.ExecuteOptions{Timeout: time.Second})
+	if err != nil || calls[0].Load() != 1 || calls[1].Load() != 1 {
+		t.Fatalf("second execute: %v, calls %d %d", err, calls[0].Load(), calls[1].Load())
+	}
+}
+
+func testTimeoutOrdering(t *testing.T, p locking.Provider, k func(string) string) {
+	c, key := ctx(t), k("lock_key")
+	results := make([]any, 3)
+	var called2 atomic.Bool
+	var wg sync.WaitGroup
+	started := make(chan struct{})
+	wg.Add(3)
+	go func() {
+		defer wg.Done()
+		err := p.Execute(c, []string{key}, func(context.Context) error {
+			close(started)
+			time.Sleep(400 * time.Millisecond)
+			results[0] = "fn_1"
+			return nil
+		}, locking.ExecuteOptions{Timeout: time.Second})
+		if err != nil {
+			results[0] = err
+		}
+	}()
+	<-started
+	go func() {
+		defer wg.Done()
+		results[1] = p.Execute(c, []string{key}, func(context.Context) error { called2.Store(true); return nil },
+			locking.ExecuteOptions{Timeout: 100 * time.Millisecond})
+	}()
+	go func() {
+		defer wg.Done()
+		err := p.Execute(c, []string{key}, func(context.Context) error { results[2] = "fn_3"; return nil },
+			locking.ExecuteOptions{Timeout: 3 * time.Second})
+		if err != nil {
+			results[2] = err
+		}
+	}()
+	wg.Wait()
+	err, _ := results[1].(error)
+	if results[0] != "fn_1" || results[2] != "fn_3" || !errors.Is(err, locking.ErrTimeout) || err.Error() != "Timed-out acquiring lock." || called2.Load() {
+		t.Fatalf("results = %v (fn_2 called: %v)", results, called2.Load())
+	}
+}
+
+func testHoldUntilDone(t *testing.T, p locking.Provider, k func(string) string) {
+	c, key := ctx(t), k("held_key")
+	err := p.Execute(c, []string{key}, func(ctx context.Context) error {
+		_, err := p.Acquire(ctx, []string{key}, locking.AcquireOptions{OwnerID: "someone_else"})
+		if !errors.Is(err, locking.ErrConflict) {
+			return fmt.Errorf("acquire inside the job: %v", err)
+		}
+		return nil
+	}, locking.ExecuteOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Acquire(c, []string{key}, locking.AcquireOptions{OwnerID: "someone_else"}); err != nil {
+		t.Fatalf("after the job: %v", err)
+	}
+	if ok, _ := p.Release(c, []string{key}, locking.ReleaseOptions{OwnerID: "someone_else"}); !ok {
+		t.Fatal("release after the job")
+	}
+}
+
+// A job three times longer than its lease keeps the lock: it is renewed.
+func testRenewal(t *testing.T, p locking.Provider, k func(string) string) {
+	c, key := ctx(t), k("renewed")
+	err := p.Execute(c, []string{key}, func(ctx context.Context) error {
+		for range 6 {
+			select {
+			case <-time.After(150 * time.Millisecond):
+			case <-ctx.Done():
+				return context.Cause(ctx)
+			}
+			if _, err := p.Acquire(ctx, []string{key}, locking.AcquireOptions{OwnerID: "intruder"}); !errors.Is(err, locking.ErrConflict) {
+				return fmt.Errorf("an intruder got the key mid-job: %v", err)
+			}
+		}
+		return nil
+	}, locking.ExecuteOptions{Expire: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func testLostLease(t *testing.T, p locking.Provider, k func(string) string) {
+	c, key := ctx(t), k("lost")
+	started := make(chan struct{})
+	done := make(chan error, 1)
+	var cause error
+	go func() {
+		done <- p.Execute(c, []string{key}, func(ctx context.Context) error {
+			close(started)
+			<-ctx.Done()
+			cause = context.Cause(ctx)
+			return ctx.Err()
+		}, locking.ExecuteOptions{OwnerID: "lease-holder", Expire: 300 * time.Millisecond})
+	}()
+	<-started
+	if err := p.ReleaseAll(c, locking.ReleaseOptions{OwnerID: "lease-holder"}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, locking.ErrLost) || !errors.Is(cause, locking.ErrLost) {
+			t.Fatalf("Execute = %v, cause %v; want the lost lease", err, cause)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the job was not cancelled after losing its lease")
+	}
+}
+
+func testPartialCleanup(t *testing.T, p locking.Provider, k func(string) string) {
+	c := ctx(t)
+	free, busy := k("free"), k("busy")
+	if _, err := p.Acquire(c, []string{busy}, locking.AcquireOptions{OwnerID: "another-owner", Expire: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	var called atomic.Bool
+	err := p.Execute(c, []string{free, busy}, func(context.Context) error { called.Store(true); return nil },
+		locking.ExecuteOptions{Timeout: 200 * time.Millisecond})
+	if !errors.Is(err, locking.ErrTimeout) || called.Load() {
+		t.Fatalf("Execute = %v, called %v", err, called.Load())
+	}
+	if _, err := p.Acquire(c, []string{free}, locking.AcquireOptions{OwnerID: "next"}); err != nil {
+		t.Fatalf("the free key was left held: %v", err)
+	}
+	_, err = p.Acquire(c, []string{busy}, locking.AcquireOptions{OwnerID: "next"})
+	isConflict(t, err, busy)
+	if ok, _ := p.Release(c, []string{busy}, locking.ReleaseOptions{OwnerID: "another-owner"}); !ok {
+		t.Fatal("the busy key lost its owner")
+	}
+}
+
+func testOppositeOrder(t *testing.T, p locking.Provider, k func(string) string) {
+	c := ctx(t)
+	a, b := k("abba_a"), k("abba_b")
+	if _, err := p.Acquire(c, []string{b}, locking.AcquireOptions{OwnerID: "holder", Expire: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i, keys := range [][]string{{b, a}, {a, b}} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = p.Execute(c, keys, func(context.Context) error { time.Sleep(10 * time.Millisecond); return nil },
+				locking.ExecuteOptions{Timeout: 3 * time.Second})
+		}()
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond)
+	p.Release(c, []string{b}, locking.ReleaseOptions{OwnerID: "holder"})
+	wg.Wait()
+	if errs[0] != nil || errs[1] != nil {
+		t.Fatalf("opposite orders: %v", errs)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("took %v", d)
+	}
+}
+
+func testScopedReleaseAll(t *testing.T, p locking.Provider, k func(string) string) {
+	c := ctx(t)
+	mine, theirs := k("ra_mine"), k("ra_theirs")
+	p.Acquire(c, []string{mine}, locking.AcquireOptions{OwnerID: "owner_a", Expire: time.Minute})
+	p.Acquire(c, []string{theirs}, locking.AcquireOptions{OwnerID: "owner_b", Expire: time.Minute})
+	if err := p.ReleaseAll(c, locking.ReleaseOptions{OwnerID: "owner_a"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Acquire(c, []string{mine}, locking.AcquireOptions{OwnerID: "owner_c"}); err != nil {
+		t.Fatalf("owner_a's key after ReleaseAll: %v", err)
+	}
+	_, err := p.Acquire(c, []string{theirs}, locking.AcquireOptions{OwnerID: "owner_c"})
+	isConflict(t, err, theirs)
+	if ok, _ := p.Release(c, []string{theirs}, locking.ReleaseOptions{OwnerID: "owner_b"}); !ok {
+		t.Fatal("owner_b's key was released")
+	}
+	p.Release(c, []string{mine}, locking.ReleaseOptions{OwnerID: "owner_c"})
+}
+
+func testAtomicMultiKey(t *testing.T, p locking.Provider, k func(string) string) {
+	c := ctx(t)
+	m1, m2, m3 := k("m1"), k("m2"), k("m3")
+	if _, err := p.Acquire(c, []string{m2}, locking.AcquireOptions{OwnerID: "x", Expire: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := p.Acquire(c, []string{m1, m2, m3}, locking.AcquireOptions{OwnerID: "y"})
+	isConflict(t, err, m2)
+	for _, key := range []string{m1, m3} {
+		if _, err := p.Acquire(c, []string{key}, locking.AcquireOptions{OwnerID: "z"}); err != nil {
+			t.Fatalf("%s left held by a failed multi-key acquire: %v", key, err)
+		}
+	}
+	// All keys released together, then taken together.
+	p.Release(c, []string{m1, m3}, locking.ReleaseOptions{OwnerID: "z"})
+	p.Release(c, []string{m2}, locking.ReleaseOptions{OwnerID: "x"})
+	if _, err := p.Acquire(c, []string{m3, m1, m2, m1}, locking.AcquireOptions{OwnerID: "y"}); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := p.Release(c, []string{m1, m2, m3}, locking.ReleaseOptions{OwnerID: "y"}); !ok {
+		t.Fatal("multi-key release")
+	}
+}
+
+func testAwaitQueue(t *testing.T, p locking.Provider, k func(string) string) {
+	c, key := ctx(t), k("await")
+	p.Acquire(c, []string{key}, locking.AcquireOptions{OwnerID: "first", Expire: time.Minute})
+	got := make(chan error, 1)
+	go func() {
+		_, err := p.Acquire(c, []string{key}, locking.AcquireOptions{OwnerID: "second", AwaitQueue: true, Expire: time.Minute})
+		got <- err
+	}()
+	time.Sleep(100 * time.Millisecond)
+	released := time.Now()
+	p.Release(c, []string{key}, locking.ReleaseOptions{OwnerID: "first"})
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(released); d > time.Second {
+		t.Fatalf("the waiter took %v after the release", d)
+	}
+	p.Release(c, []string{key}, locking.ReleaseOptions{OwnerID: "second"})
+}
+
+func testAcquireDeadline(t *testing.T, p locking.Provider, k func(string) string) {
+	c, key := ctx(t), k("deadline")
+	p.Acquire(c, []string{key}, locking.AcquireOptions{OwnerID: "holder", Expire: time.Minute})
+	dctx, cancel := context.WithTimeout(c, 100*time.Millisecond)
+	defer cancel()
+	_, err := p.Acquire(dctx, []string{key}, locking.AcquireOptions{OwnerID: "waiter", AwaitQueue: true})
+	if !errors.Is(err, locking.ErrTimeout) {
+		t.Fatalf("waiting past the deadline: %v", err)
+	}
+	p.Release(c, []string{key}, locking.ReleaseOptions{OwnerID: "holder"})
+	time.Sleep(50 * time.Millisecond)
+	if _, err := p.Acquire(c, []string{key}, locking.AcquireOptions{OwnerID: "third"}); err != nil {
+		t.Fatalf("a timed-out waiter kept the key: %v", err)
+	}
+}
+
+func testReentryRenewsExpire(t *testing.T, p locking.Provider, k func(string) string) {
+	c, key := ctx(t), k("renew")
+	o := locking.AcquireOptions{OwnerID: "o", Expire: 300 * time.Millisecond}
+	if _, err := p.Acquire(c, []string{key}, o); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	o.Expire = time.Second
+	if _, err := p.Acquire(c, []string{key}, o); err != nil {
+		t.Fatalf("re-entry: %v", err)
+	}
+	time.Sleep(300 * time.Millisecond) // past the first expiry
+	_, err := p.Acquire(c, []string{key}, locking.AcquireOptions{OwnerID: "other"})
+	isConflict(t, err, key)
+	if ok, _ := p.Renew(c, []string{key}, "o", time.Second); !ok {
+		t.Fatal("Renew by the owner")
+	}
+	if ok, _ := p.Renew(c, []string{key}, "other", time.Second); ok {
+		t.Fatal("Renew by another owner")
+	}
+	p.Release(c, []string{key}, locking.ReleaseOptions{OwnerID: "o"})
+	if ok, _ := p.Renew(c, []string{key}, "o", time.Second); ok {
+		t.Fatal("Renew of a released lock must fail, not take the key again")
+	}
+}
+
+func testInvalidKeys(t *testing.T, p locking.Provider, k func(string) string) {
+	c := ctx(t)
+	for _, keys := range [][]string{nil, {""}, {"a b"}, {"a|b"}} {
+		if _, err := p.Acquire(c, keys, locking.AcquireOptions{}); !errors.Is(err, locking.ErrInvalidKey) {
+			t.Errorf("Acquire(%q) = %v", keys, err)
+		}
+	}
+}
+
+func testTokens(t *testing.T, p locking.Provider, k func(string) string) {
+	c, key := ctx(t), k("fenced")
+	var last uint64
+	for range 3 {
+		l, err := p.Acquire(c, []string{key}, locking.AcquireOptions{OwnerID: "f"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.Token <= last {
+			t.Fatalf("token %d after %d", l.Token, last)
+		}
+		last = l.Token
+		p.Release(c, []string{key}, locking.ReleaseOptions{OwnerID: "f"})
+	}
+}

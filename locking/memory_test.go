@@ -1,0 +1,162 @@
+package locking_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/mlock-dev/mlock/locking"
+	"github.com/mlock-dev/mlock/locking/lockingtest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestMemoryConformance(t *testing.T) {
+	lockingtest.Run(t, lockingtest.Harness{
+		New:    func(*testing.T) locking.Provider { return locking.NewMemory() },
+		Tokens: true,
+	})
+}
+
+func TestMemoryLeaseExpires(t *testing.T) {
+	m := locking.NewMemory()
+	defer m.Close()
+	ctx := context.Background()
+	if _, err := m.Acquire(ctx, []string{"x"}, locking.AcquireOptions{OwnerID: "a", Expire: 50 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	// A waiter is granted when the lease ends, without polling.
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	start := time.Now()
+	if _, err := m.Acquire(wctx, []string{"x"}, locking.AcquireOptions{OwnerID: "b", AwaitQueue: true}); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d < 40*time.Millisecond || d > time.Second {
+		t.Fatalf("granted after %v, want about 50ms", d)
+	}
+}
+
+// recorder is a provider that records renewals.
+type recorder struct {
+	locking.Provider
+	mu     sync.Mutex
+	renews []time.Duration
+	start  time.Time
+	fail   bool
+}
+
+func (r *recorder) Renew(ctx context.Context, keys []string, owner string, expire time.Duration) (bool, error) {
+	r.mu.Lock()
+	r.renews = append(r.renews, time.Since(r.start))
+	fail := r.fail
+	r.mu.Unlock()
+	if fail {
+		return false, nil
+	}
+	return r.Provider.Renew(ctx, keys, owner, expire)
+}
+
+func TestRenewalCadence(t *testing.T) {
+	// Medusa's case, scaled: expire 30 -> renewals at 10 and 20; none after
+	// the job.
+	r := &recorder{Provider: locking.NewMemory(), start: time.Now()}
+	defer r.Close()
+	err := locking.RunExecute(context.Background(), r, []string{"job"}, func(context.Context) error {
+		time.Sleep(250 * time.Millisecond)
+		return nil
+	}, locking.ExecuteOptions{Expire: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(250 * time.Millisecond)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.renews) != 2 {
+		t.Fatalf("renewals at %v, want 2", r.renews)
+	}
+	for i, at := range r.renews {
+		want := time.Duration(i+1) * 100 * time.Millisecond
+		if at < want-20*time.Millisecond || at > want+60*time.Millisecond {
+			t.Fatalf("renewal %d at %v, want about %v", i, at, want)
+		}
+	}
+}
+
+func TestRefusedRenewalCancelsJob(t *testing.T) {
+	r := &recorder{Provider: locking.NewMemory(), start: time.Now(), fail: true}
+	defer r.Close()
+	err := locking.RunExecute(context.Background(), r, []string{"job"}, func(ctx context.Context) error {
+		<-ctx.Done()
+		return ctx.Err()
+	}, locking.ExecuteOptions{Expire: 30 * time.Millisecond})
+	if !errors.Is(err, locking.ErrLost) {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+type closer struct {
+	locking.Provider
+	err    error
+	closed *[]string
+	id     string
+}
+
+func (c closer) Close() error { *c.closed = append(*c.closed, c.id); return c.err }
+
+func TestModule(t *testing.T) {
+	m := locking.NewModule()
+	if m.DefaultID() != locking.MemoryID {
+		t.Fatal("an empty module defaults to memory")
+	}
+	ctx := context.Background()
+	if err := m.Execute(ctx, []string{"k"}, func(context.Context) error { return nil }, locking.ExecuteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var closed []string
+	a := closer{Provider: locking.NewMemory(), id: "a", closed: &closed, err: errors.New("boom")}
+	b := closer{Provider: locking.NewMemory(), id: "b", closed: &closed}
+	if err := m.Register("a", a, false); err != nil {
+		t.Fatal(err)
+	}
+	if m.DefaultID() != "a" {
+		t.Fatal("the only registered provider is the default")
+	}
+	m.Register("b", b, true)
+	if m.DefaultID() != "b" || m.Register("b", b, false) == nil || m.Register("", b, false) == nil {
+		t.Fatal("explicit default, duplicate and empty ids")
+	}
+	if _, err := m.Acquire(ctx, []string{"k"}, locking.AcquireOptions{Provider: "nope"}); !errors.Is(err, locking.ErrNoProvider) ||
+		err.Error() != "Unable to retrieve the locking provider with id: nope" {
+		t.Fatalf("unknown provider: %v", err)
+	}
+	// Routing: a lock on "a" is not seen on "b".
+	m.Acquire(ctx, []string{"r"}, locking.AcquireOptions{Provider: "a", OwnerID: "x"})
+	if _, err := m.Acquire(ctx, []string{"r"}, locking.AcquireOptions{OwnerID: "y"}); err != nil {
+		t.Fatalf("default provider b: %v", err)
+	}
+	if ok, _ := m.Release(ctx, []string{"r"}, locking.ReleaseOptions{Provider: "a", OwnerID: "x"}); !ok {
+		t.Fatal("release routed to a")
+	}
+	err := m.Close()
+	if err == nil || len(closed) != 2 {
+		t.Fatalf("Close = %v, closed %v: every provider is closed, failures reported", err, closed)
+	}
+	a.Provider.Close()
+	b.Provider.Close()
+}
+
+func TestOpen(t *testing.T) {
+	p, err := locking.Open(context.Background(), "memory:")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Close()
+	if _, err := locking.Open(context.Background(), "nope://x"); err == nil {
+		t.Fatal("unknown scheme")
+	}
+}
