@@ -235,10 +235,13 @@ func (c *Client) Do(ctx context.Context, resources string, o *LockOptions, fn fu
 	if err != nil {
 		return err
 	}
-	return c.run(ctx, l, fn)
+	return c.Hold(ctx, l, fn)
 }
 
-func (c *Client) run(ctx context.Context, l *Lock, fn func(context.Context) error) error {
+// Hold is Do for a lock already acquired (for example with TryLock): it runs
+// fn, extends l every ttl/3 meanwhile, cancels fn's context if l is lost,
+// and unlocks l when fn returns.
+func (c *Client) Hold(ctx context.Context, l *Lock, fn func(context.Context) error) error {
 	jctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	stop := make(chan struct{})

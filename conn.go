@@ -40,7 +40,9 @@ type conn struct {
 	closed  bool             // guarded by mu
 	nc      net.Conn         // guarded by mu: nil while down
 	up      chan struct{}    // guarded by mu: closed while connected
-	out     []byte           // guarded by mu: frames for the writer
+	out     []byte           // guarded by mu: frames to write
+	spare   []byte           // guarded by mu: the last written buffer, for reuse
+	writing bool             // guarded by mu: a write is under way
 	nextReq uint64           // guarded by mu
 	calls   map[string]*call // guarded by mu: in flight, by request id
 	locks   map[string]*Lock // guarded by mu: waiting and held, by lock id
@@ -250,23 +252,40 @@ func (c *conn) shutdown() {
 	}
 }
 
+// flush writes the queued frames to nc, unless a write is under way (that
+// writer picks up what was queued meanwhile) or nc is no longer current.
+func (c *conn) flush(nc net.Conn) error {
+	for {
+		c.mu.Lock()
+		if c.writing || len(c.out) == 0 || c.nc != nc {
+			c.mu.Unlock()
+			return nil
+		}
+		c.writing = true
+		buf := c.out
+		c.out, c.spare = c.spare[:0], nil
+		c.mu.Unlock()
+		_, err := nc.Write(buf)
+		c.mu.Lock()
+		c.writing = false
+		if cap(buf) <= 64<<10 {
+			c.spare = buf[:0]
+		}
+		c.mu.Unlock()
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// writeLoop writes what the reader queues (unlocks of unwanted grants) and
+// flushes on shutdown; callers write their own requests inline.
 func (c *conn) writeLoop(nc net.Conn, stop chan struct{}, wg *sync.WaitGroup) {
 	defer wg.Done()
-	var buf []byte
-	flush := func() bool {
-		c.mu.Lock()
-		buf, c.out = c.out, buf[:0]
-		c.mu.Unlock()
-		if len(buf) == 0 {
-			return true
-		}
-		_, err := nc.Write(buf)
-		return err == nil
-	}
 	for {
 		select {
 		case <-c.wake:
-			if !flush() {
+			if c.flush(nc) != nil {
 				nc.Close()
 				return
 			}
@@ -274,7 +293,7 @@ func (c *conn) writeLoop(nc net.Conn, stop chan struct{}, wg *sync.WaitGroup) {
 			return
 		case <-c.quit:
 			_ = nc.SetWriteDeadline(time.Now().Add(time.Second))
-			flush()
+			c.flush(nc)
 			nc.Close()
 			return
 		}
@@ -314,6 +333,10 @@ func (c *conn) sendLocked(cmd, req string, args ...string) {
 		b = append(b, a...)
 	}
 	c.out = wire.End(b, st)
+}
+
+// kickLocked asks the writer goroutine to flush.
+func (c *conn) kickLocked() {
 	select {
 	case c.wake <- struct{}{}:
 	default:
@@ -326,6 +349,7 @@ func (c *conn) forgetLocked(id string) {
 	if c.nc != nil {
 		c.nextReq++
 		c.sendLocked("unlock", "u"+strconv.FormatUint(c.nextReq, 36), id)
+		c.kickLocked()
 	}
 }
 
@@ -371,7 +395,11 @@ func (c *conn) roundTrip(ctx context.Context, l *Lock, cmd string, args ...strin
 		cl := &call{ch: make(chan reply, 1), lock: l}
 		c.calls[req] = cl
 		c.sendLocked(cmd, req, args...)
+		nc := c.nc
 		c.mu.Unlock()
+		if c.flush(nc) != nil {
+			nc.Close() // the reader fails the calls in flight
+		}
 		select {
 		case r := <-cl.ch:
 			if r.err != nil {

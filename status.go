@@ -5,7 +5,7 @@ const Version = "0.1.0"
 
 // Status is the server status document (the status command): the original
 // server's fields first, then mlockd's additions. Lock ids and socketIds are secrets, so locks are
-// keyed by the first 8 hex digits of their id and sockets by a keyed hash of
+// keyed by 8 hex digits of the random part of their id and sockets by a keyed hash of
 // their socketId.
 type Status struct {
 	SocketCount       int                     `json:"socketCount"`  // live identified connections
@@ -53,7 +53,7 @@ type StatusLock struct {
 
 // LocksEntry is one request in a resource's queue in the locks listing.
 type LocksEntry struct {
-	Lock          string `json:"lock"`    // first 8 hex digits of the lock id
+	Lock          string `json:"lock"`    // 8 hex digits of the random part of the lock id
 	Session       string `json:"session"` // keyed hash of the socketId
 	Owner         string `json:"owner,omitempty"`
 	State         string `json:"state"`    // "held" or "waiting"

@@ -125,6 +125,9 @@ type ExecuteOptions struct {
 	// OwnerID is the owner of the lock; empty: a new random owner per call
 	// ("execute:<hex>"), so nothing else can release it.
 	OwnerID string
+	// NoWait fails at once with ErrConflict if a key is held, instead of
+	// waiting (Medusa has no such option).
+	NoWait bool
 	// Provider routes the call in a Module.
 	Provider string
 }
@@ -230,7 +233,7 @@ func RunExecute(ctx context.Context, p Provider, keys []string, job Job, opts Ex
 		defer cancel()
 		_, _ = p.Release(rctx, keys, ReleaseOptions{OwnerID: owner})
 	}
-	if _, err := p.Acquire(actx, keys, AcquireOptions{OwnerID: owner, Expire: expire, AwaitQueue: true}); err != nil {
+	if _, err := p.Acquire(actx, keys, AcquireOptions{OwnerID: owner, Expire: expire, AwaitQueue: !opts.NoWait}); err != nil {
 		release() // owner-checked: frees only what this call may have taken
 		if ctx.Err() == nil && actx.Err() != nil {
 			return TimeoutError(actx.Err())

@@ -20,6 +20,7 @@ const (
 	DefaultMaxOfflineBytes  = 1 << 20
 	DefaultStatusLimit      = 1000
 	DefaultMaxSocketIDLen   = 256
+	DefaultWriteTimeout     = 10 * time.Second
 )
 
 // Config configures a Server. The zero value is valid: every zero field takes
@@ -51,6 +52,9 @@ type Config struct {
 	// connection; a client that stops reading past it is disconnected (its
 	// session keeps its grace period). Default 8 MiB.
 	MaxPendingOutput int
+	// WriteTimeout bounds one write to a client: a client that does not read
+	// what it is sent for this long is disconnected. Default 10 s.
+	WriteTimeout time.Duration
 	// MaxOfflineBytes caps the pushes kept for one disconnected session.
 	// Default 1 MiB; past it the oldest are dropped.
 	MaxOfflineBytes int
@@ -128,6 +132,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxTTL == 0 {
 		c.MaxTTL = locktable.DefaultMaxTTL
+	}
+	if c.WriteTimeout <= 0 {
+		c.WriteTimeout = DefaultWriteTimeout
 	}
 	if c.MaxTimeout == 0 {
 		c.MaxTimeout = locktable.DefaultMaxTimeout

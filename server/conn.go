@@ -23,9 +23,12 @@ type conn struct {
 	sess  *session // guarded by srv.mu: set by connect
 	dirty bool     // guarded by srv.mu: in srv.dirty
 
-	outMu sync.Mutex
-	out   []byte // guarded by outMu: bytes waiting for the writer
-	dead  bool   // guarded by outMu: over its output limit, being closed
+	outMu   sync.Mutex
+	out     []byte    // guarded by outMu: bytes waiting to be written
+	spare   []byte    // guarded by outMu: the buffer of the last write, for reuse
+	writing bool      // guarded by outMu: a write is under way
+	wdl     time.Time // guarded by outMu (held by the writing flag): when to refresh the write deadline
+	dead    bool      // guarded by outMu: over its output limit, being closed
 
 	wake     chan struct{} // cap 1: output is waiting
 	done     chan struct{} // closed when the connection ends
@@ -101,33 +104,57 @@ func (c *conn) sendError(text string) {
 	c.finish()
 }
 
-func (c *conn) writeLoop() {
-	defer c.srv.wg.Done()
-	var buf []byte
-	flush := func() bool {
+// flush writes what is queued, unless a write is already under way (its
+// writer picks up what was queued meanwhile). The reader calls it for its
+// own replies at the end of a batch; the writer goroutine for pushes from
+// other connections.
+func (c *conn) flush() error {
+	for {
 		c.outMu.Lock()
-		buf, c.out = c.out, buf[:0]
+		if c.writing || len(c.out) == 0 {
+			c.outMu.Unlock()
+			return nil
+		}
+		c.writing = true
+		buf := c.out
+		c.out, c.spare = c.spare[:0], nil
 		c.outMu.Unlock()
-		if len(buf) == 0 {
-			return true
+		// Refreshing the deadline costs; do it when half of it is used.
+		if now := time.Now(); now.After(c.wdl) {
+			c.wdl = now.Add(c.srv.cfg.WriteTimeout / 2)
+			_ = c.nc.SetWriteDeadline(now.Add(c.srv.cfg.WriteTimeout))
 		}
 		_, err := c.nc.Write(buf)
-		if cap(buf) > 64<<10 {
-			buf = nil // do not keep a burst's buffer
+		c.outMu.Lock()
+		c.writing = false
+		if cap(buf) <= 64<<10 {
+			c.spare = buf[:0]
 		}
-		return err == nil
+		c.outMu.Unlock()
+		if err != nil {
+			return err
+		}
 	}
+}
+
+func (c *conn) writeLoop() {
+	defer c.srv.wg.Done()
 	for {
 		select {
 		case <-c.wake:
-			if !flush() {
+			if err := c.flush(); err != nil {
 				c.nc.Close()
 				c.finish()
 				return
 			}
 		case <-c.done:
+			c.srv.cfg.Logger.Debug("connection closing", "remote", c.remote)
 			_ = c.nc.SetWriteDeadline(time.Now().Add(time.Second))
-			flush()
+			c.outMu.Lock()
+			c.writing = false // a blocked inline write has failed or will
+			c.wdl = time.Now().Add(time.Hour)
+			c.outMu.Unlock()
+			_ = c.flush()
 			c.nc.Close()
 			return
 		}
@@ -170,7 +197,7 @@ func (c *conn) readLoop() {
 				s.mu.Lock()
 				if c.sess == nil {
 					c.sendError(txtAuthTimeout)
-					s.afterBatchLocked()
+					s.afterBatchLocked(nil)
 				}
 				s.mu.Unlock()
 			}
@@ -219,8 +246,11 @@ func (c *conn) handleFrames(buf []byte, fields [][]byte) ([]byte, [][]byte, bool
 		off += n
 	}
 	if locked {
-		s.afterBatchLocked()
+		s.afterBatchLocked(c) // our own output is flushed below, not by the writer
 		s.mu.Unlock()
+		if !stop && c.flush() != nil {
+			stop = true
+		}
 	}
 	rest := copy(buf, buf[off:])
 	return buf[:rest], fields, stop
@@ -256,7 +286,7 @@ func (c *conn) cleanup() {
 		sess.c = nil
 		c.sess = nil
 		s.tab.Detach(s.now(), sess.id)
-		s.afterBatchLocked()
+		s.afterBatchLocked(nil)
 		s.log.Debug("session detached", "session", sess.hash, "remote", c.remote)
 	}
 	s.mu.Unlock()

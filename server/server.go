@@ -195,11 +195,15 @@ func (s *Server) Shutdown(ctx context.Context) error {
 
 // ---- under mu ----
 
-// afterBatchLocked signals writers, arms the deadline timer and keeps the
+// afterBatchLocked signals the writers of connections with output (except
+// self, whose reader writes its own), arms the deadline timer and keeps the
 // token high-water mark ahead of the tokens given.
-func (s *Server) afterBatchLocked() {
+func (s *Server) afterBatchLocked(self *conn) {
 	for _, c := range s.dirty {
 		c.dirty = false
+		if c == self {
+			continue
+		}
 		select {
 		case c.wake <- struct{}{}:
 		default:
@@ -224,7 +228,7 @@ func (s *Server) onTimer() {
 		return
 	}
 	s.tab.Advance(s.now())
-	s.afterBatchLocked()
+	s.afterBatchLocked(nil)
 }
 
 // onEvent turns engine events into pushes. It runs under mu.

@@ -466,7 +466,7 @@ func TestGraceExpiryReleasesAndGrantsNext(t *testing.T) {
 }
 
 func TestSlowReaderDoesNotHurtOthers(t *testing.T) {
-	srv := start(t, Config{MaxPendingOutput: 256 << 10})
+	srv := start(t, Config{MaxPendingOutput: 256 << 10, WriteTimeout: 300 * time.Millisecond})
 	slow := connected(t, srv, "slow")
 	slow.lock("0", "big 60000 0 0")
 	fast := connected(t, srv, "fast")

@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -39,6 +40,7 @@ func run(args []string, stderr *os.File) error {
 	fs.IntVar(&cfg.MaxFrame, "max-frame", server.DefaultMaxFrame, "largest frame payload in bytes (at most 16 MiB)")
 	fs.IntVar(&cfg.MaxConns, "max-conns", server.DefaultMaxConns, "most simultaneous connections")
 	fs.IntVar(&cfg.MaxPendingOutput, "max-pending-output", server.DefaultMaxPendingOutput, "bytes queued for a client that does not read before it is disconnected")
+	fs.DurationVar(&cfg.WriteTimeout, "write-timeout", server.DefaultWriteTimeout, "a client that does not read what it is sent for this long is disconnected")
 	fs.IntVar(&cfg.MaxOfflineBytes, "max-offline-bytes", server.DefaultMaxOfflineBytes, "bytes of pushes kept for a disconnected session")
 	fs.IntVar(&cfg.MaxResources, "max-resources", locktable.DefaultMaxResources, "most resources in one request")
 	fs.IntVar(&cfg.MaxNameLen, "max-name-len", locktable.DefaultMaxNameLen, "longest resource or owner name in bytes")
@@ -52,6 +54,7 @@ func run(args []string, stderr *os.File) error {
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	shutdownTimeout := fs.Duration("shutdown-timeout", 10*time.Second, "how long shutdown waits for connections to flush")
+	cpuProfile := fs.String("cpu-profile", "", "write a CPU profile to this file until shutdown (for diagnosis)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: mlockd [flags]\n\nRuns the mlock lock server. Every flag can also be set as MLOCK_<FLAG> (e.g. MLOCK_LISTEN).\n\n")
 		fs.PrintDefaults()
@@ -84,6 +87,16 @@ func run(args []string, stderr *os.File) error {
 	srv, err := server.New(cfg)
 	if err != nil {
 		return err
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer func() { pprof.StopCPUProfile(); f.Close() }()
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()

@@ -22,9 +22,9 @@ func (id ID) AppendText(b []byte) []byte {
 	return b
 }
 
-// Short returns the first 8 hex digits of id: enough to tell locks apart in a
-// listing, not enough to act on one.
-func (id ID) Short() string { return string(id.AppendText(make([]byte, 0, IDLen))[:8]) }
+// Short returns 8 hex digits of id's random part: enough to tell locks
+// apart in a listing, not enough to act on one.
+func (id ID) Short() string { return string(id.AppendText(make([]byte, 0, IDLen))[8:16]) }
 
 // ParseID parses the 32-hex-digit form of an ID. It accepts lowercase and
 // uppercase digits and reports false for anything else.

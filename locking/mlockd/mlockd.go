@@ -174,13 +174,19 @@ func (p *Provider) Release(ctx context.Context, keys []string, opts locking.Rele
 		return false, err
 	}
 	owner := locking.Owner(opts.OwnerID)
-	ok, err := p.c.Release(ctx, owner, strings.Join(keys, "|"))
-	if ok {
-		p.mu.Lock()
-		delete(p.held, handleKey(owner, keys))
-		p.mu.Unlock()
+	hk := handleKey(owner, keys)
+	p.mu.Lock()
+	l := p.held[hk]
+	delete(p.held, hk)
+	p.mu.Unlock()
+	if l != nil && l.Err() == nil {
+		// The lock this provider took for owner on exactly these keys:
+		// unlock it by id, which also retires the client's handle.
+		if err := l.Unlock(ctx); err == nil {
+			return true, nil
+		}
 	}
-	return ok, err
+	return p.c.Release(ctx, owner, strings.Join(keys, "|"))
 }
 
 // ReleaseAll releases every lock of the owner (without owner: the

@@ -1,0 +1,272 @@
+// Command mlock is the mlock command line: run a command under a lock (cron
+// de-duplication), inspect an mlockd server, and benchmark lock providers
+// side by side.
+//
+//	mlock run [flags] RESOURCES -- CMD [ARGS...]
+//	mlock status [--json]
+//	mlock ping
+//	mlock locks [--json] [PREFIX]
+//	mlock bench [flags] [URL]
+//
+// The server is --uri, or $MLOCK_URI, or mlock://127.0.0.1:12340.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/mlock-dev/mlock"
+)
+
+// Exit codes of mlock itself. "mlock run" otherwise exits with its
+// command's status.
+const (
+	exitOK       = 0
+	exitLost     = 75  // the lock was lost while the command ran (EX_TEMPFAIL)
+	exitNotTaken = 124 // the lock could not be taken in time, or tolerate refused it
+	exitError    = 125 // mlock's own error: bad arguments, server unreachable
+)
+
+const defaultURI = "mlock://127.0.0.1:12340"
+
+func main() {
+	os.Exit(cli(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func cli(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		usage(stderr)
+		return exitError
+	}
+	cmd, rest := args[0], args[1:]
+	switch cmd {
+	case "run":
+		return cmdRun(rest, stderr)
+	case "status":
+		return cmdStatus(rest, stdout, stderr)
+	case "ping":
+		return cmdPing(rest, stdout, stderr)
+	case "locks":
+		return cmdLocks(rest, stdout, stderr)
+	case "bench":
+		return cmdBench(rest, stdout, stderr)
+	case "help", "-h", "--help":
+		usage(stdout)
+		return exitOK
+	}
+	fmt.Fprintf(stderr, "mlock: unknown command %q\n", cmd)
+	usage(stderr)
+	return exitError
+}
+
+func usage(w io.Writer) {
+	fmt.Fprint(w, `Usage:
+  mlock run [flags] RESOURCES -- CMD [ARGS...]   run CMD while holding RESOURCES ("a|b")
+  mlock status [--json]                          the server's status
+  mlock ping                                     check the server
+  mlock locks [--json] [PREFIX]                  holders and waiters per resource
+  mlock bench [flags] [URL]                      load a provider: uncontended, hotkey, shop
+
+Every command takes --uri (default $MLOCK_URI, else mlock://127.0.0.1:12340).
+"mlock COMMAND --help" lists a command's flags.
+`)
+}
+
+func uriFlag(fs *flag.FlagSet) *string {
+	def := os.Getenv("MLOCK_URI")
+	if def == "" {
+		def = defaultURI
+	}
+	return fs.String("uri", def, "server or provider URL (mlock://, redis://, memory:)")
+}
+
+func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("mlock "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	return fs
+}
+
+// parse parses flags that may come before or after the positional
+// arguments, up to a "--".
+func parse(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if len(args) > 0 && args[0] == "--" {
+			return append(pos, args...), nil
+		}
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return pos, nil
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
+}
+
+func client(uri string) (*mlock.Client, error) {
+	o, err := mlock.ParseURI(uri)
+	if err != nil {
+		return nil, err
+	}
+	o.DialTimeout = 3 * time.Second
+	return mlock.NewClient(o)
+}
+
+func timeoutCtx() (context.Context, context.CancelFunc) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	return ctx, func() { cancel(); stop() }
+}
+
+func fail(stderr io.Writer, err error) int {
+	fmt.Fprintln(stderr, "mlock:", err)
+	return exitError
+}
+
+func cmdPing(args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("ping", stderr)
+	uri := uriFlag(fs)
+	if _, err := parse(fs, args); err != nil {
+		return exitError
+	}
+	c, err := client(*uri)
+	if err != nil {
+		return fail(stderr, err)
+	}
+	defer c.Close()
+	ctx, cancel := timeoutCtx()
+	defer cancel()
+	start := time.Now()
+	if err := c.Ping(ctx); err != nil {
+		return fail(stderr, err)
+	}
+	fmt.Fprintf(stdout, "pong from %s in %v\n", *uri, time.Since(start).Round(time.Microsecond))
+	return exitOK
+}
+
+func cmdStatus(args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("status", stderr)
+	uri := uriFlag(fs)
+	asJSON := fs.Bool("json", false, "print the status document as JSON")
+	if _, err := parse(fs, args); err != nil {
+		return exitError
+	}
+	c, err := client(*uri)
+	if err != nil {
+		return fail(stderr, err)
+	}
+	defer c.Close()
+	ctx, cancel := timeoutCtx()
+	defer cancel()
+	st, err := c.Status(ctx)
+	if err != nil {
+		return fail(stderr, err)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		enc.Encode(st)
+		return exitOK
+	}
+	w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(w, "server\t%s (mlockd %s)\n", *uri, st.Version)
+	fmt.Fprintf(w, "uptime\t%v (since %s)\n", (time.Duration(st.LiveTime) * time.Millisecond).Round(time.Second),
+		time.UnixMilli(st.StartAt).UTC().Format(time.RFC3339))
+	fmt.Fprintf(w, "connections\t%d (sessions %d, refused %d)\n", st.SocketCount, st.Sessions, st.RejectedConnections)
+	fmt.Fprintf(w, "locks\t%d held, %d waiting\n", st.HeldLocks, st.CurrentLocks-st.HeldLocks)
+	fmt.Fprintf(w, "requests\t%d (granted %d, tolerate refused %d, timed out %d)\n", st.LockCount, st.LockedCount, st.IntoleranceCount, st.TimeoutCount)
+	fmt.Fprintf(w, "ended\t%d unlocked, %d expired, %d dropped with their session\n", st.FinishedCount, st.ExpiredCount, st.DroppedCount)
+	fmt.Fprintf(w, "extends\t%d (failed %d)\n", st.ExtendCount, st.ExtendFailedCount)
+	fmt.Fprintf(w, "last token\t%d\n", st.LastToken)
+	fmt.Fprintf(w, "cpu time\t%v\n", time.Duration(st.CPUTimeMs*float64(time.Millisecond)).Round(time.Millisecond))
+	w.Flush()
+	return exitOK
+}
+
+func cmdLocks(args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("locks", stderr)
+	uri := uriFlag(fs)
+	asJSON := fs.Bool("json", false, "print the listing as JSON")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return exitError
+	}
+	prefix := ""
+	if len(pos) > 0 {
+		prefix = pos[0]
+	}
+	c, err := client(*uri)
+	if err != nil {
+		return fail(stderr, err)
+	}
+	defer c.Close()
+	ctx, cancel := timeoutCtx()
+	defer cancel()
+	ls, err := c.Locks(ctx, prefix)
+	if err != nil {
+		return fail(stderr, err)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		enc.Encode(ls)
+		return exitOK
+	}
+	w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "RESOURCE\tPOS\tSTATE\tOWNER\tLOCK\tSESSION\tTOKEN\tAGE\tLEFT")
+	ms := func(p *int64) string {
+		if p == nil {
+			return "-"
+		}
+		return (time.Duration(*p) * time.Millisecond).String()
+	}
+	for _, q := range ls.Queues {
+		for _, e := range q.Entries {
+			owner, token, left := e.Owner, "-", ms(e.TimeoutLeftMs)
+			if owner == "" {
+				owner = "-"
+			}
+			if e.State == "held" {
+				token, left = fmt.Sprint(e.Token), ms(e.TTLLeftMs)
+			}
+			fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%v\t%s\n", q.Resource, e.Position, e.State, owner, e.Lock, e.Session,
+				token, time.Duration(e.AgeMs)*time.Millisecond, left)
+		}
+	}
+	w.Flush()
+	if ls.Truncated {
+		fmt.Fprintln(stdout, "(listing truncated at the server's status limit)")
+	}
+	return exitOK
+}
+
+// splitCommand separates "RESOURCES -- CMD ARGS" (the "--" is optional).
+func splitCommand(pos []string) (string, []string, error) {
+	if len(pos) == 0 {
+		return "", nil, errors.New("missing RESOURCES")
+	}
+	res, rest := pos[0], pos[1:]
+	if len(rest) > 0 && rest[0] == "--" {
+		rest = rest[1:]
+	}
+	if len(rest) == 0 {
+		return "", nil, errors.New("missing the command to run after --")
+	}
+	if strings.TrimSpace(res) == "" {
+		return "", nil, errors.New("empty RESOURCES")
+	}
+	return res, rest, nil
+}

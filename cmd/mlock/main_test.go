@@ -1,0 +1,250 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/mlock-dev/mlock"
+	"github.com/mlock-dev/mlock/server"
+)
+
+// TestMain lets the test binary run as the mlock command.
+func TestMain(m *testing.M) {
+	if os.Getenv("MLOCK_TEST_MAIN") == "1" {
+		main()
+		return
+	}
+	os.Exit(m.Run())
+}
+
+func startServer(t *testing.T) string {
+	t.Helper()
+	srv, err := server.New(server.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { srv.Serve(ln); close(done) }()
+	t.Cleanup(func() { srv.Shutdown(context.Background()); <-done })
+	return "mlock://" + ln.Addr().String()
+}
+
+// mlockCmd runs the mlock command as a child process.
+func mlockCmd(args ...string) *exec.Cmd {
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), "MLOCK_TEST_MAIN=1")
+	return cmd
+}
+
+func exitCodeOf(t *testing.T, err error) int {
+	t.Helper()
+	if err == nil {
+		return 0
+	}
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) {
+		t.Fatalf("not an exit: %v", err)
+	}
+	return ee.ExitCode()
+}
+
+func holder(t *testing.T, uri, res string, owner string) (*mlock.Client, *mlock.Lock) {
+	t.Helper()
+	c, err := mlock.New(uri)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	l, err := c.Lock(context.Background(), res, &mlock.LockOptions{Owner: owner})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, l
+}
+
+func TestRunExitCodes(t *testing.T) {
+	uri := startServer(t)
+	dir := t.TempDir()
+	marker := filepath.Join(dir, "ran")
+	tests := []struct {
+		name string
+		args []string
+		hold string // a resource held by someone else during the run
+		want int
+		ran  bool
+	}{
+		{"command's status", []string{"run", "--uri", uri, "job:a|job:b", "--", "sh", "-c", "touch " + marker + "; exit 7"}, "", 7, true},
+		{"success", []string{"run", "--uri", uri, "--ttl", "5s", "job:a", "--", "touch", marker}, "", 0, true},
+		{"skip if locked", []string{"run", "--uri", uri, "--skip-if-locked", "job:busy", "--", "touch", marker}, "job:busy", 0, false},
+		{"timeout", []string{"run", "--uri", uri, "--timeout", "100ms", "job:busy2", "--", "touch", marker}, "job:busy2", exitNotTaken, false},
+		{"tolerate", []string{"run", "--uri", uri, "--tolerate", "1", "job:busy3", "--", "touch", marker}, "job:busy3", 0, false},
+		{"memory provider", []string{"run", "--uri", "memory:", "x", "--", "touch", marker}, "", 0, true},
+		{"no command", []string{"run", "--uri", uri, "job:a"}, "", exitError, false},
+		{"command not found", []string{"run", "--uri", uri, "job:a", "--", filepath.Join(dir, "nope")}, "", exitError, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			os.Remove(marker)
+			if tc.hold != "" {
+				c, l := holder(t, uri, tc.hold, "")
+				defer l.Unlock(context.Background())
+				if tc.name == "tolerate" {
+					// holder + one waiter: more than 1 entry, refused at once
+					go c.Lock(context.Background(), tc.hold, &mlock.LockOptions{Timeout: 2 * time.Second})
+					time.Sleep(100 * time.Millisecond)
+					tc.want = exitNotTaken
+				}
+			}
+			var stderr bytes.Buffer
+			cmd := mlockCmd(tc.args...)
+			cmd.Stderr = &stderr
+			code := exitCodeOf(t, cmd.Run())
+			if code != tc.want {
+				t.Fatalf("exit %d, want %d; stderr: %s", code, tc.want, stderr.String())
+			}
+			if _, err := os.Stat(marker); (err == nil) != tc.ran {
+				t.Fatalf("command ran: %v, want %v", err == nil, tc.ran)
+			}
+		})
+	}
+}
+
+func TestRunLostLockStopsTheCommand(t *testing.T) {
+	uri := startServer(t)
+	admin, _ := holder(t, uri, "unrelated", "")
+	cmd := mlockCmd("run", "--uri", uri, "--owner", "cron-1", "--kill-after", "2s", "nightly", "--", "sleep", "30")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitHeld(t, admin, "nightly")
+	start := time.Now()
+	if n, err := admin.ReleaseAll(context.Background(), "cron-1"); err != nil || n != 1 {
+		t.Fatalf("ReleaseAll = %d, %v", n, err)
+	}
+	code := exitCodeOf(t, cmd.Wait())
+	if code != exitLost {
+		t.Fatalf("exit %d, want %d; stderr: %s", code, exitLost, stderr.String())
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("the command was stopped after %v", d)
+	}
+	if !strings.Contains(stderr.String(), "lock lost") {
+		t.Fatalf("stderr: %s", stderr.String())
+	}
+}
+
+func TestRunForwardsSignals(t *testing.T) {
+	uri := startServer(t)
+	admin, _ := holder(t, uri, "unrelated", "")
+	cmd := mlockCmd("run", "--uri", uri, "sig", "--", "sh", "-c", `trap "exit 42" TERM; while :; do sleep 0.05; done`)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitHeld(t, admin, "sig")
+	time.Sleep(100 * time.Millisecond) // the shell has set its trap
+	cmd.Process.Signal(syscall.SIGTERM)
+	if code := exitCodeOf(t, cmd.Wait()); code != 42 {
+		t.Fatalf("exit %d, want the command's 42", code)
+	}
+	// The lock is released after the command ends.
+	l, err := admin.TryLock(context.Background(), "sig", nil)
+	if err != nil {
+		t.Fatalf("lock left behind: %v", err)
+	}
+	l.Unlock(context.Background())
+}
+
+func waitHeld(t *testing.T, c *mlock.Client, res string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		ls, err := c.Locks(context.Background(), res)
+		if err == nil && len(ls.Queues) == 1 && len(ls.Queues[0].Entries) > 0 && ls.Queues[0].Entries[0].State == "held" {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("%s was never held", res)
+}
+
+func TestInspectCommands(t *testing.T) {
+	uri := startServer(t)
+	holder(t, uri, "order:1|order:2", "w1")
+	run := func(args ...string) (string, int) {
+		var out, errb bytes.Buffer
+		code := cli(args, &out, &errb)
+		return out.String() + errb.String(), code
+	}
+	if out, code := run("ping", "--uri", uri); code != 0 || !strings.Contains(out, "pong") {
+		t.Fatalf("ping: %d %s", code, out)
+	}
+	if out, code := run("status", "--uri", uri); code != 0 || !strings.Contains(out, "1 held, 0 waiting") {
+		t.Fatalf("status: %d %s", code, out)
+	}
+	out, code := run("status", "--uri", uri, "--json")
+	var st mlock.Status
+	if code != 0 || json.Unmarshal([]byte(out), &st) != nil || st.HeldLocks != 1 {
+		t.Fatalf("status --json: %d %s", code, out)
+	}
+	if out, code := run("locks", "--uri", uri, "order:"); code != 0 || !strings.Contains(out, "order:2") || !strings.Contains(out, "w1") {
+		t.Fatalf("locks: %d %s", code, out)
+	}
+	if _, code := run("ping", "--uri", "mlock://127.0.0.1:1"); code != exitError {
+		t.Fatal("ping of nothing must fail")
+	}
+	if _, code := run("frobnicate"); code != exitError {
+		t.Fatal("unknown command")
+	}
+}
+
+func TestBenchCommand(t *testing.T) {
+	uri := startServer(t)
+	var out, errb bytes.Buffer
+	code := cli([]string{"bench", "--scenario", "shop", "--workers", "8", "--duration", "400ms", "--hold", "100us",
+		"--json", uri, "--vs", "memory:"}, &out, &errb)
+	if code != 0 {
+		t.Fatalf("bench: %d %s", code, errb.String())
+	}
+	var doc struct {
+		Results []struct {
+			Target     string  `json:"target"`
+			Ops        int64   `json:"ops"`
+			Violations int64   `json:"violations"`
+			Timeouts   int64   `json:"timeouts"`
+			CPUKnown   bool    `json:"serverCpuKnown"`
+			Rate       float64 `json:"opsPerSec"`
+		} `json:"results"`
+		Ratios map[string]float64 `json:"ratios"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &doc); err != nil {
+		t.Fatalf("%v: %s", err, out.String())
+	}
+	if len(doc.Results) != 2 || doc.Results[0].Ops == 0 || doc.Results[1].Ops == 0 || !doc.Results[0].CPUKnown ||
+		doc.Results[1].CPUKnown || doc.Ratios["opsPerSec"] == 0 {
+		t.Fatalf("bench results: %s", out.String())
+	}
+	for _, r := range doc.Results {
+		if r.Violations != 0 || r.Timeouts != 0 {
+			t.Fatalf("%+v", r)
+		}
+	}
+	if code := cli([]string{"bench", "--uri", "mlock://192.0.2.1:12340"}, &out, &errb); code != exitError {
+		t.Fatal("a remote target needs --allow-remote")
+	}
+}

@@ -1,0 +1,424 @@
+// Package bench is the load generator behind "mlock bench": three scenarios
+// (uncontended, hotkey, shop) run against any locking provider, with
+// latency, fairness, safety and server-CPU accounting. Two targets can be
+// run interleaved, in rounds, so that a noisy machine affects both alike.
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/mlock-dev/mlock/locking"
+)
+
+// Target is what a scenario locks.
+type Target struct {
+	// Name labels the target in results (its URL).
+	Name string
+	// Provider takes and releases the locks.
+	Provider locking.Provider
+	// ServerCPU returns the lock server's total CPU time so far, or false
+	// when it cannot be known (the in-process memory provider).
+	ServerCPU func(ctx context.Context) (time.Duration, bool)
+}
+
+// Config describes a run. Zero fields take the defaults shown.
+type Config struct {
+	Scenario string        // "uncontended", "hotkey" or "shop"
+	Workers  int           // default 8 (shop: 32)
+	Duration time.Duration // per target; default 5 s, at most 10 min
+	Count    int64         // stop after this many operations per target; 0: no limit
+	Hold     time.Duration // time a lock is held; default 0 (shop: 1 ms)
+	SKUs     int           // shop: default 1000
+	Zipf     float64       // shop: popularity exponent, default 1.1
+	MaxOrder int           // shop: SKUs per order, 1..MaxOrder, default 5
+	Timeout  time.Duration // longest wait for one lock; default 5 s
+	Round    time.Duration // length of one interleaved round; default 1 s
+	// Progress, if set, is called about twice a second with the operations
+	// done so far in the current target.
+	Progress func(target string, ops int64, elapsed time.Duration)
+}
+
+// FIFOSlack is how much longer another worker must have been waiting for a
+// grant to count as out of FIFO order: requests sent within it may reach the
+// server in either order.
+const FIFOSlack = 500 * time.Microsecond
+
+// Scenarios lists the scenario names.
+var Scenarios = []string{"uncontended", "hotkey", "shop"}
+
+func (c Config) withDefaults() (Config, error) {
+	if !slices.Contains(Scenarios, c.Scenario) {
+		return c, fmt.Errorf("bench: unknown scenario %q (want one of %v)", c.Scenario, Scenarios)
+	}
+	if c.Workers <= 0 {
+		c.Workers = 8
+		if c.Scenario == "shop" {
+			c.Workers = 32
+		}
+	}
+	if c.Duration <= 0 {
+		c.Duration = 5 * time.Second
+	}
+	if c.Duration > 10*time.Minute {
+		return c, errors.New("bench: --duration is capped at 10m")
+	}
+	if c.Hold == 0 && c.Scenario == "shop" {
+		c.Hold = time.Millisecond
+	}
+	if c.Hold < 0 {
+		c.Hold = 0
+	}
+	if c.SKUs <= 0 {
+		c.SKUs = 1000
+	}
+	if c.Zipf <= 1 {
+		c.Zipf = 1.1
+	}
+	if c.MaxOrder <= 0 {
+		c.MaxOrder = 5
+	}
+	c.MaxOrder = min(c.MaxOrder, c.SKUs)
+	if c.Timeout <= 0 {
+		c.Timeout = 5 * time.Second
+	}
+	if c.Round <= 0 {
+		c.Round = time.Second
+	}
+	c.Round = min(c.Round, c.Duration)
+	return c, nil
+}
+
+// Result is one target's outcome.
+type Result struct {
+	Target     string        `json:"target"`
+	Scenario   string        `json:"scenario"`
+	Workers    int           `json:"workers"`
+	Ops        int64         `json:"ops"` // cycles, grants or orders
+	Elapsed    time.Duration `json:"elapsedNs"`
+	Rate       float64       `json:"opsPerSec"`
+	P50        time.Duration `json:"p50Ns"` // acquire latency (hotkey: wait)
+	P99        time.Duration `json:"p99Ns"`
+	Max        time.Duration `json:"maxNs"`
+	HandoffP50 time.Duration `json:"handoffP50Ns,omitempty"` // hotkey: release called -> next grant
+	HandoffP99 time.Duration `json:"handoffP99Ns,omitempty"`
+	Jain       float64       `json:"jain,omitempty"` // hotkey: fairness of grants over workers
+	// FIFO (hotkey) is the share of grants that went to the longest
+	// waiter: a grant counts as out of order when another worker had been
+	// waiting for it more than FIFOSlack longer.
+	FIFO       float64       `json:"fifo,omitempty"`
+	Timeouts   int64         `json:"timeouts"`
+	Errors     int64         `json:"errors"`
+	Violations int64         `json:"violations"` // two holders of one key at once
+	CPUKnown   bool          `json:"serverCpuKnown"`
+	ServerCPU  time.Duration `json:"serverCpuNs"`
+	CPUPerOp   time.Duration `json:"serverCpuPerOpNs"`
+	FirstError string        `json:"firstError,omitempty"`
+}
+
+// sample holds one worker's latencies in a round.
+type sample struct {
+	lat, handoff []time.Duration
+}
+
+// run accumulates one target's rounds.
+type run struct {
+	t        Target
+	cfg      Config
+	ops      int64
+	elapsed  time.Duration
+	lat      []time.Duration
+	handoff  []time.Duration
+	grants   []int64 // per worker
+	overtake int64
+	waitMu   sync.Mutex
+	waitFrom map[int]time.Time // hotkey: workers waiting, since when
+	timeout  int64
+	errs     int64
+	viol     int64
+	cpu      time.Duration
+	cpuOK    bool
+	first    error
+	holders  []atomic.Int32 // per key: worker+1 holding it, 0 free
+	release  atomic.Int64   // hotkey: when the last release was called (ns)
+}
+
+// Run runs cfg against each target, interleaved in rounds, and returns one
+// Result per target.
+func Run(ctx context.Context, cfg Config, targets ...Target) ([]Result, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	keys := cfg.SKUs
+	if cfg.Scenario == "uncontended" {
+		keys = cfg.Workers
+	} else if cfg.Scenario == "hotkey" {
+		keys = 1
+	}
+	runs := make([]*run, len(targets))
+	for i, t := range targets {
+		runs[i] = &run{t: t, cfg: cfg, grants: make([]int64, cfg.Workers), holders: make([]atomic.Int32, keys),
+			cpuOK: t.ServerCPU != nil, waitFrom: map[int]time.Time{}}
+	}
+	for ctx.Err() == nil {
+		active := false
+		for _, r := range runs {
+			if r.elapsed >= cfg.Duration || (cfg.Count > 0 && r.ops >= cfg.Count) {
+				continue
+			}
+			active = true
+			if err := r.round(ctx, min(cfg.Round, cfg.Duration-r.elapsed)); err != nil {
+				return nil, err
+			}
+		}
+		if !active {
+			break
+		}
+	}
+	out := make([]Result, len(runs))
+	for i, r := range runs {
+		out[i] = r.result()
+	}
+	return out, ctx.Err()
+}
+
+// round runs the workers for d.
+func (r *run) round(ctx context.Context, d time.Duration) error {
+	var cpu0 time.Duration
+	if r.cpuOK {
+		var ok bool
+		if cpu0, ok = r.t.ServerCPU(ctx); !ok {
+			r.cpuOK = false
+		}
+	}
+	rctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	samples := make([]sample, r.cfg.Workers)
+	var ops atomic.Int64
+	start := time.Now()
+	var wg sync.WaitGroup
+	for w := range r.cfg.Workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewSource(int64(w)*7919 + time.Now().UnixNano()))
+			var zipf *rand.Zipf
+			if r.cfg.Scenario == "shop" {
+				zipf = rand.NewZipf(rng, r.cfg.Zipf, 1, uint64(r.cfg.SKUs-1))
+			}
+			owner := "bench-" + strconv.Itoa(w)
+			s := &samples[w]
+			idx := make([]int, 0, r.cfg.MaxOrder)
+			keys := make([]string, 0, r.cfg.MaxOrder)
+			for rctx.Err() == nil {
+				if r.cfg.Count > 0 && r.ops+ops.Load() >= r.cfg.Count {
+					return
+				}
+				idx = r.pick(idx[:0], w, rng, zipf)
+				keys = keys[:0]
+				for _, i := range idx {
+					keys = append(keys, keyName(r.cfg.Scenario, i))
+				}
+				if !r.cycle(rctx, w, owner, idx, keys, s) {
+					continue
+				}
+				ops.Add(1)
+			}
+		}()
+	}
+	if r.cfg.Progress != nil {
+		go func() {
+			t := time.NewTicker(500 * time.Millisecond)
+			defer t.Stop()
+			for {
+				select {
+				case <-rctx.Done():
+					return
+				case <-t.C:
+					r.cfg.Progress(r.t.Name, r.ops+ops.Load(), r.elapsed+time.Since(start))
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	r.elapsed += time.Since(start)
+	r.ops += ops.Load()
+	for _, s := range samples {
+		r.lat = append(r.lat, s.lat...)
+		r.handoff = append(r.handoff, s.handoff...)
+	}
+	if r.cpuOK {
+		if cpu1, ok := r.t.ServerCPU(ctx); ok {
+			r.cpu += cpu1 - cpu0
+		} else {
+			r.cpuOK = false
+		}
+	}
+	return nil
+}
+
+func keyName(scenario string, i int) string {
+	switch scenario {
+	case "hotkey":
+		return "bench:hot"
+	case "uncontended":
+		return "bench:own:" + strconv.Itoa(i)
+	}
+	return "bench:sku:" + strconv.Itoa(i)
+}
+
+// pick chooses the key indexes of one operation.
+func (r *run) pick(idx []int, w int, rng *rand.Rand, zipf *rand.Zipf) []int {
+	switch r.cfg.Scenario {
+	case "uncontended":
+		return append(idx, w)
+	case "hotkey":
+		return append(idx, 0)
+	}
+	n := 1 + rng.Intn(r.cfg.MaxOrder)
+	for len(idx) < n {
+		k := int(zipf.Uint64())
+		if !slices.Contains(idx, k) {
+			idx = append(idx, k)
+		}
+	}
+	return idx
+}
+
+// cycle acquires, checks safety, holds and releases once; it reports
+// whether the cycle completed.
+func (r *run) cycle(ctx context.Context, w int, owner string, idx []int, keys []string, s *sample) bool {
+	actx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
+	t0 := time.Now()
+	hot := r.cfg.Scenario == "hotkey"
+	if hot {
+		r.waitMu.Lock()
+		r.waitFrom[w] = t0
+		r.waitMu.Unlock()
+	}
+	_, err := r.t.Provider.Acquire(actx, keys, locking.AcquireOptions{OwnerID: owner, Expire: r.cfg.Timeout + time.Minute, AwaitQueue: true})
+	cancel()
+	granted := time.Now()
+	if hot {
+		r.waitMu.Lock()
+		delete(r.waitFrom, w)
+		if err == nil {
+			for _, from := range r.waitFrom {
+				if from.Add(FIFOSlack).Before(t0) {
+					r.overtake++ // someone waiting clearly longer was passed over
+					break
+				}
+			}
+		}
+		r.waitMu.Unlock()
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return false // the round ended
+		}
+		if errors.Is(err, locking.ErrTimeout) {
+			atomic.AddInt64(&r.timeout, 1)
+		} else {
+			if atomic.AddInt64(&r.errs, 1) == 1 {
+				r.first = err
+			}
+		}
+		return false
+	}
+	s.lat = append(s.lat, granted.Sub(t0))
+	for _, i := range idx {
+		if !r.holders[i].CompareAndSwap(0, int32(w+1)) {
+			atomic.AddInt64(&r.viol, 1)
+		}
+	}
+	if r.cfg.Scenario == "hotkey" {
+		if rel := r.release.Load(); rel != 0 {
+			s.handoff = append(s.handoff, max(0, time.Duration(granted.UnixNano()-rel)))
+		}
+		atomic.AddInt64(&r.grants[w], 1)
+	}
+	if r.cfg.Hold > 0 {
+		time.Sleep(r.cfg.Hold)
+	}
+	for _, i := range idx {
+		r.holders[i].CompareAndSwap(int32(w+1), 0)
+	}
+	if r.cfg.Scenario == "hotkey" {
+		r.release.Store(time.Now().UnixNano())
+	}
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.Timeout)
+	if ok, err := r.t.Provider.Release(rctx, keys, locking.ReleaseOptions{OwnerID: owner}); err != nil || !ok {
+		if atomic.AddInt64(&r.errs, 1) == 1 {
+			r.first = fmt.Errorf("release: ok=%v err=%v", ok, err)
+		}
+	}
+	rcancel()
+	return true
+}
+
+func (r *run) result() Result {
+	res := Result{Target: r.t.Name, Scenario: r.cfg.Scenario, Workers: r.cfg.Workers, Ops: r.ops, Elapsed: r.elapsed,
+		Timeouts: r.timeout, Errors: r.errs, Violations: r.viol, CPUKnown: r.cpuOK}
+	if r.first != nil {
+		res.FirstError = r.first.Error()
+	}
+	if r.elapsed > 0 {
+		res.Rate = float64(r.ops) / r.elapsed.Seconds()
+	}
+	res.P50, res.P99, res.Max = Percentiles(r.lat)
+	if r.cfg.Scenario == "hotkey" {
+		res.HandoffP50, res.HandoffP99, _ = Percentiles(r.handoff)
+		res.Jain = Jain(r.grants)
+		if r.ops > 0 {
+			res.FIFO = 1 - float64(r.overtake)/float64(r.ops)
+		}
+	}
+	if r.cpuOK {
+		res.ServerCPU = r.cpu
+		if r.ops > 0 {
+			res.CPUPerOp = r.cpu / time.Duration(r.ops)
+		}
+	}
+	return res
+}
+
+// Percentiles returns the 50th and 99th percentiles and the maximum of d
+// (which it sorts).
+func Percentiles(d []time.Duration) (p50, p99, maxd time.Duration) {
+	if len(d) == 0 {
+		return 0, 0, 0
+	}
+	slices.Sort(d)
+	return d[len(d)/2], d[min(len(d)-1, len(d)*99/100)], d[len(d)-1]
+}
+
+// Jain returns Jain's fairness index of xs: 1 when all are equal, 1/n when
+// one has everything.
+func Jain(xs []int64) float64 {
+	var sum, sq float64
+	for _, x := range xs {
+		sum += float64(x)
+		sq += float64(x) * float64(x)
+	}
+	if sq == 0 {
+		return 0
+	}
+	return sum * sum / (float64(len(xs)) * sq)
+}
+
+// Ratio returns a/b, or NaN when b is 0.
+func Ratio(a, b float64) float64 {
+	if b == 0 {
+		return math.NaN()
+	}
+	return a / b
+}

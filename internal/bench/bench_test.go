@@ -1,0 +1,171 @@
+package bench
+
+import (
+	"context"
+	"math"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/mlock-dev/mlock/locking"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestJain(t *testing.T) {
+	tests := []struct {
+		in   []int64
+		want float64
+	}{
+		{[]int64{5, 5, 5, 5}, 1},
+		{[]int64{8, 0, 0, 0}, 0.25},
+		{[]int64{3, 1}, 0.8},
+		{[]int64{0, 0}, 0},
+	}
+	for _, tc := range tests {
+		if got := Jain(tc.in); math.Abs(got-tc.want) > 1e-9 {
+			t.Errorf("Jain(%v) = %v, want %v", tc.in, got, tc.want)
+		}
+	}
+}
+
+func TestPercentiles(t *testing.T) {
+	var d []time.Duration
+	for i := 100; i >= 1; i-- {
+		d = append(d, time.Duration(i))
+	}
+	p50, p99, mx := Percentiles(d)
+	if p50 != 51 || p99 != 100 || mx != 100 {
+		t.Fatalf("p50 %v p99 %v max %v", p50, p99, mx)
+	}
+}
+
+// careless grants every Acquire at once: the safety checker must see it.
+type careless struct{ locking.Provider }
+
+func (careless) Acquire(context.Context, []string, locking.AcquireOptions) (locking.Lease, error) {
+	return locking.Lease{}, nil
+}
+func (careless) Release(context.Context, []string, locking.ReleaseOptions) (bool, error) {
+	return true, nil
+}
+
+func TestSafetyCheckerFindsAPlantedViolation(t *testing.T) {
+	cfg := Config{Scenario: "hotkey", Workers: 4, Duration: 200 * time.Millisecond, Hold: time.Millisecond}
+	res, err := Run(context.Background(), cfg, Target{Name: "careless", Provider: careless{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res[0].Violations == 0 {
+		t.Fatal("two holders of one key at once went unnoticed")
+	}
+	mem := locking.NewMemory()
+	defer mem.Close()
+	res, err = Run(context.Background(), cfg, Target{Name: "memory", Provider: mem})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res[0].Violations != 0 || res[0].Ops == 0 {
+		t.Fatalf("memory: %+v", res[0])
+	}
+}
+
+func TestScenariosOnMemory(t *testing.T) {
+	a, b := locking.NewMemory(), locking.NewMemory()
+	defer a.Close()
+	defer b.Close()
+	ctx := context.Background()
+	for _, sc := range Scenarios {
+		t.Run(sc, func(t *testing.T) {
+			cfg := Config{Scenario: sc, Workers: 4, Duration: 300 * time.Millisecond, Round: 100 * time.Millisecond}
+			res, err := Run(ctx, cfg, Target{Name: "a", Provider: a}, Target{Name: "b", Provider: b})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range res {
+				if r.Ops == 0 || r.Violations != 0 || r.Errors != 0 || r.Timeouts != 0 || r.Elapsed < 250*time.Millisecond {
+					t.Fatalf("%s: %+v", r.Target, r)
+				}
+				if r.P50 == 0 || r.P99 < r.P50 || r.Max < r.P99 {
+					t.Fatalf("%s latencies: %+v", r.Target, r)
+				}
+				if sc == "hotkey" && (r.Jain < 0.95 || r.FIFO < 0.99) {
+					t.Fatalf("a FIFO provider must hand every grant to a waiter, fairly: %+v", r)
+				}
+			}
+		})
+	}
+}
+
+func TestCountBoundsTheRun(t *testing.T) {
+	m := locking.NewMemory()
+	defer m.Close()
+	cfg := Config{Scenario: "uncontended", Workers: 4, Duration: 10 * time.Second, Count: 500}
+	start := time.Now()
+	res, err := Run(context.Background(), cfg, Target{Name: "m", Provider: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res[0].Ops < 500 || res[0].Ops >= 500+4 {
+		t.Fatalf("ops %d, want 500 (+ at most one per worker)", res[0].Ops)
+	}
+	if time.Since(start) > 5*time.Second {
+		t.Fatal("the count did not end the run")
+	}
+}
+
+func TestConfigAndLoopback(t *testing.T) {
+	if _, err := (Config{Scenario: "nope"}).withDefaults(); err == nil {
+		t.Fatal("unknown scenario")
+	}
+	if _, err := (Config{Scenario: "shop", Duration: time.Hour}).withDefaults(); err == nil {
+		t.Fatal("duration cap")
+	}
+	c, _ := (Config{Scenario: "shop"}).withDefaults()
+	if c.Workers != 32 || c.Hold != time.Millisecond || c.SKUs != 1000 || c.Zipf != 1.1 || c.MaxOrder != 5 {
+		t.Fatalf("shop defaults %+v", c)
+	}
+	if _, _, err := Open(context.Background(), "mlock://192.0.2.1:12340", false); err == nil {
+		t.Fatal("a non-loopback target needs --allow-remote")
+	}
+	for _, h := range []string{"127.0.0.1", "localhost", "::1"} {
+		if err := checkLoopback(h); err != nil {
+			t.Errorf("%s: %v", h, err)
+		}
+	}
+}
+
+// barging grants the hot key to whoever asks while it is free, with no queue:
+// the FIFO metric must see the late arrivals served first.
+func TestFIFOMetricSeesBarging(t *testing.T) {
+	b := &barging{Provider: locking.NewMemory()}
+	defer b.Close()
+	cfg := Config{Scenario: "hotkey", Workers: 4, Duration: 300 * time.Millisecond, Hold: 200 * time.Microsecond}
+	res, err := Run(context.Background(), cfg, Target{Name: "barging", Provider: b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res[0].Violations != 0 || res[0].FIFO > 0.9 {
+		t.Fatalf("a barging lock measured as FIFO: %+v", res[0])
+	}
+}
+
+// barging polls a try-lock, like a Redis lock without a queue; a worker
+// that just released retries at once and usually wins.
+type barging struct{ locking.Provider }
+
+func (b *barging) Acquire(ctx context.Context, keys []string, o locking.AcquireOptions) (locking.Lease, error) {
+	o.AwaitQueue = false
+	for {
+		l, err := b.Provider.Acquire(ctx, keys, o)
+		if err == nil {
+			return l, nil
+		}
+		select {
+		case <-ctx.Done():
+			return locking.Lease{}, locking.WaitError(ctx)
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+}
