@@ -2,6 +2,7 @@ package mlock
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -169,19 +170,29 @@ func (c *conn) dial() (net.Conn, *bufio.Reader, bool, error) {
 }
 
 func readFrame(r *bufio.Reader) (string, error) {
+	b, err := readFrameInto(r, nil)
+	return string(b), err
+}
+
+// readFrameInto reads one frame's payload into buf (grown as needed).
+func readFrameInto(r *bufio.Reader, buf []byte) ([]byte, error) {
 	var h [4]byte
 	if _, err := io.ReadFull(r, h[:]); err != nil {
-		return "", err
+		return nil, err
 	}
 	l := int64(int32(binary.BigEndian.Uint32(h[:])))
 	if l < wire.Overhead || l-wire.Overhead > wire.MaxFrameLimit {
-		return "", fmt.Errorf("mlock: server sent a frame of length %d", l)
+		return nil, fmt.Errorf("mlock: server sent a frame of length %d", l)
 	}
-	buf := make([]byte, l-4)
+	n := int(l - 4)
+	if cap(buf) < n {
+		buf = make([]byte, n)
+	}
+	buf = buf[:n]
 	if _, err := io.ReadFull(r, buf); err != nil {
-		return "", err
+		return nil, err
 	}
-	return string(buf[:len(buf)-1]), nil
+	return buf[:n-1], nil
 }
 
 // serve runs one TCP connection until it breaks or the conn shuts down.
@@ -208,12 +219,16 @@ func (c *conn) serve(nc net.Conn, r *bufio.Reader, resumed bool) {
 	go c.writeLoop(nc, stop, &wg)
 	go c.pingLoop(nc, stop, &wg)
 	var err error
+	var buf []byte
 	for {
-		var p string
-		if p, err = readFrame(r); err != nil {
+		var p []byte
+		if p, err = readFrameInto(r, buf); err != nil {
 			break
 		}
 		c.dispatch(p)
+		if cap(p) <= 64<<10 {
+			buf = p[:0]
+		}
 	}
 	close(stop)
 	nc.Close()
@@ -278,8 +293,8 @@ func (c *conn) flush(nc net.Conn) error {
 	}
 }
 
-// writeLoop writes what the reader queues (unlocks of unwanted grants) and
-// flushes on shutdown; callers write their own requests inline.
+// writeLoop writes the queued frames, gathering those of concurrent callers
+// into one write, and flushes on shutdown.
 func (c *conn) writeLoop(nc net.Conn, stop chan struct{}, wg *sync.WaitGroup) {
 	defer wg.Done()
 	for {
@@ -395,11 +410,10 @@ func (c *conn) roundTrip(ctx context.Context, l *Lock, cmd string, args ...strin
 		cl := &call{ch: make(chan reply, 1), lock: l}
 		c.calls[req] = cl
 		c.sendLocked(cmd, req, args...)
-		nc := c.nc
+		// The writer goroutine gathers the requests of every caller into one
+		// write: fewer system calls here and on the server.
+		c.kickLocked()
 		c.mu.Unlock()
-		if c.flush(nc) != nil {
-			nc.Close() // the reader fails the calls in flight
-		}
 		select {
 		case r := <-cl.ch:
 			if r.err != nil {
@@ -427,71 +441,76 @@ func (c *conn) roundTrip(ctx context.Context, l *Lock, cmd string, args ...strin
 	}
 }
 
-// dispatch handles one frame from the server.
-func (c *conn) dispatch(p string) {
-	cmd, rest, _ := strings.Cut(p, " ")
+// cut splits b at the first space.
+func cut(b []byte) (before, after []byte) {
+	if i := bytes.IndexByte(b, ' '); i >= 0 {
+		return b[:i], b[i+1:]
+	}
+	return b, nil
+}
+
+// dispatch handles one frame from the server. p is only valid during the
+// call.
+func (c *conn) dispatch(p []byte) {
+	cmd, rest := cut(p)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	switch cmd {
+	switch string(cmd) {
 	case "result":
-		req, rest, _ := strings.Cut(rest, " ")
-		status, payload, _ := strings.Cut(rest, " ")
-		cl := c.calls[req]
+		req, rest := cut(rest)
+		status, payload := cut(rest)
+		cl := c.calls[string(req)]
 		if cl == nil {
 			return
 		}
-		delete(c.calls, req)
-		if status != "success" {
-			cl.ch <- reply{err: serverError(payload)}
+		delete(c.calls, string(req))
+		if string(status) != "success" {
+			cl.ch <- reply{err: serverError(string(payload))}
 			return
 		}
+		id := string(payload)
 		if l := cl.lock; l != nil {
 			if cl.abandoned {
-				c.forgetLocked(payload)
+				c.forgetLocked(id)
 				cl.ch <- reply{err: &Error{Type: TypeConnection, Err: ErrClosed}}
 				return
 			}
-			if old := c.locks[payload]; old != nil && old.state == held {
+			if old := c.locks[id]; old != nil && old.state == held {
 				// An owner's renewal of a lock it holds: the same lock.
 				l.renewed = old
 				old.ttl = l.ttl
 				old.armLocked(time.Now().Add(l.ttl))
 			} else {
-				l.id = payload
-				c.locks[payload] = l
+				l.id = id
+				c.locks[id] = l
 			}
 		}
-		cl.ch <- reply{payload: payload}
+		cl.ch <- reply{payload: id}
 	case "locked":
-		f := strings.Split(rest, " ")
-		l := c.locks[f[0]]
+		idb, rest := cut(rest)
+		expb, tokb := cut(rest)
+		l := c.locks[string(idb)]
 		if l == nil {
 			// A grant nobody waits for (its request's answer was lost with a
 			// connection): give it back at once.
-			c.forgetLocked(f[0])
+			c.forgetLocked(string(idb))
 			return
 		}
-		var token uint64
-		var exp int64
-		if len(f) > 1 {
-			exp, _ = strconv.ParseInt(f[1], 10, 64)
-		}
-		if len(f) > 2 {
-			token, _ = strconv.ParseUint(f[2], 10, 64)
-		}
+		exp, _ := strconv.ParseInt(string(expb), 10, 64)
+		token, _ := strconv.ParseUint(string(tokb), 10, 64)
 		l.grantedLocked(token, time.UnixMilli(exp))
 	case "timeout":
-		if l := c.locks[rest]; l != nil {
-			delete(c.locks, rest)
+		if l := c.locks[string(rest)]; l != nil {
+			delete(c.locks, l.id)
 			l.failLocked(&Error{Type: TypeTimeout, Msg: "Lock timeout"}, nil)
 		}
 	case "expired":
-		if l := c.locks[rest]; l != nil {
-			delete(c.locks, rest)
+		if l := c.locks[string(rest)]; l != nil {
+			delete(c.locks, l.id)
 			l.failLocked(nil, &Error{Type: TypeLost, Msg: "lock expired", Err: ErrExpired})
 		}
 	case "error":
-		c.log.Warn("mlock: server error", "msg", rest)
+		c.log.Warn("mlock: server error", "msg", string(rest))
 	}
 }
 

@@ -243,6 +243,7 @@ func (c *conn) handleFrames(buf []byte, fields [][]byte) ([]byte, [][]byte, bool
 		}
 		fields = wire.Split(fields[:0], payload)
 		stop = c.handle(fields)
+		s.deliverPushesLocked() // after the command's own answer
 		off += n
 	}
 	if locked {

@@ -37,6 +37,8 @@ type Server struct {
 	dirty     []*conn                                       // guarded by mu: conns with output to signal
 	scratch   []byte                                        // guarded by mu: frame being built
 	payload   []byte                                        // guarded by mu: result payload being built
+	pushes    []byte                                        // guarded by mu: push frames not delivered yet
+	pending   []pendingPush                                 // guarded by mu: where they go, in order
 	resBuf    []string                                      // guarded by mu: resources of the request being handled
 	cur       *session                                      // guarded by mu: session of the request being handled
 	listeners map[net.Listener]struct{}                     // guarded by mu
@@ -199,6 +201,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 // self, whose reader writes its own), arms the deadline timer and keeps the
 // token high-water mark ahead of the tokens given.
 func (s *Server) afterBatchLocked(self *conn) {
+	s.deliverPushesLocked()
 	for _, c := range s.dirty {
 		c.dirty = false
 		if c == self {
@@ -251,24 +254,43 @@ func (s *Server) onEvent(e locktable.Event) {
 }
 
 func (s *Server) pushLocked(sess *session, id locktable.ID, expiresAt int64, token uint64) {
-	b, st := wire.Begin(s.scratch[:0])
+	b, st := wire.Begin(s.pushes)
 	b = append(b, "locked "...)
 	b = id.AppendText(b)
 	b = append(b, ' ')
 	b = wire.AppendInt(b, expiresAt/int64(time.Millisecond))
 	b = append(b, ' ')
 	b = wire.AppendUint(b, token)
-	s.scratch = wire.End(b, st)
-	s.deliver(sess, s.scratch)
+	s.pushes = wire.End(b, st)
+	s.pending = append(s.pending, pendingPush{sess, st, len(s.pushes)})
 }
 
 func (s *Server) push(sess *session, kind string, id locktable.ID) {
-	b, st := wire.Begin(s.scratch[:0])
+	b, st := wire.Begin(s.pushes)
 	b = append(b, kind...)
 	b = append(b, ' ')
 	b = id.AppendText(b)
-	s.scratch = wire.End(b, st)
-	s.deliver(sess, s.scratch)
+	s.pushes = wire.End(b, st)
+	s.pending = append(s.pending, pendingPush{sess, st, len(s.pushes)})
+}
+
+// pendingPush is a push frame s.pushes[start:end] waiting for the answer of
+// the command being handled to be written first: the connection's own
+// caller is then woken before whoever the push wakes, which in a client
+// that shares its connection puts the pushed waiter first in line.
+type pendingPush struct {
+	sess       *session
+	start, end int
+}
+
+// deliverPushesLocked sends the pending pushes in order.
+func (s *Server) deliverPushesLocked() {
+	for _, p := range s.pending {
+		s.deliver(p.sess, s.pushes[p.start:p.end])
+	}
+	clear(s.pending)
+	s.pending = s.pending[:0]
+	s.pushes = s.pushes[:0]
 }
 
 // deliver sends a frame to a session: to its connection, or into its

@@ -360,8 +360,8 @@ func TestExtensions(t *testing.T) {
 	c2.send("release 8 worker-2 ox|oy")
 	c2.expect("result 8 success false")
 	c2.send("release 9 worker-1 ox|oy")
-	c2.expect("expired " + o) // the holder (now c2's session) is told, before the result
 	c2.expect("result 9 success true")
+	c2.expect("expired " + o) // the holder (now c2's session) is told, after the result
 	c1.quiet()
 
 	// releaseall.

@@ -50,7 +50,7 @@ type Config struct {
 // FIFOSlack is how much longer another worker must have been waiting for a
 // grant to count as out of FIFO order: requests sent within it may reach the
 // server in either order.
-const FIFOSlack = 500 * time.Microsecond
+const FIFOSlack = 2 * time.Millisecond
 
 // Scenarios lists the scenario names.
 var Scenarios = []string{"uncontended", "hotkey", "shop"}
