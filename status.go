@@ -32,6 +32,9 @@ type Status struct {
 	DroppedCount        uint64  `json:"droppedCount"` // requests dropped with their session
 	LastToken           uint64  `json:"lastToken"`
 	CPUTimeMs           float64 `json:"cpuTimeMs"` // process user+system CPU time
+	Reads               uint64  `json:"reads"`     // read system calls that returned data
+	Writes              uint64  `json:"writes"`    // write system calls
+	FramesIn            uint64  `json:"framesIn"`  // frames received
 	Truncated           bool    `json:"truncated"` // listings cut at the status limit
 }
 

@@ -125,6 +125,7 @@ func (c *conn) flush() error {
 			_ = c.nc.SetWriteDeadline(now.Add(c.srv.cfg.WriteTimeout))
 		}
 		_, err := c.nc.Write(buf)
+		c.srv.writes.Add(1)
 		c.outMu.Lock()
 		c.writing = false
 		if cap(buf) <= 64<<10 {
@@ -185,6 +186,7 @@ func (c *conn) readLoop() {
 			}
 		}
 		if n > 0 {
+			s.reads.Add(1)
 			c.lastLive.Store(time.Now().UnixNano())
 			var stop bool
 			buf, fields, stop = c.handleFrames(buf, fields)
@@ -242,6 +244,7 @@ func (c *conn) handleFrames(buf []byte, fields [][]byte) ([]byte, [][]byte, bool
 			locked = true
 		}
 		fields = wire.Split(fields[:0], payload)
+		s.framesIn.Add(1)
 		stop = c.handle(fields)
 		s.deliverPushesLocked() // after the command's own answer
 		off += n

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mlock-dev/mlock/internal/locktable"
@@ -47,6 +48,8 @@ type Server struct {
 	timerAt   int64                                         // guarded by mu: when timer fires, 0 if stopped
 	tokens    *tokenStore                                   // guarded by mu
 	counters  struct{ intolerance, conns, rejected uint64 } // guarded by mu
+
+	reads, writes, framesIn atomic.Uint64 // I/O counters for status
 
 	wg sync.WaitGroup // every goroutine the server started
 }

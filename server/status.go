@@ -57,6 +57,9 @@ func (s *Server) status(now int64) *mlock.Status {
 		DroppedCount:        st.Dropped,
 		LastToken:           st.LastToken,
 		CPUTimeMs:           float64(cpuTime()) / float64(time.Millisecond),
+		Reads:               s.reads.Load(),
+		Writes:              s.writes.Load(),
+		FramesIn:            s.framesIn.Load(),
 	}
 	limit := s.cfg.StatusLimit
 	for _, sess := range s.sessions {
