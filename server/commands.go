@@ -321,36 +321,22 @@ func (s *Server) splitResources(b []byte) []string {
 	}
 }
 
-func (c *conn) result(req []byte, payload string) {
-	s := c.srv
-	b, st := wire.Begin(s.scratch[:0])
-	b = append(b, "result "...)
-	b = append(b, req...)
-	b = append(b, " success "...)
-	b = append(b, payload...)
-	s.scratch = wire.End(b, st)
-	c.write(s.scratch)
-}
+func (c *conn) result(req []byte, payload string) { c.answer(req, " success ", payload, nil) }
 
 // resultBytes is result for a payload built elsewhere than s.scratch.
-func (c *conn) resultBytes(req, payload []byte) {
-	s := c.srv
-	b, st := wire.Begin(s.scratch[:0])
-	b = append(b, "result "...)
-	b = append(b, req...)
-	b = append(b, " success "...)
-	b = append(b, payload...)
-	s.scratch = wire.End(b, st)
-	c.write(s.scratch)
-}
+func (c *conn) resultBytes(req, payload []byte) { c.answer(req, " success ", "", payload) }
 
-func (c *conn) failed(req []byte, text string) {
+func (c *conn) failed(req []byte, text string) { c.answer(req, " failed ", text, nil) }
+
+// answer writes "result <req><status><text><data>".
+func (c *conn) answer(req []byte, status, text string, data []byte) {
 	s := c.srv
 	b, st := wire.Begin(s.scratch[:0])
 	b = append(b, "result "...)
 	b = append(b, req...)
-	b = append(b, " failed "...)
+	b = append(b, status...)
 	b = append(b, text...)
+	b = append(b, data...)
 	s.scratch = wire.End(b, st)
 	c.write(s.scratch)
 }

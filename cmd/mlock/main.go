@@ -136,78 +136,15 @@ func fail(stderr io.Writer, err error) int {
 	return exitError
 }
 
-func cmdPing(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("ping", stderr)
+// withClient parses an inspection command's flags (define the others on fs
+// first), connects to --uri and runs do with a 10 s context.
+func withClient(fs *flag.FlagSet, args []string, stderr io.Writer,
+	do func(ctx context.Context, c *mlock.Client, uri string, pos []string) error) int {
 	uri := uriFlag(fs)
-	if _, err := parse(fs, args); err != nil {
-		return exitError
-	}
-	c, err := client(*uri)
-	if err != nil {
-		return fail(stderr, err)
-	}
-	defer c.Close()
-	ctx, cancel := timeoutCtx()
-	defer cancel()
-	start := time.Now()
-	if err := c.Ping(ctx); err != nil {
-		return fail(stderr, err)
-	}
-	fmt.Fprintf(stdout, "pong from %s in %v\n", *uri, time.Since(start).Round(time.Microsecond))
-	return exitOK
-}
-
-func cmdStatus(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("status", stderr)
-	uri := uriFlag(fs)
-	asJSON := fs.Bool("json", false, "print the status document as JSON")
-	if _, err := parse(fs, args); err != nil {
-		return exitError
-	}
-	c, err := client(*uri)
-	if err != nil {
-		return fail(stderr, err)
-	}
-	defer c.Close()
-	ctx, cancel := timeoutCtx()
-	defer cancel()
-	st, err := c.Status(ctx)
-	if err != nil {
-		return fail(stderr, err)
-	}
-	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		enc.Encode(st)
-		return exitOK
-	}
-	w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(w, "server\t%s (mlockd %s)\n", *uri, st.Version)
-	fmt.Fprintf(w, "uptime\t%v (since %s)\n", (time.Duration(st.LiveTime) * time.Millisecond).Round(time.Second),
-		time.UnixMilli(st.StartAt).UTC().Format(time.RFC3339))
-	fmt.Fprintf(w, "connections\t%d (sessions %d, refused %d)\n", st.SocketCount, st.Sessions, st.RejectedConnections)
-	fmt.Fprintf(w, "locks\t%d held, %d waiting\n", st.HeldLocks, st.CurrentLocks-st.HeldLocks)
-	fmt.Fprintf(w, "requests\t%d (granted %d, tolerate refused %d, timed out %d)\n", st.LockCount, st.LockedCount, st.IntoleranceCount, st.TimeoutCount)
-	fmt.Fprintf(w, "ended\t%d unlocked, %d expired, %d dropped with their session\n", st.FinishedCount, st.ExpiredCount, st.DroppedCount)
-	fmt.Fprintf(w, "extends\t%d (failed %d)\n", st.ExtendCount, st.ExtendFailedCount)
-	fmt.Fprintf(w, "last token\t%d\n", st.LastToken)
-	fmt.Fprintf(w, "cpu time\t%v\n", time.Duration(st.CPUTimeMs*float64(time.Millisecond)).Round(time.Millisecond))
-	w.Flush()
-	return exitOK
-}
-
-func cmdLocks(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("locks", stderr)
-	uri := uriFlag(fs)
-	asJSON := fs.Bool("json", false, "print the listing as JSON")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return exitError
 	}
-	prefix := ""
-	if len(pos) > 0 {
-		prefix = pos[0]
-	}
 	c, err := client(*uri)
 	if err != nil {
 		return fail(stderr, err)
@@ -215,42 +152,102 @@ func cmdLocks(args []string, stdout, stderr io.Writer) int {
 	defer c.Close()
 	ctx, cancel := timeoutCtx()
 	defer cancel()
-	ls, err := c.Locks(ctx, prefix)
-	if err != nil {
+	if err := do(ctx, c, *uri, pos); err != nil {
 		return fail(stderr, err)
 	}
-	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		enc.Encode(ls)
-		return exitOK
-	}
-	w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "RESOURCE\tPOS\tSTATE\tOWNER\tLOCK\tSESSION\tTOKEN\tAGE\tLEFT")
-	ms := func(p *int64) string {
-		if p == nil {
-			return "-"
-		}
-		return (time.Duration(*p) * time.Millisecond).String()
-	}
-	for _, q := range ls.Queues {
-		for _, e := range q.Entries {
-			owner, token, left := e.Owner, "-", ms(e.TimeoutLeftMs)
-			if owner == "" {
-				owner = "-"
-			}
-			if e.State == "held" {
-				token, left = fmt.Sprint(e.Token), ms(e.TTLLeftMs)
-			}
-			fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%v\t%s\n", q.Resource, e.Position, e.State, owner, e.Lock, e.Session,
-				token, time.Duration(e.AgeMs)*time.Millisecond, left)
-		}
-	}
-	w.Flush()
-	if ls.Truncated {
-		fmt.Fprintln(stdout, "(listing truncated at the server's status limit)")
-	}
 	return exitOK
+}
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func cmdPing(args []string, stdout, stderr io.Writer) int {
+	return withClient(newFlagSet("ping", stderr), args, stderr, func(ctx context.Context, c *mlock.Client, uri string, _ []string) error {
+		start := time.Now()
+		if err := c.Ping(ctx); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "pong from %s in %v\n", uri, time.Since(start).Round(time.Microsecond))
+		return nil
+	})
+}
+
+func cmdStatus(args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("status", stderr)
+	asJSON := fs.Bool("json", false, "print the status document as JSON")
+	return withClient(fs, args, stderr, func(ctx context.Context, c *mlock.Client, uri string, _ []string) error {
+		st, err := c.Status(ctx)
+		if err != nil || *asJSON {
+			if err == nil {
+				err = printJSON(stdout, st)
+			}
+			return err
+		}
+		w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintf(w, "server\t%s (mlockd %s)\n", uri, st.Version)
+		fmt.Fprintf(w, "uptime\t%v (since %s)\n", (time.Duration(st.LiveTime) * time.Millisecond).Round(time.Second),
+			time.UnixMilli(st.StartAt).UTC().Format(time.RFC3339))
+		fmt.Fprintf(w, "connections\t%d (sessions %d, refused %d)\n", st.SocketCount, st.Sessions, st.RejectedConnections)
+		fmt.Fprintf(w, "locks\t%d held, %d waiting\n", st.HeldLocks, st.CurrentLocks-st.HeldLocks)
+		fmt.Fprintf(w, "requests\t%d (granted %d, tolerate refused %d, timed out %d)\n", st.LockCount, st.LockedCount, st.IntoleranceCount, st.TimeoutCount)
+		fmt.Fprintf(w, "ended\t%d unlocked, %d expired, %d dropped with their session\n", st.FinishedCount, st.ExpiredCount, st.DroppedCount)
+		fmt.Fprintf(w, "extends\t%d (failed %d)\n", st.ExtendCount, st.ExtendFailedCount)
+		fmt.Fprintf(w, "last token\t%d\n", st.LastToken)
+		fmt.Fprintf(w, "cpu time\t%v\n", time.Duration(st.CPUTimeMs*float64(time.Millisecond)).Round(time.Millisecond))
+		if st.Reads > 0 {
+			fmt.Fprintf(w, "batching\t%.1f frames per read (%d reads, %d writes)\n", float64(st.FramesIn)/float64(st.Reads), st.Reads, st.Writes)
+		}
+		return w.Flush()
+	})
+}
+
+func cmdLocks(args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("locks", stderr)
+	asJSON := fs.Bool("json", false, "print the listing as JSON")
+	return withClient(fs, args, stderr, func(ctx context.Context, c *mlock.Client, _ string, pos []string) error {
+		prefix := ""
+		if len(pos) > 0 {
+			prefix = pos[0]
+		}
+		ls, err := c.Locks(ctx, prefix)
+		if err != nil || *asJSON {
+			if err == nil {
+				err = printJSON(stdout, ls)
+			}
+			return err
+		}
+		w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(w, "RESOURCE\tPOS\tSTATE\tOWNER\tLOCK\tSESSION\tTOKEN\tAGE\tLEFT")
+		ms := func(p *int64) string {
+			if p == nil {
+				return "-"
+			}
+			return (time.Duration(*p) * time.Millisecond).String()
+		}
+		for _, q := range ls.Queues {
+			for _, e := range q.Entries {
+				owner, token, left := e.Owner, "-", ms(e.TimeoutLeftMs)
+				if owner == "" {
+					owner = "-"
+				}
+				if e.State == "held" {
+					token, left = fmt.Sprint(e.Token), ms(e.TTLLeftMs)
+				}
+				fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%v\t%s\n", q.Resource, e.Position, e.State, owner, e.Lock, e.Session,
+					token, time.Duration(e.AgeMs)*time.Millisecond, left)
+			}
+		}
+		if err := w.Flush(); err != nil {
+			return err
+		}
+		if ls.Truncated {
+			fmt.Fprintln(stdout, "(listing truncated at the server's status limit)")
+		}
+		return nil
+	})
 }
 
 // splitCommand separates "RESOURCES -- CMD ARGS" (the "--" is optional).
