@@ -350,6 +350,10 @@ func TestInFlightCallsFailFastAndLocksSurviveReconnect(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	kept, err := w.Lock(ctx, "kept", nil) // held across the outage
+	if err != nil {
+		t.Fatal(err)
+	}
 	got := make(chan *mlock.Lock, 1)
 	go func() {
 		l, err := w.Lock(ctx, "rc", nil)
@@ -373,6 +377,15 @@ func TestInFlightCallsFailFastAndLocksSurviveReconnect(t *testing.T) {
 		t.FailNow()
 	}
 	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if kept.Err() != nil {
+		t.Fatalf("the held lock was reported lost: %v", kept.Err())
+	}
+	if _, err := kept.Extend(ctx, time.Minute); err != nil {
+		t.Fatalf("the held lock did not survive the outage: %v", err)
+	}
+	if err := kept.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
 }

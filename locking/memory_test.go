@@ -61,32 +61,6 @@ func (r *recorder) Renew(ctx context.Context, keys []string, owner string, expir
 	return r.Provider.Renew(ctx, keys, owner, expire)
 }
 
-func TestRenewalCadence(t *testing.T) {
-	// Medusa's case, scaled: expire 30 -> renewals at 10 and 20; none after
-	// the job.
-	r := &recorder{Provider: locking.NewMemory(), start: time.Now()}
-	defer r.Close()
-	err := locking.RunExecute(context.Background(), r, []string{"job"}, func(context.Context) error {
-		time.Sleep(250 * time.Millisecond)
-		return nil
-	}, locking.ExecuteOptions{Expire: 300 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(250 * time.Millisecond)
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if len(r.renews) != 2 {
-		t.Fatalf("renewals at %v, want 2", r.renews)
-	}
-	for i, at := range r.renews {
-		want := time.Duration(i+1) * 100 * time.Millisecond
-		if at < want-20*time.Millisecond || at > want+60*time.Millisecond {
-			t.Fatalf("renewal %d at %v, want about %v", i, at, want)
-		}
-	}
-}
-
 func TestRefusedRenewalCancelsJob(t *testing.T) {
 	r := &recorder{Provider: locking.NewMemory(), start: time.Now(), fail: true}
 	defer r.Close()

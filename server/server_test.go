@@ -211,6 +211,10 @@ func TestPingStatusAndUnknownCommand(t *testing.T) {
 
 	h := c.lock("l1", "s:a|s:b 5000 0 0")
 	c.locked(h)
+	c.send("extend e1 " + h + " 5000")
+	c.expect("result e1 success *")
+	c.send("extend e2 " + strings.Repeat("0", 32) + " 5000")
+	c.expect("result e2 failed lock not exist!")
 	other := connected(t, srv, "p2")
 	other.lock("l2", "s:a 5000 100000 0")
 	c.send("status r4")
@@ -224,7 +228,8 @@ func TestPingStatusAndUnknownCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	if st.SocketCount != 2 || st.CurrentLocks != 2 || st.HeldLocks != 1 || st.LockCount != 2 || st.LockedCount != 1 ||
-		st.Queues["s:a"] != 2 || st.Queues["s:b"] != 1 || len(st.Locks) != 2 || st.LiveTime < 0 {
+		st.Queues["s:a"] != 2 || st.Queues["s:b"] != 1 || len(st.Locks) != 2 || st.LiveTime < 0 ||
+		st.ExtendCount != 1 || st.ExtendFailedCount != 1 || st.FramesIn < 5 || st.Reads == 0 || st.Writes == 0 {
 		t.Fatalf("status = %+v", st)
 	}
 	if strings.Contains(f, h) || strings.Contains(f, "p1") {

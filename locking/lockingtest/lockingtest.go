@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -28,6 +29,11 @@ type Harness struct {
 	New func(t *testing.T) locking.Provider
 	// Tokens says the provider returns fencing tokens.
 	Tokens bool
+	// Backoff, if set, returns the provider's retry backoff for a base
+	// delay, a cap and a factor; each call of the result takes a uniform
+	// draw in [0, 1) and returns the next wait. The suite checks Medusa's
+	// jitter bounds on it.
+	Backoff func(base, max time.Duration, factor float64) func(r float64) time.Duration
 }
 
 // Run runs every conformance test as a subtest of t.
@@ -54,11 +60,16 @@ func Run(t *testing.T, h Harness) {
 		{"ReentryRenewsExpire", testReentryRenewsExpire},
 		{"InvalidKeys", testInvalidKeys},
 	}
+	type test = struct {
+		name string
+		fn   func(t *testing.T, p locking.Provider, k func(string) string)
+	}
+	tests = append(tests, test{"RenewalCadence", testRenewalCadence}, test{"ModuleShutdown", testModuleShutdown})
 	if h.Tokens {
-		tests = append(tests, struct {
-			name string
-			fn   func(t *testing.T, p locking.Provider, k func(string) string)
-		}{"FencingTokens", testTokens})
+		tests = append(tests, test{"FencingTokens", testTokens})
+	}
+	if h.Backoff != nil {
+		t.Run("JitterBounds", func(t *testing.T) { testJitter(t, h.Backoff) })
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -492,5 +503,75 @@ func testTokens(t *testing.T, p locking.Provider, k func(string) string) {
 		}
 		last = l.Token
 		p.Release(c, []string{key}, locking.ReleaseOptions{OwnerID: "f"})
+	}
+}
+
+// renewRecorder records when Execute renews its lease.
+type renewRecorder struct {
+	locking.Provider
+	mu     sync.Mutex
+	start  time.Time
+	renews []time.Duration
+}
+
+func (r *renewRecorder) Renew(ctx context.Context, keys []string, owner string, expire time.Duration) (bool, error) {
+	r.mu.Lock()
+	r.renews = append(r.renews, time.Since(r.start))
+	r.mu.Unlock()
+	return r.Provider.Renew(ctx, keys, owner, expire)
+}
+
+// Medusa's renewal case, scaled: with expire 30 the lease is renewed at 10
+// and 20 while the job runs, and never after it.
+func testRenewalCadence(t *testing.T, p locking.Provider, k func(string) string) {
+	r := &renewRecorder{Provider: p, start: time.Now()}
+	err := locking.RunExecute(ctx(t), r, []string{k("cadence")}, func(context.Context) error {
+		time.Sleep(250 * time.Millisecond)
+		return nil
+	}, locking.ExecuteOptions{Expire: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(250 * time.Millisecond)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.renews) != 2 {
+		t.Fatalf("renewals at %v, want 2 (at about 100ms and 200ms)", r.renews)
+	}
+	for i, at := range r.renews {
+		want := time.Duration(i+1) * 100 * time.Millisecond
+		if at < want-20*time.Millisecond || at > want+80*time.Millisecond {
+			t.Fatalf("renewal %d at %v, want about %v", i, at, want)
+		}
+	}
+}
+
+// failingCloser is a provider whose Close fails.
+type failingCloser struct{ locking.Provider }
+
+func (failingCloser) Close() error { return errors.New("boom") }
+
+// Closing a Module closes every provider, going on past one that fails.
+func testModuleShutdown(t *testing.T, p locking.Provider, k func(string) string) {
+	m := locking.NewModule()
+	m.Register("a-failing", failingCloser{}, false)
+	m.Register("p", p, true)
+	if err := m.Close(); err == nil || !strings.Contains(err.Error(), "boom") {
+		t.Fatalf("Close = %v, want the failure reported", err)
+	}
+	if _, err := p.Acquire(ctx(t), []string{k("after")}, locking.AcquireOptions{}); err == nil {
+		t.Fatal("the provider still works after the module closed it")
+	}
+}
+
+// Medusa's jitter tests: with a 100 ms base and factor 2, the first wait is
+// in [50, 100] ms and the second in [100, 200] ms.
+func testJitter(t *testing.T, backoff func(base, max time.Duration, factor float64) func(r float64) time.Duration) {
+	for _, r := range []float64{0, 0.5, 0.999999} {
+		next := backoff(100*time.Millisecond, time.Second, 2)
+		first, second := next(r), next(r)
+		if first < 50*time.Millisecond || first > 100*time.Millisecond || second < 100*time.Millisecond || second > 200*time.Millisecond {
+			t.Fatalf("r=%v: waits %v then %v", r, first, second)
+		}
 	}
 }

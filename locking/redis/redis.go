@@ -237,14 +237,14 @@ for i = 1, #KEYS do
 end
 return 1
 `)
-	// releaseScript deletes the keys held by owner and, if it deleted any,
+	// releaseScript unlinks the keys held by owner and, if it removed any,
 	// publishes on the release channel. ARGV: owner, channel. Reply: the
-	// number deleted.
+	// number removed.
 	releaseScript = goredis.NewScript(`
 local n = 0
 for i = 1, #KEYS do
   if redis.call('GET', KEYS[i]) == ARGV[1] then
-    redis.call('DEL', KEYS[i])
+    redis.call('UNLINK', KEYS[i])
     n = n + 1
   end
 end
@@ -359,8 +359,9 @@ func (p *Provider) Release(ctx context.Context, keys []string, opts locking.Rele
 }
 
 // ReleaseAll releases every key of the namespace held by the owner
-// (without owner: the anonymous "*" locks): SCAN, then the owner-checked
-// release script on each key.
+// (without owner: the anonymous "*" locks): SCAN, then, in one pipeline per
+// batch, the release script (owner check and UNLINK in one atomic step) on
+// each key.
 func (p *Provider) ReleaseAll(ctx context.Context, opts locking.ReleaseOptions) error {
 	owner := locking.Owner(opts.OwnerID)
 	match := globEscape(p.opts.Namespace) + "*"
