@@ -90,7 +90,9 @@ func TestScenariosOnMemory(t *testing.T) {
 				if r.P50 == 0 || r.P99 < r.P50 || r.Max < r.P99 {
 					t.Fatalf("%s latencies: %+v", r.Target, r)
 				}
-				if sc == "hotkey" && (r.Jain < 0.95 || r.FIFO < 0.97) {
+				// Timing-based measures: loose bounds, as this test shares
+				// the machine with the others (a barging lock scores far lower).
+				if sc == "hotkey" && (r.Jain < 0.9 || r.FIFO < 0.9) {
 					t.Fatalf("a FIFO provider must hand every grant to a waiter, fairly: %+v", r)
 				}
 			}
@@ -146,7 +148,8 @@ func TestFIFOMetricSeesBarging(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res[0].Violations != 0 || res[0].FIFO > 0.9 {
+	t.Logf("barging: FIFO %.3f, Jain %.3f", res[0].FIFO, res[0].Jain)
+	if res[0].Violations != 0 || res[0].FIFO > 0.7 {
 		t.Fatalf("a barging lock measured as FIFO: %+v", res[0])
 	}
 }
