@@ -190,10 +190,14 @@ func (c *Client) lock(ctx context.Context, names []string, o *LockOptions, try b
 		backstop = t.C
 	}
 	select {
-	case <-l.granted:
+	case <-l.waited:
+		c.conn.mu.Lock()
+		st, werr := l.state, l.waitErr
+		c.conn.mu.Unlock()
+		if st == failed {
+			return nil, werr
+		}
 		return l, nil
-	case <-l.failed:
-		return nil, l.waitErr
 	case <-ctx.Done():
 		c.abandon(l)
 		return nil, ctxError(ctx)

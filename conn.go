@@ -66,6 +66,10 @@ type reply struct {
 	err     *Error
 }
 
+// calls are reused: a call goes back to the pool once its reply has been
+// received (never while the reader may still answer it).
+var callPool = sync.Pool{New: func() any { return &call{ch: make(chan reply, 1)} }}
+
 // acquireConn returns the shared connection for o's address, starting it if
 // needed.
 func acquireConn(o Options) (*conn, error) {
@@ -238,6 +242,9 @@ func (c *conn) serve(nc net.Conn, r *bufio.Reader, resumed bool) {
 	c.nc = nil
 	c.up = make(chan struct{})
 	c.out = nil
+	for _, l := range c.locks {
+		l.armBackstopLocked()
+	}
 	cerr := &Error{Type: TypeConnection, Msg: "connection lost", Err: err}
 	if c.closed {
 		cerr.Err = ErrClosed
@@ -407,7 +414,8 @@ func (c *conn) roundTrip(ctx context.Context, l *Lock, cmd string, args ...strin
 		}
 		c.nextReq++
 		req := strconv.FormatUint(c.nextReq, 36)
-		cl := &call{ch: make(chan reply, 1), lock: l}
+		cl := callPool.Get().(*call)
+		cl.lock, cl.abandoned = l, false
 		c.calls[req] = cl
 		c.sendLocked(cmd, req, args...)
 		// The writer goroutine gathers the requests of every caller into one
@@ -416,6 +424,8 @@ func (c *conn) roundTrip(ctx context.Context, l *Lock, cmd string, args ...strin
 		c.mu.Unlock()
 		select {
 		case r := <-cl.ch:
+			cl.lock = nil
+			callPool.Put(cl)
 			if r.err != nil {
 				return "", r.err
 			}
@@ -433,6 +443,8 @@ func (c *conn) roundTrip(ctx context.Context, l *Lock, cmd string, args ...strin
 			}
 			c.mu.Unlock()
 			r := <-cl.ch // answered meanwhile
+			cl.lock = nil
+			callPool.Put(cl)
 			if r.err != nil {
 				return "", r.err
 			}

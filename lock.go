@@ -19,10 +19,11 @@ const (
 // Lock is a lock request: a granted lock once Client.Lock returns it. Its
 // methods are safe for concurrent use.
 //
-// The server tells the holder when a lock expires; as a backstop the client
-// also declares a lock lost when its lease runs out without an Extend (the
-// lease counted from when the grant arrived, or from when the last Extend
-// was sent). Either way Lost is closed and Err says why.
+// The server tells the holder when a lock expires; as a backstop, once the
+// connection has dropped (pushes can be lost with it), the client also
+// declares a lock lost when its lease runs out without an Extend (the lease
+// counted from when the grant arrived, or from when the last Extend was
+// sent). Either way Lost is closed and Err says why.
 type Lock struct {
 	c         *Client
 	resources string
@@ -33,11 +34,10 @@ type Lock struct {
 	state     lockState
 	ttl       time.Duration
 	token     uint64
-	expiresAt time.Time // reported by the server
-	deadline  time.Time // local estimate of the end of the lease
-	timer     *time.Timer
-	granted   chan struct{} // closed on grant
-	failed    chan struct{} // closed when the wait fails
+	expiresAt time.Time     // reported by the server
+	deadline  time.Time     // local estimate of the end of the lease
+	timer     *time.Timer   // the backstop, armed once the connection has dropped
+	waited    chan struct{} // closed when the wait ends: granted or failed
 	lost      chan struct{} // closed when a held lock is lost
 	waitErr   *Error
 	lostErr   *Error
@@ -46,7 +46,7 @@ type Lock struct {
 
 func newLock(c *Client, resources, owner string, ttl time.Duration) *Lock {
 	return &Lock{c: c, resources: resources, owner: owner, ttl: ttl,
-		granted: make(chan struct{}), failed: make(chan struct{}), lost: make(chan struct{})}
+		waited: make(chan struct{}), lost: make(chan struct{})}
 }
 
 // ID returns the lock id: 32 hex digits, a secret that lets its holder
@@ -182,7 +182,7 @@ func (l *Lock) grantedLocked(token uint64, expiresAt time.Time) {
 	l.state = held
 	l.token = token
 	l.expiresAt = expiresAt
-	close(l.granted)
+	close(l.waited)
 	l.armLocked(time.Now().Add(l.ttl))
 }
 
@@ -193,7 +193,7 @@ func (l *Lock) failLocked(waitErr, lostErr *Error) {
 	case l.state == waiting && waitErr != nil:
 		l.state = failed
 		l.waitErr = waitErr
-		close(l.failed)
+		close(l.waited)
 	case l.state == held && lostErr != nil:
 		l.state = lost
 		l.lostErr = lostErr
@@ -202,14 +202,20 @@ func (l *Lock) failLocked(waitErr, lostErr *Error) {
 	}
 }
 
-// armLocked sets the local end of the lease.
+// armLocked sets the local end of the lease (and moves the backstop, if it
+// is armed).
 func (l *Lock) armLocked(deadline time.Time) {
 	l.deadline = deadline
-	d := time.Until(deadline)
-	if l.timer == nil {
-		l.timer = time.AfterFunc(d, l.backstop)
-	} else {
-		l.timer.Reset(d)
+	if l.timer != nil {
+		l.timer.Reset(time.Until(deadline))
+	}
+}
+
+// armBackstopLocked starts the backstop: while connected the server's
+// expired push is reliable; once the connection drops, a push may be lost.
+func (l *Lock) armBackstopLocked() {
+	if l.state == held && l.timer == nil {
+		l.timer = time.AfterFunc(time.Until(l.deadline), l.backstop)
 	}
 }
 
