@@ -347,7 +347,7 @@ func (r *run) cycle(ctx context.Context, w int, owner string, idx []int, keys []
 		atomic.AddInt64(&r.grants[w], 1)
 	}
 	if r.cfg.Hold > 0 {
-		time.Sleep(r.cfg.Hold)
+		hold(r.cfg.Hold)
 	}
 	for _, i := range idx {
 		r.holders[i].CompareAndSwap(int32(w+1), 0)
