@@ -84,16 +84,6 @@ type Config struct {
 	DataDir string
 }
 
-func intDefault(v, def int) int {
-	switch {
-	case v == 0:
-		return def
-	case v < 0:
-		return int(^uint(0) >> 1)
-	}
-	return v
-}
-
 // Validate reports the first field of c that is out of range.
 func (c *Config) Validate() error {
 	switch {
@@ -139,10 +129,10 @@ func (c Config) withDefaults() Config {
 	if c.MaxTimeout == 0 {
 		c.MaxTimeout = locktable.DefaultMaxTimeout
 	}
-	c.MaxConns = intDefault(c.MaxConns, DefaultMaxConns)
-	c.MaxPendingOutput = intDefault(c.MaxPendingOutput, DefaultMaxPendingOutput)
-	c.MaxOfflineBytes = intDefault(c.MaxOfflineBytes, DefaultMaxOfflineBytes)
-	c.StatusLimit = intDefault(c.StatusLimit, DefaultStatusLimit)
-	c.MaxSocketIDLen = intDefault(c.MaxSocketIDLen, DefaultMaxSocketIDLen)
+	c.MaxConns = locktable.Limit(c.MaxConns, DefaultMaxConns)
+	c.MaxPendingOutput = locktable.Limit(c.MaxPendingOutput, DefaultMaxPendingOutput)
+	c.MaxOfflineBytes = locktable.Limit(c.MaxOfflineBytes, DefaultMaxOfflineBytes)
+	c.StatusLimit = locktable.Limit(c.StatusLimit, DefaultStatusLimit)
+	c.MaxSocketIDLen = locktable.Limit(c.MaxSocketIDLen, DefaultMaxSocketIDLen)
 	return c
 }

@@ -66,7 +66,9 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-func orDefault(v, def int) int {
+// Limit applies mlock's convention for integer limits: 0 means def, a
+// negative value means no limit, anything else is the limit.
+func Limit(v, def int) int {
 	switch {
 	case v == 0:
 		return def
@@ -252,10 +254,10 @@ func New(cfg Config) (*Table, error) {
 	}
 	t := &Table{
 		cfg:        cfg,
-		maxRes:     orDefault(cfg.MaxResources, DefaultMaxResources),
-		maxName:    orDefault(cfg.MaxNameLen, DefaultMaxNameLen),
-		maxPerSess: orDefault(cfg.MaxLocksPerSession, DefaultMaxLocksPerSession),
-		maxQueue:   orDefault(cfg.MaxQueueLen, DefaultMaxQueueLen),
+		maxRes:     Limit(cfg.MaxResources, DefaultMaxResources),
+		maxName:    Limit(cfg.MaxNameLen, DefaultMaxNameLen),
+		maxPerSess: Limit(cfg.MaxLocksPerSession, DefaultMaxLocksPerSession),
+		maxQueue:   Limit(cfg.MaxQueueLen, DefaultMaxQueueLen),
 		maxTTL:     cfg.MaxTTL,
 		maxTimeout: cfg.MaxTimeout,
 		queues:     make(map[string]*queue),
