@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,43 +13,15 @@ import (
 
 	"github.com/mlock-dev/mlock"
 	"github.com/mlock-dev/mlock/server"
+	"github.com/mlock-dev/mlock/server/servertest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// startServer runs mlockd in-process on addr ("" for a free port) and
-// returns its address and a function that stops it.
+// startServer runs mlockd in-process on addr ("" for a free port).
 func startServer(t testing.TB, cfg server.Config, addr string) (string, func()) {
 	t.Helper()
-	srv, err := server.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if addr == "" {
-		addr = "127.0.0.1:0"
-	}
-	var ln net.Listener
-	for i := 0; ; i++ {
-		if ln, err = net.Listen("tcp", addr); err == nil {
-			break
-		}
-		if i > 100 {
-			t.Fatal(err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	done := make(chan struct{})
-	go func() { srv.Serve(ln); close(done) }()
-	var once atomic.Bool
-	stop := func() {
-		if once.Swap(true) {
-			return
-		}
-		srv.Shutdown(context.Background())
-		<-done
-	}
-	t.Cleanup(stop)
-	return ln.Addr().String(), stop
+	return servertest.Start(t, cfg, addr)
 }
 
 func client(t testing.TB, addr string, o mlock.Options) *mlock.Client {

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/mlock-dev/mlock"
 	"github.com/mlock-dev/mlock/server"
+	"github.com/mlock-dev/mlock/server/servertest"
 )
 
 // TestMain lets the test binary run as the mlock command.
@@ -28,19 +28,8 @@ func TestMain(m *testing.M) {
 }
 
 func startServer(t *testing.T) string {
-	t.Helper()
-	srv, err := server.New(server.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { srv.Serve(ln); close(done) }()
-	t.Cleanup(func() { srv.Shutdown(context.Background()); <-done })
-	return "mlock://" + ln.Addr().String()
+	addr, _ := servertest.Start(t, server.Config{}, "")
+	return "mlock://" + addr
 }
 
 // mlockCmd runs the mlock command as a child process.
