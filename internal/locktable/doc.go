@@ -17,6 +17,26 @@
 // Every grant receives the next value of one strictly increasing 64-bit fencing
 // token counter.
 //
+// # Owners
+//
+// A request may name an owner. The same owner asking again (through
+// [Table.Lock]) for exactly the set it holds renews that lock and moves it
+// into the asking session; [Table.Renew] renews it by owner without moving it
+// and without a new token. [Table.Release] and [Table.ReleaseAll] find locks
+// by owner. A Release of some resources of a multi-resource lock leaves the
+// lock holding the rest and reports it as Released with Partial set, so its
+// holder learns that it no longer holds everything it was granted.
+//
+// No call takes back what it granted: Release, ReleaseAll and the end of a
+// session first remove everything they remove, and only then grant the
+// waiters that became grantable (none of them in a session being dropped).
+//
+// Lock refusals for busy resources, too long queues and owner conflicts are
+// [*ResourceError] values naming the resource. [CheckName] is the one rule for
+// resource names; the engine applies it, and so should its clients.
+//
+// # Sessions
+//
 // Every lock belongs to a session. A detached session keeps its locks for the
 // configured grace period; when that ends, its held locks are released and its
 // waiting requests removed.
@@ -38,9 +58,10 @@
 // # Costs
 //
 // Every operation costs O(k log n) or better, where k is the number of
-// resources in the request and n the number of live requests. Nothing scans
-// all locks except the listing methods ([Table.Queues], [Table.Locks]), which
-// take a limit.
+// resources in the request and n the number of live requests; renewals by
+// owner also fold duplicate names pairwise, O(k²) with k <= MaxResources.
+// Nothing scans all locks except the listing methods ([Table.Queues],
+// [Table.Locks]), which take a limit.
 //
 // # Caveats
 //

@@ -2,8 +2,23 @@ package locktable
 
 import "errors"
 
+// ResourceError is a refusal of Lock that names the resource it was refused
+// for. Err is ErrBusy, ErrTolerate or ErrOwnerConflict; errors.Is(err,
+// ErrBusy) and the like see through it.
+type ResourceError struct {
+	Err      error  // the sentinel
+	Resource string // the first busy, too long or conflicting resource
+}
+
+// Error returns the sentinel's text, ": " and the resource.
+func (e *ResourceError) Error() string { return e.Err.Error() + ": " + e.Resource }
+
+// Unwrap returns the sentinel.
+func (e *ResourceError) Unwrap() error { return e.Err }
+
 // Errors returned by Table methods. None of them changes any state: a refused
-// request leaves every queue as it was.
+// request leaves every queue as it was. Lock returns ErrTolerate, ErrBusy and
+// ErrOwnerConflict inside a *ResourceError; match them with errors.Is.
 var (
 	// ErrInvalidResource: a resource name is empty, longer than
 	// Config.MaxNameLen, or contains a space or '|'; or the request names no
@@ -33,7 +48,8 @@ var (
 	ErrSessionLimit = errors.New("locktable: too many locks in this session")
 	// ErrUnknownSession: the session was never attached or has been dropped.
 	ErrUnknownSession = errors.New("locktable: unknown session")
-	// ErrNotFound: no live lock has this id.
+	// ErrNotFound: no live lock has this id; or (Renew) the owner holds no
+	// lock on exactly those resources.
 	ErrNotFound = errors.New("locktable: lock does not exist")
 	// ErrNotGranted: the lock is still waiting.
 	ErrNotGranted = errors.New("locktable: lock is not granted yet")

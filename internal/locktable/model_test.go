@@ -2,6 +2,7 @@ package locktable
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -13,17 +14,21 @@ import (
 // order; a request holds its resources exactly when no earlier live request
 // names any of them. The engine's answers and events drive the model; every
 // event is checked for legality, and after every step the model and the
-// engine must agree and the invariants must hold.
+// engine must agree and the invariants must hold: among them, what a holder
+// was told it holds (its grant, less what a partial release reported taking)
+// is exactly what the engine gives it, nothing is granted to a dropped
+// session, and Renew finds exactly the lock the model says the owner holds.
 
 type mreq struct {
-	id       ID
-	session  string
-	owner    string
-	res      map[string]bool
-	granted  bool
-	token    uint64
-	expires  int64
-	deadline int64 // wait deadline, 0 none
+	id        ID
+	session   string
+	owner     string
+	noReentry bool
+	res       map[string]bool // what the holder was told it holds (or waits for)
+	granted   bool
+	token     uint64
+	expires   int64
+	deadline  int64 // wait deadline, 0 none
 }
 
 type model struct {
@@ -36,6 +41,9 @@ type model struct {
 	dropped   map[string]bool
 	lastToken uint64
 	pending   []Event
+	// During a release step: the Released events the model expects, by
+	// request, true for a partial release.
+	expect map[ID]bool
 }
 
 func (m *model) find(id ID) (int, *mreq) {
@@ -103,7 +111,10 @@ func (m *model) apply() {
 				m.t.Fatalf("granted %s ahead of an earlier request (FIFO)", e.ID.Short())
 			}
 			if m.dropped[r.session] {
-				m.t.Fatalf("granted to a dropped session")
+				m.t.Fatalf("granted %s to the dropped session %s", e.ID.Short(), r.session)
+			}
+			if e.Session != r.session {
+				m.t.Fatalf("granted %s in session %s, model %s", e.ID.Short(), e.Session, r.session)
 			}
 			m.token(e.Token)
 			r.granted, r.token, r.expires, r.deadline = true, e.Token, e.ExpiresAt, 0
@@ -118,14 +129,28 @@ func (m *model) apply() {
 			}
 			m.del(e.ID)
 		case Released:
-			if !r.granted {
-				m.t.Fatalf("released a waiting request")
+			if !r.granted || e.Token != r.token {
+				m.t.Fatalf("released %+v with token %d", r, e.Token)
 			}
-			m.del(e.ID)
+			if m.expect != nil {
+				partial, ok := m.expect[e.ID]
+				if !ok || partial != e.Partial {
+					m.t.Fatalf("release reported %s partial=%v; model expects %v (%v)", e.ID.Short(), e.Partial, partial, ok)
+				}
+				delete(m.expect, e.ID)
+			} else if e.Partial {
+				m.t.Fatalf("partial release of %s outside Release", e.ID.Short())
+			}
+			if !e.Partial {
+				m.del(e.ID)
+			}
 		case Dropped:
 			at, ok := m.detached[r.session]
-			if !ok || at+m.grace > m.now {
-				m.t.Fatalf("dropped a request of a live session %s", r.session)
+			if !ok || at+m.grace > m.now || e.Session != r.session {
+				m.t.Fatalf("dropped a request of a live session %s (event session %s)", r.session, e.Session)
+			}
+			if e.Held != r.granted {
+				m.t.Fatalf("dropped %s held=%v, model granted=%v", e.ID.Short(), e.Held, r.granted)
 			}
 			m.dropped[r.session] = true
 			m.del(e.ID)
@@ -157,8 +182,19 @@ func (m *model) check() {
 			m.t.Fatalf("request %s of a dropped session still live", r.id.Short())
 		}
 		li, ok := m.tab.Lookup(r.id)
-		if !ok || li.Granted != r.granted || (r.granted && li.Token != r.token) {
+		if !ok || li.Granted != r.granted || (r.granted && li.Token != r.token) || li.Session != r.session {
 			m.t.Fatalf("engine and model disagree on %s: %+v vs %+v", r.id.Short(), li, r)
+		}
+		if r.granted && li.Deadline != r.expires {
+			m.t.Fatalf("engine expiry of %s is %d, model %d", r.id.Short(), li.Deadline, r.expires)
+		}
+		// What the holder was told it holds is what the engine gives it.
+		same := len(li.Resources) == len(r.res)
+		for _, res := range li.Resources {
+			same = same && r.res[res]
+		}
+		if !same {
+			m.t.Fatalf("request %s holds or waits for %v in the engine, model %v", r.id.Short(), li.Resources, r.res)
 		}
 	}
 	if st := m.tab.Stats(); st.Live != len(m.reqs) {
@@ -180,11 +216,66 @@ func (m *model) check() {
 var (
 	modelResources = []string{"r0", "r1", "r2", "r3", "r4"}
 	modelSessions  = []string{"s0", "s1", "s2"}
-	modelOwners    = []string{"", "", "o1", "o2"}
+	modelOwners    = []string{"", "", "o1", "o2", anonOwner}
 )
 
+// modelTTL draws leases, short and long against the 40 ms grace (rapid's
+// integer ranges favour small values).
+var modelTTL = rapid.Custom(func(rt *rapid.T) time.Duration {
+	return time.Duration(rapid.SampledFrom([]int{1, 5, 15, 30, 45, 60, 90}).Draw(rt, "ms")) * time.Millisecond
+})
+
+// anonOwner is recorded with NoReentry, as a server records anonymous locks.
+const anonOwner = "*"
+
+func sameSet(set map[string]bool, res []string) bool {
+	n := 0
+	for r := range set {
+		if !slices.Contains(res, r) {
+			return false
+		}
+		n++
+	}
+	for _, r := range res {
+		if !set[r] {
+			return false
+		}
+	}
+	return n > 0
+}
+
+// TestModel runs short histories (-rapid.steps actions on average, 30 by
+// default).
 func TestModel(t *testing.T) {
-	rapid.Check(t, func(rt *rapid.T) {
+	rapid.Check(t, modelProp(0))
+}
+
+// modelLongRuns and modelLongSteps size TestModelLong: modelLongRuns runs of
+// rapid.Check, each of -rapid.checks histories (100 by default, a fifth with
+// -short) of exactly modelLongSteps actions. With the defaults that is 2 400
+// histories of 1 000 actions, about 25 s of CPU with -race.
+const (
+	modelLongRuns  = 24
+	modelLongSteps = 1000
+)
+
+// TestModelLong runs long histories, in parallel runs that each start from
+// their own random seed (or all from -rapid.seed). Long histories are what
+// found the two bugs of TestReleaseDoesNotTakeBackWhatItGranted and
+// TestDropSessionGrantsNothingToItself, the explicit regression cases.
+func TestModelLong(t *testing.T) {
+	for i := range modelLongRuns {
+		t.Run(fmt.Sprint("run", i), func(t *testing.T) {
+			t.Parallel()
+			rapid.Check(t, modelProp(modelLongSteps))
+		})
+	}
+}
+
+// modelProp returns the model property. steps > 0 runs exactly that many
+// actions; otherwise rapid's Repeat chooses (-rapid.steps on average).
+func modelProp(steps int) func(*rapid.T) {
+	return func(rt *rapid.T) {
 		seed := [32]byte{7}
 		m := &model{t: rt, now: 1000 * ms, grace: 40 * ms, detached: map[string]int64{}, dropped: map[string]bool{}}
 		tab, err := New(Config{Seed: &seed, SessionGrace: 40 * time.Millisecond, FirstToken: 100,
@@ -196,199 +287,359 @@ func TestModel(t *testing.T) {
 		for _, s := range modelSessions {
 			tab.Attach(m.now, s)
 		}
-		ids := func() []ID {
-			var out []ID
-			for _, r := range m.reqs {
-				out = append(out, r.id)
-			}
-			return append(out, ID{0xff})
+		actions := m.actions()
+		if steps <= 0 {
+			rt.Repeat(actions)
+			return
 		}
-		rt.Repeat(map[string]func(*rapid.T){
-			"lock": func(rt *rapid.T) {
-				tab.Advance(m.now)
-				m.apply()
-				sess := rapid.SampledFrom(modelSessions).Draw(rt, "session")
-				res := rapid.SliceOfN(rapid.SampledFrom(modelResources), 1, 4).Draw(rt, "resources")
-				req := Request{
-					Session:   sess,
-					Resources: res,
-					TTL:       time.Duration(rapid.IntRange(1, 60).Draw(rt, "ttl")) * time.Millisecond,
-					Timeout:   time.Duration(rapid.SampledFrom([]int{0, 0, 5, 20, 50}).Draw(rt, "timeout")) * time.Millisecond,
-					Tolerate:  rapid.SampledFrom([]int{0, 0, 0, 1, 2}).Draw(rt, "tolerate"),
-					Try:       rapid.Float64Range(0, 1).Draw(rt, "try") < 0.15,
-					Owner:     rapid.SampledFrom(modelOwners).Draw(rt, "owner"),
+		keys := make([]string, 0, len(actions))
+		for k := range actions {
+			if k != "" {
+				keys = append(keys, k)
+			}
+		}
+		slices.Sort(keys)
+		pick := rapid.SampledFrom(keys)
+		for range steps {
+			actions[pick.Draw(rt, "action")](rt)
+			m.check()
+		}
+	}
+}
+
+func (m *model) ids() []ID {
+	var out []ID
+	for _, r := range m.reqs {
+		out = append(out, r.id)
+	}
+	return append(out, ID{0xff})
+}
+
+func (m *model) actions() map[string]func(*rapid.T) {
+	tab := m.tab
+	return map[string]func(*rapid.T){
+		"lock": func(rt *rapid.T) {
+			tab.Advance(m.now)
+			m.apply()
+			sess := rapid.SampledFrom(modelSessions).Draw(rt, "session")
+			res := rapid.SliceOfN(rapid.SampledFrom(modelResources), 1, 4).Draw(rt, "resources")
+			req := Request{
+				Session:   sess,
+				Resources: res,
+				TTL:       modelTTL.Draw(rt, "ttl"),
+				Timeout:   time.Duration(rapid.SampledFrom([]int{0, 0, 5, 20, 50}).Draw(rt, "timeout")) * time.Millisecond,
+				Tolerate:  rapid.SampledFrom([]int{0, 0, 0, 1, 2}).Draw(rt, "tolerate"),
+				Try:       rapid.Float64Range(0, 1).Draw(rt, "try") < 0.15,
+				Owner:     rapid.SampledFrom(modelOwners).Draw(rt, "owner"),
+			}
+			req.NoReentry = req.Owner == anonOwner
+			m.lock(rt, &req)
+		},
+		"reenter": func(rt *rapid.T) {
+			// An owner asks again, from any session, for exactly what it
+			// holds: the lock is renewed and moves into that session.
+			tab.Advance(m.now)
+			m.apply()
+			p := m.pickOwned(rt)
+			if p == nil {
+				return
+			}
+			req := Request{
+				Session:   rapid.SampledFrom(modelSessions).Draw(rt, "session"),
+				Resources: m.resourcesOf(rt, p),
+				TTL:       modelTTL.Draw(rt, "ttl"),
+				Owner:     p.owner,
+			}
+			m.lock(rt, &req)
+		},
+		"renew": func(rt *rapid.T) {
+			tab.Advance(m.now)
+			m.apply()
+			owner := rapid.SampledFrom(modelOwners).Draw(rt, "owner")
+			res := rapid.SliceOfN(rapid.SampledFrom(modelResources), 1, 4).Draw(rt, "resources")
+			if p := m.pickOwned(rt); p != nil && rapid.Bool().Draw(rt, "held") {
+				owner, res = p.owner, m.resourcesOf(rt, p)
+			}
+			m.renew(rt, owner, res)
+		},
+		"unlock": func(rt *rapid.T) {
+			tab.Advance(m.now)
+			m.apply()
+			id := rapid.SampledFrom(m.ids()).Draw(rt, "id")
+			err := tab.Unlock(m.now, id)
+			if _, r := m.find(id); r != nil {
+				if err != nil {
+					rt.Fatalf("unlock: %v", err)
 				}
-				set := map[string]bool{}
-				for _, r := range res {
-					set[r] = true
+				m.del(id)
+			} else if !errors.Is(err, ErrNotFound) {
+				rt.Fatalf("unlock of unknown: %v", err)
+			}
+			m.apply()
+		},
+		"extend": func(rt *rapid.T) {
+			tab.Advance(m.now)
+			m.apply()
+			id := rapid.SampledFrom(m.ids()).Draw(rt, "id")
+			ttl := modelTTL.Draw(rt, "ttl")
+			exp, err := tab.Extend(m.now, id, ttl)
+			m.apply()
+			_, r := m.find(id)
+			switch {
+			case r == nil:
+				if !errors.Is(err, ErrNotFound) {
+					rt.Fatalf("extend unknown: %v", err)
 				}
-				g, err := tab.Lock(m.now, &req)
-				m.apply() // deadlines due before the request
-				var mine *mreq
-				busy, tooLong := false, false
-				for r := range set {
-					n := 0
-					for _, p := range m.reqs {
-						if p.res[r] {
-							n++
-							if req.Owner != "" && p.granted && p.owner == req.Owner {
-								mine = p
-							}
-						}
-					}
-					busy = busy || n > 0
-					tooLong = tooLong || (req.Tolerate > 0 && n > req.Tolerate)
+			case !r.granted:
+				if !errors.Is(err, ErrNotGranted) {
+					rt.Fatalf("extend waiting: %v", err)
 				}
-				switch {
-				case m.isDropped(sess):
-					if !errors.Is(err, ErrUnknownSession) {
-						rt.Fatalf("lock in dropped session: %v", err)
-					}
-				case mine != nil:
-					same := len(mine.res) == len(set)
-					for r := range set {
-						same = same && mine.res[r]
-					}
-					if same && (err != nil || !g.Renewed || g.ID != mine.id) {
-						rt.Fatalf("owner re-entry not renewed: %+v %v", g, err)
-					}
-					if same {
-						mine.expires = g.ExpiresAt
-						mine.session = sess
-					} else if err == nil {
-						rt.Fatalf("overlapping owner request accepted")
-					}
-				case req.Try && busy:
-					if !errors.Is(err, ErrBusy) {
-						rt.Fatalf("try on busy resources: %v", err)
-					}
-				case tooLong && !req.Try:
-					if !errors.Is(err, ErrTolerate) {
-						rt.Fatalf("tolerate: %v", err)
-					}
-				default:
-					if err != nil {
-						rt.Fatalf("lock refused: %v", err)
-					}
-					r := &mreq{id: g.ID, session: sess, owner: req.Owner, res: set}
-					m.reqs = append(m.reqs, r)
-					if g.Granted {
-						m.token(g.Token)
-						r.granted, r.token, r.expires = true, g.Token, g.ExpiresAt
-					} else if req.Timeout > 0 {
-						r.deadline = m.now + int64(req.Timeout)
-					}
+			default:
+				if err != nil || exp != m.now+int64(ttl) {
+					rt.Fatalf("extend = %d, %v", exp, err)
 				}
-			},
-			"unlock": func(rt *rapid.T) {
-				tab.Advance(m.now)
-				m.apply()
-				id := rapid.SampledFrom(ids()).Draw(rt, "id")
-				err := tab.Unlock(m.now, id)
-				if _, r := m.find(id); r != nil {
-					if err != nil {
-						rt.Fatalf("unlock: %v", err)
-					}
-					m.del(id)
-				} else if !errors.Is(err, ErrNotFound) {
-					rt.Fatalf("unlock of unknown: %v", err)
-				}
-				m.apply()
-			},
-			"extend": func(rt *rapid.T) {
-				tab.Advance(m.now)
-				m.apply()
-				id := rapid.SampledFrom(ids()).Draw(rt, "id")
-				ttl := time.Duration(rapid.IntRange(1, 60).Draw(rt, "ttl")) * time.Millisecond
-				exp, err := tab.Extend(m.now, id, ttl)
-				m.apply()
-				_, r := m.find(id)
-				switch {
-				case r == nil:
-					if !errors.Is(err, ErrNotFound) {
-						rt.Fatalf("extend unknown: %v", err)
-					}
-				case !r.granted:
-					if !errors.Is(err, ErrNotGranted) {
-						rt.Fatalf("extend waiting: %v", err)
-					}
-				default:
-					if err != nil || exp != m.now+int64(ttl) {
-						rt.Fatalf("extend = %d, %v", exp, err)
-					}
-					r.expires = exp
-				}
-			},
-			"advance": func(rt *rapid.T) {
-				m.now += int64(rapid.IntRange(1, 30).Draw(rt, "ms")) * ms
-				tab.Advance(m.now)
-			},
-			"detach": func(rt *rapid.T) {
-				tab.Advance(m.now)
-				m.apply()
-				s := rapid.SampledFrom(modelSessions).Draw(rt, "session")
-				tab.Detach(m.now, s)
-				m.apply()
-				if _, ok := m.detached[s]; !ok && !m.isDropped(s) {
-					m.detached[s] = m.now
-				}
-			},
-			"attach": func(rt *rapid.T) {
-				tab.Advance(m.now)
-				m.apply()
-				s := rapid.SampledFrom(modelSessions).Draw(rt, "session")
-				existed := tab.Attach(m.now, s)
-				m.apply()
-				if existed == m.isDropped(s) {
-					rt.Fatalf("attach(%s) existed=%v, dropped=%v", s, existed, m.dropped[s])
-				}
-				delete(m.detached, s)
-				delete(m.dropped, s)
-			},
-			"release": func(rt *rapid.T) {
-				tab.Advance(m.now)
-				m.apply()
-				owner := rapid.SampledFrom(modelOwners).Draw(rt, "owner")
-				res := rapid.SliceOfNDistinct(rapid.SampledFrom(modelResources), 1, 3, rapid.ID).Draw(rt, "resources")
-				ok := tab.Release(m.now, owner, res)
-				want := owner != ""
-				for _, r := range res {
-					var holder *mreq
-					for _, p := range m.reqs {
-						if p.granted && p.res[r] {
-							holder = p
-						}
-					}
-					if holder == nil || holder.owner != owner || owner == "" {
-						want = false
-						continue
-					}
-					if len(holder.res) > 1 {
-						delete(holder.res, r) // a lock left with none is reported as Released
-					}
-				}
-				m.apply()
-				if ok != want {
-					rt.Fatalf("release = %v, want %v", ok, want)
-				}
-			},
-			"releaseAll": func(rt *rapid.T) {
-				tab.Advance(m.now)
-				m.apply()
-				owner := rapid.SampledFrom(modelOwners).Draw(rt, "owner")
-				want := 0
+				r.expires = exp
+			}
+		},
+		"advance": func(rt *rapid.T) {
+			m.now += int64(rapid.IntRange(1, 30).Draw(rt, "ms")) * ms
+			tab.Advance(m.now)
+		},
+		"detach": func(rt *rapid.T) {
+			tab.Advance(m.now)
+			m.apply()
+			s := rapid.SampledFrom(modelSessions).Draw(rt, "session")
+			tab.Detach(m.now, s)
+			m.apply()
+			if _, ok := m.detached[s]; !ok && !m.isDropped(s) {
+				m.detached[s] = m.now
+			}
+		},
+		"attach": func(rt *rapid.T) {
+			tab.Advance(m.now)
+			m.apply()
+			s := rapid.SampledFrom(modelSessions).Draw(rt, "session")
+			existed := tab.Attach(m.now, s)
+			m.apply()
+			if existed == m.isDropped(s) {
+				rt.Fatalf("attach(%s) existed=%v, dropped=%v", s, existed, m.dropped[s])
+			}
+			delete(m.detached, s)
+			delete(m.dropped, s)
+		},
+		"release": func(rt *rapid.T) {
+			tab.Advance(m.now)
+			m.apply()
+			owner := rapid.SampledFrom(modelOwners).Draw(rt, "owner")
+			res := rapid.SliceOfN(rapid.SampledFrom(modelResources), 1, 3).Draw(rt, "resources")
+			if p := m.pickOwned(rt); p != nil && rapid.Bool().Draw(rt, "held") {
+				// Some of what an owner holds, and maybe more.
+				owner = p.owner
+				res = append(m.resourcesOf(rt, p)[:rapid.IntRange(1, len(p.res)).Draw(rt, "n")], res[:rapid.IntRange(0, 1).Draw(rt, "more")]...)
+			}
+			// What the owner holds when it calls, and so what it gives up.
+			want := owner != ""
+			cut := map[*mreq]map[string]bool{}
+			for _, r := range res {
+				var holder *mreq
 				for _, p := range m.reqs {
-					if owner != "" && p.owner == owner && p.granted {
-						want++
+					if p.granted && p.res[r] {
+						holder = p
 					}
 				}
-				n := tab.ReleaseAll(m.now, owner)
-				m.apply()
-				if n != want {
-					rt.Fatalf("releaseAll = %d, want %d", n, want)
+				if holder == nil || holder.owner != owner || owner == "" {
+					want = false
+					continue
 				}
-			},
-			"": func(rt *rapid.T) { m.check() },
-		})
-	})
+				if cut[holder] == nil {
+					cut[holder] = map[string]bool{}
+				}
+				cut[holder][r] = true
+			}
+			m.expect = map[ID]bool{}
+			for h, rs := range cut {
+				partial := len(rs) < len(h.res)
+				m.expect[h.id] = partial
+				if partial {
+					for r := range rs {
+						delete(h.res, r)
+					}
+				}
+			}
+			ok := tab.Release(m.now, owner, res)
+			m.apply()
+			if len(m.expect) != 0 {
+				rt.Fatalf("release did not report %v", m.expect)
+			}
+			m.expect = nil
+			if ok != want {
+				rt.Fatalf("release = %v, want %v", ok, want)
+			}
+		},
+		"releaseAll": func(rt *rapid.T) {
+			tab.Advance(m.now)
+			m.apply()
+			owner := rapid.SampledFrom(modelOwners).Draw(rt, "owner")
+			m.expect = map[ID]bool{}
+			for _, p := range m.reqs {
+				if owner != "" && p.owner == owner && p.granted {
+					m.expect[p.id] = false
+				}
+			}
+			want := len(m.expect)
+			n := tab.ReleaseAll(m.now, owner)
+			m.apply()
+			if n != want || len(m.expect) != 0 {
+				rt.Fatalf("releaseAll = %d, want %d; not reported: %v", n, want, m.expect)
+			}
+			m.expect = nil
+		},
+		"": func(rt *rapid.T) { m.check() },
+	}
+}
+
+// pickOwned returns a granted request with an owner (re-entrant or not), or
+// nil if there is none.
+func (m *model) pickOwned(rt *rapid.T) *mreq {
+	var owned []*mreq
+	for _, p := range m.reqs {
+		if p.granted && p.owner != "" {
+			owned = append(owned, p)
+		}
+	}
+	if len(owned) == 0 {
+		return nil
+	}
+	return rapid.SampledFrom(owned).Draw(rt, "owned")
+}
+
+// resourcesOf returns p's resources in a drawn order, one maybe twice.
+func (m *model) resourcesOf(rt *rapid.T, p *mreq) []string {
+	var res []string
+	for r := range p.res {
+		res = append(res, r)
+	}
+	slices.Sort(res)
+	res = rapid.Permutation(res).Draw(rt, "order")
+	if rapid.IntRange(0, 3).Draw(rt, "dup") == 0 {
+		res = append(res, res[0])
+	}
+	return res
+}
+
+// renew runs Renew on the engine and checks and applies its answer.
+func (m *model) renew(rt *rapid.T, owner string, res []string) {
+	tab := m.tab
+	ttl := modelTTL.Draw(rt, "ttl")
+	lastToken := tab.LastToken()
+	g, err := tab.Renew(m.now, owner, res, ttl)
+	m.apply()
+	if tab.LastToken() != lastToken {
+		rt.Fatalf("renew used a token")
+	}
+	var want *mreq
+	for _, p := range m.reqs {
+		if owner != "" && p.granted && p.owner == owner && !p.noReentry && sameSet(p.res, res) {
+			want = p
+		}
+	}
+	switch {
+	case owner == "":
+		if !errors.Is(err, ErrInvalidOwner) {
+			rt.Fatalf("renew without owner: %v", err)
+		}
+	case want == nil:
+		if !errors.Is(err, ErrNotFound) {
+			rt.Fatalf("renew of %s %v that the owner does not hold: %+v %v", owner, res, g, err)
+		}
+	default:
+		if err != nil || g.ID != want.id || !g.Granted || !g.Renewed || g.Token != want.token || g.ExpiresAt != m.now+int64(ttl) {
+			rt.Fatalf("renew = %+v %v, want %s renewed", g, err, want.id.Short())
+		}
+		want.expires = g.ExpiresAt
+	}
+}
+
+// lock runs Lock(req) on the engine and checks and applies its answer.
+func (m *model) lock(rt *rapid.T, req *Request) {
+	tab, sess, res := m.tab, req.Session, req.Resources
+	set := map[string]bool{}
+	for _, r := range res {
+		set[r] = true
+	}
+	lastToken := tab.LastToken()
+	g, err := tab.Lock(m.now, req)
+	m.apply() // deadlines due before the request
+	var mine *mreq
+	busy, tooLong := "", "" // the first busy resource, the first with too long a queue
+	for _, r := range res {
+		n := 0
+		for _, p := range m.reqs {
+			if p.res[r] {
+				n++
+				if req.Owner != "" && !req.NoReentry && p.granted && p.owner == req.Owner {
+					mine = p
+				}
+			}
+		}
+		if busy == "" && n > 0 {
+			busy = r
+		}
+		if tooLong == "" && req.Tolerate > 0 && n > req.Tolerate {
+			tooLong = r
+		}
+	}
+	var re *ResourceError
+	if err != nil && (errors.Is(err, ErrBusy) || errors.Is(err, ErrTolerate) || errors.Is(err, ErrOwnerConflict)) {
+		if !errors.As(err, &re) || !slices.Contains(res, re.Resource) {
+			rt.Fatalf("refusal %v does not name a resource of %v", err, res)
+		}
+	}
+	switch {
+	case m.isDropped(sess):
+		if !errors.Is(err, ErrUnknownSession) {
+			rt.Fatalf("lock in dropped session: %v", err)
+		}
+	case mine != nil:
+		if sameSet(mine.res, res) {
+			if err != nil || !g.Renewed || g.ID != mine.id || g.Token != mine.token || g.ExpiresAt != m.now+int64(req.TTL) {
+				rt.Fatalf("owner re-entry not renewed: %+v %v", g, err)
+			}
+			if tab.LastToken() != lastToken {
+				rt.Fatalf("re-entry used a token")
+			}
+			mine.expires = g.ExpiresAt
+			mine.session = sess
+		} else if err == nil {
+			rt.Fatalf("overlapping owner request accepted")
+		} else if errors.Is(err, ErrOwnerConflict) {
+			held := false
+			for _, p := range m.reqs {
+				held = held || (p.granted && p.owner == req.Owner && p.res[re.Resource])
+			}
+			if !held {
+				rt.Fatalf("owner conflict names %s, which the owner does not hold", re.Resource)
+			}
+		}
+	case req.Try && busy != "":
+		if !errors.Is(err, ErrBusy) || re.Resource != busy {
+			rt.Fatalf("try on busy resources: %v, want busy %s", err, busy)
+		}
+	case tooLong != "" && !req.Try:
+		if !errors.Is(err, ErrTolerate) || re.Resource != tooLong {
+			rt.Fatalf("tolerate: %v, want %s", err, tooLong)
+		}
+	default:
+		if err != nil {
+			rt.Fatalf("lock refused: %v", err)
+		}
+		r := &mreq{id: g.ID, session: sess, owner: req.Owner, noReentry: req.NoReentry, res: set}
+		m.reqs = append(m.reqs, r)
+		if g.Granted {
+			m.token(g.Token)
+			r.granted, r.token, r.expires = true, g.Token, g.ExpiresAt
+		} else if req.Timeout > 0 {
+			r.deadline = m.now + int64(req.Timeout)
+		}
+	}
 }

@@ -89,10 +89,13 @@ const (
 	TimedOut
 	// Expired: a granted lock passed its expiry and was removed.
 	Expired
-	// Released: a granted lock was removed by Release or ReleaseAll.
+	// Released: a granted lock was removed by Release or ReleaseAll; or,
+	// with Partial set, a Release took some of its resources and the lock
+	// lives on holding the rest.
 	Released
 	// Dropped: a request was removed because its session's grace period
-	// ended. Held is true if it was granted.
+	// ended. Held is true if it was granted. A dropped session is never
+	// granted anything while it is being dropped.
 	Dropped
 	// SessionClosed: a session's grace period ended; its requests have been
 	// reported as Dropped. Only Session is set.
@@ -117,6 +120,10 @@ type Event struct {
 	Token     uint64 // fencing token of a granted lock (Granted, Expired, Released, Dropped held)
 	ExpiresAt int64  // expiry (ns) of a Granted lock
 	Held      bool   // Dropped: whether the request was granted
+	// Partial (Released only): the lock lost some of its resources and is
+	// still live, holding the rest under the same ID and token. Its holder
+	// no longer holds everything it was granted.
+	Partial bool
 }
 
 // Request is one lock request.
@@ -140,7 +147,8 @@ type Request struct {
 	// ReleaseAll find locks by owner.
 	Owner string
 	// NoReentry records Owner for Release and ReleaseAll but turns re-entry
-	// off: asking again queues (or, with Try, is refused) like anyone else.
+	// off: asking again queues (or, with Try, is refused) like anyone else,
+	// and Renew does not find the lock.
 	NoReentry bool
 }
 
@@ -148,7 +156,7 @@ type Request struct {
 type Grant struct {
 	ID        ID
 	Granted   bool   // granted at once (otherwise waiting)
-	Renewed   bool   // an owner's existing lock was renewed; ID is that lock's
+	Renewed   bool   // an owner's existing lock was renewed (re-entry or Renew); ID is that lock's
 	Token     uint64 // fencing token, when Granted
 	ExpiresAt int64  // expiry in ns, when Granted
 }
@@ -161,8 +169,8 @@ type Stats struct {
 	TimedOut    uint64
 	Expired     uint64
 	Unlocked    uint64 // successful unlocks and releases
-	Extended    uint64
-	ExtendFails uint64
+	Extended    uint64 // successful Extend and Renew calls
+	ExtendFails uint64 // failed Extend and Renew calls
 	Dropped     uint64 // requests removed with their session
 	Live        int    // live requests (held and waiting)
 	Held        int    // granted locks
@@ -174,6 +182,12 @@ type Stats struct {
 const (
 	stateWaiting uint8 = iota
 	stateGranted
+)
+
+// lock.flags bits.
+const (
+	flagNoReentry uint8 = 1 << iota // Request.NoReentry: Renew does not find the lock
+	flagCut                         // Release: the lock already lost resources in this call
 )
 
 type node struct {
@@ -198,6 +212,7 @@ type lock struct {
 	waiting  int32 // queues where this request is not at the head yet
 	live     int32 // nodes still queued
 	state    uint8
+	flags    uint8
 	sess     *session
 	sprev    *lock // session list
 	snext    *lock
@@ -245,6 +260,21 @@ type Table struct {
 	free     []*queue
 	stats    Stats
 	now      int64 // the latest time seen; time never runs backwards
+
+	// While deferring is set, a request that becomes grantable is put in
+	// ready instead of being granted; flushGrants grants the ones still
+	// live. Release, ReleaseAll and dropSession defer so that nothing they
+	// grant is taken back, or dropped, by the same call.
+	deferring bool
+	ready     []readyLock
+	cut       []*node // Release's scratch list
+}
+
+// readyLock is a request that became grantable while grants were deferred.
+// id tells whether l is still the same live request when the grants run.
+type readyLock struct {
+	l  *lock
+	id ID
 }
 
 // New returns an empty Table.
@@ -301,7 +331,7 @@ func (t *Table) emit(e Event) {
 // Attach attaches session id, creating it if it is new, and stops its grace
 // clock if it was detached. It reports whether the session already existed.
 func (t *Table) Attach(now int64, id string) (existed bool) {
-	now = t.advance(now)
+	t.advance(now)
 	if s, ok := t.sessions[id]; ok {
 		if s.hidx >= 0 {
 			t.heap.remove(int(s.hidx))
@@ -314,8 +344,10 @@ func (t *Table) Attach(now int64, id string) (existed bool) {
 }
 
 // Detach starts session id's grace clock. At now + SessionGrace, unless it is
-// attached again, all of its requests are dropped. Detaching an unknown or
-// detached session does nothing.
+// attached again, all of its requests are dropped (each reported as Dropped,
+// then SessionClosed); none of them is granted on the way out, and only then
+// are other sessions' waiters granted. Detaching an unknown or detached
+// session does nothing.
 func (t *Table) Detach(now int64, id string) {
 	now = t.advance(now)
 	s, ok := t.sessions[id]
@@ -337,7 +369,10 @@ func (t *Table) HasSession(id string) bool {
 	return ok
 }
 
+// dropSession removes every request of s, then grants what became grantable,
+// so that none of s's own waiters is granted on the way out.
 func (t *Table) dropSession(s *session) {
+	t.deferring = true
 	for s.head != nil {
 		l := s.head
 		t.stats.Dropped++
@@ -348,6 +383,7 @@ func (t *Table) dropSession(s *session) {
 		t.heap.remove(int(s.hidx))
 	}
 	delete(t.sessions, s.id)
+	t.flushGrants()
 	t.emit(Event{Kind: SessionClosed, Session: s.id})
 }
 
@@ -377,19 +413,53 @@ func (s *session) del(l *lock) {
 
 // ---- validation ----
 
-func (t *Table) validName(s string) bool {
-	if len(s) == 0 || len(s) > t.maxName {
-		return false
+// CheckName is the rule for resource names: not empty, no space, no '|', and
+// at most maxLen bytes (no length limit if maxLen <= 0). It returns
+// ErrInvalidResource, unwrapped, for a name that breaks the rule, and nil
+// otherwise. It does not allocate.
+func CheckName(name string, maxLen int) error {
+	if name == "" || (maxLen > 0 && len(name) > maxLen) ||
+		strings.IndexByte(name, ' ') >= 0 || strings.IndexByte(name, '|') >= 0 {
+		return ErrInvalidResource
 	}
-	return strings.IndexByte(s, ' ') < 0 && strings.IndexByte(s, '|') < 0
+	return nil
+}
+
+// checkOwner reports whether owner is a valid owner name (the empty owner
+// included).
+func (t *Table) checkOwner(owner string) bool {
+	return len(owner) <= t.maxName && strings.IndexByte(owner, ' ') < 0
+}
+
+// distinct returns the number of distinct names in res. It costs O(k²),
+// k <= MaxResources, and does not allocate.
+func distinct(res []string) int {
+	n := 0
+	for i, r := range res {
+		dup := false
+		for _, p := range res[:i] {
+			if p == r {
+				dup = true
+				break
+			}
+		}
+		if !dup {
+			n++
+		}
+	}
+	return n
 }
 
 // ---- lock ----
 
 // Lock enqueues req. It returns ErrTolerate or ErrBusy when the request is
-// refused for its queues, and one of the validation errors when it is
-// malformed; in both cases nothing changes. A request granted at once is
-// reported in the returned Grant only, not through OnEvent.
+// refused for its queues, ErrOwnerConflict when req.Owner already holds an
+// overlapping but different set, and one of the validation errors when it is
+// malformed; in every case nothing changes. ErrBusy, ErrTolerate and
+// ErrOwnerConflict come as a *ResourceError that names the first resource of
+// req (in request order) that is busy, whose queue is too long, or that the
+// owner already holds; errors.Is matches the sentinel. A request granted at
+// once is reported in the returned Grant only, not through OnEvent.
 func (t *Table) Lock(now int64, req *Request) (Grant, error) {
 	now = t.advance(now)
 	s, ok := t.sessions[req.Session]
@@ -412,22 +482,25 @@ func (t *Table) Lock(now int64, req *Request) (Grant, error) {
 	if req.Tolerate < 0 {
 		return Grant{}, ErrInvalidTolerate
 	}
-	if req.Owner != "" && (len(req.Owner) > t.maxName || strings.IndexByte(req.Owner, ' ') >= 0) {
+	if !t.checkOwner(req.Owner) {
 		return Grant{}, ErrInvalidOwner
 	}
 	var mine *lock   // the owner's lock found at the head of a queue
+	var mineRes int  // index in req.Resources of the first resource mine holds
 	foreign := false // some resource is not held by mine
-	for _, r := range req.Resources {
-		if !t.validName(r) {
-			return Grant{}, ErrInvalidResource
+	for i, r := range req.Resources {
+		if err := CheckName(r, t.maxName); err != nil {
+			return Grant{}, err
 		}
 		q := t.queues[r]
 		if req.Owner != "" && !req.NoReentry && q != nil {
 			if h := q.head.l; h.state == stateGranted && h.owner == req.Owner {
 				if mine != nil && mine != h {
-					return Grant{}, ErrOwnerConflict
+					return Grant{}, &ResourceError{Err: ErrOwnerConflict, Resource: r}
 				}
-				mine = h
+				if mine == nil {
+					mine, mineRes = h, i
+				}
 				continue
 			}
 		}
@@ -437,21 +510,21 @@ func (t *Table) Lock(now int64, req *Request) (Grant, error) {
 		}
 		if req.Try {
 			t.stats.Refused++
-			return Grant{}, ErrBusy
+			return Grant{}, &ResourceError{Err: ErrBusy, Resource: r}
 		}
 		if req.Tolerate > 0 && q.n > req.Tolerate {
 			t.stats.Refused++
-			return Grant{}, ErrTolerate
+			return Grant{}, &ResourceError{Err: ErrTolerate, Resource: r}
 		}
 		if q.n >= t.maxQueue {
 			return Grant{}, ErrQueueFull
 		}
 	}
 	if mine != nil && foreign {
-		return Grant{}, ErrOwnerConflict
+		return Grant{}, &ResourceError{Err: ErrOwnerConflict, Resource: req.Resources[mineRes]}
 	}
 	if mine != nil {
-		return t.renew(now, s, mine, req)
+		return t.reenter(now, s, mine, req)
 	}
 	if s.n >= t.maxPerSess {
 		return Grant{}, ErrSessionLimit
@@ -459,6 +532,9 @@ func (t *Table) Lock(now int64, req *Request) (Grant, error) {
 
 	l := t.newLock(k)
 	l.ttl, l.created, l.owner = req.TTL, now, req.Owner
+	if req.NoReentry {
+		l.flags = flagNoReentry
+	}
 	for i, r := range req.Resources {
 		q := t.queues[r]
 		if q == nil {
@@ -490,24 +566,12 @@ func (t *Table) Lock(now int64, req *Request) (Grant, error) {
 	return Grant{ID: l.id}, nil
 }
 
-// renew handles an owner asking again for a lock it holds.
-func (t *Table) renew(now int64, s *session, l *lock, req *Request) (Grant, error) {
+// reenter handles an owner asking again, through Lock, for a lock it holds:
+// the lock is renewed and moves into req's session.
+func (t *Table) reenter(now int64, s *session, l *lock, req *Request) (Grant, error) {
 	// Every resource of req is held by l; the request must name all of them.
-	distinct := 0
-	for i, r := range req.Resources {
-		dup := false
-		for _, p := range req.Resources[:i] {
-			if p == r {
-				dup = true
-				break
-			}
-		}
-		if !dup {
-			distinct++
-		}
-	}
-	if distinct != int(l.live) {
-		return Grant{}, ErrOwnerConflict
+	if distinct(req.Resources) != int(l.live) {
+		return Grant{}, &ResourceError{Err: ErrOwnerConflict, Resource: req.Resources[0]}
 	}
 	if l.sess != s {
 		if s.n >= t.maxPerSess {
@@ -640,7 +704,7 @@ func (t *Table) Extend(now int64, id ID, ttl time.Duration) (int64, error) {
 // becomes grantable. It returns ErrNotFound for an unknown id. Unlocking a
 // waiting request reports nothing to its session.
 func (t *Table) Unlock(now int64, id ID) error {
-	now = t.advance(now)
+	t.advance(now)
 	l := t.lookup(id)
 	if l == nil {
 		return ErrNotFound
@@ -650,41 +714,130 @@ func (t *Table) Unlock(now int64, id ID) error {
 	return nil
 }
 
-// Release releases, for each named resource, the owner's lock on it. It
-// reports true only if every resource was held by owner. Resources held by
-// another owner, or only waited for, are left alone. Releasing some resources
-// of a multi-resource lock leaves it holding the rest; a lock left with none is
-// removed and reported as Released.
-func (t *Table) Release(now int64, owner string, resources []string) bool {
+// Renew renews, by owner, the granted lock of owner whose resources are
+// exactly resources (duplicates folded, in any order): its expiry becomes
+// now + ttl. The lock keeps its ID and token and stays in its session; no
+// token is used. It returns ErrInvalidOwner (empty owner too),
+// ErrInvalidResource, ErrTooManyResources or ErrInvalidTTL for a malformed
+// call, and ErrNotFound if owner holds no such lock: also when its lock holds
+// more or fewer resources (after a partial Release it holds only the rest,
+// and only exactly the rest is found), when the lock is still waiting, and
+// when it was taken with Request.NoReentry. It costs O(k² + log n), k the
+// number of resources.
+func (t *Table) Renew(now int64, owner string, resources []string, ttl time.Duration) (Grant, error) {
 	now = t.advance(now)
-	all := len(resources) > 0 && owner != ""
+	switch {
+	case owner == "" || !t.checkOwner(owner):
+		return Grant{}, ErrInvalidOwner
+	case len(resources) == 0:
+		return Grant{}, ErrInvalidResource
+	case len(resources) > t.maxRes:
+		return Grant{}, ErrTooManyResources
+	case ttl <= 0 || ttl > t.maxTTL:
+		return Grant{}, ErrInvalidTTL
+	}
+	for _, r := range resources {
+		if err := CheckName(r, t.maxName); err != nil {
+			return Grant{}, err
+		}
+	}
+	l := t.ownerLock(owner, resources)
+	if l == nil {
+		t.stats.ExtendFails++
+		return Grant{}, ErrNotFound
+	}
+	l.ttl = ttl
+	l.deadline = now + int64(ttl)
+	t.heap[l.hidx].at = l.deadline
+	t.heap.fix(int(l.hidx))
+	t.stats.Extended++
+	return Grant{ID: l.id, Granted: true, Renewed: true, Token: l.token, ExpiresAt: l.deadline}, nil
+}
+
+// ownerLock returns owner's granted, re-entrant lock that holds exactly
+// resources, or nil.
+func (t *Table) ownerLock(owner string, resources []string) *lock {
+	q := t.queues[resources[0]]
+	if q == nil {
+		return nil
+	}
+	l := q.head.l
+	if l.state != stateGranted || l.owner != owner || l.flags&flagNoReentry != 0 {
+		return nil
+	}
+	for _, r := range resources[1:] {
+		if q := t.queues[r]; q == nil || q.head.l != l {
+			return nil
+		}
+	}
+	if distinct(resources) != int(l.live) {
+		return nil
+	}
+	return l
+}
+
+// Release releases, for each named resource, the owner's granted lock on it.
+// It reports true only if every resource was held by owner when it was
+// called. Resources held by another owner, or only waited for, are left
+// alone; a name given twice counts once. Releasing some resources of a
+// multi-resource lock leaves it holding the rest and reports it as Released
+// with Partial set; a lock left with none is removed and reported as
+// Released. Waiters are granted only after everything named has been
+// released, so no lock granted by this call is released by it.
+func (t *Table) Release(now int64, owner string, resources []string) bool {
+	t.advance(now)
+	if owner == "" || len(resources) == 0 {
+		return false
+	}
+	all := true
+	cut := t.cut[:0]
 	for _, r := range resources {
 		q := t.queues[r]
-		if owner == "" || q == nil || q.head.l.state != stateGranted || q.head.l.owner != owner {
+		if q == nil || q.head.l.state != stateGranted || q.head.l.owner != owner {
 			all = false
 			continue
 		}
-		l := q.head.l
-		if l.live == 1 {
-			t.stats.Unlocked++
-			t.emit(Event{Kind: Released, ID: l.id, Session: l.sess.id, Owner: l.owner, Token: l.token})
-			t.remove(l)
-			continue
-		}
-		t.unqueue(q.head)
-		l.live--
+		cut = append(cut, q.head)
 	}
+	t.deferring = true
+	for _, n := range cut {
+		if n.q == nil {
+			continue // named twice
+		}
+		l := n.l
+		t.unqueue(n)
+		l.live--
+		l.flags |= flagCut
+	}
+	for _, n := range cut {
+		l := n.l
+		if l == nil || l.flags&flagCut == 0 {
+			continue // removed, or reported already
+		}
+		l.flags &^= flagCut
+		t.emit(Event{Kind: Released, ID: l.id, Session: l.sess.id, Owner: l.owner, Token: l.token, Partial: l.live > 0})
+		if l.live == 0 {
+			t.stats.Unlocked++
+			t.remove(l)
+		}
+	}
+	clear(cut)
+	t.cut = cut[:0]
+	t.flushGrants()
 	return all
 }
 
 // ReleaseAll releases every granted lock of owner, reporting each as Released,
-// and returns how many it released. Waiting requests of owner stay queued.
+// and returns how many it released. Waiting requests of owner stay queued,
+// even those that the release lets through: they are granted after the
+// releases, and stay granted.
 func (t *Table) ReleaseAll(now int64, owner string) int {
-	now = t.advance(now)
+	t.advance(now)
 	ol := t.owners[owner]
 	if ol == nil || owner == "" {
 		return 0
 	}
+	t.deferring = true
 	n := 0
 	for l := ol.head; l != nil; {
 		next := l.onext
@@ -696,7 +849,21 @@ func (t *Table) ReleaseAll(now int64, owner string) int {
 		}
 		l = next
 	}
+	t.flushGrants()
 	return n
+}
+
+// flushGrants ends deferring and grants, in the order they became
+// grantable, the deferred requests that are still live and waiting.
+func (t *Table) flushGrants() {
+	t.deferring = false
+	for i, r := range t.ready {
+		t.ready[i] = readyLock{}
+		if l := r.l; t.lookup(r.id) == l && l.state == stateWaiting && l.waiting == 0 {
+			t.grantEmit(l)
+		}
+	}
+	t.ready = t.ready[:0]
 }
 
 // remove deletes l everywhere and grants what becomes grantable.
@@ -721,7 +888,8 @@ func (t *Table) remove(l *lock) {
 }
 
 // unqueue unlinks n from its queue; if that exposes a new head whose request
-// then heads all its queues, it is granted.
+// then heads all its queues, it is granted (or, while deferring, put in
+// ready).
 func (t *Table) unqueue(n *node) {
 	q := n.q
 	wasHead := q.head == n
@@ -736,10 +904,19 @@ func (t *Table) unqueue(n *node) {
 		h := q.head.l
 		h.waiting--
 		if h.waiting == 0 {
-			t.grant(t.now, h)
-			t.emit(Event{Kind: Granted, ID: h.id, Session: h.sess.id, Owner: h.owner, Token: h.token, ExpiresAt: h.deadline})
+			if t.deferring {
+				t.ready = append(t.ready, readyLock{l: h, id: h.id})
+				return
+			}
+			t.grantEmit(h)
 		}
 	}
+}
+
+// grantEmit grants the waiting request l at t.now and reports it.
+func (t *Table) grantEmit(l *lock) {
+	t.grant(t.now, l)
+	t.emit(Event{Kind: Granted, ID: l.id, Session: l.sess.id, Owner: l.owner, Token: l.token, ExpiresAt: l.deadline})
 }
 
 // ---- time ----

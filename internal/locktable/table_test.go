@@ -445,6 +445,10 @@ func TestOwnerReentryRenews(t *testing.T) {
 	if !errors.Is(err, ErrOwnerConflict) {
 		t.Fatalf("subset re-entry: %v", err)
 	}
+	var re *ResourceError
+	if !errors.As(err, &re) || re.Resource != "a" {
+		t.Fatalf("subset re-entry must name the resource the owner holds: %v", err)
+	}
 	_, err = h.tab.Lock(h.now, &Request{Session: "s1", Resources: []string{"a", "b", "c"}, TTL: time.Second, Owner: "o1"})
 	if !errors.Is(err, ErrOwnerConflict) {
 		t.Fatalf("superset re-entry: %v", err)
@@ -468,7 +472,10 @@ func TestReleaseByOwner(t *testing.T) {
 	if !h.tab.Release(h.now, "o1", []string{"a"}) {
 		t.Fatal("owner release of a held resource")
 	}
-	if got := h.take(names); !slices.Equal(got, []string{"granted:w"}) {
+	if len(h.events) == 0 || !h.events[0].Partial || h.events[0].Token != g.Token {
+		t.Fatalf("a partial release must be reported as such: %+v", h.events)
+	}
+	if got := h.take(names); !slices.Equal(got, []string{"released:g", "granted:w"}) {
 		t.Fatalf("events = %v", got)
 	}
 	if !h.granted(g.ID) {
@@ -476,6 +483,9 @@ func TestReleaseByOwner(t *testing.T) {
 	}
 	if h.tab.Release(h.now, "o1", []string{"a", "b"}) {
 		t.Fatal("a is no longer o1's: release must report false")
+	}
+	if len(h.events) != 1 || h.events[0].Partial {
+		t.Fatalf("the release of the rest must be a full release: %+v", h.events)
 	}
 	if got := h.take(names); !slices.Equal(got, []string{"released:g"}) {
 		t.Fatalf("events = %v", got)
