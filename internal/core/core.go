@@ -1,0 +1,242 @@
+package core
+
+import (
+	"sync"
+	"time"
+
+	"github.com/mlock-dev/mlock/internal/locktable"
+)
+
+// Config configures a Core. The zero value is valid.
+type Config struct {
+	// Engine configures the lock table: limits, session grace, first token,
+	// seed. Its OnEvent is ignored: the core collects the events itself and
+	// hands them to OnBatch.
+	Engine EngineConfig
+	// Clock is the source of time and timers. Nil means SystemClock().
+	Clock Clock
+	// OnBatch, if set, runs at the end of every batch (commands or a timer
+	// tick), under the core's lock, with the events of that batch in the
+	// order they happened. The slice is reused: do not keep it. OnBatch may
+	// call tx's read methods, never Apply, and must not call the Core.
+	OnBatch func(tx *Tx, events []Event)
+}
+
+// Core is the lock service: the engine, the clock, the one deadline timer
+// and the fan-out of events. Commands go in through Batch (or Apply); what
+// they cause for other requests comes out through Config.OnBatch. It is safe
+// for concurrent use: batches run one at a time.
+type Core struct {
+	clock   Clock
+	onBatch func(*Tx, []Event)
+
+	mu      sync.Mutex
+	tab     *locktable.Table // guarded by mu
+	tx      Tx               // guarded by mu: the transaction of the running batch
+	events  []Event          // guarded by mu: events of the running batch
+	now     int64            // guarded by mu: time of the latest batch
+	timer   Timer            // guarded by mu: nil until first armed
+	timerAt int64            // guarded by mu: when timer fires, 0 if not armed
+	closed  bool             // guarded by mu
+}
+
+// New returns a Core with an empty lock table. It returns the engine's
+// configuration error, if any.
+func New(cfg Config) (*Core, error) {
+	c := &Core{clock: cfg.Clock, onBatch: cfg.OnBatch}
+	if c.clock == nil {
+		c.clock = SystemClock()
+	}
+	ecfg := cfg.Engine
+	ecfg.OnEvent = c.onEvent
+	tab, err := locktable.New(ecfg)
+	if err != nil {
+		return nil, err
+	}
+	c.tab = tab
+	c.tx.c = c
+	return c, nil
+}
+
+// onEvent collects the engine's events. It runs under mu.
+func (c *Core) onEvent(e Event) { c.events = append(c.events, e) }
+
+// Batch runs fn under the core's lock with a Tx whose time is read once
+// from the clock (never earlier than the previous batch's), then calls
+// OnBatch with the events of the batch and arms the deadline timer. fn must
+// not call the Core (that deadlocks) and must not keep tx.
+func (c *Core) Batch(fn func(tx *Tx)) {
+	c.mu.Lock()
+	c.beginLocked(c.clock.Now())
+	fn(&c.tx)
+	c.endLocked()
+	c.mu.Unlock()
+}
+
+// BatchAt is Batch at time now (Unix ns) instead of the clock's: the
+// deterministic form for a replicated log, where every replica applies the
+// same commands at the same time. A now earlier than the previous batch's is
+// raised to it, so time never runs backwards.
+func (c *Core) BatchAt(now int64, fn func(tx *Tx)) {
+	c.mu.Lock()
+	c.beginLocked(now)
+	fn(&c.tx)
+	c.endLocked()
+	c.mu.Unlock()
+}
+
+// Apply runs one command in a batch of its own and returns its result.
+func (c *Core) Apply(cmd *Command) Result {
+	c.mu.Lock()
+	c.beginLocked(c.clock.Now())
+	r := c.tx.Apply(cmd)
+	c.endLocked()
+	c.mu.Unlock()
+	return r
+}
+
+// Close stops the deadline timer: expiries, wait timeouts and grace periods
+// are then processed only by later batches, which still work. Close is
+// idempotent.
+func (c *Core) Close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closed = true
+	c.timerAt = 0
+	if c.timer != nil {
+		c.timer.Stop()
+	}
+}
+
+// Armed reports when the deadline timer will fire (Unix ns), or false if it
+// is not armed. For inspection and tests.
+func (c *Core) Armed() (int64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.timerAt, c.timerAt != 0
+}
+
+func (c *Core) beginLocked(now int64) {
+	if now < c.now {
+		now = c.now
+	}
+	c.now = now
+	c.tx.now = now
+}
+
+// endLocked hands the batch's events to OnBatch and arms the timer at the
+// next deadline if that is earlier than the one armed.
+func (c *Core) endLocked() {
+	if c.onBatch != nil {
+		c.tx.ending = true
+		c.onBatch(&c.tx, c.events)
+		c.tx.ending = false
+	}
+	clear(c.events)
+	c.events = c.events[:0]
+	at, ok := c.tab.NextDeadline()
+	if !ok || c.closed || (c.timerAt != 0 && at >= c.timerAt) {
+		return
+	}
+	c.timerAt = at
+	d := time.Duration(at - c.clock.Now())
+	if c.timer == nil {
+		c.timer = c.clock.AfterFunc(d, c.fire)
+	} else {
+		c.timer.Reset(d)
+	}
+}
+
+// fire is the deadline timer's function: a batch that processes what is due.
+func (c *Core) fire() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.timerAt = 0
+	if c.closed {
+		return
+	}
+	c.beginLocked(c.clock.Now())
+	c.tab.Advance(c.now)
+	c.endLocked()
+}
+
+// Tx is a batch in progress: the commands applied through it run at one
+// time, Now. It is valid only inside the Batch function or OnBatch that
+// received it.
+type Tx struct {
+	c      *Core
+	now    int64
+	ending bool // in OnBatch: Apply is not allowed
+}
+
+// Now returns the batch's time in Unix nanoseconds.
+func (tx *Tx) Now() int64 { return tx.now }
+
+// Apply applies cmd at time tx.Now() and returns its result. Events it causes
+// for other requests reach OnBatch at the end of the batch. It panics when
+// called from OnBatch.
+func (tx *Tx) Apply(cmd *Command) Result {
+	if tx.ending {
+		panic("core: Tx.Apply called from OnBatch")
+	}
+	t, now := tx.c.tab, tx.now
+	var r Result
+	switch cmd.Op {
+	case OpLock:
+		r.Grant, r.Err = t.Lock(now, &cmd.Request)
+	case OpExtend:
+		r.ExpiresAt, r.Err = t.Extend(now, cmd.ID, cmd.TTL)
+	case OpUnlock:
+		r.Err = t.Unlock(now, cmd.ID)
+	case OpRenew:
+		r.Grant, r.Err = t.Renew(now, cmd.Owner, cmd.Resources, cmd.TTL)
+	case OpRelease:
+		r.OK = t.Release(now, cmd.Owner, cmd.Resources)
+	case OpReleaseAll:
+		r.N = t.ReleaseAll(now, cmd.Owner)
+	case OpAttach:
+		r.OK = t.Attach(now, cmd.Session)
+	case OpDetach:
+		t.Detach(now, cmd.Session)
+	case OpTick:
+		t.Advance(now)
+	default:
+		r.Err = ErrUnknownOp
+	}
+	return r
+}
+
+// Stats returns the engine's counters and sizes.
+func (tx *Tx) Stats() Stats { return tx.c.tab.Stats() }
+
+// LastToken returns the last fencing token given.
+func (tx *Tx) LastToken() uint64 { return tx.c.tab.LastToken() }
+
+// SessionGrace returns the session grace period in force.
+func (tx *Tx) SessionGrace() time.Duration { return tx.c.tab.SessionGrace() }
+
+// HasSession reports whether session id exists (attached or in its grace
+// period).
+func (tx *Tx) HasSession(id string) bool { return tx.c.tab.HasSession(id) }
+
+// Lookup returns the live request with this id.
+func (tx *Tx) Lookup(id ID) (LockInfo, bool) { return tx.c.tab.Lookup(id) }
+
+// QueueLen returns the entries of resource's queue, holder included.
+func (tx *Tx) QueueLen(resource string) int { return tx.c.tab.QueueLen(resource) }
+
+// NextDeadline returns the earliest pending deadline, or false if none.
+func (tx *Tx) NextDeadline() (int64, bool) { return tx.c.tab.NextDeadline() }
+
+// Queues calls fn for up to limit queues (all if limit <= 0) whose resource
+// starts with prefix, until fn returns false. O(queues): for inspection.
+func (tx *Tx) Queues(prefix string, limit int, fn func(QueueInfo) bool) {
+	tx.c.tab.Queues(prefix, limit, fn)
+}
+
+// Locks calls fn for up to limit live requests (all if limit <= 0), until fn
+// returns false. O(requests): for inspection.
+func (tx *Tx) Locks(limit int, fn func(LockInfo) bool) { tx.c.tab.Locks(limit, fn) }
+
+// SessionLocks calls fn for every live request of session id, newest first.
+func (tx *Tx) SessionLocks(id string, fn func(LockInfo)) { tx.c.tab.SessionLocks(id, fn) }

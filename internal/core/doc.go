@@ -1,0 +1,51 @@
+// Package core is the lock service: it owns the lock engine
+// (internal/locktable), the clock, the one deadline timer and the fan-out of
+// events. Commands go in, events come out. The server (package server) and
+// the in-process provider (locking.Memory) both run on a Core; neither
+// touches the engine or a timer directly.
+//
+// # Basics
+//
+//	c, _ := core.New(core.Config{
+//		OnBatch: func(tx *core.Tx, events []core.Event) {
+//			for _, e := range events { /* tell e.Session about e */ }
+//		},
+//	})
+//	defer c.Close()
+//	c.Batch(func(tx *core.Tx) {
+//		tx.Apply(&core.Command{Op: core.OpAttach, Session: "s"})
+//		r := tx.Apply(&core.Command{Op: core.OpLock, Request: core.Request{
+//			Session: "s", Resources: []string{"a"}, TTL: time.Minute}})
+//		_ = r // r.Grant: the request's ID, and its token if granted at once
+//	})
+//
+// A batch is one acquisition of the core's lock. Every command of a batch
+// runs at the same time, Tx.Now, read once from the Clock. At the end of the
+// batch OnBatch receives, in order, the events the commands caused for other
+// requests (a waiter granted because a lock went away, a timeout, an expiry,
+// a session dropped), then the core arms its timer at the engine's next
+// deadline. When the timer fires, the core runs a batch of its own that
+// processes what is due (OpTick) and calls OnBatch with the result.
+//
+// A request granted at once is reported only in its Result, not as an event,
+// so the caller can answer the request before it announces the grant.
+//
+// # The seam for replication
+//
+// "Apply a command at time T" is one call:
+//
+//	c.BatchAt(T, func(tx *core.Tx) { tx.Apply(&cmd) })
+//
+// The engine is deterministic given its commands and their times, so a
+// replicated log in front of BatchAt (each entry a Command and its time)
+// makes every replica hold the same table. The deadline timer and Batch read
+// the local clock: a replicated deployment has its leader write ticks into
+// the log instead.
+//
+// # Caveats
+//
+// OnBatch runs under the core's lock: it must be quick, may use the Tx read
+// methods, must not call Tx.Apply (it panics) nor any Core method (deadlock).
+// The same holds for the function passed to Batch, which may call Apply.
+// After Close the timer no longer fires; batches still run.
+package core

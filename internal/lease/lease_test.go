@@ -1,0 +1,419 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// fakeClock moves only when told to. Its timers deliver on their channels
+// inside Advance.
+type fakeClock struct {
+	mu      sync.Mutex
+	now     time.Time
+	timers  []*fakeTimer
+	changed chan struct{} // closed and replaced whenever a timer is armed
+}
+
+func newFakeClock() *fakeClock {
+	return &fakeClock{now: time.Unix(1_000_000, 0), changed: make(chan struct{})}
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) NewTimer(d time.Duration) timer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := &fakeTimer{c: c, ch: make(chan time.Time, 1)}
+	c.timers = append(c.timers, t)
+	t.armLocked(d)
+	return t
+}
+
+// Advance moves the clock by d and fires the timers that fall due.
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+	for _, t := range c.timers {
+		if t.armed && !t.when.After(c.now) {
+			t.armed = false
+			t.ch <- t.when
+		}
+	}
+}
+
+// waitArmed blocks until a timer is armed to fire at at.
+func (c *fakeClock) waitArmed(t *testing.T, at time.Time) {
+	t.Helper()
+	deadline := time.After(5 * time.Second)
+	for {
+		c.mu.Lock()
+		ch := c.changed
+		for _, tm := range c.timers {
+			if tm.armed && tm.when.Equal(at) {
+				c.mu.Unlock()
+				return
+			}
+		}
+		c.mu.Unlock()
+		select {
+		case <-ch:
+		case <-deadline:
+			t.Fatalf("no timer armed at +%v", at.Sub(time.Unix(1_000_000, 0)))
+		}
+	}
+}
+
+type fakeTimer struct {
+	c     *fakeClock
+	ch    chan time.Time
+	when  time.Time // guarded by c.mu
+	armed bool      // guarded by c.mu
+}
+
+func (t *fakeTimer) C() <-chan time.Time { return t.ch }
+
+func (t *fakeTimer) Stop() bool {
+	t.c.mu.Lock()
+	defer t.c.mu.Unlock()
+	was := t.armed
+	t.armed = false
+	t.drainLocked()
+	return was
+}
+
+func (t *fakeTimer) Reset(d time.Duration) bool {
+	t.c.mu.Lock()
+	defer t.c.mu.Unlock()
+	was := t.armed
+	t.drainLocked()
+	t.armLocked(d)
+	return was
+}
+
+func (t *fakeTimer) drainLocked() {
+	select {
+	case <-t.ch:
+	default:
+	}
+}
+
+func (t *fakeTimer) armLocked(d time.Duration) {
+	t.when, t.armed = t.c.now.Add(d), true
+	if d <= 0 {
+		t.armed = false
+		t.ch <- t.when
+	}
+	close(t.c.changed)
+	t.c.changed = make(chan struct{})
+}
+
+// renewCall is one Renew call the test answers.
+type renewCall struct {
+	at    time.Time
+	ctx   context.Context
+	reply chan renewal
+}
+
+// harness runs Run on a fake clock with a Renew the test answers.
+type harness struct {
+	clk     *fakeClock
+	start   time.Time
+	calls   chan renewCall
+	jobCtx  chan context.Context
+	finish  chan error
+	outcome chan [2]error
+}
+
+var errGone = errors.New("test: lease lost")
+
+func start(t *testing.T, o Options) *harness {
+	t.Helper()
+	h := &harness{clk: newFakeClock(), calls: make(chan renewCall), jobCtx: make(chan context.Context, 1),
+		finish: make(chan error), outcome: make(chan [2]error, 1)}
+	h.start = h.clk.Now()
+	if o.Renew == nil {
+		o.Renew = func(ctx context.Context) (bool, error) {
+			c := renewCall{at: h.clk.Now(), ctx: ctx, reply: make(chan renewal)}
+			h.calls <- c
+			r := <-c.reply
+			return r.held, r.err
+		}
+	}
+	if o.Cause == nil {
+		o.Cause = func() error { return errGone }
+	}
+	go func() {
+		fnErr, lostErr := run(context.Background(), o, func(ctx context.Context) error {
+			h.jobCtx <- ctx
+			return <-h.finish
+		}, h.clk)
+		h.outcome <- [2]error{fnErr, lostErr}
+	}()
+	return h
+}
+
+func (h *harness) at(d time.Duration) time.Time { return h.start.Add(d) }
+
+// call waits for the next Renew call.
+func (h *harness) call(t *testing.T) renewCall {
+	t.Helper()
+	select {
+	case c := <-h.calls:
+		return c
+	case <-time.After(5 * time.Second):
+		t.Fatal("Renew was not called")
+	}
+	panic("unreachable")
+}
+
+func (h *harness) result(t *testing.T) (fnErr, lostErr error) {
+	t.Helper()
+	select {
+	case r := <-h.outcome:
+		return r[0], r[1]
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not return")
+	}
+	panic("unreachable")
+}
+
+func waitDone(t *testing.T, ctx context.Context) {
+	t.Helper()
+	select {
+	case <-ctx.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the job's context was not cancelled")
+	}
+}
+
+func notDone(t *testing.T, ctx context.Context) {
+	t.Helper()
+	if ctx.Err() != nil {
+		t.Fatalf("the job's context ended early: %v", context.Cause(ctx))
+	}
+}
+
+func TestRenewsEveryThirdAndKeepsTheLease(t *testing.T) {
+	h := start(t, Options{TTL: 3 * time.Second})
+	job := <-h.jobCtx
+	for i := 1; i <= 5; i++ {
+		h.clk.waitArmed(t, h.at(time.Duration(i)*time.Second))
+		h.clk.Advance(time.Second)
+		c := h.call(t)
+		if want := h.at(time.Duration(i) * time.Second); !c.at.Equal(want) {
+			t.Fatalf("renewal %d at +%v, want +%v", i, c.at.Sub(h.start), want.Sub(h.start))
+		}
+		c.reply <- renewal{held: true}
+		h.clk.waitArmed(t, h.at(time.Duration(i+3)*time.Second)) // the new expiry: send time + TTL
+		notDone(t, job)
+	}
+	h.finish <- nil
+	if fnErr, lostErr := h.result(t); fnErr != nil || lostErr != nil {
+		t.Fatalf("Run = %v, %v; want the lease kept", fnErr, lostErr)
+	}
+}
+
+// The loss is counted from the send time of the last successful renewal, not
+// from its answer: a renewal sent at +1s and answered at +2.5s keeps the
+// lease until +4s only.
+func TestLossCountsFromTheSendTime(t *testing.T) {
+	h := start(t, Options{TTL: 3 * time.Second})
+	job := <-h.jobCtx
+	h.clk.waitArmed(t, h.at(time.Second))
+	h.clk.Advance(time.Second)
+	c := h.call(t)
+	h.clk.Advance(1500 * time.Millisecond) // +2.5s: no second renewal while one is in flight
+	c.reply <- renewal{held: true}
+	h.clk.waitArmed(t, h.at(4*time.Second))
+	c = h.call(t) // overdue since +2s: sent at once
+	if !c.at.Equal(h.at(2500 * time.Millisecond)) {
+		t.Fatalf("the overdue renewal was sent at +%v", c.at.Sub(h.start))
+	}
+	c.reply <- renewal{err: errors.New("unreachable")}
+	h.clk.waitArmed(t, h.at(3500*time.Millisecond))
+	h.clk.Advance(time.Second) // +3.5s
+	h.call(t).reply <- renewal{err: errors.New("unreachable")}
+	h.clk.waitArmed(t, h.at(4500*time.Millisecond))
+	h.clk.Advance(499 * time.Millisecond) // +3.999s
+	notDone(t, job)
+	h.clk.Advance(time.Millisecond) // +4s
+	waitDone(t, job)
+	if !errors.Is(context.Cause(job), errGone) {
+		t.Fatalf("cause %v", context.Cause(job))
+	}
+	h.finish <- context.Cause(job)
+	if fnErr, lostErr := h.result(t); lostErr != errGone || fnErr != errGone {
+		t.Fatalf("Run = %v, %v; want the loss", fnErr, lostErr)
+	}
+}
+
+// Unknown outcomes are retried until a whole TTL passed since Run started.
+func TestUnreachableForAWholeTTL(t *testing.T) {
+	h := start(t, Options{TTL: 3 * time.Second})
+	job := <-h.jobCtx
+	for i := 1; i <= 2; i++ {
+		h.clk.waitArmed(t, h.at(time.Duration(i)*time.Second))
+		h.clk.Advance(time.Second)
+		c := h.call(t)
+		if dl, ok := c.ctx.Deadline(); !ok || dl.IsZero() {
+			t.Fatal("a renewal without a deadline")
+		}
+		c.reply <- renewal{err: errors.New("connection refused")}
+	}
+	h.clk.waitArmed(t, h.at(3*time.Second))
+	notDone(t, job)
+	h.clk.Advance(time.Second)
+	waitDone(t, job)
+	h.finish <- nil
+	if fnErr, lostErr := h.result(t); fnErr != nil || lostErr != errGone {
+		t.Fatalf("Run = %v, %v", fnErr, lostErr)
+	}
+}
+
+func TestRefusedRenewalLosesAtOnce(t *testing.T) {
+	h := start(t, Options{TTL: 3 * time.Second})
+	job := <-h.jobCtx
+	h.clk.waitArmed(t, h.at(time.Second))
+	h.clk.Advance(time.Second)
+	h.call(t).reply <- renewal{held: false}
+	waitDone(t, job)
+	h.finish <- errors.New("job error")
+	if fnErr, lostErr := h.result(t); fnErr == nil || fnErr.Error() != "job error" || lostErr != errGone {
+		t.Fatalf("Run = %v, %v", fnErr, lostErr)
+	}
+}
+
+func TestLostChannel(t *testing.T) {
+	for _, ttl := range []time.Duration{3 * time.Second, 0} {
+		lost := make(chan struct{})
+		h := start(t, Options{TTL: ttl, Lost: lost})
+		job := <-h.jobCtx
+		close(lost)
+		waitDone(t, job)
+		h.finish <- nil
+		if _, lostErr := h.result(t); lostErr != errGone {
+			t.Fatalf("ttl %v: lostErr %v", ttl, lostErr)
+		}
+	}
+}
+
+// When the job returns with a renewal in flight, that renewal's context is
+// cancelled and Run waits for it.
+func TestReturnWithARenewalInFlight(t *testing.T) {
+	h := start(t, Options{TTL: 3 * time.Second})
+	<-h.jobCtx
+	h.clk.waitArmed(t, h.at(time.Second))
+	h.clk.Advance(time.Second)
+	c := h.call(t)
+	h.finish <- nil
+	select {
+	case <-c.ctx.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the renewal's context was not cancelled when the job returned")
+	}
+	select {
+	case <-h.outcome:
+		t.Fatal("Run returned before its renewal did")
+	default:
+	}
+	c.reply <- renewal{held: true}
+	if fnErr, lostErr := h.result(t); fnErr != nil || lostErr != nil {
+		t.Fatalf("Run = %v, %v", fnErr, lostErr)
+	}
+}
+
+func TestNoTTLNoRenewal(t *testing.T) {
+	var calls atomic.Int32
+	fnErr, lostErr := Run(context.Background(), Options{Renew: func(context.Context) (bool, error) {
+		calls.Add(1)
+		return true, nil
+	}}, func(context.Context) error { time.Sleep(20 * time.Millisecond); return nil })
+	if fnErr != nil || lostErr != nil || calls.Load() != 0 {
+		t.Fatalf("Run = %v, %v after %d renewals", fnErr, lostErr, calls.Load())
+	}
+}
+
+// Cancelling the parent cancels the job but is not a loss, and renewals go on
+// with a live context until the job returns.
+func TestParentCancelIsNotALoss(t *testing.T) {
+	parent, cancel := context.WithCancel(context.Background())
+	clk := newFakeClock()
+	calls := make(chan error)
+	out := make(chan [2]error, 1)
+	jobCtx := make(chan context.Context, 1)
+	finish := make(chan struct{})
+	go func() {
+		fnErr, lostErr := run(parent, Options{TTL: 3 * time.Second, Renew: func(ctx context.Context) (bool, error) {
+			calls <- ctx.Err()
+			return true, nil
+		}}, func(ctx context.Context) error {
+			jobCtx <- ctx
+			<-finish
+			return ctx.Err()
+		}, clk)
+		out <- [2]error{fnErr, lostErr}
+	}()
+	job := <-jobCtx
+	cancel()
+	waitDone(t, job)
+	clk.waitArmed(t, clk.Now().Add(time.Second))
+	clk.Advance(time.Second)
+	if err := <-calls; err != nil {
+		t.Fatal("a renewal ran with the cancelled parent's context")
+	}
+	close(finish)
+	r := <-out
+	if !errors.Is(r[0], context.Canceled) || r[1] != nil {
+		t.Fatalf("Run = %v, %v", r[0], r[1])
+	}
+}
+
+func TestDefaultCause(t *testing.T) {
+	lost := make(chan struct{})
+	close(lost)
+	_, lostErr := Run(context.Background(), Options{TTL: time.Hour, Lost: lost,
+		Renew: func(context.Context) (bool, error) { return true, nil }},
+		func(ctx context.Context) error { <-ctx.Done(); return nil })
+	if lostErr != ErrLost {
+		t.Fatalf("lostErr %v, want ErrLost", lostErr)
+	}
+}
+
+// On the real clock, with short leases: renewals keep a lease over a job
+// several leases long, and a renewal that never succeeds loses it.
+func TestSystemClock(t *testing.T) {
+	var n atomic.Int32
+	fnErr, lostErr := Run(context.Background(), Options{TTL: 30 * time.Millisecond,
+		Renew: func(context.Context) (bool, error) { n.Add(1); return true, nil }},
+		func(ctx context.Context) error {
+			select {
+			case <-time.After(100 * time.Millisecond):
+				return nil
+			case <-ctx.Done():
+				return context.Cause(ctx)
+			}
+		})
+	if fnErr != nil || lostErr != nil || n.Load() < 2 {
+		t.Fatalf("Run = %v, %v after %d renewals", fnErr, lostErr, n.Load())
+	}
+	start := time.Now()
+	_, lostErr = Run(context.Background(), Options{TTL: 30 * time.Millisecond,
+		Renew: func(context.Context) (bool, error) { return false, errors.New("down") }},
+		func(ctx context.Context) error { <-ctx.Done(); return nil })
+	if lostErr != ErrLost || time.Since(start) < 30*time.Millisecond {
+		t.Fatalf("lostErr %v after %v", lostErr, time.Since(start))
+	}
+}

@@ -1,0 +1,245 @@
+package protocol
+
+import (
+	"errors"
+
+	"github.com/mlock-dev/mlock/internal/core"
+)
+
+// Code names one text the server sends: a failure reason ("result <req>
+// failed <text>") or a connection error ("error <text>"). The texts are
+// the wire contract, byte for byte: the first group is the original
+// server's, the rest are this server's additions. docs/protocol.md lists
+// them all.
+type Code uint8
+
+// The codes. CodeUnknown is a text this table does not know.
+const (
+	CodeUnknown Code = iota
+
+	// Failure reasons of the original protocol.
+	CodeInvalidTTL      // "ttl should be integer!"
+	CodeCannotTolerate  // "can not tolerate!": 1.0 clients compare it; never followed by a detail
+	CodeLockNotExist    // "lock not exist!"
+	CodeNotLockedYet    // "not locked yet!"
+	CodeInvalidMessage  // "invalid message!": an unknown command
+	CodeInvalidTimeout  // "timeout should be integer!"
+	CodeInvalidTolerate // "tolerate should be integer!"
+
+	// Failure reasons added by this server.
+	CodeInvalidResource  // "invalid resource!"
+	CodeTooManyResources // "too many resources!"
+	CodeBusy             // "resource is locked!" (trylock); may be followed by the resource
+	CodeQueueFull        // "queue is full!"
+	CodeSessionLimit     // "too many locks in this session!"
+	CodeInvalidOwner     // "invalid owner!"
+	CodeOwnerConflict    // "owner holds an overlapping lock!"; may be followed by the resource
+	CodeMissingArguments // "missing arguments!"
+
+	// Connection errors ("error <text>", then the server closes).
+	CodeConnectFirst       // "should connect first!"
+	CodeDuplicateConnect   // "duplicate connect!"
+	CodeSocketIDRequired   // "socketId is required!"
+	CodeAPIVersionRequired // "apiVersion is required!"
+	CodeAuthTimeout        // "auth timeout!"
+	CodeInvalidFrame       // "invalid frame!"
+	CodeFrameTooLarge      // "frame too large!"
+	CodeTooManyConnections // "too many connections!"
+	CodeTakenOver          // "session taken over by a new connection!"
+	CodeSocketIDTooLong    // "socketId is too long!"
+
+	numCodes
+)
+
+var codeTexts = [numCodes]string{
+	CodeInvalidTTL:         "ttl should be integer!",
+	CodeCannotTolerate:     "can not tolerate!",
+	CodeLockNotExist:       "lock not exist!",
+	CodeNotLockedYet:       "not locked yet!",
+	CodeInvalidMessage:     "invalid message!",
+	CodeInvalidTimeout:     "timeout should be integer!",
+	CodeInvalidTolerate:    "tolerate should be integer!",
+	CodeInvalidResource:    "invalid resource!",
+	CodeTooManyResources:   "too many resources!",
+	CodeBusy:               "resource is locked!",
+	CodeQueueFull:          "queue is full!",
+	CodeSessionLimit:       "too many locks in this session!",
+	CodeInvalidOwner:       "invalid owner!",
+	CodeOwnerConflict:      "owner holds an overlapping lock!",
+	CodeMissingArguments:   "missing arguments!",
+	CodeConnectFirst:       "should connect first!",
+	CodeDuplicateConnect:   "duplicate connect!",
+	CodeSocketIDRequired:   "socketId is required!",
+	CodeAPIVersionRequired: "apiVersion is required!",
+	CodeAuthTimeout:        "auth timeout!",
+	CodeInvalidFrame:       "invalid frame!",
+	CodeFrameTooLarge:      "frame too large!",
+	CodeTooManyConnections: "too many connections!",
+	CodeTakenOver:          "session taken over by a new connection!",
+	CodeSocketIDTooLong:    "socketId is too long!",
+}
+
+// Text returns the code's wire text; "" for CodeUnknown.
+func (c Code) Text() string {
+	if c < numCodes {
+		return codeTexts[c]
+	}
+	return ""
+}
+
+// String returns the wire text, or "unknown".
+func (c Code) String() string {
+	if t := c.Text(); t != "" {
+		return t
+	}
+	return "unknown"
+}
+
+// CodeOf returns the code whose text is exactly text (CodeUnknown if none),
+// without allocating. ParseMessage uses it; see there for texts followed by
+// a detail.
+func CodeOf(text []byte) Code {
+	switch string(text) {
+	case "ttl should be integer!":
+		return CodeInvalidTTL
+	case "can not tolerate!":
+		return CodeCannotTolerate
+	case "lock not exist!":
+		return CodeLockNotExist
+	case "not locked yet!":
+		return CodeNotLockedYet
+	case "invalid message!":
+		return CodeInvalidMessage
+	case "timeout should be integer!":
+		return CodeInvalidTimeout
+	case "tolerate should be integer!":
+		return CodeInvalidTolerate
+	case "invalid resource!":
+		return CodeInvalidResource
+	case "too many resources!":
+		return CodeTooManyResources
+	case "resource is locked!":
+		return CodeBusy
+	case "queue is full!":
+		return CodeQueueFull
+	case "too many locks in this session!":
+		return CodeSessionLimit
+	case "invalid owner!":
+		return CodeInvalidOwner
+	case "owner holds an overlapping lock!":
+		return CodeOwnerConflict
+	case "missing arguments!":
+		return CodeMissingArguments
+	case "should connect first!", "shoule connect first!": // 0.1.x spelt it shoule
+		return CodeConnectFirst
+	case "duplicate connect!":
+		return CodeDuplicateConnect
+	case "socketId is required!":
+		return CodeSocketIDRequired
+	case "apiVersion is required!":
+		return CodeAPIVersionRequired
+	case "auth timeout!":
+		return CodeAuthTimeout
+	case "invalid frame!":
+		return CodeInvalidFrame
+	case "frame too large!":
+		return CodeFrameTooLarge
+	case "too many connections!":
+		return CodeTooManyConnections
+	case "session taken over by a new connection!":
+		return CodeTakenOver
+	case "socketId is too long!":
+		return CodeSocketIDTooLong
+	}
+	return CodeUnknown
+}
+
+// HasDetail reports whether a failure with this code may carry a detail
+// (the resource that is busy or conflicting) after its text. Only the
+// extension reasons do: 1.0 clients compare "can not tolerate!" whole.
+func (c Code) HasDetail() bool { return c == CodeBusy || c == CodeOwnerConflict }
+
+// Class is what a client does with a failure: which error type it reports.
+type Class uint8
+
+const (
+	// ClassRequest: the request was refused (bad arguments, a limit, an
+	// owner conflict); the default.
+	ClassRequest Class = iota
+	// ClassTolerate: a queue was too long (can not tolerate) or a try-lock
+	// found a resource taken (busy): the original client's "tolerate" type.
+	ClassTolerate
+	// ClassNotFound: the lock does not exist (any more): for a holder, the
+	// lock is lost.
+	ClassNotFound
+)
+
+// Class returns the code's class.
+func (c Code) Class() Class {
+	switch c {
+	case CodeCannotTolerate, CodeBusy:
+		return ClassTolerate
+	case CodeLockNotExist:
+		return ClassNotFound
+	}
+	return ClassRequest
+}
+
+// engineCodes maps the errors of the core (the engine's sentinels)
+// to codes.
+var engineCodes = [...]struct {
+	err  error
+	code Code
+}{
+	{core.ErrBusy, CodeBusy},
+	{core.ErrNotFound, CodeLockNotExist},
+	{core.ErrTolerate, CodeCannotTolerate},
+	{core.ErrOwnerConflict, CodeOwnerConflict},
+	{core.ErrInvalidResource, CodeInvalidResource},
+	{core.ErrTooManyResources, CodeTooManyResources},
+	{core.ErrInvalidTTL, CodeInvalidTTL},
+	{core.ErrInvalidTimeout, CodeInvalidTimeout},
+	{core.ErrInvalidTolerate, CodeInvalidTolerate},
+	{core.ErrInvalidOwner, CodeInvalidOwner},
+	{core.ErrQueueFull, CodeQueueFull},
+	{core.ErrSessionLimit, CodeSessionLimit},
+	{core.ErrNotGranted, CodeNotLockedYet},
+}
+
+// EngineCode returns the code of an engine (or core) error: the sentinel
+// itself or any error wrapping it (errors.Is). Errors with no wire text
+// (ErrUnknownSession, anything else) give CodeUnknown.
+func EngineCode(err error) Code {
+	if err == nil {
+		return CodeUnknown
+	}
+	for _, e := range engineCodes {
+		if err == e.err {
+			return e.code
+		}
+	}
+	for _, e := range engineCodes {
+		if errors.Is(err, e.err) {
+			return e.code
+		}
+	}
+	return CodeUnknown
+}
+
+// EngineFailure returns what a failed result says for an engine (or core)
+// error: its code, and the detail AppendFailed writes after the text: the
+// resource of a *core.ResourceError for the codes that carry one, the
+// error's own text for an error with no code, "" otherwise.
+func EngineFailure(err error) (Code, string) {
+	c := EngineCode(err)
+	switch {
+	case c == CodeUnknown && err != nil:
+		return c, err.Error()
+	case c.HasDetail():
+		var re *core.ResourceError
+		if errors.As(err, &re) {
+			return c, re.Resource
+		}
+	}
+	return c, ""
+}

@@ -1,0 +1,27 @@
+// Package protocol is the mlock wire protocol, known in this one place by
+// the server and the client: frames, the command vocabulary, the builders of
+// every message the server sends, the parser of those messages, the table of
+// failure codes and their texts, and the coalescing writer both ends use.
+//
+// # Layers
+//
+// A lock request travels: the client (package mlock) appends a command frame
+// with AppendCommand into its Outbox; the server reads frames with Next,
+// splits them with Split, looks the command up with ParseVerb and applies it
+// to the lock service core (internal/core, over the engine
+// internal/locktable); the engine's answer or error becomes a frame built by
+// AppendOK, AppendFailed (with EngineCode) or AppendLocked/AppendPush; the
+// client reads it with ReadFrame, parses it with ParseMessage and maps its
+// Code to a typed error through Code.Class. No side compares texts.
+//
+// # Framing
+//
+// A frame is a big-endian int32 L, then L-5 bytes of payload, then '\n'. L
+// counts the 4 header bytes and the trailing newline. The payload is text
+// split on single spaces; only the command word is case-insensitive.
+//
+// Everything here parses in place and encodes by appending; nothing
+// allocates on the hot paths (building and parsing results and pushes). The
+// package does no network I/O of its own: it reads from a bufio.Reader and
+// writes to an io.Writer.
+package protocol
