@@ -13,8 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mlock-dev/mlock/internal/locktable"
-	"github.com/mlock-dev/mlock/internal/wire"
+	"github.com/mlock-dev/mlock/internal/protocol"
 )
 
 // benchConn is a minimal blocking protocol client for benchmarks.
@@ -39,7 +38,7 @@ func benchDial(b *testing.B, addr, sid string) *benchConn {
 }
 
 func (c *benchConn) send(p string) {
-	c.out = wire.Append(c.out[:0], p)
+	c.out = protocol.Append(c.out[:0], p)
 	if _, err := c.nc.Write(c.out); err != nil {
 		panic(err)
 	}
@@ -175,81 +174,4 @@ func BenchmarkServerHandoff(b *testing.B) {
 			}
 		})
 	}
-}
-
-// BenchmarkEngineAccess compares the two ways of serialising access to the
-// engine that the server could use, with 16 goroutines each doing
-// lock+unlock cycles on its own resource: one mutex (what the server does)
-// against one owning goroutine fed through a channel.
-func BenchmarkEngineAccess(b *testing.B) {
-	const workers = 16
-	newTab := func(b *testing.B) *locktable.Table {
-		tab, err := locktable.New(locktable.Config{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		for i := range workers {
-			tab.Attach(0, fmt.Sprint("s", i))
-		}
-		return tab
-	}
-	cycle := func(tab *locktable.Table, req *locktable.Request, now int64) {
-		g, err := tab.Lock(now, req)
-		if err != nil {
-			panic(err)
-		}
-		if err := tab.Unlock(now, g.ID); err != nil {
-			panic(err)
-		}
-	}
-	run := func(b *testing.B, do func(i int, req *locktable.Request)) {
-		var next atomic.Int64
-		var wg sync.WaitGroup
-		for i := range workers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				req := &locktable.Request{Session: fmt.Sprint("s", i), Resources: []string{fmt.Sprint("r", i)}, TTL: time.Minute}
-				for next.Add(1) <= int64(b.N) {
-					do(i, req)
-				}
-			}()
-		}
-		wg.Wait()
-	}
-	b.Run("mutex", func(b *testing.B) {
-		tab := newTab(b)
-		var mu sync.Mutex
-		b.ResetTimer()
-		run(b, func(_ int, req *locktable.Request) {
-			mu.Lock()
-			cycle(tab, req, time.Now().UnixNano())
-			mu.Unlock()
-		})
-	})
-	b.Run("goroutine", func(b *testing.B) {
-		tab := newTab(b)
-		type call struct {
-			req  *locktable.Request
-			done chan struct{}
-		}
-		calls := make(chan call, workers)
-		go func() {
-			for c := range calls {
-				cycle(tab, c.req, time.Now().UnixNano())
-				c.done <- struct{}{}
-			}
-		}()
-		dones := make([]chan struct{}, workers)
-		for i := range dones {
-			dones[i] = make(chan struct{}, 1)
-		}
-		b.ResetTimer()
-		run(b, func(i int, req *locktable.Request) {
-			calls <- call{req, dones[i]}
-			<-dones[i]
-		})
-		b.StopTimer()
-		close(calls)
-	})
 }

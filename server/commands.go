@@ -5,157 +5,108 @@ import (
 	"strings"
 	"time"
 
-	"github.com/mlock-dev/mlock/internal/locktable"
-	"github.com/mlock-dev/mlock/internal/wire"
-)
-
-// Wire texts. The first group is the original server's, kept byte for byte;
-// the rest are this server's additions. docs/protocol.md lists them all.
-const (
-	txtTTL           = "ttl should be integer!"
-	txtTolerate      = "can not tolerate!"
-	txtNotExist      = "lock not exist!"
-	txtNotLocked     = "not locked yet!"
-	txtConnectFirst  = "should connect first!"
-	txtInvalid       = "invalid message!"
-	txtDupConnect    = "duplicate connect!"
-	txtSocketID      = "socketId is required!"
-	txtAPIVersion    = "apiVersion is required!"
-	txtAuthTimeout   = "auth timeout!"
-	txtTimeout       = "timeout should be integer!"
-	txtTolerateInt   = "tolerate should be integer!"
-	txtResource      = "invalid resource!"
-	txtTooMany       = "too many resources!"
-	txtBusy          = "resource is locked!"
-	txtQueueFull     = "queue is full!"
-	txtSessionLimit  = "too many locks in this session!"
-	txtOwner         = "invalid owner!"
-	txtOwnerConflict = "owner holds an overlapping lock!"
-	txtBadFrame      = "invalid frame!"
-	txtLongFrame     = "frame too large!"
-	txtTooManyConns  = "too many connections!"
-	txtTakenOver     = "session taken over by a new connection!"
-	txtSocketIDLong  = "socketId is too long!"
-	txtArgs          = "missing arguments!"
+	"github.com/mlock-dev/mlock/internal/core"
+	"github.com/mlock-dev/mlock/internal/protocol"
 )
 
 // anonymousOwner is the owner of Medusa's anonymous locks: recorded for
 // release and releaseall, never re-entrant.
 const anonymousOwner = "*"
 
-// engineText maps engine errors to wire texts.
-var engineText = map[error]string{
-	locktable.ErrInvalidResource:  txtResource,
-	locktable.ErrTooManyResources: txtTooMany,
-	locktable.ErrInvalidTTL:       txtTTL,
-	locktable.ErrInvalidTimeout:   txtTimeout,
-	locktable.ErrInvalidTolerate:  txtTolerateInt,
-	locktable.ErrInvalidOwner:     txtOwner,
-	locktable.ErrTolerate:         txtTolerate,
-	locktable.ErrBusy:             txtBusy,
-	locktable.ErrQueueFull:        txtQueueFull,
-	locktable.ErrSessionLimit:     txtSessionLimit,
-	locktable.ErrNotFound:         txtNotExist,
-	locktable.ErrNotGranted:       txtNotLocked,
-	locktable.ErrOwnerConflict:    txtOwnerConflict,
-}
+// Every text the server sends is a protocol.Code: the wire texts, byte for
+// byte, live in internal/protocol, and so does the mapping of engine errors
+// to them (protocol.EngineFailure).
 
-func errText(err error) string {
-	if t, ok := engineText[err]; ok {
-		return t
-	}
-	return err.Error()
-}
-
-// handle runs one command. It runs under srv.mu and reports whether the
+// handle runs one command inside a core batch and reports whether the
 // connection is ending.
-func (c *conn) handle(f [][]byte) bool {
+func (c *conn) handle(tx *core.Tx, f [][]byte) bool {
 	s := c.srv
-	cmd := f[0]
+	verb, _ := protocol.ParseVerb(f[0]) // not a command: the zero Verb
 	if c.sess == nil {
-		if !wire.Lower(cmd, "connect") {
-			c.sendError(txtConnectFirst)
+		if verb != protocol.VerbConnect {
+			c.sendError(protocol.CodeConnectFirst)
 			return true
 		}
-		return c.connect(f)
+		return c.connect(tx, f)
 	}
 	var req []byte
 	if len(f) > 1 {
 		req = f[1]
 	}
-	now := s.now()
-	switch {
-	case wire.Lower(cmd, "lock"):
-		c.lock(now, req, f, false)
-	case wire.Lower(cmd, "trylock"):
-		c.lock(now, req, f, true)
-	case wire.Lower(cmd, "extend"):
-		c.extend(now, req, f)
-	case wire.Lower(cmd, "unlock"):
+	switch verb {
+	case protocol.VerbLock:
+		c.lock(tx, req, f, false)
+	case protocol.VerbTryLock:
+		c.lock(tx, req, f, true)
+	case protocol.VerbExtend:
+		c.extend(tx, req, f)
+	case protocol.VerbUnlock:
 		if len(f) < 3 {
-			c.failed(req, txtArgs)
+			c.failed(req, protocol.CodeMissingArguments)
 			return false
 		}
-		id, ok := locktable.ParseID(f[2])
+		id, ok := core.ParseID(f[2])
 		if !ok {
-			c.failed(req, txtNotExist)
+			c.failed(req, protocol.CodeLockNotExist)
 			return false
 		}
-		if err := s.tab.Unlock(now, id); err != nil {
-			c.failed(req, errText(err))
+		if r := tx.Apply(&core.Command{Op: core.OpUnlock, ID: id}); r.Err != nil {
+			c.failedErr(req, r.Err)
 			return false
 		}
-		c.result(req, "done")
-	case wire.Lower(cmd, "ping"):
-		c.result(req, "pong")
-	case wire.Lower(cmd, "status"):
-		c.resultBytes(req, s.statusJSON(now))
-	case wire.Lower(cmd, "locks"):
+		c.ok(req, []byte("done"))
+	case protocol.VerbPing:
+		c.ok(req, []byte("pong"))
+	case protocol.VerbStatus:
+		c.ok(req, s.statusJSON(tx))
+	case protocol.VerbLocks:
 		prefix := ""
 		if len(f) > 2 {
 			prefix = string(f[2])
 		}
-		c.resultBytes(req, s.locksJSON(now, prefix))
-	case wire.Lower(cmd, "release"):
+		c.ok(req, s.locksJSON(tx, prefix))
+	case protocol.VerbRelease:
 		if len(f) < 4 || len(f[2]) == 0 || len(f[3]) == 0 {
-			c.failed(req, txtArgs)
+			c.failed(req, protocol.CodeMissingArguments)
 			return false
 		}
-		ok := s.tab.Release(now, string(f[2]), s.splitResources(f[3]))
-		if ok {
-			c.result(req, "true")
+		r := tx.Apply(&core.Command{Op: core.OpRelease, Owner: string(f[2]), Resources: s.splitResources(f[3])})
+		if r.OK {
+			c.ok(req, []byte("true"))
 		} else {
-			c.result(req, "false")
+			c.ok(req, []byte("false"))
 		}
-	case wire.Lower(cmd, "releaseall"):
+	case protocol.VerbReleaseAll:
 		if len(f) < 3 || len(f[2]) == 0 {
-			c.failed(req, txtArgs)
+			c.failed(req, protocol.CodeMissingArguments)
 			return false
 		}
-		n := s.tab.ReleaseAll(now, string(f[2]))
-		s.payload = wire.AppendInt(s.payload[:0], int64(n))
-		c.resultBytes(req, s.payload)
-	case wire.Lower(cmd, "connect"):
-		c.sendError(txtDupConnect)
+		r := tx.Apply(&core.Command{Op: core.OpReleaseAll, Owner: string(f[2])})
+		s.payload = protocol.AppendInt(s.payload[:0], int64(r.N))
+		c.ok(req, s.payload)
+	case protocol.VerbRenew:
+		c.renew(tx, req, f)
+	case protocol.VerbConnect:
+		c.sendError(protocol.CodeDuplicateConnect)
 		return true
 	default:
-		c.failed(req, txtInvalid)
+		c.failed(req, protocol.CodeInvalidMessage)
 	}
 	return false
 }
 
 // connect handles "connect <socketId> <apiVersion>".
-func (c *conn) connect(f [][]byte) bool {
+func (c *conn) connect(tx *core.Tx, f [][]byte) bool {
 	s := c.srv
 	switch {
 	case len(f) < 2 || len(f[1]) == 0:
-		c.sendError(txtSocketID)
+		c.sendError(protocol.CodeSocketIDRequired)
 		return true
 	case len(f) < 3 || len(f[2]) == 0:
-		c.sendError(txtAPIVersion)
+		c.sendError(protocol.CodeAPIVersionRequired)
 		return true
 	case len(f[1]) > s.cfg.MaxSocketIDLen:
-		c.sendError(txtSocketIDLong)
+		c.sendError(protocol.CodeSocketIDTooLong)
 		return true
 	}
 	id := string(f[1])
@@ -167,18 +118,14 @@ func (c *conn) connect(f [][]byte) bool {
 	} else if old := sess.c; old != nil {
 		// The old connection may be half-open: the new one takes over.
 		old.sess = nil
-		old.sendError(txtTakenOver)
+		old.sendError(protocol.CodeTakenOver)
 		s.log.Info("session taken over by a new connection", "session", sess.hash, "old", old.remote, "new", c.remote)
 	}
-	resumed = s.tab.Attach(s.now(), id) && resumed
+	resumed = tx.Apply(&core.Command{Op: core.OpAttach, Session: id}).OK && resumed
 	sess.c = c
 	c.sess = sess
 	_ = c.nc.SetReadDeadline(time.Time{})
-	if resumed {
-		s.scratch = wire.Append(s.scratch[:0], "connected 1.0 resumed")
-	} else {
-		s.scratch = wire.Append(s.scratch[:0], "connected 1.0 new")
-	}
+	s.scratch = protocol.AppendConnected(s.scratch[:0], resumed)
 	c.write(s.scratch)
 	if len(sess.offline) > 0 {
 		c.write(sess.offline)
@@ -188,7 +135,7 @@ func (c *conn) connect(f [][]byte) bool {
 		// A push written to the old connection just before it died is lost;
 		// announce the session's held locks again. Clients ignore a locked
 		// for a lock they already hold or do not wait for.
-		s.tab.SessionLocks(id, func(li locktable.LockInfo) {
+		tx.SessionLocks(id, func(li core.LockInfo) {
 			if li.Granted {
 				s.pushLocked(sess, li.ID, li.Deadline, li.Token)
 			}
@@ -200,7 +147,7 @@ func (c *conn) connect(f [][]byte) bool {
 
 // lock handles "lock <req> <resources> <ttl> <timeout> <tolerate> [owner]"
 // and "trylock <req> <resources> <ttl> [owner]".
-func (c *conn) lock(now int64, req []byte, f [][]byte, try bool) {
+func (c *conn) lock(tx *core.Tx, req []byte, f [][]byte, try bool) {
 	s := c.srv
 	arg := func(i int) []byte {
 		if i < len(f) {
@@ -210,26 +157,27 @@ func (c *conn) lock(now int64, req []byte, f [][]byte, try bool) {
 	}
 	ttl, ok := s.ttlArg(arg(3))
 	if !ok {
-		c.failed(req, txtTTL)
+		c.failed(req, protocol.CodeInvalidTTL)
 		return
 	}
-	r := locktable.Request{Session: c.sess.id, TTL: ttl, Try: try}
+	cmd := core.Command{Op: core.OpLock, Request: core.Request{Session: c.sess.id, TTL: ttl, Try: try}}
+	r := &cmd.Request
 	ownerAt := 4
 	if !try {
 		ownerAt = 6
 		to := arg(4)
-		if !wire.Unset(to) {
-			n, ok := wire.Int(to)
+		if !protocol.Unset(to) {
+			n, ok := protocol.Int(to)
 			if !ok || n < 0 || n > int64(s.cfg.MaxTimeout/time.Millisecond) {
-				c.failed(req, txtTimeout)
+				c.failed(req, protocol.CodeInvalidTimeout)
 				return
 			}
 			r.Timeout = time.Duration(n) * time.Millisecond
 		}
-		if tol := arg(5); !wire.Unset(tol) {
-			n, ok := wire.Int(tol)
+		if tol := arg(5); !protocol.Unset(tol) {
+			n, ok := protocol.Int(tol)
 			if !ok || n < 0 {
-				c.failed(req, txtTolerateInt)
+				c.failed(req, protocol.CodeInvalidTolerate)
 				return
 			}
 			r.Tolerate = int(min(n, 1<<31))
@@ -240,24 +188,20 @@ func (c *conn) lock(now int64, req []byte, f [][]byte, try bool) {
 		r.NoReentry = r.Owner == anonymousOwner
 	}
 	if len(f) < 3 {
-		c.failed(req, txtResource)
+		c.failed(req, protocol.CodeInvalidResource)
 		return
 	}
 	r.Resources = s.splitResources(f[2])
-	g, err := s.tab.Lock(now, &r)
-	if err != nil {
-		if errors.Is(err, locktable.ErrTolerate) {
+	res := tx.Apply(&cmd)
+	if err := res.Err; err != nil {
+		if errors.Is(err, core.ErrTolerate) {
 			s.counters.intolerance++
 		}
-		c.failed(req, errText(err))
+		c.failedErr(req, err)
 		return
 	}
-	b, st := wire.Begin(s.scratch[:0])
-	b = append(b, "result "...)
-	b = append(b, req...)
-	b = append(b, " success "...)
-	b = g.ID.AppendText(b)
-	s.scratch = wire.End(b, st)
+	g := res.Grant
+	s.scratch = protocol.AppendOKID(s.scratch[:0], req, g.ID)
 	c.write(s.scratch)
 	if g.Granted {
 		s.pushLocked(c.sess, g.ID, g.ExpiresAt, g.Token)
@@ -265,10 +209,10 @@ func (c *conn) lock(now int64, req []byte, f [][]byte, try bool) {
 }
 
 // extend handles "extend <req> <lockId> <ttl>".
-func (c *conn) extend(now int64, req []byte, f [][]byte) {
+func (c *conn) extend(tx *core.Tx, req []byte, f [][]byte) {
 	s := c.srv
 	if len(f) < 3 {
-		c.failed(req, txtArgs)
+		c.failed(req, protocol.CodeMissingArguments)
 		return
 	}
 	var ttlArg []byte
@@ -277,29 +221,61 @@ func (c *conn) extend(now int64, req []byte, f [][]byte) {
 	}
 	ttl, ok := s.ttlArg(ttlArg)
 	if !ok {
-		c.failed(req, txtTTL)
+		c.failed(req, protocol.CodeInvalidTTL)
 		return
 	}
-	id, ok := locktable.ParseID(f[2])
+	id, ok := core.ParseID(f[2])
 	if !ok {
-		c.failed(req, txtNotExist)
+		c.failed(req, protocol.CodeLockNotExist)
 		return
 	}
-	exp, err := s.tab.Extend(now, id, ttl)
-	if err != nil {
-		c.failed(req, errText(err))
+	r := tx.Apply(&core.Command{Op: core.OpExtend, ID: id, TTL: ttl})
+	if r.Err != nil {
+		c.failedErr(req, r.Err)
 		return
 	}
-	s.payload = wire.AppendInt(s.payload[:0], exp/int64(time.Millisecond))
-	c.resultBytes(req, s.payload)
+	s.payload = protocol.AppendInt(s.payload[:0], r.ExpiresAt/int64(time.Millisecond))
+	c.ok(req, s.payload)
+}
+
+// renew handles "renew <req> <owner> <resources> <ttl>": the owner's granted
+// lock on exactly resources (in any order, duplicates folded) gets a new
+// expiry, keeping its id, token and session. The answer is
+// "<expiresAtMs> <token>"; an owner that holds no such lock (also after a
+// release of some of them, and for the anonymous owner) gets lock not
+// exist!. Renewing uses no token and pushes nothing.
+func (c *conn) renew(tx *core.Tx, req []byte, f [][]byte) {
+	s := c.srv
+	if len(f) < 4 || len(f[2]) == 0 || len(f[3]) == 0 {
+		c.failed(req, protocol.CodeMissingArguments)
+		return
+	}
+	var ttlArg []byte
+	if len(f) > 4 {
+		ttlArg = f[4]
+	}
+	ttl, ok := s.ttlArg(ttlArg)
+	if !ok {
+		c.failed(req, protocol.CodeInvalidTTL)
+		return
+	}
+	r := tx.Apply(&core.Command{Op: core.OpRenew, Owner: string(f[2]), Resources: s.splitResources(f[3]), TTL: ttl})
+	if r.Err != nil {
+		c.failedErr(req, r.Err)
+		return
+	}
+	b := protocol.AppendInt(s.payload[:0], r.Grant.ExpiresAt/int64(time.Millisecond))
+	b = append(b, ' ')
+	s.payload = protocol.AppendUint(b, r.Grant.Token)
+	c.ok(req, s.payload)
 }
 
 // ttlArg parses a ttl in ms; a missing one is the default.
 func (s *Server) ttlArg(b []byte) (time.Duration, bool) {
-	if wire.Unset(b) {
+	if protocol.Unset(b) {
 		return s.cfg.DefaultTTL, true
 	}
-	n, ok := wire.Int(b)
+	n, ok := protocol.Int(b)
 	if !ok || n <= 0 || n > int64(s.cfg.MaxTTL/time.Millisecond) {
 		return 0, false
 	}
@@ -321,22 +297,28 @@ func (s *Server) splitResources(b []byte) []string {
 	}
 }
 
-func (c *conn) result(req []byte, payload string) { c.answer(req, " success ", payload, nil) }
-
-// resultBytes is result for a payload built elsewhere than s.scratch.
-func (c *conn) resultBytes(req, payload []byte) { c.answer(req, " success ", "", payload) }
-
-func (c *conn) failed(req []byte, text string) { c.answer(req, " failed ", text, nil) }
-
-// answer writes "result <req><status><text><data>".
-func (c *conn) answer(req []byte, status, text string, data []byte) {
+// ok answers "result <req> success <payload>". It runs in a core batch.
+func (c *conn) ok(req, payload []byte) {
 	s := c.srv
-	b, st := wire.Begin(s.scratch[:0])
-	b = append(b, "result "...)
-	b = append(b, req...)
-	b = append(b, status...)
-	b = append(b, text...)
-	b = append(b, data...)
-	s.scratch = wire.End(b, st)
+	s.scratch = protocol.AppendOK(s.scratch[:0], req, payload)
+	c.write(s.scratch)
+}
+
+// failed answers "result <req> failed <text of code>". It runs in a core
+// batch.
+func (c *conn) failed(req []byte, code protocol.Code) {
+	s := c.srv
+	s.scratch = protocol.AppendFailed(s.scratch[:0], req, code, "")
+	c.write(s.scratch)
+}
+
+// failedErr answers with the code of an engine error: a busy or
+// owner-conflict refusal names its resource after the text (an extension:
+// only extension commands get them); can not tolerate! stays as the 1.0
+// server sends it. It runs in a core batch.
+func (c *conn) failedErr(req []byte, err error) {
+	s := c.srv
+	code, detail := protocol.EngineFailure(err)
+	s.scratch = protocol.AppendFailed(s.scratch[:0], req, code, detail)
 	c.write(s.scratch)
 }

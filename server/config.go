@@ -5,11 +5,12 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/mlock-dev/mlock/internal/locktable"
-	"github.com/mlock-dev/mlock/internal/wire"
+	"github.com/mlock-dev/mlock/internal/core"
+	"github.com/mlock-dev/mlock/internal/protocol"
 )
 
-// Defaults for the zero fields of Config.
+// Defaults for the zero fields of Config. These are the server's limits;
+// cmd/mlockd shows them as its flags' defaults.
 const (
 	DefaultAddr             = "127.0.0.1:12340"
 	DefaultTTL              = 60 * time.Second
@@ -21,6 +22,14 @@ const (
 	DefaultStatusLimit      = 1000
 	DefaultMaxSocketIDLen   = 256
 	DefaultWriteTimeout     = 10 * time.Second
+
+	DefaultSessionGrace       = core.DefaultSessionGrace       // 15 s
+	DefaultMaxResources       = core.DefaultMaxResources       // 64
+	DefaultMaxNameLen         = core.DefaultMaxNameLen         // 512 bytes
+	DefaultMaxLocksPerSession = core.DefaultMaxLocksPerSession // 100 000
+	DefaultMaxQueueLen        = core.DefaultMaxQueueLen        // 100 000
+	DefaultMaxTTL             = core.DefaultMaxTTL             // 24 h
+	DefaultMaxTimeout         = core.DefaultMaxTimeout         // 24 h
 )
 
 // Config configures a Server. The zero value is valid: every zero field takes
@@ -87,8 +96,8 @@ type Config struct {
 // Validate reports the first field of c that is out of range.
 func (c *Config) Validate() error {
 	switch {
-	case c.MaxFrame > wire.MaxFrameLimit:
-		return fmt.Errorf("server: Config.MaxFrame %d is above %d", c.MaxFrame, wire.MaxFrameLimit)
+	case c.MaxFrame > protocol.MaxFrameLimit:
+		return fmt.Errorf("server: Config.MaxFrame %d is above %d", c.MaxFrame, protocol.MaxFrameLimit)
 	case c.DefaultTTL < 0:
 		return fmt.Errorf("server: Config.DefaultTTL %v is negative", c.DefaultTTL)
 	case c.AuthTimeout < 0:
@@ -121,18 +130,18 @@ func (c Config) withDefaults() Config {
 		c.MaxFrame = DefaultMaxFrame
 	}
 	if c.MaxTTL == 0 {
-		c.MaxTTL = locktable.DefaultMaxTTL
+		c.MaxTTL = DefaultMaxTTL
 	}
 	if c.WriteTimeout <= 0 {
 		c.WriteTimeout = DefaultWriteTimeout
 	}
 	if c.MaxTimeout == 0 {
-		c.MaxTimeout = locktable.DefaultMaxTimeout
+		c.MaxTimeout = DefaultMaxTimeout
 	}
-	c.MaxConns = locktable.Limit(c.MaxConns, DefaultMaxConns)
-	c.MaxPendingOutput = locktable.Limit(c.MaxPendingOutput, DefaultMaxPendingOutput)
-	c.MaxOfflineBytes = locktable.Limit(c.MaxOfflineBytes, DefaultMaxOfflineBytes)
-	c.StatusLimit = locktable.Limit(c.StatusLimit, DefaultStatusLimit)
-	c.MaxSocketIDLen = locktable.Limit(c.MaxSocketIDLen, DefaultMaxSocketIDLen)
+	c.MaxConns = core.Limit(c.MaxConns, DefaultMaxConns)
+	c.MaxPendingOutput = core.Limit(c.MaxPendingOutput, DefaultMaxPendingOutput)
+	c.MaxOfflineBytes = core.Limit(c.MaxOfflineBytes, DefaultMaxOfflineBytes)
+	c.StatusLimit = core.Limit(c.StatusLimit, DefaultStatusLimit)
+	c.MaxSocketIDLen = core.Limit(c.MaxSocketIDLen, DefaultMaxSocketIDLen)
 	return c
 }

@@ -9,7 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/mlock-dev/mlock/internal/wire"
+	"github.com/mlock-dev/mlock/internal/core"
+	"github.com/mlock-dev/mlock/internal/protocol"
 )
 
 // conn is one client connection.
@@ -20,63 +21,89 @@ type conn struct {
 	accepted time.Time
 	lastLive atomic.Int64 // ns of the last frame received
 
-	sess  *session // guarded by srv.mu: set by connect
-	dirty bool     // guarded by srv.mu: in srv.dirty
+	sess  *session // guarded by the core: set by connect
+	dirty bool     // guarded by the core: in srv.dirty
 
-	outMu   sync.Mutex
-	out     []byte    // guarded by outMu: bytes waiting to be written
-	spare   []byte    // guarded by outMu: the buffer of the last write, for reuse
-	writing bool      // guarded by outMu: a write is under way
-	wdl     time.Time // guarded by outMu (held by the writing flag): when to refresh the write deadline
-	dead    bool      // guarded by outMu: over its output limit, being closed
+	// out queues the frames for the client (at most MaxPendingOutput
+	// bytes); the reader flushes its own replies at the end of a read
+	// batch, the writer goroutine everything else. Its Flush writes through
+	// sock. flushing counts the flushes under way.
+	out      *protocol.Outbox
+	sock     sock
+	flushing atomic.Int32
 
 	wake     chan struct{} // cap 1: output is waiting
 	done     chan struct{} // closed when the connection ends
 	doneOnce sync.Once
 }
 
+// sock is the writer an Outbox flushes into: the connection, with its write
+// deadline refreshed as writes go on.
+type sock struct {
+	c   *conn
+	wdl time.Time // used by one flush at a time (the Outbox's): when to refresh the write deadline
+}
+
+// Write writes b to the connection. Refreshing the deadline costs, so it is
+// done when half of it is used, and no longer once the connection is
+// ending (the writer has set a short deadline for the last flush).
+func (w *sock) Write(b []byte) (int, error) {
+	c := w.c
+	if now := time.Now(); now.After(w.wdl) {
+		select {
+		case <-c.done:
+		default:
+			w.wdl = now.Add(c.srv.cfg.WriteTimeout / 2)
+			_ = c.nc.SetWriteDeadline(now.Add(c.srv.cfg.WriteTimeout))
+		}
+	}
+	c.srv.writes.Add(1)
+	return c.nc.Write(b)
+}
+
+// newConn returns the conn of nc, not registered yet.
+func (s *Server) newConn(nc net.Conn, remote string) *conn {
+	c := &conn{srv: s, nc: nc, remote: remote, accepted: time.Now(),
+		out:  protocol.NewOutbox(s.cfg.MaxPendingOutput),
+		wake: make(chan struct{}, 1), done: make(chan struct{})}
+	c.sock.c = c
+	c.lastLive.Store(time.Now().UnixNano())
+	return c
+}
+
 // accept registers nc and starts its goroutines, or refuses it when the
 // server is full.
 func (s *Server) accept(nc net.Conn) {
-	c := &conn{srv: s, nc: nc, remote: nc.RemoteAddr().String(), accepted: time.Now(),
-		wake: make(chan struct{}, 1), done: make(chan struct{})}
-	c.lastLive.Store(time.Now().UnixNano())
-	s.mu.Lock()
-	if s.closed || len(s.conns) >= s.cfg.MaxConns {
-		s.counters.rejected++
-		closed := s.closed
-		s.mu.Unlock()
+	c := s.newConn(nc, nc.RemoteAddr().String())
+	ok, closed := false, false
+	s.core.Batch(func(*core.Tx) {
+		// Shutdown sets closed before its batch closes every conn.
+		closed = s.closed.Load()
+		if closed || len(s.conns) >= s.cfg.MaxConns {
+			s.counters.rejected++
+			return
+		}
+		ok = true
+		s.conns[c] = struct{}{}
+		s.counters.conns++
+		s.wg.Add(2)
+	})
+	if !ok {
 		if !closed {
 			s.log.Warn("connection refused: too many connections", "remote", c.remote)
 			_ = nc.SetWriteDeadline(time.Now().Add(time.Second))
-			_, _ = nc.Write(wire.Append(nil, "error", txtTooManyConns))
+			_, _ = nc.Write(protocol.AppendError(nil, protocol.CodeTooManyConnections))
 		}
 		nc.Close()
 		return
 	}
-	s.conns[c] = struct{}{}
-	s.counters.conns++
-	s.wg.Add(2)
-	s.mu.Unlock()
 	go c.readLoop()
 	go c.writeLoop()
 }
 
-// write queues frame bytes for the writer. It runs under srv.mu.
+// write queues frame bytes for the writer. It runs in a core batch.
 func (c *conn) write(b []byte) {
-	c.outMu.Lock()
-	if c.dead {
-		c.outMu.Unlock()
-		return
-	}
-	c.out = append(c.out, b...)
-	over := len(c.out) > c.srv.cfg.MaxPendingOutput
-	if over {
-		c.dead = true
-		c.out = nil
-	}
-	c.outMu.Unlock()
-	if over {
+	if c.out.Write(b) {
 		c.srv.log.Warn("client is not reading its replies: disconnected", "remote", c.remote)
 		c.nc.Close() // unblocks the writer; the reader ends and detaches the session
 		c.finish()
@@ -92,50 +119,27 @@ func (c *conn) write(b []byte) {
 // the socket.
 func (c *conn) finish() { c.doneOnce.Do(func() { close(c.done) }) }
 
-// closeAfterFlush is finish for callers holding srv.mu.
+// closeAfterFlush is finish for callers in a core batch.
 func (c *conn) closeAfterFlush() { c.finish() }
 
-// sendError queues "error <text>" and ends the connection, as the original
-// server does. It runs under srv.mu.
-func (c *conn) sendError(text string) {
+// sendError queues "error <text of code>" and ends the connection, as the
+// original server does. It runs in a core batch.
+func (c *conn) sendError(code protocol.Code) {
 	s := c.srv
-	s.scratch = wire.Append(s.scratch[:0], "error", text)
+	s.scratch = protocol.AppendError(s.scratch[:0], code)
 	c.write(s.scratch)
 	c.finish()
 }
 
-// flush writes what is queued, unless a write is already under way (its
-// writer picks up what was queued meanwhile). The reader calls it for its
-// own replies at the end of a batch; the writer goroutine for pushes from
-// other connections.
+// flush writes what is queued, unless a flush is already under way (it
+// writes what was queued meanwhile). The reader calls it for its own replies
+// at the end of a batch; the writer goroutine for pushes from other
+// connections.
 func (c *conn) flush() error {
-	for {
-		c.outMu.Lock()
-		if c.writing || len(c.out) == 0 {
-			c.outMu.Unlock()
-			return nil
-		}
-		c.writing = true
-		buf := c.out
-		c.out, c.spare = c.spare[:0], nil
-		c.outMu.Unlock()
-		// Refreshing the deadline costs; do it when half of it is used.
-		if now := time.Now(); now.After(c.wdl) {
-			c.wdl = now.Add(c.srv.cfg.WriteTimeout / 2)
-			_ = c.nc.SetWriteDeadline(now.Add(c.srv.cfg.WriteTimeout))
-		}
-		_, err := c.nc.Write(buf)
-		c.srv.writes.Add(1)
-		c.outMu.Lock()
-		c.writing = false
-		if cap(buf) <= 64<<10 {
-			c.spare = buf[:0]
-		}
-		c.outMu.Unlock()
-		if err != nil {
-			return err
-		}
-	}
+	c.flushing.Add(1)
+	defer c.flushing.Add(-1)
+	_, err := c.out.Flush(&c.sock)
+	return err
 }
 
 func (c *conn) writeLoop() {
@@ -150,15 +154,28 @@ func (c *conn) writeLoop() {
 			}
 		case <-c.done:
 			c.srv.cfg.Logger.Debug("connection closing", "remote", c.remote)
-			_ = c.nc.SetWriteDeadline(time.Now().Add(time.Second))
-			c.outMu.Lock()
-			c.writing = false // a blocked inline write has failed or will
-			c.wdl = time.Now().Add(time.Hour)
-			c.outMu.Unlock()
-			_ = c.flush()
+			c.lastFlush()
 			c.nc.Close()
 			return
 		}
+	}
+}
+
+// lastFlush writes what is queued before the connection closes, within
+// about a second. A reader's flush may be under way (blocked on a client
+// that does not read): the short deadline ends it, and what it leaves is
+// written here.
+func (c *conn) lastFlush() {
+	stop := time.Now().Add(time.Second)
+	_ = c.nc.SetWriteDeadline(stop)
+	for {
+		if c.flush() != nil {
+			return
+		}
+		if (c.flushing.Load() == 0 && c.out.Len() == 0) || time.Now().After(stop) {
+			return
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -196,65 +213,66 @@ func (c *conn) readLoop() {
 		}
 		if err != nil {
 			if errors.Is(err, os.ErrDeadlineExceeded) {
-				s.mu.Lock()
-				if c.sess == nil {
-					c.sendError(txtAuthTimeout)
-					s.afterBatchLocked(nil)
-				}
-				s.mu.Unlock()
+				s.core.Batch(func(*core.Tx) {
+					if c.sess == nil {
+						c.sendError(protocol.CodeAuthTimeout)
+					}
+				})
 			}
 			return
 		}
 	}
 }
 
-// handleFrames handles every complete frame at the start of buf, under one
-// acquisition of srv.mu, and returns the unconsumed bytes moved to the
-// front. stop reports that the connection is ending.
+// handleFrames handles every complete frame at the start of buf in one
+// core batch (one acquisition of the core's lock) and returns the
+// unconsumed bytes moved to the front. stop reports that the connection is
+// ending.
 func (c *conn) handleFrames(buf []byte, fields [][]byte) ([]byte, [][]byte, bool) {
 	s := c.srv
 	off := 0
 	stop := false
-	locked := false
-	for !stop {
-		payload, n, want, err := wire.Next(buf[off:], s.cfg.MaxFrame)
-		if err != nil || n == 0 {
+	if _, n, want, err := protocol.Next(buf, s.cfg.MaxFrame); n == 0 && err == nil {
+		if want > cap(buf) {
+			// Make room for the whole frame (want <= MaxFrame+5).
+			nb := make([]byte, len(buf), want)
+			copy(nb, buf)
+			buf = nb
+		}
+		return buf, fields, false
+	}
+	s.core.Batch(func(tx *core.Tx) {
+		s.self = c // our own output is flushed below, not by the writer
+		for !stop {
+			payload, n, want, err := protocol.Next(buf[off:], s.cfg.MaxFrame)
 			if err != nil {
-				if !locked {
-					s.mu.Lock()
-					locked = true
-				}
-				txt := txtBadFrame
-				if errors.Is(err, wire.ErrLongFrame) {
-					txt = txtLongFrame
+				code := protocol.CodeInvalidFrame
+				if errors.Is(err, protocol.ErrLongFrame) {
+					code = protocol.CodeFrameTooLarge
 				}
 				s.log.Warn("malformed frame: connection closed", "remote", c.remote, "err", err)
-				c.sendError(txt)
+				c.sendError(code)
 				stop = true
-			} else if want > cap(buf) {
-				// Make room for the whole frame (want <= MaxFrame+5).
-				nb := make([]byte, len(buf)-off, want)
-				copy(nb, buf[off:])
-				buf, off = nb, 0
+				break
 			}
-			break
+			if n == 0 {
+				if want > cap(buf) {
+					// Make room for the whole frame (want <= MaxFrame+5).
+					nb := make([]byte, len(buf)-off, want)
+					copy(nb, buf[off:])
+					buf, off = nb, 0
+				}
+				break
+			}
+			fields = protocol.Split(fields[:0], payload)
+			s.framesIn.Add(1)
+			stop = c.handle(tx, fields)
+			s.deliverPushesLocked() // after the command's own answer
+			off += n
 		}
-		if !locked {
-			s.mu.Lock()
-			locked = true
-		}
-		fields = wire.Split(fields[:0], payload)
-		s.framesIn.Add(1)
-		stop = c.handle(fields)
-		s.deliverPushesLocked() // after the command's own answer
-		off += n
-	}
-	if locked {
-		s.afterBatchLocked(c) // our own output is flushed below, not by the writer
-		s.mu.Unlock()
-		if !stop && c.flush() != nil {
-			stop = true
-		}
+	})
+	if !stop && c.flush() != nil {
+		stop = true
 	}
 	rest := copy(buf, buf[off:])
 	return buf[:rest], fields, stop
@@ -271,9 +289,8 @@ func (c *conn) plainStatus(buf []byte) {
 	}
 	if string(bytes.TrimSpace(buf)) == "status" {
 		s := c.srv
-		s.mu.Lock()
-		text := s.statusText()
-		s.mu.Unlock()
+		var text []byte
+		s.core.Batch(func(tx *core.Tx) { text = s.statusText(tx) })
 		_ = c.nc.SetWriteDeadline(time.Now().Add(5 * time.Second))
 		_, _ = c.nc.Write(text)
 	}
@@ -284,15 +301,14 @@ func (c *conn) plainStatus(buf []byte) {
 // period.
 func (c *conn) cleanup() {
 	s := c.srv
-	s.mu.Lock()
-	delete(s.conns, c)
-	if sess := c.sess; sess != nil && sess.c == c {
-		sess.c = nil
-		c.sess = nil
-		s.tab.Detach(s.now(), sess.id)
-		s.afterBatchLocked(nil)
-		s.log.Debug("session detached", "session", sess.hash, "remote", c.remote)
-	}
-	s.mu.Unlock()
+	s.core.Batch(func(tx *core.Tx) {
+		delete(s.conns, c)
+		if sess := c.sess; sess != nil && sess.c == c {
+			sess.c = nil
+			c.sess = nil
+			tx.Apply(&core.Command{Op: core.OpDetach, Session: sess.id})
+			s.log.Debug("session detached", "session", sess.hash, "remote", c.remote)
+		}
+	})
 	c.finish()
 }

@@ -11,7 +11,17 @@
 // The server speaks the original mlock 1.0 protocol (docs/protocol.md), so the
 // original Node.js client works against it unchanged, plus additive
 // extensions: the fencing token on locked, owners, release by owner,
-// try-lock and a listing of holders and waiters.
+// renew by owner, try-lock, the busy resource named in a conflict, and a
+// listing of holders and waiters.
+//
+// A request's path: a connection's reader (conn.go) parses the frames of one
+// read and runs them in one batch of the lock service core (internal/core),
+// which owns the lock engine (internal/locktable), the clock and the deadline
+// timer. Each command (commands.go) is a core.Command applied with
+// Tx.Apply; its answer is queued on the connection. At the end of every
+// batch, and of every timer tick, the core hands the batch's events (grants,
+// timeouts, expiries, releases) to the server, which turns them into pushes
+// to the sessions concerned and wakes their writers.
 //
 // Locks belong to sessions (the client's socketId), not to TCP connections.
 // A session whose connection drops keeps its locks for Config.SessionGrace;

@@ -1,12 +1,13 @@
 package server
 
 import (
+	"io"
 	"math/rand/v2"
 	"net"
 	"testing"
 	"time"
 
-	"github.com/mlock-dev/mlock/internal/wire"
+	"github.com/mlock-dev/mlock/internal/protocol"
 )
 
 // nopConn is a net.Conn that discards writes.
@@ -23,9 +24,9 @@ func (nopConn) SetWriteDeadline(time.Time) error { return nil }
 func FuzzCommands(f *testing.F) {
 	for _, p := range []string{
 		"lock r a|b 5000 0 0", "lock r a|a 1 -1 x owner", "trylock r a 5000 o", "extend r 00 5", "unlock r",
-		"release r o a|b", "releaseall r o", "locks r a", "status r", "ping", "connect x 1.0", "LOCK r  undefined",
+		"release r o a|b", "releaseall r o", "locks r a", "status r", "renew r o a|b 5000", "ping", "connect x 1.0", "LOCK r  undefined",
 	} {
-		f.Add(wire.Append(nil, p), uint8(1))
+		f.Add(protocol.Append(nil, p), uint8(1))
 	}
 	f.Add([]byte{0, 0, 0, 0}, uint8(2))
 	f.Fuzz(func(t *testing.T, data []byte, seed uint8) {
@@ -34,11 +35,11 @@ func FuzzCommands(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer srv.timer.Stop()
-		c := &conn{srv: srv, nc: nopConn{}, wake: make(chan struct{}, 1), done: make(chan struct{})}
+		defer srv.core.Close()
+		c := srv.newConn(nopConn{}, "fuzz")
 		srv.conns[c] = struct{}{}
 		r := rand.New(rand.NewPCG(uint64(seed), 2))
-		input := append(wire.Append(nil, "connect fuzz 1.0"), data...)
+		input := append(protocol.Append(nil, "connect fuzz 1.0"), data...)
 		var buf []byte
 		var fields [][]byte
 		for len(input) > 0 {
@@ -47,13 +48,10 @@ func FuzzCommands(f *testing.F) {
 			input = input[k:]
 			var stop bool
 			buf, fields, stop = c.handleFrames(buf, fields)
-			if !stop && len(buf) >= maxFrame+wire.Overhead {
+			if !stop && len(buf) >= maxFrame+protocol.Overhead {
 				t.Fatalf("%d unconsumed bytes: more than one frame", len(buf))
 			}
-			c.outMu.Lock()
-			n := len(c.out)
-			c.out = c.out[:0]
-			c.outMu.Unlock()
+			n, _ := c.out.Flush(io.Discard)
 			if n > 64<<10+maxFrame+64 {
 				t.Fatalf("%d bytes queued", n)
 			}

@@ -12,7 +12,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/mlock-dev/mlock/internal/wire"
+	"github.com/mlock-dev/mlock/internal/protocol"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -74,7 +74,7 @@ func connected(t testing.TB, srv *Server, sid string) *raw {
 
 func (c *raw) send(payload string) {
 	c.t.Helper()
-	c.write(wire.Append(nil, payload))
+	c.write(protocol.Append(nil, payload))
 }
 
 func (c *raw) write(b []byte) {

@@ -10,8 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/mlock-dev/mlock/internal/locktable"
-	"github.com/mlock-dev/mlock/internal/wire"
+	"github.com/mlock-dev/mlock/internal/core"
+	"github.com/mlock-dev/mlock/internal/protocol"
 )
 
 // ErrServerClosed is returned by Serve and ListenAndServe after Shutdown.
@@ -21,33 +21,35 @@ var ErrServerClosed = errors.New("mlock: server closed")
 // use.
 //
 // Threading: one goroutine accepts, and each connection has one reader and
-// one writer goroutine. The lock table and all session state are guarded by
-// mu; a connection's output buffer by its own outMu. Lock order: mu, then
-// outMu.
+// one writer goroutine. The lock table lives in a core.Core (internal/core),
+// which owns the clock and the deadline timer; every command, and all
+// session and connection state, is handled inside a core batch, under the
+// core's lock ("guarded by the core" below). A connection's output queue
+// is a protocol.Outbox, with its own mutex; mu guards the listeners. Lock
+// order: the core's lock, then an Outbox's; mu is never held with another.
 type Server struct {
 	cfg     Config
 	log     *slog.Logger
 	start   time.Time
-	startNs int64 // start in Unix ns; now() = startNs + monotonic elapsed
+	startNs int64 // start in Unix ns, on the core's clock
 	hashKey [16]byte
+	core    *core.Core
+
+	sessions map[string]*session                           // guarded by the core
+	conns    map[*conn]struct{}                            // guarded by the core
+	dirty    []*conn                                       // guarded by the core: conns with output to signal
+	self     *conn                                         // guarded by the core: the conn whose reader runs the batch
+	scratch  []byte                                        // guarded by the core: frame being built
+	payload  []byte                                        // guarded by the core: result payload being built
+	pushes   []byte                                        // guarded by the core: push frames not delivered yet
+	pending  []pendingPush                                 // guarded by the core: where they go, in order
+	resBuf   []string                                      // guarded by the core: resources of the request being handled
+	tokens   *tokenStore                                   // guarded by the core
+	counters struct{ intolerance, conns, rejected uint64 } // guarded by the core
 
 	mu        sync.Mutex
-	tab       *locktable.Table                              // guarded by mu
-	sessions  map[string]*session                           // guarded by mu
-	conns     map[*conn]struct{}                            // guarded by mu
-	dirty     []*conn                                       // guarded by mu: conns with output to signal
-	scratch   []byte                                        // guarded by mu: frame being built
-	payload   []byte                                        // guarded by mu: result payload being built
-	pushes    []byte                                        // guarded by mu: push frames not delivered yet
-	pending   []pendingPush                                 // guarded by mu: where they go, in order
-	resBuf    []string                                      // guarded by mu: resources of the request being handled
-	cur       *session                                      // guarded by mu: session of the request being handled
-	listeners map[net.Listener]struct{}                     // guarded by mu
-	closed    bool                                          // guarded by mu
-	timer     *time.Timer                                   // guarded by mu
-	timerAt   int64                                         // guarded by mu: when timer fires, 0 if stopped
-	tokens    *tokenStore                                   // guarded by mu
-	counters  struct{ intolerance, conns, rejected uint64 } // guarded by mu
+	listeners map[net.Listener]struct{} // guarded by mu
+	closed    atomic.Bool               // set under mu
 
 	reads, writes, framesIn atomic.Uint64 // I/O counters for status
 
@@ -67,44 +69,42 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
+	clock := core.SystemClock()
 	s := &Server{
 		cfg:       cfg,
 		log:       cfg.Logger,
-		start:     time.Now(),
+		startNs:   clock.Now(),
 		sessions:  make(map[string]*session),
 		conns:     make(map[*conn]struct{}),
 		listeners: make(map[net.Listener]struct{}),
 	}
-	s.startNs = s.start.UnixNano()
+	s.start = time.Unix(0, s.startNs)
 	_, _ = crand.Read(s.hashKey[:])
 	ts, err := openTokens(cfg.DataDir, uint64(s.start.UnixMicro()))
 	if err != nil {
 		return nil, err
 	}
 	s.tokens = ts
-	tab, err := locktable.New(locktable.Config{
-		MaxResources:       cfg.MaxResources,
-		MaxNameLen:         cfg.MaxNameLen,
-		MaxLocksPerSession: cfg.MaxLocksPerSession,
-		MaxQueueLen:        cfg.MaxQueueLen,
-		SessionGrace:       cfg.SessionGrace,
-		MaxTTL:             cfg.MaxTTL,
-		MaxTimeout:         cfg.MaxTimeout,
-		FirstToken:         ts.first,
-		OnEvent:            s.onEvent,
+	c, err := core.New(core.Config{
+		Engine: core.EngineConfig{
+			MaxResources:       cfg.MaxResources,
+			MaxNameLen:         cfg.MaxNameLen,
+			MaxLocksPerSession: cfg.MaxLocksPerSession,
+			MaxQueueLen:        cfg.MaxQueueLen,
+			SessionGrace:       cfg.SessionGrace,
+			MaxTTL:             cfg.MaxTTL,
+			MaxTimeout:         cfg.MaxTimeout,
+			FirstToken:         ts.first,
+		},
+		Clock:   clock,
+		OnBatch: s.onBatch,
 	})
 	if err != nil {
 		return nil, err
 	}
-	s.tab = tab
-	s.timer = time.AfterFunc(time.Hour, s.onTimer)
-	s.timer.Stop()
+	s.core = c
 	return s, nil
 }
-
-// now returns the server clock in Unix nanoseconds. It is monotonic: a wall
-// clock step does not move it.
-func (s *Server) now() int64 { return s.startNs + int64(time.Since(s.start)) }
 
 // ListenAndServe listens on Config.Addr and serves until Shutdown.
 func (s *Server) ListenAndServe() error {
@@ -119,7 +119,7 @@ func (s *Server) ListenAndServe() error {
 // ErrServerClosed. It closes ln.
 func (s *Server) Serve(ln net.Listener) error {
 	s.mu.Lock()
-	if s.closed {
+	if s.closed.Load() {
 		s.mu.Unlock()
 		ln.Close()
 		return ErrServerClosed
@@ -133,10 +133,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	for {
 		nc, err := ln.Accept()
 		if err != nil {
-			s.mu.Lock()
-			closed := s.closed
-			s.mu.Unlock()
-			if closed {
+			if s.closed.Load() {
 				return ErrServerClosed
 			}
 			// Resource exhaustion (EMFILE and the like) is temporary: retry.
@@ -168,46 +165,56 @@ func (s *Server) Addr() net.Addr {
 // Lock state is in memory and is lost; the token high-water mark is saved.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
-	if !s.closed {
-		s.closed = true
+	first := !s.closed.Load()
+	if first {
+		s.closed.Store(true)
 		for ln := range s.listeners {
 			ln.Close()
 		}
-		for c := range s.conns {
-			c.closeAfterFlush()
-		}
-		s.timer.Stop()
-		if err := s.tokens.save(s.tab.LastToken() + 1); err != nil {
-			s.log.Error("saving the token high-water mark", "err", err)
-		}
 	}
 	s.mu.Unlock()
+	if first {
+		s.core.Close()
+		s.core.Batch(func(tx *core.Tx) {
+			for c := range s.conns {
+				c.closeAfterFlush()
+			}
+			if err := s.tokens.save(tx.LastToken() + 1); err != nil {
+				s.log.Error("saving the token high-water mark", "err", err)
+			}
+		})
+	}
 	done := make(chan struct{})
 	go func() { s.wg.Wait(); close(done) }()
 	select {
 	case <-done:
 		return nil
 	case <-ctx.Done():
-		s.mu.Lock()
-		for c := range s.conns {
-			c.nc.Close()
-		}
-		s.mu.Unlock()
+		s.core.Batch(func(*core.Tx) {
+			for c := range s.conns {
+				c.nc.Close()
+			}
+		})
 		<-done
 		return ctx.Err()
 	}
 }
 
-// ---- under mu ----
+// ---- guarded by the core ----
 
-// afterBatchLocked signals the writers of connections with output (except
-// self, whose reader writes its own), arms the deadline timer and keeps the
-// token high-water mark ahead of the tokens given.
-func (s *Server) afterBatchLocked(self *conn) {
+// onBatch ends every core batch: it turns the batch's events into pushes,
+// delivers the pushes (after the answers of the batch's commands), signals
+// the writers of connections with output (except the reader's own, which
+// writes its replies itself) and keeps the token high-water mark ahead of
+// the tokens given.
+func (s *Server) onBatch(tx *core.Tx, events []core.Event) {
+	for i := range events {
+		s.eventLocked(&events[i])
+	}
 	s.deliverPushesLocked()
 	for _, c := range s.dirty {
 		c.dirty = false
-		if c == self {
+		if c == s.self {
 			continue
 		}
 		select {
@@ -217,63 +224,44 @@ func (s *Server) afterBatchLocked(self *conn) {
 	}
 	clear(s.dirty)
 	s.dirty = s.dirty[:0]
-	if at, ok := s.tab.NextDeadline(); ok && !s.closed && (s.timerAt == 0 || at < s.timerAt) {
-		s.timerAt = at
-		s.timer.Reset(time.Duration(at - s.now()))
-	}
-	if err := s.tokens.reserve(s.tab.LastToken()); err != nil {
+	s.self = nil
+	if err := s.tokens.reserve(tx.LastToken()); err != nil {
 		s.log.Error("saving the token high-water mark", "err", err)
 	}
 }
 
-func (s *Server) onTimer() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.timerAt = 0
-	if s.closed {
-		return
-	}
-	s.tab.Advance(s.now())
-	s.afterBatchLocked(nil)
-}
-
-// onEvent turns engine events into pushes. It runs under mu.
-func (s *Server) onEvent(e locktable.Event) {
+// eventLocked turns an engine event into a push. A partial release (some of
+// a lock's resources released by owner) is pushed as expired, like a whole
+// one: the holder no longer holds what it was granted.
+func (s *Server) eventLocked(e *core.Event) {
 	sess := s.sessions[e.Session]
 	if sess == nil {
 		return
 	}
 	switch e.Kind {
-	case locktable.Granted:
+	case core.Granted:
 		s.pushLocked(sess, e.ID, e.ExpiresAt, e.Token)
-	case locktable.TimedOut:
-		s.push(sess, "timeout", e.ID)
-	case locktable.Expired, locktable.Released:
-		s.push(sess, "expired", e.ID)
-	case locktable.SessionClosed:
+	case core.TimedOut:
+		s.push(sess, protocol.PushTimeout, e.ID)
+	case core.Expired:
+		s.push(sess, protocol.PushExpired, e.ID)
+	case core.Released:
+		s.push(sess, protocol.PushReleased, e.ID)
+	case core.SessionClosed:
 		delete(s.sessions, e.Session)
 		s.log.Debug("session closed after its grace period", "session", sess.hash)
 	}
 }
 
-func (s *Server) pushLocked(sess *session, id locktable.ID, expiresAt int64, token uint64) {
-	b, st := wire.Begin(s.pushes)
-	b = append(b, "locked "...)
-	b = id.AppendText(b)
-	b = append(b, ' ')
-	b = wire.AppendInt(b, expiresAt/int64(time.Millisecond))
-	b = append(b, ' ')
-	b = wire.AppendUint(b, token)
-	s.pushes = wire.End(b, st)
+func (s *Server) pushLocked(sess *session, id core.ID, expiresAt int64, token uint64) {
+	st := len(s.pushes)
+	s.pushes = protocol.AppendLocked(s.pushes, id, expiresAt/int64(time.Millisecond), token)
 	s.pending = append(s.pending, pendingPush{sess, st, len(s.pushes)})
 }
 
-func (s *Server) push(sess *session, kind string, id locktable.ID) {
-	b, st := wire.Begin(s.pushes)
-	b = append(b, kind...)
-	b = append(b, ' ')
-	b = id.AppendText(b)
-	s.pushes = wire.End(b, st)
+func (s *Server) push(sess *session, kind protocol.PushKind, id core.ID) {
+	st := len(s.pushes)
+	s.pushes = protocol.AppendPush(s.pushes, kind, id)
 	s.pending = append(s.pending, pendingPush{sess, st, len(s.pushes)})
 }
 
@@ -305,7 +293,7 @@ func (s *Server) deliver(sess *session, frame []byte) {
 	}
 	sess.offline = append(sess.offline, frame...)
 	for len(sess.offline) > s.cfg.MaxOfflineBytes {
-		_, n, _, err := wire.Next(sess.offline, wire.MaxFrameLimit)
+		_, n, _, err := protocol.Next(sess.offline, protocol.MaxFrameLimit)
 		if err != nil || n == 0 {
 			sess.offline = sess.offline[:0]
 			break

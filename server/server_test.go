@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -11,7 +12,8 @@ import (
 	"time"
 
 	"github.com/mlock-dev/mlock"
-	"github.com/mlock-dev/mlock/internal/wire"
+	"github.com/mlock-dev/mlock/internal/core"
+	"github.com/mlock-dev/mlock/internal/protocol"
 )
 
 func TestHandshake(t *testing.T) {
@@ -318,9 +320,9 @@ func TestSplitFramesAndBatches(t *testing.T) {
 	srv := start(t, Config{})
 	c := dialRaw(t, srv)
 	var all []byte
-	all = wire.Append(all, "connect split 1.0")
+	all = protocol.Append(all, "connect split 1.0")
 	for i := range 50 {
-		all = wire.Append(all, fmt.Sprintf("ping p%d", i))
+		all = protocol.Append(all, fmt.Sprintf("ping p%d", i))
 	}
 	// One byte per write, header split included.
 	for i := range 40 {
@@ -359,14 +361,14 @@ func TestExtensions(t *testing.T) {
 	c2.expect("result 6 success " + o) // same owner from another session renews too
 	c2.expect("locked " + o + " * " + tok)
 	c1.send("lock 7 ox 5000 0 0 worker-1")
-	c1.expect("result 7 failed owner holds an overlapping lock!")
+	c1.expect("result 7 failed owner holds an overlapping lock! ox")
 
 	// Release by owner.
 	c2.send("release 8 worker-2 ox|oy")
 	c2.expect("result 8 success false")
 	c2.send("release 9 worker-1 ox|oy")
 	c2.expect("result 9 success true")
-	c2.expect("expired " + o) // the holder (now c2's session) is told, after the result
+	c2.expect("expired " + o + " released") // the holder (now c2's session) is told, after the result
 	c1.quiet()
 
 	// releaseall.
@@ -376,14 +378,14 @@ func TestExtensions(t *testing.T) {
 	c1.locked(r2)
 	c2.send("releaseall 12 w9")
 	c2.expect("result 12 success 2")
-	c1.expect("expired " + r2) // the holder is told it lost them
-	c1.expect("expired " + r1)
+	c1.expect("expired " + r2 + " released") // the holder is told it lost them
+	c1.expect("expired " + r1 + " released")
 
 	// trylock.
 	tl := c1.lock("13", "tl 5000 0 0")
 	c1.locked(tl)
 	c2.send("trylock 14 tl 5000")
-	c2.expect("result 14 failed resource is locked!")
+	c2.expect("result 14 failed resource is locked! tl")
 	c2.send("trylock 15 tl2 5000 own")
 	f := c2.expect("result 15 success *")
 	c2.locked(f[3])
@@ -478,7 +480,7 @@ func TestSlowReaderDoesNotHurtOthers(t *testing.T) {
 	// The slow client asks for many status replies and never reads them.
 	var batch []byte
 	for i := range 200 {
-		batch = wire.Append(batch, fmt.Sprintf("status s%d", i))
+		batch = protocol.Append(batch, fmt.Sprintf("status s%d", i))
 	}
 	done := make(chan struct{})
 	go func() {
@@ -497,10 +499,11 @@ func TestSlowReaderDoesNotHurtOthers(t *testing.T) {
 	// The slow client has been cut off; its session keeps its grace period.
 	deadline := time.Now().Add(3 * time.Second)
 	for {
-		srv.mu.Lock()
-		sess := srv.sessions["slow"]
-		gone := sess != nil && sess.c == nil
-		srv.mu.Unlock()
+		var gone bool
+		srv.core.Batch(func(*core.Tx) {
+			sess := srv.sessions["slow"]
+			gone = sess != nil && sess.c == nil
+		})
 		if gone {
 			break
 		}
@@ -529,7 +532,7 @@ func TestLimits(t *testing.T) {
 	// A flood of commands is answered in order.
 	var flood []byte
 	for i := range 2000 {
-		flood = wire.Append(flood, fmt.Sprintf("lock f%d q 5000 0 0", i))
+		flood = protocol.Append(flood, fmt.Sprintf("lock f%d q 5000 0 0", i))
 	}
 	c3.write(flood)
 	for i := range 2000 {
@@ -542,18 +545,15 @@ func TestLimits(t *testing.T) {
 func TestIdleServerArmsOneTimer(t *testing.T) {
 	srv := start(t, Config{})
 	c := connected(t, srv, "idle")
-	srv.mu.Lock()
-	if srv.timerAt != 0 {
+	if _, ok := srv.core.Armed(); ok {
 		t.Fatal("a server without deadlines must not arm its timer")
 	}
-	srv.mu.Unlock()
 	id := c.lock("1", "idle 3600000 0 0")
 	c.locked(id)
-	srv.mu.Lock()
-	at, _ := srv.tab.NextDeadline()
-	armed := srv.timerAt
-	srv.mu.Unlock()
-	if armed != at || time.Duration(at-srv.now()) < 59*time.Minute {
+	var at, now int64
+	srv.core.Batch(func(tx *core.Tx) { at, _ = tx.NextDeadline(); now = tx.Now() })
+	armed, _ := srv.core.Armed()
+	if armed != at || time.Duration(at-now) < 59*time.Minute {
 		t.Fatalf("timer armed for %d, next deadline %d: want one timer at the lock's expiry", armed, at)
 	}
 }
@@ -607,4 +607,142 @@ func TestShutdownClosesConnections(t *testing.T) {
 		t.Fatalf("Serve = %v", err)
 	}
 	c.closed()
+}
+
+func TestRenew(t *testing.T) {
+	srv := start(t, Config{})
+	c1, c2 := connected(t, srv, "rn1"), connected(t, srv, "rn2")
+	id := c1.lock("1", "ra|rb 5000 0 0 w")
+	tok := c1.locked(id)
+
+	// Renew by owner, from another session, resources in any order.
+	before := time.Now().UnixMilli()
+	c2.send("renew 2 w rb|ra|rb 60000")
+	f := c2.expect("result 2 success * " + tok)
+	exp, err := strconv.ParseInt(f[3], 10, 64)
+	if err != nil || exp < before+60000 || exp > time.Now().UnixMilli()+60000 {
+		t.Fatalf("renewed expiry %q, want now + 60 s", f[3])
+	}
+	c1.quiet() // nothing pushed: the holder keeps its lock, id and token
+	c2.quiet()
+	// The lock stays in its session: c1's lock listing shows the new ttl.
+	c1.send("locks 3 ra")
+	if reply := c1.read(); !strings.Contains(reply, `"token":`+tok) {
+		t.Fatalf("locks after renew: %q", reply)
+	}
+
+	// Failures.
+	for _, tc := range []struct{ cmd, want string }{
+		{"renew 4 w ra 5000", "result 4 failed lock not exist!"},          // a subset
+		{"renew 5 w ra|rb|rc 5000", "result 5 failed lock not exist!"},    // a superset
+		{"renew 6 x ra|rb 5000", "result 6 failed lock not exist!"},       // another owner
+		{"renew 7 w ra|rb abc", "result 7 failed ttl should be integer!"}, // bad ttl
+		{"renew 8 w ra|rb 0", "result 8 failed ttl should be integer!"},   // zero ttl
+		{"renew 9 w", "result 9 failed missing arguments!"},               // no resources
+		{"renew 10 w ra|b|c 5000", "result 10 failed lock not exist!"},    // unknown set
+		{"renew 11 w a||b 5000", "result 11 failed invalid resource!"},    // bad name
+		{"RENEW 12 w rb|ra", "result 12 success * " + tok},                // default ttl, any case
+	} {
+		c2.send(tc.cmd)
+		c2.expect(tc.want)
+	}
+
+	// Anonymous locks are not renewable by owner.
+	a := c1.lock("13", "anon 5000 0 0 *")
+	c1.locked(a)
+	c1.send("renew 14 * anon 5000")
+	c1.expect("result 14 failed lock not exist!")
+
+	// Renewing used no token: the next grant gets the next one.
+	n := c1.lock("15", "next 5000 0 0")
+	next, _ := strconv.ParseUint(c1.locked(n), 10, 64)
+	t0, _ := strconv.ParseUint(tok, 10, 64)
+	if next != t0+2 { // anon took t0+1
+		t.Fatalf("token after renewals %d, want %d", next, t0+2)
+	}
+}
+
+// TestPartialReleasePushesExpired: releasing some resources of a lock tells
+// its holder, as for a whole release, and the rest is no longer renewable as
+// the whole set.
+func TestPartialReleasePushesExpired(t *testing.T) {
+	srv := start(t, Config{})
+	c1, c2, c3 := connected(t, srv, "pr1"), connected(t, srv, "pr2"), connected(t, srv, "pr3")
+	id := c1.lock("1", "pa|pb 5000 0 0 w")
+	c1.locked(id)
+	w := c3.lock("2", "pa 5000 0 0")
+	c3.quiet() // waiting behind pa
+
+	c2.send("release 3 w pa")
+	c2.expect("result 3 success true")
+	c1.expect("expired " + id + " released") // the holder no longer holds what it was granted
+	c3.locked(w)                             // the released resource goes to the next in line
+	c2.quiet()
+
+	c2.send("renew 4 w pa|pb 5000")
+	c2.expect("result 4 failed lock not exist!")
+	c2.send("renew 5 w pb 5000")
+	c2.expect("result 5 success * *")
+	// The rest is released as a whole lock, pushed as expired once more.
+	c2.send("release 6 w pb")
+	c2.expect("result 6 success true")
+	c1.expect("expired " + id + " released")
+	c1.quiet()
+}
+
+func TestShutdownEndsAStuckInlineFlush(t *testing.T) {
+	// The write timeout is long: only the last flush's short deadline can
+	// end a reader blocked in its inline flush.
+	srv, err := New(Config{WriteTimeout: time.Minute, MaxPendingOutput: 256 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	for srv.Addr() == nil {
+		time.Sleep(time.Millisecond)
+	}
+	slow := connected(t, srv, "stuck")
+	var batch []byte
+	for i := range 1000 {
+		batch = protocol.Append(batch, fmt.Sprintf("status s%d", i))
+	}
+	go func() {
+		for range 100 {
+			if _, err := slow.nc.Write(batch); err != nil {
+				return
+			}
+		}
+	}()
+	// Wait until the reader's flush stays blocked on the client that does
+	// not read.
+	stuck := 0
+	for deadline := time.Now().Add(10 * time.Second); stuck < 3; {
+		var c *conn
+		srv.core.Batch(func(*core.Tx) {
+			if sess := srv.sessions["stuck"]; sess != nil {
+				c = sess.c
+			}
+		})
+		if c != nil && c.flushing.Load() > 0 {
+			stuck++
+		} else {
+			stuck = 0
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the reader's flush never blocked")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	t0 := time.Now()
+	if err := srv.Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown = %v after %v: the stuck flush was not ended", err, time.Since(t0))
+	}
+	if err := <-done; err != ErrServerClosed {
+		t.Fatalf("Serve = %v", err)
+	}
+	slow.nc.Close()
 }

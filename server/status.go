@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/mlock-dev/mlock"
-	"github.com/mlock-dev/mlock/internal/locktable"
+	"github.com/mlock-dev/mlock/internal/core"
 )
 
 func (s *Server) shortHash(id string) string {
@@ -30,9 +30,10 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// status builds the Status document. It runs under mu.
-func (s *Server) status(now int64) *mlock.Status {
-	st := s.tab.Stats()
+// status builds the Status document. It runs in a core batch.
+func (s *Server) status(tx *core.Tx) *mlock.Status {
+	now := tx.Now()
+	st := tx.Stats()
 	nowT := time.Now()
 	doc := &mlock.Status{
 		CurrentLocks:        st.Live,
@@ -77,11 +78,11 @@ func (s *Server) status(now int64) *mlock.Status {
 			LastLive: (nowT.UnixNano() - sess.c.lastLive.Load()) / int64(time.Millisecond),
 		}
 	}
-	s.tab.Queues("", limit, func(q locktable.QueueInfo) bool {
+	tx.Queues("", limit, func(q core.QueueInfo) bool {
 		doc.Queues[q.Resource] = len(q.Entries)
 		return true
 	})
-	s.tab.Locks(limit, func(li locktable.LockInfo) bool {
+	tx.Locks(limit, func(li core.LockInfo) bool {
 		d := mlock.StatusLock{Locked: li.Granted, TTL: li.TTL.Milliseconds(), Resources: strings.Join(li.Resources, "|")}
 		if left := (li.Deadline - now) / int64(time.Millisecond); li.Granted {
 			d.Expire = &left
@@ -97,18 +98,19 @@ func (s *Server) status(now int64) *mlock.Status {
 	return doc
 }
 
-func (s *Server) statusJSON(now int64) []byte {
-	b, err := json.Marshal(s.status(now))
+func (s *Server) statusJSON(tx *core.Tx) []byte {
+	b, err := json.Marshal(s.status(tx))
 	if err != nil {
 		return []byte("{}")
 	}
 	return b
 }
 
-func (s *Server) locksJSON(now int64, prefix string) []byte {
+func (s *Server) locksJSON(tx *core.Tx, prefix string) []byte {
+	now := tx.Now()
 	doc := mlock.Locks{Queues: []mlock.LocksQueue{}}
 	limit := s.cfg.StatusLimit
-	s.tab.Queues(prefix, limit+1, func(q locktable.QueueInfo) bool {
+	tx.Queues(prefix, limit+1, func(q core.QueueInfo) bool {
 		if len(doc.Queues) == limit {
 			doc.Truncated = true
 			return false
@@ -141,9 +143,9 @@ func (s *Server) locksJSON(now int64, prefix string) []byte {
 
 // statusText renders the status as the original's plain text: "key: value"
 // lines, nested objects indented by two spaces.
-func (s *Server) statusText() []byte {
+func (s *Server) statusText(tx *core.Tx) []byte {
 	var out bytes.Buffer
-	dec := json.NewDecoder(bytes.NewReader(s.statusJSON(s.now())))
+	dec := json.NewDecoder(bytes.NewReader(s.statusJSON(tx)))
 	dec.UseNumber()
 	var obj func(indent string)
 	obj = func(indent string) {

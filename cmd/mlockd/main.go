@@ -18,7 +18,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/mlock-dev/mlock/internal/locktable"
 	"github.com/mlock-dev/mlock/server"
 )
 
@@ -34,7 +33,7 @@ func run(args []string, stderr *os.File) error {
 	fs.SetOutput(stderr)
 	var cfg server.Config
 	fs.StringVar(&cfg.Addr, "listen", server.DefaultAddr, "TCP address to listen on; listening beyond loopback is an explicit choice")
-	fs.DurationVar(&cfg.SessionGrace, "session-grace", locktable.DefaultSessionGrace, "how long a disconnected session keeps its locks")
+	fs.DurationVar(&cfg.SessionGrace, "session-grace", server.DefaultSessionGrace, "how long a disconnected session keeps its locks")
 	fs.DurationVar(&cfg.DefaultTTL, "default-ttl", server.DefaultTTL, "lease of a lock sent without a ttl")
 	fs.DurationVar(&cfg.AuthTimeout, "auth-timeout", server.DefaultAuthTimeout, "time a new connection has to send connect")
 	fs.IntVar(&cfg.MaxFrame, "max-frame", server.DefaultMaxFrame, "largest frame payload in bytes (at most 16 MiB)")
@@ -42,13 +41,13 @@ func run(args []string, stderr *os.File) error {
 	fs.IntVar(&cfg.MaxPendingOutput, "max-pending-output", server.DefaultMaxPendingOutput, "bytes queued for a client that does not read before it is disconnected")
 	fs.DurationVar(&cfg.WriteTimeout, "write-timeout", server.DefaultWriteTimeout, "a client that does not read what it is sent for this long is disconnected")
 	fs.IntVar(&cfg.MaxOfflineBytes, "max-offline-bytes", server.DefaultMaxOfflineBytes, "bytes of pushes kept for a disconnected session")
-	fs.IntVar(&cfg.MaxResources, "max-resources", locktable.DefaultMaxResources, "most resources in one request")
-	fs.IntVar(&cfg.MaxNameLen, "max-name-len", locktable.DefaultMaxNameLen, "longest resource or owner name in bytes")
+	fs.IntVar(&cfg.MaxResources, "max-resources", server.DefaultMaxResources, "most resources in one request")
+	fs.IntVar(&cfg.MaxNameLen, "max-name-len", server.DefaultMaxNameLen, "longest resource or owner name in bytes")
 	fs.IntVar(&cfg.MaxSocketIDLen, "max-socket-id-len", server.DefaultMaxSocketIDLen, "longest socketId in bytes")
-	fs.IntVar(&cfg.MaxLocksPerSession, "max-locks-per-session", locktable.DefaultMaxLocksPerSession, "most live requests of one session (-1: no limit)")
-	fs.IntVar(&cfg.MaxQueueLen, "max-queue-len", locktable.DefaultMaxQueueLen, "most entries in one resource's queue, holder included (-1: no limit)")
-	fs.DurationVar(&cfg.MaxTTL, "max-ttl", locktable.DefaultMaxTTL, "longest lease")
-	fs.DurationVar(&cfg.MaxTimeout, "max-timeout", locktable.DefaultMaxTimeout, "longest wait timeout")
+	fs.IntVar(&cfg.MaxLocksPerSession, "max-locks-per-session", server.DefaultMaxLocksPerSession, "most live requests of one session (-1: no limit)")
+	fs.IntVar(&cfg.MaxQueueLen, "max-queue-len", server.DefaultMaxQueueLen, "most entries in one resource's queue, holder included (-1: no limit)")
+	fs.DurationVar(&cfg.MaxTTL, "max-ttl", server.DefaultMaxTTL, "longest lease")
+	fs.DurationVar(&cfg.MaxTimeout, "max-timeout", server.DefaultMaxTimeout, "longest wait timeout")
 	fs.IntVar(&cfg.StatusLimit, "status-limit", server.DefaultStatusLimit, "most locks, queues and sockets listed by status and locks")
 	fs.StringVar(&cfg.DataDir, "data-dir", "", "directory for the fencing-token high-water mark (empty: tokens start at the clock)")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
