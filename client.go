@@ -8,15 +8,22 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/mlock-dev/mlock/internal/core"
+	"github.com/mlock-dev/mlock/internal/lease"
+	"github.com/mlock-dev/mlock/internal/protocol"
 )
 
 // Client talks to one mlockd server. Create it with New or NewClient; it is
 // safe for concurrent use. Every Client of the same address (host:port)
-// shares one connection and one session; the connection reconnects by itself
-// and closes with the last Client.
+// shares one session: one socketId, one connection that reconnects by
+// itself, and the calls and locks in flight on it. The session closes with
+// the last Client of its address.
 type Client struct {
 	opts      Options
-	conn      *conn
+	s         *session
+	ttl       string // opts.TTL in ms, formatted once
+	timeout   string // opts.Timeout in ms
 	closeOnce sync.Once
 }
 
@@ -26,15 +33,16 @@ type LockOptions struct {
 	// TTL is the lease, whole milliseconds. 0: Options.TTL (default 60 s).
 	TTL time.Duration
 	// Timeout is the longest wait, enforced by the server. 0: Options.Timeout;
-	// negative: no limit. The context can end the wait earlier.
+	// negative: no limit. The context can end the wait earlier. Ignored by
+	// TryLock.
 	Timeout time.Duration
 	// Tolerate > 0 fails at once with an Error of Type tolerate when a queue
 	// already holds more than Tolerate entries. 0: Options.Tolerate;
-	// negative: no limit.
+	// negative: no limit. Ignored by TryLock.
 	Tolerate int
 	// Owner, if set, makes the lock re-entrant for that owner: asking again
-	// for exactly the same resources renews the lease. It also lets Release
-	// and ReleaseAll find it. No spaces.
+	// for exactly the same resources renews the lease. It also lets Release,
+	// ReleaseAll and Renew find it. No spaces, no '|'.
 	Owner string
 }
 
@@ -54,40 +62,21 @@ func NewClient(o Options) (*Client, error) {
 		return nil, err
 	}
 	o = o.withDefaults()
-	cn, err := acquireConn(o)
+	s, err := sessions.acquire(o)
 	if err != nil {
 		return nil, err
 	}
-	return &Client{opts: o, conn: cn}, nil
+	return &Client{opts: o, s: s, ttl: ms(o.TTL), timeout: ms(o.Timeout)}, nil
 }
 
 // Close releases this Client: its waiting and held locks are unlocked (best
 // effort, without waiting for answers) and their waits fail with ErrClosed.
-// The shared connection closes with the last Client of its address; other
+// The shared session closes with the last Client of its address; other
 // Clients' calls are not disturbed. Close is idempotent.
 func (c *Client) Close() error {
 	c.closeOnce.Do(func() {
-		cn := c.conn
-		cn.mu.Lock()
-		e := &Error{Type: TypeConnection, Err: ErrClosed}
-		for id, l := range cn.locks {
-			if l.c == c {
-				delete(cn.locks, id)
-				cn.forgetLocked(id)
-				l.failLocked(e, nil)
-				if l.state == held {
-					l.state = released
-					l.stopLocked()
-				}
-			}
-		}
-		for _, cl := range cn.calls {
-			if cl.lock != nil && cl.lock.c == c {
-				cl.abandoned = true
-			}
-		}
-		cn.mu.Unlock()
-		cn.release()
+		c.s.detach(c)
+		sessions.release(c.s)
 	})
 	return nil
 }
@@ -96,18 +85,34 @@ func (c *Client) Close() error {
 func (c *Client) Options() Options { return c.opts }
 
 // SocketID returns the session id of this Client's connection.
-func (c *Client) SocketID() string { return c.conn.sid }
+func (c *Client) SocketID() string { return c.s.sid }
 
-// resources applies the prefix to each name and checks them.
-func (c *Client) resources(names []string) (string, error) {
+// splitNames splits "a|b|c" at the API's edge; one is the storage for a
+// single name.
+func splitNames(resources string, one *[1]string) []string {
+	if strings.IndexByte(resources, '|') < 0 {
+		one[0] = resources
+		return one[:]
+	}
+	return strings.Split(resources, "|")
+}
+
+// join checks the names with the server's rule, applies the prefix to each
+// and joins them for the wire.
+func (c *Client) join(names []string) (string, error) {
 	if len(names) == 0 {
 		return "", &Error{Type: TypeRequest, Msg: "no resource"}
 	}
-	var b strings.Builder
-	for i, n := range names {
-		if n == "" || strings.ContainsAny(n, " |") {
+	for _, n := range names {
+		if err := core.CheckName(n, 0); err != nil {
 			return "", &Error{Type: TypeRequest, Msg: `resource can not be empty or include " " or "|": ` + strconv.Quote(n)}
 		}
+	}
+	if len(names) == 1 && c.opts.Prefix == "" {
+		return names[0], nil
+	}
+	var b strings.Builder
+	for i, n := range names {
 		if i > 0 {
 			b.WriteByte('|')
 		}
@@ -117,15 +122,26 @@ func (c *Client) resources(names []string) (string, error) {
 	return b.String(), nil
 }
 
+// checkOwner checks an owner that must be given.
+func checkOwner(owner string) error {
+	if core.CheckName(owner, 0) != nil {
+		return &Error{Type: TypeRequest, Msg: "invalid owner " + strconv.Quote(owner)}
+	}
+	return nil
+}
+
 func ms(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
 
 // Lock waits until it holds every resource of "a|b|c" (the prefix applies to
 // each) and returns the lock. It fails with an Error of Type tolerate (queue
 // too long), timeout (the wait's timeout or ctx's deadline passed), request
-// (bad arguments, or ctx cancelled), or connection. A wait given up through
-// ctx leaves the server's queues at once; ctx.Err() stays in the error chain.
+// (bad arguments, an owner conflict, or ctx cancelled), or connection. A
+// wait given up through ctx leaves the server's queues at once; ctx.Err()
+// stays in the error chain. An owner asking again for exactly the resources
+// it holds gets its held Lock back, renewed.
 func (c *Client) Lock(ctx context.Context, resources string, o *LockOptions) (*Lock, error) {
-	return c.lock(ctx, strings.Split(resources, "|"), o, false)
+	var one [1]string
+	return c.lock(ctx, splitNames(resources, &one), o, false)
 }
 
 // LockAll is Lock for a list of resources.
@@ -134,9 +150,16 @@ func (c *Client) LockAll(ctx context.Context, resources []string, o *LockOptions
 }
 
 // TryLock takes the lock only if it can be granted at once; otherwise it
-// fails with an Error of Type tolerate wrapping ErrBusy.
+// fails with an Error of Type tolerate wrapping ErrBusy, whose Resource
+// names a resource that is taken.
 func (c *Client) TryLock(ctx context.Context, resources string, o *LockOptions) (*Lock, error) {
-	return c.lock(ctx, strings.Split(resources, "|"), o, true)
+	var one [1]string
+	return c.lock(ctx, splitNames(resources, &one), o, true)
+}
+
+// TryLockAll is TryLock for a list of resources.
+func (c *Client) TryLockAll(ctx context.Context, resources []string, o *LockOptions) (*Lock, error) {
+	return c.lock(ctx, resources, o, true)
 }
 
 func (c *Client) lock(ctx context.Context, names []string, o *LockOptions, try bool) (*Lock, error) {
@@ -144,90 +167,57 @@ func (c *Client) lock(ctx context.Context, names []string, o *LockOptions, try b
 	if o != nil {
 		lo = *o
 	}
-	res, err := c.resources(names)
+	res, err := c.join(names)
 	if err != nil {
 		return nil, err
 	}
+	ttl := c.ttl
 	if lo.TTL == 0 {
 		lo.TTL = c.opts.TTL
-	}
-	if lo.TTL < time.Millisecond || lo.TTL%time.Millisecond != 0 {
-		return nil, &Error{Type: TypeRequest, Msg: "ttl should be whole milliseconds > 0"}
-	}
-	if lo.Timeout == 0 {
-		lo.Timeout = c.opts.Timeout
-	}
-	if lo.Tolerate == 0 {
-		lo.Tolerate = c.opts.Tolerate
-	}
-	timeout, tolerate := max(lo.Timeout, 0), max(lo.Tolerate, 0)
-	if strings.ContainsAny(lo.Owner, " |") {
-		return nil, &Error{Type: TypeRequest, Msg: "invalid owner " + strconv.Quote(lo.Owner)}
-	}
-	l := newLock(c, res, lo.Owner, lo.TTL)
-	var args []string
-	cmd := "lock"
-	if try {
-		cmd = "trylock"
-		args = []string{res, ms(lo.TTL)}
 	} else {
-		args = []string{res, ms(lo.TTL), ms(timeout), strconv.Itoa(tolerate)}
+		if lo.TTL < time.Millisecond || lo.TTL%time.Millisecond != 0 {
+			return nil, &Error{Type: TypeRequest, Msg: "ttl should be whole milliseconds > 0"}
+		}
+		ttl = ms(lo.TTL)
 	}
 	if lo.Owner != "" {
-		args = append(args, lo.Owner)
-	}
-	if _, err := c.conn.roundTrip(ctx, l, cmd, args...); err != nil {
-		return nil, err
-	}
-	if l.renewed != nil {
-		return l.renewed, nil // set before the reply was delivered
-	}
-	var backstop <-chan time.Time
-	if timeout > 0 {
-		// The server's timeout push can be lost with a connection.
-		t := time.NewTimer(timeout + c.opts.DialTimeout)
-		defer t.Stop()
-		backstop = t.C
-	}
-	select {
-	case <-l.waited:
-		c.conn.mu.Lock()
-		st, werr := l.state, l.waitErr
-		c.conn.mu.Unlock()
-		if st == failed {
-			return nil, werr
+		if err := checkOwner(lo.Owner); err != nil {
+			return nil, err
 		}
-		return l, nil
-	case <-ctx.Done():
-		c.abandon(l)
-		return nil, ctxError(ctx)
-	case <-backstop:
-		c.abandon(l)
-		return nil, &Error{Type: TypeTimeout, Msg: "Lock timeout"}
 	}
-}
-
-// abandon gives a lock back because its caller stopped waiting.
-func (c *Client) abandon(l *Lock) {
-	cn := c.conn
-	cn.mu.Lock()
-	defer cn.mu.Unlock()
-	if l.state == waiting || l.state == held {
-		delete(cn.locks, l.id)
-		cn.forgetLocked(l.id)
-		l.state = released
-		l.stopLocked()
+	l := &Lock{s: c.s, c: c, resources: res, owner: lo.Owner, ttl: lo.TTL}
+	var args [5]string
+	n := 0
+	add := func(a string) { args[n] = a; n++ }
+	add(res)
+	add(ttl)
+	verb := protocol.VerbTryLock
+	if !try {
+		verb = protocol.VerbLock
+		timeout := c.timeout
+		if lo.Timeout == 0 {
+			lo.Timeout = c.opts.Timeout
+		} else {
+			timeout = ms(max(lo.Timeout, 0))
+		}
+		if lo.Tolerate == 0 {
+			lo.Tolerate = c.opts.Tolerate
+		}
+		add(timeout)
+		add(strconv.Itoa(max(lo.Tolerate, 0)))
+		if lo.Timeout > 0 {
+			// The server's timeout push can be lost with a connection.
+			l.waitEnd = time.Now().Add(lo.Timeout + c.opts.DialTimeout)
+		}
 	}
-}
-
-// retry is roundTrip for idempotent commands: a connection error is retried
-// once, after the connection is back.
-func (c *Client) retry(ctx context.Context, cmd string, args ...string) (string, error) {
-	p, err := c.conn.roundTrip(ctx, nil, cmd, args...)
-	if errors.Is(err, ErrConnection) && !errors.Is(err, ErrClosed) && ctx.Err() == nil {
-		p, err = c.conn.roundTrip(ctx, nil, cmd, args...)
+	if lo.Owner != "" {
+		add(lo.Owner)
 	}
-	return p, err
+	r, rerr := c.s.roundTrip(ctx, l, verb, args[:n]...)
+	if rerr != nil {
+		return nil, rerr
+	}
+	return r.lock, nil
 }
 
 // Do runs fn while holding the lock: it acquires resources, extends the
@@ -243,100 +233,123 @@ func (c *Client) Do(ctx context.Context, resources string, o *LockOptions, fn fu
 }
 
 // Hold is Do for a lock already acquired (for example with TryLock): it runs
-// fn, extends l every ttl/3 meanwhile, cancels fn's context if l is lost,
-// and unlocks l when fn returns.
+// fn, extends l every ttl/3 meanwhile, cancels fn's context if l is lost
+// (the server says so, or no extension succeeded for a whole ttl), and
+// unlocks l when fn returns.
 func (c *Client) Hold(ctx context.Context, l *Lock, fn func(context.Context) error) error {
-	jctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	stop := make(chan struct{})
-	kept := make(chan struct{})
-	c.conn.mu.Lock()
-	period := max(l.ttl/3, time.Millisecond)
-	c.conn.mu.Unlock()
-	go func() {
-		defer close(kept)
-		t := time.NewTicker(period)
-		defer t.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-l.Lost():
-				cancel(l.Err())
-				return
-			case <-t.C:
-				ectx, ecancel := context.WithTimeout(context.WithoutCancel(ctx), period)
-				_, err := l.Extend(ectx, 0)
-				ecancel()
-				if errors.Is(err, ErrLost) {
-					cancel(err)
-					return
-				}
-				// Other errors (connection trouble): try again next tick; the
-				// local end of the lease reports the loss if it comes to that.
+	fnErr, lostErr := lease.Run(ctx, lease.Options{
+		TTL: l.s.view(l).ttl,
+		Renew: func(ctx context.Context) (bool, error) {
+			_, err := l.Extend(ctx, 0)
+			switch {
+			case err == nil:
+				return true, nil
+			case errors.Is(err, ErrLost):
+				return false, nil
 			}
-		}
-	}()
-	ferr := fn(jctx)
-	close(stop)
-	<-kept
+			return false, err // connection trouble: retried next tick
+		},
+		Lost: l.Lost(),
+		Cause: func() error {
+			if err := l.Err(); err != nil {
+				return err
+			}
+			return &Error{Type: TypeLost, Msg: "lease ran out", Err: ErrExpired}
+		},
+	}, fn)
 	uctx, ucancel := context.WithTimeout(context.WithoutCancel(ctx), c.opts.DialTimeout)
 	uerr := l.Unlock(uctx)
 	ucancel()
-	if lerr := l.Err(); lerr != nil {
-		if ferr != nil && !errors.Is(ferr, context.Canceled) {
-			return errors.Join(lerr, ferr)
+	if lostErr != nil {
+		if fnErr != nil && !errors.Is(fnErr, context.Canceled) {
+			return errors.Join(lostErr, fnErr)
 		}
-		return lerr
+		return lostErr
 	}
-	if ferr == nil && errors.Is(uerr, ErrLost) {
+	if fnErr == nil && errors.Is(uerr, ErrLost) {
 		return uerr // the lease ran out just as fn returned
 	}
-	return ferr
+	return fnErr
 }
 
 // Release releases, for each resource of "a|b" (prefix applied), the lock
 // owner holds on it, and reports whether every one was held by owner. Other
-// owners' locks are untouched. It is not retried after a connection error.
+// owners' locks are untouched. A lock released only in part is lost for its
+// holder's handle (its Lost channel closes). It is not retried after a
+// connection error.
 func (c *Client) Release(ctx context.Context, owner, resources string) (bool, error) {
-	res, err := c.resources(strings.Split(resources, "|"))
+	var one [1]string
+	res, err := c.join(splitNames(resources, &one))
 	if err != nil {
 		return false, err
 	}
-	if owner == "" || strings.ContainsAny(owner, " |") {
-		return false, &Error{Type: TypeRequest, Msg: "invalid owner " + strconv.Quote(owner)}
+	if err := checkOwner(owner); err != nil {
+		return false, err
 	}
-	p, err := c.conn.roundTrip(ctx, nil, "release", owner, res)
-	return p == "true", err
+	r, rerr := c.s.roundTrip(ctx, nil, protocol.VerbRelease, owner, res)
+	if rerr != nil {
+		return false, rerr
+	}
+	return r.n == 1, nil
 }
 
 // ReleaseAll releases every lock owner holds and returns how many. It is
 // not retried after a connection error.
 func (c *Client) ReleaseAll(ctx context.Context, owner string) (int, error) {
-	if owner == "" || strings.ContainsAny(owner, " |") {
-		return 0, &Error{Type: TypeRequest, Msg: "invalid owner " + strconv.Quote(owner)}
+	if err := checkOwner(owner); err != nil {
+		return 0, err
 	}
-	p, err := c.conn.roundTrip(ctx, nil, "releaseall", owner)
+	r, err := c.s.roundTrip(ctx, nil, protocol.VerbReleaseAll, owner)
 	if err != nil {
 		return 0, err
 	}
-	return strconv.Atoi(p)
+	return int(r.n), nil
+}
+
+// Renew sets the lease of the lock owner holds on exactly resources (prefix
+// applied; order and duplicates do not matter) to now + ttl (0:
+// Options.TTL), whichever session holds it, and returns the new expiry on
+// the server's clock and the lock's fencing token (unchanged by renewals).
+// If owner holds no such lock (or it was partly released) it returns an
+// Error of Type request wrapping ErrNotHeld. A connection error is retried
+// once: renewing twice is harmless.
+func (c *Client) Renew(ctx context.Context, owner string, resources []string, ttl time.Duration) (time.Time, uint64, error) {
+	res, err := c.join(resources)
+	if err != nil {
+		return time.Time{}, 0, err
+	}
+	if err := checkOwner(owner); err != nil {
+		return time.Time{}, 0, err
+	}
+	if ttl == 0 {
+		ttl = c.opts.TTL
+	}
+	if ttl < time.Millisecond || ttl%time.Millisecond != 0 {
+		return time.Time{}, 0, &Error{Type: TypeRequest, Msg: "ttl should be whole milliseconds > 0"}
+	}
+	r, rerr := c.s.retry(ctx, protocol.VerbRenew, owner, res, ms(ttl))
+	if rerr != nil {
+		return time.Time{}, 0, rerr
+	}
+	return time.UnixMilli(r.n), r.token, nil
 }
 
 // Ping checks the server. A connection error is retried once.
 func (c *Client) Ping(ctx context.Context) error {
-	_, err := c.retry(ctx, "ping")
-	return err
+	if _, err := c.s.retry(ctx, protocol.VerbPing); err != nil {
+		return err
+	}
+	return nil
 }
 
 // Status returns the server's status. A connection error is retried once.
 func (c *Client) Status(ctx context.Context) (*Status, error) {
-	p, err := c.retry(ctx, "status")
+	r, err := c.s.retry(ctx, protocol.VerbStatus)
 	if err != nil {
 		return nil, err
 	}
 	var st Status
-	if err := json.Unmarshal([]byte(p), &st); err != nil {
+	if err := json.Unmarshal(r.data, &st); err != nil {
 		return nil, &Error{Type: TypeRequest, Msg: "invalid status", Err: err}
 	}
 	return &st, nil
@@ -350,16 +363,18 @@ func (c *Client) Locks(ctx context.Context, prefix string) (*Locks, error) {
 	if strings.ContainsAny(prefix, " |") {
 		return nil, &Error{Type: TypeRequest, Msg: "invalid prefix " + strconv.Quote(prefix)}
 	}
-	args := []string{}
+	var r reply
+	var err *Error
 	if prefix != "" {
-		args = append(args, prefix)
+		r, err = c.s.retry(ctx, protocol.VerbLocks, prefix)
+	} else {
+		r, err = c.s.retry(ctx, protocol.VerbLocks)
 	}
-	p, err := c.retry(ctx, "locks", args...)
 	if err != nil {
 		return nil, err
 	}
 	var ls Locks
-	if err := json.Unmarshal([]byte(p), &ls); err != nil {
+	if err := json.Unmarshal(r.data, &ls); err != nil {
 		return nil, &Error{Type: TypeRequest, Msg: "invalid locks listing", Err: err}
 	}
 	return &ls, nil

@@ -463,3 +463,126 @@ func TestClosingOneClientDoesNotDisturbAnother(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A handle must never claim resources it no longer holds: releasing part of
+// a multi-resource lock by owner loses the whole handle.
+func TestPartialReleaseLosesTheHandle(t *testing.T) {
+	addr, _ := startServer(t, server.Config{}, "")
+	c := client(t, addr, mlock.Options{})
+	admin := client(t, "localhost:"+strings.Split(addr, ":")[1], mlock.Options{}) // another session
+	ctx := ctxT(t)
+	l, err := c.Lock(ctx, "pa|pb", &mlock.LockOptions{Owner: "o1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := admin.Release(ctx, "o1", "pa"); !ok || err != nil {
+		t.Fatalf("partial release = %v, %v", ok, err)
+	}
+	select {
+	case <-l.Lost():
+	case <-time.After(3 * time.Second):
+		t.Fatal("the handle of a partly released lock still claims pa|pb")
+	}
+	if err := l.Err(); !errors.Is(err, mlock.ErrLost) || !(errors.Is(err, mlock.ErrReleased) || errors.Is(err, mlock.ErrExpired)) {
+		t.Fatalf("Err = %v", err)
+	}
+	if _, err := l.Extend(ctx, time.Second); !errors.Is(err, mlock.ErrLost) {
+		t.Fatalf("Extend of a lost handle: %v", err)
+	}
+	// Another owner can take the released resource at once.
+	if o, err := admin.TryLock(ctx, "pa", nil); err != nil {
+		t.Fatalf("pa after its release: %v", err)
+	} else {
+		o.Unlock(ctx)
+	}
+}
+
+func TestTryLockAllNamesTheBusyResource(t *testing.T) {
+	addr, _ := startServer(t, server.Config{}, "")
+	c := client(t, addr, mlock.Options{Prefix: "p:"})
+	ctx := ctxT(t)
+	h, err := c.Lock(ctx, "y", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.TryLockAll(ctx, []string{"x", "y"}, nil)
+	var me *mlock.Error
+	if !errors.As(err, &me) || me.Type != mlock.TypeTolerate || !errors.Is(err, mlock.ErrBusy) || me.Resource != "p:y" {
+		t.Fatalf("TryLockAll on a busy set: %#v", err)
+	}
+	if strings.Count(err.Error(), "locked") != 1 || !strings.Contains(err.Error(), "p:y") {
+		t.Fatalf("Error() = %q: one line naming the resource, no stutter", err)
+	}
+	h.Unlock(ctx)
+	l, err := c.TryLockAll(ctx, []string{"x", "y"}, nil)
+	if err != nil || l.Resources() != "p:x|p:y" {
+		t.Fatalf("TryLockAll on a free set: %v", err)
+	}
+	l.Unlock(ctx)
+
+	// An owner asking for a set that overlaps what it holds.
+	o := &mlock.LockOptions{Owner: "w1"}
+	if _, err := c.LockAll(ctx, []string{"k1", "k2"}, o); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Lock(ctx, "k2|k3", o)
+	if !errors.As(err, &me) || me.Type != mlock.TypeRequest || !errors.Is(err, mlock.ErrOwnerConflict) || me.Resource != "p:k2" {
+		t.Fatalf("owner conflict: %#v", err)
+	}
+}
+
+func TestRenewByOwner(t *testing.T) {
+	addr, _ := startServer(t, server.Config{}, "")
+	c := client(t, addr, mlock.Options{})
+	other := client(t, "localhost:"+strings.Split(addr, ":")[1], mlock.Options{}) // another session
+	ctx := ctxT(t)
+	l, err := c.Lock(ctx, "ra|rb", &mlock.LockOptions{Owner: "w", TTL: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	exp, token, err := other.Renew(ctx, "w", []string{"rb", "ra", "rb"}, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != l.Token() || time.Until(exp) < 50*time.Second {
+		t.Fatalf("Renew = %v, token %d (lock's %d)", exp, token, l.Token())
+	}
+	for _, tc := range []struct {
+		owner string
+		res   []string
+	}{{"w", []string{"ra"}}, {"w", []string{"ra", "rb", "rc"}}, {"x", []string{"ra", "rb"}}} {
+		_, _, err := other.Renew(ctx, tc.owner, tc.res, time.Second)
+		if !errors.Is(err, mlock.ErrRequest) || !errors.Is(err, mlock.ErrNotHeld) {
+			t.Errorf("Renew(%s, %v) = %v, want ErrNotHeld", tc.owner, tc.res, err)
+		}
+	}
+	if _, _, err := c.Renew(ctx, "", []string{"ra"}, 0); !errors.Is(err, mlock.ErrRequest) {
+		t.Fatalf("Renew without owner: %v", err)
+	}
+	if _, _, err := c.Renew(ctx, "w", []string{"a b"}, 0); !errors.Is(err, mlock.ErrRequest) {
+		t.Fatalf("Renew of a bad name: %v", err)
+	}
+}
+
+func TestErrorText(t *testing.T) {
+	tests := []struct {
+		err  *mlock.Error
+		want string
+	}{
+		{&mlock.Error{Type: mlock.TypeTolerate, Msg: "resource is locked!", Resource: "a", Err: mlock.ErrBusy},
+			"mlock: tolerate error: resource is locked! (a)"},
+		{&mlock.Error{Type: mlock.TypeTolerate, Msg: "can not tolerate!"}, "mlock: tolerate error: can not tolerate!"},
+		{&mlock.Error{Type: mlock.TypeConnection, Err: mlock.ErrClosed}, "mlock: connection error: client closed"},
+		{&mlock.Error{Type: mlock.TypeLost, Msg: "lock expired", Err: mlock.ErrExpired}, "mlock: lost error: lock expired"},
+		{&mlock.Error{Type: mlock.TypeRequest, Msg: "cancelled", Err: context.Canceled}, "mlock: request error: cancelled: context canceled"},
+		{&mlock.Error{Type: mlock.TypeTimeout, Err: context.DeadlineExceeded}, "mlock: timeout error: context deadline exceeded"},
+	}
+	for _, tc := range tests {
+		if got := tc.err.Error(); got != tc.want {
+			t.Errorf("Error() = %q, want %q", got, tc.want)
+		}
+		if tc.err.Err != nil && !errors.Is(tc.err, tc.err.Err) {
+			t.Errorf("%q: the cause is not in the chain", tc.err)
+		}
+	}
+}

@@ -2,320 +2,179 @@ package mlock
 
 import (
 	"bufio"
-	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"math/rand/v2"
 	"net"
-	"strconv"
-	"strings"
+	"runtime"
 	"sync"
 	"time"
 
-	"github.com/mlock-dev/mlock/internal/wire"
+	"github.com/mlock-dev/mlock/internal/protocol"
 )
 
-// pool holds one shared connection per server address.
-var pool = struct {
-	sync.Mutex
-	m map[string]*conn
-}{m: map[string]*conn{}}
+// The session's transport: the reconnect loop, one TCP connection at a time
+// with its writer and pinger, and the reader that turns the server's
+// messages into state changes.
 
-// conn is the connection shared by every Client of one server address: one
-// TCP connection at a time, one session (socketId) for its whole life.
-//
-// Goroutines: run (owner of the reconnect loop, reads frames), and per TCP
-// connection a writer and a pinger; all end when the last Client closes.
-type conn struct {
-	addr string
-	sid  string
-	opts Options
-	log  *slog.Logger
+// maxPending is the most bytes of commands a session queues for one
+// connection; a server that reads nothing is dropped (and reconnected).
+const maxPending = 32 << 20
 
-	mu      sync.Mutex
-	refs    int              // guarded by mu
-	closed  bool             // guarded by mu
-	nc      net.Conn         // guarded by mu: nil while down
-	up      chan struct{}    // guarded by mu: closed while connected
-	out     []byte           // guarded by mu: frames to write
-	spare   []byte           // guarded by mu: the last written buffer, for reuse
-	writing bool             // guarded by mu: a write is under way
-	nextReq uint64           // guarded by mu
-	calls   map[string]*call // guarded by mu: in flight, by request id
-	locks   map[string]*Lock // guarded by mu: waiting and held, by lock id
-	everUp  bool             // guarded by mu
-	wake    chan struct{}    // cap 1: out has frames
-	quit    chan struct{}    // closed by the last Close
-	done    chan struct{}    // closed when run returns
-	ctx     context.Context  // cancelled by the last Close: ends a dial
-	cancel  context.CancelFunc
-}
-
-type call struct {
-	ch        chan reply
-	lock      *Lock // lock and trylock: registered by the reader on success
-	abandoned bool  // the caller gave up: unlock the lock when its id arrives
-}
-
-type reply struct {
-	payload string
-	err     *Error
-}
-
-// calls are reused: a call goes back to the pool once its reply has been
-// received (never while the reader may still answer it).
-var callPool = sync.Pool{New: func() any { return &call{ch: make(chan reply, 1)} }}
-
-// acquireConn returns the shared connection for o's address, starting it if
-// needed.
-func acquireConn(o Options) (*conn, error) {
-	addr := o.addr()
-	pool.Lock()
-	defer pool.Unlock()
-	if c := pool.m[addr]; c != nil {
-		if o.SocketID != "" && o.SocketID != c.sid {
-			return nil, &Error{Type: TypeRequest, Msg: "a client of " + addr + " already uses another socketId"}
-		}
-		c.mu.Lock()
-		c.refs++
-		c.mu.Unlock()
-		return c, nil
-	}
-	sid := o.SocketID
-	if sid == "" {
-		sid = randomID()
-	}
-	c := &conn{addr: addr, sid: sid, opts: o, log: o.Logger.With("server", addr), refs: 1,
-		up: make(chan struct{}), calls: map[string]*call{}, locks: map[string]*Lock{},
-		wake: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
-	c.ctx, c.cancel = context.WithCancel(context.Background())
-	pool.m[addr] = c
-	go c.run()
-	return c, nil
-}
-
-// release drops one reference; the last one shuts the connection down after
-// flushing what is queued, and waits for its goroutines.
-func (c *conn) release() {
-	pool.Lock()
-	c.mu.Lock()
-	c.refs--
-	last := c.refs == 0
-	if last {
-		c.closed = true
-		delete(pool.m, c.addr)
-	}
-	c.mu.Unlock()
-	pool.Unlock()
-	if last {
-		close(c.quit)
-		c.cancel()
-		<-c.done
-	}
-}
-
-func (c *conn) run() {
-	defer close(c.done)
-	var backoff time.Duration
+// run is the reconnect loop; it reads frames while connected.
+func (s *session) run() {
+	defer close(s.done)
 	for {
 		select {
-		case <-c.quit:
-			c.shutdown()
+		case <-s.quit:
+			s.shutdown()
 			return
 		default:
 		}
-		nc, r, resumed, err := c.dial()
+		nc, r, resumed, err := s.dial()
 		if err != nil {
-			backoff = min(max(2*backoff, 50*time.Millisecond), c.opts.MaxBackoff)
-			wait := time.Duration(float64(backoff) * (0.5 + rand.Float64()/2))
-			c.log.Warn("mlock: connecting failed; retrying", "err", err, "in", wait)
+			s.backoff = min(max(2*s.backoff, 50*time.Millisecond), s.opts.MaxBackoff)
+			wait := time.Duration(float64(s.backoff) * (0.5 + rand.Float64()/2))
+			s.log.Warn("mlock: connecting failed; retrying", "err", err, "in", wait)
 			select {
-			case <-c.quit:
-				c.shutdown()
+			case <-s.quit:
+				s.shutdown()
 				return
 			case <-time.After(wait):
 			}
 			continue
 		}
-		backoff = 0
-		c.serve(nc, r, resumed)
+		s.backoff = 0
+		s.serve(nc, r, resumed)
 	}
 }
 
 // dial connects and identifies the session.
-func (c *conn) dial() (net.Conn, *bufio.Reader, bool, error) {
-	d := net.Dialer{Timeout: c.opts.DialTimeout, KeepAlive: 15 * time.Second}
-	ctx, cancel := context.WithTimeout(c.ctx, c.opts.DialTimeout)
+func (s *session) dial() (net.Conn, *bufio.Reader, bool, error) {
+	d := net.Dialer{Timeout: s.opts.DialTimeout, KeepAlive: 15 * time.Second}
+	ctx, cancel := context.WithTimeout(s.ctx, s.opts.DialTimeout)
 	defer cancel()
-	nc, err := d.DialContext(ctx, "tcp", c.addr)
+	nc, err := d.DialContext(ctx, "tcp", s.addr)
 	if err != nil {
 		return nil, nil, false, err
 	}
-	_ = nc.SetDeadline(time.Now().Add(c.opts.DialTimeout))
-	if _, err := nc.Write(wire.Append(nil, "connect", c.sid, "1.0")); err != nil {
+	_ = nc.SetDeadline(time.Now().Add(s.opts.DialTimeout))
+	if _, err := nc.Write(protocol.AppendCommand(nil, protocol.VerbConnect, s.sid, "1.0")); err != nil {
 		nc.Close()
 		return nil, nil, false, err
 	}
 	r := bufio.NewReaderSize(nc, 32<<10)
-	p, err := readFrame(r)
-	if err == nil && !strings.HasPrefix(p, "connected ") {
-		err = fmt.Errorf("server answered %q", p)
+	p, err := protocol.ReadFrame(r, nil, protocol.MaxFrameLimit)
+	var m protocol.Message
+	if err == nil {
+		if m, err = protocol.ParseMessage(p); err == nil && m.Kind != protocol.MsgConnected {
+			err = fmt.Errorf("server answered %q", p)
+		}
 	}
 	if err != nil {
 		nc.Close()
 		return nil, nil, false, err
 	}
 	_ = nc.SetDeadline(time.Time{})
-	return nc, r, strings.HasSuffix(p, " resumed"), nil
+	return nc, r, m.Resumed, nil
 }
 
-func readFrame(r *bufio.Reader) (string, error) {
-	b, err := readFrameInto(r, nil)
-	return string(b), err
-}
-
-// readFrameInto reads one frame's payload into buf (grown as needed).
-func readFrameInto(r *bufio.Reader, buf []byte) ([]byte, error) {
-	var h [4]byte
-	if _, err := io.ReadFull(r, h[:]); err != nil {
-		return nil, err
-	}
-	l := int64(int32(binary.BigEndian.Uint32(h[:])))
-	if l < wire.Overhead || l-wire.Overhead > wire.MaxFrameLimit {
-		return nil, fmt.Errorf("mlock: server sent a frame of length %d", l)
-	}
-	n := int(l - 4)
-	if cap(buf) < n {
-		buf = make([]byte, n)
-	}
-	buf = buf[:n]
-	if _, err := io.ReadFull(r, buf); err != nil {
-		return nil, err
-	}
-	return buf[:n-1], nil
-}
-
-// serve runs one TCP connection until it breaks or the conn shuts down.
-func (c *conn) serve(nc net.Conn, r *bufio.Reader, resumed bool) {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
+// serve runs one TCP connection until it breaks or the session shuts down.
+func (s *session) serve(nc net.Conn, r *bufio.Reader, resumed bool) {
+	box := protocol.NewOutbox(maxPending)
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
 		nc.Close()
 		return
 	}
-	if c.everUp && !resumed {
-		c.sessionLostLocked()
+	if s.everUp && !resumed {
+		s.sessionLostLocked()
 	}
-	c.everUp = true
-	c.nc = nc
-	c.out = c.out[:0]
-	close(c.up)
-	c.mu.Unlock()
-	c.log.Debug("mlock: connected", "resumed", resumed)
+	s.everUp = true
+	s.box = box
+	close(s.up)
+	s.mu.Unlock()
+	s.log.Debug("mlock: connected", "resumed", resumed)
 
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go c.writeLoop(nc, stop, &wg)
-	go c.pingLoop(nc, stop, &wg)
+	go s.writeLoop(nc, box, stop, &wg)
+	go s.pingLoop(nc, stop, &wg)
 	var err error
 	var buf []byte
 	for {
 		var p []byte
-		if p, err = readFrameInto(r, buf); err != nil {
+		if p, err = protocol.ReadFrame(r, buf, protocol.MaxFrameLimit); err != nil {
 			break
 		}
-		c.dispatch(p)
-		if cap(p) <= 64<<10 {
-			buf = p[:0]
+		s.dispatch(p)
+		if cap(p) > cap(buf) && cap(p) <= 1<<20 {
+			buf = p[:0] // a large frame's buffer, kept for the next one
 		}
 	}
 	close(stop)
 	nc.Close()
 	wg.Wait()
 
-	c.mu.Lock()
-	c.nc = nil
-	c.up = make(chan struct{})
-	c.out = nil
-	for _, l := range c.locks {
-		l.armBackstopLocked()
-	}
+	s.mu.Lock()
+	s.box = nil
+	s.up = make(chan struct{})
 	cerr := &Error{Type: TypeConnection, Msg: "connection lost", Err: err}
-	if c.closed {
-		cerr.Err = ErrClosed
+	if s.closed {
+		cerr = &Error{Type: TypeConnection, Err: ErrClosed}
 	}
-	for id, cl := range c.calls {
-		delete(c.calls, id)
+	for seq, cl := range s.calls {
+		delete(s.calls, seq)
 		cl.ch <- reply{err: cerr}
 	}
-	c.mu.Unlock()
+	// Pushes can be lost with the connection: from now on the client also
+	// keeps time itself.
+	for _, l := range s.locks {
+		l.armBackstopLocked()
+	}
+	s.mu.Unlock()
 	if !errors.Is(err, net.ErrClosed) {
-		c.log.Warn("mlock: connection lost; reconnecting", "err", err)
+		s.log.Warn("mlock: connection lost; reconnecting", "err", err)
 	}
 }
 
-// shutdown fails whatever is still waiting once the conn is closed.
-func (c *conn) shutdown() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+// shutdown fails whatever is still waiting once the session is closed.
+func (s *session) shutdown() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	e := &Error{Type: TypeConnection, Err: ErrClosed}
-	for id, cl := range c.calls {
-		delete(c.calls, id)
+	for seq, cl := range s.calls {
+		delete(s.calls, seq)
 		cl.ch <- reply{err: e}
 	}
-	for id, l := range c.locks {
-		delete(c.locks, id)
+	for id, l := range s.locks {
+		delete(s.locks, id)
 		l.failLocked(e, e)
 	}
 }
 
-// flush writes the queued frames to nc, unless a write is under way (that
-// writer picks up what was queued meanwhile) or nc is no longer current.
-func (c *conn) flush(nc net.Conn) error {
-	for {
-		c.mu.Lock()
-		if c.writing || len(c.out) == 0 || c.nc != nc {
-			c.mu.Unlock()
-			return nil
-		}
-		c.writing = true
-		buf := c.out
-		c.out, c.spare = c.spare[:0], nil
-		c.mu.Unlock()
-		_, err := nc.Write(buf)
-		c.mu.Lock()
-		c.writing = false
-		if cap(buf) <= 64<<10 {
-			c.spare = buf[:0]
-		}
-		c.mu.Unlock()
-		if err != nil {
-			return err
-		}
-	}
-}
-
-// writeLoop writes the queued frames, gathering those of concurrent callers
-// into one write, and flushes on shutdown.
-func (c *conn) writeLoop(nc net.Conn, stop chan struct{}, wg *sync.WaitGroup) {
+// writeLoop writes the queued commands, gathering those of concurrent
+// callers into one write, and flushes on shutdown.
+func (s *session) writeLoop(nc net.Conn, box *protocol.Outbox, stop chan struct{}, wg *sync.WaitGroup) {
 	defer wg.Done()
 	for {
 		select {
-		case <-c.wake:
-			if c.flush(nc) != nil {
+		case <-s.wake:
+			// Let the callers just woken by the reader queue their next
+			// commands first: they go out in the same write.
+			runtime.Gosched()
+			if _, err := box.Flush(nc); err != nil {
 				nc.Close()
 				return
 			}
 		case <-stop:
 			return
-		case <-c.quit:
+		case <-s.quit:
 			_ = nc.SetWriteDeadline(time.Now().Add(time.Second))
-			c.flush(nc)
+			_, _ = box.Flush(nc)
 			nc.Close()
 			return
 		}
@@ -324,216 +183,137 @@ func (c *conn) writeLoop(nc net.Conn, stop chan struct{}, wg *sync.WaitGroup) {
 
 // pingLoop checks an idle connection every PingInterval and drops it if the
 // server does not answer within the interval.
-func (c *conn) pingLoop(nc net.Conn, stop chan struct{}, wg *sync.WaitGroup) {
+func (s *session) pingLoop(nc net.Conn, stop chan struct{}, wg *sync.WaitGroup) {
 	defer wg.Done()
-	t := time.NewTicker(c.opts.PingInterval)
+	t := time.NewTicker(s.opts.PingInterval)
 	defer t.Stop()
 	for {
 		select {
 		case <-stop:
 			return
 		case <-t.C:
-			ctx, cancel := context.WithTimeout(context.Background(), c.opts.PingInterval)
-			_, err := c.roundTrip(ctx, nil, "ping")
+			ctx, cancel := context.WithTimeout(context.Background(), s.opts.PingInterval)
+			_, err := s.roundTrip(ctx, nil, protocol.VerbPing)
 			cancel()
-			if errors.Is(err, ErrTimeout) {
-				c.log.Warn("mlock: server does not answer pings; reconnecting")
+			if err != nil && err.Type == TypeTimeout {
+				s.log.Warn("mlock: server does not answer pings; reconnecting")
 				nc.Close()
 			}
 		}
 	}
 }
 
-// sendLocked queues one frame "cmd req args..." and wakes the writer.
-func (c *conn) sendLocked(cmd, req string, args ...string) {
-	b, st := wire.Begin(c.out)
-	b = append(b, cmd...)
-	b = append(b, ' ')
-	b = append(b, req...)
-	for _, a := range args {
-		b = append(b, ' ')
-		b = append(b, a...)
-	}
-	c.out = wire.End(b, st)
-}
-
-// kickLocked asks the writer goroutine to flush.
-func (c *conn) kickLocked() {
-	select {
-	case c.wake <- struct{}{}:
-	default:
-	}
-}
-
-// forgetLocked asks the server to drop a lock nobody waits for; its result
-// is ignored.
-func (c *conn) forgetLocked(id string) {
-	if c.nc != nil {
-		c.nextReq++
-		c.sendLocked("unlock", "u"+strconv.FormatUint(c.nextReq, 36), id)
-		c.kickLocked()
-	}
-}
-
-// waitUp waits until the connection is up, at most DialTimeout.
-func (c *conn) waitUp(ctx context.Context) *Error {
-	c.mu.Lock()
-	up, closed := c.up, c.closed
-	c.mu.Unlock()
-	if closed {
-		return &Error{Type: TypeConnection, Err: ErrClosed}
-	}
-	select {
-	case <-up:
-		return nil
-	default:
-	}
-	t := time.NewTimer(c.opts.DialTimeout)
-	defer t.Stop()
-	select {
-	case <-up:
-		return nil
-	case <-ctx.Done():
-		return ctxError(ctx)
-	case <-t.C:
-		return &Error{Type: TypeConnection, Msg: "server unreachable: " + c.addr}
-	}
-}
-
-// roundTrip sends a command and waits for its result. For lock and trylock,
-// l is registered under the id the server returns.
-func (c *conn) roundTrip(ctx context.Context, l *Lock, cmd string, args ...string) (string, error) {
-	for {
-		if err := c.waitUp(ctx); err != nil {
-			return "", err
-		}
-		c.mu.Lock()
-		if c.nc == nil {
-			c.mu.Unlock()
-			continue // went down again
-		}
-		c.nextReq++
-		req := strconv.FormatUint(c.nextReq, 36)
-		cl := callPool.Get().(*call)
-		cl.lock, cl.abandoned = l, false
-		c.calls[req] = cl
-		c.sendLocked(cmd, req, args...)
-		// The writer goroutine gathers the requests of every caller into one
-		// write: fewer system calls here and on the server.
-		c.kickLocked()
-		c.mu.Unlock()
-		select {
-		case r := <-cl.ch:
-			cl.lock = nil
-			callPool.Put(cl)
-			if r.err != nil {
-				return "", r.err
-			}
-			return r.payload, nil
-		case <-ctx.Done():
-			c.mu.Lock()
-			if _, pending := c.calls[req]; pending {
-				if l != nil {
-					cl.abandoned = true // the reader unlocks it when its id arrives
-				} else {
-					delete(c.calls, req)
-				}
-				c.mu.Unlock()
-				return "", ctxError(ctx)
-			}
-			c.mu.Unlock()
-			r := <-cl.ch // answered meanwhile
-			cl.lock = nil
-			callPool.Put(cl)
-			if r.err != nil {
-				return "", r.err
-			}
-			return r.payload, nil
-		}
-	}
-}
-
-// cut splits b at the first space.
-func cut(b []byte) (before, after []byte) {
-	if i := bytes.IndexByte(b, ' '); i >= 0 {
-		return b[:i], b[i+1:]
-	}
-	return b, nil
-}
-
-// dispatch handles one frame from the server. p is only valid during the
+// dispatch handles one frame from the server. p is valid only during the
 // call.
-func (c *conn) dispatch(p []byte) {
-	cmd, rest := cut(p)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	switch string(cmd) {
-	case "result":
-		req, rest := cut(rest)
-		status, payload := cut(rest)
-		cl := c.calls[string(req)]
-		if cl == nil {
-			return
-		}
-		delete(c.calls, string(req))
-		if string(status) != "success" {
-			cl.ch <- reply{err: serverError(string(payload))}
-			return
-		}
-		id := string(payload)
-		if l := cl.lock; l != nil {
-			if cl.abandoned {
-				c.forgetLocked(id)
-				cl.ch <- reply{err: &Error{Type: TypeConnection, Err: ErrClosed}}
-				return
-			}
-			if old := c.locks[id]; old != nil && old.state == held {
-				// An owner's renewal of a lock it holds: the same lock.
-				l.renewed = old
-				old.ttl = l.ttl
-				old.armLocked(time.Now().Add(l.ttl))
-			} else {
-				l.id = id
-				c.locks[id] = l
-			}
-		}
-		cl.ch <- reply{payload: id}
-	case "locked":
-		idb, rest := cut(rest)
-		expb, tokb := cut(rest)
-		l := c.locks[string(idb)]
+func (s *session) dispatch(p []byte) {
+	m, err := protocol.ParseMessage(p)
+	if err != nil {
+		s.log.Warn("mlock: unknown message from the server", "msg", string(p))
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch m.Kind {
+	case protocol.MsgResult:
+		s.resultLocked(&m)
+	case protocol.MsgLocked:
+		l := s.locks[string(m.ID)]
 		if l == nil {
 			// A grant nobody waits for (its request's answer was lost with a
 			// connection): give it back at once.
-			c.forgetLocked(string(idb))
+			s.forgetLocked(string(m.ID))
 			return
 		}
-		exp, _ := strconv.ParseInt(string(expb), 10, 64)
-		token, _ := strconv.ParseUint(string(tokb), 10, 64)
-		l.grantedLocked(token, time.UnixMilli(exp))
-	case "timeout":
-		if l := c.locks[string(rest)]; l != nil {
-			delete(c.locks, l.id)
+		l.grantedLocked(m.Token, time.UnixMilli(m.ExpiresAtMs))
+	case protocol.MsgTimeout:
+		if l := s.locks[string(m.ID)]; l != nil && l.state == waiting {
+			delete(s.locks, l.id)
 			l.failLocked(&Error{Type: TypeTimeout, Msg: "Lock timeout"}, nil)
 		}
-	case "expired":
-		if l := c.locks[string(rest)]; l != nil {
-			delete(c.locks, l.id)
-			l.failLocked(nil, &Error{Type: TypeLost, Msg: "lock expired", Err: ErrExpired})
+	case protocol.MsgExpired:
+		if l := s.locks[string(m.ID)]; l != nil {
+			e := &Error{Type: TypeLost, Msg: "lock expired, or released by its owner", Err: ErrExpired}
+			if m.Released {
+				e = &Error{Type: TypeLost, Msg: "lock released by its owner", Err: ErrReleased}
+			}
+			s.loseLocked(l, e)
 		}
-	case "error":
-		c.log.Warn("mlock: server error", "msg", string(rest))
+	case protocol.MsgError:
+		s.log.Warn("mlock: server error", "msg", m.Text)
 	}
+}
+
+// resultLocked answers the call of a result.
+func (s *session) resultLocked(m *protocol.Message) {
+	seq, ok := protocol.ParseSeq(m.Req)
+	cl := s.calls[seq]
+	if !ok || cl == nil {
+		return
+	}
+	delete(s.calls, seq)
+	if !m.OK {
+		if cl.lock != nil {
+			cl.lock.state = failed
+		}
+		cl.ch <- reply{err: failure(m, cl.verb)}
+		return
+	}
+	var r reply
+	switch cl.verb {
+	case protocol.VerbLock, protocol.VerbTryLock:
+		l := cl.lock
+		if cl.abandoned {
+			s.forgetLocked(string(m.Payload))
+			cl.ch <- reply{err: &Error{Type: TypeConnection, Err: ErrClosed}}
+			return
+		}
+		if old := s.locks[string(m.Payload)]; old != nil && old.state == held {
+			// An owner's renewal of a lock it holds: the same lock.
+			old.ttl = l.ttl
+			old.armLocked(time.Now().Add(l.ttl))
+			l.state = released
+			cl.ch <- reply{lock: old}
+			return
+		}
+		// Granted or queued: the call is answered by the locked push (or
+		// the failure) that follows.
+		l.id = string(m.Payload)
+		s.locks[l.id] = l
+		l.wait = cl
+		return
+	case protocol.VerbExtend, protocol.VerbReleaseAll:
+		r.n, _ = protocol.Int(m.Payload)
+	case protocol.VerbRelease:
+		if string(m.Payload) == "true" {
+			r.n = 1
+		}
+	case protocol.VerbRenew:
+		exp, tok, _ := cutSpace(m.Payload)
+		r.n, _ = protocol.Int(exp)
+		r.token, _ = protocol.Uint(tok)
+	case protocol.VerbStatus, protocol.VerbLocks:
+		r.data = append([]byte(nil), m.Payload...)
+	}
+	cl.ch <- r
+}
+
+func cutSpace(b []byte) (before, after []byte, found bool) {
+	for i, c := range b {
+		if c == ' ' {
+			return b[:i], b[i+1:], true
+		}
+	}
+	return b, nil, false
 }
 
 // sessionLostLocked handles a reconnect into a new session: every lock of
 // the old one is gone.
-func (c *conn) sessionLostLocked() {
-	c.log.Warn("mlock: the server lost this session; its locks are gone")
+func (s *session) sessionLostLocked() {
+	s.log.Warn("mlock: the server lost this session; its locks are gone")
 	waitErr := &Error{Type: TypeConnection, Msg: "session lost", Err: ErrSessionLost}
 	lostErr := &Error{Type: TypeLost, Msg: "session lost", Err: ErrSessionLost}
-	for id, l := range c.locks {
-		delete(c.locks, id)
+	for id, l := range s.locks {
+		delete(s.locks, id)
 		l.failLocked(waitErr, lostErr)
 	}
 }

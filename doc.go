@@ -18,8 +18,11 @@
 //
 // # Connections and sessions
 //
-// All Clients of one host:port share one TCP connection and one session
-// (Options.SocketID). The connection reconnects by itself, without limit,
+// All Clients of one host:port in a process share one session
+// (Options.SocketID): a package-level registry hands the same session to
+// every NewClient of an address and ends it with the last Client.Close. The
+// session alone owns the TCP connection, the calls in flight and the
+// waiting and held locks; Client and Lock ask it for every change. The connection reconnects by itself, without limit,
 // with capped exponential backoff and jitter; the session and its locks
 // survive an outage shorter than the server's grace period (15 s by
 // default), and waiting locks are still granted. Calls in flight when the
@@ -29,12 +32,26 @@
 // If the server lost the session (it restarted), waiting locks fail and held
 // locks are reported lost.
 //
+// # The path of a request
+//
+// Client.Lock checks the names (the server's own rule), and the session
+// appends a "lock" command to the connection's outbox (internal/protocol),
+// which one writer goroutine sends together with the other callers'
+// commands. The server (package server) applies it to the lock service core
+// (internal/core, over the engine internal/locktable) and answers with a
+// result, then a "locked" push once the lock is granted. The session's
+// reader parses both (protocol.ParseMessage), answers the caller's call at
+// the grant, and maps every failure code to an *Error: no text is compared.
+//
 // # Errors
 //
 // Every error is an *Error with a Type: connection, request, tolerate,
 // timeout (the types of the original mlock client) or lost. Use
-// errors.Is(err, mlock.ErrTimeout) and friends, or errors.As. A wait given
-// up through its context keeps ctx.Err() in the chain.
+// errors.Is(err, mlock.ErrTimeout) and friends, or errors.As. The cause
+// sentinels tell refusals apart: ErrBusy (a try-lock; Error.Resource names
+// the busy resource), ErrOwnerConflict, ErrNotHeld (Renew), ErrExpired,
+// ErrReleased, ErrSessionLost, ErrClosed. A wait given up through its
+// context keeps ctx.Err() in the chain.
 //
 // # Caveats
 //

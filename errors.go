@@ -2,7 +2,9 @@ package mlock
 
 import (
 	"errors"
-	"fmt"
+	"strings"
+
+	"github.com/mlock-dev/mlock/internal/protocol"
 )
 
 // ErrorType classifies an Error. The first four are the types of the
@@ -28,25 +30,52 @@ const (
 )
 
 // Error is the error of every client call. Msg is the server's reason
-// (for example "can not tolerate!") or the client's; Err, if set, is the
-// cause (a network error, ctx.Err(), ErrBusy, ErrClosed).
+// (for example "can not tolerate!") or the client's; Resource is the
+// resource the server named as busy or conflicting, if it named one; Err,
+// if set, is the cause (a network error, ctx.Err(), or one of the cause
+// sentinels below: ErrBusy, ErrOwnerConflict, ErrNotHeld, ErrClosed, ...).
 //
 // errors.Is(err, ErrTimeout) (and the other sentinels of the same type)
-// reports whether err is an *Error of that type.
+// reports whether err is an *Error of that type; errors.Is(err, ErrBusy)
+// (and the other causes) whether that is its cause.
 type Error struct {
-	Type ErrorType
-	Msg  string
-	Err  error
+	Type     ErrorType
+	Msg      string
+	Resource string
+	Err      error
+
+	code protocol.Code // the server's reason, if it gave one
 }
 
+// Error returns one line: "mlock: <type> error: <msg> (<resource>): <cause>",
+// leaving out what is not set, and the cause when it is one of this
+// package's sentinels and Msg already says it.
 func (e *Error) Error() string {
-	switch {
-	case e.Msg != "" && e.Err != nil:
-		return fmt.Sprintf("mlock: %s error: %s: %v", e.Type, e.Msg, e.Err)
-	case e.Err != nil:
-		return fmt.Sprintf("mlock: %s error: %v", e.Type, e.Err)
+	var b strings.Builder
+	b.WriteString("mlock: ")
+	b.WriteString(string(e.Type))
+	b.WriteString(" error")
+	if e.Msg != "" {
+		b.WriteString(": ")
+		b.WriteString(e.Msg)
 	}
-	return fmt.Sprintf("mlock: %s error: %s", e.Type, e.Msg)
+	if e.Resource != "" {
+		b.WriteString(" (")
+		b.WriteString(e.Resource)
+		b.WriteString(")")
+	}
+	if e.Err != nil {
+		if sentinel(e.Err) {
+			if e.Msg == "" {
+				b.WriteString(": ")
+				b.WriteString(strings.TrimPrefix(e.Err.Error(), "mlock: "))
+			}
+		} else {
+			b.WriteString(": ")
+			b.WriteString(e.Err.Error())
+		}
+	}
+	return b.String()
 }
 
 // Unwrap returns the cause.
@@ -55,7 +84,7 @@ func (e *Error) Unwrap() error { return e.Err }
 // Is makes the type sentinels match every Error of their type.
 func (e *Error) Is(target error) bool {
 	t, ok := target.(*Error)
-	return ok && t.Msg == "" && t.Err == nil && t.Type == e.Type
+	return ok && t.Msg == "" && t.Err == nil && t.Resource == "" && t.Type == e.Type
 }
 
 // Sentinels for errors.Is, one per ErrorType.
@@ -69,33 +98,59 @@ var (
 
 // Causes carried in Error.Err.
 var (
-	// ErrBusy: a try-lock found a resource taken (Type tolerate).
+	// ErrBusy: a try-lock found a resource taken (Type tolerate; Resource
+	// names it).
 	ErrBusy = errors.New("mlock: resource is locked")
+	// ErrOwnerConflict: the owner already holds a lock that overlaps the
+	// request without being the same set of resources; queueing would wait
+	// behind itself (Type request; Resource names the resource).
+	ErrOwnerConflict = errors.New("mlock: owner holds an overlapping lock")
+	// ErrNotHeld: Client.Renew found no lock of the owner on exactly those
+	// resources (Type request).
+	ErrNotHeld = errors.New("mlock: owner does not hold the lock")
 	// ErrClosed: the client was closed (Type connection).
 	ErrClosed = errors.New("mlock: client closed")
 	// ErrSessionLost: the server no longer knows the session: it restarted,
 	// or the connection was down longer than its grace period (Type lost
 	// for held locks, connection for waiting ones).
 	ErrSessionLost = errors.New("mlock: session lost")
-	// ErrExpired: the server reported that a held lock expired (Type lost).
+	// ErrExpired: the server reported that a held lock is gone: it expired,
+	// or was released by its owner (Type lost).
 	ErrExpired = errors.New("mlock: lock expired")
+	// ErrReleased: the server reported that a held lock was released by its
+	// owner through Release or ReleaseAll, wholly or in part (Type lost).
+	ErrReleased = errors.New("mlock: lock released by its owner")
 )
 
-// Server failure texts the client maps to types. The server's complete list
-// is in docs/protocol.md.
-const (
-	txtTolerate = "can not tolerate!"
-	txtBusy     = "resource is locked!"
-	txtNotExist = "lock not exist!"
-)
-
-// serverError maps a "result ... failed <text>" to an Error.
-func serverError(text string) *Error {
-	switch text {
-	case txtTolerate:
-		return &Error{Type: TypeTolerate, Msg: text}
-	case txtBusy:
-		return &Error{Type: TypeTolerate, Msg: text, Err: ErrBusy}
+func sentinel(err error) bool {
+	switch err {
+	case ErrBusy, ErrOwnerConflict, ErrNotHeld, ErrClosed, ErrSessionLost, ErrExpired, ErrReleased:
+		return true
 	}
-	return &Error{Type: TypeRequest, Msg: text}
+	return false
+}
+
+// failure maps a failed result of a command to an Error, by its code.
+func failure(m *protocol.Message, v protocol.Verb) *Error {
+	e := &Error{Type: TypeRequest, Msg: m.Code.Text(), code: m.Code}
+	switch {
+	case m.Code == protocol.CodeUnknown:
+		e.Msg = m.Detail
+	case m.Code.HasDetail():
+		e.Resource = m.Detail
+	}
+	if m.Code.Class() == protocol.ClassTolerate {
+		e.Type = TypeTolerate
+	}
+	switch m.Code {
+	case protocol.CodeBusy:
+		e.Err = ErrBusy
+	case protocol.CodeOwnerConflict:
+		e.Err = ErrOwnerConflict
+	case protocol.CodeLockNotExist:
+		if v == protocol.VerbRenew {
+			e.Err = ErrNotHeld
+		}
+	}
+	return e
 }

@@ -2,7 +2,6 @@ package mlock
 
 import (
 	"context"
-	"strconv"
 	"time"
 )
 
@@ -17,45 +16,39 @@ const (
 )
 
 // Lock is a lock request: a granted lock once Client.Lock returns it. Its
-// methods are safe for concurrent use.
+// methods are safe for concurrent use. Its state belongs to the session of
+// its Client's address; the methods ask the session.
 //
-// The server tells the holder when a lock expires; as a backstop, once the
-// connection has dropped (pushes can be lost with it), the client also
-// declares a lock lost when its lease runs out without an Extend (the lease
-// counted from when the grant arrived, or from when the last Extend was
-// sent). Either way Lost is closed and Err says why.
+// The server tells the holder when a lock expires or is released by its
+// owner (even in part: the handle is then lost as a whole, since it no
+// longer holds what it was granted); as a backstop, once the connection has
+// dropped (pushes can be lost with it), the client also declares a lock
+// lost when its lease runs out without an Extend (the lease counted from
+// when the grant arrived, or from when the last Extend was sent). Either way
+// Lost is closed and Err says why.
 type Lock struct {
+	s         *session
 	c         *Client
-	resources string
+	resources string // as sent: prefixed names joined with '|'
 	owner     string
 
-	// All below guarded by c.conn.mu.
+	// All below guarded by s.mu.
 	id        string
 	state     lockState
 	ttl       time.Duration
 	token     uint64
 	expiresAt time.Time     // reported by the server
-	deadline  time.Time     // local estimate of the end of the lease
+	deadline  time.Time     // held: local estimate of the end of the lease
+	waitEnd   time.Time     // waiting with a timeout: when to give up if the timeout push is lost
 	timer     *time.Timer   // the backstop, armed once the connection has dropped
-	waited    chan struct{} // closed when the wait ends: granted or failed
-	lost      chan struct{} // closed when a held lock is lost
-	waitErr   *Error
+	wait      *call         // waiting: the caller's call, answered by the grant or the failure
+	lost      chan struct{} // made on first use; closed when a held lock is lost
 	lostErr   *Error
-	renewed   *Lock // set on a request that renewed this held lock instead
-}
-
-func newLock(c *Client, resources, owner string, ttl time.Duration) *Lock {
-	return &Lock{c: c, resources: resources, owner: owner, ttl: ttl,
-		waited: make(chan struct{}), lost: make(chan struct{})}
 }
 
 // ID returns the lock id: 32 hex digits, a secret that lets its holder
 // extend and unlock it.
-func (l *Lock) ID() string {
-	l.c.conn.mu.Lock()
-	defer l.c.conn.mu.Unlock()
-	return l.id
-}
+func (l *Lock) ID() string { return l.s.view(l).id }
 
 // Resources returns the locked resources as sent, prefix included, joined
 // with '|'.
@@ -63,32 +56,25 @@ func (l *Lock) Resources() string { return l.resources }
 
 // Token returns the fencing token of the grant: strictly greater than every
 // token given before it by the same server. Guard writes with it.
-func (l *Lock) Token() uint64 {
-	l.c.conn.mu.Lock()
-	defer l.c.conn.mu.Unlock()
-	return l.token
-}
+func (l *Lock) Token() uint64 { return l.s.view(l).token }
 
 // ExpiresAt returns the end of the lease as the server reported it (grant or
 // last Extend), on the server's clock.
-func (l *Lock) ExpiresAt() time.Time {
-	l.c.conn.mu.Lock()
-	defer l.c.conn.mu.Unlock()
-	return l.expiresAt
-}
+func (l *Lock) ExpiresAt() time.Time { return l.s.view(l).expiresAt }
 
 // Lost returns a channel closed when the held lock is lost: it expired, was
-// released by its owner elsewhere, or its session was lost. It is not closed
-// by Unlock.
-func (l *Lock) Lost() <-chan struct{} { return l.lost }
+// released (wholly or in part) by its owner through Release or ReleaseAll,
+// or its session was lost. It is not closed by Unlock.
+func (l *Lock) Lost() <-chan struct{} { return l.s.lostChan(l) }
 
 // Err returns nil while the lock is held (or was unlocked normally), and the
-// reason once it is lost: an *Error of Type lost.
+// reason once it is lost: an *Error of Type lost whose cause is ErrExpired
+// (expired, or released by its owner: the server does not always say
+// which), ErrReleased (released by its owner, wholly or in part) or
+// ErrSessionLost.
 func (l *Lock) Err() error {
-	l.c.conn.mu.Lock()
-	defer l.c.conn.mu.Unlock()
-	if l.lostErr != nil {
-		return l.lostErr
+	if e := l.s.view(l).lostErr; e != nil {
+		return e
 	}
 	return nil
 }
@@ -101,74 +87,15 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) (time.Time, error)
 	if ttl < 0 || ttl%time.Millisecond != 0 {
 		return time.Time{}, &Error{Type: TypeRequest, Msg: "ttl should be whole milliseconds > 0"}
 	}
-	cn := l.c.conn
-	cn.mu.Lock()
-	if ttl == 0 {
-		ttl = l.ttl
-	}
-	id, st, lostErr := l.id, l.state, l.lostErr
-	cn.mu.Unlock()
-	switch st {
-	case lost:
-		return time.Time{}, lostErr
-	case held:
-	default:
-		return time.Time{}, &Error{Type: TypeRequest, Msg: "lock is not held"}
-	}
-	sent := time.Now()
-	p, err := l.c.retry(ctx, "extend", id, strconv.FormatInt(ttl.Milliseconds(), 10))
-	if err != nil {
-		if e, ok := err.(*Error); ok && e.Msg == txtNotExist {
-			lerr := &Error{Type: TypeLost, Msg: txtNotExist, Err: ErrExpired}
-			cn.mu.Lock()
-			delete(cn.locks, id)
-			l.failLocked(nil, lerr)
-			cn.mu.Unlock()
-			return time.Time{}, lerr
-		}
-		return time.Time{}, err
-	}
-	ms, _ := strconv.ParseInt(p, 10, 64)
-	exp := time.UnixMilli(ms)
-	cn.mu.Lock()
-	if l.state == held {
-		l.ttl = ttl
-		l.expiresAt = exp
-		l.armLocked(sent.Add(ttl))
-	}
-	cn.mu.Unlock()
-	return exp, nil
+	return l.s.extend(ctx, l, ttl)
 }
 
 // Unlock releases the lock. Unlocking twice is not an error. If the server
 // no longer had the lock (it expired) Unlock returns an Error of Type lost.
 // A connection error is retried once after a reconnect.
-func (l *Lock) Unlock(ctx context.Context) error {
-	cn := l.c.conn
-	cn.mu.Lock()
-	id, st, lostErr := l.id, l.state, l.lostErr
-	cn.mu.Unlock()
-	switch st {
-	case released:
-		return nil
-	case lost:
-		return lostErr
-	}
-	_, err := l.c.retry(ctx, "unlock", id)
-	cn.mu.Lock()
-	if l.state == held || l.state == waiting {
-		delete(cn.locks, id)
-		l.state = released
-		l.stopLocked()
-	}
-	cn.mu.Unlock()
-	if e, ok := err.(*Error); ok && e.Msg == txtNotExist {
-		return &Error{Type: TypeLost, Msg: txtNotExist, Err: ErrExpired}
-	}
-	return err
-}
+func (l *Lock) Unlock(ctx context.Context) error { return l.s.unlock(ctx, l) }
 
-// ---- state changes, under c.conn.mu ----
+// ---- state changes, by the session, under s.mu ----
 
 func (l *Lock) grantedLocked(token uint64, expiresAt time.Time) {
 	if l.state == held {
@@ -182,8 +109,11 @@ func (l *Lock) grantedLocked(token uint64, expiresAt time.Time) {
 	l.state = held
 	l.token = token
 	l.expiresAt = expiresAt
-	close(l.waited)
 	l.armLocked(time.Now().Add(l.ttl))
+	if l.wait != nil {
+		l.wait.ch <- reply{lock: l}
+		l.wait = nil
+	}
 }
 
 // failLocked ends a waiting lock with waitErr or a held one with lostErr
@@ -192,13 +122,20 @@ func (l *Lock) failLocked(waitErr, lostErr *Error) {
 	switch {
 	case l.state == waiting && waitErr != nil:
 		l.state = failed
-		l.waitErr = waitErr
-		close(l.waited)
+		l.stopLocked()
+		if l.wait != nil {
+			l.wait.ch <- reply{err: waitErr}
+			l.wait = nil
+		}
 	case l.state == held && lostErr != nil:
 		l.state = lost
 		l.lostErr = lostErr
 		l.stopLocked()
-		close(l.lost)
+		if l.lost == nil {
+			l.lost = closedChan
+		} else {
+			close(l.lost)
+		}
 	}
 }
 
@@ -212,10 +149,16 @@ func (l *Lock) armLocked(deadline time.Time) {
 }
 
 // armBackstopLocked starts the backstop: while connected the server's
-// expired push is reliable; once the connection drops, a push may be lost.
+// pushes are reliable; once the connection drops, one may be lost.
 func (l *Lock) armBackstopLocked() {
-	if l.state == held && l.timer == nil {
+	if l.timer != nil {
+		return
+	}
+	switch {
+	case l.state == held:
 		l.timer = time.AfterFunc(time.Until(l.deadline), l.backstop)
+	case l.state == waiting && !l.waitEnd.IsZero():
+		l.timer = time.AfterFunc(time.Until(l.waitEnd), l.backstop)
 	}
 }
 
@@ -225,15 +168,24 @@ func (l *Lock) stopLocked() {
 	}
 }
 
-// backstop declares the lock lost when its lease ran out without word from
-// the server (the expired push can be lost with a connection).
+// backstop declares a held lock lost when its lease ran out, and gives up a
+// wait past its timeout, without word from the server (the push can be
+// lost with a connection).
 func (l *Lock) backstop() {
-	cn := l.c.conn
-	cn.mu.Lock()
-	defer cn.mu.Unlock()
-	if l.state != held || time.Now().Before(l.deadline) {
-		return
+	s := l.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	switch {
+	case l.state == held && !now.Before(l.deadline):
+		s.loseLocked(l, &Error{Type: TypeLost, Msg: "lease ran out", Err: ErrExpired})
+	case l.state == held:
+		l.timer.Reset(l.deadline.Sub(now))
+	case l.state == waiting && !now.Before(l.waitEnd):
+		if s.locks[l.id] == l {
+			delete(s.locks, l.id)
+			s.forgetLocked(l.id)
+		}
+		l.failLocked(&Error{Type: TypeTimeout, Msg: "Lock timeout"}, nil)
 	}
-	delete(cn.locks, l.id)
-	l.failLocked(nil, &Error{Type: TypeLost, Msg: "lease ran out", Err: ErrExpired})
 }

@@ -1,0 +1,406 @@
+package mlock
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/mlock-dev/mlock/internal/protocol"
+)
+
+// registry shares one session per server address between the Clients of a
+// process: NewClient takes a reference, Client.Close drops it, and the last
+// Close ends the session. Lock order: registry.mu before session.mu.
+type registry struct {
+	mu sync.Mutex
+	m  map[string]*session // guarded by mu: by address (host lowercased:port)
+}
+
+// sessions is the process's registry: every Client of one address shares
+// its session (one socketId, one TCP connection at a time).
+var sessions = &registry{m: map[string]*session{}}
+
+// acquire returns the session for o's address, starting it if needed.
+func (r *registry) acquire(o Options) (*session, error) {
+	addr := o.addr()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if s := r.m[addr]; s != nil {
+		if o.SocketID != "" && o.SocketID != s.sid {
+			return nil, &Error{Type: TypeRequest, Msg: "a client of " + addr + " already uses another socketId"}
+		}
+		s.mu.Lock()
+		s.refs++
+		s.mu.Unlock()
+		return s, nil
+	}
+	sid := o.SocketID
+	if sid == "" {
+		sid = randomID()
+	}
+	s := newSession(addr, sid, o)
+	r.m[addr] = s
+	go s.run()
+	return s, nil
+}
+
+// release drops one reference to s; the last one shuts the session down
+// after flushing what is queued, and waits for its goroutines.
+func (r *registry) release(s *session) {
+	r.mu.Lock()
+	s.mu.Lock()
+	s.refs--
+	last := s.refs == 0
+	if last {
+		s.closed = true
+		delete(r.m, s.addr)
+	}
+	s.mu.Unlock()
+	r.mu.Unlock()
+	if last {
+		close(s.quit)
+		s.cancel()
+		<-s.done
+	}
+}
+
+// session is the one owner of everything a server address involves: the
+// transport (one TCP connection at a time, the reconnect loop, pings; see
+// conn.go), the calls in flight, and the waiting and held locks. Client and
+// Lock change state only through its methods.
+//
+// Goroutines: run (the reconnect loop, which reads frames), and per TCP
+// connection a writer and a pinger; all end when the last Client closes.
+type session struct {
+	addr string
+	sid  string
+	opts Options
+	log  *slog.Logger
+
+	mu      sync.Mutex
+	refs    int              // guarded by mu: Clients using the session
+	closed  bool             // guarded by mu
+	up      chan struct{}    // guarded by mu: closed while connected
+	box     *protocol.Outbox // guarded by mu: the current connection's, nil while down
+	seq     uint64           // guarded by mu: the last request id
+	calls   map[uint64]*call // guarded by mu: waiting for their result, by request id
+	locks   map[string]*Lock // guarded by mu: waiting (id known) and held, by lock id
+	everUp  bool             // guarded by mu
+	backoff time.Duration    // owned by run
+
+	wake   chan struct{} // cap 1: the box has frames
+	quit   chan struct{} // closed by the last release
+	done   chan struct{} // closed when run returns
+	ctx    context.Context
+	cancel context.CancelFunc // ends a dial under way
+}
+
+func newSession(addr, sid string, o Options) *session {
+	s := &session{addr: addr, sid: sid, opts: o, log: o.Logger.With("server", addr), refs: 1,
+		up: make(chan struct{}), calls: map[uint64]*call{}, locks: map[string]*Lock{},
+		wake: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	return s
+}
+
+// call is one request in flight. A lock request's call lasts until the
+// grant (or the failure), not only until its result.
+type call struct {
+	ch        chan reply // cap 1: the one answer
+	seq       uint64
+	verb      protocol.Verb
+	lock      *Lock // lock, trylock: the new handle
+	abandoned bool  // guarded by session.mu: nobody waits; give a lock id back
+}
+
+// reply is a call's answer, decoded by the reader for the call's verb.
+type reply struct {
+	lock  *Lock  // lock, trylock: the granted handle (a renewal returns the held one)
+	n     int64  // extend, renew: expiry in Unix ms; release: 1 for true; releaseall: count
+	token uint64 // renew
+	data  []byte // status, locks: the payload (a copy)
+	err   *Error
+}
+
+// calls are reused: a call goes back to the pool once its reply has been
+// received (never while the reader may still answer it).
+var callPool = sync.Pool{New: func() any { return &call{ch: make(chan reply, 1)} }}
+
+func putCall(cl *call) {
+	cl.lock = nil
+	callPool.Put(cl)
+}
+
+// ---- calls ----
+
+// roundTrip sends one command and waits for its answer: its result, or for
+// lock and trylock (l not nil) the grant.
+func (s *session) roundTrip(ctx context.Context, l *Lock, v protocol.Verb, args ...string) (reply, *Error) {
+	cl, err := s.send(ctx, l, v, args)
+	if err != nil {
+		return reply{}, err
+	}
+	select {
+	case r := <-cl.ch:
+		putCall(cl)
+		return r, r.err
+	case <-ctx.Done():
+		if s.abandon(cl) {
+			return reply{}, ctxError(ctx)
+		}
+		r := <-cl.ch // answered meanwhile
+		putCall(cl)
+		return r, r.err
+	}
+}
+
+// send registers a call and queues its command once the connection is up.
+func (s *session) send(ctx context.Context, l *Lock, v protocol.Verb, args []string) (*call, *Error) {
+	for {
+		if err := s.waitUp(ctx); err != nil {
+			return nil, err
+		}
+		s.mu.Lock()
+		if s.box == nil {
+			s.mu.Unlock()
+			continue // went down again
+		}
+		s.seq++
+		seq := s.seq
+		cl := callPool.Get().(*call)
+		cl.seq, cl.verb, cl.lock, cl.abandoned = seq, v, l, false
+		s.calls[seq] = cl
+		if l != nil {
+			l.state = waiting
+		}
+		s.box.Build(func(b []byte) []byte { return protocol.AppendCommandSeq(b, v, seq, args...) })
+		s.mu.Unlock()
+		// The writer goroutine gathers the commands of every caller into one
+		// write: fewer system calls here and on the server.
+		s.kick()
+		return cl, nil
+	}
+}
+
+// abandon gives up a call whose caller stopped waiting. It reports false if
+// the answer is already in the call's channel.
+func (s *session) abandon(cl *call) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.calls[cl.seq] == cl {
+		if cl.lock != nil {
+			cl.abandoned = true // the reader gives the lock back when its id arrives
+		} else {
+			delete(s.calls, cl.seq)
+		}
+		return true
+	}
+	if l := cl.lock; l != nil && l.wait == cl {
+		l.wait = nil
+		s.dropLocked(l)
+		return true
+	}
+	return false
+}
+
+// waitUp waits until the connection is up, at most DialTimeout.
+func (s *session) waitUp(ctx context.Context) *Error {
+	s.mu.Lock()
+	up, closed := s.up, s.closed
+	s.mu.Unlock()
+	if closed {
+		return &Error{Type: TypeConnection, Err: ErrClosed}
+	}
+	select {
+	case <-up:
+		return nil
+	default:
+	}
+	t := time.NewTimer(s.opts.DialTimeout)
+	defer t.Stop()
+	select {
+	case <-up:
+		return nil
+	case <-ctx.Done():
+		return ctxError(ctx)
+	case <-t.C:
+		return &Error{Type: TypeConnection, Msg: "server unreachable: " + s.addr}
+	}
+}
+
+// kick asks the writer goroutine to flush.
+func (s *session) kick() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// forgetLocked asks the server to drop a lock nobody waits for; its result
+// is ignored (no call is registered for it).
+func (s *session) forgetLocked(id string) {
+	if s.box == nil {
+		return
+	}
+	s.seq++
+	seq := s.seq
+	s.box.Build(func(b []byte) []byte { return protocol.AppendCommandSeq(b, protocol.VerbUnlock, seq, id) })
+	s.kick()
+}
+
+// ---- locks ----
+
+// lockState reads a lock's state.
+type lockView struct {
+	id        string
+	state     lockState
+	ttl       time.Duration
+	token     uint64
+	expiresAt time.Time
+	lostErr   *Error
+}
+
+func (s *session) view(l *Lock) lockView {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return lockView{id: l.id, state: l.state, ttl: l.ttl, token: l.token, expiresAt: l.expiresAt, lostErr: l.lostErr}
+}
+
+// lostChan returns l's loss channel, made on first use.
+func (s *session) lostChan(l *Lock) <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l.lost == nil {
+		if l.state == lost {
+			return closedChan
+		}
+		l.lost = make(chan struct{})
+	}
+	return l.lost
+}
+
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// extend renews l's lease to now + ttl on the server.
+func (s *session) extend(ctx context.Context, l *Lock, ttl time.Duration) (time.Time, error) {
+	s.mu.Lock()
+	if ttl == 0 {
+		ttl = l.ttl
+	}
+	id, st, lostErr := l.id, l.state, l.lostErr
+	s.mu.Unlock()
+	switch st {
+	case lost:
+		return time.Time{}, lostErr
+	case held:
+	default:
+		return time.Time{}, &Error{Type: TypeRequest, Msg: "lock is not held"}
+	}
+	sent := time.Now()
+	r, err := s.retry(ctx, protocol.VerbExtend, id, ms(ttl))
+	if err != nil {
+		if err.code.Class() == protocol.ClassNotFound {
+			lerr := &Error{Type: TypeLost, Msg: "lock expired", Err: ErrExpired}
+			s.mu.Lock()
+			s.loseLocked(l, lerr)
+			lerr = l.lostErr // it may have been lost otherwise meanwhile
+			s.mu.Unlock()
+			return time.Time{}, lerr
+		}
+		return time.Time{}, err
+	}
+	exp := time.UnixMilli(r.n)
+	s.mu.Lock()
+	if l.state == held {
+		l.ttl = ttl
+		l.expiresAt = exp
+		l.armLocked(sent.Add(ttl))
+	}
+	s.mu.Unlock()
+	return exp, nil
+}
+
+// unlock releases l on the server.
+func (s *session) unlock(ctx context.Context, l *Lock) error {
+	s.mu.Lock()
+	id, st, lostErr := l.id, l.state, l.lostErr
+	s.mu.Unlock()
+	switch st {
+	case released, failed:
+		return nil
+	case lost:
+		return lostErr
+	}
+	_, err := s.retry(ctx, protocol.VerbUnlock, id)
+	s.mu.Lock()
+	if l.state == held {
+		s.dropLocked(l)
+		l.stopLocked()
+	}
+	s.mu.Unlock()
+	if err != nil {
+		if err.code.Class() == protocol.ClassNotFound {
+			return &Error{Type: TypeLost, Msg: "lock expired", Err: ErrExpired}
+		}
+		return err
+	}
+	return nil
+}
+
+// retry is roundTrip for idempotent commands: a connection error is retried
+// once, after the connection is back.
+func (s *session) retry(ctx context.Context, v protocol.Verb, args ...string) (reply, *Error) {
+	r, err := s.roundTrip(ctx, nil, v, args...)
+	if err != nil && err.Type == TypeConnection && err.Err != ErrClosed && ctx.Err() == nil {
+		r, err = s.roundTrip(ctx, nil, v, args...)
+	}
+	return r, err
+}
+
+// dropLocked forgets l here and on the server: it is released.
+func (s *session) dropLocked(l *Lock) {
+	if l.id != "" && s.locks[l.id] == l {
+		delete(s.locks, l.id)
+		s.forgetLocked(l.id)
+	}
+	l.state = released
+	l.stopLocked()
+}
+
+// loseLocked ends a held lock with err, and a waiting one with waitErr (nil:
+// waiting locks are left alone).
+func (s *session) loseLocked(l *Lock, err *Error) {
+	if s.locks[l.id] == l {
+		delete(s.locks, l.id)
+	}
+	l.failLocked(nil, err)
+}
+
+// detach ends what client c waits for and holds: its locks are unlocked
+// (best effort, without waiting for answers) and its waits fail with
+// ErrClosed. Other Clients of the session are not disturbed.
+func (s *session) detach(c *Client) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := &Error{Type: TypeConnection, Err: ErrClosed}
+	for id, l := range s.locks {
+		if l.c != c {
+			continue
+		}
+		delete(s.locks, id)
+		s.forgetLocked(id)
+		switch l.state {
+		case waiting:
+			l.failLocked(e, nil)
+		case held:
+			l.state = released
+			l.stopLocked()
+		}
+	}
+	for _, cl := range s.calls {
+		if cl.lock != nil && cl.lock.c == c {
+			cl.abandoned = true // the reader gives the lock back when its id arrives
+		}
+	}
+}
