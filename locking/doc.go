@@ -12,7 +12,16 @@
 // Providers: the in-process Memory provider (this package, the default), an
 // mlockd provider (package locking/mlockd) and a Redis provider compatible
 // with Medusa's locking-redis key layout (package locking/redis). Register
-// them with Module.Register, or open one from a URL with Open.
+// them with Module.Register, or open one from a URL with Open and run jobs
+// on it with the function Execute:
+//
+//	p, err := locking.Open(ctx, "mlock://localhost:12340") // import _ "github.com/mlock-dev/mlock/locking/mlockd"
+//	err = locking.Execute(ctx, p, []string{"cart:1"}, job, locking.ExecuteOptions{})
+//
+// A provider only acquires, renews and releases; Execute (the module's one
+// lease watchdog, shared with the mlock client's Do and Hold) runs the job
+// over those calls. Package locking/provider is the kit for writing a
+// provider, and locking/lockingtest its conformance suite.
 //
 // # Guarantees (every provider)
 //

@@ -6,9 +6,12 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"slices"
+	"strconv"
 	"strings"
 	"time"
+
+	"github.com/mlock-dev/mlock/internal/lease"
+	"github.com/mlock-dev/mlock/locking/internal/keyset"
 )
 
 // Defaults.
@@ -21,7 +24,7 @@ const (
 	DefaultExpire = 60 * time.Second
 	// AnonymousOwner is the owner of locks acquired without an owner id, as
 	// in Medusa's Redis provider. Anonymous locks are never re-entrant.
-	AnonymousOwner = "*"
+	AnonymousOwner = keyset.Anonymous
 )
 
 // Kinds of error, for errors.Is.
@@ -45,50 +48,58 @@ var (
 
 // Error is the error of the locking calls. Its message keeps Medusa's texts;
 // errors.Is(err, ErrConflict) (or ErrTimeout, ErrLost, ...) tells the kind,
-// and Err, if set, is the cause.
+// Keys names the keys concerned, and Err, if set, is the cause.
 type Error struct {
+	// Kind is one of the Err* kinds above.
 	Kind error
-	Msg  string
-	Err  error
+	// Keys are the keys concerned: the held key (ErrConflict), the lost
+	// keys (ErrLost); may be empty.
+	Keys []string
+	// Msg, if set, replaces the standard message of Kind.
+	Msg string
+	// Err is the cause, if any.
+	Err error
 }
 
-func (e *Error) Error() string { return e.Msg }
+// Error returns Msg, or the standard message of the kind: Failed to acquire
+// lock for key "<key>" (ErrConflict), Timed-out acquiring lock. (ErrTimeout),
+// Lost the lock for key(s) ... (ErrLost).
+func (e *Error) Error() string {
+	if e.Msg != "" {
+		return e.Msg
+	}
+	switch e.Kind {
+	case ErrConflict:
+		key := ""
+		if len(e.Keys) > 0 {
+			key = e.Keys[0]
+		}
+		return fmt.Sprintf("Failed to acquire lock for key %q", key)
+	case ErrTimeout:
+		return "Timed-out acquiring lock."
+	case ErrLost:
+		q := make([]string, len(e.Keys))
+		for i, k := range e.Keys {
+			q[i] = strconv.Quote(k)
+		}
+		return fmt.Sprintf("Lost the lock for key(s) %s while the job was still running: "+
+			"the lease expired before it could be renewed. Increase \"expire\" if the job is expected to run this long.",
+			strings.Join(q, ", "))
+	}
+	if e.Err != nil {
+		return e.Err.Error()
+	}
+	if e.Kind != nil {
+		return e.Kind.Error()
+	}
+	return "locking: error"
+}
 
 // Is reports whether target is e's kind.
 func (e *Error) Is(target error) bool { return target == e.Kind }
 
 // Unwrap returns the cause.
 func (e *Error) Unwrap() error { return e.Err }
-
-// ConflictError is the error for a key held by someone else.
-func ConflictError(key string) error {
-	return &Error{Kind: ErrConflict, Msg: fmt.Sprintf("Failed to acquire lock for key %q", key)}
-}
-
-// TimeoutError is the error for a wait that ran out; cause is kept.
-func TimeoutError(cause error) error {
-	return &Error{Kind: ErrTimeout, Msg: "Timed-out acquiring lock.", Err: cause}
-}
-
-// LostError is the error for a lease lost while a job ran.
-func LostError(keys []string) error {
-	q := make([]string, len(keys))
-	for i, k := range keys {
-		q[i] = fmt.Sprintf("%q", k)
-	}
-	return &Error{Kind: ErrLost, Msg: fmt.Sprintf("Lost the lock for key(s) %s while the job was still running: "+
-		"the lease expired before it could be renewed. Increase \"expire\" if the job is expected to run this long.",
-		strings.Join(q, ", "))}
-}
-
-// WaitError turns the end of a wait through ctx into the error to return:
-// a deadline is ErrTimeout, a cancellation keeps ctx.Err().
-func WaitError(ctx context.Context) error {
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		return TimeoutError(ctx.Err())
-	}
-	return ctx.Err()
-}
 
 // AcquireOptions tunes Acquire.
 type AcquireOptions struct {
@@ -116,8 +127,8 @@ type ReleaseOptions struct {
 
 // ExecuteOptions tunes Execute.
 type ExecuteOptions struct {
-	// Timeout is the longest wait for the lock. 0: 5 s; negative: as long
-	// as ctx allows.
+	// Timeout is the longest wait for the lock. 0: the provider's default
+	// (see TimeoutDefaulter), else 5 s; negative: as long as ctx allows.
 	Timeout time.Duration
 	// Expire is the lease, renewed every Expire/3 while the job runs.
 	// 0: 60 s.
@@ -134,8 +145,10 @@ type ExecuteOptions struct {
 
 // Lease describes an acquisition.
 type Lease struct {
-	// Token is the fencing token of the grant (strictly increasing per
-	// provider), or 0 for a provider without tokens or a renewal.
+	// Token is the fencing token of the lock: it grows with every new
+	// acquisition on a provider. A renewal (the same owner acquiring
+	// exactly the keys it holds) is the same lock and returns its original
+	// token. 0 for a provider without tokens.
 	Token uint64
 }
 
@@ -152,14 +165,18 @@ type Job func(ctx context.Context) error
 //     conflicting; another owner conflicts (or waits, with AwaitQueue).
 //   - Release by another owner changes nothing and reports false.
 //
-// Implementations are safe for concurrent use.
+// Execute runs jobs over any Provider (Acquire, Renew, Release); a provider
+// with a default wait of its own also implements TimeoutDefaulter. Package
+// locking/provider has the helpers for writing a provider, and
+// locking/lockingtest the conformance suite. Implementations are safe for
+// concurrent use.
 type Provider interface {
-	// Execute runs job while holding keys (see RunExecute).
-	Execute(ctx context.Context, keys []string, job Job, opts ExecuteOptions) error
 	// Acquire takes keys for opts.OwnerID.
 	Acquire(ctx context.Context, keys []string, opts AcquireOptions) (Lease, error)
 	// Renew sets the lease of owner's lock on exactly keys to expire from
-	// now; false if owner no longer holds them all.
+	// now; false (and a nil error) if owner no longer holds them all, also
+	// after a Release of some of them. It never takes a key. An error means
+	// the outcome is unknown.
 	Renew(ctx context.Context, keys []string, owner string, expire time.Duration) (bool, error)
 	// Release releases owner's lock on each key; true only if every key was
 	// held by owner.
@@ -170,28 +187,42 @@ type Provider interface {
 	Close() error
 }
 
-// Keys checks keys, removes duplicates and sorts them. It is what every
-// provider does with the keys it is given.
-func Keys(keys []string) ([]string, error) {
-	if len(keys) == 0 {
-		return nil, &Error{Kind: ErrInvalidKey, Msg: "no key given"}
-	}
-	out := slices.Clone(keys)
-	for _, k := range out {
-		if k == "" || strings.ContainsAny(k, " |") {
-			return nil, &Error{Kind: ErrInvalidKey, Msg: fmt.Sprintf("invalid key %q: keys are non-empty, without spaces or '|'", k)}
-		}
-	}
-	slices.Sort(out)
-	return slices.Compact(out), nil
+// TimeoutDefaulter is implemented by a provider with a default wait of its
+// own for Execute (the Redis provider: Medusa's waitLockingTimeout).
+type TimeoutDefaulter interface {
+	// DefaultTimeout is Execute's wait when ExecuteOptions.Timeout is 0;
+	// 0 means DefaultTimeout.
+	DefaultTimeout() time.Duration
 }
 
-// Owner returns the owner to record: id, or AnonymousOwner.
-func Owner(id string) string {
-	if id == "" {
-		return AnonymousOwner
+// normalizeKeys is keyset.Normalize with the module's error.
+func normalizeKeys(keys []string) ([]string, error) {
+	keys, err := keyset.Normalize(keys)
+	if err != nil {
+		return nil, invalidKeyError(err)
 	}
-	return id
+	return keys, nil
+}
+
+// invalidKeyError is the ErrInvalidKey error for a keyset error.
+func invalidKeyError(err error) error { return &Error{Kind: ErrInvalidKey, Msg: err.Error(), Err: err} }
+
+// ownerOf returns the owner to record: id, or AnonymousOwner.
+func ownerOf(id string) string { return keyset.Owner(id) }
+
+// conflictError is the error for a key held by someone else.
+func conflictError(key string) error { return &Error{Kind: ErrConflict, Keys: []string{key}} }
+
+// timeoutError is the error for a wait that ran out; cause is kept.
+func timeoutError(cause error) error { return &Error{Kind: ErrTimeout, Err: cause} }
+
+// waitError turns the end of a wait through ctx into the error to return: a
+// deadline is ErrTimeout, a cancellation keeps ctx.Err().
+func waitError(ctx context.Context) error {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return timeoutError(ctx.Err())
+	}
+	return ctx.Err()
 }
 
 func randomOwner() string {
@@ -200,20 +231,36 @@ func randomOwner() string {
 	return "execute:" + hex.EncodeToString(b[:])
 }
 
-// RunExecute is Execute for any provider: it waits at most opts.Timeout for
-// keys under a per-call owner, renews the lease every Expire/3 while job
-// runs, cancels job's context if the lease is lost, and always releases. A
-// grant that lands just as the wait gives up is released too. It returns
-// job's error, or an error of kind ErrLost (joined with job's own error) if
-// the lease was lost, or ErrTimeout if the wait ran out.
-func RunExecute(ctx context.Context, p Provider, keys []string, job Job, opts ExecuteOptions) error {
-	keys, err := Keys(keys)
+// releaseTimeout bounds the release at the end of Execute.
+const releaseTimeout = 5 * time.Second
+
+// Execute runs job while holding keys on p, as Medusa's execute: it waits at
+// most opts.Timeout for every key under a per-call owner, renews the lease
+// every Expire/3 while job runs (the one lease watchdog of mlock), cancels
+// job's context with an ErrLost cause when the lease is lost, and always
+// releases, also a grant that lands just as the wait gives up.
+//
+// The lease is lost when a renewal is refused, or when no renewal succeeded
+// for a whole Expire counted from the send time of the last successful one
+// (the provider could not be reached).
+//
+// It returns job's error; an error of kind ErrLost (joined with job's own
+// error, unless that is only the cancellation) if the lease was lost; an
+// error of kind ErrTimeout if the wait ran out; ErrConflict with NoWait;
+// ErrInvalidKey for bad keys. It is safe for concurrent use if p is.
+func Execute(ctx context.Context, p Provider, keys []string, job Job, opts ExecuteOptions) error {
+	keys, err := normalizeKeys(keys)
 	if err != nil {
 		return err
 	}
 	timeout, expire := opts.Timeout, opts.Expire
 	if timeout == 0 {
-		timeout = DefaultTimeout
+		if d, ok := p.(TimeoutDefaulter); ok {
+			timeout = d.DefaultTimeout()
+		}
+		if timeout == 0 {
+			timeout = DefaultTimeout
+		}
 	}
 	if expire <= 0 {
 		expire = DefaultExpire
@@ -229,54 +276,28 @@ func RunExecute(ctx context.Context, p Provider, keys []string, job Job, opts Ex
 		defer cancel()
 	}
 	release := func() {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 		defer cancel()
 		_, _ = p.Release(rctx, keys, ReleaseOptions{OwnerID: owner})
 	}
 	if _, err := p.Acquire(actx, keys, AcquireOptions{OwnerID: owner, Expire: expire, AwaitQueue: !opts.NoWait}); err != nil {
 		release() // owner-checked: frees only what this call may have taken
-		if ctx.Err() == nil && actx.Err() != nil {
-			return TimeoutError(actx.Err())
+		if ctx.Err() == nil && actx.Err() != nil && !errors.Is(err, ErrTimeout) {
+			return timeoutError(actx.Err())
 		}
 		return err
 	}
-	jctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	stop, kept := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(kept)
-		period := max(expire/3, time.Millisecond)
-		t := time.NewTicker(period)
-		defer t.Stop()
-		lastOK := time.Now()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-			}
-			rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), period)
-			ok, err := p.Renew(rctx, keys, owner, expire)
-			rcancel()
-			switch {
-			case err == nil && ok:
-				lastOK = time.Now()
-			case err == nil || time.Since(lastOK) >= expire:
-				// Refused, or unreachable for a whole lease: it is gone.
-				cancel(LostError(keys))
-				return
-			}
-		}
-	}()
-	ferr := job(jctx)
-	close(stop)
-	<-kept
+	ferr, lost := lease.Run(ctx, lease.Options{
+		TTL:   expire,
+		Renew: func(rctx context.Context) (bool, error) { return p.Renew(rctx, keys, owner, expire) },
+		Cause: func() error { return &Error{Kind: ErrLost, Keys: keys} },
+	}, func(jctx context.Context) error { return job(jctx) })
 	release()
-	if cause := context.Cause(jctx); errors.Is(cause, ErrLost) {
+	if lost != nil {
 		if ferr != nil && !errors.Is(ferr, context.Canceled) && !errors.Is(ferr, ErrLost) {
-			return errors.Join(cause, ferr)
+			return errors.Join(lost, ferr)
 		}
-		return cause
+		return lost
 	}
 	return ferr
 }

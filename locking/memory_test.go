@@ -3,6 +3,7 @@ package locking_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -41,6 +42,100 @@ func TestMemoryLeaseExpires(t *testing.T) {
 	}
 }
 
+// TestMemoryRenewKeepsToken: renewing (Renew, or Acquire again by the
+// holder) keeps the lock's original token and uses none.
+func TestMemoryRenewKeepsToken(t *testing.T) {
+	m := locking.NewMemory()
+	defer m.Close()
+	ctx := context.Background()
+	l1, err := m.Acquire(ctx, []string{"a", "b"}, locking.AcquireOptions{OwnerID: "o", Expire: time.Minute})
+	if err != nil || l1.Token == 0 {
+		t.Fatal(l1, err)
+	}
+	if ok, err := m.Renew(ctx, []string{"b", "a"}, "o", time.Minute); !ok || err != nil {
+		t.Fatalf("renew: %v %v", ok, err)
+	}
+	l2, err := m.Acquire(ctx, []string{"a", "b"}, locking.AcquireOptions{OwnerID: "o", Expire: time.Minute})
+	if err != nil || l2.Token != l1.Token {
+		t.Fatalf("re-entry: token %d, want the original %d (%v)", l2.Token, l1.Token, err)
+	}
+	l3, err := m.Acquire(ctx, []string{"c"}, locking.AcquireOptions{OwnerID: "o"})
+	if err != nil || l3.Token != l1.Token+1 {
+		t.Fatalf("next grant: token %d after %d: a renewal burned a token (%v)", l3.Token, l1.Token, err)
+	}
+	if ok, _ := m.Renew(ctx, []string{"a"}, "o", time.Minute); ok {
+		t.Fatal("renewed a subset of the lock")
+	}
+	if ok, _ := m.Renew(ctx, []string{"a", "b"}, "x", time.Minute); ok {
+		t.Fatal("renewed by another owner")
+	}
+}
+
+// TestMemoryRenewAfterPartialRelease: after Release of some keys the owner
+// no longer holds the whole set, and another owner can take the released key.
+func TestMemoryRenewAfterPartialRelease(t *testing.T) {
+	m := locking.NewMemory()
+	defer m.Close()
+	ctx := context.Background()
+	if _, err := m.Acquire(ctx, []string{"a", "b"}, locking.AcquireOptions{OwnerID: "o"}); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := m.Release(ctx, []string{"a"}, locking.ReleaseOptions{OwnerID: "o"}); !ok {
+		t.Fatal("release a")
+	}
+	if _, err := m.Acquire(ctx, []string{"a"}, locking.AcquireOptions{OwnerID: "p"}); err != nil {
+		t.Fatalf("another owner takes a: %v", err)
+	}
+	if ok, _ := m.Renew(ctx, []string{"a", "b"}, "o", time.Minute); ok {
+		t.Fatal("renewed a|b after releasing a")
+	}
+	if ok, _ := m.Renew(ctx, []string{"b"}, "o", time.Minute); !ok {
+		t.Fatal("the rest, b, is still held and renewable")
+	}
+}
+
+// TestMemoryConflictNamesKey: the conflict error names the busy key, not
+// the first key asked for.
+func TestMemoryConflictNamesKey(t *testing.T) {
+	m := locking.NewMemory()
+	defer m.Close()
+	ctx := context.Background()
+	if _, err := m.Acquire(ctx, []string{"b"}, locking.AcquireOptions{OwnerID: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := m.Acquire(ctx, []string{"a", "b", "c"}, locking.AcquireOptions{OwnerID: "y"})
+	if !errors.Is(err, locking.ErrConflict) || !strings.Contains(err.Error(), `"b"`) || strings.Contains(err.Error(), `"a"`) {
+		t.Fatalf("err = %v", err)
+	}
+	// An owner asking for keys that only overlap its own lock.
+	_, err = m.Acquire(ctx, []string{"b", "c"}, locking.AcquireOptions{OwnerID: "x"})
+	if !errors.Is(err, locking.ErrConflict) {
+		t.Fatalf("overlap: %v", err)
+	}
+}
+
+// TestMemoryCloseWakesWaiters: Close ends a wait with ErrClosed.
+func TestMemoryCloseWakesWaiters(t *testing.T) {
+	m := locking.NewMemory()
+	ctx := context.Background()
+	if _, err := m.Acquire(ctx, []string{"k"}, locking.AcquireOptions{OwnerID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() {
+		_, err := m.Acquire(ctx, []string{"k"}, locking.AcquireOptions{OwnerID: "b", AwaitQueue: true})
+		errc <- err
+	}()
+	time.Sleep(20 * time.Millisecond)
+	m.Close()
+	if err := <-errc; !errors.Is(err, locking.ErrClosed) {
+		t.Fatalf("waiter after Close: %v", err)
+	}
+	if _, err := m.Acquire(ctx, []string{"z"}, locking.AcquireOptions{}); !errors.Is(err, locking.ErrClosed) {
+		t.Fatalf("Acquire after Close: %v", err)
+	}
+}
+
 // recorder is a provider that records renewals.
 type recorder struct {
 	locking.Provider
@@ -64,7 +159,7 @@ func (r *recorder) Renew(ctx context.Context, keys []string, owner string, expir
 func TestRefusedRenewalCancelsJob(t *testing.T) {
 	r := &recorder{Provider: locking.NewMemory(), start: time.Now(), fail: true}
 	defer r.Close()
-	err := locking.RunExecute(context.Background(), r, []string{"job"}, func(ctx context.Context) error {
+	err := locking.Execute(context.Background(), r, []string{"job"}, func(ctx context.Context) error {
 		<-ctx.Done()
 		return ctx.Err()
 	}, locking.ExecuteOptions{Expire: 30 * time.Millisecond})

@@ -7,7 +7,6 @@ import (
 	"net/url"
 	"sort"
 	"sync"
-	"time"
 )
 
 // MemoryID is the id of the built-in memory provider in a Module.
@@ -87,13 +86,13 @@ func (m *Module) Provider(id string) (Provider, error) {
 	return nil, &Error{Kind: ErrNoProvider, Msg: "Unable to retrieve the locking provider with id: " + id}
 }
 
-// Execute runs job under keys on opts.Provider. See RunExecute.
+// Execute runs job under keys on opts.Provider. See the function Execute.
 func (m *Module) Execute(ctx context.Context, keys []string, job Job, opts ExecuteOptions) error {
 	p, err := m.Provider(opts.Provider)
 	if err != nil {
 		return err
 	}
-	return p.Execute(ctx, keys, job, opts)
+	return Execute(ctx, p, keys, job, opts)
 }
 
 // Acquire takes keys on opts.Provider.
@@ -177,17 +176,4 @@ func Open(ctx context.Context, rawURL string) (Provider, error) {
 		return nil, fmt.Errorf("locking: no provider for URL scheme %q (import its package)", u.Scheme)
 	}
 	return open(ctx, u)
-}
-
-// ParseDuration reads a duration from a URL query value: a Go duration
-// ("1.5s") or a whole number of milliseconds.
-func ParseDuration(v string) (time.Duration, error) {
-	if d, err := time.ParseDuration(v); err == nil {
-		return d, nil
-	}
-	var ms int64
-	if _, err := fmt.Sscan(v, &ms); err != nil || ms < 0 {
-		return 0, fmt.Errorf("locking: duration %q: want e.g. 20ms or a number of milliseconds", v)
-	}
-	return time.Duration(ms) * time.Millisecond, nil
 }

@@ -13,7 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/mlock-dev/mlock/internal/bench"
+	"github.com/mlock-dev/mlock/cmd/mlock/internal/bench"
 )
 
 func cmdBench(args []string, stdout, stderr io.Writer) int {
@@ -35,7 +35,8 @@ func cmdBench(args []string, stdout, stderr io.Writer) int {
 	asJSON := fs.Bool("json", false, "print the results as JSON")
 	cpuProfile := fs.String("cpu-profile", "", "write the load generator's CPU profile to this file")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: mlock bench [flags] [URL]\n\nLoads a lock provider (mlock://, redis://, memory:) with one scenario.\n"+
+		fmt.Fprintf(fs.Output(), "Usage: mlock bench [flags] [URL]\n\nLoads a lock provider (mlock://, redis://, redis://...?mode=medusa for Medusa's own scripts,\n"+
+			"memory:) with one scenario, and reports server and client (this process's) CPU per operation.\n"+
 			"URL defaults to --uri. Targets must be on loopback unless --allow-remote.\n\n")
 		fs.PrintDefaults()
 	}
@@ -119,18 +120,15 @@ func printResults(w io.Writer, rs []bench.Result) {
 	if hot {
 		head += "\tHANDOFF P50\tHANDOFF P99\tJAIN\tFIFO"
 	}
-	head += "\tTIMEOUTS\tERRORS\tVIOLATIONS\tSERVER CPU/OP"
+	head += "\tTIMEOUTS\tERRORS\tVIOLATIONS\tSERVER CPU/OP\tCLIENT CPU/OP"
 	fmt.Fprintln(tw, head)
 	for _, r := range rs {
 		line := fmt.Sprintf("%s\t%d\t%.0f\t%s\t%s\t%s", r.Target, r.Ops, r.Rate, us(r.P50), us(r.P99), us(r.Max))
 		if hot {
 			line += fmt.Sprintf("\t%s\t%s\t%.3f\t%.3f", us(r.HandoffP50), us(r.HandoffP99), r.Jain, r.FIFO)
 		}
-		cpu := "n/a"
-		if r.CPUKnown {
-			cpu = fmt.Sprintf("%.1fµs", float64(r.CPUPerOp)/float64(time.Microsecond))
-		}
-		line += fmt.Sprintf("\t%d\t%d\t%d\t%s", r.Timeouts, r.Errors, r.Violations, cpu)
+		line += fmt.Sprintf("\t%d\t%d\t%d\t%s\t%s", r.Timeouts, r.Errors, r.Violations,
+			cpuPerOp(r.CPUPerOp, r.CPUKnown), cpuPerOp(r.ClientCPUPerOp, r.ClientCPUKnown))
 		fmt.Fprintln(tw, line)
 	}
 	tw.Flush()
@@ -142,11 +140,23 @@ func printResults(w io.Writer, rs []bench.Result) {
 	if len(rs) == 2 {
 		rt := ratios(rs[0], rs[1])
 		fmt.Fprintf(w, "ratios (first / second): ops/s %.2fx, p99 %.2fx", rt["opsPerSec"], rt["p99"])
-		if v, ok := rt["serverCpuPerOp"]; ok {
-			fmt.Fprintf(w, ", server CPU per op %.2fx", v)
+		for _, k := range []struct{ key, label string }{
+			{"serverCpuPerOp", "server CPU per op"}, {"clientCpuPerOp", "client CPU per op"},
+			{"totalCpuPerOp", "client+server CPU per op"},
+		} {
+			if v, ok := rt[k.key]; ok {
+				fmt.Fprintf(w, ", %s %.2fx", k.label, v)
+			}
 		}
 		fmt.Fprintln(w)
 	}
+}
+
+func cpuPerOp(d time.Duration, known bool) string {
+	if !known {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.1fµs", float64(d)/float64(time.Microsecond))
 }
 
 func ratios(a, b bench.Result) map[string]float64 {
@@ -156,6 +166,12 @@ func ratios(a, b bench.Result) map[string]float64 {
 	}
 	if a.CPUKnown && b.CPUKnown {
 		out["serverCpuPerOp"] = bench.Ratio(float64(a.CPUPerOp), float64(b.CPUPerOp))
+	}
+	if a.ClientCPUKnown && b.ClientCPUKnown {
+		out["clientCpuPerOp"] = bench.Ratio(float64(a.ClientCPUPerOp), float64(b.ClientCPUPerOp))
+	}
+	if a.CPUKnown && b.CPUKnown && a.ClientCPUKnown && b.ClientCPUKnown {
+		out["totalCpuPerOp"] = bench.Ratio(float64(a.CPUPerOp+a.ClientCPUPerOp), float64(b.CPUPerOp+b.ClientCPUPerOp))
 	}
 	for k, v := range out {
 		if math.IsNaN(v) {

@@ -217,6 +217,7 @@ func TestBenchCommand(t *testing.T) {
 			Violations int64   `json:"violations"`
 			Timeouts   int64   `json:"timeouts"`
 			CPUKnown   bool    `json:"serverCpuKnown"`
+			ClientCPU  bool    `json:"clientCpuKnown"`
 			Rate       float64 `json:"opsPerSec"`
 		} `json:"results"`
 		Ratios map[string]float64 `json:"ratios"`
@@ -225,7 +226,8 @@ func TestBenchCommand(t *testing.T) {
 		t.Fatalf("%v: %s", err, out.String())
 	}
 	if len(doc.Results) != 2 || doc.Results[0].Ops == 0 || doc.Results[1].Ops == 0 || !doc.Results[0].CPUKnown ||
-		doc.Results[1].CPUKnown || doc.Ratios["opsPerSec"] == 0 {
+		doc.Results[1].CPUKnown || !doc.Results[0].ClientCPU || !doc.Results[1].ClientCPU ||
+		doc.Ratios["opsPerSec"] == 0 || doc.Ratios["clientCpuPerOp"] == 0 {
 		t.Fatalf("bench results: %s", out.String())
 	}
 	for _, r := range doc.Results {

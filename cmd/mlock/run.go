@@ -126,7 +126,7 @@ func runProvider(ctx context.Context, uri, resources string, ttl, timeout time.D
 	if timeout <= 0 {
 		timeout = -1
 	}
-	return p.Execute(ctx, strings.Split(resources, "|"), job, locking.ExecuteOptions{
+	return locking.Execute(ctx, p, strings.Split(resources, "|"), job, locking.ExecuteOptions{
 		Timeout: timeout, Expire: ttl, OwnerID: owner, NoWait: skip,
 	})
 }

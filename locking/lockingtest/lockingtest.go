@@ -1,7 +1,8 @@
 // Package lockingtest is the conformance suite every locking provider runs:
 // the cases of Medusa's own locking tests (scaled to milliseconds) and the
 // guarantees this module adds (atomic multi-key, no deadlock in any key
-// order, renewal, loss detection, clean-up after a timeout, fencing).
+// order, renewal, no renewal of a partly released lock, loss detection,
+// clean-up after a timeout, fencing tokens kept by a renewal).
 //
 //	func TestConformance(t *testing.T) {
 //		lockingtest.Run(t, lockingtest.Harness{New: func(t *testing.T) locking.Provider { ... }})
@@ -27,7 +28,8 @@ type Harness struct {
 	// New returns a provider for one test; the suite closes it. Providers
 	// may share state between tests: every test uses keys of its own.
 	New func(t *testing.T) locking.Provider
-	// Tokens says the provider returns fencing tokens.
+	// Tokens says the provider returns fencing tokens (a renewal returns
+	// the lock's original token).
 	Tokens bool
 	// Backoff, if set, returns the provider's retry backoff for a base
 	// delay, a cap and a factor; each call of the result takes a uniform
@@ -59,6 +61,7 @@ func Run(t *testing.T, h Harness) {
 		{"AcquireDeadline", testAcquireDeadline},
 		{"ReentryRenewsExpire", testReentryRenewsExpire},
 		{"InvalidKeys", testInvalidKeys},
+		{"PartialReleaseEndsRenewal", testPartialRelease},
 	}
 	type test = struct {
 		name string
@@ -66,7 +69,7 @@ func Run(t *testing.T, h Harness) {
 	}
 	tests = append(tests, test{"RenewalCadence", testRenewalCadence}, test{"ModuleShutdown", testModuleShutdown})
 	if h.Tokens {
-		tests = append(tests, test{"FencingTokens", testTokens})
+		tests = append(tests, test{"FencingTokens", testTokens}, test{"RenewalKeepsToken", testRenewalToken})
 	}
 	if h.Backoff != nil {
 		t.Run("JitterBounds", func(t *testing.T) { testJitter(t, h.Backoff) })
@@ -119,7 +122,7 @@ func testOversell(t *testing.T, p locking.Provider, k func(string) string) {
 					buy(c)
 					return
 				}
-				if err := p.Execute(c, []string{k("item_1")}, buy, locking.ExecuteOptions{}); err != nil {
+				if err := locking.Execute(c, p, []string{k("item_1")}, buy, locking.ExecuteOptions{}); err != nil {
 					t.Error(err)
 				}
 			}()
@@ -207,11 +210,11 @@ func testReleaseAfterFailure(t *testing.T, p locking.Provider, k func(string) st
 	c, key := ctx(t), k("lock_key")
 	boom := errors.New("fn_1 failed")
 	var calls [2]atomic.Int32
-	err := p.Execute(c, []string{key}, func(context.Context) error { calls[0].Add(1); return boom }, locking.ExecuteOptions{})
+	err := locking.Execute(c, p, []string{key}, func(context.Context) error { calls[0].Add(1); return boom }, locking.ExecuteOptions{})
 	if err != boom {
 		t.Fatalf("Execute returned %v, want the job's error", err)
 	}
-	err = p.Execute(c, []string{key}, func(context.Context) error { calls[1].Add(1); return nil }, locking.ExecuteOptions{Timeout: time.Second})
+	err = locking.Execute(c, p, []string{key}, func(context.Context) error { calls[1].Add(1); return nil }, locking.ExecuteOptions{Timeout: time.Second})
 	if err != nil || calls[0].Load() != 1 || calls[1].Load() != 1 {
 		t.Fatalf("second execute: %v, calls %d %d", err, calls[0].Load(), calls[1].Load())
 	}
@@ -226,7 +229,7 @@ func testTimeoutOrdering(t *testing.T, p locking.Provider, k func(string) string
 	wg.Add(3)
 	go func() {
 		defer wg.Done()
-		err := p.Execute(c, []string{key}, func(context.Context) error {
+		err := locking.Execute(c, p, []string{key}, func(context.Context) error {
 			close(started)
 			time.Sleep(400 * time.Millisecond)
 			results[0] = "fn_1"
@@ -239,12 +242,12 @@ func testTimeoutOrdering(t *testing.T, p locking.Provider, k func(string) string
 	<-started
 	go func() {
 		defer wg.Done()
-		results[1] = p.Execute(c, []string{key}, func(context.Context) error { called2.Store(true); return nil },
+		results[1] = locking.Execute(c, p, []string{key}, func(context.Context) error { called2.Store(true); return nil },
 			locking.ExecuteOptions{Timeout: 100 * time.Millisecond})
 	}()
 	go func() {
 		defer wg.Done()
-		err := p.Execute(c, []string{key}, func(context.Context) error { results[2] = "fn_3"; return nil },
+		err := locking.Execute(c, p, []string{key}, func(context.Context) error { results[2] = "fn_3"; return nil },
 			locking.ExecuteOptions{Timeout: 3 * time.Second})
 		if err != nil {
 			results[2] = err
@@ -259,7 +262,7 @@ func testTimeoutOrdering(t *testing.T, p locking.Provider, k func(string) string
 
 func testHoldUntilDone(t *testing.T, p locking.Provider, k func(string) string) {
 	c, key := ctx(t), k("held_key")
-	err := p.Execute(c, []string{key}, func(ctx context.Context) error {
+	err := locking.Execute(c, p, []string{key}, func(ctx context.Context) error {
 		_, err := p.Acquire(ctx, []string{key}, locking.AcquireOptions{OwnerID: "someone_else"})
 		if !errors.Is(err, locking.ErrConflict) {
 			return fmt.Errorf("acquire inside the job: %v", err)
@@ -280,7 +283,7 @@ func testHoldUntilDone(t *testing.T, p locking.Provider, k func(string) string) 
 // A job three times longer than its lease keeps the lock: it is renewed.
 func testRenewal(t *testing.T, p locking.Provider, k func(string) string) {
 	c, key := ctx(t), k("renewed")
-	err := p.Execute(c, []string{key}, func(ctx context.Context) error {
+	err := locking.Execute(c, p, []string{key}, func(ctx context.Context) error {
 		for range 6 {
 			select {
 			case <-time.After(150 * time.Millisecond):
@@ -304,7 +307,7 @@ func testLostLease(t *testing.T, p locking.Provider, k func(string) string) {
 	done := make(chan error, 1)
 	var cause error
 	go func() {
-		done <- p.Execute(c, []string{key}, func(ctx context.Context) error {
+		done <- locking.Execute(c, p, []string{key}, func(ctx context.Context) error {
 			close(started)
 			<-ctx.Done()
 			cause = context.Cause(ctx)
@@ -332,7 +335,7 @@ func testPartialCleanup(t *testing.T, p locking.Provider, k func(string) string)
 		t.Fatal(err)
 	}
 	var called atomic.Bool
-	err := p.Execute(c, []string{free, busy}, func(context.Context) error { called.Store(true); return nil },
+	err := locking.Execute(c, p, []string{free, busy}, func(context.Context) error { called.Store(true); return nil },
 		locking.ExecuteOptions{Timeout: 200 * time.Millisecond})
 	if !errors.Is(err, locking.ErrTimeout) || called.Load() {
 		t.Fatalf("Execute = %v, called %v", err, called.Load())
@@ -360,7 +363,7 @@ func testOppositeOrder(t *testing.T, p locking.Provider, k func(string) string) 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = p.Execute(c, keys, func(context.Context) error { time.Sleep(10 * time.Millisecond); return nil },
+			errs[i] = locking.Execute(c, p, keys, func(context.Context) error { time.Sleep(10 * time.Millisecond); return nil },
 				locking.ExecuteOptions{Timeout: 3 * time.Second})
 		}()
 		time.Sleep(5 * time.Millisecond)
@@ -506,6 +509,62 @@ func testTokens(t *testing.T, p locking.Provider, k func(string) string) {
 	}
 }
 
+// A renewal (the same owner acquiring exactly the keys it holds, with or
+// without AwaitQueue) is the same lock: it returns the lock's original token.
+func testRenewalToken(t *testing.T, p locking.Provider, k func(string) string) {
+	c, a, b := ctx(t), k("tok_a"), k("tok_b")
+	o := locking.AcquireOptions{OwnerID: "t", Expire: time.Minute}
+	first, err := p.Acquire(c, []string{a, b}, o)
+	if err != nil || first.Token == 0 {
+		t.Fatalf("Acquire = %+v, %v", first, err)
+	}
+	for _, await := range []bool{false, true} {
+		o.AwaitQueue = await
+		again, err := p.Acquire(c, []string{b, a}, o)
+		if err != nil || again.Token != first.Token {
+			t.Fatalf("renewal (AwaitQueue %v) = %+v, %v; want the original token %d", await, again, err, first.Token)
+		}
+	}
+	if ok, _ := p.Release(c, []string{a, b}, locking.ReleaseOptions{OwnerID: "t"}); !ok {
+		t.Fatal("release")
+	}
+	next, err := p.Acquire(c, []string{a, b}, locking.AcquireOptions{OwnerID: "t", Expire: time.Minute})
+	if err != nil || next.Token <= first.Token {
+		t.Fatalf("a new acquisition = %+v, %v; want a token above %d", next, err, first.Token)
+	}
+	p.Release(c, []string{a, b}, locking.ReleaseOptions{OwnerID: "t"})
+}
+
+// After releasing one key of a multi-key lock, the owner no longer holds the
+// lock it acquired: renewing it fails, and never takes the released key back
+// from its new holder.
+func testPartialRelease(t *testing.T, p locking.Provider, k func(string) string) {
+	c, a, b := ctx(t), k("pr_a"), k("pr_b")
+	if _, err := p.Acquire(c, []string{a, b}, locking.AcquireOptions{OwnerID: "o", Expire: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := p.Release(c, []string{a}, locking.ReleaseOptions{OwnerID: "o"}); !ok || err != nil {
+		t.Fatalf("partial release = %v, %v", ok, err)
+	}
+	if ok, err := p.Renew(c, []string{a, b}, "o", time.Minute); ok || err != nil {
+		t.Fatalf("renewal after a partial release = %v, %v; want false", ok, err)
+	}
+	if _, err := p.Acquire(c, []string{a}, locking.AcquireOptions{OwnerID: "other", Expire: time.Minute}); err != nil {
+		t.Fatalf("the released key: %v", err)
+	}
+	if ok, err := p.Renew(c, []string{a, b}, "o", time.Minute); ok || err != nil {
+		t.Fatalf("renewal while another owner holds a released key = %v, %v; want false", ok, err)
+	}
+	_, err := p.Acquire(c, []string{b}, locking.AcquireOptions{OwnerID: "other"})
+	isConflict(t, err, b) // the key not released stays held
+	if ok, _ := p.Release(c, []string{a}, locking.ReleaseOptions{OwnerID: "other"}); !ok {
+		t.Fatal("the new holder lost the released key")
+	}
+	if ok, _ := p.Release(c, []string{b}, locking.ReleaseOptions{OwnerID: "o"}); !ok {
+		t.Fatal("the owner lost the key it did not release")
+	}
+}
+
 // renewRecorder records when Execute renews its lease.
 type renewRecorder struct {
 	locking.Provider
@@ -525,7 +584,7 @@ func (r *renewRecorder) Renew(ctx context.Context, keys []string, owner string, 
 // and 20 while the job runs, and never after it.
 func testRenewalCadence(t *testing.T, p locking.Provider, k func(string) string) {
 	r := &renewRecorder{Provider: p, start: time.Now()}
-	err := locking.RunExecute(ctx(t), r, []string{k("cadence")}, func(context.Context) error {
+	err := locking.Execute(ctx(t), r, []string{k("cadence")}, func(context.Context) error {
 		time.Sleep(250 * time.Millisecond)
 		return nil
 	}, locking.ExecuteOptions{Expire: 300 * time.Millisecond})

@@ -1,11 +1,18 @@
 // Package mlockd is the locking provider backed by an mlockd server through
 // the Go client: multi-key acquisitions are single atomic requests on the
 // server's FIFO queues, waiters are woken by the server's push (no polling),
-// and every acquisition carries a fencing token.
+// and every acquisition carries a fencing token. Renew is the server's
+// renew-by-owner: the provider keeps no state of its own.
 //
 // Importing the package registers the "mlock" URL scheme with locking.Open:
 //
 //	p, err := locking.Open(ctx, "mlock://localhost:12340")
+//
+// The way of a call: Provider.Acquire → mlock.Client.LockAll (or
+// TryLockAll without AwaitQueue) → the server's lock (or trylock) command →
+// the lock service core → the engine; a refusal comes back as an
+// *mlock.Error naming the busy resource, turned into the module's
+// ErrConflict for that key.
 //
 // Caveats: a lock acquired without Expire lasts the server's longest lease
 // (24 h by default), and ends earlier if the process's session ends (its
@@ -17,11 +24,11 @@ import (
 	"errors"
 	"net/url"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/mlock-dev/mlock"
 	"github.com/mlock-dev/mlock/locking"
+	"github.com/mlock-dev/mlock/locking/provider"
 )
 
 func init() {
@@ -38,17 +45,11 @@ const MaxExpire = 24 * time.Hour
 type Provider struct {
 	c     *mlock.Client
 	owned bool // Close closes c
-
-	mu    sync.Mutex
-	held  map[string]*mlock.Lock // by owner and keys; for Renew
-	swept int
 }
 
 // New returns a provider using c, which must have no prefix. Close does not
 // close c.
-func New(c *mlock.Client) *Provider {
-	return &Provider{c: c, held: map[string]*mlock.Lock{}}
-}
+func New(c *mlock.Client) *Provider { return &Provider{c: c} }
 
 // Open returns a provider with its own client for an mlock:// URI (see
 // mlock.ParseURI); Close closes that client.
@@ -57,12 +58,8 @@ func Open(uri string) (*Provider, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := New(c)
-	p.owned = true
-	return p, nil
+	return &Provider{c: c, owned: true}, nil
 }
-
-func handleKey(owner string, keys []string) string { return owner + "\x00" + strings.Join(keys, "|") }
 
 func expireOf(d time.Duration) time.Duration {
 	if d <= 0 || d > MaxExpire {
@@ -71,95 +68,52 @@ func expireOf(d time.Duration) time.Duration {
 	return max(d.Round(time.Millisecond), time.Millisecond)
 }
 
-// Acquire takes every key or none. See locking.Provider.
+// Acquire takes every key or none; the same owner asking again for exactly
+// the keys it holds renews the lock and gets its original token. See
+// locking.Provider.
 func (p *Provider) Acquire(ctx context.Context, keys []string, opts locking.AcquireOptions) (locking.Lease, error) {
-	keys, err := locking.Keys(keys)
+	keys, err := provider.Keys(keys)
 	if err != nil {
 		return locking.Lease{}, err
 	}
-	owner := locking.Owner(opts.OwnerID)
-	lo := &mlock.LockOptions{TTL: expireOf(opts.Expire), Timeout: -1, Tolerate: -1, Owner: owner}
+	lo := &mlock.LockOptions{TTL: expireOf(opts.Expire), Timeout: -1, Tolerate: -1, Owner: provider.Owner(opts.OwnerID)}
 	var l *mlock.Lock
 	if opts.AwaitQueue {
 		l, err = p.c.LockAll(ctx, keys, lo)
 	} else {
-		l, err = p.c.TryLock(ctx, strings.Join(keys, "|"), lo)
+		l, err = p.c.TryLockAll(ctx, keys, lo)
 	}
 	if err != nil {
-		return locking.Lease{}, p.mapError(ctx, keys, err)
+		return locking.Lease{}, mapError(ctx, keys, err)
 	}
-	p.mu.Lock()
-	p.held[handleKey(owner, keys)] = l
-	if len(p.held) > 2*p.swept+64 {
-		for k, h := range p.held {
-			if h.Err() != nil {
-				delete(p.held, k)
-			}
-		}
-		p.swept = len(p.held)
-	}
-	p.mu.Unlock()
 	return locking.Lease{Token: l.Token()}, nil
 }
 
 // mapError turns client errors into the module's.
-func (p *Provider) mapError(ctx context.Context, keys []string, err error) error {
-	var me *mlock.Error
+func mapError(ctx context.Context, keys []string, err error) error {
 	switch {
 	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
-		return locking.WaitError(ctx)
-	case errors.Is(err, mlock.ErrBusy), errors.As(err, &me) && me.Msg == "owner holds an overlapping lock!":
-		return locking.ConflictError(p.busyKey(ctx, keys))
+		return provider.WaitError(ctx)
+	case errors.Is(err, mlock.ErrBusy), errors.Is(err, mlock.ErrOwnerConflict):
+		key := keys[0]
+		if me := (*mlock.Error)(nil); errors.As(err, &me) && me.Resource != "" {
+			key = me.Resource
+		}
+		return provider.ConflictError(key)
 	}
 	return err
 }
 
-// busyKey names the first of keys that is held or queued.
-func (p *Provider) busyKey(ctx context.Context, keys []string) string {
-	if len(keys) == 1 {
-		return keys[0]
-	}
-	prefix := keys[0]
-	for _, k := range keys[1:] {
-		for !strings.HasPrefix(k, prefix) {
-			prefix = prefix[:len(prefix)-1]
-		}
-	}
-	ls, err := p.c.Locks(ctx, prefix)
-	if err != nil {
-		return keys[0]
-	}
-	busy := map[string]bool{}
-	for _, q := range ls.Queues {
-		busy[q.Resource] = len(q.Entries) > 0
-	}
-	for _, k := range keys {
-		if busy[k] {
-			return k
-		}
-	}
-	return keys[0]
-}
-
-// Renew extends owner's lock on exactly keys, acquired through this
-// provider. See locking.Provider.
+// Renew extends owner's lock on exactly keys, whichever process acquired
+// it (the server's renew-by-owner); false if owner no longer holds exactly
+// those keys. See locking.Provider.
 func (p *Provider) Renew(ctx context.Context, keys []string, owner string, expire time.Duration) (bool, error) {
-	keys, err := locking.Keys(keys)
+	keys, err := provider.Keys(keys)
 	if err != nil {
 		return false, err
 	}
-	hk := handleKey(locking.Owner(owner), keys)
-	p.mu.Lock()
-	l := p.held[hk]
-	p.mu.Unlock()
-	if l == nil {
-		return false, nil
-	}
-	if _, err := l.Extend(ctx, expireOf(expire)); err != nil {
-		if errors.Is(err, mlock.ErrLost) || errors.Is(err, mlock.ErrRequest) {
-			p.mu.Lock()
-			delete(p.held, hk)
-			p.mu.Unlock()
+	if _, _, err := p.c.Renew(ctx, provider.Owner(owner), keys, expireOf(expire)); err != nil {
+		if errors.Is(err, mlock.ErrNotHeld) {
 			return false, nil
 		}
 		return false, err
@@ -169,36 +123,18 @@ func (p *Provider) Renew(ctx context.Context, keys []string, owner string, expir
 
 // Release releases owner's lock on each key. See locking.Provider.
 func (p *Provider) Release(ctx context.Context, keys []string, opts locking.ReleaseOptions) (bool, error) {
-	keys, err := locking.Keys(keys)
+	keys, err := provider.Keys(keys)
 	if err != nil {
 		return false, err
 	}
-	owner := locking.Owner(opts.OwnerID)
-	hk := handleKey(owner, keys)
-	p.mu.Lock()
-	l := p.held[hk]
-	delete(p.held, hk)
-	p.mu.Unlock()
-	if l != nil && l.Err() == nil {
-		// The lock this provider took for owner on exactly these keys:
-		// unlock it by id, which also retires the client's handle.
-		if err := l.Unlock(ctx); err == nil {
-			return true, nil
-		}
-	}
-	return p.c.Release(ctx, owner, strings.Join(keys, "|"))
+	return p.c.Release(ctx, provider.Owner(opts.OwnerID), strings.Join(keys, "|"))
 }
 
 // ReleaseAll releases every lock of the owner (without owner: the
 // anonymous locks).
 func (p *Provider) ReleaseAll(ctx context.Context, opts locking.ReleaseOptions) error {
-	_, err := p.c.ReleaseAll(ctx, locking.Owner(opts.OwnerID))
+	_, err := p.c.ReleaseAll(ctx, provider.Owner(opts.OwnerID))
 	return err
-}
-
-// Execute runs job under keys. See locking.RunExecute.
-func (p *Provider) Execute(ctx context.Context, keys []string, job locking.Job, opts locking.ExecuteOptions) error {
-	return locking.RunExecute(ctx, p, keys, job, opts)
 }
 
 // Close closes the client if the provider opened it.

@@ -9,7 +9,12 @@
 // a release publishes a message that wakes the waiters at once instead of
 // leaving them to their backoff; ReleaseAll is owner-checked key by key in
 // Lua; every acquisition gets a fencing token (INCR on a counter key outside
-// the namespace).
+// the namespace), kept beside each key so that a renewal returns the lock's
+// original token.
+//
+// The Medusa mode (Options.Medusa, URL query mode=medusa) runs Medusa's own
+// scripts instead, as Medusa ships them, for interoperability tests and as a
+// benchmark baseline: see Options.Medusa.
 //
 // Importing the package registers the "redis" URL scheme with locking.Open:
 //
@@ -26,6 +31,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,6 +40,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/mlock-dev/mlock/locking"
+	"github.com/mlock-dev/mlock/locking/provider"
 )
 
 func init() {
@@ -71,6 +78,19 @@ type Options struct {
 	// NoWake turns the release wake-up off: waiters only poll with backoff,
 	// as Medusa's do (for comparison).
 	NoWake bool
+	// Medusa runs Medusa's own scripts, as Medusa ships them, one key per
+	// script call: acquire is SET NX (EX in whole seconds, rounded up) in
+	// Lua, with Medusa's re-entry for the same owner only without
+	// AwaitQueue; release is GET + DEL in Lua; Renew is Medusa's
+	// extendLock (GET + EXPIRE). No wake-up PUBLISH, no fencing INCR:
+	// tokens are 0. Waiters poll with Medusa's backoff, one delay shared
+	// by the keys of a call; the keys of a call are tried together, each
+	// try one pipeline, and a failed multi-key acquisition keeps the keys
+	// it took (until their TTL), as Medusa's acquire does. Use it to
+	// measure Medusa's Redis load or to test interop; it does not pass
+	// the conformance suite (no atomic multi-key acquire). ReleaseAll runs
+	// the owner-checked release per key in both modes.
+	Medusa bool
 }
 
 // Provider implements locking.Provider on Redis. Create it with New, Open or
@@ -109,7 +129,7 @@ func Open(o Options) (*Provider, error) {
 // OpenURL opens a provider from a redis:// URL whose query may also carry
 // the options: namespace, waitLockingTimeout, defaultRetryInterval,
 // maximumRetryInterval (durations such as 20ms, or milliseconds),
-// backoffFactor and wake=false.
+// backoffFactor, wake=false (NoWake) and mode=medusa (Medusa).
 func OpenURL(raw string) (*Provider, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
@@ -124,15 +144,23 @@ func OpenURL(raw string) (*Provider, error) {
 		case "namespace":
 			o.Namespace = v
 		case "waitLockingTimeout":
-			o.WaitLockingTimeout, err = locking.ParseDuration(v)
+			o.WaitLockingTimeout, err = provider.ParseDuration(v)
 		case "defaultRetryInterval":
-			o.DefaultRetryInterval, err = locking.ParseDuration(v)
+			o.DefaultRetryInterval, err = provider.ParseDuration(v)
 		case "maximumRetryInterval":
-			o.MaximumRetryInterval, err = locking.ParseDuration(v)
+			o.MaximumRetryInterval, err = provider.ParseDuration(v)
 		case "backoffFactor":
 			o.BackoffFactor, err = strconv.ParseFloat(v, 64)
 		case "wake":
 			o.NoWake = v == "false"
+		case "mode":
+			switch v {
+			case "medusa":
+				o.Medusa = true
+			case "":
+			default:
+				err = fmt.Errorf("unknown mode %q (want medusa)", v)
+			}
 		default:
 			continue // left for go-redis
 		}
@@ -189,16 +217,23 @@ func (b *Backoff) Next(r float64) time.Duration {
 	return d
 }
 
+// tokenPrefix names the key beside each lock key that keeps the fencing
+// token of the lock: tokenPrefix + namespace + key. Medusa never reads it.
+const tokenPrefix = "mlock_fence_tok:"
+
 var (
-	// acquireScript takes every key or none. KEYS: the keys, then the fence
-	// counter. ARGV: owner, ttl in ms (0: none). Reply {1, token} when
-	// taken, {2, 0} when the owner already held exactly these keys (the
-	// lease is renewed), {0, i} when key i is held by someone else (or by
-	// the owner, but not all of them).
+	// acquireScript takes every key or none. KEYS: the n lock keys, their
+	// n token keys, then the fence counter. ARGV: owner, ttl in ms (0:
+	// none). Reply {1, token} when taken; {2, token} when the owner
+	// already held exactly these keys (a renewal: the lease is renewed and
+	// token is the lock's original one, or a new one if the keys did not
+	// share one token); {0, i} when key i is held by someone else (or by
+	// the owner, but not all of them). A token key mirrors its lock key's
+	// TTL.
 	acquireScript = goredis.NewScript(`
 local owner = ARGV[1]
 local ttl = tonumber(ARGV[2])
-local n = #KEYS - 1
+local n = (#KEYS - 1) / 2
 local own, first_own = 0, 0
 for i = 1, n do
   local v = redis.call('GET', KEYS[i])
@@ -213,22 +248,38 @@ end
 if own > 0 and own < n then
   return {0, first_own}
 end
+local token, kind = false, 1
+if own == n then
+  kind = 2
+  token = redis.call('GET', KEYS[n + 1])
+  for i = 2, n do
+    if redis.call('GET', KEYS[n + i]) ~= token then token = false end
+  end
+end
+if not token then
+  token = redis.call('INCR', KEYS[2 * n + 1])
+end
 for i = 1, n do
   if ttl > 0 then
     redis.call('SET', KEYS[i], owner, 'PX', ttl)
   else
     redis.call('SET', KEYS[i], owner, 'KEEPTTL')
   end
+  local pttl = redis.call('PTTL', KEYS[i])
+  if pttl > 0 then
+    redis.call('SET', KEYS[n + i], token, 'PX', pttl)
+  else
+    redis.call('SET', KEYS[n + i], token)
+  end
 end
-if own == n then
-  return {2, 0}
-end
-return {1, redis.call('INCR', KEYS[n + 1])}
+return {kind, tonumber(token)}
 `)
-	// renewScript resets the lease of keys all held by owner. ARGV: owner,
-	// ttl in ms (0: no expiry). Reply 1, or 0 if one is not owner's.
+	// renewScript resets the lease of keys all held by owner. KEYS: the n
+	// lock keys, then their n token keys. ARGV: owner, ttl in ms (0: no
+	// expiry). Reply 1, or 0 if one is not owner's.
 	renewScript = goredis.NewScript(`
-for i = 1, #KEYS do
+local n = #KEYS / 2
+for i = 1, n do
   if redis.call('GET', KEYS[i]) ~= ARGV[1] then return 0 end
 end
 local ttl = tonumber(ARGV[2])
@@ -237,26 +288,74 @@ for i = 1, #KEYS do
 end
 return 1
 `)
-	// releaseScript unlinks the keys held by owner and, if it removed any,
-	// publishes on the release channel. ARGV: owner, channel. Reply: the
+	// releaseScript unlinks the keys held by owner, with their token keys,
+	// and, if it removed any, publishes on the release channel. KEYS: the n
+	// lock keys, then their n token keys. ARGV: owner, channel. Reply: the
 	// number removed.
 	releaseScript = goredis.NewScript(`
-local n = 0
-for i = 1, #KEYS do
+local n, removed = #KEYS / 2, 0
+for i = 1, n do
   if redis.call('GET', KEYS[i]) == ARGV[1] then
-    redis.call('UNLINK', KEYS[i])
-    n = n + 1
+    redis.call('UNLINK', KEYS[i], KEYS[n + i])
+    removed = removed + 1
   end
 end
-if n > 0 then redis.call('PUBLISH', ARGV[2], '1') end
-return n
+if removed > 0 then redis.call('PUBLISH', ARGV[2], '1') end
+return removed
 `)
 )
 
-func (p *Provider) redisKeys(keys []string) []string {
-	out := make([]string, len(keys))
+// Medusa's scripts, as its locking-redis provider ships them (one key each).
+var (
+	// medusaAcquire: KEYS[1]; ARGV: owner, ttl in seconds (0: none),
+	// awaitQueue ("true"/"false"). Reply 1 (taken or re-entered) or 0.
+	medusaAcquire = goredis.NewScript(`
+local ok
+if tonumber(ARGV[2]) > 0 then
+  ok = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'EX', ARGV[2])
+else
+  ok = redis.call('SET', KEYS[1], ARGV[1], 'NX')
+end
+if ok then return 1 end
+if ARGV[3] == 'false' then
+  local cur = redis.call('GET', KEYS[1])
+  if cur == '*' then return 0 end
+  if cur == ARGV[1] then
+    if tonumber(ARGV[2]) > 0 then
+      redis.call('SET', KEYS[1], ARGV[1], 'XX', 'EX', ARGV[2])
+    else
+      redis.call('SET', KEYS[1], ARGV[1], 'XX')
+    end
+    return 1
+  end
+end
+return 0
+`)
+	// medusaRelease: KEYS[1]; ARGV: owner. Reply 1 if deleted, else 0.
+	medusaRelease = goredis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+`)
+	// medusaExtend: KEYS[1]; ARGV: owner, ttl in seconds. Reply 1 if
+	// extended, else 0.
+	medusaExtend = goredis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('EXPIRE', KEYS[1], ARGV[2])
+end
+return 0
+`)
+)
+
+// lockKeys returns the Redis keys of keys: the n lock keys, then their n
+// token keys, with room for extra more.
+func (p *Provider) lockKeys(keys []string, extra int) []string {
+	n := len(keys)
+	out := make([]string, 2*n, 2*n+extra)
 	for i, k := range keys {
 		out[i] = p.opts.Namespace + k
+		out[n+i] = tokenPrefix + out[i]
 	}
 	return out
 }
@@ -268,12 +367,65 @@ func ttlMs(d time.Duration) int64 {
 	return max(d.Milliseconds(), 1)
 }
 
+// medusaSeconds is Medusa's ttl argument: whole seconds, at least 1; 0 for
+// no expiry.
+func medusaSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Second - 1) / time.Second)
+}
+
+// runEach runs s once per group of KEYS with args, in one pipeline for
+// several groups, and returns the integer replies.
+func (p *Provider) runEach(ctx context.Context, s *goredis.Script, groups [][]string, args ...any) ([]int64, error) {
+	if len(groups) == 1 {
+		n, err := s.Run(ctx, p.rdb, groups[0], args...).Int64()
+		return []int64{n}, err
+	}
+	for try := 0; ; try++ {
+		cmds := make([]*goredis.Cmd, len(groups))
+		_, err := p.rdb.Pipelined(ctx, func(pipe goredis.Pipeliner) error {
+			for i, g := range groups {
+				cmds[i] = s.EvalSha(ctx, pipe, g, args...)
+			}
+			return nil
+		})
+		if try == 0 && goredis.HasErrorPrefix(err, "NOSCRIPT") {
+			if err := s.Load(ctx, p.rdb).Err(); err != nil {
+				return nil, err
+			}
+			continue // the script cache was empty: load it and try again
+		}
+		if err != nil {
+			return nil, err
+		}
+		out := make([]int64, len(groups))
+		for i, c := range cmds {
+			if out[i], err = c.Int64(); err != nil {
+				return nil, err
+			}
+		}
+		return out, nil
+	}
+}
+
+// singles returns one group per Redis key of keys (Medusa's scripts take
+// one key each).
+func (p *Provider) singles(keys []string) [][]string {
+	out := make([][]string, len(keys))
+	for i, k := range keys {
+		out[i] = []string{p.opts.Namespace + k}
+	}
+	return out
+}
+
 // wakeChan returns the channel closed by the next release, starting the
 // subscription on first use.
 func (p *Provider) wakeChan() <-chan struct{} {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.opts.NoWake || p.closed {
+	if p.opts.NoWake || p.opts.Medusa || p.closed {
 		return nil
 	}
 	if p.sub == nil {
@@ -293,17 +445,35 @@ func (p *Provider) wakeChan() <-chan struct{} {
 	return p.wake
 }
 
+// sleep waits for the backoff's next delay, a wake-up or the end of ctx.
+func sleep(ctx context.Context, b *Backoff, wake <-chan struct{}) error {
+	t := time.NewTimer(b.Next(rand.Float64()))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return provider.WaitError(ctx)
+	case <-t.C:
+	case <-wake:
+	}
+	return nil
+}
+
 // Acquire takes every key or none; with AwaitQueue it retries with backoff,
-// woken at once by releases. See locking.Provider.
+// woken at once by releases. A renewal (the owner holding exactly keys)
+// returns the lock's original token. In the Medusa mode, see
+// Options.Medusa. See locking.Provider.
 func (p *Provider) Acquire(ctx context.Context, keys []string, opts locking.AcquireOptions) (locking.Lease, error) {
-	keys, err := locking.Keys(keys)
+	keys, err := provider.Keys(keys)
 	if err != nil {
 		return locking.Lease{}, err
 	}
-	owner := locking.Owner(opts.OwnerID)
-	rkeys := append(p.redisKeys(keys), p.fence)
-	ttl := ttlMs(opts.Expire)
+	owner := provider.Owner(opts.OwnerID)
 	b := NewBackoff(p.opts.DefaultRetryInterval, p.opts.MaximumRetryInterval, p.opts.BackoffFactor)
+	if p.opts.Medusa {
+		return locking.Lease{}, p.acquireMedusa(ctx, keys, owner, opts, b)
+	}
+	rkeys := append(p.lockKeys(keys, 1), p.fence)
+	ttl := ttlMs(opts.Expire)
 	for {
 		var wake <-chan struct{}
 		if opts.AwaitQueue {
@@ -312,49 +482,102 @@ func (p *Provider) Acquire(ctx context.Context, keys []string, opts locking.Acqu
 		res, err := acquireScript.Run(ctx, p.rdb, rkeys, owner, ttl).Int64Slice()
 		if err != nil {
 			if ctx.Err() != nil {
-				return locking.Lease{}, locking.WaitError(ctx)
+				return locking.Lease{}, provider.WaitError(ctx)
 			}
 			return locking.Lease{}, err
 		}
-		switch res[0] {
-		case 1:
+		if res[0] != 0 {
 			return locking.Lease{Token: uint64(res[1])}, nil
-		case 2:
-			return locking.Lease{}, nil
 		}
 		if !opts.AwaitQueue {
-			return locking.Lease{}, locking.ConflictError(keys[res[1]-1])
+			return locking.Lease{}, provider.ConflictError(keys[res[1]-1])
 		}
-		t := time.NewTimer(b.Next(rand.Float64()))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return locking.Lease{}, locking.WaitError(ctx)
-		case <-t.C:
-		case <-wake:
-			t.Stop()
+		if err := sleep(ctx, b, wake); err != nil {
+			return locking.Lease{}, err
 		}
 	}
 }
 
-// Renew resets the lease of owner's lock on keys. See locking.Provider.
+// acquireMedusa is Acquire in the Medusa mode.
+func (p *Provider) acquireMedusa(ctx context.Context, keys []string, owner string, opts locking.AcquireOptions, b *Backoff) error {
+	pending, names := p.singles(keys), keys
+	secs, await := medusaSeconds(opts.Expire), strconv.FormatBool(opts.AwaitQueue)
+	for {
+		res, err := p.runEach(ctx, medusaAcquire, pending, owner, secs, await)
+		if err != nil {
+			if ctx.Err() != nil {
+				return provider.WaitError(ctx)
+			}
+			return err
+		}
+		var left [][]string
+		var leftNames []string
+		for i, n := range res {
+			if n != 1 {
+				left, leftNames = append(left, pending[i]), append(leftNames, names[i])
+			}
+		}
+		if len(left) == 0 {
+			return nil
+		}
+		if !opts.AwaitQueue {
+			return provider.ConflictError(leftNames[0])
+		}
+		pending, names = left, leftNames
+		if err := sleep(ctx, b, nil); err != nil {
+			return err
+		}
+	}
+}
+
+// Renew resets the lease of owner's lock on keys; false if owner does not
+// hold every key. See locking.Provider.
 func (p *Provider) Renew(ctx context.Context, keys []string, owner string, expire time.Duration) (bool, error) {
-	keys, err := locking.Keys(keys)
+	keys, err := provider.Keys(keys)
 	if err != nil {
 		return false, err
 	}
-	n, err := renewScript.Run(ctx, p.rdb, p.redisKeys(keys), locking.Owner(owner), ttlMs(expire)).Int64()
+	owner = provider.Owner(owner)
+	if p.opts.Medusa {
+		if expire <= 0 {
+			// EXPIRE cannot mean "no expiry": only check the owner.
+			vals, err := p.rdb.MGet(ctx, p.lockKeys(keys, 0)[:len(keys)]...).Result()
+			if err != nil {
+				return false, err
+			}
+			for _, v := range vals {
+				if v != owner {
+					return false, nil
+				}
+			}
+			return true, nil
+		}
+		res, err := p.runEach(ctx, medusaExtend, p.singles(keys), owner, medusaSeconds(expire))
+		if err != nil {
+			return false, err
+		}
+		return !slices.Contains(res, 0), nil
+	}
+	n, err := renewScript.Run(ctx, p.rdb, p.lockKeys(keys, 0), owner, ttlMs(expire)).Int64()
 	return n == 1, err
 }
 
 // Release deletes the keys held by the owner and wakes the waiters; true
 // only if every key was the owner's. See locking.Provider.
 func (p *Provider) Release(ctx context.Context, keys []string, opts locking.ReleaseOptions) (bool, error) {
-	keys, err := locking.Keys(keys)
+	keys, err := provider.Keys(keys)
 	if err != nil {
 		return false, err
 	}
-	n, err := releaseScript.Run(ctx, p.rdb, p.redisKeys(keys), locking.Owner(opts.OwnerID), p.channel).Int64()
+	owner := provider.Owner(opts.OwnerID)
+	if p.opts.Medusa {
+		res, err := p.runEach(ctx, medusaRelease, p.singles(keys), owner)
+		if err != nil {
+			return false, err
+		}
+		return !slices.Contains(res, 0), nil
+	}
+	n, err := releaseScript.Run(ctx, p.rdb, p.lockKeys(keys, 0), owner, p.channel).Int64()
 	return err == nil && n == int64(len(keys)), err
 }
 
@@ -363,7 +586,7 @@ func (p *Provider) Release(ctx context.Context, keys []string, opts locking.Rele
 // batch, the release script (owner check and UNLINK in one atomic step) on
 // each key.
 func (p *Provider) ReleaseAll(ctx context.Context, opts locking.ReleaseOptions) error {
-	owner := locking.Owner(opts.OwnerID)
+	owner := provider.Owner(opts.OwnerID)
 	match := globEscape(p.opts.Namespace) + "*"
 	var cursor uint64
 	for {
@@ -371,12 +594,22 @@ func (p *Provider) ReleaseAll(ctx context.Context, opts locking.ReleaseOptions) 
 		if err != nil {
 			return err
 		}
-		if len(keys) > 0 {
-			pipe := p.rdb.Pipeline()
-			for _, k := range keys {
-				releaseScript.Run(ctx, pipe, []string{k}, owner, p.channel)
+		var groups [][]string
+		for _, k := range keys {
+			switch {
+			case strings.HasPrefix(k, tokenPrefix) || k == p.fence:
+			case p.opts.Medusa:
+				groups = append(groups, []string{k})
+			default:
+				groups = append(groups, []string{k, tokenPrefix + k})
 			}
-			if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, goredis.Nil) {
+		}
+		if len(groups) > 0 {
+			script, args := releaseScript, []any{owner, p.channel}
+			if p.opts.Medusa {
+				script, args = medusaRelease, []any{owner}
+			}
+			if _, err := p.runEach(ctx, script, groups, args...); err != nil {
 				return err
 			}
 		}
@@ -397,14 +630,9 @@ func globEscape(s string) string {
 	return b.String()
 }
 
-// Execute runs job under keys, waiting at most WaitLockingTimeout unless
-// opts.Timeout says otherwise. See locking.RunExecute.
-func (p *Provider) Execute(ctx context.Context, keys []string, job locking.Job, opts locking.ExecuteOptions) error {
-	if opts.Timeout == 0 {
-		opts.Timeout = p.opts.WaitLockingTimeout
-	}
-	return locking.RunExecute(ctx, p, keys, job, opts)
-}
+// DefaultTimeout is Execute's default wait: Options.WaitLockingTimeout. See
+// locking.TimeoutDefaulter.
+func (p *Provider) DefaultTimeout() time.Duration { return p.opts.WaitLockingTimeout }
 
 // Close stops the wake-up subscription and closes the client if the
 // provider opened it.

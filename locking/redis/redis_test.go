@@ -117,94 +117,233 @@ func raw(t testing.TB) *goredis.Client {
 	return c
 }
 
-// Medusa's own scripts, written from the behaviour of its locking-redis
-// provider: acquire (SET NX, re-entry for the same non-anonymous owner when
-// not awaiting the queue) and release (compare and delete).
-var (
-	medusaAcquire = goredis.NewScript(`
-local ok
-if tonumber(ARGV[2]) > 0 then
-  ok = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'EX', ARGV[2])
-else
-  ok = redis.call('SET', KEYS[1], ARGV[1], 'NX')
-end
-if ok then return 1 end
-if ARGV[3] == 'false' then
-  local cur = redis.call('GET', KEYS[1])
-  if cur == '*' then return 0 end
-  if cur == ARGV[1] then
-    if tonumber(ARGV[2]) > 0 then
-      redis.call('SET', KEYS[1], ARGV[1], 'XX', 'EX', ARGV[2])
-    else
-      redis.call('SET', KEYS[1], ARGV[1], 'XX')
-    end
-    return 1
-  end
-end
-return 0
-`)
-	medusaRelease = goredis.NewScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
-end
-return 0
-`)
-)
-
+// TestMedusaInterop has Medusa's own scripts (the Medusa mode) and the
+// provider share keys in Medusa's default namespace.
 func TestMedusaInterop(t *testing.T) {
 	p := open(t, redis.Options{}) // Medusa's default namespace
 	defer p.Close()
+	m := open(t, redis.Options{Medusa: true})
+	defer m.Close()
 	rdb := raw(t)
 	ctx := context.Background()
 	suffix := fmt.Sprintf("%x", rand.Uint32())
 	goKey, medusaKey := "interop_go_"+suffix, "interop_medusa_"+suffix
+	acq := func(q locking.Provider, key, owner string) error {
+		_, err := q.Acquire(ctx, []string{key}, locking.AcquireOptions{OwnerID: owner, Expire: time.Minute})
+		return err
+	}
+	rel := func(q locking.Provider, key, owner string) bool {
+		ok, err := q.Release(ctx, []string{key}, locking.ReleaseOptions{OwnerID: owner})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
 
 	// Go takes a lock; Medusa sees it held.
-	if _, err := p.Acquire(ctx, []string{goKey}, locking.AcquireOptions{OwnerID: "go-owner", Expire: time.Minute}); err != nil {
+	if err := acq(p, goKey, "go-owner"); err != nil {
 		t.Fatal(err)
 	}
-	full := "medusa_lock:" + goKey
-	if n, _ := medusaAcquire.Run(ctx, rdb, []string{full}, "medusa-owner", 60, "false").Int(); n != 0 {
-		t.Fatal("Medusa acquired a key the Go provider holds")
+	if err := acq(m, goKey, "medusa-owner"); !errors.Is(err, locking.ErrConflict) {
+		t.Fatalf("Medusa acquired a key the Go provider holds: %v", err)
 	}
-	if n, _ := medusaRelease.Run(ctx, rdb, []string{full}, "medusa-owner").Int(); n != 0 {
+	if rel(m, goKey, "medusa-owner") {
 		t.Fatal("Medusa released another owner's lock")
 	}
-	if n, _ := medusaAcquire.Run(ctx, rdb, []string{full}, "go-owner", 60, "false").Int(); n != 1 {
-		t.Fatal("Medusa re-entry of the same owner")
+	if err := acq(m, goKey, "go-owner"); err != nil {
+		t.Fatalf("Medusa re-entry of the same owner: %v", err)
 	}
-	if n, _ := medusaRelease.Run(ctx, rdb, []string{full}, "go-owner").Int(); n != 1 {
+	if !rel(m, goKey, "go-owner") {
 		t.Fatal("Medusa release by the owner")
 	}
-	if _, err := p.Acquire(ctx, []string{goKey}, locking.AcquireOptions{OwnerID: "someone"}); err != nil {
+	if err := acq(p, goKey, "someone"); err != nil {
 		t.Fatalf("after Medusa's release: %v", err)
 	}
-	p.Release(ctx, []string{goKey}, locking.ReleaseOptions{OwnerID: "someone"})
+	rel(p, goKey, "someone")
 
 	// Medusa takes a lock; Go sees it held, and can release it as its owner.
-	mfull := "medusa_lock:" + medusaKey
-	if n, _ := medusaAcquire.Run(ctx, rdb, []string{mfull}, "medusa-owner", 60, "false").Int(); n != 1 {
-		t.Fatal("Medusa acquire")
+	if err := acq(m, medusaKey, "medusa-owner"); err != nil {
+		t.Fatal(err)
 	}
-	_, err := p.Acquire(ctx, []string{medusaKey}, locking.AcquireOptions{OwnerID: "go-owner"})
+	if ttl, _ := rdb.TTL(ctx, "medusa_lock:"+medusaKey).Result(); ttl != time.Minute {
+		t.Fatalf("Medusa's TTL %v, want 60 s (EX)", ttl)
+	}
+	err := acq(p, medusaKey, "go-owner")
 	if !errors.Is(err, locking.ErrConflict) || err.Error() != fmt.Sprintf("Failed to acquire lock for key %q", medusaKey) {
 		t.Fatalf("Go acquire of Medusa's lock: %v", err)
 	}
-	if _, err := p.Acquire(ctx, []string{medusaKey}, locking.AcquireOptions{OwnerID: "medusa-owner", Expire: time.Minute}); err != nil {
-		t.Fatalf("same owner re-entry across implementations: %v", err)
+	l, err := p.Acquire(ctx, []string{medusaKey}, locking.AcquireOptions{OwnerID: "medusa-owner", Expire: time.Minute})
+	if err != nil || l.Token == 0 {
+		t.Fatalf("same owner re-entry across implementations: %+v, %v", l, err)
 	}
-	if ok, _ := p.Release(ctx, []string{medusaKey}, locking.ReleaseOptions{OwnerID: "go-owner"}); ok {
+	if rel(p, medusaKey, "go-owner") {
 		t.Fatal("Go released another owner's Medusa lock")
 	}
-	if ok, _ := p.Release(ctx, []string{medusaKey}, locking.ReleaseOptions{OwnerID: "medusa-owner"}); !ok {
+	if !rel(p, medusaKey, "medusa-owner") {
 		t.Fatal("Go release by the Medusa owner")
 	}
 	// Anonymous locks are "*" on both sides.
-	if n, _ := medusaAcquire.Run(ctx, rdb, []string{mfull}, "*", 60, "false").Int(); n != 1 {
-		t.Fatal("Medusa anonymous acquire")
+	if _, err := m.Acquire(ctx, []string{medusaKey}, locking.AcquireOptions{Expire: time.Minute}); err != nil {
+		t.Fatal(err)
 	}
-	if ok, _ := p.Release(ctx, []string{medusaKey}, locking.ReleaseOptions{}); !ok {
+	if v, _ := rdb.Get(ctx, "medusa_lock:"+medusaKey).Result(); v != "*" {
+		t.Fatalf("Medusa's anonymous value %q", v)
+	}
+	if !rel(p, medusaKey, "") {
 		t.Fatal("Go anonymous release of Medusa's anonymous lock")
+	}
+}
+
+// The Medusa mode runs Medusa's scripts and nothing else: no fencing
+// counter, no token keys, no release message; tokens are 0; a renewal is
+// Medusa's extendLock, and a partly released lock cannot be renewed.
+func TestMedusaMode(t *testing.T) {
+	ns := fmt.Sprintf("mlocktest:%x:", rand.Uint32())
+	u := redisURL(t)
+	sep := "?"
+	if strings.Contains(u, "?") {
+		sep = "&"
+	}
+	m, err := locking.Open(context.Background(), u+sep+"mode=medusa&namespace="+ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	rdb := raw(t)
+	ctx := context.Background()
+	sub := rdb.Subscribe(ctx, "mlock_release:"+ns)
+	defer sub.Close()
+	if _, err := sub.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	o := locking.AcquireOptions{OwnerID: "o", Expire: 1500 * time.Millisecond}
+	l, err := m.Acquire(ctx, []string{"a", "b"}, o)
+	if err != nil || l.Token != 0 {
+		t.Fatalf("Acquire = %+v, %v; want token 0", l, err)
+	}
+	if ttl, _ := rdb.TTL(ctx, ns+"a").Result(); ttl != 2*time.Second {
+		t.Fatalf("ttl %v, want 2 s: whole seconds, rounded up", ttl)
+	}
+	if n, _ := rdb.Exists(ctx, "mlock_fence:"+ns, "mlock_fence_tok:"+ns+"a").Result(); n != 0 {
+		t.Fatal("the Medusa mode wrote a fencing key")
+	}
+	if ok, err := m.Renew(ctx, []string{"a", "b"}, "o", time.Minute); !ok || err != nil {
+		t.Fatalf("Renew = %v, %v", ok, err)
+	}
+	if ttl, _ := rdb.TTL(ctx, ns+"b").Result(); ttl != time.Minute {
+		t.Fatalf("renewed ttl %v", ttl)
+	}
+	// Medusa's quirk: re-entry only without awaitQueue.
+	if _, err := m.Acquire(ctx, []string{"a"}, o); err != nil {
+		t.Fatalf("re-entry: %v", err)
+	}
+	actx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	_, err = m.Acquire(actx, []string{"a"}, locking.AcquireOptions{OwnerID: "o", AwaitQueue: true})
+	cancel()
+	if !errors.Is(err, locking.ErrTimeout) {
+		t.Fatalf("re-entry with awaitQueue = %v; Medusa's script spins against itself", err)
+	}
+	if ok, _ := m.Release(ctx, []string{"a"}, locking.ReleaseOptions{OwnerID: "o"}); !ok {
+		t.Fatal("release")
+	}
+	if ok, err := m.Renew(ctx, []string{"a", "b"}, "o", time.Minute); ok || err != nil {
+		t.Fatalf("Renew after a partial release = %v, %v", ok, err)
+	}
+	// No atomicity, as Medusa: a failed multi-key acquisition keeps what it took.
+	if _, err := m.Acquire(ctx, []string{"a", "b"}, locking.AcquireOptions{OwnerID: "p"}); !errors.Is(err, locking.ErrConflict) {
+		t.Fatalf("Acquire of a held key: %v", err)
+	}
+	if v, _ := rdb.Get(ctx, ns+"a").Result(); v != "p" {
+		t.Fatalf("a = %q: Medusa's acquire keeps the keys it took", v)
+	}
+	// A waiter polls and gets the key after the release.
+	got := make(chan error, 1)
+	go func() {
+		_, err := m.Acquire(ctx, []string{"b"}, locking.AcquireOptions{OwnerID: "w", AwaitQueue: true, Expire: time.Minute})
+		got <- err
+	}()
+	time.Sleep(30 * time.Millisecond)
+	if ok, _ := m.Release(ctx, []string{"b"}, locking.ReleaseOptions{OwnerID: "o"}); !ok {
+		t.Fatal("release b")
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	if err := m.ReleaseAll(ctx, locking.ReleaseOptions{OwnerID: "w"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.ReleaseAll(ctx, locking.ReleaseOptions{OwnerID: "p"}); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := rdb.Exists(ctx, ns+"a", ns+"b").Result(); n != 0 {
+		t.Fatalf("%d keys left after ReleaseAll", n)
+	}
+	if msg, err := sub.ReceiveTimeout(ctx, 50*time.Millisecond); err == nil {
+		t.Fatalf("the Medusa mode published %v", msg)
+	}
+	if _, err := locking.Open(ctx, u+sep+"mode=nope"); err == nil {
+		t.Fatal("an unknown mode")
+	}
+}
+
+// The token of a lock is kept beside each of its keys, with the key's TTL,
+// and removed with it.
+func TestTokenKeys(t *testing.T) {
+	ns := fmt.Sprintf("mlocktest:%x:", rand.Uint32())
+	p := open(t, redis.Options{Namespace: ns})
+	defer p.Close()
+	rdb := raw(t)
+	ctx := context.Background()
+	l, err := p.Acquire(ctx, []string{"x", "y"}, locking.AcquireOptions{OwnerID: "o", Expire: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"x", "y"} {
+		tk := "mlock_fence_tok:" + ns + k
+		if v, _ := rdb.Get(ctx, tk).Uint64(); v != l.Token {
+			t.Fatalf("%s = %d, want %d", tk, v, l.Token)
+		}
+		if ttl, _ := rdb.PTTL(ctx, tk).Result(); ttl < 59*time.Second {
+			t.Fatalf("%s ttl %v", tk, ttl)
+		}
+	}
+	// Keys taken one by one are not one lock: taking them together again
+	// gives them one new token.
+	p.Release(ctx, []string{"x", "y"}, locking.ReleaseOptions{OwnerID: "o"})
+	lx, _ := p.Acquire(ctx, []string{"x"}, locking.AcquireOptions{OwnerID: "o"})
+	ly, _ := p.Acquire(ctx, []string{"y"}, locking.AcquireOptions{OwnerID: "o"})
+	both, err := p.Acquire(ctx, []string{"x", "y"}, locking.AcquireOptions{OwnerID: "o"})
+	if err != nil || both.Token <= ly.Token || ly.Token <= lx.Token {
+		t.Fatalf("tokens x %d, y %d, together %+v (%v)", lx.Token, ly.Token, both, err)
+	}
+	if ttl, _ := rdb.PTTL(ctx, "mlock_fence_tok:"+ns+"x").Result(); ttl != -1 {
+		t.Fatalf("the token of a lock without expiry has ttl %v", ttl)
+	}
+	if again, _ := p.Acquire(ctx, []string{"x", "y"}, locking.AcquireOptions{OwnerID: "o"}); again.Token != both.Token {
+		t.Fatalf("renewal token %d, want %d", again.Token, both.Token)
+	}
+	if err := p.ReleaseAll(ctx, locking.ReleaseOptions{OwnerID: "o"}); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := rdb.Exists(ctx, ns+"x", ns+"y", "mlock_fence_tok:"+ns+"x", "mlock_fence_tok:"+ns+"y").Result(); n != 0 {
+		t.Fatalf("%d keys left", n)
+	}
+}
+
+// Execute waits Options.WaitLockingTimeout by default, Medusa's
+// waitLockingTimeout.
+func TestWaitLockingTimeoutIsExecutesDefault(t *testing.T) {
+	p := open(t, redis.Options{Namespace: fmt.Sprintf("mlocktest:%x:", rand.Uint32()), WaitLockingTimeout: 150 * time.Millisecond})
+	defer p.Close()
+	ctx := context.Background()
+	if _, err := p.Acquire(ctx, []string{"k"}, locking.AcquireOptions{OwnerID: "holder", Expire: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	defer p.Release(ctx, []string{"k"}, locking.ReleaseOptions{OwnerID: "holder"})
+	start := time.Now()
+	err := locking.Execute(ctx, p, []string{"k"}, func(context.Context) error { return nil }, locking.ExecuteOptions{})
+	if d := time.Since(start); !errors.Is(err, locking.ErrTimeout) || d < 150*time.Millisecond || d > 2*time.Second {
+		t.Fatalf("Execute = %v after %v", err, d)
 	}
 }
 

@@ -3,6 +3,7 @@ package bench
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -14,13 +15,16 @@ import (
 
 	"github.com/mlock-dev/mlock"
 	"github.com/mlock-dev/mlock/locking"
-	"github.com/mlock-dev/mlock/locking/mlockd"
-	lredis "github.com/mlock-dev/mlock/locking/redis"
+	_ "github.com/mlock-dev/mlock/locking/mlockd" // mlock:// for locking.Open
+	_ "github.com/mlock-dev/mlock/locking/redis"  // redis:// for locking.Open
 )
 
-// Open returns a target for a provider URL (memory:, mlock://, redis://).
-// Unless allowRemote, the host must be a loopback address. The returned
-// close function releases the target.
+// Open returns a target for a provider URL, opened with locking.Open
+// (memory:, mlock://host:port, redis://host:port/db, and its
+// ?mode=medusa). Unless allowRemote, the host must be a loopback address.
+// The server's CPU is read from mlockd's status or Redis's INFO cpu; the
+// in-process memory provider has none. The returned close function releases
+// the target.
 func Open(ctx context.Context, rawURL string, allowRemote bool) (Target, func(), error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
@@ -31,60 +35,55 @@ func Open(ctx context.Context, rawURL string, allowRemote bool) (Target, func(),
 			return Target{}, nil, err
 		}
 	}
+	cpu, closeCPU, err := serverCPU(ctx, u)
+	if err != nil {
+		return Target{}, nil, err
+	}
+	p, err := locking.Open(ctx, rawURL)
+	if err != nil {
+		closeCPU()
+		return Target{}, nil, err
+	}
+	return Target{Name: rawURL, Provider: p, ServerCPU: cpu}, func() { p.Close(); closeCPU() }, nil
+}
+
+// serverCPU returns a probe of the total CPU time of the server behind u,
+// checked once, and the function that closes it; a nil probe for a target
+// without a server.
+func serverCPU(ctx context.Context, u *url.URL) (func(context.Context) (time.Duration, bool), func(), error) {
+	var cpu func(context.Context) (time.Duration, bool)
+	var closeCPU func() error
 	switch u.Scheme {
-	case "memory":
-		p := locking.NewMemory()
-		return Target{Name: rawURL, Provider: p}, func() { p.Close() }, nil
 	case "mlock":
-		p, err := mlockd.Open(rawURL)
+		c, err := mlock.New(u.String())
 		if err != nil {
-			return Target{}, nil, err
+			return nil, nil, err
 		}
-		c, err := mlock.New(rawURL)
-		if err != nil {
-			p.Close()
-			return Target{}, nil, err
-		}
-		cpu := func(ctx context.Context) (time.Duration, bool) {
+		closeCPU = c.Close
+		cpu = func(ctx context.Context) (time.Duration, bool) {
 			st, err := c.Status(ctx)
 			if err != nil {
 				return 0, false
 			}
 			return time.Duration(st.CPUTimeMs * float64(time.Millisecond)), true
 		}
-		if _, ok := cpu(ctx); !ok {
-			c.Close()
-			p.Close()
-			return Target{}, nil, fmt.Errorf("bench: %s does not answer status", rawURL)
-		}
-		return Target{Name: rawURL, Provider: p, ServerCPU: cpu}, func() { p.Close(); c.Close() }, nil
 	case "redis":
-		p, err := lredis.OpenURL(rawURL)
+		bare := *u
+		bare.RawQuery = "" // the provider's options
+		ro, err := goredis.ParseURL(bare.String())
 		if err != nil {
-			return Target{}, nil, err
-		}
-		ro, err := goredis.ParseURL(stripQuery(rawURL))
-		if err != nil {
-			p.Close()
-			return Target{}, nil, err
+			return nil, nil, err
 		}
 		rdb := goredis.NewClient(ro)
-		cpu := func(ctx context.Context) (time.Duration, bool) { return redisCPU(ctx, rdb) }
-		if _, ok := cpu(ctx); !ok {
-			rdb.Close()
-			p.Close()
-			return Target{}, nil, fmt.Errorf("bench: %s does not answer INFO", rawURL)
-		}
-		return Target{Name: rawURL, Provider: p, ServerCPU: cpu}, func() { p.Close(); rdb.Close() }, nil
+		closeCPU = rdb.Close
+		cpu = func(ctx context.Context) (time.Duration, bool) { return redisCPU(ctx, rdb) }
+	default:
+		return nil, func() {}, nil
 	}
-	return Target{}, nil, fmt.Errorf("bench: unknown URL scheme %q (want memory:, mlock:// or redis://)", u.Scheme)
-}
-
-func stripQuery(raw string) string {
-	if i := strings.IndexByte(raw, '?'); i >= 0 {
-		return raw[:i]
+	if _, ok := cpu(ctx); !ok {
+		return nil, nil, errors.Join(fmt.Errorf("bench: %s does not report its CPU time", u.Redacted()), closeCPU())
 	}
-	return raw
+	return cpu, func() { _ = closeCPU() }, nil
 }
 
 // redisCPU reads used_cpu_sys + used_cpu_user from INFO cpu.

@@ -2,13 +2,18 @@ package bench
 
 import (
 	"context"
+	"fmt"
 	"math"
+	"math/rand/v2"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
 	"github.com/mlock-dev/mlock/locking"
+	"github.com/mlock-dev/mlock/locking/provider"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -90,6 +95,9 @@ func TestScenariosOnMemory(t *testing.T) {
 				if r.P50 == 0 || r.P99 < r.P50 || r.Max < r.P99 {
 					t.Fatalf("%s latencies: %+v", r.Target, r)
 				}
+				if r.CPUKnown || !r.ClientCPUKnown || r.ClientCPU <= 0 || r.ClientCPUPerOp <= 0 {
+					t.Fatalf("%s CPU: in-process, the client's is known and the server's not: %+v", r.Target, r)
+				}
 				// Timing-based measures: loose bounds, as this test shares
 				// the machine with the others (a barging lock scores far lower).
 				if sc == "hotkey" && (r.Jain < 0.9 || r.FIFO < 0.9) {
@@ -167,8 +175,56 @@ func (b *barging) Acquire(ctx context.Context, keys []string, o locking.AcquireO
 		}
 		select {
 		case <-ctx.Done():
-			return locking.Lease{}, locking.WaitError(ctx)
+			return locking.Lease{}, provider.WaitError(ctx)
 		case <-time.After(2 * time.Millisecond):
 		}
+	}
+}
+
+// Every target is opened with locking.Open; servers report their CPU: Redis
+// through INFO, in both the provider's mode and Medusa's.
+func TestOpenRedisTargets(t *testing.T) {
+	u := os.Getenv("REDIS_URL")
+	if u == "" {
+		t.Skip("REDIS_URL is not set")
+	}
+	sep := "?"
+	if strings.Contains(u, "?") {
+		sep = "&"
+	}
+	ns := fmt.Sprintf("benchtest:%x:", rand.Uint32())
+	ctx := context.Background()
+	var targets []Target
+	for _, raw := range []string{u + sep + "namespace=" + ns, u + sep + "mode=medusa&namespace=m" + ns} {
+		tg, closeT, err := Open(ctx, raw, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer closeT()
+		targets = append(targets, tg)
+	}
+	cfg := Config{Scenario: "uncontended", Workers: 2, Duration: 200 * time.Millisecond, Round: 100 * time.Millisecond}
+	res, err := Run(ctx, cfg, targets...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range res {
+		if r.Ops == 0 || r.Errors != 0 || r.Violations != 0 || !r.CPUKnown || r.CPUPerOp <= 0 || !r.ClientCPUKnown || r.ClientCPUPerOp <= 0 {
+			t.Fatalf("%s: %+v", r.Target, r)
+		}
+	}
+	if _, _, err := Open(ctx, "redis://127.0.0.1:1/0", false); err == nil {
+		t.Fatal("a Redis that does not answer")
+	}
+}
+
+func TestOpenMemory(t *testing.T) {
+	tg, closeT, err := Open(context.Background(), "memory:", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeT()
+	if _, ok := tg.Provider.(*locking.Memory); !ok || tg.ServerCPU != nil {
+		t.Fatalf("memory: target %+v", tg)
 	}
 }

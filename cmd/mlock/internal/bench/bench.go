@@ -1,7 +1,9 @@
 // Package bench is the load generator behind "mlock bench": three scenarios
-// (uncontended, hotkey, shop) run against any locking provider, with
-// latency, fairness, safety and server-CPU accounting. Two targets can be
-// run interleaved, in rounds, so that a noisy machine affects both alike.
+// (uncontended, hotkey, shop) run against any locking provider opened with
+// locking.Open, with latency, fairness, safety and CPU accounting: the
+// server's CPU and the load generator's own (client) CPU per operation. Two
+// targets can be run interleaved, in rounds, so that a noisy machine affects
+// both alike.
 package bench
 
 import (
@@ -121,7 +123,14 @@ type Result struct {
 	CPUKnown   bool          `json:"serverCpuKnown"`
 	ServerCPU  time.Duration `json:"serverCpuNs"`
 	CPUPerOp   time.Duration `json:"serverCpuPerOpNs"`
-	FirstError string        `json:"firstError,omitempty"`
+	// Client CPU is this process's own CPU time (user + system, all its
+	// goroutines) while the target's rounds ran: the load generator with
+	// the provider's client. For the in-process memory provider it
+	// includes the lock engine.
+	ClientCPUKnown bool          `json:"clientCpuKnown"`
+	ClientCPU      time.Duration `json:"clientCpuNs"`
+	ClientCPUPerOp time.Duration `json:"clientCpuPerOpNs"`
+	FirstError     string        `json:"firstError,omitempty"`
 }
 
 // sample holds one worker's latencies in a round.
@@ -146,6 +155,8 @@ type run struct {
 	viol     int64
 	cpu      time.Duration
 	cpuOK    bool
+	ccpu     time.Duration // client CPU
+	ccpuOK   bool
 	first    error
 	holders  []atomic.Int32 // per key: worker+1 holding it, 0 free
 	release  atomic.Int64   // hotkey: when the last release was called (ns)
@@ -167,7 +178,7 @@ func Run(ctx context.Context, cfg Config, targets ...Target) ([]Result, error) {
 	runs := make([]*run, len(targets))
 	for i, t := range targets {
 		runs[i] = &run{t: t, cfg: cfg, grants: make([]int64, cfg.Workers), holders: make([]atomic.Int32, keys),
-			cpuOK: t.ServerCPU != nil, waitFrom: map[int]time.Time{}}
+			cpuOK: t.ServerCPU != nil, ccpuOK: true, waitFrom: map[int]time.Time{}}
 	}
 	for ctx.Err() == nil {
 		active := false
@@ -200,6 +211,8 @@ func (r *run) round(ctx context.Context, d time.Duration) error {
 			r.cpuOK = false
 		}
 	}
+	ccpu0, ok := processCPU()
+	r.ccpuOK = r.ccpuOK && ok
 	rctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	samples := make([]sample, r.cfg.Workers)
@@ -235,8 +248,12 @@ func (r *run) round(ctx context.Context, d time.Duration) error {
 			}
 		}()
 	}
-	if r.cfg.Progress != nil {
+	progressDone := make(chan struct{})
+	if r.cfg.Progress == nil {
+		close(progressDone)
+	} else {
 		go func() {
+			defer close(progressDone)
 			t := time.NewTicker(500 * time.Millisecond)
 			defer t.Stop()
 			for {
@@ -250,6 +267,11 @@ func (r *run) round(ctx context.Context, d time.Duration) error {
 		}()
 	}
 	wg.Wait()
+	cancel() // the workers stopped early when Count was reached
+	<-progressDone
+	ccpu1, ok := processCPU()
+	r.ccpuOK = r.ccpuOK && ok
+	r.ccpu += ccpu1 - ccpu0
 	r.elapsed += time.Since(start)
 	r.ops += ops.Load()
 	for _, s := range samples {
@@ -386,6 +408,12 @@ func (r *run) result() Result {
 		res.ServerCPU = r.cpu
 		if r.ops > 0 {
 			res.CPUPerOp = r.cpu / time.Duration(r.ops)
+		}
+	}
+	if r.ccpuOK {
+		res.ClientCPUKnown, res.ClientCPU = true, r.ccpu
+		if r.ops > 0 {
+			res.ClientCPUPerOp = r.ccpu / time.Duration(r.ops)
 		}
 	}
 	return res

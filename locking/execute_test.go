@@ -1,0 +1,168 @@
+package locking_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mlock-dev/mlock/locking"
+	"github.com/mlock-dev/mlock/locking/provider"
+)
+
+// scripted is a provider whose answers the test sets, recording the calls.
+type scripted struct {
+	mu       sync.Mutex
+	acquire  func(ctx context.Context) error
+	renew    func() (bool, error)
+	timeout  time.Duration // DefaultTimeout
+	owners   []string      // of Acquire
+	released []string      // owners of Release
+}
+
+func (s *scripted) Acquire(ctx context.Context, keys []string, o locking.AcquireOptions) (locking.Lease, error) {
+	s.mu.Lock()
+	s.owners = append(s.owners, o.OwnerID)
+	s.mu.Unlock()
+	if s.acquire != nil {
+		return locking.Lease{}, s.acquire(ctx)
+	}
+	return locking.Lease{Token: 1}, nil
+}
+
+func (s *scripted) Renew(context.Context, []string, string, time.Duration) (bool, error) {
+	if s.renew != nil {
+		return s.renew()
+	}
+	return true, nil
+}
+
+func (s *scripted) Release(_ context.Context, _ []string, o locking.ReleaseOptions) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.released = append(s.released, o.OwnerID)
+	return true, nil
+}
+
+func (s *scripted) ReleaseAll(context.Context, locking.ReleaseOptions) error { return nil }
+func (s *scripted) Close() error                                             { return nil }
+func (s *scripted) DefaultTimeout() time.Duration                            { return s.timeout }
+
+func TestExecuteOwnersAndRelease(t *testing.T) {
+	s := &scripted{}
+	ctx := context.Background()
+	for range 2 {
+		if err := locking.Execute(ctx, s, []string{"k"}, func(context.Context) error { return nil }, locking.ExecuteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	boom := errors.New("boom")
+	err := locking.Execute(ctx, s, []string{"k"}, func(context.Context) error { return boom }, locking.ExecuteOptions{OwnerID: "me"})
+	if err != boom {
+		t.Fatalf("Execute = %v, want the job's error", err)
+	}
+	if len(s.owners) != 3 || s.owners[0] == s.owners[1] || !strings.HasPrefix(s.owners[0], "execute:") || s.owners[2] != "me" {
+		t.Fatalf("owners %q: want a new random owner per call, or the given one", s.owners)
+	}
+	if strings.Join(s.released, ",") != strings.Join(s.owners, ",") {
+		t.Fatalf("released under %q, acquired under %q", s.released, s.owners)
+	}
+	if err := locking.Execute(ctx, s, []string{"a b"}, nil, locking.ExecuteOptions{}); !errors.Is(err, locking.ErrInvalidKey) {
+		t.Fatalf("bad key: %v", err)
+	}
+}
+
+// A provider that gives up on its own terms when the wait's deadline passes
+// still yields ErrTimeout; the provider's default wait applies; whatever the
+// failed acquisition may have taken is released.
+func TestExecuteTimeout(t *testing.T) {
+	s := &scripted{timeout: 50 * time.Millisecond, acquire: func(ctx context.Context) error {
+		<-ctx.Done()
+		return errors.New("provider: connection closed")
+	}}
+	start := time.Now()
+	err := locking.Execute(context.Background(), s, []string{"k"}, nil, locking.ExecuteOptions{})
+	if !errors.Is(err, locking.ErrTimeout) || err.Error() != "Timed-out acquiring lock." {
+		t.Fatalf("Execute = %v", err)
+	}
+	if d := time.Since(start); d < 50*time.Millisecond || d > 2*time.Second {
+		t.Fatalf("waited %v, want the provider's 50ms", d)
+	}
+	if len(s.released) != 1 || s.released[0] != s.owners[0] {
+		t.Fatalf("released %q after a failed acquisition by %q", s.released, s.owners)
+	}
+	// A cancellation is not a timeout.
+	cctx, cancel := context.WithCancel(context.Background())
+	s.acquire = func(ctx context.Context) error { cancel(); <-ctx.Done(); return provider.WaitError(ctx) }
+	if err := locking.Execute(cctx, s, []string{"k"}, nil, locking.ExecuteOptions{}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled: %v", err)
+	}
+}
+
+func TestExecuteLost(t *testing.T) {
+	s := &scripted{renew: func() (bool, error) { return false, nil }}
+	jobErr := errors.New("job gave up")
+	var cause error
+	err := locking.Execute(context.Background(), s, []string{"b", "a"}, func(ctx context.Context) error {
+		<-ctx.Done()
+		cause = context.Cause(ctx)
+		return jobErr
+	}, locking.ExecuteOptions{Expire: 30 * time.Millisecond})
+	if !errors.Is(err, locking.ErrLost) || !errors.Is(err, jobErr) || !errors.Is(cause, locking.ErrLost) {
+		t.Fatalf("Execute = %v (cause %v); want the loss joined with the job's error", err, cause)
+	}
+	want := `Lost the lock for key(s) "a", "b" while the job was still running`
+	if !strings.HasPrefix(cause.Error(), want) {
+		t.Fatalf("message %q", cause.Error())
+	}
+	var le *locking.Error
+	if !errors.As(cause, &le) || strings.Join(le.Keys, ",") != "a,b" {
+		t.Fatalf("the loss names its keys: %#v", cause)
+	}
+	if len(s.released) != 1 {
+		t.Fatal("a lost lock is still released")
+	}
+}
+
+func TestErrorMessages(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		kind error
+		want string
+	}{
+		{provider.ConflictError("k"), locking.ErrConflict, `Failed to acquire lock for key "k"`},
+		{provider.TimeoutError(context.DeadlineExceeded), locking.ErrTimeout, "Timed-out acquiring lock."},
+		{&locking.Error{Kind: locking.ErrClosed}, locking.ErrClosed, "locking: provider closed"},
+		{&locking.Error{Kind: locking.ErrConflict, Msg: "custom"}, locking.ErrConflict, "custom"},
+	} {
+		if tc.err.Error() != tc.want || !errors.Is(tc.err, tc.kind) {
+			t.Errorf("%#v: %q", tc.err, tc.err.Error())
+		}
+	}
+	_, err := provider.Keys([]string{"ok", "a|b"})
+	var le *locking.Error
+	if !errors.As(err, &le) || le.Kind != locking.ErrInvalidKey || !strings.Contains(err.Error(), `"a|b"`) {
+		t.Fatalf("invalid key: %v", err)
+	}
+	if keys, err := provider.Keys([]string{"b", "a", "b"}); err != nil || strings.Join(keys, ",") != "a,b" {
+		t.Fatalf("Keys = %q, %v", keys, err)
+	}
+	if _, err := provider.Keys(nil); !errors.Is(err, locking.ErrInvalidKey) {
+		t.Fatalf("no keys: %v", err)
+	}
+	if provider.Owner("") != locking.AnonymousOwner || provider.Owner("o") != "o" {
+		t.Fatal("Owner")
+	}
+	for in, want := range map[string]time.Duration{"20ms": 20 * time.Millisecond, "1.5s": 1500 * time.Millisecond, "250": 250 * time.Millisecond} {
+		if d, err := provider.ParseDuration(in); d != want || err != nil {
+			t.Errorf("ParseDuration(%q) = %v, %v", in, d, err)
+		}
+	}
+	for _, in := range []string{"20abc", "-5", ""} {
+		if _, err := provider.ParseDuration(in); err == nil {
+			t.Errorf("ParseDuration(%q) accepted", in)
+		}
+	}
+}
