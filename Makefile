@@ -9,10 +9,11 @@ test:
 	go test -race ./...
 
 bench:
-	go test -run '^$$' -bench . -benchmem ./internal/locktable/ ./server/
+	go test -run '^$$' -bench . -benchmem ./internal/locktable/ ./internal/core/ ./internal/protocol/ ./server/
 
 # A short fuzzing pass over every parser.
 fuzz:
-	go test -run '^$$' -fuzz FuzzNext -fuzztime 30s ./internal/wire/
-	go test -run '^$$' -fuzz FuzzSplit -fuzztime 30s ./internal/wire/
+	go test -run '^$$' -fuzz FuzzNext -fuzztime 30s ./internal/protocol/
+	go test -run '^$$' -fuzz FuzzSplit -fuzztime 30s ./internal/protocol/
+	go test -run '^$$' -fuzz FuzzParseMessage -fuzztime 30s ./internal/protocol/
 	go test -run '^$$' -fuzz FuzzCommands -fuzztime 30s ./server/
