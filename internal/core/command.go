@@ -33,9 +33,21 @@ const (
 	OpDetach
 	// OpTick processes every deadline due at the batch's time.
 	OpTick
+	// OpHoldGrants holds every grant until Until (Unix ns): nothing is
+	// granted before then; requests queue, try-locks are refused with
+	// ErrBusy, timeouts and expiries run. At Until the core's timer grants
+	// everything grantable, in arrival order, reported to OnBatch as
+	// Granted events. A hold only grows: an Until before the hold in force
+	// or not after the batch's time changes nothing. → ExpiresAt (the end
+	// of the hold in force, 0 if none). A server that starts after a crash
+	// applies it first, with Until = its start + the session grace + a
+	// margin; in a replicated log it is an entry like the others (a new
+	// leader appends one for the time its predecessor's holders may still
+	// believe they hold their locks).
+	OpHoldGrants
 )
 
-var opNames = [...]string{"", "lock", "extend", "unlock", "renew", "release", "releaseall", "attach", "detach", "tick"}
+var opNames = [...]string{"", "lock", "extend", "unlock", "renew", "release", "releaseall", "attach", "detach", "tick", "holdgrants"}
 
 func (o Op) String() string {
 	if int(o) < len(opNames) && o != 0 {
@@ -53,12 +65,13 @@ type Command struct {
 	Owner     string        // OpRenew, OpRelease, OpReleaseAll
 	Resources []string      // OpRenew, OpRelease
 	Session   string        // OpAttach, OpDetach
+	Until     int64         // OpHoldGrants: end of the hold, Unix ns
 }
 
 // Result is the outcome of one Command.
 type Result struct {
 	Grant     Grant // OpLock, OpRenew
-	ExpiresAt int64 // OpExtend: the new expiry, ns
+	ExpiresAt int64 // OpExtend: the new expiry, ns; OpHoldGrants: the end of the hold in force, ns (0: none)
 	OK        bool  // OpRelease: every resource was released; OpAttach: the session existed
 	N         int   // OpReleaseAll: locks released
 	Err       error // the engine's error, unchanged (errors.Is with the Err* sentinels)

@@ -200,6 +200,9 @@ func (tx *Tx) Apply(cmd *Command) Result {
 		t.Detach(now, cmd.Session)
 	case OpTick:
 		t.Advance(now)
+	case OpHoldGrants:
+		t.HoldGrants(now, cmd.Until)
+		r.ExpiresAt = t.HoldUntil()
 	default:
 		r.Err = ErrUnknownOp
 	}
@@ -224,6 +227,10 @@ func (tx *Tx) Lookup(id ID) (LockInfo, bool) { return tx.c.tab.Lookup(id) }
 
 // QueueLen returns the entries of resource's queue, holder included.
 func (tx *Tx) QueueLen(resource string) int { return tx.c.tab.QueueLen(resource) }
+
+// HoldUntil returns the end (Unix ns) of the hold on grants in force
+// (OpHoldGrants, or EngineConfig.GrantAfter), or 0 if grants are not held.
+func (tx *Tx) HoldUntil() int64 { return tx.c.tab.HoldUntil() }
 
 // NextDeadline returns the earliest pending deadline, or false if none.
 func (tx *Tx) NextDeadline() (int64, bool) { return tx.c.tab.NextDeadline() }

@@ -349,7 +349,7 @@ func TestNewRejectsBadEngineConfig(t *testing.T) {
 }
 
 func TestOpString(t *testing.T) {
-	if OpLock.String() != "lock" || OpTick.String() != "tick" || Op(42).String() != "Op(42)" {
+	if OpLock.String() != "lock" || OpTick.String() != "tick" || OpHoldGrants.String() != "holdgrants" || Op(42).String() != "Op(42)" {
 		t.Fatal(OpLock.String(), OpTick.String(), Op(42).String())
 	}
 }

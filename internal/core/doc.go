@@ -30,6 +30,20 @@
 // A request granted at once is reported only in its Result, not as an event,
 // so the caller can answer the request before it announces the grant.
 //
+// # Holding grants
+//
+// A server that starts after a crash must grant nothing while a client of the
+// previous run may still believe it holds a lock. It applies, before it
+// serves anyone,
+//
+//	c.Apply(&core.Command{Op: core.OpHoldGrants, Until: quietUntil})
+//
+// (or sets EngineConfig.GrantAfter). Requests are accepted and queue as
+// usual, try-locks are refused as busy, timeouts run; at Until the core's
+// timer grants everything grantable, in arrival order, and OnBatch receives
+// the Granted events. A hold is a command like the others, so a replicated
+// log carries it as one entry at its time.
+//
 // # The seam for replication
 //
 // "Apply a command at time T" is one call:

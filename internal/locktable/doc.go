@@ -41,6 +41,17 @@
 // configured grace period; when that ends, its held locks are released and its
 // waiting requests removed.
 //
+// # Holding grants
+//
+// [Table.HoldGrants] (or [Config.GrantAfter] at creation) holds every grant
+// until a given time: requests are accepted and queue as usual, try-locks are
+// refused as busy, timeouts and expiries run, but nothing is granted before
+// that time. The end of the hold is a deadline like the others; when it is
+// processed, everything grantable is granted in arrival order, each with a
+// Granted event. A server that restarts after a crash holds grants for its
+// session grace period, so that no client of the previous run can still
+// believe it holds a lock when something is granted again.
+//
 // # Determinism
 //
 // The engine does no I/O, starts no goroutines and never reads the clock: every

@@ -17,7 +17,9 @@ import (
 // engine must agree and the invariants must hold: among them, what a holder
 // was told it holds (its grant, less what a partial release reported taking)
 // is exactly what the engine gives it, nothing is granted to a dropped
-// session, and Renew finds exactly the lock the model says the owner holds.
+// session, Renew finds exactly the lock the model says the owner holds, and
+// nothing is granted while grants are held (HoldGrants), after which
+// everything grantable is.
 
 type mreq struct {
 	id        ID
@@ -40,6 +42,7 @@ type model struct {
 	detached  map[string]int64
 	dropped   map[string]bool
 	lastToken uint64
+	holdUntil int64 // grants are held while now < holdUntil
 	pending   []Event
 	// During a release step: the Released events the model expects, by
 	// request, true for a partial release.
@@ -67,6 +70,9 @@ func (m *model) isDropped(s string) bool {
 	}
 	return m.dropped[s]
 }
+
+// holding reports whether grants are held.
+func (m *model) holding() bool { return m.now < m.holdUntil }
 
 func (m *model) sharesEarlier(i int) bool {
 	for _, p := range m.reqs[:i] {
@@ -106,6 +112,9 @@ func (m *model) apply() {
 		case Granted:
 			if r.granted {
 				m.t.Fatalf("granted twice: %s", e.ID.Short())
+			}
+			if m.holding() {
+				m.t.Fatalf("granted %s at %d while grants are held until %d", e.ID.Short(), m.now, m.holdUntil)
 			}
 			if m.sharesEarlier(i) {
 				m.t.Fatalf("granted %s ahead of an earlier request (FIFO)", e.ID.Short())
@@ -161,8 +170,16 @@ func (m *model) apply() {
 func (m *model) check() {
 	m.apply()
 	holders := map[string]ID{}
+	wantHold := int64(0)
+	if m.holding() {
+		wantHold = m.holdUntil
+	}
+	if got := m.tab.HoldUntil(); got != wantHold {
+		m.t.Fatalf("engine holds grants until %d, model %d", got, wantHold)
+	}
 	for i, r := range m.reqs {
-		if want := !m.sharesEarlier(i); r.granted != want {
+		// While grants are held, a grantable request waits.
+		if want := !m.sharesEarlier(i); r.granted != want && !(want && m.holding()) {
 			m.t.Fatalf("request %s granted=%v, want %v (FIFO / no request waits at the head of all its queues)", r.id.Short(), r.granted, want)
 		}
 		if r.granted {
@@ -494,6 +511,16 @@ func (m *model) actions() map[string]func(*rapid.T) {
 			}
 			m.expect = nil
 		},
+		"hold": func(rt *rapid.T) {
+			tab.Advance(m.now)
+			m.apply()
+			until := m.now + int64(rapid.IntRange(-5, 60).Draw(rt, "ms"))*ms
+			tab.HoldGrants(m.now, until)
+			m.apply()
+			if until > m.now {
+				m.holdUntil = max(m.holdUntil, until)
+			}
+		},
 		"": func(rt *rapid.T) { m.check() },
 	}
 }
@@ -621,9 +648,12 @@ func (m *model) lock(rt *rapid.T, req *Request) {
 				rt.Fatalf("owner conflict names %s, which the owner does not hold", re.Resource)
 			}
 		}
-	case req.Try && busy != "":
+	case req.Try && (busy != "" || m.holding()):
+		if busy == "" {
+			busy = res[0] // refused for the hold: the first resource
+		}
 		if !errors.Is(err, ErrBusy) || re.Resource != busy {
-			rt.Fatalf("try on busy resources: %v, want busy %s", err, busy)
+			rt.Fatalf("try on busy resources or during a hold: %v, want busy %s", err, busy)
 		}
 	case tooLong != "" && !req.Try:
 		if !errors.Is(err, ErrTolerate) || re.Resource != tooLong {
@@ -636,6 +666,9 @@ func (m *model) lock(rt *rapid.T, req *Request) {
 		r := &mreq{id: g.ID, session: sess, owner: req.Owner, noReentry: req.NoReentry, res: set}
 		m.reqs = append(m.reqs, r)
 		if g.Granted {
+			if m.holding() {
+				rt.Fatalf("lock granted at once while grants are held until %d", m.holdUntil)
+			}
 			m.token(g.Token)
 			r.granted, r.token, r.expires = true, g.Token, g.ExpiresAt
 		} else if req.Timeout > 0 {

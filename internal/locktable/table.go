@@ -1,9 +1,11 @@
 package locktable
 
 import (
+	"cmp"
 	crand "crypto/rand"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"time"
 )
@@ -43,6 +45,12 @@ type Config struct {
 	// FirstToken is the fencing token of the first grant; later grants count
 	// up from it. Default 1. A server sets it above every token it ever gave.
 	FirstToken uint64
+	// GrantAfter, if > 0, starts the Table with its grants held until that
+	// time (ns, on the clock of the now arguments), as by HoldGrants: a
+	// server that restarts after a crash sets it so that nothing is granted
+	// while a holder of the previous run may still believe it holds a lock.
+	// 0 (the default) or a negative value: no hold.
+	GrantAfter int64
 	// Seed seeds the generator of lock ids. Nil means 32 bytes from
 	// crypto/rand; tests set it to be reproducible.
 	Seed *[32]byte
@@ -177,6 +185,7 @@ type Stats struct {
 	Queues      int    // resources with a non-empty queue
 	Sessions    int
 	LastToken   uint64 // the last token given, or FirstToken-1
+	HoldUntil   int64  // grants are held until this time (ns); 0: not held
 }
 
 const (
@@ -216,6 +225,7 @@ type lock struct {
 	sess     *session
 	sprev    *lock // session list
 	snext    *lock
+	seq      uint64 // arrival order, for the grants at the end of a hold
 	owner    string
 	oprev    *lock // owner list
 	onext    *lock
@@ -268,6 +278,15 @@ type Table struct {
 	deferring bool
 	ready     []readyLock
 	cut       []*node // Release's scratch list
+
+	// While grants are held (hold.hidx >= 0: the end of the hold is in the
+	// deadline heap), every request that becomes grantable is put in ready
+	// as well, and endHold grants them, in arrival order, when the hold
+	// ends. hold is a sentinel session, never in sessions, that only marks
+	// that deadline; holdUntil is its time.
+	hold      session
+	holdUntil int64
+	seq       uint64 // arrival number of the last accepted request
 }
 
 // readyLock is a request that became grantable while grants were deferred.
@@ -314,6 +333,10 @@ func New(cfg Config) (*Table, error) {
 		_, _ = crand.Read(seed[:]) // never fails since Go 1.24
 	}
 	t.rng = rand.NewChaCha8(seed)
+	t.hold.hidx = -1
+	if cfg.GrantAfter > 0 {
+		t.HoldGrants(0, cfg.GrantAfter)
+	}
 	return t, nil
 }
 
@@ -526,6 +549,10 @@ func (t *Table) Lock(now int64, req *Request) (Grant, error) {
 	if mine != nil {
 		return t.reenter(now, s, mine, req)
 	}
+	if req.Try && t.holding() {
+		t.stats.Refused++
+		return Grant{}, &ResourceError{Err: ErrBusy, Resource: req.Resources[0]}
+	}
 	if s.n >= t.maxPerSess {
 		return Grant{}, ErrSessionLimit
 	}
@@ -555,9 +582,14 @@ func (t *Table) Lock(now int64, req *Request) (Grant, error) {
 		t.ownerAdd(l)
 	}
 	t.stats.Requests++
+	t.seq++
+	l.seq = t.seq
 	if l.waiting == 0 {
-		t.grant(now, l)
-		return Grant{ID: l.id, Granted: true, Token: l.token, ExpiresAt: l.deadline}, nil
+		if !t.holding() {
+			t.grant(now, l)
+			return Grant{ID: l.id, Granted: true, Token: l.token, ExpiresAt: l.deadline}, nil
+		}
+		t.addReady(l)
 	}
 	if req.Timeout > 0 {
 		l.deadline = now + int64(req.Timeout)
@@ -854,16 +886,96 @@ func (t *Table) ReleaseAll(now int64, owner string) int {
 }
 
 // flushGrants ends deferring and grants, in the order they became
-// grantable, the deferred requests that are still live and waiting.
+// grantable, the deferred requests that are still live and waiting. While
+// grants are held it leaves them in ready for endHold.
 func (t *Table) flushGrants() {
 	t.deferring = false
+	if t.holding() {
+		return
+	}
 	for i, r := range t.ready {
 		t.ready[i] = readyLock{}
-		if l := r.l; t.lookup(r.id) == l && l.state == stateWaiting && l.waiting == 0 {
-			t.grantEmit(l)
+		if r.grantable(t) {
+			t.grantEmit(r.l)
 		}
 	}
 	t.ready = t.ready[:0]
+}
+
+// grantable reports whether r is still the same live request, waiting, at
+// the head of all its queues.
+func (r *readyLock) grantable(t *Table) bool {
+	l := r.l
+	return t.lookup(r.id) == l && l.state == stateWaiting && l.waiting == 0
+}
+
+// addReady puts l, which just became grantable, in ready. While grants are
+// held, ready can collect many requests that went away since; it is
+// compacted when it outgrows the live requests, so its size stays O(n) and
+// the cost amortised O(1).
+func (t *Table) addReady(l *lock) {
+	if len(t.ready) >= 2*t.live+64 {
+		t.ready = slices.DeleteFunc(t.ready, func(r readyLock) bool { return !r.grantable(t) })
+	}
+	t.ready = append(t.ready, readyLock{l: l, id: l.id})
+}
+
+// ---- holding grants ----
+
+// HoldGrants holds every grant until until (ns): from now on nothing is
+// granted before that time. Requests are still accepted and queued as
+// usual; Tolerate, queue limits, wait timeouts, expiries, Extend, Renew,
+// re-entry (an owner renewing a lock it already holds), Unlock, Release and
+// sessions all work as usual, but a request that would be granted waits
+// instead, and a try-lock (Request.Try) is refused with ErrBusy (naming its
+// first resource, or the first busy one). The end of the hold is a deadline
+// like the others (NextDeadline reports it): at until, the first call that
+// processes deadlines grants, in arrival order and with a Granted event
+// each, every request that is then at the head of all its queues; that
+// costs O(m log m) for m such requests. HoldGrants itself costs O(log n).
+//
+// A hold only ever grows: an until earlier than the hold in force, or not
+// after now, changes nothing. A server that starts after a crash holds
+// grants for its session grace period, so that no holder of the previous
+// run can still believe it holds a lock when something is granted again.
+func (t *Table) HoldGrants(now, until int64) {
+	now = t.advance(now)
+	if until <= now || until <= t.holdUntil && t.holding() {
+		return
+	}
+	t.holdUntil = until
+	if t.holding() {
+		t.heap[t.hold.hidx].at = until
+		t.heap.fix(int(t.hold.hidx))
+		return
+	}
+	t.heap.push(deadline{at: until, s: &t.hold})
+}
+
+// HoldUntil returns the end (ns) of the hold on grants in force, or 0 if
+// grants are not held.
+func (t *Table) HoldUntil() int64 {
+	if t.holding() {
+		return t.holdUntil
+	}
+	return 0
+}
+
+// holding reports whether grants are held.
+func (t *Table) holding() bool { return t.hold.hidx >= 0 }
+
+// endHold ends the hold on grants, whose deadline has just been removed from
+// the heap, and grants in arrival order every request that became
+// grantable during it and still is.
+func (t *Table) endHold() {
+	t.holdUntil = 0
+	rs := slices.DeleteFunc(t.ready, func(r readyLock) bool { return !r.grantable(t) })
+	slices.SortFunc(rs, func(a, b readyLock) int { return cmp.Compare(a.l.seq, b.l.seq) })
+	for i, r := range rs {
+		rs[i] = readyLock{}
+		t.grantEmit(r.l)
+	}
+	t.ready = rs[:0]
 }
 
 // remove deletes l everywhere and grants what becomes grantable.
@@ -904,8 +1016,8 @@ func (t *Table) unqueue(n *node) {
 		h := q.head.l
 		h.waiting--
 		if h.waiting == 0 {
-			if t.deferring {
-				t.ready = append(t.ready, readyLock{l: h, id: h.id})
+			if t.deferring || t.holding() {
+				t.addReady(h)
 				return
 			}
 			t.grantEmit(h)
@@ -934,7 +1046,11 @@ func (t *Table) advance(now int64) int64 {
 		d := t.heap[0]
 		if d.s != nil {
 			t.heap.remove(0)
-			t.dropSession(d.s)
+			if d.s == &t.hold {
+				t.endHold()
+			} else {
+				t.dropSession(d.s)
+			}
 			continue
 		}
 		l := d.l
@@ -950,8 +1066,8 @@ func (t *Table) advance(now int64) int64 {
 	return now
 }
 
-// NextDeadline returns the earliest pending deadline (expiry, wait timeout
-// or end of a grace period), or false if there is none.
+// NextDeadline returns the earliest pending deadline (expiry, wait timeout,
+// end of a grace period or of a hold on grants), or false if there is none.
 func (t *Table) NextDeadline() (int64, bool) {
 	if len(t.heap) == 0 {
 		return 0, false
@@ -1045,6 +1161,7 @@ func (t *Table) Stats() Stats {
 	s.Queues = len(t.queues)
 	s.Sessions = len(t.sessions)
 	s.LastToken = t.next - 1
+	s.HoldUntil = t.HoldUntil()
 	return s
 }
 
