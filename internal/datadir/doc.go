@@ -1,0 +1,44 @@
+// Package datadir is mlockd's data directory: what one run of the server
+// leaves for the next, so that a restart is safe.
+//
+// It keeps three files in the directory:
+//
+//   - lock: held with an exclusive advisory lock (flock) while a server uses
+//     the directory, so that a second server on the same directory fails to
+//     open it instead of giving the same tokens twice;
+//   - state: how the last run ended (running, or shut down cleanly) and the
+//     wall-clock time until which a client of an earlier run may still
+//     believe it holds a lock ("quiet until");
+//   - token-mark: the fencing-token high-water mark, one decimal number and
+//     a newline: every token ever given from this directory is below it.
+//
+// Every write goes to a temporary file that is synced, renamed over the old
+// file, and followed by a sync of the directory, so a crash leaves either the
+// old or the new content.
+//
+// # The quiet period
+//
+// A server that starts after a crash must grant nothing while a client of the
+// previous run may still believe it holds a lock: for the session grace period
+// plus a margin for clock drift (QuietPeriod). [Dir.Start] decides, from the
+// state file, whether this start is quiet and until when, and records that
+// the server is running, so that a crash from then on leaves "running"
+// behind. [Dir.CleanShutdown] records a clean end; it carries the time until
+// which a holder may still believe it holds a lock when the server could not
+// confirm that every holder learned of the shutdown.
+//
+// A start grants at once only when it provably follows no live holder: on a
+// new directory (no state and no token mark), or after a clean shutdown whose
+// recorded quiet time has passed. A missing state next to a token mark (a
+// directory written by an older mlockd), an unreadable or corrupt state file,
+// and a state that says "running" all mean a quiet start.
+//
+// Recorded times are wall-clock Unix nanoseconds: a wall clock stepped back
+// between two runs lengthens the quiet period, one stepped forward shortens
+// it. The margin of QuietPeriod covers drift, not steps.
+//
+// # Concurrency
+//
+// A Dir is safe for concurrent use. ReserveTokens, called after every batch
+// of grants, takes no lock and does no I/O unless the mark must move.
+package datadir
