@@ -32,6 +32,12 @@
 //     default) renewed every third of it while the job runs, cancels the
 //     job's context and returns an ErrLost error if the lease is lost, and
 //     always releases — also a grant that lands as the wait times out.
+//   - The job is cancelled no later than its holder can justify with its
+//     own clock: the send time of the last successful renewal plus the
+//     lease, less a clock-drift margin (lease/100 + 5 ms: the clocks are
+//     assumed to differ in rate by less than 1 %) and less
+//     ExecuteOptions.Lead; at once when the provider learns of a loss
+//     (Lease.Lost: mlockd's pushes and lost sessions, a Redis restart).
 //   - The same owner acquiring exactly the keys it holds renews the lease;
 //     another owner conflicts; another owner's Release changes nothing and
 //     returns false.

@@ -18,6 +18,7 @@ type scripted struct {
 	acquire  func(ctx context.Context) error
 	renew    func() (bool, error)
 	timeout  time.Duration // DefaultTimeout
+	lease    locking.Lease // returned by Acquire (Token 1 if zero)
 	owners   []string      // of Acquire
 	released []string      // owners of Release
 }
@@ -29,7 +30,10 @@ func (s *scripted) Acquire(ctx context.Context, keys []string, o locking.Acquire
 	if s.acquire != nil {
 		return locking.Lease{}, s.acquire(ctx)
 	}
-	return locking.Lease{Token: 1}, nil
+	if s.lease.Token == 0 {
+		s.lease.Token = 1
+	}
+	return s.lease, nil
 }
 
 func (s *scripted) Renew(context.Context, []string, string, time.Duration) (bool, error) {
@@ -163,6 +167,57 @@ func TestErrorMessages(t *testing.T) {
 	for _, in := range []string{"20abc", "-5", ""} {
 		if _, err := provider.ParseDuration(in); err == nil {
 			t.Errorf("ParseDuration(%q) accepted", in)
+		}
+	}
+}
+
+// A provider that learns of the loss (Lease.Lost) aborts the job at once.
+func TestExecuteLeaseLost(t *testing.T) {
+	lost := make(chan struct{})
+	s := &scripted{lease: locking.Lease{Token: 7, Lost: lost}}
+	start := time.Now()
+	err := locking.ExecuteLease(context.Background(), s, []string{"k"}, func(ctx context.Context, l locking.Lease) error {
+		if l.Token != 7 {
+			return errors.New("the job got another lease")
+		}
+		close(lost)
+		<-ctx.Done()
+		return context.Cause(ctx)
+	}, locking.ExecuteOptions{Expire: time.Minute})
+	if !errors.Is(err, locking.ErrLost) || time.Since(start) > time.Second {
+		t.Fatalf("Execute = %v after %v; want ErrLost at once", err, time.Since(start))
+	}
+	if len(s.released) != 1 {
+		t.Fatalf("released %v", s.released)
+	}
+}
+
+// The provider's own Deadline, less Lead, ends the job; Lease.Sent moves the
+// base of the first lease back to the acquisition.
+func TestExecuteDeadlineSentAndLead(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		l    func(start time.Time) locking.Lease
+		lead time.Duration
+		want time.Duration // after the start
+	}{
+		{"deadline", func(start time.Time) locking.Lease {
+			return locking.Lease{Deadline: func() time.Time { return start.Add(250 * time.Millisecond) }}
+		}, 100 * time.Millisecond, 150 * time.Millisecond},
+		{"sent", func(start time.Time) locking.Lease { return locking.Lease{Sent: start.Add(-700 * time.Millisecond)} },
+			100 * time.Millisecond, time.Second - 15*time.Millisecond - 100*time.Millisecond - 700*time.Millisecond},
+	} {
+		start := time.Now()
+		l := c.l(start)
+		s := &scripted{lease: l, renew: func() (bool, error) { return false, errors.New("unreachable") }}
+		var took time.Duration
+		err := locking.Execute(context.Background(), s, []string{"k"}, func(ctx context.Context) error {
+			<-ctx.Done()
+			took = time.Since(start)
+			return nil
+		}, locking.ExecuteOptions{Expire: time.Second, Lead: c.lead})
+		if !errors.Is(err, locking.ErrLost) || took < c.want-5*time.Millisecond || took > c.want+60*time.Millisecond {
+			t.Errorf("%s: Execute = %v after %v, want ErrLost after about %v", c.name, err, took, c.want)
 		}
 	}
 }

@@ -44,6 +44,9 @@ var (
 	ErrNoProvider = errors.New("locking: no such provider")
 	// ErrClosed: the provider was closed.
 	ErrClosed = errors.New("locking: provider closed")
+	// ErrInvalidOptions: Execute's options cannot be honoured (a Lead not
+	// below half of Expire).
+	ErrInvalidOptions = errors.New("locking: invalid options")
 )
 
 // Error is the error of the locking calls. Its message keeps Medusa's texts;
@@ -139,6 +142,11 @@ type ExecuteOptions struct {
 	// NoWait fails at once with ErrConflict if a key is held, instead of
 	// waiting (Medusa has no such option).
 	NoWait bool
+	// Lead declares the lease lost this long before the holder's believed
+	// end of it (see Execute), so that the job has time to stop before
+	// anyone else may get the keys: for example the time a command needs to
+	// die once told to. Default 0; it must be below Expire/2.
+	Lead time.Duration
 	// Provider routes the call in a Module.
 	Provider string
 }
@@ -150,6 +158,25 @@ type Lease struct {
 	// exactly the keys it holds) is the same lock and returns its original
 	// token. 0 for a provider without tokens.
 	Token uint64
+	// Lost, if not nil, is closed when the provider learns that the lock
+	// is gone (the server said so, or the Redis server restarted): Execute
+	// then aborts the job at once. Nil when the provider cannot tell.
+	Lost <-chan struct{}
+	// Deadline, if not nil, returns the provider's own estimate of the end
+	// of the lock (clock-drift margin applied; the zero time: none), when
+	// it knows one tighter than the lease counted from the renewals (for
+	// example the end of the client session that holds it). It must be
+	// cheap and must not block.
+	Deadline func() time.Time
+	// ExpiresAt is the end of the lease as the provider reported it at
+	// acquisition (on the server's clock for mlockd; the send time plus
+	// Expire on the local clock for Redis); zero if unknown or none.
+	ExpiresAt time.Time
+	// Sent, if not zero, is when the request that took the lock was sent,
+	// on the local clock: the lease runs from no earlier than this.
+	// Execute counts the first lease from it (zero: from when Acquire
+	// returned).
+	Sent time.Time
 }
 
 // Job is the work Execute runs under the lock. Its context is cancelled if
@@ -240,15 +267,26 @@ const releaseTimeout = 5 * time.Second
 // job's context with an ErrLost cause when the lease is lost, and always
 // releases, also a grant that lands just as the wait gives up.
 //
-// The lease is lost when a renewal is refused, or when no renewal succeeded
-// for a whole Expire counted from the send time of the last successful one
-// (the provider could not be reached).
+// The lease is lost when a renewal is refused, when the provider reports the
+// loss (Lease.Lost), or when no renewal succeeded in time: at base + Expire -
+// margin - Lead, base being the send time of the last successful renewal
+// (or the start of the job) and margin Expire/100 + 5 ms for the drift
+// between the clocks (assumed to differ in rate by less than 1 %); earlier
+// if the provider's own Lease.Deadline (less Lead) comes first.
 //
 // It returns job's error; an error of kind ErrLost (joined with job's own
 // error, unless that is only the cancellation) if the lease was lost; an
 // error of kind ErrTimeout if the wait ran out; ErrConflict with NoWait;
-// ErrInvalidKey for bad keys. It is safe for concurrent use if p is.
+// ErrInvalidKey for bad keys; ErrInvalidOptions, before acquiring anything,
+// for a Lead not below Expire/2 (or an Expire too short for its margin). It
+// is safe for concurrent use if p is.
 func Execute(ctx context.Context, p Provider, keys []string, job Job, opts ExecuteOptions) error {
+	return ExecuteLease(ctx, p, keys, func(ctx context.Context, _ Lease) error { return job(ctx) }, opts)
+}
+
+// ExecuteLease is Execute for a job that wants the Lease it runs under (its
+// fencing token, its reported expiry).
+func ExecuteLease(ctx context.Context, p Provider, keys []string, job func(ctx context.Context, l Lease) error, opts ExecuteOptions) error {
 	keys, err := normalizeKeys(keys)
 	if err != nil {
 		return err
@@ -265,6 +303,10 @@ func Execute(ctx context.Context, p Provider, keys []string, job Job, opts Execu
 	if expire <= 0 {
 		expire = DefaultExpire
 	}
+	lo := lease.Options{TTL: expire, Lead: opts.Lead}
+	if err := lo.Check(); err != nil {
+		return &Error{Kind: ErrInvalidOptions, Msg: "locking: " + strings.TrimPrefix(err.Error(), "lease: "), Err: err}
+	}
 	owner := opts.OwnerID
 	if owner == "" {
 		owner = randomOwner()
@@ -280,18 +322,18 @@ func Execute(ctx context.Context, p Provider, keys []string, job Job, opts Execu
 		defer cancel()
 		_, _ = p.Release(rctx, keys, ReleaseOptions{OwnerID: owner})
 	}
-	if _, err := p.Acquire(actx, keys, AcquireOptions{OwnerID: owner, Expire: expire, AwaitQueue: !opts.NoWait}); err != nil {
+	l, err := p.Acquire(actx, keys, AcquireOptions{OwnerID: owner, Expire: expire, AwaitQueue: !opts.NoWait})
+	if err != nil {
 		release() // owner-checked: frees only what this call may have taken
 		if ctx.Err() == nil && actx.Err() != nil && !errors.Is(err, ErrTimeout) {
 			return timeoutError(actx.Err())
 		}
 		return err
 	}
-	ferr, lost := lease.Run(ctx, lease.Options{
-		TTL:   expire,
-		Renew: func(rctx context.Context) (bool, error) { return p.Renew(rctx, keys, owner, expire) },
-		Cause: func() error { return &Error{Kind: ErrLost, Keys: keys} },
-	}, func(jctx context.Context) error { return job(jctx) })
+	lo.Renew = func(rctx context.Context) (bool, error) { return p.Renew(rctx, keys, owner, expire) }
+	lo.Lost, lo.Deadline, lo.Start = l.Lost, l.Deadline, l.Sent
+	lo.Cause = func() error { return &Error{Kind: ErrLost, Keys: keys} }
+	ferr, lost := lease.Run(ctx, lo, func(jctx context.Context) error { return job(jctx, l) })
 	release()
 	if lost != nil {
 		if ferr != nil && !errors.Is(ferr, context.Canceled) && !errors.Is(ferr, ErrLost) {

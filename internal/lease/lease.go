@@ -5,13 +5,24 @@
 //
 // # The rule
 //
-// A lease of length TTL is renewed every TTL/3. It is lost when a renewal
-// says the lock is gone, when the holder learns of the loss by other means
-// (Options.Lost), or once no renewal succeeded for a whole TTL counted from
-// the send time of the last successful renewal (or from the start of Run).
-// Counting from the send time, not from the answer, is what makes the rule
-// safe: the server extended the lease at or after the send, so the lock is
-// held at least until that send time plus TTL, and never assumed longer.
+// What a holder believes, it can justify with its own clock. A lease of
+// length TTL is renewed every TTL/3. It is lost when a renewal says the lock
+// is gone, when the holder learns of the loss by other means (Options.Lost),
+// or at
+//
+//	base + TTL - Margin(TTL) - Lead
+//
+// where base is the send time of the last successful renewal (or of the
+// acquisition, Options.Start, else the start of Run). Counting from the send time, not from the answer, is what makes the
+// rule safe: the server extended the lease at or after the send, so the lock
+// is held at least until that send time plus TTL on the server's clock, and
+// never assumed longer. Margin covers the drift between the two clocks: they
+// are assumed to run at rates that differ by less than 1 %. Lead
+// (Options.Lead) ends the lease earlier still, for a holder that needs time
+// to stop its work (a command that must be killed before anyone else may get
+// the lock). A holder that knows a tighter end of its own (Options.Deadline,
+// for example the end of the session that holds the lock) moves the loss
+// earlier: it is then at the earlier of the two, less Lead.
 //
 // # Caveats
 //
@@ -24,18 +35,36 @@ package lease
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 )
 
 // ErrLost is the loss error when Options.Cause is nil.
 var ErrLost = errors.New("lease: lost")
 
+// ErrOptions is the kind of error of Check (and of Run, for options it
+// refuses): a Lead that is negative or not below half the TTL, or a TTL too
+// short to outlast its own clock-drift margin.
+var ErrOptions = errors.New("lease: invalid options")
+
+// Margin is the clock-drift margin for a span d: d/100 + 5 ms. The
+// holder's clock and the server's are assumed to run at rates that differ by
+// less than 1 %; the 5 ms cover the granularity of timers and of the
+// server's millisecond leases.
+func Margin(d time.Duration) time.Duration { return d/100 + 5*time.Millisecond }
+
 // Options describes a lease.
 type Options struct {
 	// TTL is the length of the lease. It is renewed every TTL/3 (at least
-	// every millisecond). TTL <= 0 (or a nil Renew): nothing is renewed
-	// and only Lost ends the lease.
+	// every millisecond; more often if a third of what is left after the
+	// margin and Lead is shorter). TTL <= 0 (or a nil Renew): nothing is
+	// renewed and only Lost (or Deadline) ends the lease.
 	TTL time.Duration
+	// Lead ends the lease this long before the holder's believed end
+	// (base + TTL - Margin(TTL), or Deadline), so that the job can be
+	// stopped before anyone else may get the lock (for example, the time a
+	// command needs to die). Default 0. It must be below TTL/2.
+	Lead time.Duration
 	// Renew renews the lease. It returns held=false with a nil error when
 	// the lock is gone for sure (the lease is lost at once), and an error
 	// when the outcome is unknown (for example, the server could not be
@@ -47,34 +76,89 @@ type Options struct {
 	// Lost, if not nil, is closed when the holder learns of the loss by
 	// other means (for example, the server pushed an expiry).
 	Lost <-chan struct{}
+	// Deadline, if not nil, returns the holder's own estimate of the end of
+	// the lock, its drift margin already applied (for example the client's,
+	// which also counts the end of the session that holds the lock); the
+	// zero time means none. It must never move earlier except to report a
+	// loss (Lost is then the better signal). The lease is lost at the
+	// earlier of that end and base + TTL - Margin(TTL), less Lead. It is
+	// read at the start, after every renewal and when the earlier end
+	// comes, from the watchdog's goroutine; it must be cheap and must not
+	// block.
+	Deadline func() time.Time
+	// Start, if not zero, is the base of the first lease: the send time of
+	// the request that acquired (or last renewed) the lock, when it was
+	// before Run started. Zero (or a time after Run's start): Run's start.
+	// The first renewal is due a period after it.
+	Start time.Time
 	// Cause returns the loss error to report; it is called once, on loss.
 	// Nil: ErrLost.
 	Cause func() error
 }
 
+// Check reports whether o is usable: an error of kind ErrOptions when Lead
+// is negative, when TTL > 0 and Lead >= TTL/2, or when TTL is so short that
+// TTL - Margin(TTL) - Lead leaves no time at all.
+func (o *Options) Check() error {
+	switch {
+	case o.Lead < 0:
+		return fmt.Errorf("%w: negative lead %v", ErrOptions, o.Lead)
+	case o.TTL <= 0:
+		return nil
+	case o.Lead >= o.TTL/2:
+		return fmt.Errorf("%w: lead %v is not below half the ttl %v", ErrOptions, o.Lead, o.TTL)
+	case o.usable() <= 0:
+		return fmt.Errorf("%w: ttl %v does not outlast its clock-drift margin %v plus the lead %v",
+			ErrOptions, o.TTL, Margin(o.TTL), o.Lead)
+	}
+	return nil
+}
+
+// usable is how long after a renewal's send time the lease is believed held.
+func (o *Options) usable() time.Duration { return o.TTL - Margin(o.TTL) - o.Lead }
+
+// period is the renewal cadence: TTL/3, or a third of usable if TTL/3
+// would leave fewer than two renewals before the loss; at least 1 ms.
+func (o *Options) period() time.Duration {
+	p := o.TTL / 3
+	if u := o.usable(); 2*p >= u {
+		p = u / 3
+	}
+	return max(p, time.Millisecond)
+}
+
 // Run runs fn with a context that is cancelled, with the loss error as its
 // cause (context.Cause), when the lease is lost: Renew said the lock is gone,
-// Lost was closed, or no renewal succeeded for a whole TTL counted from the
-// send time of the last successful renewal (or from Run's start). The first
-// renewal is sent TTL/3 after Run starts: the caller has just acquired or
-// renewed the lock.
+// Lost was closed, or no renewal succeeded in time: at base + TTL -
+// Margin(TTL) - Lead, base being the send time of the last successful
+// renewal (or Options.Start, else Run's start), or earlier at Deadline() -
+// Lead (see the package documentation). The first renewal is sent a period
+// after that base: the caller has just acquired or renewed the lock.
 //
 // Run returns fn's error and the loss error (nil if the lease was kept until
 // fn returned). fn's context is also cancelled when ctx is; renewals are not:
 // they go on until fn returns, since the lock is still held. Run returns only
 // after its watchdog goroutine has ended, and does not release anything: the
-// caller does.
+// caller does. Options that Check refuses are returned as fnErr, without
+// running fn.
 func Run(ctx context.Context, o Options, fn func(context.Context) error) (fnErr, lostErr error) {
 	return run(ctx, o, fn, systemClock{})
 }
 
 func run(ctx context.Context, o Options, fn func(context.Context) error, clk clock) (fnErr, lostErr error) {
+	if err := o.Check(); err != nil {
+		return err, nil
+	}
 	jctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	done := make(chan struct{})
 	lost := make(chan error, 1)
 	w := &watchdog{o: o, clk: clk}
-	go func() { lost <- w.watch(ctx, done, cancel) }()
+	base := clk.Now() // before fn starts: the lease is counted from here at the latest
+	if !o.Start.IsZero() && o.Start.Before(base) {
+		base = o.Start
+	}
+	go func() { lost <- w.watch(ctx, base, done, cancel) }()
 	fnErr = fn(jctx)
 	close(done)
 	return fnErr, <-lost
@@ -103,24 +187,52 @@ func (w *watchdog) lose(cancel context.CancelCauseFunc) error {
 	return err
 }
 
+// end returns when the lease is lost if nothing changes: own (base + usable)
+// or, if earlier, the holder's Deadline less Lead. ok is false when there
+// is no end at all.
+func (w *watchdog) end(own time.Time, renewing bool) (end time.Time, ok bool) {
+	end, ok = own, renewing
+	if w.o.Deadline != nil {
+		if d := w.o.Deadline(); !d.IsZero() {
+			if d = d.Add(-w.o.Lead); !ok || d.Before(end) {
+				end, ok = d, true
+			}
+		}
+	}
+	return end, ok
+}
+
 // watch runs until done is closed or the lease is lost, and returns the loss
 // error or nil. At most one renewal is in flight: the tick is re-armed when
 // it answers. watch waits for it before returning.
-func (w *watchdog) watch(ctx context.Context, done <-chan struct{}, cancel context.CancelCauseFunc) error {
+func (w *watchdog) watch(ctx context.Context, base time.Time, done <-chan struct{}, cancel context.CancelCauseFunc) error {
 	o := w.o
-	if o.TTL <= 0 || o.Renew == nil {
-		select {
-		case <-done:
-			return nil
-		case <-o.Lost:
-			return w.lose(cancel)
+	renewing := o.TTL > 0 && o.Renew != nil
+	own := base.Add(o.usable()) // base + TTL - margin - lead
+	deadline, bounded := w.end(own, renewing)
+	if bounded && !w.clk.Now().Before(deadline) {
+		return w.lose(cancel)
+	}
+	var expiryC, tickC <-chan time.Time
+	rearm := func() {} // re-reads the end and re-arms the expiry
+	if bounded {
+		expiry := w.clk.NewTimer(deadline.Sub(w.clk.Now()))
+		defer expiry.Stop()
+		expiryC = expiry.C()
+		rearm = func() {
+			if d, ok := w.end(own, renewing); ok {
+				deadline = d
+				expiry.Reset(deadline.Sub(w.clk.Now()))
+			}
 		}
 	}
-	period := max(o.TTL/3, time.Millisecond)
-	deadline := w.clk.Now().Add(o.TTL) // the lease is assumed held until then
-	expiry, tick := w.clk.NewTimer(o.TTL), w.clk.NewTimer(period)
-	defer expiry.Stop()
-	defer tick.Stop()
+	period := o.period()
+	var tick timer
+	if renewing {
+		tick = w.clk.NewTimer(base.Add(period).Sub(w.clk.Now()))
+		defer tick.Stop()
+		tickC = tick.C()
+	}
 	rctx, rcancel := context.WithCancel(context.WithoutCancel(ctx))
 	results := make(chan renewal, 1)
 	inFlight := false
@@ -136,9 +248,13 @@ func (w *watchdog) watch(ctx context.Context, done <-chan struct{}, cancel conte
 			return nil
 		case <-o.Lost:
 			return w.lose(cancel)
-		case <-expiry.C():
-			return w.lose(cancel)
-		case <-tick.C():
+		case <-expiryC:
+			// The end may have moved later (Deadline); re-read it.
+			rearm()
+			if !w.clk.Now().Before(deadline) {
+				return w.lose(cancel)
+			}
+		case <-tickC:
 			now := w.clk.Now()
 			if !now.Before(deadline) {
 				return w.lose(cancel)
@@ -157,12 +273,14 @@ func (w *watchdog) watch(ctx context.Context, done <-chan struct{}, cancel conte
 			tick.Reset(r.sent.Add(period).Sub(w.clk.Now()))
 			switch {
 			case r.err != nil:
-				// Unknown: the next tick retries; the expiry stands.
+				// Unknown: the next tick retries; the end stands.
 			case !r.held:
 				return w.lose(cancel)
-			case r.sent.Add(o.TTL).After(deadline):
-				deadline = r.sent.Add(o.TTL)
-				expiry.Reset(deadline.Sub(w.clk.Now()))
+			default:
+				if e := r.sent.Add(o.usable()); e.After(own) {
+					own = e
+				}
+				rearm()
 			}
 		}
 	}

@@ -217,7 +217,7 @@ func TestRenewsEveryThirdAndKeepsTheLease(t *testing.T) {
 			t.Fatalf("renewal %d at +%v, want +%v", i, c.at.Sub(h.start), want.Sub(h.start))
 		}
 		c.reply <- renewal{held: true}
-		h.clk.waitArmed(t, h.at(time.Duration(i+3)*time.Second)) // the new expiry: send time + TTL
+		h.clk.waitArmed(t, h.at(time.Duration(i+3)*time.Second-margin3s)) // the new end: send time + TTL - margin
 		notDone(t, job)
 	}
 	h.finish <- nil
@@ -226,9 +226,22 @@ func TestRenewsEveryThirdAndKeepsTheLease(t *testing.T) {
 	}
 }
 
+// margin3s is Margin(3s): 3s/100 + 5ms.
+const margin3s = 35 * time.Millisecond
+
+func TestMargin(t *testing.T) {
+	for _, c := range []struct{ d, want time.Duration }{
+		{0, 5 * time.Millisecond}, {3 * time.Second, margin3s}, {time.Minute, 605 * time.Millisecond},
+	} {
+		if got := Margin(c.d); got != c.want {
+			t.Errorf("Margin(%v) = %v, want %v", c.d, got, c.want)
+		}
+	}
+}
+
 // The loss is counted from the send time of the last successful renewal, not
 // from its answer: a renewal sent at +1s and answered at +2.5s keeps the
-// lease until +4s only.
+// lease until +4s - margin only.
 func TestLossCountsFromTheSendTime(t *testing.T) {
 	h := start(t, Options{TTL: 3 * time.Second})
 	job := <-h.jobCtx
@@ -237,7 +250,7 @@ func TestLossCountsFromTheSendTime(t *testing.T) {
 	c := h.call(t)
 	h.clk.Advance(1500 * time.Millisecond) // +2.5s: no second renewal while one is in flight
 	c.reply <- renewal{held: true}
-	h.clk.waitArmed(t, h.at(4*time.Second))
+	h.clk.waitArmed(t, h.at(4*time.Second-margin3s))
 	c = h.call(t) // overdue since +2s: sent at once
 	if !c.at.Equal(h.at(2500 * time.Millisecond)) {
 		t.Fatalf("the overdue renewal was sent at +%v", c.at.Sub(h.start))
@@ -247,9 +260,9 @@ func TestLossCountsFromTheSendTime(t *testing.T) {
 	h.clk.Advance(time.Second) // +3.5s
 	h.call(t).reply <- renewal{err: errors.New("unreachable")}
 	h.clk.waitArmed(t, h.at(4500*time.Millisecond))
-	h.clk.Advance(499 * time.Millisecond) // +3.999s
+	h.clk.Advance(500*time.Millisecond - margin3s - time.Millisecond) // +4s - margin - 1ms
 	notDone(t, job)
-	h.clk.Advance(time.Millisecond) // +4s
+	h.clk.Advance(time.Millisecond) // +4s - margin
 	waitDone(t, job)
 	if !errors.Is(context.Cause(job), errGone) {
 		t.Fatalf("cause %v", context.Cause(job))
@@ -260,7 +273,8 @@ func TestLossCountsFromTheSendTime(t *testing.T) {
 	}
 }
 
-// Unknown outcomes are retried until a whole TTL passed since Run started.
+// Unknown outcomes are retried until a whole TTL (less the margin) passed
+// since Run started.
 func TestUnreachableForAWholeTTL(t *testing.T) {
 	h := start(t, Options{TTL: 3 * time.Second})
 	job := <-h.jobCtx
@@ -273,9 +287,10 @@ func TestUnreachableForAWholeTTL(t *testing.T) {
 		}
 		c.reply <- renewal{err: errors.New("connection refused")}
 	}
-	h.clk.waitArmed(t, h.at(3*time.Second))
+	h.clk.waitArmed(t, h.at(3*time.Second-margin3s))
+	h.clk.Advance(time.Second - margin3s - time.Millisecond)
 	notDone(t, job)
-	h.clk.Advance(time.Second)
+	h.clk.Advance(time.Millisecond)
 	waitDone(t, job)
 	h.finish <- nil
 	if fnErr, lostErr := h.result(t); fnErr != nil || lostErr != errGone {
@@ -413,7 +428,151 @@ func TestSystemClock(t *testing.T) {
 	_, lostErr = Run(context.Background(), Options{TTL: 30 * time.Millisecond,
 		Renew: func(context.Context) (bool, error) { return false, errors.New("down") }},
 		func(ctx context.Context) error { <-ctx.Done(); return nil })
+	if lostErr != ErrLost || time.Since(start) < 30*time.Millisecond-Margin(30*time.Millisecond) {
+		t.Fatalf("lostErr %v after %v", lostErr, time.Since(start))
+	}
+}
+
+// With a Lead, the lease ends Lead earlier: base + TTL - margin - Lead. A
+// small lead keeps the TTL/3 cadence.
+func TestLeadEndsEarlier(t *testing.T) {
+	lead := 500 * time.Millisecond
+	h := start(t, Options{TTL: 3 * time.Second, Lead: lead})
+	job := <-h.jobCtx
+	h.clk.waitArmed(t, h.at(time.Second))
+	h.clk.Advance(time.Second)
+	h.call(t).reply <- renewal{held: true}
+	end := h.at(4*time.Second - margin3s - lead) // +3.465s
+	h.clk.waitArmed(t, end)
+	h.clk.waitArmed(t, h.at(2*time.Second)) // the next renewal: TTL/3 after the last send
+	h.clk.Advance(time.Second)
+	h.call(t).reply <- renewal{err: errors.New("unreachable")}
+	h.clk.waitArmed(t, h.at(3*time.Second))
+	h.clk.Advance(time.Second)
+	h.call(t).reply <- renewal{err: errors.New("unreachable")}
+	h.clk.Advance(end.Sub(h.clk.Now()) - time.Millisecond)
+	notDone(t, job)
+	h.clk.Advance(time.Millisecond)
+	waitDone(t, job)
+	h.finish <- nil
+	if _, lostErr := h.result(t); lostErr != errGone {
+		t.Fatalf("lostErr %v", lostErr)
+	}
+}
+
+// A large Lead renews more often: every third of TTL - margin - Lead, so
+// that two renewals fit before the end.
+func TestLargeLeadRenewsOften(t *testing.T) {
+	lead := 1200 * time.Millisecond
+	o := Options{TTL: 3 * time.Second, Lead: lead}
+	period := (3*time.Second - margin3s - lead) / 3 // 588.33ms
+	if got := o.period(); got != period {
+		t.Fatalf("period %v, want %v", got, period)
+	}
+	h := start(t, o)
+	job := <-h.jobCtx
+	for i := 1; i <= 3; i++ {
+		h.clk.waitArmed(t, h.at(time.Duration(i)*period))
+		h.clk.Advance(period)
+		c := h.call(t)
+		if !c.at.Equal(h.at(time.Duration(i) * period)) {
+			t.Fatalf("renewal %d at +%v", i, c.at.Sub(h.start))
+		}
+		c.reply <- renewal{held: true}
+		h.clk.waitArmed(t, c.at.Add(o.usable()))
+		notDone(t, job)
+	}
+	h.finish <- nil
+	if fnErr, lostErr := h.result(t); fnErr != nil || lostErr != nil {
+		t.Fatalf("Run = %v, %v", fnErr, lostErr)
+	}
+}
+
+func TestCheckRefuses(t *testing.T) {
+	for _, o := range []Options{
+		{TTL: 3 * time.Second, Lead: 1500 * time.Millisecond}, // TTL/2
+		{TTL: 3 * time.Second, Lead: 2 * time.Second},
+		{TTL: time.Second, Lead: -time.Millisecond},
+		{TTL: 5 * time.Millisecond}, // no time left after the margin
+		{TTL: 10 * time.Millisecond, Lead: 4900 * time.Microsecond},
+	} {
+		if err := o.Check(); !errors.Is(err, ErrOptions) {
+			t.Errorf("Check(%+v) = %v, want ErrOptions", o, err)
+		}
+		ran := false
+		fnErr, lostErr := Run(context.Background(), o, func(context.Context) error { ran = true; return nil })
+		if ran || !errors.Is(fnErr, ErrOptions) || lostErr != nil {
+			t.Errorf("Run(%+v) = %v, %v (ran %v); want the refusal without running", o, fnErr, lostErr, ran)
+		}
+	}
+	for _, o := range []Options{{}, {TTL: 3 * time.Second, Lead: 1499 * time.Millisecond}, {TTL: 10 * time.Millisecond}} {
+		if err := o.Check(); err != nil {
+			t.Errorf("Check(%+v) = %v", o, err)
+		}
+	}
+}
+
+// The holder's own Deadline, if earlier, ends the lease (less the Lead); when
+// it moves later the watchdog follows it.
+func TestHolderDeadline(t *testing.T) {
+	var mu sync.Mutex
+	clk0 := time.Unix(1_000_000, 0)
+	dl := clk0.Add(2 * time.Second)
+	lead := 100 * time.Millisecond
+	h := start(t, Options{TTL: 3 * time.Second, Lead: lead, Deadline: func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		return dl
+	}})
+	job := <-h.jobCtx
+	h.clk.waitArmed(t, h.at(2*time.Second-lead))
+	mu.Lock()
+	dl = clk0.Add(2500 * time.Millisecond) // moved later (for example by a ping's answer)
+	mu.Unlock()
+	h.clk.Advance(time.Second) // +1s: the renewal is sent
+	h.call(t).reply <- renewal{err: errors.New("unreachable")}
+	h.clk.Advance(900 * time.Millisecond) // +1.9s: the old end; re-read, moved
+	h.clk.waitArmed(t, h.at(2400*time.Millisecond))
+	notDone(t, job)
+	h.clk.Advance(499 * time.Millisecond) // +2.399s
+	notDone(t, job)
+	h.clk.Advance(time.Millisecond)
+	waitDone(t, job)
+	h.finish <- nil
+	if _, lostErr := h.result(t); lostErr != errGone {
+		t.Fatalf("lostErr %v", lostErr)
+	}
+}
+
+// A Deadline without a TTL still ends the lease.
+func TestHolderDeadlineWithoutTTL(t *testing.T) {
+	start := time.Now()
+	_, lostErr := Run(context.Background(), Options{Deadline: func() time.Time { return start.Add(30 * time.Millisecond) }},
+		func(ctx context.Context) error { <-ctx.Done(); return nil })
 	if lostErr != ErrLost || time.Since(start) < 30*time.Millisecond {
 		t.Fatalf("lostErr %v after %v", lostErr, time.Since(start))
+	}
+}
+
+// Options.Start counts the first lease from the acquisition's send time, not
+// from Run's start: the first renewal and the end come that much earlier.
+func TestStartIsTheBase(t *testing.T) {
+	clk0 := time.Unix(1_000_000, 0)
+	h := start(t, Options{TTL: 3 * time.Second, Start: clk0.Add(-400 * time.Millisecond)})
+	job := <-h.jobCtx
+	h.clk.waitArmed(t, h.at(600*time.Millisecond))           // the first renewal: base + TTL/3
+	h.clk.waitArmed(t, h.at(2600*time.Millisecond-margin3s)) // the end: base + TTL - margin
+	h.clk.Advance(600 * time.Millisecond)
+	h.call(t).reply <- renewal{err: errors.New("unreachable")}
+	h.clk.waitArmed(t, h.at(1600*time.Millisecond))
+	h.clk.Advance(time.Second)
+	h.call(t).reply <- renewal{err: errors.New("unreachable")}
+	h.clk.Advance(time.Second - margin3s - time.Millisecond)
+	notDone(t, job)
+	h.clk.Advance(time.Millisecond)
+	waitDone(t, job)
+	h.finish <- nil
+	if _, lostErr := h.result(t); lostErr != errGone {
+		t.Fatalf("lostErr %v", lostErr)
 	}
 }

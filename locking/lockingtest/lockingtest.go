@@ -2,7 +2,8 @@
 // the cases of Medusa's own locking tests (scaled to milliseconds) and the
 // guarantees this module adds (atomic multi-key, no deadlock in any key
 // order, renewal, no renewal of a partly released lock, loss detection,
-// clean-up after a timeout, fencing tokens kept by a renewal).
+// a job stopped before its lease can run out on the server when renewals
+// fail, clean-up after a timeout, fencing tokens kept by a renewal).
 //
 //	func TestConformance(t *testing.T) {
 //		lockingtest.Run(t, lockingtest.Harness{New: func(t *testing.T) locking.Provider { ... }})
@@ -67,7 +68,8 @@ func Run(t *testing.T, h Harness) {
 		name string
 		fn   func(t *testing.T, p locking.Provider, k func(string) string)
 	}
-	tests = append(tests, test{"RenewalCadence", testRenewalCadence}, test{"ModuleShutdown", testModuleShutdown})
+	tests = append(tests, test{"RenewalCadence", testRenewalCadence}, test{"ModuleShutdown", testModuleShutdown},
+		test{"UnreachableCancelsInTime", testUnreachableCancelsInTime}, test{"LeadOverHalfRefused", testLeadRefused})
 	if h.Tokens {
 		tests = append(tests, test{"FencingTokens", testTokens}, test{"RenewalKeepsToken", testRenewalToken})
 	}
@@ -602,6 +604,71 @@ func testRenewalCadence(t *testing.T, p locking.Provider, k func(string) string)
 		if at < want-20*time.Millisecond || at > want+80*time.Millisecond {
 			t.Fatalf("renewal %d at %v, want about %v", i, at, want)
 		}
+	}
+}
+
+// unreachable is a provider whose renewals never get an answer: the outcome
+// is unknown, as with a server that cannot be reached. It records when
+// Acquire was called and when it returned.
+type unreachable struct {
+	locking.Provider
+	called, returned time.Time
+}
+
+func (u *unreachable) Acquire(ctx context.Context, keys []string, o locking.AcquireOptions) (locking.Lease, error) {
+	u.called = time.Now()
+	l, err := u.Provider.Acquire(ctx, keys, o)
+	u.returned = time.Now()
+	return l, err
+}
+
+func (u *unreachable) Renew(context.Context, []string, string, time.Duration) (bool, error) {
+	return false, errors.New("lockingtest: the provider cannot be reached")
+}
+
+// When no renewal gets through, Execute cancels the job at base + Expire -
+// margin - Lead (margin = Expire/100 + 5ms, base the acquisition), so the job
+// is stopped (with Lead to spare) while the provider still holds the keys
+// for it: nobody else can have them yet.
+func testUnreachableCancelsInTime(t *testing.T, p locking.Provider, k func(string) string) {
+	const expire, lead = 600 * time.Millisecond, 100 * time.Millisecond
+	end := expire - (expire/100 + 5*time.Millisecond) - lead // 489ms after the base
+	u, key := &unreachable{Provider: p}, k("unreachable")
+	var cancelled time.Time
+	var intruder error
+	err := locking.Execute(ctx(t), u, []string{key}, func(ctx context.Context) error {
+		select {
+		case <-ctx.Done():
+		case <-time.After(5 * time.Second):
+			return errors.New("the job was never cancelled")
+		}
+		cancelled = time.Now()
+		_, intruder = p.Acquire(context.Background(), []string{key}, locking.AcquireOptions{OwnerID: "intruder"})
+		return context.Cause(ctx)
+	}, locking.ExecuteOptions{Expire: expire, Lead: lead})
+	if !errors.Is(err, locking.ErrLost) {
+		t.Fatalf("Execute = %v, want ErrLost", err)
+	}
+	// The base is between the call and the return of Acquire.
+	if sinceCall, sinceReturn := cancelled.Sub(u.called), cancelled.Sub(u.returned); sinceCall < end-time.Millisecond ||
+		sinceReturn > end+50*time.Millisecond {
+		t.Fatalf("cancelled %v after Acquire was called, %v after it returned; want about %v", sinceCall, sinceReturn, end)
+	}
+	if !errors.Is(intruder, locking.ErrConflict) {
+		t.Fatalf("when the job was cancelled another owner could take the key: %v", intruder)
+	}
+}
+
+// Execute refuses a Lead not below half of Expire before acquiring anything.
+func testLeadRefused(t *testing.T, p locking.Provider, k func(string) string) {
+	key := k("lead")
+	err := locking.Execute(ctx(t), p, []string{key}, func(context.Context) error { return errors.New("ran") },
+		locking.ExecuteOptions{Expire: time.Second, Lead: 500 * time.Millisecond})
+	if !errors.Is(err, locking.ErrInvalidOptions) {
+		t.Fatalf("Execute = %v, want ErrInvalidOptions", err)
+	}
+	if _, err := p.Acquire(ctx(t), []string{key}, locking.AcquireOptions{OwnerID: "other"}); err != nil {
+		t.Fatalf("the key was taken by the refused call: %v", err)
 	}
 }
 

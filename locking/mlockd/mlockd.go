@@ -14,6 +14,10 @@
 // *mlock.Error naming the busy resource, turned into the module's
 // ErrConflict for that key.
 //
+// Every Lease carries the handle's Lost channel, so locking.Execute aborts
+// its job as soon as the client learns the lock is gone; Renew (the
+// server's renew-by-owner) also moves the lease of that handle.
+//
 // Caveats: a lock acquired without Expire lasts the server's longest lease
 // (24 h by default), and ends earlier if the process's session ends (its
 // connection stays down past the server's grace period).
@@ -86,7 +90,20 @@ func (p *Provider) Acquire(ctx context.Context, keys []string, opts locking.Acqu
 	if err != nil {
 		return locking.Lease{}, mapError(ctx, keys, err)
 	}
-	return locking.Lease{Token: l.Token()}, nil
+	return leaseOf(l), nil
+}
+
+// leaseOf describes the acquisition of l: its token, its Lost channel (closed
+// when the client learns that the lock is gone: an expiry pushed by the
+// server, a lost session, or its own deadline passed without word from the
+// server), its expiry as the server reported it and, when the client
+// computes one, its believed end (Deadline).
+func leaseOf(l *mlock.Lock) locking.Lease {
+	le := locking.Lease{Token: l.Token(), Lost: l.Lost(), ExpiresAt: l.ExpiresAt()}
+	if d, ok := any(l).(interface{ Deadline() time.Time }); ok {
+		le.Deadline = d.Deadline
+	}
+	return le
 }
 
 // mapError turns client errors into the module's.

@@ -12,6 +12,21 @@
 // the namespace), kept beside each key so that a renewal returns the lock's
 // original token.
 //
+// Safety when Redis loses its data: the fencing counter never goes
+// backwards. Before each INCR the acquire script raises the counter to
+// Redis's own clock (TIME) in microseconds if it is below it, as mlockd
+// floors its tokens with its start time, so a Redis that restarted without
+// persistence (or a replica promoted without the latest writes) still gives
+// tokens above every earlier one, as long as its clock does not go back and
+// fewer than a million locks per second were taken on average. And the
+// provider notices a restart or a failover: it remembers the run_id of the
+// server (INFO server) under which each lock was taken, checks it after
+// every renewal and, while it holds locks, at least every second; once it
+// changes every lock taken before is reported lost at once (its Lease.Lost
+// closes, its Renew returns false), since the new server may have granted
+// it to someone else. The check needs a single Redis server or a sentinel
+// failover client; on Redis Cluster (or a Ring) it is off.
+//
 // The Medusa mode (Options.Medusa, URL query mode=medusa) runs Medusa's own
 // scripts instead, as Medusa ships them, for interoperability tests and as a
 // benchmark baseline: see Options.Medusa.
@@ -21,8 +36,10 @@
 //	p, err := locking.Open(ctx, "redis://localhost:6379/0?namespace=medusa_lock:")
 //
 // Caveats: waiters are not served in FIFO order (each retries when woken);
-// all keys of one call must be in one hash slot on Redis Cluster (use hash
-// tags); a lock acquired without Expire never expires, as in Medusa.
+// tokens are large numbers (the microseconds of Redis's clock, then one more
+// per lock); all keys of one call must be in one hash slot on Redis Cluster
+// (use hash tags); a lock acquired without Expire never expires, as in
+// Medusa.
 package redis
 
 import (
@@ -83,7 +100,8 @@ type Options struct {
 	// Lua, with Medusa's re-entry for the same owner only without
 	// AwaitQueue; release is GET + DEL in Lua; Renew is Medusa's
 	// extendLock (GET + EXPIRE). No wake-up PUBLISH, no fencing INCR:
-	// tokens are 0. Waiters poll with Medusa's backoff, one delay shared
+	// tokens are 0 (so no floor), no restart detection (Lease.Lost is
+	// nil). Waiters poll with Medusa's backoff, one delay shared
 	// by the keys of a call; the keys of a call are tried together, each
 	// try one pipeline, and a failed multi-key acquisition keeps the keys
 	// it took (until their TTL), as Medusa's acquire does. Use it to
@@ -107,6 +125,9 @@ type Provider struct {
 	sub     *goredis.PubSub
 	subDone chan struct{}
 	closed  bool
+
+	// The restart detector (see the package documentation); nil when off.
+	watch *runWatch
 }
 
 // Open connects to o.RedisURL.
@@ -194,8 +215,12 @@ func New(rdb goredis.UniversalClient, o Options) (*Provider, error) {
 	if o.BackoffFactor < 1 {
 		return nil, fmt.Errorf("redis provider: BackoffFactor %v is below 1", o.BackoffFactor)
 	}
-	return &Provider{rdb: rdb, opts: o, fence: "mlock_fence:" + o.Namespace, channel: "mlock_release:" + o.Namespace,
-		wake: make(chan struct{})}, nil
+	p := &Provider{rdb: rdb, opts: o, fence: "mlock_fence:" + o.Namespace, channel: "mlock_release:" + o.Namespace,
+		wake: make(chan struct{})}
+	if c, single := rdb.(*goredis.Client); single && !o.Medusa {
+		p.watch = newRunWatch(func(ctx context.Context) (string, error) { return runID(ctx, c) })
+	}
+	return p, nil
 }
 
 // Backoff is Medusa's retry delay: each wait is a uniform draw in
@@ -229,7 +254,10 @@ var (
 	// token is the lock's original one, or a new one if the keys did not
 	// share one token); {0, i} when key i is held by someone else (or by
 	// the owner, but not all of them). A token key mirrors its lock key's
-	// TTL.
+	// TTL. A new token is the counter raised to Redis's TIME in
+	// microseconds if below it, plus one: it never goes backwards, even
+	// after Redis lost the counter (TIME before writes is allowed: scripts
+	// replicate their effects since Redis 5, and only so since 7).
 	acquireScript = goredis.NewScript(`
 local owner = ARGV[1]
 local ttl = tonumber(ARGV[2])
@@ -257,7 +285,13 @@ if own == n then
   end
 end
 if not token then
-  token = redis.call('INCR', KEYS[2 * n + 1])
+  local fence = KEYS[2 * n + 1]
+  local t = redis.call('TIME')
+  local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  if (tonumber(redis.call('GET', fence)) or 0) < now_us then
+    redis.call('SET', fence, string.format('%d', now_us))
+  end
+  token = redis.call('INCR', fence)
 end
 for i = 1, n do
   if ttl > 0 then
@@ -479,7 +513,15 @@ func (p *Provider) Acquire(ctx context.Context, keys []string, opts locking.Acqu
 		if opts.AwaitQueue {
 			wake = p.wakeChan() // before trying: a release after the try wakes us
 		}
-		res, err := acquireScript.Run(ctx, p.rdb, rkeys, owner, ttl).Int64Slice()
+		sent := time.Now()
+		var rid string
+		if p.watch != nil {
+			rid, err = p.watch.current(ctx) // read before the script: see runWatch.current
+		}
+		var res []int64
+		if err == nil {
+			res, err = acquireScript.Run(ctx, p.rdb, rkeys, owner, ttl).Int64Slice()
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return locking.Lease{}, provider.WaitError(ctx)
@@ -487,7 +529,14 @@ func (p *Provider) Acquire(ctx context.Context, keys []string, opts locking.Acqu
 			return locking.Lease{}, err
 		}
 		if res[0] != 0 {
-			return locking.Lease{Token: uint64(res[1])}, nil
+			l := locking.Lease{Token: uint64(res[1]), Sent: sent}
+			if ttl > 0 {
+				l.ExpiresAt = sent.Add(time.Duration(ttl) * time.Millisecond)
+			}
+			if p.watch != nil {
+				l.Lost = p.watch.track(owner, keys, rid, opts.Expire, sent)
+			}
+			return l, nil
 		}
 		if !opts.AwaitQueue {
 			return locking.Lease{}, provider.ConflictError(keys[res[1]-1])
@@ -531,7 +580,9 @@ func (p *Provider) acquireMedusa(ctx context.Context, keys []string, owner strin
 }
 
 // Renew resets the lease of owner's lock on keys; false if owner does not
-// hold every key. See locking.Provider.
+// hold every key, or if the lock was taken by this provider before Redis
+// restarted or failed over (its run_id, read after the renewal, changed
+// since the acquisition). See locking.Provider.
 func (p *Provider) Renew(ctx context.Context, keys []string, owner string, expire time.Duration) (bool, error) {
 	keys, err := provider.Keys(keys)
 	if err != nil {
@@ -558,8 +609,17 @@ func (p *Provider) Renew(ctx context.Context, keys []string, owner string, expir
 		}
 		return !slices.Contains(res, 0), nil
 	}
+	sent := time.Now()
 	n, err := renewScript.Run(ctx, p.rdb, p.lockKeys(keys, 0), owner, ttlMs(expire)).Int64()
-	return n == 1, err
+	if err != nil || p.watch == nil {
+		return n == 1, err
+	}
+	// The run_id after the renewal: unchanged since the acquisition means
+	// the renewal ran on the server that granted the lock.
+	if err := p.watch.check(ctx); err != nil {
+		return false, err
+	}
+	return p.watch.renewed(owner, keys, expire, sent) && n == 1, nil
 }
 
 // Release deletes the keys held by the owner and wakes the waiters; true
@@ -578,6 +638,9 @@ func (p *Provider) Release(ctx context.Context, keys []string, opts locking.Rele
 		return !slices.Contains(res, 0), nil
 	}
 	n, err := releaseScript.Run(ctx, p.rdb, p.lockKeys(keys, 0), owner, p.channel).Int64()
+	if p.watch != nil {
+		p.watch.forget(owner, keys)
+	}
 	return err == nil && n == int64(len(keys)), err
 }
 
@@ -587,6 +650,9 @@ func (p *Provider) Release(ctx context.Context, keys []string, opts locking.Rele
 // each key.
 func (p *Provider) ReleaseAll(ctx context.Context, opts locking.ReleaseOptions) error {
 	owner := provider.Owner(opts.OwnerID)
+	if p.watch != nil {
+		p.watch.forget(owner, nil)
+	}
 	match := globEscape(p.opts.Namespace) + "*"
 	var cursor uint64
 	for {
@@ -645,6 +711,9 @@ func (p *Provider) Close() error {
 	if sub != nil {
 		errs = append(errs, sub.Close())
 		<-done
+	}
+	if p.watch != nil {
+		p.watch.close()
 	}
 	if p.owned {
 		errs = append(errs, p.rdb.Close())
