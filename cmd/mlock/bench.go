@@ -104,11 +104,6 @@ func cmdBench(args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-func isTerminal(f *os.File) bool {
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
-}
-
 func us(d time.Duration) string { return fmt.Sprintf("%.0fµs", float64(d)/float64(time.Microsecond)) }
 
 func printResults(w io.Writer, rs []bench.Result) {

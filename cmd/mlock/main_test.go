@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -135,6 +136,48 @@ func TestRunLostLockStopsTheCommand(t *testing.T) {
 	}
 	if !strings.Contains(stderr.String(), "lock lost") {
 		t.Fatalf("stderr: %s", stderr.String())
+	}
+}
+
+// A lost lock stops what the command started too: the shell's background
+// child, which ignores SIGTERM, must be dead when mlock run exits.
+func TestRunLostLockStopsTheWholeCommand(t *testing.T) {
+	uri := startServer(t)
+	admin, _ := holder(t, uri, "unrelated", "")
+	pidFile := filepath.Join(t.TempDir(), "child.pid")
+	script := `trap "" TERM; sh -c 'trap "" TERM; sleep 30' & echo $! > ` + pidFile + `; wait`
+	cmd := mlockCmd("run", "--uri", uri, "--owner", "cron-g", "--kill-after", "300ms", "nightly-g", "--", "sh", "-c", script)
+	cmd.Stdin = nil // not a terminal: the command gets its own process group
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitHeld(t, admin, "nightly-g")
+	var pid int
+	for deadline := time.Now().Add(5 * time.Second); pid == 0; {
+		if b, err := os.ReadFile(pidFile); err == nil {
+			pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the command did not start its child")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, err := admin.ReleaseAll(context.Background(), "cron-g"); err != nil {
+		t.Fatal(err)
+	}
+	if code := exitCodeOf(t, cmd.Wait()); code != exitLost {
+		t.Fatalf("exit %d, want %d", code, exitLost)
+	}
+	// The child is dead (or a zombie about to be reaped by init).
+	for deadline := time.Now().Add(2 * time.Second); ; {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		if err != nil || strings.Contains(string(b), ") Z ") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the command's child %d outlived mlock run", pid)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 

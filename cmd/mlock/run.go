@@ -3,17 +3,20 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net/url"
 	"os"
 	"os/exec"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/mlock-dev/mlock"
+	"github.com/mlock-dev/mlock/internal/lease"
 	"github.com/mlock-dev/mlock/locking"
 	_ "github.com/mlock-dev/mlock/locking/mlockd" // mlock:// for locking.Open
 	_ "github.com/mlock-dev/mlock/locking/redis"  // redis:// for locking.Open
@@ -27,6 +30,21 @@ func (e exitCode) Error() string { return fmt.Sprintf("exit status %d", int(e)) 
 // lostError marks a command stopped because the lock was lost.
 var errLostLock = errors.New("the lock was lost; the command was stopped")
 
+// killMargin is how long before the believed end of the lease the command
+// must be dead: the watchdog declares the loss kill-after + killMargin early,
+// SIGTERM then, SIGKILL kill-after later.
+const killMargin = 100 * time.Millisecond
+
+// defaultKillAfter is --kill-after when not given (at most ttl/4).
+const defaultKillAfter = 10 * time.Second
+
+// Environment of the command.
+const (
+	envToken     = "MLOCK_TOKEN"      // the fencing token (0 for a provider without tokens)
+	envResources = "MLOCK_RESOURCES"  // the resources, '|'-joined, as given
+	envExpiresAt = "MLOCK_EXPIRES_AT" // Unix ms of the lease's end as the provider reported it, if known
+)
+
 func cmdRun(args []string, stderr io.Writer) int {
 	fs := newFlagSet("run", stderr)
 	uri := uriFlag(fs)
@@ -34,14 +52,19 @@ func cmdRun(args []string, stderr io.Writer) int {
 	timeout := fs.Duration("timeout", 0, "longest wait for the lock (0: no limit)")
 	tolerate := fs.Int("tolerate", 0, "mlock:// only: give up at once if a queue already holds more than N entries (0: no limit)")
 	skip := fs.Bool("skip-if-locked", false, "exit 0 without running the command if the lock is taken (cron de-duplication)")
-	killAfter := fs.Duration("kill-after", 10*time.Second, "after a lost lock, SIGKILL the command this long after SIGTERM")
+	killAfter := fs.Duration("kill-after", defaultKillAfter, "after a lost lock, SIGKILL the command this long after SIGTERM;\n"+
+		"at most ttl/4 (default: 10s or ttl/4, whichever is shorter)")
 	owner := fs.String("owner", "", "owner id of the lock (default: host:pid)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: mlock run [flags] RESOURCES -- CMD [ARGS...]\n\n"+
 			"Runs CMD while holding every resource of RESOURCES (\"a|b\"), renewing the lease, forwarding signals.\n"+
+			"CMD gets %s (the fencing token: pass it to what the lock protects), %s (the resources)\n"+
+			"and, when the provider reports it, %s (the lease's end, Unix ms, on the provider's clock).\n"+
+			"If the lock may be lost, CMD gets SIGTERM, then SIGKILL kill-after later, early enough to be dead\n"+
+			"(kill-after + 100ms before the lease may end) before anyone else can be granted the lock.\n"+
 			"Exit status: the command's; 0 with --skip-if-locked when the lock is taken; %d when the lock was lost\n"+
 			"(the command is stopped); %d when the lock was not taken in time; %d on mlock's own errors.\n\n",
-			exitLost, exitNotTaken, exitError)
+			envToken, envResources, envExpiresAt, exitLost, exitNotTaken, exitError)
 		fs.PrintDefaults()
 	}
 	pos, err := parse(fs, args)
@@ -56,6 +79,13 @@ func cmdRun(args []string, stderr io.Writer) int {
 	}
 	if *ttl < time.Millisecond {
 		return fail(stderr, errors.New("--ttl must be at least 1ms"))
+	}
+	killSet := false
+	fs.Visit(func(f *flag.Flag) { killSet = killSet || f.Name == "kill-after" })
+	lead, err := leadOf(*ttl, killAfter, killSet)
+	if err != nil {
+		fmt.Fprintln(stderr, "mlock run:", err)
+		return exitError
 	}
 	if *owner == "" {
 		host, _ := os.Hostname()
@@ -75,60 +105,209 @@ func cmdRun(args []string, stderr io.Writer) int {
 		case <-waiting:
 		}
 	}()
-	job := func(ctx context.Context) error {
+	job := func(ctx context.Context, g grant) error {
 		close(waiting)
-		return runCommand(ctx, command, sigc, *killAfter, stderr)
+		return runCommand(ctx, command, commandEnv(os.Environ(), resources, g), sigc, *killAfter, stderr)
 	}
 
 	u, err := url.Parse(*uri)
 	if err != nil {
 		return fail(stderr, err)
 	}
+	r := runner{resources: resources, ttl: *ttl, lead: lead, timeout: *timeout, skip: *skip, owner: *owner, job: job}
 	if u.Scheme == "mlock" {
-		err = runMlock(ctx, *uri, resources, *ttl, *timeout, *tolerate, *skip, *owner, job)
+		err = r.mlock(ctx, *uri, *tolerate)
 	} else {
 		if *tolerate != 0 {
 			return fail(stderr, errors.New("--tolerate needs an mlock:// server"))
 		}
-		err = runProvider(ctx, *uri, resources, *ttl, *timeout, *skip, *owner, job)
+		err = r.provider(ctx, *uri)
 	}
 	return exitStatus(err, resources, stderr)
 }
 
-func runMlock(ctx context.Context, uri, resources string, ttl, timeout time.Duration, tolerate int, skip bool, owner string, job func(context.Context) error) error {
+// leadOf checks --kill-after against --ttl and returns the watchdog's lead:
+// kill-after + killMargin. A kill-after not given is clamped to ttl/4; one
+// given above ttl/4, or a ttl too short for the lead, is refused.
+func leadOf(ttl time.Duration, killAfter *time.Duration, given bool) (time.Duration, error) {
+	switch {
+	case *killAfter < 0:
+		return 0, errors.New("--kill-after must not be negative")
+	case *killAfter > ttl/4 && given:
+		return 0, fmt.Errorf("--kill-after %v is not well below --ttl %v: it must be at most ttl/4 (%v), "+
+			"so that the command is dead before the lock can be given to anyone else", *killAfter, ttl, ttl/4)
+	case *killAfter > ttl/4:
+		*killAfter = ttl / 4
+	}
+	lead := *killAfter + killMargin
+	if err := (&lease.Options{TTL: ttl, Lead: lead}).Check(); err != nil {
+		return 0, fmt.Errorf("--ttl %v is too short to stop the command in time (kill-after %v + %v before the lease ends): "+
+			"use a longer --ttl", ttl, *killAfter, killMargin)
+	}
+	return lead, nil
+}
+
+// grant is what the command is told about its lock.
+type grant struct {
+	token     uint64
+	expiresAt time.Time // zero: unknown
+}
+
+// commandEnv is env without inherited MLOCK_TOKEN, MLOCK_RESOURCES and
+// MLOCK_EXPIRES_AT, plus this lock's. The lock id, a secret, is never
+// passed.
+func commandEnv(env []string, resources string, g grant) []string {
+	out := make([]string, 0, len(env)+3)
+	for _, kv := range env {
+		name, _, _ := strings.Cut(kv, "=")
+		if name != envToken && name != envResources && name != envExpiresAt {
+			out = append(out, kv)
+		}
+	}
+	out = append(out, envToken+"="+strconv.FormatUint(g.token, 10), envResources+"="+resources)
+	if !g.expiresAt.IsZero() {
+		out = append(out, envExpiresAt+"="+strconv.FormatInt(g.expiresAt.UnixMilli(), 10))
+	}
+	return out
+}
+
+// runner takes the lock and runs the job under it.
+type runner struct {
+	resources string
+	ttl, lead time.Duration
+	timeout   time.Duration // 0: no limit
+	skip      bool
+	owner     string
+	job       func(context.Context, grant) error
+}
+
+// retryPause is the pause between two tries of a wait cut by a lost
+// session or connection.
+const retryPause = 250 * time.Millisecond
+
+// mlock runs the job over the Go client: the lock, then the one lease
+// watchdog with the lead, extending the lock every ttl/3.
+func (r *runner) mlock(ctx context.Context, uri string, tolerate int) error {
 	c, err := client(uri)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	if timeout <= 0 {
-		timeout = -1 // no limit
-	}
-	o := &mlock.LockOptions{TTL: ttl, Timeout: timeout, Tolerate: tolerate, Owner: owner}
-	var l *mlock.Lock
-	if skip {
-		l, err = c.TryLock(ctx, resources, o)
-	} else {
-		l, err = c.Lock(ctx, resources, o)
-	}
+	l, err := r.lockMlock(ctx, c, tolerate)
 	if err != nil {
 		return err
 	}
-	return c.Hold(ctx, l, job)
+	return r.hold(ctx, c, l)
 }
 
-func runProvider(ctx context.Context, uri, resources string, ttl, timeout time.Duration, skip bool, owner string, job func(context.Context) error) error {
+// lockMlock takes the lock. A wait cut by a lost session (the server
+// restarted) or a broken connection, once the server was reached, is asked
+// again until the timeout: the wait held nothing, so asking again is safe.
+func (r *runner) lockMlock(ctx context.Context, c *mlock.Client, tolerate int) (*mlock.Lock, error) {
+	o := &mlock.LockOptions{TTL: r.ttl, Timeout: -1, Tolerate: tolerate, Owner: r.owner}
+	if r.skip {
+		return c.TryLock(ctx, r.resources, o)
+	}
+	var end time.Time
+	if r.timeout > 0 {
+		end = time.Now().Add(r.timeout)
+	}
+	if err := c.Ping(ctx); err != nil {
+		return nil, err // never reached: a usage or network problem, not a restart
+	}
+	for {
+		if !end.IsZero() {
+			o.Timeout = max(time.Until(end).Round(time.Millisecond), time.Millisecond)
+		}
+		l, err := c.Lock(ctx, r.resources, o)
+		if err == nil || !retryable(err) || ctx.Err() != nil {
+			return l, err
+		}
+		pause := retryPause
+		if !end.IsZero() {
+			left := time.Until(end)
+			if left <= 0 {
+				return nil, &mlock.Error{Type: mlock.TypeTimeout, Msg: "the wait ran out while the server could not be reached", Err: err}
+			}
+			pause = min(pause, left)
+		}
+		select {
+		case <-time.After(pause):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// retryable says whether a failed wait may be asked again: its session was
+// lost or its connection broke (not the client closed).
+func retryable(err error) bool {
+	return errors.Is(err, mlock.ErrSessionLost) ||
+		(errors.Is(err, mlock.ErrConnection) && !errors.Is(err, mlock.ErrClosed))
+}
+
+// hold runs the job while holding l: it extends l every ttl/3, declares the
+// loss r.lead before the lock's believed end (its lease counted from the
+// last extension's send time, or the client's own deadline for the lock
+// when it computes one, which also counts its session), and unlocks l when
+// the job returns.
+func (r *runner) hold(ctx context.Context, c *mlock.Client, l *mlock.Lock) error {
+	o := lease.Options{
+		TTL:  r.ttl,
+		Lead: r.lead,
+		Renew: func(ctx context.Context) (bool, error) {
+			_, err := l.Extend(ctx, 0)
+			switch {
+			case err == nil:
+				return true, nil
+			case errors.Is(err, mlock.ErrLost):
+				return false, nil
+			}
+			return false, err // unknown: retried next tick
+		},
+		Lost: l.Lost(),
+		Cause: func() error {
+			if err := l.Err(); err != nil {
+				return err
+			}
+			return &mlock.Error{Type: mlock.TypeLost, Msg: "the lease may run out without word from the server", Err: mlock.ErrExpired}
+		},
+	}
+	if d, ok := any(l).(interface{ Deadline() time.Time }); ok {
+		o.Deadline = d.Deadline
+	}
+	fnErr, lostErr := lease.Run(ctx, o, func(ctx context.Context) error {
+		return r.job(ctx, grant{token: l.Token(), expiresAt: l.ExpiresAt()})
+	})
+	uctx, ucancel := context.WithTimeout(context.WithoutCancel(ctx), c.Options().DialTimeout)
+	uerr := l.Unlock(uctx)
+	ucancel()
+	if lostErr != nil {
+		if fnErr != nil && !errors.Is(fnErr, context.Canceled) {
+			return errors.Join(lostErr, fnErr)
+		}
+		return lostErr
+	}
+	if fnErr == nil && errors.Is(uerr, mlock.ErrLost) {
+		return uerr // the lease ran out just as the command ended
+	}
+	return fnErr
+}
+
+// provider runs the job through locking.Execute on the provider of uri.
+func (r *runner) provider(ctx context.Context, uri string) error {
 	p, err := locking.Open(ctx, uri)
 	if err != nil {
 		return err
 	}
 	defer p.Close()
+	timeout := r.timeout
 	if timeout <= 0 {
 		timeout = -1
 	}
-	return locking.Execute(ctx, p, strings.Split(resources, "|"), job, locking.ExecuteOptions{
-		Timeout: timeout, Expire: ttl, OwnerID: owner, NoWait: skip,
-	})
+	return locking.ExecuteLease(ctx, p, strings.Split(r.resources, "|"), func(ctx context.Context, l locking.Lease) error {
+		return r.job(ctx, grant{token: l.Token, expiresAt: l.ExpiresAt})
+	}, locking.ExecuteOptions{Timeout: timeout, Expire: r.ttl, Lead: r.lead, OwnerID: r.owner, NoWait: r.skip})
 }
 
 // exitStatus maps the outcome to the process exit status.
@@ -156,11 +335,27 @@ func exitStatus(err error, resources string, stderr io.Writer) int {
 // runCommand starts the command, forwards signals to it, and stops it
 // (SIGTERM, then SIGKILL after killAfter) if ctx ends because the lock was
 // lost.
-func runCommand(ctx context.Context, command []string, sigc chan os.Signal, killAfter time.Duration, stderr io.Writer) error {
+func runCommand(ctx context.Context, command []string, env []string, sigc chan os.Signal, killAfter time.Duration, stderr io.Writer) error {
 	cmd := exec.Command(command[0], command[1:]...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.Stdin, cmd.Stdout, cmd.Stderr, cmd.Env = os.Stdin, os.Stdout, os.Stderr, env
+	// The command gets a process group of its own, so that stopping it after
+	// a lost lock stops what it started too (sh -c 'a; b' leaves b running
+	// if only sh is killed). Not when stdin is a terminal: a background
+	// group reading it would be stopped by the terminal; there the command
+	// shares mlock's group and the terminal's signals reach all of it.
+	group := !isTerminal(os.Stdin)
+	if group {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	}
 	if err := cmd.Start(); err != nil {
 		return err
+	}
+	send := func(sig os.Signal) {
+		if s, ok := sig.(syscall.Signal); ok && group {
+			_ = syscall.Kill(-cmd.Process.Pid, s)
+			return
+		}
+		_ = cmd.Process.Signal(sig)
 	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
@@ -170,6 +365,7 @@ func runCommand(ctx context.Context, command []string, sigc chan os.Signal, kill
 		select {
 		case err := <-done:
 			if lost {
+				send(syscall.SIGKILL) // what the command started may outlive it
 				return errors.Join(errLostLock, context.Cause(ctx))
 			}
 			var ee *exec.ExitError
@@ -181,17 +377,17 @@ func runCommand(ctx context.Context, command []string, sigc chan os.Signal, kill
 			}
 			return err
 		case sig := <-sigc:
-			_ = cmd.Process.Signal(sig)
+			send(sig)
 		case <-ctx.Done():
 			if !lost {
 				lost = true
 				fmt.Fprintln(stderr, "mlock run: the lock was lost; stopping the command")
-				_ = cmd.Process.Signal(syscall.SIGTERM)
+				send(syscall.SIGTERM)
 				kill = time.After(killAfter)
 			}
 			ctx = context.WithoutCancel(ctx) // stop selecting on it
 		case <-kill:
-			_ = cmd.Process.Kill()
+			send(syscall.SIGKILL)
 		}
 	}
 }

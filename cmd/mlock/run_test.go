@@ -1,0 +1,309 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/mlock-dev/mlock"
+	"github.com/mlock-dev/mlock/server"
+	"github.com/mlock-dev/mlock/server/servertest"
+)
+
+// The command gets MLOCK_TOKEN, MLOCK_RESOURCES and, when the provider
+// reports it, MLOCK_EXPIRES_AT; inherited values are replaced; the lock id
+// is never passed.
+func TestRunEnvironment(t *testing.T) {
+	uri := startServer(t)
+	admin, _ := holder(t, uri, "unrelated", "")
+	targets := []struct {
+		uri     string
+		expires bool
+	}{{uri, true}, {"memory:", false}}
+	if u := os.Getenv("REDIS_URL"); u != "" {
+		targets = append(targets, struct {
+			uri     string
+			expires bool
+		}{u, true})
+	}
+	for _, tg := range targets {
+		dir := t.TempDir()
+		out, envDump, idFile := filepath.Join(dir, "out"), filepath.Join(dir, "env"), filepath.Join(dir, "id")
+		script := `printf '%s\n%s\n%s\n' "$MLOCK_TOKEN" "$MLOCK_RESOURCES" "${MLOCK_EXPIRES_AT-none}" > ` + out +
+			`; env > ` + envDump
+		if tg.uri == uri {
+			// While the command runs, note (part of) the lock's id as the server lists it.
+			script += `; while [ ! -s ` + idFile + ` ]; do sleep 0.01; done`
+		}
+		start := time.Now()
+		cmd := mlockCmd("run", "--uri", tg.uri, "--ttl", "20s", "env:a|env:b", "--", "sh", "-c", script)
+		cmd.Env = append(cmd.Env, "MLOCK_TOKEN=inherited", "MLOCK_EXPIRES_AT=inherited")
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		var lockID string
+		if tg.uri == uri {
+			waitHeld(t, admin, "env:a")
+			ls, err := admin.Locks(context.Background(), "env:a")
+			if err != nil || len(ls.Queues) != 1 || len(ls.Queues[0].Entries) == 0 {
+				t.Fatalf("locks %+v, %v", ls, err)
+			}
+			lockID = ls.Queues[0].Entries[0].Lock // a part of the lock id
+			if len(lockID) < 8 {
+				t.Fatalf("lock %q", lockID)
+			}
+			os.WriteFile(idFile, []byte(lockID), 0o600)
+		}
+		if code := exitCodeOf(t, cmd.Wait()); code != 0 {
+			t.Fatalf("%s: exit %d: %s", tg.uri, code, stderr.String())
+		}
+		b, err := os.ReadFile(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+		if len(lines) != 3 {
+			t.Fatalf("%s: output %q", tg.uri, b)
+		}
+		token, err := strconv.ParseUint(lines[0], 10, 64)
+		if tg.uri == "memory:" || strings.HasPrefix(tg.uri, "mlock:") || strings.HasPrefix(tg.uri, "redis:") {
+			if err != nil || token == 0 {
+				t.Fatalf("%s: MLOCK_TOKEN %q", tg.uri, lines[0])
+			}
+		}
+		if lines[1] != "env:a|env:b" {
+			t.Fatalf("%s: MLOCK_RESOURCES %q", tg.uri, lines[1])
+		}
+		if !tg.expires {
+			if lines[2] != "none" {
+				t.Fatalf("%s: MLOCK_EXPIRES_AT %q, want it unset", tg.uri, lines[2])
+			}
+		} else {
+			ms, err := strconv.ParseInt(lines[2], 10, 64)
+			at := time.UnixMilli(ms)
+			if err != nil || at.Before(start.Add(19*time.Second)) || at.After(time.Now().Add(21*time.Second)) {
+				t.Fatalf("%s: MLOCK_EXPIRES_AT %q, want about 20s from the start", tg.uri, lines[2])
+			}
+		}
+		env, _ := os.ReadFile(envDump)
+		if strings.Contains(string(env), "inherited") {
+			t.Fatalf("%s: inherited values passed on:\n%s", tg.uri, env)
+		}
+		if lockID != "" && strings.Contains(string(env), lockID) {
+			t.Fatalf("%s: the lock id %s is in the environment:\n%s", tg.uri, lockID, env)
+		}
+	}
+}
+
+// --kill-after must be at most ttl/4; left to its default it is clamped to
+// ttl/4; a ttl too short for the lead (kill-after + 100ms below ttl/2) is
+// refused. Refusals are usage errors.
+func TestRunKillAfterAgainstTTL(t *testing.T) {
+	for _, c := range []struct {
+		ttl, kill time.Duration
+		given     bool
+		wantKill  time.Duration
+		wantLead  time.Duration
+		ok        bool
+	}{
+		{60 * time.Second, 10 * time.Second, false, 10 * time.Second, 10100 * time.Millisecond, true},
+		{2 * time.Second, 10 * time.Second, false, 500 * time.Millisecond, 600 * time.Millisecond, true},
+		{2 * time.Second, 500 * time.Millisecond, true, 500 * time.Millisecond, 600 * time.Millisecond, true},
+		{2 * time.Second, 501 * time.Millisecond, true, 0, 0, false},
+		{300 * time.Millisecond, 10 * time.Second, false, 0, 0, false}, // 75ms + 100ms is not below 150ms
+		{time.Second, -time.Second, true, 0, 0, false},
+	} {
+		kill := c.kill
+		lead, err := leadOf(c.ttl, &kill, c.given)
+		if (err == nil) != c.ok || (c.ok && (kill != c.wantKill || lead != c.wantLead)) {
+			t.Errorf("ttl %v kill-after %v (given %v): kill %v lead %v err %v", c.ttl, c.kill, c.given, kill, lead, err)
+		}
+	}
+	marker := filepath.Join(t.TempDir(), "ran")
+	var stderr bytes.Buffer
+	code := cli([]string{"run", "--uri", "memory:", "--ttl", "2s", "--kill-after", "1s", "x", "--", "touch", marker}, &stderr, &stderr)
+	if code != exitError || !strings.Contains(stderr.String(), "ttl/4") {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("the command ran")
+	}
+	if code := cli([]string{"run", "--uri", "memory:", "--ttl", "2s", "x", "--", "touch", marker}, &stderr, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+}
+
+// blackhole is a TCP proxy that can stop forwarding while keeping its
+// connections open: both ends are alive, nothing gets through.
+type blackhole struct {
+	ln    net.Listener
+	dead  atomic.Bool
+	mu    sync.Mutex
+	conns []net.Conn
+	wg    sync.WaitGroup
+}
+
+func newBlackhole(t *testing.T, target string) *blackhole {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &blackhole{ln: ln}
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			b.mu.Lock()
+			b.conns = append(b.conns, c, s)
+			b.mu.Unlock()
+			b.wg.Add(2)
+			go b.pipe(c, s)
+			go b.pipe(s, c)
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		b.mu.Lock()
+		for _, c := range b.conns {
+			c.Close()
+		}
+		b.mu.Unlock()
+		b.wg.Wait()
+	})
+	return b
+}
+
+func (b *blackhole) pipe(dst, src net.Conn) {
+	defer b.wg.Done()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if err != nil {
+			dst.Close()
+			return
+		}
+		if !b.dead.Load() {
+			dst.Write(buf[:n])
+		}
+	}
+}
+
+// The lead: when renewals stop getting through (a blackholed path), the
+// command, which ignores SIGTERM, is SIGKILLed and dead before the server's
+// lease of the lock ends, that is before anyone else can be granted it.
+func TestRunLeadKillsBeforeTheLeaseEnds(t *testing.T) {
+	uri := startServer(t)
+	admin, _ := holder(t, uri, "unrelated", "")
+	proxy := newBlackhole(t, strings.TrimPrefix(uri, "mlock://"))
+	pidfile := filepath.Join(t.TempDir(), "pid")
+	const ttl, killAfter = 2 * time.Second, 300 * time.Millisecond
+	cmd := mlockCmd("run", "--uri", "mlock://"+proxy.ln.Addr().String(), "--ttl", ttl.String(),
+		"--kill-after", killAfter.String(), "lead", "--", "sh", "-c", `trap "" TERM; echo $$ > `+pidfile+`; exec sleep 30`)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	waitHeld(t, admin, "lead")
+	// A lower bound of the end of the lease on the server.
+	sent := time.Now()
+	ls, err := admin.Locks(context.Background(), "lead")
+	if err != nil || len(ls.Queues) != 1 || ls.Queues[0].Entries[0].TTLLeftMs == nil {
+		t.Fatalf("locks %+v, %v", ls, err)
+	}
+	leaseEnd := sent.Add(time.Duration(*ls.Queues[0].Entries[0].TTLLeftMs) * time.Millisecond)
+	proxy.dead.Store(true)
+	var pid int
+	for pid == 0 {
+		b, _ := os.ReadFile(pidfile)
+		pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+		if time.Now().After(leaseEnd) {
+			t.Fatal("the command did not start")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	var died time.Time
+	for {
+		if syscall.Kill(pid, 0) != nil {
+			died = time.Now()
+			break
+		}
+		if time.Now().After(leaseEnd.Add(5 * time.Second)) {
+			t.Fatal("the command was never killed")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	if died.After(leaseEnd) {
+		t.Fatalf("the command died %v after the server's lease ended", died.Sub(leaseEnd))
+	}
+	// SIGTERM was ignored: it died of the SIGKILL, kill-after after the
+	// loss, which came kill-after + 100ms (+ the margin) before the end.
+	if early := leaseEnd.Sub(died); early > killMargin+ttl/100+5*time.Millisecond+250*time.Millisecond {
+		t.Fatalf("the command died %v before the lease ended: too early", early)
+	}
+	if code := exitCodeOf(t, cmd.Wait()); code != exitLost {
+		t.Fatalf("exit %d, want %d; stderr: %s", code, exitLost, stderr.String())
+	}
+	t.Logf("dead %v before the server's lease ended", leaseEnd.Sub(died))
+}
+
+// A waiting run whose server restarts asks again (it held nothing) instead
+// of failing: it gets the lock from the new server and runs the command.
+func TestRunWaitSurvivesServerRestart(t *testing.T) {
+	addr, stop := servertest.Start(t, server.Config{}, "")
+	uri := "mlock://" + addr
+	holder(t, uri, "restart", "")
+	marker := filepath.Join(t.TempDir(), "ran")
+	cmd := mlockCmd("run", "--uri", uri, "--timeout", "30s", "restart", "--", "touch", marker)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	admin, err := mlock.New(uri)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for { // the run waits in the queue
+		ls, err := admin.Locks(context.Background(), "restart")
+		if err == nil && len(ls.Queues) == 1 && len(ls.Queues[0].Entries) == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the run is not waiting: %+v, %v", ls, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	stop()
+	servertest.Start(t, server.Config{}, addr)
+	if code := exitCodeOf(t, cmd.Wait()); code != 0 {
+		t.Fatalf("exit %d, want 0; stderr: %s", code, stderr.String())
+	}
+	if _, err := os.Stat(marker); err != nil {
+		t.Fatal("the command did not run")
+	}
+}
