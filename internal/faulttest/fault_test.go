@@ -1,0 +1,548 @@
+package faulttest
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Environment:
+//
+//	MLOCK_FAULT_ROUNDS=N   fault rounds per kind (default: 2, issue cases 1)
+//	MLOCK_FAULT_STRICT=1   violations fail even where the fix they wait for
+//	                       is not in the binaries yet
+//	MLOCK_FAULT_KEEP=DIR   copy every history log with violations to DIR
+
+// gate names the feature a kind's safety depends on. While the binaries lack
+// it, the kind still runs and reports its violations, but as expected (the
+// test is skipped, not failed) unless MLOCK_FAULT_STRICT=1.
+type gate struct {
+	name string
+	has  func() bool
+}
+
+var (
+	gateQuiet    = gate{"mlockd --quiet-period (no grant after a crash for grace + margin)", func() bool { return bins.quietPeriod }}
+	gateDeadline = gate{"the client's own deadline (Lock.Deadline: lease and session bounded by its clock)", func() bool { return bins.deadline }}
+	gateRedis    = gate{"the Redis fencing and restart fix (detected through mlock run's MLOCK_TOKEN, which lands with it)", func() bool { return bins.runToken }}
+)
+
+// kind is one fault scenario.
+type kind struct {
+	name    string
+	backend string   // "mlockd" or "redis"
+	modes   []string // worker modes, slot i runs modes[i%len]: client, execute, run
+	slots   int      // concurrent workers
+	ttl     time.Duration
+	grace   time.Duration // mlockd --session-grace
+	hold    time.Duration // critical section
+	wait    time.Duration // a worker's longest wait for the lock
+	rounds  int           // default rounds (MLOCK_FAULT_ROUNDS overrides)
+	gate    *gate
+	// checkWaiters: a worker waiting when the fault began must not give up
+	// with an error (it held nothing: it asks again).
+	checkWaiters bool
+	fault        func(h *harness)
+}
+
+func kinds() []kind {
+	const (
+		ttl   = time.Second
+		grace = time.Second
+		hold  = 1500 * time.Millisecond
+	)
+	base := func(name string, g *gate, f func(h *harness)) kind {
+		return kind{name: name, backend: "mlockd", modes: []string{"client", "run"}, slots: 3,
+			ttl: ttl, grace: grace, hold: hold, wait: 8 * time.Second, rounds: 2, gate: g, fault: f}
+	}
+	ks := []kind{
+		// The generic kinds: ttl 1 s, grace 1 s, sections of 1.5 s. The
+		// restart comes before the holder's lease runs out.
+		withWaiters(base("server-kill", &gateQuiet, func(h *harness) { h.serverKill(300 * time.Millisecond) })),
+		base("server-stop", &gateDeadline, func(h *harness) { h.serverStop(3 * ttl) }),
+		withModes(base("holder-stop", &gateDeadline, func(h *harness) { h.holderStop(3 * ttl) }), "client"),
+		base("blackhole", &gateDeadline, func(h *harness) { h.blackhole(3 * ttl) }),
+		base("cut", nil, func(h *harness) {
+			h.cut()
+			time.Sleep(300 * time.Millisecond)
+			h.cut()
+		}),
+		base("delay", nil, func(h *harness) { h.delay(100*time.Millisecond, 3*ttl) }),
+		redis(base("redis-restart", &gateRedis, func(h *harness) { h.serverKill(300 * time.Millisecond) })),
+
+		// Issue 10, cases 1-3 and 6, scaled down.
+		// 1: blackholed path, ttl 2 s, longer than the lease (25 s there).
+		slow(base("issue1-blackhole", &gateDeadline, func(h *harness) { h.blackhole(5 * time.Second) })),
+		// 1: SIGSTOP of mlockd longer than the lease.
+		slow(base("issue1-server-stop", &gateDeadline, func(h *harness) { h.serverStop(5 * time.Second) })),
+		// 2: connection down longer than the grace (grace 3 s, ttl 12 s there).
+		func() kind {
+			k := base("issue2-down-past-grace", &gateDeadline, func(h *harness) { h.down(2500 * time.Millisecond) })
+			k.ttl, k.hold, k.rounds = 4*time.Second, 3*time.Second, 1
+			return k
+		}(),
+		// 3: kill -9 and restart 1-3 s later, within the holder's lease;
+		// waiters must ask again.
+		func() kind {
+			k := withWaiters(base("issue3-restart", &gateQuiet, func(h *harness) { h.serverKill(1500 * time.Millisecond) }))
+			k.ttl, k.hold, k.wait, k.rounds, k.slots = 6*time.Second, 5*time.Second, 25*time.Second, 1, 3
+			return k
+		}(),
+		// 6: Redis restart under a long lease (60 s, renewal at 20 s there):
+		// a job shorter than the first renewal must still learn of it.
+		func() kind {
+			k := redis(base("issue6-redis-restart", &gateRedis, func(h *harness) { h.serverKill(200 * time.Millisecond) }))
+			k.ttl, k.hold, k.rounds = 6*time.Second, 2500*time.Millisecond, 1
+			return k
+		}(),
+	}
+	return ks
+}
+
+func withWaiters(k kind) kind { k.checkWaiters = true; return k }
+
+func withModes(k kind, modes ...string) kind { k.modes = modes; return k }
+
+func redis(k kind) kind {
+	k.backend, k.modes = "redis", []string{"execute", "run"}
+	return k
+}
+
+func slow(k kind) kind {
+	k.ttl, k.hold, k.rounds = 2*time.Second, 4*time.Second, 1
+	return k
+}
+
+// summary collects one row per kind for the table at the end.
+var summary struct {
+	mu   sync.Mutex
+	rows []string
+}
+
+// TestFaults runs every fault kind at the same time (each has its own
+// server, proxy and log; started from goroutines, so -parallel does not
+// serialise them) and logs a summary table.
+func TestFaults(t *testing.T) {
+	binaries(t)
+	t.Logf("features: mlockd --quiet-period %v; mlock run MLOCK_TOKEN %v; client Lock.Deadline %v; redis-server %q",
+		bins.quietPeriod, bins.runToken, bins.deadline, bins.redis)
+	t.Cleanup(func() {
+		summary.mu.Lock()
+		defer summary.mu.Unlock()
+		sort.Strings(summary.rows)
+		var b strings.Builder
+		fmt.Fprintf(&b, "\n%-24s %6s %7s %6s %8s %7s %6s  %s\n", "kind", "rounds", "grants", "lost", "overlaps", "tokens", "waiter", "result")
+		for _, r := range summary.rows {
+			b.WriteString(r)
+		}
+		t.Log(b.String())
+	})
+	var wg sync.WaitGroup
+	for _, k := range kinds() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t.Run(k.name, func(t *testing.T) { runKind(t, k) })
+		}()
+	}
+	wg.Wait()
+}
+
+func envRounds(def int) int {
+	if n, err := strconv.Atoi(os.Getenv("MLOCK_FAULT_ROUNDS")); err == nil && n > 0 {
+		return n
+	}
+	return def
+}
+
+// harness is one kind's run: its server (mlockd or Redis) behind a proxy,
+// its workers and its log.
+type harness struct {
+	t    *testing.T
+	k    kind
+	dir  string
+	log  *historyLog
+	px   *proxy
+	uri  string
+	srvA []string // server command line
+	addr string   // server's own address
+	srv  *proc
+	srvO *os.File // server output
+
+	mu      sync.Mutex
+	live    map[string]*proc // running workers by id; guarded by mu
+	nextID  int              // guarded by mu
+	paused  bool             // no new workers; guarded by mu
+	waiters map[string]bool  // workers alive when a fault began
+	extra   sync.WaitGroup   // newcomers
+}
+
+func runKind(t *testing.T, k kind) {
+	h := &harness{t: t, k: k, dir: t.TempDir(), live: map[string]*proc{}, waiters: map[string]bool{}}
+	if k.backend == "redis" && bins.redis == "" {
+		t.Skip("redis-server not in PATH")
+	}
+	h.log = newHistoryLog(t, filepath.Join(h.dir, "history.log"))
+	o, err := os.Create(filepath.Join(h.dir, "server.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { o.Close() })
+	h.srvO = o
+	port := freePort(t)
+	h.addr = fmt.Sprintf("127.0.0.1:%d", port)
+	switch k.backend {
+	case "mlockd":
+		h.srvA = []string{bins.mlockd, "--listen", h.addr, "--session-grace", k.grace.String(),
+			"--data-dir", filepath.Join(h.dir, "data"), "--log-level", "warn"}
+	case "redis":
+		h.srvA = []string{bins.redis, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "",
+			"--appendonly", "no", "--dir", h.dir, "--protected-mode", "yes"}
+	}
+	h.startServer()
+	h.px = newProxy(t, h.addr)
+	if k.backend == "redis" {
+		h.uri = "redis://" + h.px.addr() + "/0"
+	} else {
+		h.uri = "mlock://" + h.px.addr()
+	}
+
+	rounds := envRounds(k.rounds)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range k.slots {
+		wg.Add(1)
+		go func() { defer wg.Done(); h.slot(stop, k.modes[i%len(k.modes)]) }()
+	}
+	noHolder := 0
+	for r := range rounds {
+		h.log.printf("round %d %d", now(), r+1)
+		if !h.awaitHolder(5 * time.Second) {
+			noHolder++
+		}
+		time.Sleep(time.Duration(rand.Int64N(int64(k.ttl / 2)))) // vary the phase
+		h.mu.Lock()
+		for w := range h.live {
+			h.waiters[w] = true
+		}
+		h.mu.Unlock()
+		k.fault(h)
+		time.Sleep(k.hold + k.ttl + 500*time.Millisecond) // recover; let a late overlap show
+	}
+	close(stop)
+	drained := make(chan struct{})
+	go func() { wg.Wait(); h.extra.Wait(); close(drained) }()
+	select {
+	case <-drained:
+	case <-time.After(k.wait + k.hold + k.ttl + 5*time.Second):
+		h.mu.Lock()
+		ps := make([]*proc, 0, len(h.live))
+		for _, p := range h.live {
+			ps = append(ps, p)
+		}
+		h.mu.Unlock()
+		for _, p := range ps {
+			p.kill()
+		}
+		<-drained
+	}
+	h.report(rounds, noHolder)
+}
+
+// startServer starts (or restarts, on the same port) the server.
+func (h *harness) startServer() {
+	p, err := start(h.t, h.dir, h.srvO, h.srvA[0], h.srvA[1:]...)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if err := waitDial(p, h.addr, h.k.backend == "redis"); err != nil {
+		p.kill()
+		h.t.Fatalf("%s: %v; output in %s", h.k.backend, err, h.srvO.Name())
+	}
+	h.srv = p
+}
+
+// slot runs workers one after another until stop.
+func (h *harness) slot(stop <-chan struct{}, mode string) {
+	for {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		h.mu.Lock()
+		paused := h.paused
+		h.mu.Unlock()
+		if paused {
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
+		p := h.spawn(mode)
+		if p == nil {
+			return
+		}
+		if h.reap(p) != "0" {
+			time.Sleep(50 * time.Millisecond) // do not spin while the server is away
+		}
+	}
+}
+
+// reap waits for worker p to exit, logs it and returns its status.
+func (h *harness) reap(p *proc) string {
+	<-p.done
+	status := p.status
+	if p.killed.Load() {
+		status = "killed"
+	}
+	h.log.printf("dead %s %d %s", p.wid, p.exited, status)
+	h.mu.Lock()
+	delete(h.live, p.wid)
+	h.mu.Unlock()
+	return status
+}
+
+// newcomer starts one worker besides the slots (one that arrives just as
+// the fault ends).
+func (h *harness) newcomer() {
+	if p := h.spawn(h.k.modes[0]); p != nil {
+		h.extra.Add(1)
+		go func() { defer h.extra.Done(); h.reap(p) }()
+	}
+}
+
+// spawn starts one worker in mode.
+func (h *harness) spawn(mode string) *proc {
+	h.mu.Lock()
+	h.nextID++
+	wid := fmt.Sprintf("w%d", h.nextID)
+	h.mu.Unlock()
+	k := h.k
+	common := []string{"-res", "r", "-hold", k.hold.String(), "-log", h.log.path, "-id", wid}
+	var name string
+	var args []string
+	switch mode {
+	case "client", "execute":
+		name = bins.worker
+		args = append([]string{"-mode", mode, "-uri", h.uri, "-ttl", k.ttl.String(), "-timeout", k.wait.String()}, common...)
+	case "run":
+		name = bins.mlock
+		killAfter := max(k.ttl/10, 50*time.Millisecond)
+		args = append([]string{"run", "--uri", h.uri, "--ttl", k.ttl.String(), "--timeout", k.wait.String(),
+			"--kill-after", killAfter.String(), "r", "--", bins.worker, "-mode", "exec"}, common...)
+	}
+	h.log.printf("spawn %s %d %s", wid, now(), mode)
+	p, err := start(h.t, h.dir, nil, name, args...)
+	if err != nil {
+		h.t.Errorf("starting a worker: %v", err)
+		return nil
+	}
+	p.wid = wid
+	h.mu.Lock()
+	h.live[wid] = p
+	h.mu.Unlock()
+	return p
+}
+
+// awaitHolder waits until some worker is in its critical section.
+func (h *harness) awaitHolder(limit time.Duration) bool {
+	return h.holder(limit) != nil
+}
+
+// holder returns a live worker in its critical section, waiting at most
+// limit for one.
+func (h *harness) holder(limit time.Duration) *proc {
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) {
+		if hist, err := h.log.read(); err == nil {
+			for i := len(hist.sections) - 1; i >= 0; i-- {
+				s := hist.sections[i]
+				if s.how != "open" {
+					continue
+				}
+				h.mu.Lock()
+				p := h.live[s.wid]
+				h.mu.Unlock()
+				if p != nil {
+					return p
+				}
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return nil
+}
+
+// The faults. Each writes "fault" lines to the history around itself.
+
+// serverKill kill -9s the server and restarts it on the same port after
+// down. New workers are held back from just before the kill until the
+// restart, so that every worker alive at the kill was holding or waiting;
+// one newcomer is started at once after the restart.
+func (h *harness) serverKill(down time.Duration) {
+	h.mu.Lock()
+	h.paused = true
+	h.mu.Unlock()
+	time.Sleep(300 * time.Millisecond)
+	h.mu.Lock()
+	for w := range h.live {
+		h.waiters[w] = true
+	}
+	h.mu.Unlock()
+	h.log.printf("fault %d %s kill -9", now(), h.k.backend)
+	h.srv.kill()
+	time.Sleep(down)
+	h.startServer()
+	h.log.printf("fault %d %s restarted", now(), h.k.backend)
+	h.newcomer()
+	h.mu.Lock()
+	h.paused = false
+	h.mu.Unlock()
+}
+
+func (h *harness) serverStop(d time.Duration) {
+	h.log.printf("fault %d server SIGSTOP for %v", now(), d)
+	h.srv.signal(syscall.SIGSTOP)
+	time.Sleep(d)
+	h.srv.signal(syscall.SIGCONT)
+	h.log.printf("fault %d server SIGCONT", now())
+}
+
+// holderStop stops the process group of a worker in its critical section.
+func (h *harness) holderStop(d time.Duration) {
+	p := h.holder(3 * time.Second)
+	if p == nil {
+		h.log.printf("fault %d no holder to stop", now())
+		return
+	}
+	h.log.printf("fault %d holder %s SIGSTOP for %v", now(), p.wid, d)
+	p.signal(syscall.SIGSTOP)
+	time.Sleep(d)
+	p.signal(syscall.SIGCONT)
+	h.log.printf("fault %d holder %s SIGCONT", now(), p.wid)
+}
+
+func (h *harness) blackhole(d time.Duration) {
+	h.log.printf("fault %d proxy blackhole for %v", now(), d)
+	h.px.setBlackhole(true)
+	time.Sleep(d)
+	h.px.setBlackhole(false)
+	h.log.printf("fault %d proxy forwards again", now())
+}
+
+func (h *harness) cut() {
+	h.log.printf("fault %d proxy cut", now())
+	h.px.cut()
+}
+
+// down cuts every connection and refuses new ones for d.
+func (h *harness) down(d time.Duration) {
+	h.log.printf("fault %d proxy down for %v", now(), d)
+	h.px.setRefuse(true)
+	h.px.cut()
+	time.Sleep(d)
+	h.px.setRefuse(false)
+	h.log.printf("fault %d proxy up", now())
+}
+
+func (h *harness) delay(d, span time.Duration) {
+	h.log.printf("fault %d proxy delay %v for %v", now(), d, span)
+	h.px.setDelay(d)
+	time.Sleep(span)
+	h.px.setDelay(0)
+	h.log.printf("fault %d proxy delay off", now())
+}
+
+// report checks the history, logs the kind's counts and fails the test on a
+// violation (or skips it, if the kind's gate is still closed).
+func (h *harness) report(rounds, noHolder int) {
+	t := h.t
+	hist, err := h.log.read()
+	if err != nil {
+		t.Fatalf("reading the history: %v", err)
+	}
+	var fenced time.Duration
+	if h.k.backend == "redis" {
+		// A Redis that lost its data cannot refuse a newcomer: the holder
+		// must learn of it at its next renewal (every ttl/3), and its
+		// token is below the newcomer's.
+		fenced = h.k.ttl/3 + 250*time.Millisecond
+	}
+	vs := hist.check(fenced)
+	if h.k.checkWaiters {
+		for w := range h.waiters {
+			started := false
+			for _, s := range hist.sections {
+				started = started || s.wid == w
+			}
+			st := hist.exits[w]
+			// 3: the Go client's wait failed; 125: mlock run's own error.
+			if !started && (st == "3" || st == "125") {
+				vs = append(vs, violation{kind: "waiter",
+					msg:  fmt.Sprintf("worker %s (%s) was waiting when the fault began and gave up with exit status %s instead of asking again", w, hist.modes[w], st),
+					from: hist.origin, to: 1<<63 - 1, wids: []string{w}})
+			}
+		}
+	}
+	grants, lost := len(hist.sections), 0
+	for _, s := range hist.sections {
+		if s.how != "ok" {
+			lost++
+		}
+	}
+	count := map[string]int{}
+	for _, v := range vs {
+		count[v.kind]++
+	}
+	gateOpen := h.k.gate == nil || h.k.gate.has() || os.Getenv("MLOCK_FAULT_STRICT") == "1"
+	result := "pass"
+	switch {
+	case len(vs) > 0 && gateOpen:
+		result = "FAIL"
+	case len(vs) > 0:
+		result = "expected (gate closed)"
+	}
+	if noHolder > 0 {
+		result += fmt.Sprintf("; %d rounds without a holder", noHolder)
+	}
+	summary.mu.Lock()
+	summary.rows = append(summary.rows, fmt.Sprintf("%-24s %6d %7d %6d %8d %7d %6d  %s\n",
+		h.k.name, rounds, grants, lost, count["overlap"], count["token"], count["waiter"], result))
+	summary.mu.Unlock()
+	t.Logf("%d rounds, %d grants, %d sections ended early, violations: %d overlap, %d token, %d waiter",
+		rounds, grants, lost, count["overlap"], count["token"], count["waiter"])
+	if grants == 0 {
+		t.Errorf("no worker ever held the lock; server output in %s", h.srvO.Name())
+	}
+	if len(vs) == 0 {
+		return
+	}
+	var b strings.Builder
+	shown := 0
+	for _, v := range vs {
+		if shown == 3 {
+			fmt.Fprintf(&b, "... and %d more\n", len(vs)-shown)
+			break
+		}
+		shown++
+		fmt.Fprintf(&b, "%s: %s\n%s", v.kind, v.msg, hist.excerpt(v, 30))
+	}
+	if keep := os.Getenv("MLOCK_FAULT_KEEP"); keep != "" {
+		dst := filepath.Join(keep, fmt.Sprintf("%s-%d.log", h.k.name, time.Now().Unix()))
+		if data, err := os.ReadFile(h.log.path); err == nil && os.MkdirAll(keep, 0o755) == nil && os.WriteFile(dst, data, 0o644) == nil {
+			fmt.Fprintf(&b, "history: %s\n", dst)
+		}
+	}
+	if !gateOpen {
+		t.Logf("violations (expected until %s is in the binaries):\n%s", h.k.gate.name, b.String())
+		t.Skipf("%d violations, expected until %s; MLOCK_FAULT_STRICT=1 fails on them", len(vs), h.k.gate.name)
+	}
+	t.Errorf("%d violations:\n%s", len(vs), b.String())
+}
