@@ -103,6 +103,7 @@ func (s *session) serve(nc net.Conn, r *bufio.Reader, resumed bool) {
 	wg.Add(2)
 	go s.writeLoop(nc, box, stop, &wg)
 	go s.pingLoop(nc, stop, &wg)
+	try, _ := tryWriter(nc)
 	var err error
 	var buf []byte
 	for {
@@ -114,6 +115,9 @@ func (s *session) serve(nc net.Conn, r *bufio.Reader, resumed bool) {
 		if cap(p) > cap(buf) && cap(p) <= 1<<20 {
 			buf = p[:0] // a large frame's buffer, kept for the next one
 		}
+		if !frameBuffered(r) {
+			s.endBatch(nc, box, try)
+		}
 	}
 	close(stop)
 	nc.Close()
@@ -121,6 +125,7 @@ func (s *session) serve(nc net.Conn, r *bufio.Reader, resumed bool) {
 
 	s.mu.Lock()
 	s.box = nil
+	s.answered = false // the next connection's callers wake its writer
 	s.up = make(chan struct{})
 	cerr := &Error{Type: TypeConnection, Msg: "connection lost", Err: err}
 	if s.closed {
@@ -138,6 +143,45 @@ func (s *session) serve(nc net.Conn, r *bufio.Reader, resumed bool) {
 	s.mu.Unlock()
 	if !errors.Is(err, net.ErrClosed) {
 		s.log.Warn("mlock: connection lost; reconnecting", "err", err)
+	}
+}
+
+// frameBuffered reports whether r holds a whole frame: reading it does not
+// block.
+func frameBuffered(r *bufio.Reader) bool {
+	b, _ := r.Peek(r.Buffered())
+	_, n, _, err := protocol.Next(b, protocol.MaxFrameLimit)
+	return n > 0 || err != nil
+}
+
+// endBatch ends the handling of what one read brought. The callers it
+// answered have queued their next commands without waking the writer: once
+// they have had the chance to run, the reader writes what they queued
+// itself, if the socket takes it without blocking (a reader blocked in a
+// write could deadlock with a server blocked writing to it); the writer
+// goroutine writes the rest.
+func (s *session) endBatch(nc net.Conn, box *protocol.Outbox, try func([]byte) (int, error)) {
+	s.mu.Lock()
+	answered := s.answered
+	s.mu.Unlock()
+	if !answered {
+		return
+	}
+	runtime.Gosched()
+	s.mu.Lock()
+	s.answered = false
+	s.mu.Unlock()
+	if try == nil {
+		s.kick()
+		return
+	}
+	done, err := box.TryFlush(try)
+	if err != nil {
+		nc.Close()
+		return
+	}
+	if !done {
+		s.kick()
 	}
 }
 
@@ -213,6 +257,7 @@ func (s *session) dispatch(p []byte) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.answered = true
 	switch m.Kind {
 	case protocol.MsgResult:
 		s.resultLocked(&m)

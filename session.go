@@ -72,22 +72,29 @@ func (r *registry) release(s *session) {
 //
 // Goroutines: run (the reconnect loop, which reads frames), and per TCP
 // connection a writer and a pinger; all end when the last Client closes.
+// The reader also writes: the commands of the callers it has just answered
+// go out in one write at the end of its read (see endBatch), the writer
+// sends the others.
 type session struct {
 	addr string
 	sid  string
 	opts Options
 	log  *slog.Logger
 
-	mu      sync.Mutex
-	refs    int              // guarded by mu: Clients using the session
-	closed  bool             // guarded by mu
-	up      chan struct{}    // guarded by mu: closed while connected
-	box     *protocol.Outbox // guarded by mu: the current connection's, nil while down
-	seq     uint64           // guarded by mu: the last request id
-	calls   map[uint64]*call // guarded by mu: waiting for their result, by request id
-	locks   map[string]*Lock // guarded by mu: waiting (id known) and held, by lock id
-	everUp  bool             // guarded by mu
-	backoff time.Duration    // owned by run
+	mu     sync.Mutex
+	refs   int              // guarded by mu: Clients using the session
+	closed bool             // guarded by mu
+	up     chan struct{}    // guarded by mu: closed while connected
+	box    *protocol.Outbox // guarded by mu: the current connection's, nil while down
+	seq    uint64           // guarded by mu: the last request id
+	calls  map[uint64]*call // guarded by mu: waiting for their result, by request id
+	locks  map[string]*Lock // guarded by mu: waiting (id known) and held, by lock id
+	everUp bool             // guarded by mu
+	// answered is set while the reader hands out the answers of one read:
+	// it writes the commands the callers queue meanwhile itself, once
+	// they have had the chance to run.
+	answered bool          // guarded by mu
+	backoff  time.Duration // owned by run
 
 	wake   chan struct{} // cap 1: the box has frames
 	quit   chan struct{} // closed by the last release
@@ -175,10 +182,14 @@ func (s *session) send(ctx context.Context, l *Lock, v protocol.Verb, args []str
 			l.state = waiting
 		}
 		s.box.Build(func(b []byte) []byte { return protocol.AppendCommandSeq(b, v, seq, args...) })
+		kick := !s.answered
 		s.mu.Unlock()
-		// The writer goroutine gathers the commands of every caller into one
-		// write: fewer system calls here and on the server.
-		s.kick()
+		// The writer goroutine (or the reader, at the end of the answers
+		// of a read) gathers the commands of every caller into one write:
+		// fewer system calls here and on the server.
+		if kick {
+			s.kick()
+		}
 		return cl, nil
 	}
 }
@@ -246,7 +257,9 @@ func (s *session) forgetLocked(id string) {
 	s.seq++
 	seq := s.seq
 	s.box.Build(func(b []byte) []byte { return protocol.AppendCommandSeq(b, protocol.VerbUnlock, seq, id) })
-	s.kick()
+	if !s.answered {
+		s.kick()
+	}
 }
 
 // ---- locks ----

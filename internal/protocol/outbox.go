@@ -96,6 +96,50 @@ func (o *Outbox) Flush(w io.Writer) (n int, err error) {
 	}
 }
 
+// TryFlush is Flush through a write that may give up without blocking: w
+// writes a prefix of what it is given (a non-blocking socket write) and
+// returns its length. What w leaves stays queued, at the front, and done
+// is false: a Flush (or TryFlush) must write it later. done is true when
+// the queue was written, or when another goroutine is flushing (it writes
+// what was queued meanwhile). A write error is returned at once; the bytes
+// of the failed write are lost.
+func (o *Outbox) TryFlush(w func([]byte) (int, error)) (done bool, err error) {
+	for {
+		o.mu.Lock()
+		if o.writing || len(o.out) == 0 {
+			o.mu.Unlock()
+			return true, nil
+		}
+		o.writing = true
+		buf := o.out
+		o.out, o.spare = o.spare[:0], nil
+		o.mu.Unlock()
+
+		k, err := w(buf)
+		k = min(max(k, 0), len(buf))
+
+		o.mu.Lock()
+		o.writing = false
+		if err == nil && k < len(buf) && !o.dead {
+			// Put the rest back in front of what was queued meanwhile.
+			later := o.out
+			o.out = append(append(buf[:0], buf[k:]...), later...)
+			if cap(later) <= maxSpare {
+				o.spare = later[:0]
+			}
+			o.mu.Unlock()
+			return false, nil
+		}
+		if cap(buf) <= maxSpare {
+			o.spare = buf[:0]
+		}
+		o.mu.Unlock()
+		if err != nil {
+			return false, err
+		}
+	}
+}
+
 // Reset drops the queued bytes and revives a dead box (the connection was
 // replaced). A Flush under way finishes its current write.
 func (o *Outbox) Reset() {

@@ -172,3 +172,66 @@ func TestOutboxResetDuringWrite(t *testing.T) {
 		t.Fatalf("writes = %q", w.writes)
 	}
 }
+
+func TestOutboxTryFlushKeepsWhatIsNotWritten(t *testing.T) {
+	o := NewOutbox(0)
+	o.Write([]byte("abcdef"))
+	var got []byte
+	// The socket takes 4 bytes; meanwhile another frame is queued.
+	done, err := o.TryFlush(func(b []byte) (int, error) {
+		got = append(got, b[:4]...)
+		o.Write([]byte("gh")) // a caller queues while the write is under way
+		return 4, nil
+	})
+	if done || err != nil {
+		t.Fatalf("TryFlush = %v, %v; want false, nil", done, err)
+	}
+	if o.Len() != 4 {
+		t.Fatalf("queued %d bytes, want 4", o.Len())
+	}
+	// A full socket takes nothing: everything stays, in order.
+	if done, err := o.TryFlush(func([]byte) (int, error) { return 0, nil }); done || err != nil {
+		t.Fatalf("TryFlush on a full socket = %v, %v", done, err)
+	}
+	var w bytes.Buffer
+	if _, err := o.Flush(&w); err != nil {
+		t.Fatal(err)
+	}
+	if all := string(got) + w.String(); all != "abcdefgh" {
+		t.Fatalf("written %q, want abcdefgh", all)
+	}
+	// Everything written: done.
+	o.Write([]byte("ij"))
+	if done, err := o.TryFlush(func(b []byte) (int, error) { return len(b), nil }); !done || err != nil || o.Len() != 0 {
+		t.Fatalf("TryFlush = %v, %v with %d bytes left", done, err, o.Len())
+	}
+	// A write error is returned; the bytes are lost.
+	o.Write([]byte("kl"))
+	boom := errors.New("boom")
+	if done, err := o.TryFlush(func([]byte) (int, error) { return 0, boom }); done || !errors.Is(err, boom) || o.Len() != 0 {
+		t.Fatalf("TryFlush = %v, %v with %d bytes left", done, err, o.Len())
+	}
+}
+
+func TestOutboxTryFlushLeavesAFlushUnderWay(t *testing.T) {
+	o := NewOutbox(0)
+	w := &slowWriter{entered: make(chan struct{}), release: make(chan struct{})}
+	o.Write([]byte("first"))
+	flushed := make(chan error, 1)
+	go func() { _, err := o.Flush(w); flushed <- err }()
+	<-w.entered
+	o.Write([]byte("second"))
+	called := false
+	if done, err := o.TryFlush(func(b []byte) (int, error) { called = true; return len(b), nil }); !done || err != nil || called {
+		t.Fatalf("TryFlush during a Flush = %v, %v (wrote: %v)", done, err, called)
+	}
+	w.release <- struct{}{}
+	<-w.entered // the Flush writes what was queued meanwhile
+	w.release <- struct{}{}
+	if err := <-flushed; err != nil {
+		t.Fatal(err)
+	}
+	if len(w.writes) != 2 || string(w.writes[1]) != "second" {
+		t.Fatalf("writes %q", w.writes)
+	}
+}
