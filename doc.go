@@ -36,8 +36,9 @@
 //
 // Client.Lock checks the names (the server's own rule), and the session
 // appends a "lock" command to the connection's outbox (internal/protocol),
-// which one writer goroutine sends together with the other callers'
-// commands. The server (package server) applies it to the lock service core
+// which goes out in one write together with the other callers'
+// commands: the session's reader writes those of the callers it has just
+// answered, a writer goroutine the rest. The server (package server) applies it to the lock service core
 // (internal/core, over the engine internal/locktable) and answers with a
 // result, then a "locked" push once the lock is granted. The session's
 // reader parses both (protocol.ParseMessage), answers the caller's call at
