@@ -125,7 +125,7 @@ func (c *conn) connect(tx *core.Tx, f [][]byte) bool {
 	sess.c = c
 	c.sess = sess
 	_ = c.nc.SetReadDeadline(time.Time{})
-	s.scratch = protocol.AppendConnected(s.scratch[:0], resumed)
+	s.scratch = protocol.AppendConnected(s.scratch[:0], resumed, -1)
 	c.write(s.scratch)
 	if len(sess.offline) > 0 {
 		c.write(sess.offline)

@@ -21,13 +21,23 @@ const (
 	PushReleased
 )
 
-// AppendConnected appends "connected 1.0 new" or, for a session that was
-// kept, "connected 1.0 resumed".
-func AppendConnected(dst []byte, resumed bool) []byte {
+// AppendConnected appends "connected 1.0 new <graceMs>" or, for a session
+// that was kept, "connected 1.0 resumed <graceMs>". graceMs (extension) is
+// the server's session grace period in milliseconds: how long the session
+// outlives the server's last answer to it once its connection is gone. A
+// negative graceMs is left out.
+func AppendConnected(dst []byte, resumed bool, graceMs int64) []byte {
+	dst, st := Begin(dst)
 	if resumed {
-		return Append(dst, "connected 1.0 resumed")
+		dst = append(dst, "connected 1.0 resumed"...)
+	} else {
+		dst = append(dst, "connected 1.0 new"...)
 	}
-	return Append(dst, "connected 1.0 new")
+	if graceMs >= 0 {
+		dst = append(dst, ' ')
+		dst = AppendInt(dst, graceMs)
+	}
+	return End(dst, st)
 }
 
 // AppendError appends "error <text>": a connection error, after which the

@@ -10,8 +10,9 @@ func TestBuilders(t *testing.T) {
 		got  []byte
 		want string
 	}{
-		{"connected new", AppendConnected(nil, false), "connected 1.0 new"},
-		{"connected resumed", AppendConnected(nil, true), "connected 1.0 resumed"},
+		{"connected new", AppendConnected(nil, false, 15000), "connected 1.0 new 15000"},
+		{"connected without grace", AppendConnected(nil, false, -1), "connected 1.0 new"},
+		{"connected resumed", AppendConnected(nil, true, 0), "connected 1.0 resumed 0"},
 		{"error", AppendError(nil, CodeTakenOver), "error session taken over by a new connection!"},
 		{"ok", AppendOK(nil, []byte("r1"), []byte("pong")), "result r1 success pong"},
 		{"ok id", AppendOKID(nil, []byte("r1"), id), "result r1 success " + hex},

@@ -47,6 +47,7 @@ const (
 	CodeTooManyConnections // "too many connections!"
 	CodeTakenOver          // "session taken over by a new connection!"
 	CodeSocketIDTooLong    // "socketId is too long!"
+	CodeShuttingDown       // "server shutting down!": every lock of the session is gone
 
 	numCodes
 )
@@ -77,6 +78,7 @@ var codeTexts = [numCodes]string{
 	CodeTooManyConnections: "too many connections!",
 	CodeTakenOver:          "session taken over by a new connection!",
 	CodeSocketIDTooLong:    "socketId is too long!",
+	CodeShuttingDown:       "server shutting down!",
 }
 
 // Text returns the code's wire text; "" for CodeUnknown.

@@ -9,7 +9,7 @@ import (
 type MsgKind uint8
 
 const (
-	MsgConnected MsgKind = iota + 1 // connected <apiVersion> [new|resumed]
+	MsgConnected MsgKind = iota + 1 // connected <apiVersion> [new|resumed [<graceMs>]]
 	MsgError                        // error <text>: the server closes the connection
 	MsgResult                       // result <req> success <payload> | result <req> failed <reason>
 	MsgLocked                       // locked <lockId> <expiresAtMs> [<token>]
@@ -40,6 +40,9 @@ type Message struct {
 	Token       uint64
 	// Resumed: "connected ... resumed": the session and its locks were kept.
 	Resumed bool
+	// GraceMs is the session grace period the server announced in
+	// "connected 1.0 new|resumed <graceMs>", or -1 if it announced none.
+	GraceMs int64
 	// Released: "expired <id> released": released by its owner, not expired.
 	Released bool
 	// Text is an error message's text.
@@ -108,8 +111,14 @@ func ParseMessage(p []byte) (Message, error) {
 			m.Released = string(extra) == "released"
 		}
 	case "connected":
-		_, mode, _ := cut(rest)
-		m.Kind, m.Resumed = MsgConnected, string(mode) == "resumed"
+		_, rest, _ := cut(rest)
+		mode, grace, hasGrace := cut(rest)
+		m.Kind, m.Resumed, m.GraceMs = MsgConnected, string(mode) == "resumed", -1
+		if hasGrace {
+			if n, ok := Int(grace); ok && n >= 0 {
+				m.GraceMs = n
+			}
+		}
 	case "error":
 		m.Kind, m.Code, m.Text = MsgError, CodeOf(rest), string(rest)
 	default:

@@ -16,9 +16,12 @@ func TestParseMessage(t *testing.T) {
 		in   string
 		want Message
 	}{
-		{"connected 1.0 new", Message{Kind: MsgConnected}},
-		{"connected 1.0 resumed", Message{Kind: MsgConnected, Resumed: true}},
-		{"connected 1.0", Message{Kind: MsgConnected}},
+		{"connected 1.0 new", Message{Kind: MsgConnected, GraceMs: -1}},
+		{"connected 1.0 resumed", Message{Kind: MsgConnected, Resumed: true, GraceMs: -1}},
+		{"connected 1.0", Message{Kind: MsgConnected, GraceMs: -1}},
+		{"connected 1.0 new 15000", Message{Kind: MsgConnected, GraceMs: 15000}},
+		{"connected 1.0 resumed 0", Message{Kind: MsgConnected, Resumed: true, GraceMs: 0}},
+		{"connected 1.0 new x", Message{Kind: MsgConnected, GraceMs: -1}},
 		{"error frame too large!", Message{Kind: MsgError, Code: CodeFrameTooLarge, Text: "frame too large!"}},
 		{"error what?", Message{Kind: MsgError, Text: "what?"}},
 		{"result r1 success pong", Message{Kind: MsgResult, Req: []byte("r1"), OK: true, Payload: []byte("pong")}},
