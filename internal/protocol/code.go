@@ -101,60 +101,20 @@ func (c Code) String() string {
 // without allocating. ParseMessage uses it; see there for texts followed by
 // a detail.
 func CodeOf(text []byte) Code {
-	switch string(text) {
-	case "ttl should be integer!":
-		return CodeInvalidTTL
-	case "can not tolerate!":
-		return CodeCannotTolerate
-	case "lock not exist!":
-		return CodeLockNotExist
-	case "not locked yet!":
-		return CodeNotLockedYet
-	case "invalid message!":
-		return CodeInvalidMessage
-	case "timeout should be integer!":
-		return CodeInvalidTimeout
-	case "tolerate should be integer!":
-		return CodeInvalidTolerate
-	case "invalid resource!":
-		return CodeInvalidResource
-	case "too many resources!":
-		return CodeTooManyResources
-	case "resource is locked!":
-		return CodeBusy
-	case "queue is full!":
-		return CodeQueueFull
-	case "too many locks in this session!":
-		return CodeSessionLimit
-	case "invalid owner!":
-		return CodeInvalidOwner
-	case "owner holds an overlapping lock!":
-		return CodeOwnerConflict
-	case "missing arguments!":
-		return CodeMissingArguments
-	case "should connect first!", "shoule connect first!": // 0.1.x spelt it shoule
-		return CodeConnectFirst
-	case "duplicate connect!":
-		return CodeDuplicateConnect
-	case "socketId is required!":
-		return CodeSocketIDRequired
-	case "apiVersion is required!":
-		return CodeAPIVersionRequired
-	case "auth timeout!":
-		return CodeAuthTimeout
-	case "invalid frame!":
-		return CodeInvalidFrame
-	case "frame too large!":
-		return CodeFrameTooLarge
-	case "too many connections!":
-		return CodeTooManyConnections
-	case "session taken over by a new connection!":
-		return CodeTakenOver
-	case "socketId is too long!":
-		return CodeSocketIDTooLong
-	}
-	return CodeUnknown
+	return codeOf[string(text)] // no allocation: the conversion is only a key
 }
+
+// codeOf is codeTexts reversed, plus the 0.1.x servers' spelling of
+// "should connect first!".
+var codeOf = func() map[string]Code {
+	m := map[string]Code{"shoule connect first!": CodeConnectFirst}
+	for c, t := range codeTexts {
+		if t != "" {
+			m[t] = Code(c)
+		}
+	}
+	return m
+}()
 
 // HasDetail reports whether a failure with this code may carry a detail
 // (the resource that is busy or conflicting) after its text. Only the
