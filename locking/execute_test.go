@@ -21,6 +21,7 @@ type scripted struct {
 	lease    locking.Lease // returned by Acquire (Token 1 if zero)
 	owners   []string      // of Acquire
 	released []string      // owners of Release
+	gone     bool          // Release answers false: the keys were no longer the owner's
 }
 
 func (s *scripted) Acquire(ctx context.Context, keys []string, o locking.AcquireOptions) (locking.Lease, error) {
@@ -47,7 +48,7 @@ func (s *scripted) Release(_ context.Context, _ []string, o locking.ReleaseOptio
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.released = append(s.released, o.OwnerID)
-	return true, nil
+	return !s.gone, nil
 }
 
 func (s *scripted) ReleaseAll(context.Context, locking.ReleaseOptions) error { return nil }
@@ -189,6 +190,23 @@ func TestExecuteLeaseLost(t *testing.T) {
 	}
 	if len(s.released) != 1 {
 		t.Fatalf("released %v", s.released)
+	}
+}
+
+// A job that ends normally but whose release finds the keys no longer the
+// owner's (a Redis that lost its data between two checks) did not run under
+// the lock to its end: Execute reports the loss, not a success.
+func TestExecuteReleaseFindsTheLockGone(t *testing.T) {
+	s := &scripted{gone: true}
+	err := locking.Execute(context.Background(), s, []string{"k"}, func(context.Context) error { return nil },
+		locking.ExecuteOptions{Expire: time.Minute})
+	if !errors.Is(err, locking.ErrLost) {
+		t.Fatalf("Execute = %v, want ErrLost", err)
+	}
+	s.gone = false
+	if err := locking.Execute(context.Background(), s, []string{"k"}, func(context.Context) error { return nil },
+		locking.ExecuteOptions{Expire: time.Minute}); err != nil {
+		t.Fatalf("Execute = %v, want nil", err)
 	}
 }
 

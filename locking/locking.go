@@ -275,7 +275,9 @@ const releaseTimeout = 5 * time.Second
 // if the provider's own Lease.Deadline (less Lead) comes first.
 //
 // It returns job's error; an error of kind ErrLost (joined with job's own
-// error, unless that is only the cancellation) if the lease was lost; an
+// error, unless that is only the cancellation) if the lease was lost, also
+// when nothing said so while the job ran but the release at the end found
+// the keys no longer the owner's (the job did not end under the lock); an
 // error of kind ErrTimeout if the wait ran out; ErrConflict with NoWait;
 // ErrInvalidKey for bad keys; ErrInvalidOptions, before acquiring anything,
 // for a Lead not below Expire/2 (or an Expire too short for its margin). It
@@ -317,10 +319,13 @@ func ExecuteLease(ctx context.Context, p Provider, keys []string, job func(ctx c
 		actx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
-	release := func() {
+	// release reports false when the provider said the keys were no longer
+	// all the owner's: the lock was lost before the job ended.
+	release := func() bool {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 		defer cancel()
-		_, _ = p.Release(rctx, keys, ReleaseOptions{OwnerID: owner})
+		held, err := p.Release(rctx, keys, ReleaseOptions{OwnerID: owner})
+		return held || err != nil
 	}
 	l, err := p.Acquire(actx, keys, AcquireOptions{OwnerID: owner, Expire: expire, AwaitQueue: !opts.NoWait})
 	if err != nil {
@@ -334,7 +339,12 @@ func ExecuteLease(ctx context.Context, p Provider, keys []string, job func(ctx c
 	lo.Lost, lo.Deadline, lo.Start = l.Lost, l.Deadline, l.Sent
 	lo.Cause = func() error { return &Error{Kind: ErrLost, Keys: keys} }
 	ferr, lost := lease.Run(ctx, lo, func(jctx context.Context) error { return job(jctx, l) })
-	release()
+	if !release() && lost == nil {
+		// Nobody said so while the job ran (a Redis that lost its data
+		// between two checks, say), but the job did not end under the lock:
+		// report the loss rather than a success.
+		lost = &Error{Kind: ErrLost, Keys: keys}
+	}
 	if lost != nil {
 		if ferr != nil && !errors.Is(ferr, context.Canceled) && !errors.Is(ferr, ErrLost) {
 			return errors.Join(lost, ferr)
