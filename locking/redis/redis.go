@@ -76,6 +76,8 @@ const (
 )
 
 // ErrNoRedisURL is Medusa's error for a provider without a Redis URL.
+//
+//lint:ignore ST1005 Medusa's text, kept byte for byte
 var ErrNoRedisURL = errors.New(`No "redisUrl" provided in "locking" module, "locking-redis" provider options. It is required for the "locking-redis" Module provider.`)
 
 // Options are Medusa's locking-redis options. Zero fields take the defaults.
