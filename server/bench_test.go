@@ -78,7 +78,7 @@ func (c *benchConn) unlock(id string) {
 }
 
 func benchServer(b *testing.B) string {
-	srv, err := New(Config{})
+	srv, err := New(Config{QuietPeriod: -1})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -109,6 +109,10 @@ func (c *conn) connect(tx *core.Tx, f [][]byte) bool {
 		c.sendError(protocol.CodeSocketIDTooLong)
 		return true
 	}
+	if s.closing {
+		c.sendError(protocol.CodeShuttingDown)
+		return true
+	}
 	id := string(f[1])
 	sess := s.sessions[id]
 	resumed := sess != nil
@@ -116,7 +120,9 @@ func (c *conn) connect(tx *core.Tx, f [][]byte) bool {
 		sess = &session{id: id, hash: s.shortHash(id)}
 		s.sessions[id] = sess
 	} else if old := sess.c; old != nil {
-		// The old connection may be half-open: the new one takes over.
+		// The old connection may be half-open: the new one takes over. The
+		// session moves without a detach, so its grace does not start:
+		// takeover never shortens what its client may believe.
 		old.sess = nil
 		old.sendError(protocol.CodeTakenOver)
 		s.log.Info("session taken over by a new connection", "session", sess.hash, "old", old.remote, "new", c.remote)
@@ -125,7 +131,7 @@ func (c *conn) connect(tx *core.Tx, f [][]byte) bool {
 	sess.c = c
 	c.sess = sess
 	_ = c.nc.SetReadDeadline(time.Time{})
-	s.scratch = protocol.AppendConnected(s.scratch[:0], resumed, -1)
+	s.scratch = protocol.AppendConnected(s.scratch[:0], resumed, s.graceMs)
 	c.write(s.scratch)
 	if len(sess.offline) > 0 {
 		c.write(sess.offline)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/mlock-dev/mlock/internal/core"
+	"github.com/mlock-dev/mlock/internal/datadir"
 	"github.com/mlock-dev/mlock/internal/protocol"
 )
 
@@ -22,6 +23,7 @@ const (
 	DefaultStatusLimit      = 1000
 	DefaultMaxSocketIDLen   = 256
 	DefaultWriteTimeout     = 10 * time.Second
+	DefaultShutdownWait     = 2 * time.Second
 
 	DefaultSessionGrace       = core.DefaultSessionGrace       // 15 s
 	DefaultMaxResources       = core.DefaultMaxResources       // 64
@@ -86,11 +88,33 @@ type Config struct {
 	// locks. Default 1000.
 	StatusLimit int
 
-	// DataDir, if set, is a directory where the server keeps the fencing
-	// token high-water mark, so tokens never repeat across restarts even if
-	// the clock goes back. Without it the first token is the start time in
-	// microseconds, which never repeats on a sane clock.
+	// DataDir is the data directory (internal/datadir): the fencing-token
+	// high-water mark, so tokens never repeat across restarts even if the
+	// clock goes back, and how the previous run ended, so that a start that
+	// may follow a crash is quiet (QuietPeriod). New opens and locks it
+	// (created if missing, mode 0700); a second server on the same
+	// directory fails with an error wrapping datadir.ErrInUse. Empty: no
+	// directory; the first token is the start time in microseconds, and
+	// since the history is unknown every start is quiet unless QuietPeriod
+	// is negative. (mlockd's default is datadir.DefaultDir, "mlockd.data".)
 	DataDir string
+	// QuietPeriod is how long a start that may follow a crash grants
+	// nothing: requests queue and are granted when it ends, try-locks are
+	// refused as busy. A client of the previous run may believe it holds a
+	// lock until its last answer plus the session grace, so the default is
+	// datadir.QuietPeriod(SessionGrace): the grace plus 1 % plus 5 ms. A
+	// start is quiet after a crash, after a shutdown that could not confirm
+	// every holder learned of it, and always without DataDir. Negative: never
+	// quiet, unsafe (a restarted server may grant a lock a client still
+	// believes it holds), for tests that restart servers on purpose.
+	QuietPeriod time.Duration
+	// ShutdownWait is how long Shutdown waits, after telling every holder
+	// that its locks are gone, for those clients to close their
+	// connections (never past Shutdown's context). A holder that does not
+	// close in time makes the next start quiet. Only with a DataDir and a
+	// quiet period: otherwise there is nothing to record and Shutdown does
+	// not wait. Default 2 s; negative: no wait.
+	ShutdownWait time.Duration
 }
 
 // Validate reports the first field of c that is out of range.
@@ -137,6 +161,15 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxTimeout == 0 {
 		c.MaxTimeout = DefaultMaxTimeout
+	}
+	if c.SessionGrace == 0 {
+		c.SessionGrace = DefaultSessionGrace
+	}
+	if c.QuietPeriod == 0 {
+		c.QuietPeriod = datadir.QuietPeriod(max(c.SessionGrace, 0))
+	}
+	if c.ShutdownWait == 0 {
+		c.ShutdownWait = DefaultShutdownWait
 	}
 	c.MaxConns = core.Limit(c.MaxConns, DefaultMaxConns)
 	c.MaxPendingOutput = core.Limit(c.MaxPendingOutput, DefaultMaxPendingOutput)

@@ -3,10 +3,12 @@ package server
 import (
 	"bytes"
 	"errors"
+	"io"
 	"net"
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/mlock-dev/mlock/internal/core"
@@ -23,6 +25,13 @@ type conn struct {
 
 	sess  *session // guarded by the core: set by connect
 	dirty bool     // guarded by the core: in srv.dirty
+	told  bool     // guarded by the core: Shutdown told its holder and waits for the client to close
+	plain bool     // guarded by the core: an unframed status request, not a protocol client
+
+	// peerClosed: the reader ended because the client closed the
+	// connection (EOF or reset), not because the server closed it. Written
+	// by the reader before cleanup, which runs on the reader too.
+	peerClosed bool
 
 	// out queues the frames for the client (at most MaxPendingOutput
 	// bytes); the reader flushes its own replies at the end of a read
@@ -105,7 +114,10 @@ func (s *Server) accept(nc net.Conn) {
 func (c *conn) write(b []byte) {
 	if c.out.Write(b) {
 		c.srv.log.Warn("client is not reading its replies: disconnected", "remote", c.remote)
-		c.nc.Close() // unblocks the writer; the reader ends and detaches the session
+		// Closing unblocks the writer; the reader then ends and cleanup
+		// detaches the session, which starts its grace only then: after
+		// every answer the server gave on it.
+		c.nc.Close()
 		c.finish()
 		return
 	}
@@ -118,9 +130,6 @@ func (c *conn) write(b []byte) {
 // finish ends the connection: the writer flushes what is queued and closes
 // the socket.
 func (c *conn) finish() { c.doneOnce.Do(func() { close(c.done) }) }
-
-// closeAfterFlush is finish for callers in a core batch.
-func (c *conn) closeAfterFlush() { c.finish() }
 
 // sendError queues "error <text of code>" and ends the connection, as the
 // original server does. It runs in a core batch.
@@ -148,6 +157,8 @@ func (c *conn) writeLoop() {
 		select {
 		case <-c.wake:
 			if err := c.flush(); err != nil {
+				// A write timeout or error: as for a slow reader, the
+				// session's grace starts when the reader has ended.
 				c.nc.Close()
 				c.finish()
 				return
@@ -212,6 +223,7 @@ func (c *conn) readLoop() {
 			}
 		}
 		if err != nil {
+			c.peerClosed = errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)
 			if errors.Is(err, os.ErrDeadlineExceeded) {
 				s.core.Batch(func(*core.Tx) {
 					if c.sess == nil {
@@ -290,7 +302,7 @@ func (c *conn) plainStatus(buf []byte) {
 	if string(bytes.TrimSpace(buf)) == "status" {
 		s := c.srv
 		var text []byte
-		s.core.Batch(func(tx *core.Tx) { text = s.statusText(tx) })
+		s.core.Batch(func(tx *core.Tx) { c.plain = true; text = s.statusText(tx) })
 		_ = c.nc.SetWriteDeadline(time.Now().Add(5 * time.Second))
 		_, _ = c.nc.Write(text)
 	}
@@ -299,10 +311,30 @@ func (c *conn) plainStatus(buf []byte) {
 
 // cleanup runs when the reader ends: the session, if any, starts its grace
 // period.
+//
+// Safety: a client may believe it holds its locks until the send time of
+// the last request answered on its session plus the grace it was announced.
+// The grace must therefore start no earlier than the server's last answer
+// on the session. It starts here, in a batch after every batch that ran a
+// command of this connection (the reader has ended), and nowhere else: a
+// connection closed for a slow reader or a failed write gets here too,
+// once its reader ends; a takeover moves the session to the new connection
+// without a detach (connect); there is no idle timeout.
 func (c *conn) cleanup() {
 	s := c.srv
 	s.core.Batch(func(tx *core.Tx) {
 		delete(s.conns, c)
+		if c.told {
+			// Shutdown was waiting for this client to close: it did, or the
+			// server closed the connection (then it is not confirmed).
+			c.told = false
+			if c.peerClosed && c.sess != nil {
+				c.sess.confirmed = true
+			}
+			if s.awaiting--; s.awaiting == 0 && s.awaitDone != nil {
+				close(s.awaitDone)
+			}
+		}
 		if sess := c.sess; sess != nil && sess.c == c {
 			sess.c = nil
 			c.sess = nil

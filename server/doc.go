@@ -29,12 +29,34 @@
 // with the same socketId. When the grace period ends its held locks are
 // released and its waiting requests removed.
 //
-// # Caveats
+// # Restarts and shutdown
 //
 // State is in memory: a restart loses every lock (a reconnecting client is
-// told its session is new). Fencing tokens never repeat across restarts:
-// with Config.DataDir the high-water mark is kept on disk; without it the
-// first token is the start time in microseconds.
+// told its session is new). A client may believe it holds a lock until the
+// send time of the last request the server answered on its session plus
+// the session grace, which the handshake announces; the server never frees
+// a session's locks earlier (the grace starts when the session's connection
+// has ended, after its last answer).
+//
+// So a start that may follow a crash grants nothing for Config.QuietPeriod
+// (default: the grace plus 1 % plus 5 ms): requests queue and are granted
+// when it ends, try-locks are refused as busy, and status shows quietUntil.
+// With Config.DataDir (internal/datadir) the server knows how its previous
+// run ended: a new directory, or a clean shutdown whose holders all
+// confirmed, grants at once; a crash, or a shutdown with a holder that did
+// not confirm, is quiet. Without a data directory every start is quiet
+// unless QuietPeriod is negative (unsafe, for tests).
+//
+// Shutdown stops granting, pushes "expired <id>" for every held lock and
+// then "error server shutting down!" to every connection, and waits up to
+// Config.ShutdownWait for the holders' clients to close their connections
+// (the confirmation) before it records the shutdown in the data directory.
+//
+// Fencing tokens never repeat across restarts: with Config.DataDir the
+// high-water mark is kept on disk; in every case the first token is at
+// least the start time in microseconds.
+//
+// # Caveats
 //
 // Every limit of Config is enforced per request or per connection; a client
 // that breaks one gets an error (or, for a malformed frame, its connection

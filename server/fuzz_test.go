@@ -31,7 +31,7 @@ func FuzzCommands(f *testing.F) {
 	f.Add([]byte{0, 0, 0, 0}, uint8(2))
 	f.Fuzz(func(t *testing.T, data []byte, seed uint8) {
 		const maxFrame = 512
-		srv, err := New(Config{MaxFrame: maxFrame, MaxPendingOutput: 64 << 10, SessionGrace: time.Millisecond})
+		srv, err := New(Config{MaxFrame: maxFrame, MaxPendingOutput: 64 << 10, SessionGrace: time.Millisecond, QuietPeriod: -1})
 		if err != nil {
 			t.Fatal(err)
 		}

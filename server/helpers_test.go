@@ -18,8 +18,13 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // start runs a server on 127.0.0.1:0 and stops it when the test ends.
+// Without a data directory or a quiet period in cfg, the server grants at
+// once (QuietPeriod -1).
 func start(t testing.TB, cfg Config) *Server {
 	t.Helper()
+	if cfg.DataDir == "" && cfg.QuietPeriod == 0 {
+		cfg.QuietPeriod = -1
+	}
 	srv, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -68,7 +73,7 @@ func connected(t testing.TB, srv *Server, sid string) *raw {
 	t.Helper()
 	c := dialRaw(t, srv)
 	c.send("connect " + sid + " 1.0")
-	c.expect("connected 1.0 new")
+	c.expect("connected 1.0 new *")
 	return c
 }
 

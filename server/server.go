@@ -4,13 +4,16 @@ import (
 	"context"
 	crand "crypto/rand"
 	"errors"
+	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/mlock-dev/mlock/internal/core"
+	"github.com/mlock-dev/mlock/internal/datadir"
 	"github.com/mlock-dev/mlock/internal/protocol"
 )
 
@@ -34,6 +37,8 @@ type Server struct {
 	startNs int64 // start in Unix ns, on the core's clock
 	hashKey [16]byte
 	core    *core.Core
+	dir     *datadir.Dir // nil: no data directory
+	graceMs int64        // the session grace announced in the handshake
 
 	sessions map[string]*session                           // guarded by the core
 	conns    map[*conn]struct{}                            // guarded by the core
@@ -44,8 +49,14 @@ type Server struct {
 	pushes   []byte                                        // guarded by the core: push frames not delivered yet
 	pending  []pendingPush                                 // guarded by the core: where they go, in order
 	resBuf   []string                                      // guarded by the core: resources of the request being handled
-	tokens   *tokenStore                                   // guarded by the core
 	counters struct{ intolerance, conns, rejected uint64 } // guarded by the core
+
+	quietUntil int64         // guarded by the core: end of the quiet start (Unix ns; 0: none)
+	quietOver  bool          // guarded by the core: its end was logged
+	markFailed bool          // guarded by the core: the last token-mark write failed (logged once)
+	closing    bool          // guarded by the core: Shutdown began; grants are held, connects refused
+	awaiting   int           // guarded by the core: told holders' connections Shutdown waits for
+	awaitDone  chan struct{} // guarded by the core: closed when awaiting drops to 0
 
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{} // guarded by mu
@@ -61,9 +72,17 @@ type session struct {
 	c       *conn  // nil while disconnected
 	offline []byte // frames kept for a disconnected session, oldest first
 	hash    string // short public name
+	// confirmed: during Shutdown, the session's connection was told that
+	// its locks are gone and was then closed by the client.
+	confirmed bool
 }
 
-// New returns a Server; it does not listen yet.
+// New returns a Server; it does not listen yet. With Config.DataDir it
+// opens and locks the data directory (an error wrapping datadir.ErrInUse if
+// another server holds it) and records that a server runs on it; the
+// directory stays locked until Shutdown (or the process's exit). If this
+// start may follow a crash (see Config.QuietPeriod), the server grants
+// nothing until the quiet period ends, and logs it.
 func New(cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -74,17 +93,36 @@ func New(cfg Config) (*Server, error) {
 		cfg:       cfg,
 		log:       cfg.Logger,
 		startNs:   clock.Now(),
+		graceMs:   max(cfg.SessionGrace, 0).Milliseconds(),
 		sessions:  make(map[string]*session),
 		conns:     make(map[*conn]struct{}),
 		listeners: make(map[net.Listener]struct{}),
 	}
 	s.start = time.Unix(0, s.startNs)
 	_, _ = crand.Read(s.hashKey[:])
-	ts, err := openTokens(cfg.DataDir, uint64(s.start.UnixMicro()))
-	if err != nil {
+	if cfg.DataDir != "" {
+		d, err := datadir.Open(cfg.DataDir)
+		if err != nil {
+			return nil, fmt.Errorf("server: %w", err)
+		}
+		s.dir = d
+		s.log.Info("data directory", "path", d.Path(), "previous-run", d.Previous().Ending.String())
+	}
+	if err := s.open(clock); err != nil {
+		s.dir.Close()
 		return nil, err
 	}
-	s.tokens = ts
+	return s, nil
+}
+
+// open starts the core on the data directory: the first token, the quiet
+// period.
+func (s *Server) open(clock core.Clock) error {
+	cfg := &s.cfg
+	first, err := s.dir.FirstToken(uint64(s.start.UnixMicro()))
+	if err != nil {
+		return fmt.Errorf("server: %w", err)
+	}
 	c, err := core.New(core.Config{
 		Engine: core.EngineConfig{
 			MaxResources:       cfg.MaxResources,
@@ -94,16 +132,55 @@ func New(cfg Config) (*Server, error) {
 			SessionGrace:       cfg.SessionGrace,
 			MaxTTL:             cfg.MaxTTL,
 			MaxTimeout:         cfg.MaxTimeout,
-			FirstToken:         ts.first,
+			FirstToken:         first,
 		},
 		Clock:   clock,
 		OnBatch: s.onBatch,
 	})
 	if err != nil {
-		return nil, err
+		return err
+	}
+	// Start records "running": from here on a crash makes the next start
+	// quiet.
+	until, err := s.dir.Start(s.start, max(cfg.QuietPeriod, 0))
+	if err != nil {
+		c.Close()
+		return fmt.Errorf("server: %w", err)
 	}
 	s.core = c
-	return s, nil
+	if until.IsZero() {
+		return nil
+	}
+	why := s.quietReason()
+	if cfg.QuietPeriod < 0 {
+		s.log.Warn("quiet period disabled: granting at once although a client of an earlier run may still believe it holds a lock (unsafe)",
+			"reason", why, "would-wait-until", until.Format(time.RFC3339Nano))
+		return nil
+	}
+	// The start time is read from the core's clock, so until is on it too.
+	s.quietUntil = c.Apply(&core.Command{Op: core.OpHoldGrants, Until: until.UnixNano()}).ExpiresAt
+	s.log.Warn(fmt.Sprintf("granting nothing until %s (%s)", until.Format("15:04:05.000"), why),
+		"until", until.Format(time.RFC3339Nano), "for", until.Sub(s.start).Round(time.Millisecond),
+		"data-dir", s.dir.Path())
+	return nil
+}
+
+// quietReason says why a start is quiet, for the log.
+func (s *Server) quietReason() string {
+	if s.dir == nil {
+		return "no data directory: whether the previous run stopped cleanly is unknown"
+	}
+	switch st := s.dir.Previous(); st.Ending {
+	case datadir.EndingUnclean:
+		return "the previous run did not stop cleanly"
+	case datadir.EndingClean:
+		return "the previous run stopped while a client may still believe it holds a lock"
+	default:
+		if st.Err != nil {
+			return "the previous run is unknown: " + st.Err.Error()
+		}
+		return "the previous run is unknown"
+	}
 }
 
 // ListenAndServe listens on Config.Addr and serves until Shutdown.
@@ -160,9 +237,20 @@ func (s *Server) Addr() net.Addr {
 	return nil
 }
 
-// Shutdown stops accepting, closes every connection after writing what was
-// queued for it, and waits for the server's goroutines until ctx is done.
-// Lock state is in memory and is lost; the token high-water mark is saved.
+// Shutdown stops the server cleanly. It stops accepting and granting; it
+// pushes "expired <id>" for every held lock to its session's connection, then
+// "error server shutting down!" to every connection. With a data directory
+// and a quiet period it then waits, at most Config.ShutdownWait and never
+// past ctx, for the connections of the holders to be closed by their clients
+// (the Go client closes on that error). It records in the data directory
+// that the shutdown was clean and, unless every holder was confirmed so
+// (its connection was closed by the client after it was told), until when
+// a holder may still believe it holds a lock: now + QuietPeriod, a quiet
+// start for the next run. Then it closes every connection after writing
+// what was queued for it, releases the data directory, and waits for the
+// server's goroutines until ctx is done (then it closes the connections
+// at once and returns ctx.Err()). Lock state is in memory and is lost.
+// Calling it again waits for the goroutines only.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	first := !s.closed.Load()
@@ -174,15 +262,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	s.mu.Unlock()
 	if first {
-		s.core.Close()
-		s.core.Batch(func(tx *core.Tx) {
-			for c := range s.conns {
-				c.closeAfterFlush()
-			}
-			if err := s.tokens.save(tx.LastToken() + 1); err != nil {
-				s.log.Error("saving the token high-water mark", "err", err)
-			}
-		})
+		s.stop(ctx)
 	}
 	done := make(chan struct{})
 	go func() { s.wg.Wait(); close(done) }()
@@ -200,13 +280,109 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 }
 
+// stop is Shutdown's work once: tell, wait, record, close.
+func (s *Server) stop(ctx context.Context) {
+	wait := s.dir != nil && s.cfg.QuietPeriod > 0 && s.cfg.ShutdownWait > 0
+	var awaited chan struct{}
+	s.core.Batch(func(tx *core.Tx) {
+		s.closing = true
+		tx.Apply(&core.Command{Op: core.OpHoldGrants, Until: math.MaxInt64})
+		for c := range s.conns {
+			s.tellShutdownLocked(tx, c, wait)
+		}
+		if s.awaiting > 0 {
+			s.awaitDone = make(chan struct{})
+			awaited = s.awaitDone
+		}
+	})
+	if awaited != nil {
+		t := time.NewTimer(s.cfg.ShutdownWait)
+		select {
+		case <-awaited:
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
+	}
+	s.core.Close()
+	unconfirmed, sessions := 0, 0
+	var last uint64
+	s.core.Batch(func(tx *core.Tx) {
+		seen := map[string]bool{}
+		tx.Locks(0, func(li core.LockInfo) bool {
+			if sess := s.sessions[li.Session]; li.Granted && (sess == nil || !sess.confirmed) {
+				unconfirmed++
+				if !seen[li.Session] {
+					seen[li.Session] = true
+					sessions++
+				}
+			}
+			return true
+		})
+		last = tx.LastToken()
+		for c := range s.conns {
+			c.finish()
+		}
+	})
+	if s.dir == nil {
+		return
+	}
+	if err := s.dir.ReserveTokens(last); err != nil {
+		s.log.Error("saving the token high-water mark", "err", err)
+	}
+	var quiet time.Time
+	if unconfirmed > 0 {
+		quiet = time.Now().Add(max(s.cfg.QuietPeriod, 0))
+		s.log.Warn("shutdown: holders did not confirm; the next start grants nothing until the time recorded",
+			"locks", unconfirmed, "sessions", sessions, "until", quiet.Format(time.RFC3339Nano))
+	}
+	if err := s.dir.CleanShutdown(quiet); err != nil {
+		// The state still says "running": the next start is quiet.
+		s.log.Error("recording the clean shutdown", "err", err)
+	} else {
+		s.log.Info("shutdown recorded", "data-dir", s.dir.Path(), "clean", unconfirmed == 0)
+	}
+	if err := s.dir.Close(); err != nil {
+		s.log.Error("closing the data directory", "err", err)
+	}
+}
+
+// tellShutdownLocked tells c's client that the server is stopping:
+// "expired <id>" for every lock its session holds, then "error server
+// shutting down!". A connection whose session holds locks is left open for
+// its client to close, if wait; any other is closed after the error.
+func (s *Server) tellShutdownLocked(tx *core.Tx, c *conn, wait bool) {
+	if c.plain {
+		c.finish() // it writes its status text itself
+		return
+	}
+	holds := false
+	if sess := c.sess; sess != nil {
+		tx.SessionLocks(sess.id, func(li core.LockInfo) {
+			if li.Granted {
+				holds = true
+				s.push(sess, protocol.PushExpired, li.ID)
+			}
+		})
+		s.deliverPushesLocked()
+	}
+	s.scratch = protocol.AppendError(s.scratch[:0], protocol.CodeShuttingDown)
+	c.write(s.scratch)
+	if !holds || !wait {
+		c.finish()
+		return
+	}
+	c.told = true
+	s.awaiting++
+}
+
 // ---- guarded by the core ----
 
 // onBatch ends every core batch: it turns the batch's events into pushes,
 // delivers the pushes (after the answers of the batch's commands), signals
 // the writers of connections with output (except the reader's own, which
 // writes its replies itself) and keeps the token high-water mark ahead of
-// the tokens given.
+// the tokens given (and logs the end of the quiet period).
 func (s *Server) onBatch(tx *core.Tx, events []core.Event) {
 	for i := range events {
 		s.eventLocked(&events[i])
@@ -225,8 +401,19 @@ func (s *Server) onBatch(tx *core.Tx, events []core.Event) {
 	clear(s.dirty)
 	s.dirty = s.dirty[:0]
 	s.self = nil
-	if err := s.tokens.reserve(tx.LastToken()); err != nil {
-		s.log.Error("saving the token high-water mark", "err", err)
+	// Tokens given must stay below the mark on disk; the write is retried
+	// after every batch until it succeeds.
+	if err := s.dir.ReserveTokens(tx.LastToken()); err != nil {
+		if !s.markFailed {
+			s.log.Error("saving the token high-water mark: tokens may repeat after a restart", "err", err)
+		}
+		s.markFailed = true
+	} else {
+		s.markFailed = false
+	}
+	if s.quietUntil != 0 && !s.quietOver && tx.Now() >= s.quietUntil && !s.closing {
+		s.quietOver = true
+		s.log.Info("quiet period over: granting")
 	}
 }
 

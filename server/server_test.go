@@ -27,10 +27,10 @@ func TestHandshake(t *testing.T) {
 		{"missing socketId", []string{"connect"}, []string{"error socketId is required!"}},
 		{"empty socketId", []string{"connect  1.0"}, []string{"error socketId is required!"}},
 		{"missing apiVersion", []string{"connect abc"}, []string{"error apiVersion is required!"}},
-		{"duplicate connect", []string{"connect dup1 1.0", "connect dup1 1.0"}, []string{"connected 1.0 new", "error duplicate connect!"}},
+		{"duplicate connect", []string{"connect dup1 1.0", "connect dup1 1.0"}, []string{"connected 1.0 new 15000", "error duplicate connect!"}},
 		{"socketId too long", []string{"connect " + strings.Repeat("x", 300) + " 1.0"}, []string{"error socketId is too long!"}},
 		{"never connects", nil, []string{"error auth timeout!"}},
-		{"uppercase command", []string{"CONNECT up1 1.0", "PING r"}, []string{"connected 1.0 new", "result r success pong"}},
+		{"uppercase command", []string{"CONNECT up1 1.0", "PING r"}, []string{"connected 1.0 new 15000", "result r success pong"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -330,7 +330,7 @@ func TestSplitFramesAndBatches(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	c.write(all[40:]) // the rest in one batch
-	c.expect("connected 1.0 new")
+	c.expect("connected 1.0 new *")
 	for i := range 50 {
 		c.expect(fmt.Sprintf("result p%d success pong", i))
 	}
@@ -429,7 +429,7 @@ func TestReconnectReplaysPushes(t *testing.T) {
 
 	w2 := dialRaw(t, srv)
 	w2.send("connect waiter 1.0")
-	w2.expect("connected 1.0 resumed")
+	w2.expect("connected 1.0 resumed 5000")
 	w2.locked(wid)
 	w2.send("unlock 4 " + wid)
 	w2.expectAfterLocked("result 4 success done")
@@ -442,7 +442,7 @@ func TestTakeoverOfHalfOpenConnection(t *testing.T) {
 	old.locked(id)
 	nw := dialRaw(t, srv)
 	nw.send("connect same 1.0")
-	nw.expect("connected 1.0 resumed")
+	nw.expect("connected 1.0 resumed 15000")
 	old.expect("error session taken over by a new connection!")
 	old.closed()
 	nw.locked(id) // held locks are announced again on resume
@@ -467,7 +467,7 @@ func TestGraceExpiryReleasesAndGrantsNext(t *testing.T) {
 	// The session is gone: reconnecting starts a new one.
 	again := dialRaw(t, srv)
 	again.send("connect dead 1.0")
-	again.expect("connected 1.0 new")
+	again.expect("connected 1.0 new 150")
 	again.send("unlock 4 " + h)
 	again.expect("result 4 failed lock not exist!")
 }
@@ -558,36 +558,6 @@ func TestIdleServerArmsOneTimer(t *testing.T) {
 	}
 }
 
-func TestTokensSurviveRestart(t *testing.T) {
-	dir := t.TempDir()
-	ts, err := openTokens(dir, 1000)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ts.first != 1000 || ts.mark != 1000+tokenBlock {
-		t.Fatalf("first %d mark %d", ts.first, ts.mark)
-	}
-	if err := ts.reserve(1000 + tokenBlock - 10); err != nil {
-		t.Fatal(err)
-	}
-	// The clock went back: the mark on disk still wins.
-	ts2, err := openTokens(dir, 5)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ts2.first <= 1000+tokenBlock-10 {
-		t.Fatalf("after restart first token %d repeats tokens already given", ts2.first)
-	}
-
-	srv := start(t, Config{DataDir: dir})
-	c := connected(t, srv, "tok")
-	id := c.lock("1", "tok 5000 0 0")
-	tok, _ := strconv.ParseUint(c.locked(id), 10, 64)
-	if tok < ts2.first {
-		t.Fatalf("server token %d below the mark %d", tok, ts2.first)
-	}
-}
-
 func TestShutdownClosesConnections(t *testing.T) {
 	srv, err := New(Config{})
 	if err != nil {
@@ -606,6 +576,7 @@ func TestShutdownClosesConnections(t *testing.T) {
 	if err := <-done; err != ErrServerClosed {
 		t.Fatalf("Serve = %v", err)
 	}
+	c.expect("error server shutting down!")
 	c.closed()
 }
 

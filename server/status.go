@@ -98,8 +98,21 @@ func (s *Server) status(tx *core.Tx) *mlock.Status {
 	return doc
 }
 
+// statusDoc is the status document with the keys the Status type does not
+// have yet.
+type statusDoc struct {
+	*mlock.Status
+	// QuietUntil is the end of the quiet start in force (Unix ms): until
+	// then nothing is granted. Omitted when the server grants.
+	QuietUntil int64 `json:"quietUntil,omitempty"`
+}
+
 func (s *Server) statusJSON(tx *core.Tx) []byte {
-	b, err := json.Marshal(s.status(tx))
+	doc := statusDoc{Status: s.status(tx)}
+	if s.quietUntil > tx.Now() {
+		doc.QuietUntil = (s.quietUntil + int64(time.Millisecond) - 1) / int64(time.Millisecond) // rounded up
+	}
+	b, err := json.Marshal(doc)
 	if err != nil {
 		return []byte("{}")
 	}

@@ -3,6 +3,24 @@
 // Every flag can also be set by an environment variable: MLOCK_ followed by
 // the flag name in upper case with '-' as '_' (MLOCK_LISTEN,
 // MLOCK_SESSION_GRACE, ...). A flag on the command line wins.
+//
+// # Data directory and restarts
+//
+// mlockd keeps a data directory, by default mlockd.data in its working
+// directory (--data-dir; an empty value means the default, "none" runs
+// without one). It holds the fencing-token high-water mark and how the last
+// run ended, and is locked while a server uses it: a second mlockd on the
+// same directory exits with an error.
+//
+// A start that may follow a crash grants nothing for the quiet period
+// (--quiet-period, default the session grace + 1 % + 5 ms): a client of the
+// previous run may still believe it holds a lock until then. Requests queue
+// and are granted when it ends; try-locks are refused as busy; status shows
+// quietUntil. The first start on a new directory and a start after a clean
+// shutdown (SIGTERM or SIGINT: mlockd tells every holder its locks are gone
+// and waits up to --shutdown-wait for those clients to close) grant at once.
+// Without a data directory every start is quiet. --quiet-period 0 turns the
+// quiet period off: unsafe, for tests that restart servers on purpose.
 package main
 
 import (
@@ -18,8 +36,12 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/mlock-dev/mlock/internal/datadir"
 	"github.com/mlock-dev/mlock/server"
 )
+
+// noDataDir is the --data-dir value that runs without a data directory.
+const noDataDir = "none"
 
 func main() {
 	if err := run(os.Args[1:], os.Stderr); err != nil {
@@ -49,10 +71,14 @@ func run(args []string, stderr *os.File) error {
 	fs.DurationVar(&cfg.MaxTTL, "max-ttl", server.DefaultMaxTTL, "longest lease")
 	fs.DurationVar(&cfg.MaxTimeout, "max-timeout", server.DefaultMaxTimeout, "longest wait timeout")
 	fs.IntVar(&cfg.StatusLimit, "status-limit", server.DefaultStatusLimit, "most locks, queues and sockets listed by status and locks")
-	fs.StringVar(&cfg.DataDir, "data-dir", "", "directory for the fencing-token high-water mark (empty: tokens start at the clock)")
+	fs.StringVar(&cfg.DataDir, "data-dir", datadir.DefaultDir, "data directory: fencing-token high-water mark and how the last run ended, locked while in use (empty: the default; \""+noDataDir+"\": none, then every start is quiet)")
+	quiet := optDuration{}
+	fs.Var(&quiet, "quiet-period", "after a start that may follow a crash, grant nothing for this `duration` (default: session grace + 1% + 5ms; 0: never quiet, unsafe, for tests)")
+	shutdownWait := optDuration{}
+	fs.Var(&shutdownWait, "shutdown-wait", "on shutdown, the `duration` to wait for clients holding locks to close after they are told (default 2s; 0: no wait, then the next start is quiet if any lock was held)")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
-	shutdownTimeout := fs.Duration("shutdown-timeout", 10*time.Second, "how long shutdown waits for connections to flush")
+	shutdownTimeout := fs.Duration("shutdown-timeout", 10*time.Second, "how long shutdown may take in all, the wait for holders included")
 	cpuProfile := fs.String("cpu-profile", "", "write a CPU profile to this file until shutdown (for diagnosis)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: mlockd [flags]\n\nRuns the mlock lock server. Every flag can also be set as MLOCK_<FLAG> (e.g. MLOCK_LISTEN).\n\n")
@@ -70,6 +96,20 @@ func run(args []string, stderr *os.File) error {
 	if err := applyEnv(fs, os.LookupEnv); err != nil {
 		return err
 	}
+	switch cfg.DataDir {
+	case "":
+		cfg.DataDir = datadir.DefaultDir
+	case noDataDir:
+		cfg.DataDir = ""
+	}
+	// 0 on the command line turns these off; in server.Config that is a
+	// negative value (0 there is the default).
+	if quiet.set {
+		cfg.QuietPeriod = quiet.off()
+	}
+	if shutdownWait.set {
+		cfg.ShutdownWait = shutdownWait.off()
+	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
 		return fmt.Errorf("--log-level: %w", err)
@@ -82,6 +122,9 @@ func run(args []string, stderr *os.File) error {
 		cfg.Logger = slog.New(slog.NewJSONHandler(stderr, opts))
 	default:
 		return fmt.Errorf("--log-format %q: want text or json", *logFormat)
+	}
+	if cfg.DataDir == "" {
+		cfg.Logger.Warn("no data directory: every start is quiet, and tokens start at the clock")
 	}
 	srv, err := server.New(cfg)
 	if err != nil {
@@ -116,6 +159,40 @@ func run(args []string, stderr *os.File) error {
 		return err
 	}
 	return nil
+}
+
+// optDuration is a duration flag whose absence means "the server's
+// default", so that 0 can mean "off".
+type optDuration struct {
+	d   time.Duration
+	set bool
+}
+
+func (o *optDuration) String() string {
+	if o == nil || !o.set {
+		return ""
+	}
+	return o.d.String()
+}
+
+func (o *optDuration) Set(v string) error {
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return errors.New("want a duration such as 15s")
+	}
+	if d < 0 {
+		return errors.New("negative duration")
+	}
+	o.d, o.set = d, true
+	return nil
+}
+
+// off returns the server.Config value: the duration, or -1 for 0 (off).
+func (o *optDuration) off() time.Duration {
+	if o.d == 0 {
+		return -1
+	}
+	return o.d
 }
 
 // applyEnv sets every flag not given on the command line from its MLOCK_

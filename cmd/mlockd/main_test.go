@@ -1,13 +1,21 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
+	"encoding/json"
 	"flag"
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/mlock-dev/mlock/internal/protocol"
 )
 
 func TestApplyEnv(t *testing.T) {
@@ -38,7 +46,8 @@ func TestApplyEnv(t *testing.T) {
 }
 
 func TestRunRejectsBadFlags(t *testing.T) {
-	for _, args := range [][]string{{"--log-format", "xml"}, {"--log-level", "loud"}, {"extra"}, {"--max-frame", "99999999"}} {
+	for _, args := range [][]string{{"--log-format", "xml"}, {"--log-level", "loud"}, {"extra"}, {"--max-frame", "99999999"},
+		{"--quiet-period", "-1s"}, {"--quiet-period", "soon"}, {"--shutdown-wait", "-2s"}} {
 		if err := run(args, nil); err == nil {
 			t.Errorf("run(%q) succeeded", args)
 		}
@@ -54,33 +63,155 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-func TestSignalShutdown(t *testing.T) {
+// mlockd runs this test binary as mlockd with args on a free loopback port
+// and waits until it accepts connections. The process is killed when the
+// test ends.
+func mlockd(t *testing.T, args ...string) (*exec.Cmd, string) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	cmd := exec.Command(os.Args[0], "--listen", addr)
+	cmd := exec.Command(os.Args[0], append([]string{"--listen", addr}, args...)...)
 	cmd.Env = append(os.Environ(), "MLOCKD_TEST_MAIN=1")
+	var stderr syncBuffer
+	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer cmd.Process.Kill()
-	var nc net.Conn
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		if t.Failed() {
+			t.Logf("mlockd %v stderr:\n%s", args, stderr.String())
+		}
+	})
 	for i := 0; ; i++ {
-		if nc, err = net.Dial("tcp", addr); err == nil {
+		nc, err := net.Dial("tcp", addr)
+		if err == nil {
+			nc.Close()
 			break
 		}
-		if i > 200 {
-			t.Fatalf("mlockd did not start: %v", err)
+		if i > 500 {
+			t.Fatalf("mlockd did not start: %v\n%s", err, stderr.String())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	defer nc.Close()
+	return cmd, addr
+}
+
+// syncBuffer is a bytes.Buffer safe for the process's writer and the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// client is a raw protocol client.
+type client struct {
+	t  *testing.T
+	nc net.Conn
+	r  *bufio.Reader
+}
+
+func dial(t *testing.T, addr, sid string) *client {
+	t.Helper()
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	c := &client{t: t, nc: nc, r: bufio.NewReader(nc)}
+	c.send("connect", sid, "1.0")
+	if got := c.read(); !strings.HasPrefix(got, "connected 1.0 new ") {
+		t.Fatalf("handshake: %q", got)
+	}
+	return c
+}
+
+func (c *client) send(fields ...string) {
+	c.t.Helper()
+	if _, err := c.nc.Write(protocol.Append(nil, fields...)); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+func (c *client) read() string {
+	c.t.Helper()
+	_ = c.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	p, err := protocol.ReadFrame(c.r, nil, 1<<20)
+	if err != nil {
+		c.t.Fatalf("reading a frame: %v", err)
+	}
+	return strings.TrimSuffix(string(p), "\n")
+}
+
+// quietUntil reads status and returns its quietUntil (zero if absent).
+func (c *client) quietUntil() time.Time {
+	c.t.Helper()
+	c.send("status", "s")
+	got := c.read()
+	js, ok := strings.CutPrefix(got, "result s success ")
+	if !ok {
+		c.t.Fatalf("status: %q", got)
+	}
+	var doc struct {
+		QuietUntil int64 `json:"quietUntil"`
+	}
+	if err := json.Unmarshal([]byte(js), &doc); err != nil {
+		c.t.Fatal(err)
+	}
+	if doc.QuietUntil == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(doc.QuietUntil)
+}
+
+// lockHeld locks res and waits for the grant; it returns the lock id.
+func (c *client) lockHeld(req, res string) string {
+	c.t.Helper()
+	c.send("lock", req, res, "60000", "0", "0")
+	got := c.read()
+	id, ok := strings.CutPrefix(got, "result "+req+" success ")
+	if !ok {
+		c.t.Fatalf("lock: %q", got)
+	}
+	if got := c.read(); !strings.HasPrefix(got, "locked "+id+" ") {
+		c.t.Fatalf("want locked %s, got %q", id, got)
+	}
+	return id
+}
+
+func TestSignalShutdown(t *testing.T) {
+	dir := t.TempDir()
+	cmd, addr := mlockd(t, "--data-dir", dir)
+	c := dial(t, addr, "sig")
+	id := c.lockHeld("1", "r")
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
+	// The holder is told its lock is gone, then that the server stops; it
+	// closes, so the shutdown is clean.
+	if got := c.read(); got != "expired "+id {
+		t.Fatalf("want expired %s, got %q", id, got)
+	}
+	if got := c.read(); got != "error server shutting down!" {
+		t.Fatalf("want the shutdown error, got %q", got)
+	}
+	c.nc.Close()
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	select {
@@ -91,8 +222,79 @@ func TestSignalShutdown(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("mlockd did not stop on SIGTERM")
 	}
-	nc.SetReadDeadline(time.Now().Add(time.Second))
-	if _, err := nc.Read(make([]byte, 1)); err == nil {
-		t.Fatal("connection still open after shutdown")
+	_, addr = mlockd(t, "--data-dir", dir)
+	c = dial(t, addr, "after")
+	if q := c.quietUntil(); !q.IsZero() {
+		t.Fatalf("quiet until %v after a clean shutdown", q)
 	}
+	c.lockHeld("1", "r")
+}
+
+func TestKillMakesNextStartQuiet(t *testing.T) {
+	dir := t.TempDir()
+	cmd, addr := mlockd(t, "--data-dir", dir, "--session-grace", "1s")
+	dial(t, addr, "holder").lockHeld("1", "r")
+	if err := cmd.Process.Kill(); err != nil { // SIGKILL
+		t.Fatal(err)
+	}
+	cmd.Wait()
+	t0 := time.Now()
+	_, addr = mlockd(t, "--data-dir", dir, "--session-grace", "1s")
+	c := dial(t, addr, "after")
+	c.send("trylock", "1", "r", "5000")
+	if got := c.read(); !strings.HasPrefix(got, "result 1 failed resource is locked!") {
+		t.Fatalf("trylock after a crash: %q, want busy", got)
+	}
+	q := c.quietUntil()
+	if q.Before(t0.Add(900*time.Millisecond)) || q.After(time.Now().Add(2*time.Second)) {
+		t.Fatalf("quietUntil %v, want about a second after the restart at %v", q, t0)
+	}
+	c.lockHeld("2", "r") // waits for the quiet period
+	if now := time.Now(); now.Before(q.Add(-time.Millisecond)) {
+		t.Fatalf("granted at %v, before the quiet period's end %v", now, q)
+	}
+	if q := c.quietUntil(); !q.IsZero() {
+		t.Fatal("status still shows quietUntil after the quiet period")
+	}
+}
+
+func TestNewDataDirIsNotQuiet(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "new")
+	_, addr := mlockd(t, "--data-dir", dir)
+	c := dial(t, addr, "first")
+	if q := c.quietUntil(); !q.IsZero() {
+		t.Fatalf("first start on a new directory quiet until %v", q)
+	}
+	c.lockHeld("1", "r")
+	if _, err := os.Stat(filepath.Join(dir, "state")); err != nil {
+		t.Fatalf("data directory not written: %v", err)
+	}
+}
+
+func TestQuietPeriodZeroTurnsItOff(t *testing.T) {
+	dir := t.TempDir()
+	cmd, addr := mlockd(t, "--data-dir", dir)
+	dial(t, addr, "holder").lockHeld("1", "r")
+	cmd.Process.Kill()
+	cmd.Wait()
+	_, addr = mlockd(t, "--data-dir", dir, "--quiet-period", "0")
+	dial(t, addr, "after").lockHeld("1", "r")
+}
+
+func TestSecondMlockdOnOneDataDirFails(t *testing.T) {
+	dir := t.TempDir()
+	mlockd(t, "--data-dir", dir)
+	err := run([]string{"--listen", "127.0.0.1:0", "--data-dir", dir}, nil)
+	if err == nil || !strings.Contains(err.Error(), "in use") {
+		t.Fatalf("second mlockd on one data directory: %v, want an error saying it is in use", err)
+	}
+}
+
+func TestDataDirNoneStartsQuiet(t *testing.T) {
+	_, addr := mlockd(t, "--data-dir", "none", "--session-grace", "200ms")
+	c := dial(t, addr, "nodir")
+	if q := c.quietUntil(); q.IsZero() {
+		t.Fatal("a start without a data directory is not quiet")
+	}
+	c.lockHeld("1", "r") // granted when the quiet period ends
 }

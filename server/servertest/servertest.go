@@ -15,8 +15,15 @@ import (
 // given, retrying for a second while the port is still held by a server
 // just stopped). It returns the address and a function that shuts the
 // server down; the test's cleanup calls it too, so calling it is optional.
+//
+// Tests restart servers on purpose, so unless cfg sets DataDir or
+// QuietPeriod the server grants at once after every start (QuietPeriod -1,
+// unsafe outside tests); a test of the quiet period sets either.
 func Start(tb testing.TB, cfg server.Config, addr string) (string, func()) {
 	tb.Helper()
+	if cfg.DataDir == "" && cfg.QuietPeriod == 0 {
+		cfg.QuietPeriod = -1
+	}
 	srv, err := server.New(cfg)
 	if err != nil {
 		tb.Fatal(err)

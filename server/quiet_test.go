@@ -1,0 +1,296 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mlock-dev/mlock/internal/core"
+	"github.com/mlock-dev/mlock/internal/datadir"
+)
+
+// serve runs a server made by New(cfg) on 127.0.0.1:0; the returned stop
+// shuts it down (with ctx's bound) and waits for Serve. The test's cleanup
+// stops it too.
+func serve(t *testing.T, cfg Config) (*Server, func() error) {
+	t.Helper()
+	srv, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	stopped := false
+	stop := func() error {
+		if stopped {
+			return nil
+		}
+		stopped = true
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		err := srv.Shutdown(ctx)
+		if serr := <-done; serr != ErrServerClosed {
+			t.Errorf("Serve returned %v", serr)
+		}
+		return err
+	}
+	t.Cleanup(func() { stop() })
+	for srv.Addr() == nil {
+		time.Sleep(time.Millisecond)
+	}
+	return srv, stop
+}
+
+// statusDoc reads the status document through the status command.
+func (c *raw) statusDoc(req string) map[string]any {
+	c.t.Helper()
+	c.send("status " + req)
+	f := c.expect("result " + req + " success *")
+	var doc map[string]any
+	if err := json.Unmarshal([]byte(f[3]), &doc); err != nil {
+		c.t.Fatal(err)
+	}
+	return doc
+}
+
+// tryBusy asserts a try-lock on res is refused as busy.
+func (c *raw) tryBusy(req, res string) {
+	c.t.Helper()
+	c.send("trylock " + req + " " + res + " 5000")
+	if got := c.read(); !strings.HasPrefix(got, "result "+req+" failed resource is locked!") {
+		c.t.Fatalf("trylock during the quiet period: got %q, want busy", got)
+	}
+}
+
+// tryGranted asserts a try-lock on res is granted at once.
+func (c *raw) tryGranted(req, res string) uint64 {
+	c.t.Helper()
+	c.send("trylock " + req + " " + res + " 5000")
+	f := c.expect("result " + req + " success *")
+	tok, err := strconv.ParseUint(c.locked(f[3]), 10, 64)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return tok
+}
+
+func TestHandshakeAnnouncesGrace(t *testing.T) {
+	for _, tc := range []struct {
+		grace time.Duration
+		want  string
+	}{{0, "15000"}, {2500 * time.Millisecond, "2500"}, {-1, "0"}} {
+		srv := start(t, Config{SessionGrace: tc.grace})
+		c := dialRaw(t, srv)
+		c.send("connect g 1.0")
+		c.expect("connected 1.0 new " + tc.want)
+	}
+}
+
+func TestTokensSurviveRestart(t *testing.T) {
+	dir := t.TempDir()
+	srv, stop := serve(t, Config{DataDir: dir})
+	c := connected(t, srv, "tok")
+	c.send("trylock 1 tok 5000")
+	id := c.expect("result 1 success *")[3]
+	first, _ := strconv.ParseUint(c.locked(id), 10, 64)
+	c.send("unlock 2 " + id)
+	c.expect("result 2 success done")
+	mark := datadirMark(t, srv)
+	if first >= mark {
+		t.Fatalf("token %d not below the mark %d", first, mark)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	srv2, _ := serve(t, Config{DataDir: dir})
+	c2 := connected(t, srv2, "tok")
+	if tok := c2.tryGranted("1", "tok"); tok < mark {
+		t.Fatalf("after restart token %d is below the mark %d: tokens may repeat", tok, mark)
+	}
+}
+
+func datadirMark(t *testing.T, srv *Server) uint64 {
+	t.Helper()
+	if srv.dir == nil {
+		t.Fatal("no data directory")
+	}
+	return srv.dir.TokenMark()
+}
+
+func TestSecondServerOnOneDataDirFails(t *testing.T) {
+	dir := t.TempDir()
+	serve(t, Config{DataDir: dir})
+	_, err := New(Config{DataDir: dir})
+	if !errors.Is(err, datadir.ErrInUse) {
+		t.Fatalf("second server on one data directory: %v, want ErrInUse", err)
+	}
+}
+
+func TestNewDataDirGrantsAtOnce(t *testing.T) {
+	srv, _ := serve(t, Config{DataDir: t.TempDir()})
+	c := connected(t, srv, "fresh")
+	c.tryGranted("1", "r")
+	if q, ok := c.statusDoc("2")["quietUntil"]; ok {
+		t.Fatalf("status shows quietUntil %v on a new data directory", q)
+	}
+}
+
+func TestNoDataDirStartIsQuiet(t *testing.T) {
+	srv, _ := serve(t, Config{SessionGrace: 200 * time.Millisecond})
+	c := connected(t, srv, "nodir")
+	c.tryBusy("1", "r")
+	if _, ok := c.statusDoc("2")["quietUntil"]; !ok {
+		t.Fatal("status does not show the quiet period")
+	}
+	// QuietPeriod < 0 turns it off.
+	srv2, _ := serve(t, Config{QuietPeriod: -1})
+	connected(t, srv2, "nodir").tryGranted("1", "r")
+}
+
+// quietRestart starts a server on dir and checks that it is quiet: a
+// try-lock is refused, status shows the end of the quiet period, and a
+// lock waits and is granted when it ends, not before.
+func quietRestart(t *testing.T, cfg Config) {
+	t.Helper()
+	t0 := time.Now()
+	srv, _ := serve(t, cfg)
+	c := connected(t, srv, "after")
+	c.tryBusy("1", "held")
+	q, ok := c.statusDoc("2")["quietUntil"].(float64)
+	if !ok {
+		t.Fatal("status does not show quietUntil during the quiet period")
+	}
+	until := time.UnixMilli(int64(q))
+	if until.Before(t0) || until.After(time.Now().Add(time.Minute)) {
+		t.Fatalf("quietUntil %v out of range", until)
+	}
+	id := c.lock("3", "held 5000 0 0")
+	c.locked(id)
+	if now := time.Now(); now.Before(until.Add(-time.Millisecond)) {
+		t.Fatalf("granted at %v, before the end of the quiet period %v", now, until)
+	}
+	if _, ok := c.statusDoc("4")["quietUntil"]; ok {
+		t.Fatal("status still shows quietUntil after the quiet period")
+	}
+}
+
+func TestCleanShutdownWithoutLocksIsNotQuiet(t *testing.T) {
+	dir := t.TempDir()
+	srv, stop := serve(t, Config{DataDir: dir})
+	c := connected(t, srv, "a")
+	id := c.lock("1", "r 5000 0 0")
+	c.locked(id)
+	c.send("unlock 2 " + id)
+	c.expect("result 2 success done")
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	c.expect("error server shutting down!")
+	c.closed()
+
+	srv2, _ := serve(t, Config{DataDir: dir})
+	connected(t, srv2, "b").tryGranted("1", "r")
+}
+
+func TestShutdownHolderThatDoesNotCloseMakesNextStartQuiet(t *testing.T) {
+	dir := t.TempDir()
+	cfg := Config{DataDir: dir, SessionGrace: 300 * time.Millisecond, ShutdownWait: 300 * time.Millisecond}
+	srv, stop := serve(t, cfg)
+	holder := connected(t, srv, "holder")
+	id := holder.lock("1", "held 60000 0 0")
+	holder.locked(id)
+	t0 := time.Now()
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(t0); d < 250*time.Millisecond || d > 5*time.Second {
+		t.Fatalf("Shutdown took %v, want about ShutdownWait", d)
+	}
+	holder.expect("expired " + id)
+	holder.expect("error server shutting down!")
+	holder.closed() // closed by the server once the wait was over
+
+	quietRestart(t, cfg)
+}
+
+func TestShutdownHolderThatClosesLeavesNoQuiet(t *testing.T) {
+	dir := t.TempDir()
+	cfg := Config{DataDir: dir, ShutdownWait: 5 * time.Second}
+	srv, stop := serve(t, cfg)
+	holder := connected(t, srv, "holder")
+	id := holder.lock("1", "held 60000 0 0")
+	holder.locked(id)
+	idle := connected(t, srv, "idle") // holds nothing: not waited for
+
+	t0 := time.Now()
+	stopped := make(chan error, 1)
+	go func() { stopped <- stop() }()
+	holder.expect("expired " + id)
+	holder.expect("error server shutting down!")
+	idle.expect("error server shutting down!")
+	idle.closed()
+	holder.nc.Close()
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(t0); d > 2*time.Second {
+		t.Fatalf("Shutdown took %v although the holder closed at once", d)
+	}
+
+	srv2, _ := serve(t, cfg)
+	connected(t, srv2, "after").tryGranted("1", "held")
+}
+
+func TestShutdownWithSessionInGraceMakesNextStartQuiet(t *testing.T) {
+	dir := t.TempDir()
+	cfg := Config{DataDir: dir, SessionGrace: time.Second}
+	srv, stop := serve(t, cfg)
+	holder := connected(t, srv, "holder")
+	id := holder.lock("1", "held 60000 0 0")
+	holder.locked(id)
+	holder.nc.Close() // detached: its client may still believe it holds the lock
+	for {
+		n := 0
+		srv.core.Batch(func(*core.Tx) { n = len(srv.conns) })
+		if n == 0 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t0 := time.Now()
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(t0); d > time.Second {
+		t.Fatalf("Shutdown waited %v with no connection to wait for", d)
+	}
+	quietRestart(t, cfg)
+}
+
+func TestShutdownTellsEveryConnection(t *testing.T) {
+	cfg := Config{DataDir: t.TempDir(), ShutdownWait: 5 * time.Second}
+	srv, stop := serve(t, cfg)
+	holder := connected(t, srv, "holder")
+	holder.locked(holder.lock("1", "held 60000 0 0"))
+	late := dialRaw(t, srv) // accepted, not connected yet
+	time.Sleep(10 * time.Millisecond)
+	stopped := make(chan error, 1)
+	go func() { stopped <- stop() }()
+	late.expect("error server shutting down!")
+	late.closed()
+	holder.read() // expired
+	holder.expect("error server shutting down!")
+	holder.nc.Close()
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+}
