@@ -138,7 +138,11 @@ func ms(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10)
 // (bad arguments, an owner conflict, or ctx cancelled), or connection. A
 // wait given up through ctx leaves the server's queues at once; ctx.Err()
 // stays in the error chain. An owner asking again for exactly the resources
-// it holds gets its held Lock back, renewed.
+// it holds gets its held Lock back, renewed. If the server loses the session
+// while the request waits in a queue (it restarted), the request is asked
+// again on the new session with what is left of its timeout, and Lock keeps
+// waiting; a request whose answer had not arrived when the connection broke
+// fails with an Error of Type connection.
 func (c *Client) Lock(ctx context.Context, resources string, o *LockOptions) (*Lock, error) {
 	var one [1]string
 	return c.lock(ctx, splitNames(resources, &one), o, false)
@@ -185,7 +189,7 @@ func (c *Client) lock(ctx context.Context, names []string, o *LockOptions, try b
 			return nil, err
 		}
 	}
-	l := &Lock{s: c.s, c: c, resources: res, owner: lo.Owner, ttl: lo.TTL}
+	l := &Lock{s: c.s, c: c, resources: res, owner: lo.Owner, ttl: lo.TTL, try: try}
 	var args [5]string
 	n := 0
 	add := func(a string) { args[n] = a; n++ }
@@ -205,10 +209,7 @@ func (c *Client) lock(ctx context.Context, names []string, o *LockOptions, try b
 		}
 		add(timeout)
 		add(strconv.Itoa(max(lo.Tolerate, 0)))
-		if lo.Timeout > 0 {
-			// The server's timeout push can be lost with a connection.
-			l.waitEnd = time.Now().Add(lo.Timeout + c.opts.DialTimeout)
-		}
+		l.timeout, l.tolerate = lo.Timeout, lo.Tolerate
 	}
 	if lo.Owner != "" {
 		add(lo.Owner)
@@ -222,8 +223,9 @@ func (c *Client) lock(ctx context.Context, names []string, o *LockOptions, try b
 
 // Do runs fn while holding the lock: it acquires resources, extends the
 // lease every ttl/3 while fn runs, cancels fn's context if the lock is lost
-// (context.Cause is then the loss), and unlocks when fn returns. It returns
-// fn's error, or the loss (an Error of Type lost) if the lock was lost.
+// (context.Cause is then the loss) or at the lock's Deadline at the latest,
+// and unlocks when fn returns. It returns fn's error, or the loss (an Error
+// of Type lost) if the lock was lost.
 func (c *Client) Do(ctx context.Context, resources string, o *LockOptions, fn func(context.Context) error) error {
 	l, err := c.Lock(ctx, resources, o)
 	if err != nil {
@@ -234,11 +236,19 @@ func (c *Client) Do(ctx context.Context, resources string, o *LockOptions, fn fu
 
 // Hold is Do for a lock already acquired (for example with TryLock): it runs
 // fn, extends l every ttl/3 meanwhile, cancels fn's context if l is lost
-// (the server says so, or no extension succeeded for a whole ttl), and
+// (the server says so, or its Deadline passed: no extension succeeded in
+// time, or nothing was answered on the session for the server's grace), and
 // unlocks l when fn returns.
 func (c *Client) Hold(ctx context.Context, l *Lock, fn func(context.Context) error) error {
+	v := l.s.view(l)
+	var start time.Time
+	if v.state == held {
+		start = epoch.Add(v.base)
+	}
 	fnErr, lostErr := lease.Run(ctx, lease.Options{
-		TTL: l.s.view(l).ttl,
+		TTL:      v.ttl,
+		Deadline: l.Deadline,
+		Start:    start,
 		Renew: func(ctx context.Context) (bool, error) {
 			_, err := l.Extend(ctx, 0)
 			switch {
@@ -249,14 +259,18 @@ func (c *Client) Hold(ctx context.Context, l *Lock, fn func(context.Context) err
 			}
 			return false, err // connection trouble: retried next tick
 		},
-		Lost: l.Lost(),
-		Cause: func() error {
-			if err := l.Err(); err != nil {
-				return err
-			}
-			return &Error{Type: TypeLost, Msg: "lease ran out", Err: ErrExpired}
-		},
+		Lost:  l.Lost(),
+		Cause: func() error { return l.s.lossOf(l) },
 	}, fn)
+	if lostErr != nil {
+		// The lock is gone for this holder (its Deadline passed, or the
+		// server said so): give it up without waiting for the server.
+		var e *Error
+		if !errors.As(lostErr, &e) || e.Type != TypeLost {
+			e = deadlineError(false)
+		}
+		l.s.giveUp(l, e)
+	}
 	uctx, ucancel := context.WithTimeout(context.WithoutCancel(ctx), c.opts.DialTimeout)
 	uerr := l.Unlock(uctx)
 	ucancel()
@@ -310,6 +324,8 @@ func (c *Client) ReleaseAll(ctx context.Context, owner string) (int, error) {
 // applied; order and duplicates do not matter) to now + ttl (0:
 // Options.TTL), whichever session holds it, and returns the new expiry on
 // the server's clock and the lock's fencing token (unchanged by renewals).
+// A handle of this Client's session that holds exactly that lock has its
+// lease (and Deadline) moved too, counted from when the renew was sent.
 // If owner holds no such lock (or it was partly released) it returns an
 // Error of Type request wrapping ErrNotHeld. A connection error is retried
 // once: renewing twice is harmless.
@@ -331,7 +347,11 @@ func (c *Client) Renew(ctx context.Context, owner string, resources []string, tt
 	if rerr != nil {
 		return time.Time{}, 0, rerr
 	}
-	return time.UnixMilli(r.n), r.token, nil
+	exp := time.UnixMilli(r.n)
+	c.s.mu.Lock()
+	c.s.renewedByOwnerLocked(owner, res, r.sent, ttl, exp)
+	c.s.mu.Unlock()
+	return exp, r.token, nil
 }
 
 // Ping checks the server. A connection error is retried once.

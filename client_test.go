@@ -388,47 +388,6 @@ func TestInFlightCallFailsFast(t *testing.T) {
 	}
 }
 
-func TestServerRestartUnderHeldAndWaitingLocks(t *testing.T) {
-	cfg := server.Config{}
-	addr, stop := startServer(t, cfg, "")
-	c := client(t, addr, mlock.Options{MaxBackoff: 100 * time.Millisecond})
-	other := client(t, addr, mlock.Options{SocketID: "", Host: "localhost"})
-	ctx := ctxT(t)
-	held, err := c.Lock(ctx, "r1", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	blocker, err := other.Lock(ctx, "r2", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = blocker
-	waitErr := make(chan error, 1)
-	go func() { _, err := c.Lock(ctx, "r2", nil); waitErr <- err }()
-	waitQueue(t, c, "r2", 2)
-
-	stop()
-	startServer(t, cfg, addr) // same address, empty state
-
-	select {
-	case <-held.Lost():
-	case <-time.After(5 * time.Second):
-		t.Fatal("held lock not reported lost after the restart")
-	}
-	if !errors.Is(held.Err(), mlock.ErrSessionLost) {
-		t.Fatalf("held: %v", held.Err())
-	}
-	if err := <-waitErr; !errors.Is(err, mlock.ErrConnection) || !errors.Is(err, mlock.ErrSessionLost) {
-		t.Fatalf("waiting lock after restart: %v", err)
-	}
-	// The client works again.
-	l, err := c.Lock(ctx, "r1", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l.Unlock(ctx)
-}
-
 func TestClosingOneClientDoesNotDisturbAnother(t *testing.T) {
 	addr, _ := startServer(t, server.Config{}, "")
 	holder := client(t, "localhost:"+strings.Split(addr, ":")[1], mlock.Options{}) // another address string: another connection

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mlock-dev/mlock/internal/lease"
 	"github.com/mlock-dev/mlock/internal/protocol"
 )
 
@@ -32,37 +33,53 @@ func (s *session) run() {
 			return
 		default:
 		}
-		nc, r, resumed, err := s.dial()
-		if err != nil {
-			s.backoff = min(max(2*s.backoff, 50*time.Millisecond), s.opts.MaxBackoff)
-			wait := time.Duration(float64(s.backoff) * (0.5 + rand.Float64()/2))
-			s.log.Warn("mlock: connecting failed; retrying", "err", err, "in", wait)
-			select {
-			case <-s.quit:
-				s.shutdown()
-				return
-			case <-time.After(wait):
+		nc, r, h, err := s.dial()
+		if err == nil {
+			if !s.serve(nc, r, h) {
+				s.backoff = 0
+				continue
 			}
-			continue
+			// The server said it is shutting down: come back later.
+			err = errShuttingDown
 		}
-		s.backoff = 0
-		s.serve(nc, r, resumed)
+		s.backoff = min(max(2*s.backoff, 50*time.Millisecond), s.opts.MaxBackoff)
+		wait := time.Duration(float64(s.backoff) * (0.5 + rand.Float64()/2))
+		s.log.Warn("mlock: connecting failed; retrying", "err", err, "in", wait)
+		select {
+		case <-s.quit:
+			s.shutdown()
+			return
+		case <-time.After(wait):
+		}
 	}
 }
 
+var errShuttingDown = errors.New("server shutting down")
+
+// hello is what the handshake told.
+type hello struct {
+	resumed bool          // the server kept the session
+	graceMs int64         // the session grace it announced; -1: none
+	sent    time.Duration // when connect was sent
+}
+
 // dial connects and identifies the session.
-func (s *session) dial() (net.Conn, *bufio.Reader, bool, error) {
+func (s *session) dial() (net.Conn, *bufio.Reader, hello, error) {
 	d := net.Dialer{Timeout: s.opts.DialTimeout, KeepAlive: 15 * time.Second}
 	ctx, cancel := context.WithTimeout(s.ctx, s.opts.DialTimeout)
 	defer cancel()
 	nc, err := d.DialContext(ctx, "tcp", s.addr)
 	if err != nil {
-		return nil, nil, false, err
+		return nil, nil, hello{}, err
 	}
 	_ = nc.SetDeadline(time.Now().Add(s.opts.DialTimeout))
+	// The last Client's Close ends a handshake under way at once.
+	unhook := context.AfterFunc(s.ctx, func() { _ = nc.SetDeadline(time.Now()) })
+	defer unhook()
+	sent := monoNow()
 	if _, err := nc.Write(protocol.AppendCommand(nil, protocol.VerbConnect, s.sid, "1.0")); err != nil {
 		nc.Close()
-		return nil, nil, false, err
+		return nil, nil, hello{}, err
 	}
 	r := bufio.NewReaderSize(nc, 32<<10)
 	p, err := protocol.ReadFrame(r, nil, protocol.MaxFrameLimit)
@@ -74,35 +91,54 @@ func (s *session) dial() (net.Conn, *bufio.Reader, bool, error) {
 	}
 	if err != nil {
 		nc.Close()
-		return nil, nil, false, err
+		return nil, nil, hello{}, err
+	}
+	if !unhook() {
+		nc.Close() // closing: the deadline may have been set
+		return nil, nil, hello{}, s.ctx.Err()
 	}
 	_ = nc.SetDeadline(time.Time{})
-	return nc, r, m.Resumed, nil
+	return nc, r, hello{resumed: m.Resumed, graceMs: m.GraceMs, sent: sent}, nil
 }
 
 // serve runs one TCP connection until it breaks or the session shuts down.
-func (s *session) serve(nc net.Conn, r *bufio.Reader, resumed bool) {
+// It reports whether the server said it is shutting down.
+func (s *session) serve(nc net.Conn, r *bufio.Reader, h hello) (bye bool) {
 	box := protocol.NewOutbox(maxPending)
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
 		nc.Close()
-		return
+		return false
 	}
-	if s.everUp && !resumed {
-		s.sessionLostLocked()
+	s.graceKnown = h.graceMs >= 0
+	s.grace = time.Duration(max(h.graceMs, 0)) * time.Millisecond
+	s.graceMargin = lease.Margin(s.grace)
+	// The handshake is an answer on the session: its send time is a lower
+	// bound of when the session was (re)attached.
+	if !s.everUp || !h.resumed {
+		s.lastAck = h.sent
+	} else {
+		s.lastAck = max(s.lastAck, h.sent)
+	}
+	if s.everUp && !h.resumed {
+		s.newSessionLocked(box, monoNow())
 	}
 	s.everUp = true
 	s.box = box
 	close(s.up)
+	s.rearmLocked() // the grace may have changed
+	s.pingEvery = 0 // the pinger computes it
 	s.mu.Unlock()
-	s.log.Debug("mlock: connected", "resumed", resumed)
+	s.log.Debug("mlock: connected", "resumed", h.resumed, "graceMs", h.graceMs)
 
 	stop := make(chan struct{})
+	cctx, ccancel := context.WithCancel(s.ctx)
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go s.writeLoop(nc, box, stop, &wg)
-	go s.pingLoop(nc, stop, &wg)
+	go s.pingLoop(cctx, nc, stop, &wg)
+	s.kick() // requests asked again on this session
 	try, _ := tryWriter(nc)
 	var err error
 	var buf []byte
@@ -111,7 +147,11 @@ func (s *session) serve(nc net.Conn, r *bufio.Reader, resumed bool) {
 		if p, err = protocol.ReadFrame(r, buf, protocol.MaxFrameLimit); err != nil {
 			break
 		}
-		s.dispatch(p)
+		if s.dispatch(p) {
+			// Closing the connection tells the server it was heard.
+			bye, err = true, errShuttingDown
+			break
+		}
 		if cap(p) > cap(buf) && cap(p) <= 1<<20 {
 			buf = p[:0] // a large frame's buffer, kept for the next one
 		}
@@ -120,6 +160,7 @@ func (s *session) serve(nc net.Conn, r *bufio.Reader, resumed bool) {
 		}
 	}
 	close(stop)
+	ccancel() // a ping in flight
 	nc.Close()
 	wg.Wait()
 
@@ -135,15 +176,14 @@ func (s *session) serve(nc net.Conn, r *bufio.Reader, resumed bool) {
 		delete(s.calls, seq)
 		cl.ch <- reply{err: cerr}
 	}
-	// Pushes can be lost with the connection: from now on the client also
-	// keeps time itself.
-	for _, l := range s.locks {
-		l.armBackstopLocked()
-	}
+	// A timeout push can be lost with the connection: the waits' backstops
+	// join the session's timer (held locks are on it already).
+	s.rearmLocked()
 	s.mu.Unlock()
-	if !errors.Is(err, net.ErrClosed) {
+	if !errors.Is(err, net.ErrClosed) && !bye {
 		s.log.Warn("mlock: connection lost; reconnecting", "err", err)
 	}
+	return bye
 }
 
 // frameBuffered reports whether r holds a whole frame: reading it does not
@@ -198,6 +238,10 @@ func (s *session) shutdown() {
 		delete(s.locks, id)
 		l.failLocked(e, e)
 	}
+	if s.clock != nil {
+		s.clock.Stop()
+	}
+	s.clockOn = false
 }
 
 // writeLoop writes the queued commands, gathering those of concurrent
@@ -225,35 +269,71 @@ func (s *session) writeLoop(nc net.Conn, box *protocol.Outbox, stop chan struct{
 	}
 }
 
-// pingLoop checks an idle connection every PingInterval and drops it if the
-// server does not answer within the interval.
-func (s *session) pingLoop(nc net.Conn, stop chan struct{}, wg *sync.WaitGroup) {
+// pingLoop keeps the session answered: it pings when nothing was answered
+// for a keep-alive period (see pingPeriodLocked: a third of the shortest of
+// the grace and the held locks' ttls while the session holds or waits for
+// locks, else PingInterval), and drops the connection if the server does
+// not answer a ping within that period (at least a second). ctx ends with
+// the connection.
+func (s *session) pingLoop(ctx context.Context, nc net.Conn, stop chan struct{}, wg *sync.WaitGroup) {
 	defer wg.Done()
-	t := time.NewTicker(s.opts.PingInterval)
+	t := time.NewTimer(time.Hour)
 	defer t.Stop()
+	kicked := false
 	for {
+		s.mu.Lock()
+		if !kicked || s.pingEvery == 0 {
+			// Recomputed when the period passes, not when a grant made it
+			// shorter: a lock taken and released at once does not make the
+			// pinger run each time.
+			s.pingEvery = s.pingPeriodLocked()
+		}
+		every := s.pingEvery
+		wait := s.lastAck + every - monoNow()
+		s.mu.Unlock()
+		kicked = false
+		if wait > 0 {
+			t.Reset(wait)
+			select {
+			case <-stop:
+				return
+			case <-s.pingKick:
+				kicked = true
+			case <-t.C:
+			}
+			continue
+		}
+		pctx, cancel := context.WithTimeout(ctx, max(every, time.Second))
+		_, err := s.roundTrip(pctx, nil, protocol.VerbPing)
+		cancel()
+		if err != nil && err.Type == TypeTimeout {
+			s.log.Warn("mlock: server does not answer pings; reconnecting")
+			nc.Close()
+		}
 		select {
 		case <-stop:
 			return
-		case <-t.C:
-			ctx, cancel := context.WithTimeout(context.Background(), s.opts.PingInterval)
-			_, err := s.roundTrip(ctx, nil, protocol.VerbPing)
-			cancel()
-			if err != nil && err.Type == TypeTimeout {
-				s.log.Warn("mlock: server does not answer pings; reconnecting")
-				nc.Close()
+		default:
+		}
+		if err != nil {
+			// Do not spin while the connection is going down.
+			t.Reset(every)
+			select {
+			case <-stop:
+				return
+			case <-t.C:
 			}
 		}
 	}
 }
 
 // dispatch handles one frame from the server. p is valid only during the
-// call.
-func (s *session) dispatch(p []byte) {
+// call. It reports whether the server said it is shutting down.
+func (s *session) dispatch(p []byte) (bye bool) {
 	m, err := protocol.ParseMessage(p)
 	if err != nil {
 		s.log.Warn("mlock: unknown message from the server", "msg", string(p))
-		return
+		return false
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -267,7 +347,7 @@ func (s *session) dispatch(p []byte) {
 			// A grant nobody waits for (its request's answer was lost with a
 			// connection): give it back at once.
 			s.forgetLocked(string(m.ID))
-			return
+			return false
 		}
 		l.grantedLocked(m.Token, time.UnixMilli(m.ExpiresAtMs))
 	case protocol.MsgTimeout:
@@ -284,8 +364,13 @@ func (s *session) dispatch(p []byte) {
 			s.loseLocked(l, e)
 		}
 	case protocol.MsgError:
+		if m.Code == protocol.CodeShuttingDown {
+			s.shuttingDownLocked()
+			return true
+		}
 		s.log.Warn("mlock: server error", "msg", m.Text)
 	}
+	return false
 }
 
 // resultLocked answers the call of a result.
@@ -296,6 +381,9 @@ func (s *session) resultLocked(m *protocol.Message) {
 		return
 	}
 	delete(s.calls, seq)
+	if cl.sent > s.lastAck {
+		s.lastAck = cl.sent
+	}
 	if !m.OK {
 		if cl.lock != nil {
 			cl.lock.state = failed
@@ -303,7 +391,7 @@ func (s *session) resultLocked(m *protocol.Message) {
 		cl.ch <- reply{err: failure(m, cl.verb)}
 		return
 	}
-	var r reply
+	r := reply{sent: cl.sent}
 	switch cl.verb {
 	case protocol.VerbLock, protocol.VerbTryLock:
 		l := cl.lock
@@ -314,8 +402,7 @@ func (s *session) resultLocked(m *protocol.Message) {
 		}
 		if old := s.locks[string(m.Payload)]; old != nil && old.state == held {
 			// An owner's renewal of a lock it holds: the same lock.
-			old.ttl = l.ttl
-			old.armLocked(time.Now().Add(l.ttl))
+			old.renewedLocked(cl.sent, l.ttl, time.Time{})
 			l.state = released
 			cl.ch <- reply{lock: old}
 			return
@@ -325,6 +412,7 @@ func (s *session) resultLocked(m *protocol.Message) {
 		l.id = string(m.Payload)
 		s.locks[l.id] = l
 		l.wait = cl
+		s.waitingLocked()
 		return
 	case protocol.VerbExtend, protocol.VerbReleaseAll:
 		r.n, _ = protocol.Int(m.Payload)
@@ -349,18 +437,6 @@ func cutSpace(b []byte) (before, after []byte, found bool) {
 		}
 	}
 	return b, nil, false
-}
-
-// sessionLostLocked handles a reconnect into a new session: every lock of
-// the old one is gone.
-func (s *session) sessionLostLocked() {
-	s.log.Warn("mlock: the server lost this session; its locks are gone")
-	waitErr := &Error{Type: TypeConnection, Msg: "session lost", Err: ErrSessionLost}
-	lostErr := &Error{Type: TypeLost, Msg: "session lost", Err: ErrSessionLost}
-	for id, l := range s.locks {
-		delete(s.locks, id)
-		l.failLocked(waitErr, lostErr)
-	}
 }
 
 // ctxError is the error of a call given up through ctx; ctx.Err() (and the

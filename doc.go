@@ -29,8 +29,38 @@
 // connection drops fail at once with an Error of Type connection; Ping,
 // Status, Locks, Extend and Unlock are retried once after the reconnect
 // (they are idempotent), Lock, TryLock, Release and ReleaseAll are not.
-// If the server lost the session (it restarted), waiting locks fail and held
-// locks are reported lost.
+// If the server lost the session (it restarted), held locks are reported
+// lost, and waiting requests, which held nothing, are asked again on the new
+// session with what is left of their timeout: the caller keeps waiting. A
+// server shutting down says so ("error server shutting down!"): held locks
+// are lost at once, the client closes the connection and reconnects with
+// backoff, and waiting requests are asked again of the next server.
+//
+// # Safety
+//
+// What a holder believes, it can justify with its own clock. The client
+// records when each request is queued (its send time, on the monotonic
+// clock: a lower bound of when the server handled it) and keeps lastAck,
+// the latest send time among the requests the server answered on the
+// session (anything read after an answer was produced after the server
+// handled that request). A held lock's lease counts from its base: at the
+// grant, the later of its request's send time and lastAck when the grant is
+// read; then the send time of the last successful Extend (or Client.Renew
+// of exactly its owner and resources). The session's end is lastAck plus
+// the session grace the server announces in its handshake (a server that
+// announces none: only the lease counts). Lock.Deadline is the earlier of
+// base + ttl and lastAck + grace, each less the clock-drift margin span/100
+// + 5 ms (the two clocks are assumed to run at rates that differ by less
+// than 1 %). When the Deadline passes without news the lock is lost: Lost
+// closes, Err is an Error of Type lost (ErrExpired for the lease,
+// ErrSessionLost for the session), Do's context is cancelled, and an unlock
+// is sent if the connection is up. The server never frees a lock earlier:
+// its lease ends at least ttl after the extend's send time, and it keeps a
+// disconnected session for its grace from its last answer or later. While
+// the session holds or waits for locks, the client makes sure something is
+// answered at least every third of the shorter of the grace and the
+// smallest ttl held (an idle client with one lock, grace 15 s and ttl 60 s
+// pings every 5 s); otherwise it pings every Options.PingInterval.
 //
 // # The path of a request
 //

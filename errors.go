@@ -110,12 +110,15 @@ var (
 	ErrNotHeld = errors.New("mlock: owner does not hold the lock")
 	// ErrClosed: the client was closed (Type connection).
 	ErrClosed = errors.New("mlock: client closed")
-	// ErrSessionLost: the server no longer knows the session: it restarted,
-	// or the connection was down longer than its grace period (Type lost
-	// for held locks, connection for waiting ones).
+	// ErrSessionLost: the server no longer knows the session (it restarted,
+	// or the connection was down longer than its grace period), it is
+	// shutting down, or nothing was answered on the session for its grace
+	// period so that it may have dropped it (Type lost, for held locks;
+	// waiting requests are asked again on the new session).
 	ErrSessionLost = errors.New("mlock: session lost")
-	// ErrExpired: the server reported that a held lock is gone: it expired,
-	// or was released by its owner (Type lost).
+	// ErrExpired: the server reported that a held lock is gone (it expired,
+	// or was released by its owner), or its lease ran out without word from
+	// the server (Type lost).
 	ErrExpired = errors.New("mlock: lock expired")
 	// ErrReleased: the server reported that a held lock was released by its
 	// owner through Release or ReleaseAll, wholly or in part (Type lost).

@@ -14,7 +14,9 @@ import (
 // exampleServer runs mlockd in-process for the examples; in production the
 // address is that of a running mlockd, usually localhost:12340.
 func exampleServer() (addr string, stop func()) {
-	srv, err := server.New(server.Config{})
+	// A new server with no earlier run: nothing to wait out, so no quiet
+	// period (a restarted production server keeps its default).
+	srv, err := server.New(server.Config{QuietPeriod: -1})
 	if err != nil {
 		panic(err)
 	}

@@ -19,28 +19,31 @@ const (
 // methods are safe for concurrent use. Its state belongs to the session of
 // its Client's address; the methods ask the session.
 //
-// The server tells the holder when a lock expires or is released by its
-// owner (even in part: the handle is then lost as a whole, since it no
-// longer holds what it was granted); as a backstop, once the connection has
-// dropped (pushes can be lost with it), the client also declares a lock
-// lost when its lease runs out without an Extend (the lease counted from
-// when the grant arrived, or from when the last Extend was sent). Either way
+// A held lock is believed held only until its Deadline, which the client
+// computes with its own clock from what the server has provably answered
+// (see the package documentation, "Safety"). It is lost when the server
+// says so (it expired, or was released by its owner, even in part: the
+// handle no longer holds what it was granted), when the session is lost,
+// or when the Deadline passes without word from the server. Either way
 // Lost is closed and Err says why.
 type Lock struct {
 	s         *session
 	c         *Client
 	resources string // as sent: prefixed names joined with '|'
 	owner     string
+	try       bool          // a try-lock
+	timeout   time.Duration // the wait's timeout (<= 0: none)
+	tolerate  int           // the request's tolerate (<= 0: none)
 
-	// All below guarded by s.mu.
+	// All below guarded by s.mu. Times are monotonic, since epoch.
 	id        string
 	state     lockState
 	ttl       time.Duration
 	token     uint64
 	expiresAt time.Time     // reported by the server
-	deadline  time.Time     // held: local estimate of the end of the lease
-	waitEnd   time.Time     // waiting with a timeout: when to give up if the timeout push is lost
-	timer     *time.Timer   // the backstop, armed once the connection has dropped
+	sent      time.Duration // when the lock request was queued
+	base      time.Duration // held: the lease counts from here (see grantedLocked)
+	waitEnd   time.Duration // waiting with a timeout: when to give up if the timeout push is lost (0: never)
 	wait      *call         // waiting: the caller's call, answered by the grant or the failure
 	lost      chan struct{} // made on first use; closed when a held lock is lost
 	lostErr   *Error
@@ -59,19 +62,44 @@ func (l *Lock) Resources() string { return l.resources }
 func (l *Lock) Token() uint64 { return l.s.view(l).token }
 
 // ExpiresAt returns the end of the lease as the server reported it (grant or
-// last Extend), on the server's clock.
+// last Extend), on the server's clock. The client does not rely on it: see
+// Deadline.
 func (l *Lock) ExpiresAt() time.Time { return l.s.view(l).expiresAt }
+
+// Deadline returns the moment, on this process's monotonic clock, until
+// which the client believes the lock held: the earlier of the end of the
+// lease (the send time of the request that granted or last extended or
+// renewed it, plus its ttl) and the end of the session (the send time of
+// the last request the server answered on the session, plus the session
+// grace the server announced), each less its clock-drift margin (span/100 +
+// 5 ms). It never lies later than what the client can justify; it moves
+// later as the client extends the lock and talks to the server. When it
+// passes without news, the lock is lost (Lost closes). Deadline returns the
+// zero time when the lock is not held (still waiting, unlocked, or lost).
+func (l *Lock) Deadline() time.Time {
+	s := l.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l.state != held {
+		return time.Time{}
+	}
+	d, _ := s.deadlineLocked(l)
+	return epoch.Add(d)
+}
 
 // Lost returns a channel closed when the held lock is lost: it expired, was
 // released (wholly or in part) by its owner through Release or ReleaseAll,
-// or its session was lost. It is not closed by Unlock.
+// its session was lost, or its Deadline passed without word from the
+// server. It is not closed by Unlock.
 func (l *Lock) Lost() <-chan struct{} { return l.s.lostChan(l) }
 
 // Err returns nil while the lock is held (or was unlocked normally), and the
 // reason once it is lost: an *Error of Type lost whose cause is ErrExpired
 // (expired, or released by its owner: the server does not always say
-// which), ErrReleased (released by its owner, wholly or in part) or
-// ErrSessionLost.
+// which; or its lease ran out without word from the server), ErrReleased
+// (released by its owner, wholly or in part) or ErrSessionLost (the server
+// lost the session, is shutting down, or may have dropped the session
+// because it heard nothing from the client for its grace period).
 func (l *Lock) Err() error {
 	if e := l.s.view(l).lostErr; e != nil {
 		return e
@@ -80,9 +108,10 @@ func (l *Lock) Err() error {
 }
 
 // Extend sets the lease to now + ttl (ttl 0: the lock's current ttl) and
-// returns the new expiry from the server. If the lock is gone it returns an
-// Error of Type lost and the lock counts as lost. A connection error is
-// retried once after a reconnect: extending twice is harmless.
+// returns the new expiry from the server. The Deadline then counts from
+// when the extend was sent. If the lock is gone it returns an Error of Type
+// lost and the lock counts as lost. A connection error is retried once
+// after a reconnect: extending twice is harmless.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) (time.Time, error) {
 	if ttl < 0 || ttl%time.Millisecond != 0 {
 		return time.Time{}, &Error{Type: TypeRequest, Msg: "ttl should be whole milliseconds > 0"}
@@ -97,6 +126,9 @@ func (l *Lock) Unlock(ctx context.Context) error { return l.s.unlock(ctx, l) }
 
 // ---- state changes, by the session, under s.mu ----
 
+// grantedLocked makes a waiting lock held. Its lease counts from the later
+// of the send time of its request and lastAck: a request that waited in the
+// queue was granted after every answer read before the grant.
 func (l *Lock) grantedLocked(token uint64, expiresAt time.Time) {
 	if l.state == held {
 		// Announced again (after a reconnect, or an owner's renewal).
@@ -106,14 +138,30 @@ func (l *Lock) grantedLocked(token uint64, expiresAt time.Time) {
 	if l.state != waiting {
 		return
 	}
+	s := l.s
 	l.state = held
 	l.token = token
 	l.expiresAt = expiresAt
-	l.armLocked(time.Now().Add(l.ttl))
+	l.base = max(l.sent, s.lastAck)
+	s.heldLocked(l)
 	if l.wait != nil {
 		l.wait.ch <- reply{lock: l}
 		l.wait = nil
 	}
+}
+
+// renewedLocked moves the lease of a held lock: the request that extended
+// or renewed it to ttl was sent at sent.
+func (l *Lock) renewedLocked(sent, ttl time.Duration, expiresAt time.Time) {
+	if l.state != held {
+		return
+	}
+	l.base = max(l.base, sent)
+	l.ttl = ttl
+	if !expiresAt.IsZero() {
+		l.expiresAt = expiresAt
+	}
+	l.s.heldLocked(l) // a shorter ttl can move the deadline earlier
 }
 
 // failLocked ends a waiting lock with waitErr or a held one with lostErr
@@ -122,7 +170,6 @@ func (l *Lock) failLocked(waitErr, lostErr *Error) {
 	switch {
 	case l.state == waiting && waitErr != nil:
 		l.state = failed
-		l.stopLocked()
 		if l.wait != nil {
 			l.wait.ch <- reply{err: waitErr}
 			l.wait = nil
@@ -130,62 +177,10 @@ func (l *Lock) failLocked(waitErr, lostErr *Error) {
 	case l.state == held && lostErr != nil:
 		l.state = lost
 		l.lostErr = lostErr
-		l.stopLocked()
 		if l.lost == nil {
 			l.lost = closedChan
 		} else {
 			close(l.lost)
 		}
-	}
-}
-
-// armLocked sets the local end of the lease (and moves the backstop, if it
-// is armed).
-func (l *Lock) armLocked(deadline time.Time) {
-	l.deadline = deadline
-	if l.timer != nil {
-		l.timer.Reset(time.Until(deadline))
-	}
-}
-
-// armBackstopLocked starts the backstop: while connected the server's
-// pushes are reliable; once the connection drops, one may be lost.
-func (l *Lock) armBackstopLocked() {
-	if l.timer != nil {
-		return
-	}
-	switch {
-	case l.state == held:
-		l.timer = time.AfterFunc(time.Until(l.deadline), l.backstop)
-	case l.state == waiting && !l.waitEnd.IsZero():
-		l.timer = time.AfterFunc(time.Until(l.waitEnd), l.backstop)
-	}
-}
-
-func (l *Lock) stopLocked() {
-	if l.timer != nil {
-		l.timer.Stop()
-	}
-}
-
-// backstop declares a held lock lost when its lease ran out, and gives up a
-// wait past its timeout, without word from the server (the push can be
-// lost with a connection).
-func (l *Lock) backstop() {
-	s := l.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := time.Now()
-	switch {
-	case l.state == held && !now.Before(l.deadline):
-		s.loseLocked(l, &Error{Type: TypeLost, Msg: "lease ran out", Err: ErrExpired})
-	case l.state == held:
-		l.timer.Reset(l.deadline.Sub(now))
-	case l.state == waiting && !now.Before(l.waitEnd):
-		if s.locks[l.id] == l {
-			delete(s.locks, l.id)
-			s.forgetLocked(l.id)
-		}
-		l.failLocked(&Error{Type: TypeTimeout, Msg: "Lock timeout"}, nil)
 	}
 }

@@ -49,7 +49,13 @@ type Options struct {
 	// DialTimeout bounds a connection attempt, and how long a call waits
 	// for the connection to come back while it is down. Default 5 s.
 	DialTimeout time.Duration
-	// PingInterval is how often an idle connection is checked. Default 20 s.
+	// PingInterval is how often an idle connection is checked while the
+	// session holds and waits for no lock: a ping goes out when nothing was
+	// answered for that long, and a ping not answered within it drops the
+	// connection. While it holds or waits for locks the session is kept
+	// answered more often: every third of the shorter of the server's
+	// session grace and the smallest ttl of the held locks (see the package
+	// documentation, "Safety"). Default 20 s.
 	PingInterval time.Duration
 	// MaxBackoff caps the delay between reconnection attempts (which grows
 	// from 50 ms, doubling, with jitter). Default 5 s.

@@ -72,6 +72,7 @@ func (r *registry) release(s *session) {
 //
 // Goroutines: run (the reconnect loop, which reads frames), and per TCP
 // connection a writer and a pinger; all end when the last Client closes.
+// One timer per session (safety.go) loses held locks at their Deadline.
 // The reader also writes: the commands of the callers it has just answered
 // go out in one write at the end of its read (see endBatch), the writer
 // sends the others.
@@ -96,6 +97,17 @@ type session struct {
 	answered bool          // guarded by mu
 	backoff  time.Duration // owned by run
 
+	// The safety rule (safety.go). Times are monotonic, since epoch.
+	lastAck     time.Duration // guarded by mu: the latest send time of a request answered on this session
+	grace       time.Duration // guarded by mu: the session grace the server announced
+	graceMargin time.Duration // guarded by mu: lease.Margin(grace)
+	graceKnown  bool          // guarded by mu: the server announced its grace
+	clock       *time.Timer   // guarded by mu: the one timer: deadlines of held locks, backstops of waits
+	clockAt     time.Duration // guarded by mu: when clock fires, if clockOn
+	clockOn     bool          // guarded by mu
+	pingEvery   time.Duration // guarded by mu: the keep-alive period the pinger sleeps with
+	pingKick    chan struct{} // cap 1: pingEvery became shorter
+
 	wake   chan struct{} // cap 1: the box has frames
 	quit   chan struct{} // closed by the last release
 	done   chan struct{} // closed when run returns
@@ -106,7 +118,7 @@ type session struct {
 func newSession(addr, sid string, o Options) *session {
 	s := &session{addr: addr, sid: sid, opts: o, log: o.Logger.With("server", addr), refs: 1,
 		up: make(chan struct{}), calls: map[uint64]*call{}, locks: map[string]*Lock{},
-		wake: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
+		wake: make(chan struct{}, 1), pingKick: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	return s
 }
@@ -116,6 +128,7 @@ func newSession(addr, sid string, o Options) *session {
 type call struct {
 	ch        chan reply // cap 1: the one answer
 	seq       uint64
+	sent      time.Duration // when the command was queued (monotonic, since epoch)
 	verb      protocol.Verb
 	lock      *Lock // lock, trylock: the new handle
 	abandoned bool  // guarded by session.mu: nobody waits; give a lock id back
@@ -123,10 +136,11 @@ type call struct {
 
 // reply is a call's answer, decoded by the reader for the call's verb.
 type reply struct {
-	lock  *Lock  // lock, trylock: the granted handle (a renewal returns the held one)
-	n     int64  // extend, renew: expiry in Unix ms; release: 1 for true; releaseall: count
-	token uint64 // renew
-	data  []byte // status, locks: the payload (a copy)
+	lock  *Lock         // lock, trylock: the granted handle (a renewal returns the held one)
+	n     int64         // extend, renew: expiry in Unix ms; release: 1 for true; releaseall: count
+	token uint64        // renew
+	sent  time.Duration // when the answered command was queued
+	data  []byte        // status, locks: the payload (a copy)
 	err   *Error
 }
 
@@ -168,6 +182,9 @@ func (s *session) send(ctx context.Context, l *Lock, v protocol.Verb, args []str
 		if err := s.waitUp(ctx); err != nil {
 			return nil, err
 		}
+		// The send time: before the command is queued, so a lower bound
+		// of when the server handles it.
+		now := monoNow()
 		s.mu.Lock()
 		if s.box == nil {
 			s.mu.Unlock()
@@ -176,10 +193,15 @@ func (s *session) send(ctx context.Context, l *Lock, v protocol.Verb, args []str
 		s.seq++
 		seq := s.seq
 		cl := callPool.Get().(*call)
-		cl.seq, cl.verb, cl.lock, cl.abandoned = seq, v, l, false
+		cl.seq, cl.verb, cl.lock, cl.abandoned, cl.sent = seq, v, l, false, now
 		s.calls[seq] = cl
 		if l != nil {
 			l.state = waiting
+			l.sent = now
+			if l.timeout > 0 {
+				// The server's timeout push can be lost with a connection.
+				l.waitEnd = now + l.timeout + s.opts.DialTimeout
+			}
 		}
 		s.box.Build(func(b []byte) []byte { return protocol.AppendCommandSeq(b, v, seq, args...) })
 		kick := !s.answered
@@ -271,13 +293,14 @@ type lockView struct {
 	ttl       time.Duration
 	token     uint64
 	expiresAt time.Time
+	base      time.Duration
 	lostErr   *Error
 }
 
 func (s *session) view(l *Lock) lockView {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return lockView{id: l.id, state: l.state, ttl: l.ttl, token: l.token, expiresAt: l.expiresAt, lostErr: l.lostErr}
+	return lockView{id: l.id, state: l.state, ttl: l.ttl, token: l.token, expiresAt: l.expiresAt, base: l.base, lostErr: l.lostErr}
 }
 
 // lostChan returns l's loss channel, made on first use.
@@ -310,7 +333,6 @@ func (s *session) extend(ctx context.Context, l *Lock, ttl time.Duration) (time.
 	default:
 		return time.Time{}, &Error{Type: TypeRequest, Msg: "lock is not held"}
 	}
-	sent := time.Now()
 	r, err := s.retry(ctx, protocol.VerbExtend, id, ms(ttl))
 	if err != nil {
 		if err.code.Class() == protocol.ClassNotFound {
@@ -325,11 +347,7 @@ func (s *session) extend(ctx context.Context, l *Lock, ttl time.Duration) (time.
 	}
 	exp := time.UnixMilli(r.n)
 	s.mu.Lock()
-	if l.state == held {
-		l.ttl = ttl
-		l.expiresAt = exp
-		l.armLocked(sent.Add(ttl))
-	}
+	l.renewedLocked(r.sent, ttl, exp)
 	s.mu.Unlock()
 	return exp, nil
 }
@@ -349,7 +367,6 @@ func (s *session) unlock(ctx context.Context, l *Lock) error {
 	s.mu.Lock()
 	if l.state == held {
 		s.dropLocked(l)
-		l.stopLocked()
 	}
 	s.mu.Unlock()
 	if err != nil {
@@ -378,7 +395,6 @@ func (s *session) dropLocked(l *Lock) {
 		s.forgetLocked(l.id)
 	}
 	l.state = released
-	l.stopLocked()
 }
 
 // loseLocked ends a held lock with err, and a waiting one with waitErr (nil:
@@ -408,7 +424,6 @@ func (s *session) detach(c *Client) {
 			l.failLocked(e, nil)
 		case held:
 			l.state = released
-			l.stopLocked()
 		}
 	}
 	for _, cl := range s.calls {

@@ -1,0 +1,429 @@
+package mlock_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mlock-dev/mlock"
+	"github.com/mlock-dev/mlock/internal/protocol"
+	"github.com/mlock-dev/mlock/server"
+)
+
+// closedAt returns a channel that receives when ch closes.
+func closedAt(ch <-chan struct{}) <-chan time.Time {
+	at := make(chan time.Time, 1)
+	go func() { <-ch; at <- time.Now() }()
+	return at
+}
+
+// grantedAt runs Lock in the background and reports when it returned.
+type grant struct {
+	l   *mlock.Lock
+	err error
+	at  time.Time
+}
+
+func lockAsync(ctx context.Context, c *mlock.Client, res string, o *mlock.LockOptions) <-chan grant {
+	ch := make(chan grant, 1)
+	go func() {
+		l, err := c.Lock(ctx, res, o)
+		ch <- grant{l, err, time.Now()}
+	}()
+	return ch
+}
+
+func TestDeadline(t *testing.T) {
+	addr, _ := startServer(t, server.Config{SessionGrace: 10 * time.Second}, "")
+	c := client(t, addr, mlock.Options{})
+	ctx := ctxT(t)
+	l, err := c.Lock(ctx, "dl", &mlock.LockOptions{TTL: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The lease counts from the send time, less the drift margin (2 s/100 +
+	// 5 ms): never later than now + 1.975 s.
+	d := l.Deadline()
+	if left := time.Until(d); left > 2*time.Second-25*time.Millisecond || left < time.Second {
+		t.Fatalf("Deadline in %v, want within (1 s, 1.975 s]", left)
+	}
+	if _, err := l.Extend(ctx, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if d2 := l.Deadline(); !d2.After(d.Add(2 * time.Second)) {
+		t.Fatalf("Extend did not move the Deadline: %v -> %v", d, d2)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !l.Deadline().IsZero() {
+		t.Fatal("an unlocked lock has a Deadline")
+	}
+}
+
+// (a) A blackholed path: the holder's requests no longer reach the server.
+// The holder must learn that its lock is lost before the server's lease ends
+// and the waiter is granted.
+func TestBlackholedHolderLosesBeforeTheServerGrants(t *testing.T) {
+	addr, _ := startServer(t, server.Config{}, "")
+	px := newProxy(t, addr)
+	holder := client(t, px.addr(), mlock.Options{MaxBackoff: 100 * time.Millisecond})
+	waiter := client(t, addr, mlock.Options{})
+	ctx := ctxT(t)
+	l, err := holder.Lock(ctx, "bh", &mlock.LockOptions{TTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lostAt := closedAt(l.Lost())
+	cancelled := make(chan time.Time, 1)
+	jobCtx := make(chan context.Context, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- holder.Hold(ctx, l, func(ctx context.Context) error {
+			jobCtx <- ctx
+			<-ctx.Done()
+			cancelled <- time.Now()
+			return context.Cause(ctx)
+		})
+	}()
+	job := <-jobCtx
+	g := lockAsync(ctx, waiter, "bh", nil)
+	waitQueue(t, waiter, "bh", 2)
+	time.Sleep(400 * time.Millisecond) // the holder extends meanwhile
+	px.drop.Store(true)
+	blackholed := time.Now()
+
+	got := <-g
+	if got.err != nil {
+		t.Fatal(got.err)
+	}
+	defer got.l.Unlock(ctx)
+	// Checked when the waiter is granted: the holder's state, not when a
+	// goroutine got to record it.
+	if l.Err() == nil {
+		t.Fatalf("the waiter was granted %v after the blackhole; the holder still believes it holds the lock",
+			got.at.Sub(blackholed))
+	}
+	if job.Err() == nil {
+		t.Fatal("the holder's job was still running when the waiter was granted")
+	}
+	lost, stopped := <-lostAt, <-cancelled
+	t.Logf("after the blackhole: holder lost at %v, job stopped at %v, waiter granted at %v",
+		lost.Sub(blackholed), stopped.Sub(blackholed), got.at.Sub(blackholed))
+	if err := <-done; !errors.Is(err, mlock.ErrLost) || !errors.Is(err, mlock.ErrExpired) {
+		t.Fatalf("Hold = %v, want the lease's loss", err)
+	}
+	if got.at.Sub(blackholed) > 1500*time.Millisecond {
+		t.Fatalf("the server granted the waiter %v after the blackhole: the lease was 1 s", got.at.Sub(blackholed))
+	}
+}
+
+// (b) The connection is down longer than the server's session grace: the
+// holder must give its lock up before the server drops the session and
+// grants the waiter, although its lease is much longer.
+func TestOutageLongerThanTheGrace(t *testing.T) {
+	addr, _ := startServer(t, server.Config{SessionGrace: time.Second}, "")
+	px := newProxy(t, addr)
+	holder := client(t, px.addr(), mlock.Options{MaxBackoff: 100 * time.Millisecond})
+	waiter := client(t, addr, mlock.Options{})
+	ctx := ctxT(t)
+	l, err := holder.Lock(ctx, "og", &mlock.LockOptions{TTL: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lostAt := closedAt(l.Lost())
+	g := lockAsync(ctx, waiter, "og", nil)
+	waitQueue(t, waiter, "og", 2)
+	px.drop.Store(true) // the holder's reconnections do not get through
+	px.cut()
+	cut := time.Now()
+
+	got := <-g
+	if got.err != nil {
+		t.Fatal(got.err)
+	}
+	defer got.l.Unlock(ctx)
+	if l.Err() == nil {
+		t.Fatalf("the server dropped the session and granted the waiter %v after the cut; the holder still believes",
+			got.at.Sub(cut))
+	}
+	lost := <-lostAt
+	t.Logf("after the cut: holder lost at %v, waiter granted at %v", lost.Sub(cut), got.at.Sub(cut))
+	if err := l.Err(); !errors.Is(err, mlock.ErrLost) || !errors.Is(err, mlock.ErrSessionLost) {
+		t.Fatalf("Err = %v, want the session's loss", err)
+	}
+	if got.at.Sub(cut) > 3*time.Second {
+		t.Fatalf("the waiter was granted %v after the cut: the grace was 1 s", got.at.Sub(cut))
+	}
+}
+
+// (c) The server crashes and restarts with empty state while the client
+// holds one lock and waits for another: the held lock is reported lost, the
+// waiting request is asked again and granted by the new server.
+func TestServerRestartUnderHeldAndWaitingLocks(t *testing.T) {
+	cfg := server.Config{}
+	addr, stop := startServer(t, cfg, "")
+	px := newProxy(t, addr)
+	c := client(t, px.addr(), mlock.Options{MaxBackoff: 100 * time.Millisecond, DialTimeout: 500 * time.Millisecond})
+	other := client(t, addr, mlock.Options{})
+	ctx := ctxT(t)
+	held, err := c.Lock(ctx, "r1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Lock(ctx, "r2", nil); err != nil {
+		t.Fatal(err)
+	}
+	g := lockAsync(ctx, c, "r2", &mlock.LockOptions{Timeout: time.Minute})
+	waitQueue(t, other, "r2", 2)
+
+	// A crash as the client sees it: it hears nothing of the shutdown.
+	px.drop.Store(true)
+	px.cut()
+	stop()
+	startServer(t, cfg, addr) // same address, empty state
+	px.drop.Store(false)
+
+	select {
+	case <-held.Lost():
+	case <-time.After(5 * time.Second):
+		t.Fatal("held lock not reported lost after the restart")
+	}
+	var me *mlock.Error
+	if err := held.Err(); !errors.As(err, &me) || me.Type != mlock.TypeLost || !errors.Is(err, mlock.ErrSessionLost) ||
+		me.Msg != "session lost" {
+		t.Fatalf("held: %v", err)
+	}
+	got := <-g
+	if got.err != nil {
+		t.Fatalf("the waiting request was not asked again: %v", got.err)
+	}
+	if got.l.Token() == 0 || got.l.Err() != nil {
+		t.Fatalf("re-asked lock: token %d, err %v", got.l.Token(), got.l.Err())
+	}
+	if err := got.l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The client works again.
+	l, err := c.Lock(ctx, "r1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Unlock(ctx)
+}
+
+// (d) Renew by owner moves the lease of the handle that holds exactly that
+// set.
+func TestRenewMovesTheHandle(t *testing.T) {
+	addr, _ := startServer(t, server.Config{}, "")
+	c := client(t, addr, mlock.Options{})
+	ctx := ctxT(t)
+	l, err := c.Lock(ctx, "ma|mb", &mlock.LockOptions{Owner: "w", TTL: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d0 := l.Deadline()
+	time.Sleep(100 * time.Millisecond)
+	if _, _, err := c.Renew(ctx, "w", []string{"mb", "ma"}, 3*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	d1 := l.Deadline()
+	if d1.Sub(d0) < 2*time.Second {
+		t.Fatalf("Renew moved the Deadline by %v, want about 2.6 s", d1.Sub(d0))
+	}
+	select {
+	case <-l.Lost():
+		t.Fatalf("lost after a renewal: %v", l.Err())
+	case <-time.After(700 * time.Millisecond): // past the first lease
+	}
+	if _, err := l.Extend(ctx, 0); err != nil {
+		t.Fatalf("the handle still holds the lock: %v", err)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// (e) A server shutting down cleanly tells its holders: they are lost at
+// once, and a waiting request is asked again of the next server.
+func TestShutdownLosesHeldLocksAndReasksWaiters(t *testing.T) {
+	cfg := server.Config{}
+	addr, stop := startServer(t, cfg, "")
+	c := client(t, addr, mlock.Options{MaxBackoff: 100 * time.Millisecond})
+	other := client(t, "localhost:"+strings.Split(addr, ":")[1], mlock.Options{MaxBackoff: 100 * time.Millisecond})
+	ctx := ctxT(t)
+	held, err := c.Lock(ctx, "s1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Lock(ctx, "s2", nil); err != nil {
+		t.Fatal(err)
+	}
+	g := lockAsync(ctx, c, "s2", nil)
+	waitQueue(t, other, "s2", 2)
+	lostAt := closedAt(held.Lost())
+	stop()
+	stopped := time.Now()
+	select {
+	case at := <-lostAt:
+		t.Logf("held lock lost %v after Shutdown returned", at.Sub(stopped))
+	case <-time.After(time.Second):
+		t.Fatal("a clean shutdown did not tell the holder")
+	}
+	// The server pushed the expiry (for 1.0 clients) before its shutdown
+	// error; either is the loss.
+	if err := held.Err(); !errors.Is(err, mlock.ErrLost) ||
+		!(errors.Is(err, mlock.ErrExpired) || errors.Is(err, mlock.ErrSessionLost)) {
+		t.Fatalf("held: %v", err)
+	}
+	t.Logf("held: %v", held.Err())
+	startServer(t, cfg, addr)
+	got := <-g
+	if got.err != nil {
+		t.Fatalf("the waiting request was not asked again: %v", got.err)
+	}
+	got.l.Unlock(ctx)
+}
+
+// fakeServer accepts one connection at a time and hands it to fn.
+func fakeServer(t *testing.T, fn func(c net.Conn, r *bufio.Reader)) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			fn(c, bufio.NewReader(c))
+			c.Close()
+		}
+	}()
+	t.Cleanup(func() { ln.Close(); <-done })
+	return ln.Addr().String()
+}
+
+// readCommand reads one command frame and splits it into fields.
+func readCommand(r *bufio.Reader) ([]string, error) {
+	p, err := protocol.ReadFrame(r, nil, protocol.MaxFrameLimit)
+	if err != nil {
+		return nil, err
+	}
+	return strings.Fields(string(p)), nil
+}
+
+// The server's "error server shutting down!" alone (no expiry pushes before
+// it) marks held locks lost with ErrSessionLost, and the client closes the
+// connection so that the server knows it was heard.
+func TestShutdownErrorFrame(t *testing.T) {
+	closed := make(chan time.Duration, 4)
+	addr := fakeServer(t, func(c net.Conn, r *bufio.Reader) {
+		if f, err := readCommand(r); err != nil || f[0] != "connect" {
+			return
+		}
+		c.Write(protocol.Append(nil, "connected", "1.0", "new", "15000"))
+		for {
+			f, err := readCommand(r)
+			if err != nil {
+				return
+			}
+			switch f[0] {
+			case "lock":
+				id := strings.Repeat("ab", 16)
+				c.Write(protocol.Append(nil, "result", f[1], "success", id))
+				c.Write(protocol.Append(nil, "locked", id, strconv.FormatInt(time.Now().Add(time.Minute).UnixMilli(), 10), "7"))
+				time.Sleep(20 * time.Millisecond)
+				c.Write(protocol.AppendError(nil, protocol.CodeShuttingDown))
+				start := time.Now()
+				c.SetReadDeadline(start.Add(2 * time.Second))
+				for {
+					if _, err := readCommand(r); err != nil {
+						var ne net.Error
+						if errors.As(err, &ne) && ne.Timeout() {
+							closed <- -1
+						} else {
+							closed <- time.Since(start)
+						}
+						return
+					}
+				}
+			case "ping":
+				c.Write(protocol.Append(nil, "result", f[1], "success", "pong"))
+			}
+		}
+	})
+	c := client(t, addr, mlock.Options{MaxBackoff: time.Second})
+	ctx := ctxT(t)
+	l, err := c.Lock(ctx, "sd", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-l.Lost():
+	case <-time.After(2 * time.Second):
+		t.Fatal("the shutdown error did not mark the held lock lost")
+	}
+	var me *mlock.Error
+	if err := l.Err(); !errors.As(err, &me) || me.Type != mlock.TypeLost || !errors.Is(err, mlock.ErrSessionLost) ||
+		me.Msg != "server shutting down" {
+		t.Fatalf("Err = %#v", err)
+	}
+	if d := <-closed; d < 0 {
+		t.Fatal("the client did not close the connection after the shutdown error")
+	}
+}
+
+// (f) An idle client holding one lock keeps its session answered: it pings
+// about every third of the shorter of the grace and the ttl, not more.
+func TestKeepAlivePingsOfAnIdleHolder(t *testing.T) {
+	const grace = 600 * time.Millisecond // keep-alive: a ping every 200 ms
+	addr, _ := startServer(t, server.Config{SessionGrace: grace}, "")
+	c := client(t, addr, mlock.Options{})
+	admin := client(t, "localhost:"+strings.Split(addr, ":")[1], mlock.Options{})
+	ctx := ctxT(t)
+	l, err := c.Lock(ctx, "idle", &mlock.LockOptions{TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st0, err := admin.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const span = 2 * time.Second
+	time.Sleep(span)
+	st1, err := admin.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pings := int64(st1.FramesIn-st0.FramesIn) - 1 // the second status
+	t.Logf("idle holder: %d pings in %v (%.1f/s)", pings, span, float64(pings)/span.Seconds())
+	if max := int64(span/(grace/3)) + 1; pings > max {
+		t.Fatalf("%d pings in %v, want at most %d", pings, span, max)
+	}
+	if min := int64(span/(grace/3)) / 2; pings < min {
+		t.Fatalf("%d pings in %v, want at least %d: the session is not kept answered", pings, span, min)
+	}
+	if l.Err() != nil {
+		t.Fatalf("the idle holder lost its lock: %v", l.Err())
+	}
+	// Without locks the client goes back to Options.PingInterval (20 s).
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // the period in force passes
+	st0, _ = admin.Status(ctx)
+	time.Sleep(time.Second)
+	st1, _ = admin.Status(ctx)
+	if n := int64(st1.FramesIn-st0.FramesIn) - 1; n > 0 {
+		t.Fatalf("%d pings in 1 s without locks", n)
+	}
+}
