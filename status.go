@@ -36,6 +36,10 @@ type Status struct {
 	Writes              uint64  `json:"writes"`    // write system calls
 	FramesIn            uint64  `json:"framesIn"`  // frames received
 	Truncated           bool    `json:"truncated"` // listings cut at the status limit
+	// QuietUntil is the end (Unix ms) of the quiet period in force after a
+	// start that may follow a crash: nothing is granted before it. 0 when
+	// the server grants.
+	QuietUntil int64 `json:"quietUntil,omitempty"`
 }
 
 // StatusSocket describes one connected session in Status.

@@ -95,24 +95,14 @@ func (s *Server) status(tx *core.Tx) *mlock.Status {
 	if st.Queues > limit || st.Live > limit {
 		doc.Truncated = true
 	}
-	return doc
-}
-
-// statusDoc is the status document with the keys the Status type does not
-// have yet.
-type statusDoc struct {
-	*mlock.Status
-	// QuietUntil is the end of the quiet start in force (Unix ms): until
-	// then nothing is granted. Omitted when the server grants.
-	QuietUntil int64 `json:"quietUntil,omitempty"`
-}
-
-func (s *Server) statusJSON(tx *core.Tx) []byte {
-	doc := statusDoc{Status: s.status(tx)}
 	if s.quietUntil > tx.Now() {
 		doc.QuietUntil = (s.quietUntil + int64(time.Millisecond) - 1) / int64(time.Millisecond) // rounded up
 	}
-	b, err := json.Marshal(doc)
+	return doc
+}
+
+func (s *Server) statusJSON(tx *core.Tx) []byte {
+	b, err := json.Marshal(s.status(tx))
 	if err != nil {
 		return []byte("{}")
 	}

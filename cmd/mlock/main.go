@@ -190,6 +190,10 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(w, "server\t%s (mlockd %s)\n", uri, st.Version)
 		fmt.Fprintf(w, "uptime\t%v (since %s)\n", (time.Duration(st.LiveTime) * time.Millisecond).Round(time.Second),
 			time.UnixMilli(st.StartAt).UTC().Format(time.RFC3339))
+		if st.QuietUntil > 0 {
+			fmt.Fprintf(w, "quiet until\t%s (after a start that may follow a crash: nothing is granted before)\n",
+				time.UnixMilli(st.QuietUntil).UTC().Format(time.RFC3339Nano))
+		}
 		fmt.Fprintf(w, "connections\t%d (sessions %d, refused %d)\n", st.SocketCount, st.Sessions, st.RejectedConnections)
 		fmt.Fprintf(w, "locks\t%d held, %d waiting\n", st.HeldLocks, st.CurrentLocks-st.HeldLocks)
 		fmt.Fprintf(w, "requests\t%d (granted %d, tolerate refused %d, timed out %d)\n", st.LockCount, st.LockedCount, st.IntoleranceCount, st.TimeoutCount)
