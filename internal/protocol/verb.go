@@ -7,7 +7,7 @@ type Verb uint8
 
 // The commands: the original protocol's (connect, lock, extend, unlock,
 // ping, status) and the extensions (trylock, locks, release, releaseall,
-// renew), which a 1.0 client never sends. docs/protocol.md specifies each.
+// renew, bye), which a 1.0 client never sends. docs/protocol.md specifies each.
 const (
 	VerbConnect    Verb = iota + 1 // connect <socketId> <apiVersion>
 	VerbLock                       // lock <req> <resources> <ttl> <timeout> <tolerate> [<owner>]
@@ -20,13 +20,14 @@ const (
 	VerbRelease                    // release <req> <owner> <resources>
 	VerbReleaseAll                 // releaseall <req> <owner>
 	VerbRenew                      // renew <req> <owner> <resources> <ttl>
+	VerbBye                        // bye <req>: the client heard "server shutting down!" and dropped its locks
 	numVerbs
 )
 
 var verbNames = [numVerbs]string{
 	VerbConnect: "connect", VerbLock: "lock", VerbTryLock: "trylock", VerbExtend: "extend",
 	VerbUnlock: "unlock", VerbPing: "ping", VerbStatus: "status", VerbLocks: "locks",
-	VerbRelease: "release", VerbReleaseAll: "releaseall", VerbRenew: "renew",
+	VerbRelease: "release", VerbReleaseAll: "releaseall", VerbRenew: "renew", VerbBye: "bye",
 }
 
 // String returns the command word as sent (lowercase); "" for a Verb that
@@ -74,6 +75,8 @@ func ParseVerb(b []byte) (Verb, bool) {
 		return VerbReleaseAll, true
 	case "renew":
 		return VerbRenew, true
+	case "bye":
+		return VerbBye, true
 	}
 	return 0, false
 }
