@@ -86,6 +86,9 @@ func (c *conn) handle(tx *core.Tx, f [][]byte) bool {
 		c.ok(req, s.payload)
 	case protocol.VerbRenew:
 		c.renew(tx, req, f)
+	case protocol.VerbBye:
+		c.bye()
+		return true
 	case protocol.VerbConnect:
 		c.sendError(protocol.CodeDuplicateConnect)
 		return true
@@ -93,6 +96,21 @@ func (c *conn) handle(tx *core.Tx, f [][]byte) bool {
 		c.failed(req, protocol.CodeInvalidMessage)
 	}
 	return false
+}
+
+// bye handles "bye <req>" (extension): the client has marked every lock of
+// its session lost and is done with the connection, which ends without an
+// answer (after what is queued for it is written). During a shutdown it is
+// the only confirmation that the client heard that its locks are gone: one
+// that merely closes may have closed for its own reasons (a ping timeout, a
+// proxy) without reading the expired pushes. Outside a shutdown it is just a
+// close: the session keeps its locks for its grace period, as after any
+// other end of the connection. It runs in a core batch.
+func (c *conn) bye() {
+	if c.told && c.sess != nil {
+		c.sess.confirmed = true
+	}
+	c.finish()
 }
 
 // connect handles "connect <socketId> <apiVersion>".

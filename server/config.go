@@ -44,8 +44,13 @@ type Config struct {
 	Logger *slog.Logger
 
 	// SessionGrace is how long the locks of a disconnected session are kept
-	// for it to reconnect (and its pushes buffered). Default 15 s. A
-	// negative value releases them at once.
+	// for it to reconnect (and its pushes buffered). The handshake announces
+	// it: a client believes it holds a lock for at most this long after the
+	// send time of its last answered request. Default 15 s. A negative value
+	// drops them at once and is announced as 0: a client that follows the
+	// safety rule then cannot hold a lock across any silence (it treats
+	// every lock as lost almost as soon as it is granted, unless answers
+	// keep coming); use a positive grace. New logs a warning for it.
 	SessionGrace time.Duration
 	// DefaultTTL is the lease of a lock or extend sent without a ttl (the
 	// 0.1.10 client sends "undefined"). Default 60 s.
@@ -102,16 +107,22 @@ type Config struct {
 	// nothing: requests queue and are granted when it ends, try-locks are
 	// refused as busy. A client of the previous run may believe it holds a
 	// lock until its last answer plus the session grace, so the default is
-	// datadir.QuietPeriod(SessionGrace): the grace plus 1 % plus 5 ms. A
-	// start is quiet after a crash, after a shutdown that could not confirm
-	// every holder learned of it, and always without DataDir. Negative: never
-	// quiet, unsafe (a restarted server may grant a lock a client still
-	// believes it holds), for tests that restart servers on purpose.
+	// datadir.QuietPeriod(SessionGrace): the grace plus 1 % plus 5 ms; New
+	// logs a warning for a positive value below it. A start is quiet after a
+	// crash, after a shutdown that could not confirm every holder learned of
+	// it, and always without DataDir. The period is recorded in DataDir, and
+	// a start after a crash is quiet for the longer of the crashed run's
+	// period and this one: restarting with a shorter SessionGrace or
+	// QuietPeriod does not shorten what the crashed run's clients may
+	// believe. Negative: never quiet, unsafe (a restarted server may grant a
+	// lock a client still believes it holds), for tests that restart
+	// servers on purpose.
 	QuietPeriod time.Duration
 	// ShutdownWait is how long Shutdown waits, after telling every holder
-	// that its locks are gone, for those clients to close their
-	// connections (never past Shutdown's context). A holder that does not
-	// close in time makes the next start quiet. Only with a DataDir and a
+	// that its locks are gone, for those clients to confirm with "bye"
+	// (never past Shutdown's context). A holder that does not confirm in
+	// time, or whose connection closes without bye, makes the next start
+	// quiet. Only with a DataDir and a
 	// quiet period: otherwise there is nothing to record and Shutdown does
 	// not wait. Default 2 s; negative: no wait.
 	ShutdownWait time.Duration

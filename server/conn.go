@@ -3,12 +3,10 @@ package server
 import (
 	"bytes"
 	"errors"
-	"io"
 	"net"
 	"os"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/mlock-dev/mlock/internal/core"
@@ -25,13 +23,8 @@ type conn struct {
 
 	sess  *session // guarded by the core: set by connect
 	dirty bool     // guarded by the core: in srv.dirty
-	told  bool     // guarded by the core: Shutdown told its holder and waits for the client to close
+	told  bool     // guarded by the core: Shutdown told its holder and waits for bye or the end of the connection
 	plain bool     // guarded by the core: an unframed status request, not a protocol client
-
-	// peerClosed: the reader ended because the client closed the
-	// connection (EOF or reset), not because the server closed it. Written
-	// by the reader before cleanup, which runs on the reader too.
-	peerClosed bool
 
 	// out queues the frames for the client (at most MaxPendingOutput
 	// bytes); the reader flushes its own replies at the end of a read
@@ -223,7 +216,6 @@ func (c *conn) readLoop() {
 			}
 		}
 		if err != nil {
-			c.peerClosed = errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)
 			if errors.Is(err, os.ErrDeadlineExceeded) {
 				s.core.Batch(func(*core.Tx) {
 					if c.sess == nil {
@@ -325,12 +317,11 @@ func (c *conn) cleanup() {
 	s.core.Batch(func(tx *core.Tx) {
 		delete(s.conns, c)
 		if c.told {
-			// Shutdown was waiting for this client to close: it did, or the
-			// server closed the connection (then it is not confirmed).
+			// Shutdown was waiting for this connection to end. Only a bye
+			// (handled before this) confirmed the holder; a close by the
+			// client or by the server does not, but leaves nothing more to
+			// wait for.
 			c.told = false
-			if c.peerClosed && c.sess != nil {
-				c.sess.confirmed = true
-			}
 			if s.awaiting--; s.awaiting == 0 && s.awaitDone != nil {
 				close(s.awaitDone)
 			}

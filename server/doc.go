@@ -44,13 +44,17 @@
 // With Config.DataDir (internal/datadir) the server knows how its previous
 // run ended: a new directory, or a clean shutdown whose holders all
 // confirmed, grants at once; a crash, or a shutdown with a holder that did
-// not confirm, is quiet. Without a data directory every start is quiet
-// unless QuietPeriod is negative (unsafe, for tests).
+// not confirm, is quiet, for the longer of the quiet period recorded by
+// the crashed run and this run's own. Without a data directory every start
+// is quiet unless QuietPeriod is negative (unsafe, for tests).
 //
 // Shutdown stops granting, pushes "expired <id>" for every held lock and
 // then "error server shutting down!" to every connection, and waits up to
-// Config.ShutdownWait for the holders' clients to close their connections
-// (the confirmation) before it records the shutdown in the data directory.
+// Config.ShutdownWait for each holder's client to confirm with "bye <req>"
+// (an extension: the client has marked its locks lost; the server then
+// closes the connection) before it records the shutdown in the data
+// directory. A connection that merely closes does not confirm: its client
+// may have closed for its own reasons without reading the pushes.
 //
 // Fencing tokens never repeat across restarts: with Config.DataDir the
 // high-water mark is kept on disk; in every case the first token is at

@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -238,16 +240,68 @@ func TestShutdownHolderThatClosesLeavesNoQuiet(t *testing.T) {
 	holder.expect("error server shutting down!")
 	idle.expect("error server shutting down!")
 	idle.closed()
+	holder.send("bye 2") // the client marked its locks lost
+	holder.closed()      // and the server closes the connection
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(t0); d > 2*time.Second {
+		t.Fatalf("Shutdown took %v although the holder confirmed at once", d)
+	}
+
+	srv2, _ := serve(t, cfg)
+	connected(t, srv2, "after").tryGranted("1", "held")
+}
+
+// TestShutdownHolderThatClosesWithoutByeMakesNextStartQuiet: a client that
+// closes its connection during the shutdown without bye may have closed for
+// its own reasons (a ping timeout, a proxy) without reading that its locks
+// are gone: it still believes it holds them, so the next start is quiet.
+// The wait ends when it closes, though: there is nothing more to wait for.
+func TestShutdownHolderThatClosesWithoutByeMakesNextStartQuiet(t *testing.T) {
+	dir := t.TempDir()
+	cfg := Config{DataDir: dir, SessionGrace: 300 * time.Millisecond, ShutdownWait: 5 * time.Second}
+	srv, stop := serve(t, cfg)
+	holder := connected(t, srv, "holder")
+	id := holder.lock("1", "held 60000 0 0")
+	holder.locked(id)
+	confirmed := connected(t, srv, "confirmed")
+	cid := confirmed.lock("1", "other 60000 0 0")
+	confirmed.locked(cid)
+
+	t0 := time.Now()
+	stopped := make(chan error, 1)
+	go func() { stopped <- stop() }()
+	confirmed.expect("expired " + cid)
+	confirmed.expect("error server shutting down!")
+	confirmed.send("bye 2")
+	confirmed.closed()
+	// The holder's connection closes without bye, unread frames and all.
+	time.Sleep(20 * time.Millisecond)
 	holder.nc.Close()
 	if err := <-stopped; err != nil {
 		t.Fatal(err)
 	}
 	if d := time.Since(t0); d > 2*time.Second {
-		t.Fatalf("Shutdown took %v although the holder closed at once", d)
+		t.Fatalf("Shutdown took %v although every holder's connection had ended", d)
 	}
+	quietRestart(t, cfg)
+}
 
-	srv2, _ := serve(t, cfg)
-	connected(t, srv2, "after").tryGranted("1", "held")
+// TestByeOutsideShutdown: bye outside a shutdown closes the connection,
+// without an answer; the session keeps its locks for its grace period, as
+// after any other close.
+func TestByeOutsideShutdown(t *testing.T) {
+	srv := start(t, Config{SessionGrace: 200 * time.Millisecond})
+	c := connected(t, srv, "byer")
+	id := c.lock("1", "kept 60000 0 0")
+	c.locked(id)
+	c.send("bye 2")
+	c.closed()
+	other := connected(t, srv, "other")
+	other.tryBusy("1", "kept") // the session is in its grace period
+	w := other.lock("2", "kept 60000 0 0")
+	other.locked(w) // granted when the grace ends
 }
 
 func TestShutdownWithSessionInGraceMakesNextStartQuiet(t *testing.T) {
@@ -292,5 +346,92 @@ func TestShutdownTellsEveryConnection(t *testing.T) {
 	holder.nc.Close()
 	if err := <-stopped; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// logBuffer collects a server's log lines; safe for concurrent use.
+type logBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func (l *logBuffer) logger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(l, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+// TestCrashQuietUsesTheCrashedRunsPeriod: a run with a long session grace
+// crashes; the next start, with a short grace, stays quiet for the crashed
+// run's quiet period, since its clients may believe that long.
+func TestCrashQuietUsesTheCrashedRunsPeriod(t *testing.T) {
+	dir := t.TempDir()
+	long := datadir.QuietPeriod(time.Minute)
+	// The crashed run: its start recorded its quiet period, and it never
+	// recorded an end.
+	srv1, err := New(Config{DataDir: dir, SessionGrace: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv1.core.Close()
+	srv1.dir.Close() // a crash: the directory's lock is released, nothing recorded
+
+	var logs logBuffer
+	t0 := time.Now()
+	srv, _ := serve(t, Config{DataDir: dir, SessionGrace: 200 * time.Millisecond, Logger: logs.logger()})
+	c := connected(t, srv, "after")
+	c.tryBusy("1", "r")
+	q, ok := c.statusDoc("2")["quietUntil"].(float64)
+	if !ok {
+		t.Fatal("status does not show quietUntil after a crash")
+	}
+	until := time.UnixMilli(int64(q))
+	if until.Before(t0.Add(long-time.Second)) || until.After(time.Now().Add(long)) {
+		t.Fatalf("quiet until %v (in %v), want the crashed run's %v", until, time.Until(until), long)
+	}
+	if !strings.Contains(logs.String(), "previous-run-quiet-period="+long.String()) {
+		t.Fatalf("the log does not say the crashed run's period counts:\n%s", logs.String())
+	}
+}
+
+func TestUnsafeSettingsAreLogged(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  Config
+		want string // "" for no warning
+	}{
+		{Config{SessionGrace: 10 * time.Second, QuietPeriod: 2 * time.Second}, "quiet period is shorter than the session grace"},
+		{Config{SessionGrace: 10 * time.Second, QuietPeriod: 10 * time.Second}, "quiet period is shorter than the session grace"},
+		{Config{SessionGrace: 10 * time.Second, QuietPeriod: datadir.QuietPeriod(10 * time.Second)}, ""},
+		{Config{SessionGrace: 10 * time.Second}, ""},                                         // the default
+		{Config{SessionGrace: 10 * time.Second, QuietPeriod: -1}, ""},                        // off: warned about at the start instead
+		{Config{SessionGrace: -1}, "session grace is negative"},                              // dropped at once
+		{Config{SessionGrace: -1, QuietPeriod: time.Millisecond}, "quiet period is shorter"}, // below 5 ms, the safe one for grace 0
+	} {
+		var logs logBuffer
+		tc.cfg.Logger = logs.logger()
+		srv, err := New(tc.cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := srv.Shutdown(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		got := logs.String()
+		if tc.want == "" && (strings.Contains(got, "quiet period is shorter") || strings.Contains(got, "session grace is negative")) {
+			t.Errorf("%+v: unexpected warning:\n%s", tc.cfg, got)
+		}
+		if tc.want != "" && !strings.Contains(got, tc.want) {
+			t.Errorf("%+v: log lacks %q:\n%s", tc.cfg, tc.want, got)
+		}
 	}
 }

@@ -73,7 +73,7 @@ type session struct {
 	offline []byte // frames kept for a disconnected session, oldest first
 	hash    string // short public name
 	// confirmed: during Shutdown, the session's connection was told that
-	// its locks are gone and was then closed by the client.
+	// its locks are gone and the client then sent bye.
 	confirmed bool
 }
 
@@ -100,6 +100,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.start = time.Unix(0, s.startNs)
 	_, _ = crand.Read(s.hashKey[:])
+	s.warnUnsafe()
 	if cfg.DataDir != "" {
 		d, err := datadir.Open(cfg.DataDir)
 		if err != nil {
@@ -113,6 +114,21 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// warnUnsafe logs the settings that let a client that follows the
+// safety rule lose, or a restarted server grant, more than one expects. It
+// runs in New, before the server is shared.
+func (s *Server) warnUnsafe() {
+	cfg := &s.cfg
+	if cfg.SessionGrace < 0 {
+		s.log.Warn("session grace is negative: a disconnected session's locks are dropped at once and the handshake announces grace 0, so a client that follows the safety rule cannot hold a lock across any silence; use a positive grace",
+			"session-grace", cfg.SessionGrace)
+	}
+	if safe := datadir.QuietPeriod(max(cfg.SessionGrace, 0)); cfg.QuietPeriod > 0 && cfg.QuietPeriod < safe {
+		s.log.Warn("quiet period is shorter than the session grace plus its margin: after a crash the server may grant a lock a client of the crashed run still believes it holds (unsafe)",
+			"quiet-period", cfg.QuietPeriod, "safe", safe)
+	}
 }
 
 // open starts the core on the data directory: the first token, the quiet
@@ -159,9 +175,14 @@ func (s *Server) open(clock core.Clock) error {
 	}
 	// The start time is read from the core's clock, so until is on it too.
 	s.quietUntil = c.Apply(&core.Command{Op: core.OpHoldGrants, Until: until.UnixNano()}).ExpiresAt
-	s.log.Warn(fmt.Sprintf("granting nothing until %s (%s)", until.Format("15:04:05.000"), why),
-		"until", until.Format(time.RFC3339Nano), "for", until.Sub(s.start).Round(time.Millisecond),
-		"data-dir", s.dir.Path())
+	attrs := []any{"until", until.Format(time.RFC3339Nano), "for", until.Sub(s.start).Round(time.Millisecond),
+		"data-dir", s.dir.Path()}
+	if prev := s.dir.Previous(); prev.Ending != datadir.EndingClean && prev.QuietPeriod > cfg.QuietPeriod {
+		// The crashed run's clients may believe for as long as its
+		// settings allowed.
+		attrs = append(attrs, "previous-run-quiet-period", prev.QuietPeriod)
+	}
+	s.log.Warn(fmt.Sprintf("granting nothing until %s (%s)", until.Format("15:04:05.000"), why), attrs...)
 	return nil
 }
 
@@ -241,12 +262,13 @@ func (s *Server) Addr() net.Addr {
 // pushes "expired <id>" for every held lock to its session's connection, then
 // "error server shutting down!" to every connection. With a data directory
 // and a quiet period it then waits, at most Config.ShutdownWait and never
-// past ctx, for the connections of the holders to be closed by their clients
-// (the Go client closes on that error). It records in the data directory
-// that the shutdown was clean and, unless every holder was confirmed so
-// (its connection was closed by the client after it was told), until when
-// a holder may still believe it holds a lock: now + QuietPeriod, a quiet
-// start for the next run. Then it closes every connection after writing
+// past ctx, for the connection of every holder to end (the Go client sends
+// "bye <req>" once it has marked its locks lost, and the server then closes
+// the connection). It records in the data directory that the shutdown was
+// clean and, unless every holder confirmed with bye (a connection that just
+// closed does not confirm: its client may not have read the error), until
+// when a holder may still believe it holds a lock: now + QuietPeriod, a
+// quiet start for the next run. Then it closes every connection after writing
 // what was queued for it, releases the data directory, and waits for the
 // server's goroutines until ctx is done (then it closes the connections
 // at once and returns ctx.Err()). Lock state is in memory and is lost.
@@ -350,7 +372,8 @@ func (s *Server) stop(ctx context.Context) {
 // tellShutdownLocked tells c's client that the server is stopping:
 // "expired <id>" for every lock its session holds, then "error server
 // shutting down!". A connection whose session holds locks is left open for
-// its client to close, if wait; any other is closed after the error.
+// its client to confirm with bye, if wait; any other is closed after the
+// error.
 func (s *Server) tellShutdownLocked(tx *core.Tx, c *conn, wait bool) {
 	if c.plain {
 		c.finish() // it writes its status text itself
@@ -419,7 +442,10 @@ func (s *Server) onBatch(tx *core.Tx, events []core.Event) {
 
 // eventLocked turns an engine event into a push. A partial release (some of
 // a lock's resources released by owner) is pushed as expired, like a whole
-// one: the holder no longer holds what it was granted.
+// one: the holder no longer holds what it was granted. So is a move (the
+// owner asked for the lock again from another session): the session it
+// left no longer holds it, and the end of the session it moved into drops
+// it.
 func (s *Server) eventLocked(e *core.Event) {
 	sess := s.sessions[e.Session]
 	if sess == nil {

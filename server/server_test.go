@@ -360,6 +360,7 @@ func TestExtensions(t *testing.T) {
 	c2.send("lock 6 ox|oy 5000 0 0 worker-1")
 	c2.expect("result 6 success " + o) // same owner from another session renews too
 	c2.expect("locked " + o + " * " + tok)
+	c1.expect("expired " + o + " released") // and moves it: c1's session no longer holds it
 	c1.send("lock 7 ox 5000 0 0 worker-1")
 	c1.expect("result 7 failed owner holds an overlapping lock! ox")
 
@@ -659,6 +660,36 @@ func TestPartialReleasePushesExpired(t *testing.T) {
 	c2.expect("result 6 success true")
 	c1.expect("expired " + id + " released")
 	c1.quiet()
+}
+
+// TestReentryMoveTellsTheOldSession: an owner's lock asked for again from
+// another session moves there; the session it leaves is told at once
+// (expired <id> released), because the new session's end drops the lock and
+// the server then grants it to someone else while the old session is
+// healthy.
+func TestReentryMoveTellsTheOldSession(t *testing.T) {
+	srv := start(t, Config{SessionGrace: 100 * time.Millisecond})
+	a, b := connected(t, srv, "mv1"), connected(t, srv, "mv2")
+	id := a.lock("1", "mv 60000 0 0 worker")
+	tok := a.locked(id)
+
+	b.send("lock 1 mv 60000 0 0 worker")
+	b.expect("result 1 success " + id)
+	b.expect("locked " + id + " * " + tok)
+	a.expect("expired " + id + " released")
+	a.quiet()
+	b.quiet()
+
+	// The session the lock moved into ends: after its grace the lock goes to
+	// the next in line, and a, which was told, hears nothing more.
+	w := connected(t, srv, "mv3")
+	wid := w.lock("1", "mv 60000 0 0")
+	w.quiet()
+	b.nc.Close()
+	w.locked(wid)
+	a.quiet()
+	a.send("ping 2")
+	a.expect("result 2 success pong")
 }
 
 func TestShutdownEndsAStuckInlineFlush(t *testing.T) {

@@ -18,9 +18,18 @@
 // and are granted when it ends; try-locks are refused as busy; status shows
 // quietUntil. The first start on a new directory and a start after a clean
 // shutdown (SIGTERM or SIGINT: mlockd tells every holder its locks are gone
-// and waits up to --shutdown-wait for those clients to close) grant at once.
-// Without a data directory every start is quiet. --quiet-period 0 turns the
+// and waits up to --shutdown-wait for those clients to confirm with bye)
+// grant at once. Without a data directory every start is quiet. The quiet
+// period in force is recorded in the data directory: a start after a crash
+// is quiet for the crashed run's period if it is longer than its own, so a
+// restart with a shorter --session-grace or --quiet-period does not shorten
+// what the crashed run's clients may believe. A --quiet-period below the
+// session grace + 1 % + 5 ms is logged as unsafe; --quiet-period 0 turns the
 // quiet period off: unsafe, for tests that restart servers on purpose.
+//
+// A negative --session-grace drops a disconnected session's locks at once
+// and is announced to clients as 0: a client that follows the safety rule
+// then cannot hold a lock across any silence. Use a positive grace.
 package main
 
 import (
@@ -55,7 +64,7 @@ func run(args []string, stderr *os.File) error {
 	fs.SetOutput(stderr)
 	var cfg server.Config
 	fs.StringVar(&cfg.Addr, "listen", server.DefaultAddr, "TCP address to listen on; listening beyond loopback is an explicit choice")
-	fs.DurationVar(&cfg.SessionGrace, "session-grace", server.DefaultSessionGrace, "how long a disconnected session keeps its locks")
+	fs.DurationVar(&cfg.SessionGrace, "session-grace", server.DefaultSessionGrace, "how long a disconnected session keeps its locks; announced to clients, which believe a lock for at most this long after their last answer (negative: dropped at once and announced as 0, so a client that follows the safety rule cannot hold a lock across any silence; use a positive grace)")
 	fs.DurationVar(&cfg.DefaultTTL, "default-ttl", server.DefaultTTL, "lease of a lock sent without a ttl")
 	fs.DurationVar(&cfg.AuthTimeout, "auth-timeout", server.DefaultAuthTimeout, "time a new connection has to send connect")
 	fs.IntVar(&cfg.MaxFrame, "max-frame", server.DefaultMaxFrame, "largest frame payload in bytes (at most 16 MiB)")
@@ -73,9 +82,9 @@ func run(args []string, stderr *os.File) error {
 	fs.IntVar(&cfg.StatusLimit, "status-limit", server.DefaultStatusLimit, "most locks, queues and sockets listed by status and locks")
 	fs.StringVar(&cfg.DataDir, "data-dir", datadir.DefaultDir, "data directory: fencing-token high-water mark and how the last run ended, locked while in use (empty: the default; \""+noDataDir+"\": none, then every start is quiet)")
 	quiet := optDuration{}
-	fs.Var(&quiet, "quiet-period", "after a start that may follow a crash, grant nothing for this `duration` (default: session grace + 1% + 5ms; 0: never quiet, unsafe, for tests)")
+	fs.Var(&quiet, "quiet-period", "after a start that may follow a crash, grant nothing for this `duration`, or for the crashed run's, if longer (default: session grace + 1% + 5ms; shorter is unsafe and logged; 0: never quiet, unsafe, for tests)")
 	shutdownWait := optDuration{}
-	fs.Var(&shutdownWait, "shutdown-wait", "on shutdown, the `duration` to wait for clients holding locks to close after they are told (default 2s; 0: no wait, then the next start is quiet if any lock was held)")
+	fs.Var(&shutdownWait, "shutdown-wait", "on shutdown, the `duration` to wait for clients holding locks to confirm (bye) after they are told (default 2s; 0: no wait, then the next start is quiet if any lock was held)")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	shutdownTimeout := fs.Duration("shutdown-timeout", 10*time.Second, "how long shutdown may take in all, the wait for holders included")

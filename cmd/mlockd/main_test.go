@@ -204,14 +204,14 @@ func TestSignalShutdown(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The holder is told its lock is gone, then that the server stops; it
-	// closes, so the shutdown is clean.
+	// confirms with bye, so the shutdown is clean.
 	if got := c.read(); got != "expired "+id {
 		t.Fatalf("want expired %s, got %q", id, got)
 	}
 	if got := c.read(); got != "error server shutting down!" {
 		t.Fatalf("want the shutdown error, got %q", got)
 	}
-	c.nc.Close()
+	c.send("bye", "2")
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	select {
@@ -297,4 +297,22 @@ func TestDataDirNoneStartsQuiet(t *testing.T) {
 		t.Fatal("a start without a data directory is not quiet")
 	}
 	c.lockHeld("1", "r") // granted when the quiet period ends
+}
+
+// A restart after a crash with a shorter --session-grace stays quiet for
+// the crashed run's quiet period: its clients may believe that long.
+func TestCrashQuietKeepsTheCrashedRunsPeriod(t *testing.T) {
+	dir := t.TempDir()
+	cmd, addr := mlockd(t, "--data-dir", dir, "--session-grace", "5s")
+	dial(t, addr, "holder").lockHeld("1", "r")
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Wait()
+	t0 := time.Now()
+	_, addr = mlockd(t, "--data-dir", dir, "--session-grace", "200ms", "--quiet-period", "300ms")
+	q := dial(t, addr, "after").quietUntil()
+	if q.Before(t0.Add(4*time.Second)) || q.After(time.Now().Add(6*time.Second)) {
+		t.Fatalf("quietUntil %v (in %v), want about 5 s after the restart", q, time.Until(q))
+	}
 }

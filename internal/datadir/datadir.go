@@ -23,9 +23,10 @@ const (
 	tokenFile = "token-mark"
 )
 
-// MaxRecordedQuiet bounds a recorded quiet-until: a time more than this far
-// ahead of the start is not believed (the file or the clock is wrong) and
-// the start is quiet for its own period instead.
+// MaxRecordedQuiet bounds what a state file records: a quiet-until more
+// than this far ahead of the start is not believed (the file or the clock
+// is wrong) and the start is quiet for its own period instead; a recorded
+// quiet period longer than this counts as this long.
 const MaxRecordedQuiet = 24 * time.Hour
 
 // ErrInUse is returned by Open when another process holds the directory.
@@ -72,6 +73,11 @@ type State struct {
 	// QuietUntil is the recorded time until which a holder of an earlier
 	// run may believe it holds a lock; zero if none was recorded.
 	QuietUntil time.Time
+	// QuietPeriod is the quiet period in force in the run that wrote the
+	// state (what Start was given): a client of that run may believe it
+	// holds a lock for up to this long after its last answer. Zero if none
+	// was recorded (quiet periods off, or a file of an earlier version).
+	QuietPeriod time.Duration
 	// Err says why the Ending is EndingUnknown, if a file was unreadable.
 	Err error
 }
@@ -86,9 +92,10 @@ type Dir struct {
 	mark atomic.Uint64 // the token mark on disk; written under mu
 
 	mu         sync.Mutex
-	closed     bool      // guarded by mu
-	started    bool      // guarded by mu
-	startQuiet time.Time // guarded by mu: what Start returned
+	closed     bool          // guarded by mu
+	started    bool          // guarded by mu
+	startQuiet time.Time     // guarded by mu: what Start returned
+	period     time.Duration // guarded by mu: the period Start was given
 }
 
 // Open opens (creating it with mode 0700, and its parents, if missing) the
@@ -181,13 +188,17 @@ func (d *Dir) readState(tokens bool) State {
 //   - clean shutdown (EndingClean): the recorded quiet-until if it is still
 //     ahead of now, else zero;
 //   - otherwise (crash, unreadable state, older data): the later of the
-//     recorded quiet-until and now + period.
+//     recorded quiet-until and now + the longer of period and the quiet
+//     period the crashed run recorded, since its clients may believe for
+//     as long as that run's settings allowed, whatever this run's are.
 //
 // A recorded time more than MaxRecordedQuiet ahead of now is not believed:
-// the start is then quiet for period. The time returned is recorded with
-// "running", so a crash during the quiet period keeps it for the next start.
-// Start may be called once; it returns an error if the state cannot be
-// written (the server must then not serve: a crash would go unnoticed).
+// the start is then quiet for period; a recorded period counts as at most
+// MaxRecordedQuiet. The time returned and period are recorded with
+// "running", so a crash during the quiet period keeps it for the next
+// start, and a crash of this run makes the next start quiet for at least
+// period. Start may be called once; it returns an error if the state cannot
+// be written (the server must then not serve: a crash would go unnoticed).
 // On a nil Dir it returns now + period (the history is unknown).
 func (d *Dir) Start(now time.Time, period time.Duration) (time.Time, error) {
 	if d == nil {
@@ -201,11 +212,12 @@ func (d *Dir) Start(now time.Time, period time.Duration) (time.Time, error) {
 	if d.started {
 		return time.Time{}, errors.New("datadir: Start called twice")
 	}
+	period = max(period, 0)
 	until := quietUntil(d.prev, now, period)
-	if err := d.writeStateLocked(State{Ending: EndingUnclean, QuietUntil: until}); err != nil {
+	if err := d.writeStateLocked(State{Ending: EndingUnclean, QuietUntil: until, QuietPeriod: period}); err != nil {
 		return time.Time{}, err
 	}
-	d.started, d.startQuiet = true, until
+	d.started, d.startQuiet, d.period = true, until, period
 	return until, nil
 }
 
@@ -228,7 +240,7 @@ func quietUntil(prev State, now time.Time, period time.Duration) time.Time {
 			until = rec
 		}
 	default:
-		until = n + int64(max(period, 0))
+		until = n + int64(max(period, min(prev.QuietPeriod, MaxRecordedQuiet), 0))
 		if believable {
 			until = max(until, rec)
 		}
@@ -243,9 +255,10 @@ func quietUntil(prev State, now time.Time, period time.Duration) time.Time {
 // wall-clock time until which a client may still believe it holds a lock
 // (a holder that did not confirm the shutdown: now + the quiet period), or
 // zero if no client can; the quiet period of this run's own Start, if still
-// running, is carried over as well. After it the server must grant nothing.
-// It returns ErrClosed after Close, or the write's error. On a nil Dir it
-// does nothing.
+// running, is carried over as well, and so is the period Start was given
+// (for information: a clean ending is decided by quietUntil alone). After
+// it the server must grant nothing. It returns ErrClosed after Close, or the
+// write's error. On a nil Dir it does nothing.
 func (d *Dir) CleanShutdown(quietUntil time.Time) error {
 	if d == nil {
 		return nil
@@ -258,7 +271,7 @@ func (d *Dir) CleanShutdown(quietUntil time.Time) error {
 	if d.startQuiet.After(quietUntil) {
 		quietUntil = d.startQuiet
 	}
-	return d.writeStateLocked(State{Ending: EndingClean, QuietUntil: quietUntil})
+	return d.writeStateLocked(State{Ending: EndingClean, QuietUntil: quietUntil, QuietPeriod: d.period})
 }
 
 func (d *Dir) writeStateLocked(st State) error {

@@ -55,7 +55,7 @@ func TestFirstStartIsNotQuiet(t *testing.T) {
 	}
 	// The start is recorded as running.
 	b, err := os.ReadFile(filepath.Join(dir, "state"))
-	if err != nil || string(b) != "mlockd-state 1\nstatus running\nquiet-until 0\n" {
+	if err != nil || string(b) != "mlockd-state 1\nstatus running\nquiet-until 0\nquiet-period 15155000000\n" {
 		t.Fatalf("state file %q %v", b, err)
 	}
 	if _, err := d.Start(t0, period); err == nil {
@@ -90,8 +90,95 @@ func TestCrashIsQuiet(t *testing.T) {
 	}
 	d.Close()
 	d = open(t, dir)
-	if q3, _ := d.Start(now.Add(2*time.Second), 0); !q3.Equal(now.Add(time.Second).Add(period)) {
-		t.Fatalf("with period 0 the recorded time still counts: %v", q3)
+	if q3, _ := d.Start(now.Add(2*time.Second), 0); !q3.Equal(now.Add(2 * time.Second).Add(period)) {
+		t.Fatalf("with period 0 the recorded period still counts: %v", q3)
+	}
+	// That start recorded period 0 and a quiet-until: the time still counts.
+	d.Close()
+	d = open(t, dir)
+	if q4, _ := d.Start(now.Add(3*time.Second), 0); !q4.Equal(now.Add(2 * time.Second).Add(period)) {
+		t.Fatalf("with period 0 the recorded time still counts: %v", q4)
+	}
+}
+
+// The start after a crash is quiet for the longer of the crashed run's
+// quiet period and its own: a restart with a shorter session grace (or
+// quiet period) must not shorten what the clients of the crashed run may
+// believe.
+func TestCrashKeepsTheLongerRecordedPeriod(t *testing.T) {
+	long, short := QuietPeriod(60*time.Second), QuietPeriod(5*time.Second)
+	dir := t.TempDir()
+	d := open(t, dir)
+	if _, err := d.Start(t0, long); err != nil {
+		t.Fatal(err)
+	}
+	d.Close() // a crash
+	d = open(t, dir)
+	if p := d.Previous(); p.Ending != EndingUnclean || p.QuietPeriod != long {
+		t.Fatalf("previous: %+v, want the period %v recorded", p, long)
+	}
+	now := t0.Add(time.Minute)
+	q, err := d.Start(now, short)
+	if err != nil || !q.Equal(now.Add(long)) {
+		t.Fatalf("restart with a shorter period quiet until %v (%v), want %v", q, err, now.Add(long))
+	}
+	// This run recorded its own, shorter period: a crash of it is quiet for
+	// the longer of that and the next start's, and for the carried time.
+	d.Close()
+	d = open(t, dir)
+	if p := d.Previous(); p.QuietPeriod != short || !p.QuietUntil.Equal(now.Add(long)) {
+		t.Fatalf("previous: %+v", p)
+	}
+	later := now.Add(2 * time.Minute)
+	if q, _ := d.Start(later, time.Second); !q.Equal(later.Add(short)) {
+		t.Fatalf("quiet until %v, want %v", q, later.Add(short))
+	}
+	// A longer period of the new run wins, of course.
+	d.Close()
+	d = open(t, dir)
+	if q, _ := d.Start(later, long); !q.Equal(later.Add(long)) {
+		t.Fatalf("quiet until %v, want %v", q, later.Add(long))
+	}
+	// A clean shutdown records the period too, but its ending is decided by
+	// the time recorded: no holder left, no quiet start.
+	if err := d.CleanShutdown(time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	d.Close()
+	d = open(t, dir)
+	if p := d.Previous(); p.Ending != EndingClean || p.QuietPeriod != long {
+		t.Fatalf("previous after a clean shutdown: %+v", p)
+	}
+	if q, _ := d.Start(later.Add(2*long), short); !q.IsZero() {
+		t.Fatalf("quiet until %v after a clean shutdown whose time passed", q)
+	}
+	// A recorded period beyond MaxRecordedQuiet counts as MaxRecordedQuiet.
+	d.Close()
+	writeState(t, dir, "mlockd-state 1\nstatus running\nquiet-until 0\nquiet-period 999999999999999999\n")
+	d = open(t, dir)
+	if q, _ := d.Start(t0, short); !q.Equal(t0.Add(MaxRecordedQuiet)) {
+		t.Fatalf("quiet until %v, want %v", q, t0.Add(MaxRecordedQuiet))
+	}
+}
+
+// A state file of an earlier version has no quiet-period line: it parses,
+// with no period recorded.
+func TestStateWithoutPeriod(t *testing.T) {
+	dir := t.TempDir()
+	writeState(t, dir, "mlockd-state 1\nstatus running\nquiet-until 0\n")
+	d := open(t, dir)
+	if p := d.Previous(); p.Ending != EndingUnclean || p.QuietPeriod != 0 || p.Err != nil {
+		t.Fatalf("previous: %+v", p)
+	}
+	if q := start(t, d, t0); !q.Equal(t0.Add(period)) {
+		t.Fatalf("quiet until %v, want the start's own period", q)
+	}
+}
+
+func writeState(t *testing.T, dir, content string) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(dir, "state"), []byte(content), 0o600); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -196,6 +283,10 @@ func TestCorruptStateIsQuiet(t *testing.T) {
 		"mlockd-state 2\nstatus clean\nquiet-until 0\n",
 		"mlockd-state 1\nstatus stopped\nquiet-until 0\n",
 		"mlockd-state 1\nstatus clean\nquiet-until 0\nmore\n",
+		"mlockd-state 1\nstatus clean\nquiet-until 0\nquiet-period 0\n",
+		"mlockd-state 1\nstatus clean\nquiet-until 0\nquiet-period -5\n",
+		"mlockd-state 1\nstatus clean\nquiet-until 0\nquiet-period 5\nmore\n",
+		"mlockd-state 1\nstatus running\nquiet-period 5\nquiet-until 0\n",
 	} {
 		dir := t.TempDir()
 		if err := os.WriteFile(filepath.Join(dir, "state"), []byte(content), 0o600); err != nil {

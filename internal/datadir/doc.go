@@ -6,9 +6,10 @@
 //   - lock: held with an exclusive advisory lock (flock) while a server uses
 //     the directory, so that a second server on the same directory fails to
 //     open it instead of giving the same tokens twice;
-//   - state: how the last run ended (running, or shut down cleanly) and the
+//   - state: how the last run ended (running, or shut down cleanly), the
 //     wall-clock time until which a client of an earlier run may still
-//     believe it holds a lock ("quiet until");
+//     believe it holds a lock ("quiet until"), and the quiet period in force
+//     in the last run;
 //   - token-mark: the fencing-token high-water mark, one decimal number and
 //     a newline: every token ever given from this directory is below it.
 //
@@ -23,7 +24,10 @@
 // plus a margin for clock drift (QuietPeriod). [Dir.Start] decides, from the
 // state file, whether this start is quiet and until when, and records that
 // the server is running, so that a crash from then on leaves "running"
-// behind. [Dir.CleanShutdown] records a clean end; it carries the time until
+// behind, with the run's quiet period: the start after a crash is quiet for
+// the longer of that period and its own, so restarting with a shorter
+// session grace or quiet period does not shorten what the clients of the
+// crashed run may still believe. [Dir.CleanShutdown] records a clean end; it carries the time until
 // which a holder may still believe it holds a lock when the server could not
 // confirm that every holder learned of the shutdown.
 //

@@ -7,11 +7,15 @@ import (
 	"time"
 )
 
-// The state file, three lines:
+// The state file, three or four lines:
 //
 //	mlockd-state 1
 //	status running|clean
 //	quiet-until <Unix ns, 0: none>
+//	quiet-period <ns>
+//
+// The quiet-period line is written only for a positive period; a file
+// without it (as earlier versions wrote) records none.
 const stateMagic = "mlockd-state 1"
 
 // ErrBadState is the error of a state file that is not in the format.
@@ -26,17 +30,35 @@ func formatState(st State) []byte {
 	if !st.QuietUntil.IsZero() {
 		q = max(st.QuietUntil.UnixNano(), 0)
 	}
-	b := make([]byte, 0, 64)
+	b := make([]byte, 0, 96)
 	b = append(b, stateMagic+"\nstatus "+status+"\nquiet-until "...)
 	b = strconv.AppendInt(b, q, 10)
-	return append(b, '\n')
+	b = append(b, '\n')
+	if st.QuietPeriod > 0 {
+		b = append(b, "quiet-period "...)
+		b = strconv.AppendInt(b, int64(st.QuietPeriod), 10)
+		b = append(b, '\n')
+	}
+	return b
 }
 
-// parseState parses a state file: EndingClean or EndingUnclean and the
-// quiet-until time, or ErrBadState.
+// parseNumber parses a non-negative decimal number as formatState writes
+// it: no sign, no leading zero.
+func parseNumber(v []byte) (int64, bool) {
+	if len(v) == 0 || v[0] == '+' || v[0] == '-' || (v[0] == '0' && len(v) > 1) {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(string(v), 10, 64)
+	return n, err == nil
+}
+
+// parseState parses a state file: EndingClean or EndingUnclean, the
+// quiet-until time and the quiet period (0 if the file has none), or
+// ErrBadState.
 func parseState(b []byte) (State, error) {
 	lines := bytes.Split(b, []byte{'\n'})
-	if len(lines) != 4 || len(lines[3]) != 0 || string(lines[0]) != stateMagic {
+	n := len(lines)
+	if (n != 4 && n != 5) || len(lines[n-1]) != 0 || string(lines[0]) != stateMagic {
 		return State{}, ErrBadState
 	}
 	var st State
@@ -49,15 +71,20 @@ func parseState(b []byte) (State, error) {
 		return State{}, ErrBadState
 	}
 	v, ok := bytes.CutPrefix(lines[2], []byte("quiet-until "))
-	if !ok || len(v) == 0 || v[0] == '+' || v[0] == '-' || (v[0] == '0' && len(v) > 1) {
-		return State{}, ErrBadState
-	}
-	q, err := strconv.ParseInt(string(v), 10, 64)
-	if err != nil {
+	q, num := parseNumber(v)
+	if !ok || !num {
 		return State{}, ErrBadState
 	}
 	if q > 0 {
 		st.QuietUntil = time.Unix(0, q)
+	}
+	if n == 5 {
+		v, ok := bytes.CutPrefix(lines[3], []byte("quiet-period "))
+		p, num := parseNumber(v)
+		if !ok || !num || p == 0 {
+			return State{}, ErrBadState
+		}
+		st.QuietPeriod = time.Duration(p)
 	}
 	return st, nil
 }

@@ -12,9 +12,11 @@ func TestStateRoundTrip(t *testing.T) {
 		{Ending: EndingClean},
 		{Ending: EndingClean, QuietUntil: time.Unix(0, 1_700_000_000_123_456_789)},
 		{Ending: EndingUnclean, QuietUntil: time.Unix(0, 1)},
+		{Ending: EndingUnclean, QuietPeriod: 15155 * time.Millisecond},
+		{Ending: EndingClean, QuietUntil: time.Unix(0, 1_700_000_000_123_456_789), QuietPeriod: 1},
 	} {
 		got, err := parseState(formatState(st))
-		if err != nil || got.Ending != st.Ending || !got.QuietUntil.Equal(st.QuietUntil) {
+		if err != nil || got.Ending != st.Ending || !got.QuietUntil.Equal(st.QuietUntil) || got.QuietPeriod != st.QuietPeriod {
 			t.Fatalf("%+v: round trip %+v %v", st, got, err)
 		}
 	}
@@ -26,6 +28,8 @@ func FuzzParseState(f *testing.F) {
 	f.Add([]byte("mlockd-state 1\nstatus running\nquiet-until 0\n"))
 	f.Add([]byte("mlockd-state 1\nstatus clean\nquiet-until 1700000000000000000\n"))
 	f.Add([]byte("mlockd-state 1\nstatus clean\nquiet-until -1\n"))
+	f.Add([]byte("mlockd-state 1\nstatus running\nquiet-until 0\nquiet-period 15155000000\n"))
+	f.Add([]byte("mlockd-state 1\nstatus running\nquiet-until 0\nquiet-period 0\n"))
 	f.Add([]byte("mlockd-state 1\r\nstatus clean\nquiet-until 99999999999999999999\n"))
 	f.Add([]byte(""))
 	f.Fuzz(func(t *testing.T, b []byte) {

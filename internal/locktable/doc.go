@@ -21,7 +21,9 @@
 //
 // A request may name an owner. The same owner asking again (through
 // [Table.Lock]) for exactly the set it holds renews that lock and moves it
-// into the asking session; [Table.Renew] renews it by owner without moving it
+// into the asking session; a move is reported to the session it leaves as
+// Released with Moved set, since only the new session holds it from then
+// on (its end drops the lock). [Table.Renew] renews it by owner without moving it
 // and without a new token. [Table.Release] and [Table.ReleaseAll] find locks
 // by owner. A Release of some resources of a multi-resource lock leaves the
 // lock holding the rest and reports it as Released with Partial set, so its

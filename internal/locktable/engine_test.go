@@ -317,7 +317,8 @@ func TestDropSessionGrantsNothingToItself(t *testing.T) {
 		}
 	}
 	got = h.take(map[ID]string{a.ID: "a", w.ID: "w", z.ID: "z"})
-	if !slices.Equal(got, []string{"dropped:a", "dropped:w", "granted:z", "closed:s2"}) {
+	// released:a is the move out of s1 (Moved), at the re-entry.
+	if !slices.Equal(got, []string{"released:a", "dropped:a", "dropped:w", "granted:z", "closed:s2"}) {
 		t.Fatalf("events = %v", got)
 	}
 	if h.tab.LastToken() != last+1 || !h.granted(z.ID) {
@@ -342,5 +343,42 @@ func TestReleaseAllKeepsWhatItGranted(t *testing.T) {
 	}
 	if !h.granted(w.ID) {
 		t.Fatal("the owner's waiter must be granted and stay granted")
+	}
+}
+
+// A lock that its owner asks for again from another session moves into
+// that session; the session it leaves is told it no longer holds it
+// (Released with Moved), or it would go on believing it holds a lock that
+// the other session's end drops and the engine grants to someone else.
+func TestReentryFromAnotherSessionTellsTheOldOne(t *testing.T) {
+	h := newHarness(t, Config{SessionGrace: time.Second})
+	a := h.ownerLock("s1", "x|y", "o1", time.Hour)
+	h.events = nil
+	if r := h.ownerLock("s2", "y|x", "o1", time.Hour); !r.Renewed || r.ID != a.ID || r.Token != a.Token {
+		t.Fatalf("re-entry = %+v", r)
+	}
+	want := []Event{{Kind: Released, ID: a.ID, Session: "s1", Owner: "o1", Token: a.Token, Moved: true}}
+	if !slices.Equal(h.events, want) {
+		t.Fatalf("events = %+v, want %+v", h.events, want)
+	}
+	if li, _ := h.tab.Lookup(a.ID); li.Session != "s2" || !li.Granted {
+		t.Fatalf("lock after the move: %+v", li)
+	}
+	// Re-entry from the session that holds it moves nothing and says nothing.
+	h.events = nil
+	h.ownerLock("s2", "x|y", "o1", time.Hour)
+	if len(h.events) != 0 {
+		t.Fatalf("re-entry in the same session reported %+v", h.events)
+	}
+	// Refused for the session limit: nothing moves, nothing is reported.
+	h2 := newHarness(t, Config{MaxLocksPerSession: 1})
+	b := h2.ownerLock("s1", "x", "o1", time.Hour)
+	h2.mustLock("s2", "z", time.Hour, 0)
+	h2.events = nil
+	if _, err := h2.tab.Lock(h2.now, &Request{Session: "s2", Resources: []string{"x"}, TTL: time.Hour, Owner: "o1"}); !errors.Is(err, ErrSessionLimit) {
+		t.Fatalf("re-entry past the session limit: %v", err)
+	}
+	if li, _ := h2.tab.Lookup(b.ID); li.Session != "s1" || len(h2.events) != 0 {
+		t.Fatalf("refused re-entry moved the lock (%+v) or reported %+v", li, h2.events)
 	}
 }

@@ -47,6 +47,14 @@ type model struct {
 	// During a release step: the Released events the model expects, by
 	// request, true for a partial release.
 	expect map[ID]bool
+	// believers: for each granted request, the sessions that were told they
+	// hold it and not told since that they do not (a grant, a re-entry; a
+	// Released with Moved, a partial release). Only the engine's holder may
+	// believe it holds a lock.
+	believers map[ID]map[string]bool
+	// moves: the Released events with Moved not yet matched to the
+	// re-entry that made them.
+	moves []Event
 }
 
 func (m *model) find(id ID) (int, *mreq) {
@@ -61,6 +69,15 @@ func (m *model) find(id ID) (int, *mreq) {
 func (m *model) del(id ID) {
 	i, _ := m.find(id)
 	m.reqs = slices.Delete(m.reqs, i, i+1)
+	delete(m.believers, id)
+}
+
+// believe records that session was told it holds id.
+func (m *model) believe(id ID, session string) {
+	if m.believers[id] == nil {
+		m.believers[id] = map[string]bool{}
+	}
+	m.believers[id][session] = true
 }
 
 // isDropped reports whether session s has been dropped by now.
@@ -127,6 +144,7 @@ func (m *model) apply() {
 			}
 			m.token(e.Token)
 			r.granted, r.token, r.expires, r.deadline = true, e.Token, e.ExpiresAt, 0
+			m.believe(r.id, r.session)
 		case TimedOut:
 			if r.granted || r.deadline == 0 || r.deadline > m.now {
 				m.t.Fatalf("illegal timeout of %+v at %d", r, m.now)
@@ -141,6 +159,16 @@ func (m *model) apply() {
 			if !r.granted || e.Token != r.token {
 				m.t.Fatalf("released %+v with token %d", r, e.Token)
 			}
+			if e.Moved {
+				// A re-entry from another session: checked by lock. The
+				// session it leaves no longer believes it holds it.
+				if e.Partial || e.Session != r.session {
+					m.t.Fatalf("move of %s reported to %s (partial=%v); it was in %s", e.ID.Short(), e.Session, e.Partial, r.session)
+				}
+				m.moves = append(m.moves, e)
+				delete(m.believers[e.ID], e.Session)
+				continue
+			}
 			if m.expect != nil {
 				partial, ok := m.expect[e.ID]
 				if !ok || partial != e.Partial {
@@ -152,6 +180,8 @@ func (m *model) apply() {
 			}
 			if !e.Partial {
 				m.del(e.ID)
+			} else {
+				delete(m.believers, e.ID) // its holder is told it lost it
 			}
 		case Dropped:
 			at, ok := m.detached[r.session]
@@ -169,6 +199,17 @@ func (m *model) apply() {
 
 func (m *model) check() {
 	m.apply()
+	if len(m.moves) != 0 {
+		m.t.Fatalf("moves reported outside a re-entry: %+v", m.moves)
+	}
+	for id, sessions := range m.believers {
+		_, r := m.find(id)
+		for s := range sessions {
+			if r == nil || !r.granted || r.session != s {
+				m.t.Fatalf("session %s believes it holds %s, which the engine gives to %+v", s, id.Short(), r)
+			}
+		}
+	}
 	holders := map[string]ID{}
 	wantHold := int64(0)
 	if m.holding() {
@@ -294,7 +335,8 @@ func TestModelLong(t *testing.T) {
 func modelProp(steps int) func(*rapid.T) {
 	return func(rt *rapid.T) {
 		seed := [32]byte{7}
-		m := &model{t: rt, now: 1000 * ms, grace: 40 * ms, detached: map[string]int64{}, dropped: map[string]bool{}}
+		m := &model{t: rt, now: 1000 * ms, grace: 40 * ms, detached: map[string]int64{}, dropped: map[string]bool{},
+			believers: map[ID]map[string]bool{}}
 		tab, err := New(Config{Seed: &seed, SessionGrace: 40 * time.Millisecond, FirstToken: 100,
 			OnEvent: func(e Event) { m.pending = append(m.pending, e) }})
 		if err != nil {
@@ -635,8 +677,18 @@ func (m *model) lock(rt *rapid.T, req *Request) {
 			if tab.LastToken() != lastToken {
 				rt.Fatalf("re-entry used a token")
 			}
+			// A move tells the session the lock leaves, and nothing else.
+			wantMoves := 0
+			if mine.session != sess {
+				wantMoves = 1
+			}
+			if len(m.moves) != wantMoves || (wantMoves == 1 && m.moves[0].ID != mine.id) {
+				rt.Fatalf("re-entry of %s from %s into %s reported moves %+v", mine.id.Short(), mine.session, sess, m.moves)
+			}
+			m.moves = nil
 			mine.expires = g.ExpiresAt
 			mine.session = sess
+			m.believe(mine.id, sess)
 		} else if err == nil {
 			rt.Fatalf("overlapping owner request accepted")
 		} else if errors.Is(err, ErrOwnerConflict) {
@@ -671,6 +723,7 @@ func (m *model) lock(rt *rapid.T, req *Request) {
 			}
 			m.token(g.Token)
 			r.granted, r.token, r.expires = true, g.Token, g.ExpiresAt
+			m.believe(r.id, sess)
 		} else if req.Timeout > 0 {
 			r.deadline = m.now + int64(req.Timeout)
 		}

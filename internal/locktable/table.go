@@ -132,6 +132,11 @@ type Event struct {
 	// still live, holding the rest under the same ID and token. Its holder
 	// no longer holds everything it was granted.
 	Partial bool
+	// Moved (Released only): the lock's owner asked for it again from
+	// another session (re-entry), and it moved there, live, under the same
+	// ID and token. Session is the session it left, which no longer holds
+	// it; the session it moved into is answered by Lock's Grant.
+	Moved bool
 }
 
 // Request is one lock request.
@@ -599,18 +604,22 @@ func (t *Table) Lock(now int64, req *Request) (Grant, error) {
 }
 
 // reenter handles an owner asking again, through Lock, for a lock it holds:
-// the lock is renewed and moves into req's session.
+// the lock is renewed and moves into req's session. A move is reported to
+// the session the lock leaves (Released with Moved): from then on only the
+// new session holds it, and that session's end drops it, so the old one
+// must stop believing it holds it.
 func (t *Table) reenter(now int64, s *session, l *lock, req *Request) (Grant, error) {
 	// Every resource of req is held by l; the request must name all of them.
 	if distinct(req.Resources) != int(l.live) {
 		return Grant{}, &ResourceError{Err: ErrOwnerConflict, Resource: req.Resources[0]}
 	}
-	if l.sess != s {
+	if from := l.sess; from != s {
 		if s.n >= t.maxPerSess {
 			return Grant{}, ErrSessionLimit
 		}
-		l.sess.del(l)
+		from.del(l)
 		s.add(l)
+		t.emit(Event{Kind: Released, ID: l.id, Session: from.id, Owner: l.owner, Token: l.token, Moved: true})
 	}
 	l.ttl = req.TTL
 	l.deadline = now + int64(req.TTL)
