@@ -44,6 +44,11 @@ type LockOptions struct {
 	// for exactly the same resources renews the lease. It also lets Release,
 	// ReleaseAll and Renew find it. No spaces, no '|'.
 	Owner string
+	// Lead makes Do and Hold declare the lock lost (cancel the job's
+	// context) this long before its Deadline, for a job that needs time to
+	// stop before anyone else may get the lock (a command to kill, say).
+	// Default 0; it must be below half the TTL.
+	Lead time.Duration
 }
 
 // New returns a Client configured by an mlock:// URI (see ParseURI).
@@ -70,7 +75,10 @@ func NewClient(o Options) (*Client, error) {
 }
 
 // Close releases this Client: its waiting and held locks are unlocked (best
-// effort, without waiting for answers) and their waits fail with ErrClosed.
+// effort, without waiting for answers), its waits fail with an Error of Type
+// connection wrapping ErrClosed, and its held locks are lost for their
+// holders (Type lost wrapping ErrClosed: Lost closes, the jobs of Do and Hold
+// are cancelled).
 // The shared session closes with the last Client of its address; other
 // Clients' calls are not disturbed. Close is idempotent.
 func (c *Client) Close() error {
@@ -189,10 +197,12 @@ func (c *Client) lock(ctx context.Context, names []string, o *LockOptions, try b
 			return nil, err
 		}
 	}
-	l := &Lock{s: c.s, c: c, resources: res, owner: lo.Owner, ttl: lo.TTL, try: try}
-	var args [5]string
+	if lo.Lead < 0 || lo.Lead >= lo.TTL/2 {
+		return nil, &Error{Type: TypeRequest, Msg: "lead should be >= 0 and below half the ttl"}
+	}
+	l := &Lock{s: c.s, c: c, owner: lo.Owner, ttl: lo.TTL, lead: lo.Lead}
 	n := 0
-	add := func(a string) { args[n] = a; n++ }
+	add := func(a string) { l.args[n] = a; n++ }
 	add(res)
 	add(ttl)
 	verb := protocol.VerbTryLock
@@ -207,14 +217,15 @@ func (c *Client) lock(ctx context.Context, names []string, o *LockOptions, try b
 		if lo.Tolerate == 0 {
 			lo.Tolerate = c.opts.Tolerate
 		}
-		add(timeout)
+		add(timeout) // args[argTimeout]
 		add(strconv.Itoa(max(lo.Tolerate, 0)))
-		l.timeout, l.tolerate = lo.Timeout, lo.Tolerate
+		l.timeout = lo.Timeout
 	}
 	if lo.Owner != "" {
 		add(lo.Owner)
 	}
-	r, rerr := c.s.roundTrip(ctx, l, verb, args[:n]...)
+	l.verb, l.nargs = verb, uint8(n)
+	r, rerr := c.s.roundTrip(ctx, l, verb, l.args[:n]...)
 	if rerr != nil {
 		return nil, rerr
 	}
@@ -223,8 +234,8 @@ func (c *Client) lock(ctx context.Context, names []string, o *LockOptions, try b
 
 // Do runs fn while holding the lock: it acquires resources, extends the
 // lease every ttl/3 while fn runs, cancels fn's context if the lock is lost
-// (context.Cause is then the loss) or at the lock's Deadline at the latest,
-// and unlocks when fn returns. It returns fn's error, or the loss (an Error
+// (context.Cause is then the loss) or at the lock's Deadline at the latest
+// (LockOptions.Lead earlier), and unlocks when fn returns. It returns fn's error, or the loss (an Error
 // of Type lost) if the lock was lost.
 func (c *Client) Do(ctx context.Context, resources string, o *LockOptions, fn func(context.Context) error) error {
 	l, err := c.Lock(ctx, resources, o)
@@ -236,9 +247,10 @@ func (c *Client) Do(ctx context.Context, resources string, o *LockOptions, fn fu
 
 // Hold is Do for a lock already acquired (for example with TryLock): it runs
 // fn, extends l every ttl/3 meanwhile, cancels fn's context if l is lost
-// (the server says so, or its Deadline passed: no extension succeeded in
-// time, or nothing was answered on the session for the server's grace), and
-// unlocks l when fn returns.
+// (the server says so, its Deadline passed: no extension succeeded in time,
+// or nothing was answered on the session for the server's grace; or the
+// Client was closed) or no longer held, the Lead of the LockOptions l was
+// asked with before its Deadline, and unlocks l when fn returns.
 func (c *Client) Hold(ctx context.Context, l *Lock, fn func(context.Context) error) error {
 	v := l.s.view(l)
 	var start time.Time
@@ -247,6 +259,7 @@ func (c *Client) Hold(ctx context.Context, l *Lock, fn func(context.Context) err
 	}
 	fnErr, lostErr := lease.Run(ctx, lease.Options{
 		TTL:      v.ttl,
+		Lead:     l.lead,
 		Deadline: l.Deadline,
 		Start:    start,
 		Renew: func(ctx context.Context) (bool, error) {
@@ -256,6 +269,9 @@ func (c *Client) Hold(ctx context.Context, l *Lock, fn func(context.Context) err
 				return true, nil
 			case errors.Is(err, ErrLost):
 				return false, nil
+			}
+			if l.s.view(l).state != held {
+				return false, nil // unlocked meanwhile
 			}
 			return false, err // connection trouble: retried next tick
 		},
@@ -324,8 +340,9 @@ func (c *Client) ReleaseAll(ctx context.Context, owner string) (int, error) {
 // applied; order and duplicates do not matter) to now + ttl (0:
 // Options.TTL), whichever session holds it, and returns the new expiry on
 // the server's clock and the lock's fencing token (unchanged by renewals).
-// A handle of this Client's session that holds exactly that lock has its
-// lease (and Deadline) moved too, counted from when the renew was sent.
+// A handle of this Client's session that holds exactly that lock (same
+// owner, resources and fencing token) has its lease (and Deadline) moved
+// too, counted from when the renew was sent.
 // If owner holds no such lock (or it was partly released) it returns an
 // Error of Type request wrapping ErrNotHeld. A connection error is retried
 // once: renewing twice is harmless.
@@ -349,7 +366,7 @@ func (c *Client) Renew(ctx context.Context, owner string, resources []string, tt
 	}
 	exp := time.UnixMilli(r.n)
 	c.s.mu.Lock()
-	c.s.renewedByOwnerLocked(owner, res, r.sent, ttl, exp)
+	c.s.renewedByOwnerLocked(owner, res, r.token, r.sent, ttl, exp)
 	c.s.mu.Unlock()
 	return exp, r.token, nil
 }

@@ -20,8 +20,9 @@ import (
 // messages into state changes.
 
 // maxPending is the most bytes of commands a session queues for one
-// connection; a server that reads nothing is dropped (and reconnected).
-const maxPending = 32 << 20
+// connection; a server that reads nothing is dropped (and reconnected: see
+// queueLocked). A variable for tests.
+var maxPending = 32 << 20
 
 // run is the reconnect loop; it reads frames while connected.
 func (s *session) run() {
@@ -105,6 +106,11 @@ func (s *session) dial() (net.Conn, *bufio.Reader, hello, error) {
 // It reports whether the server said it is shutting down.
 func (s *session) serve(nc net.Conn, r *bufio.Reader, h hello) (bye bool) {
 	box := protocol.NewOutbox(maxPending)
+	// The last Client's Close bounds a write blocked on a server that reads
+	// nothing (the writer notices the session's end only between writes):
+	// it gets a second to flush what is queued.
+	unhook := context.AfterFunc(s.ctx, func() { _ = nc.SetWriteDeadline(time.Now().Add(time.Second)) })
+	defer unhook()
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -115,17 +121,23 @@ func (s *session) serve(nc net.Conn, r *bufio.Reader, h hello) (bye bool) {
 	s.grace = time.Duration(max(h.graceMs, 0)) * time.Millisecond
 	s.graceMargin = lease.Margin(s.grace)
 	// The handshake is an answer on the session: its send time is a lower
-	// bound of when the session was (re)attached.
+	// bound of when the session was (re)attached, so the session's end
+	// counts from it. Grants do not (resultAck): a grant kept for the
+	// session while it was away, or announced again on this connection, is
+	// read after the handshake although the server made it before.
 	if !s.everUp || !h.resumed {
 		s.lastAck = h.sent
 	} else {
 		s.lastAck = max(s.lastAck, h.sent)
 	}
-	if s.everUp && !h.resumed {
-		s.newSessionLocked(box, monoNow())
+	s.box, s.nc = box, nc
+	switch {
+	case s.everUp && !h.resumed:
+		s.newSessionLocked(monoNow())
+	case s.everUp:
+		s.probeWaitsLocked(monoNow())
 	}
 	s.everUp = true
-	s.box = box
 	close(s.up)
 	s.rearmLocked() // the grace may have changed
 	s.pingEvery = 0 // the pinger computes it
@@ -148,7 +160,6 @@ func (s *session) serve(nc net.Conn, r *bufio.Reader, h hello) (bye bool) {
 			break
 		}
 		if s.dispatch(p) {
-			// Closing the connection tells the server it was heard.
 			bye, err = true, errShuttingDown
 			break
 		}
@@ -159,13 +170,26 @@ func (s *session) serve(nc net.Conn, r *bufio.Reader, h hello) (bye bool) {
 			s.endBatch(nc, box, try)
 		}
 	}
+	if bye {
+		// Every held lock is marked lost: confirm it to the server, which
+		// counts only bye (not a closed connection) as heard.
+		s.mu.Lock()
+		s.seq++
+		s.queueLocked(protocol.VerbBye, s.seq, nil)
+		s.mu.Unlock()
+		_ = nc.SetWriteDeadline(time.Now().Add(time.Second))
+		_, _ = box.Flush(nc) // or the flush under way writes it
+	}
 	close(stop)
 	ccancel() // a ping in flight
+	if bye {
+		wg.Wait() // a flush under way ends (at the write deadline at worst)
+	}
 	nc.Close()
 	wg.Wait()
 
 	s.mu.Lock()
-	s.box = nil
+	s.box, s.nc = nil, nil
 	s.answered = false // the next connection's callers wake its writer
 	s.up = make(chan struct{})
 	cerr := &Error{Type: TypeConnection, Msg: "connection lost", Err: err}
@@ -174,7 +198,9 @@ func (s *session) serve(nc net.Conn, r *bufio.Reader, h hello) (bye bool) {
 	}
 	for seq, cl := range s.calls {
 		delete(s.calls, seq)
-		cl.ch <- reply{err: cerr}
+		if cl.probe == nil {
+			cl.ch <- reply{err: cerr}
+		}
 	}
 	// A timeout push can be lost with the connection: the waits' backstops
 	// join the session's timer (held locks are on it already).
@@ -232,11 +258,14 @@ func (s *session) shutdown() {
 	e := &Error{Type: TypeConnection, Err: ErrClosed}
 	for seq, cl := range s.calls {
 		delete(s.calls, seq)
-		cl.ch <- reply{err: e}
+		if cl.probe == nil {
+			cl.ch <- reply{err: e}
+		}
 	}
+	lostErr := &Error{Type: TypeLost, Msg: "client closed", Err: ErrClosed}
 	for id, l := range s.locks {
 		delete(s.locks, id)
-		l.failLocked(e, e)
+		l.failLocked(e, lostErr)
 	}
 	if s.clock != nil {
 		s.clock.Stop()
@@ -356,13 +385,22 @@ func (s *session) dispatch(p []byte) (bye bool) {
 			l.failLocked(&Error{Type: TypeTimeout, Msg: "Lock timeout"}, nil)
 		}
 	case protocol.MsgExpired:
-		if l := s.locks[string(m.ID)]; l != nil {
-			e := &Error{Type: TypeLost, Msg: "lock expired, or released by its owner", Err: ErrExpired}
-			if m.Released {
-				e = &Error{Type: TypeLost, Msg: "lock released by its owner", Err: ErrReleased}
-			}
-			s.loseLocked(l, e)
+		l := s.locks[string(m.ID)]
+		if l == nil {
+			break
 		}
+		if l.state == waiting {
+			// Its grant was lost with a connection, and it is gone
+			// already: it held nothing here. Ask again.
+			delete(s.locks, l.id)
+			s.reaskLocked(l, monoNow())
+			break
+		}
+		e := &Error{Type: TypeLost, Msg: "lock expired, or released by its owner", Err: ErrExpired}
+		if m.Released {
+			e = &Error{Type: TypeLost, Msg: "lock released by its owner", Err: ErrReleased}
+		}
+		s.loseLocked(l, e)
 	case protocol.MsgError:
 		if m.Code == protocol.CodeShuttingDown {
 			s.shuttingDownLocked()
@@ -381,8 +419,11 @@ func (s *session) resultLocked(m *protocol.Message) {
 		return
 	}
 	delete(s.calls, seq)
-	if cl.sent > s.lastAck {
-		s.lastAck = cl.sent
+	s.lastAck = max(s.lastAck, cl.sent)
+	s.resultAck = max(s.resultAck, cl.sent)
+	if cl.probe != nil {
+		s.probedLocked(cl.probe, m)
+		return
 	}
 	if !m.OK {
 		if cl.lock != nil {
@@ -412,7 +453,7 @@ func (s *session) resultLocked(m *protocol.Message) {
 		l.id = string(m.Payload)
 		s.locks[l.id] = l
 		l.wait = cl
-		s.waitingLocked()
+		s.keepAliveLocked(s.keepSpanLocked(l)) // the session must stay up for it
 		return
 	case protocol.VerbExtend, protocol.VerbReleaseAll:
 		r.n, _ = protocol.Int(m.Payload)

@@ -31,10 +31,15 @@
 // (they are idempotent), Lock, TryLock, Release and ReleaseAll are not.
 // If the server lost the session (it restarted), held locks are reported
 // lost, and waiting requests, which held nothing, are asked again on the new
-// session with what is left of their timeout: the caller keeps waiting. A
-// server shutting down says so ("error server shutting down!"): held locks
-// are lost at once, the client closes the connection and reconnects with
-// backoff, and waiting requests are asked again of the next server.
+// session with what is left of their timeout: the caller keeps waiting. If
+// the session resumed, the client asks the server about every waiting
+// request (a grant, expiry or timeout pushed to a connection that died is
+// lost with it): one that is gone is asked again in the same way. A server
+// shutting down says so ("error server shutting down!"): held locks are lost
+// at once, the client confirms with "bye" and closes the connection,
+// reconnects with backoff, and waiting requests are asked again of the next
+// server. Client.Close loses the Client's held locks for their holders
+// (ErrClosed; Do's and Hold's jobs are cancelled) and unlocks them.
 //
 // # Safety
 //
@@ -42,11 +47,15 @@
 // records when each request is queued (its send time, on the monotonic
 // clock: a lower bound of when the server handled it) and keeps lastAck,
 // the latest send time among the requests the server answered on the
-// session (anything read after an answer was produced after the server
-// handled that request). A held lock's lease counts from its base: at the
-// grant, the later of its request's send time and lastAck when the grant is
-// read; then the send time of the last successful Extend (or Client.Renew
-// of exactly its owner and resources). The session's end is lastAck plus
+// session, handshakes included (anything read after an answer was produced
+// after the server handled that request). A held lock's lease counts from
+// its base: at the grant, the later of its request's send time and the
+// latest send time among the requests whose results were read before the
+// grant (not the handshake: a grant the server kept for the session while
+// it was away, or announces again after a reconnect, is read after the
+// handshake but was made before it); then the send time of the last
+// successful Extend (or Client.Renew of exactly its owner, resources and
+// fencing token). The session's end is lastAck plus
 // the session grace the server announces in its handshake (a server that
 // announces none: only the lease counts). Lock.Deadline is the earlier of
 // base + ttl and lastAck + grace, each less the clock-drift margin span/100

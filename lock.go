@@ -3,6 +3,8 @@ package mlock
 import (
 	"context"
 	"time"
+
+	"github.com/mlock-dev/mlock/internal/protocol"
 )
 
 type lockState uint8
@@ -27,13 +29,17 @@ const (
 // or when the Deadline passes without word from the server. Either way
 // Lost is closed and Err says why.
 type Lock struct {
-	s         *session
-	c         *Client
-	resources string // as sent: prefixed names joined with '|'
-	owner     string
-	try       bool          // a try-lock
-	timeout   time.Duration // the wait's timeout (<= 0: none)
-	tolerate  int           // the request's tolerate (<= 0: none)
+	s       *session
+	c       *Client
+	owner   string
+	verb    protocol.Verb // lock or trylock
+	nargs   uint8         // the request's arguments: args[:nargs]
+	timeout time.Duration // the wait's timeout (<= 0: none)
+	lead    time.Duration // LockOptions.Lead: Do and Hold stop the job this long before the Deadline
+	// args are the request's arguments as first sent: resources (prefixed
+	// names joined with '|') ttl [timeout tolerate] [owner]. Only the
+	// timeout changes, guarded by s.mu, when the request is asked again.
+	args [5]string
 
 	// All below guarded by s.mu. Times are monotonic, since epoch.
 	id        string
@@ -49,13 +55,16 @@ type Lock struct {
 	lostErr   *Error
 }
 
+// argTimeout is the index of a lock request's timeout among its arguments.
+const argTimeout = 2
+
 // ID returns the lock id: 32 hex digits, a secret that lets its holder
 // extend and unlock it.
 func (l *Lock) ID() string { return l.s.view(l).id }
 
 // Resources returns the locked resources as sent, prefix included, joined
 // with '|'.
-func (l *Lock) Resources() string { return l.resources }
+func (l *Lock) Resources() string { return l.args[0] }
 
 // Token returns the fencing token of the grant: strictly greater than every
 // token given before it by the same server. Guard writes with it.
@@ -127,11 +136,14 @@ func (l *Lock) Unlock(ctx context.Context) error { return l.s.unlock(ctx, l) }
 // ---- state changes, by the session, under s.mu ----
 
 // grantedLocked makes a waiting lock held. Its lease counts from the later
-// of the send time of its request and lastAck: a request that waited in the
-// queue was granted after every answer read before the grant.
+// of the send time of its request and resultAck: a request that waited in
+// the queue was granted after every result read before the grant. Not from
+// a handshake: a grant kept for the session while it was away, or announced
+// again after a reconnect, comes after the handshake but was made before
+// it (such pushes come before the first result on the new connection).
 func (l *Lock) grantedLocked(token uint64, expiresAt time.Time) {
 	if l.state == held {
-		// Announced again (after a reconnect, or an owner's renewal).
+		// Announced again after a reconnect: the lease does not move.
 		l.token, l.expiresAt = token, expiresAt
 		return
 	}
@@ -142,7 +154,7 @@ func (l *Lock) grantedLocked(token uint64, expiresAt time.Time) {
 	l.state = held
 	l.token = token
 	l.expiresAt = expiresAt
-	l.base = max(l.sent, s.lastAck)
+	l.base = max(l.sent, s.resultAck)
 	s.heldLocked(l)
 	if l.wait != nil {
 		l.wait.ch <- reply{lock: l}

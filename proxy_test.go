@@ -16,6 +16,8 @@ type proxy struct {
 	conns  []net.Conn
 	wg     sync.WaitGroup
 	drop   atomic.Bool // swallow what clients send
+	// dropBack swallows what the server sends.
+	dropBack atomic.Bool
 }
 
 func newProxy(t *testing.T, target string) *proxy {
@@ -85,12 +87,12 @@ func (p *proxy) close() {
 	p.wg.Wait()
 }
 
-// copy copies server bytes to the client.
+// copy copies server bytes to the client unless dropBack is set.
 func (p *proxy) copy(dst, src net.Conn) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
-		if n > 0 {
+		if n > 0 && !p.dropBack.Load() {
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return
 			}

@@ -1,8 +1,8 @@
 package mlock
 
 import (
+	"math"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -55,25 +55,31 @@ func (s *session) heldLocked(l *Lock) {
 	if d, _ := s.deadlineLocked(l); !s.clockOn || d < s.clockAt {
 		s.armLocked(d)
 	}
-	span := l.ttl
-	if s.graceKnown {
-		span = min(span, s.grace)
-	}
-	s.keepAliveLocked(span)
+	s.keepAliveLocked(s.keepSpanLocked(l))
 }
 
-// waitingLocked notes a lock whose request is queued: the session must stay
-// alive for it, so the keep-alive follows the grace.
-func (s *session) waitingLocked() {
+// keepSpanLocked returns the span within which the session must be answered
+// for l's sake: the session grace (if the server announced it) while l
+// waits, and the shorter of the grace and its ttl while it is held. The
+// keep-alive period is a third of it (see keepAliveLocked).
+func (s *session) keepSpanLocked(l *Lock) time.Duration {
+	span := time.Duration(math.MaxInt64)
 	if s.graceKnown {
-		s.keepAliveLocked(s.grace)
+		span = s.grace
 	}
+	if l.state == held {
+		span = min(span, l.ttl)
+	}
+	return span
 }
 
-// keepAliveLocked wakes the pinger if span/3 is shorter than the period it
-// sleeps with.
+// keepAlivePeriod is the keep-alive period for a span.
+func keepAlivePeriod(span time.Duration) time.Duration { return max(span/3, minKeepAlive) }
+
+// keepAliveLocked wakes the pinger if the keep-alive period of span is
+// shorter than the period it sleeps with.
 func (s *session) keepAliveLocked(span time.Duration) {
-	if p := max(span/3, minKeepAlive); p < s.pingEvery {
+	if p := keepAlivePeriod(span); p < s.pingEvery {
 		s.pingEvery = p
 		select {
 		case s.pingKick <- struct{}{}:
@@ -88,14 +94,7 @@ func (s *session) keepAliveLocked(span time.Duration) {
 func (s *session) pingPeriodLocked() time.Duration {
 	p := s.opts.PingInterval
 	for _, l := range s.locks {
-		span := time.Duration(1<<63 - 1)
-		if s.graceKnown {
-			span = s.grace
-		}
-		if l.state == held {
-			span = min(span, l.ttl)
-		}
-		p = min(p, max(span/3, minKeepAlive))
+		p = min(p, keepAlivePeriod(s.keepSpanLocked(l)))
 	}
 	return p
 }
@@ -167,7 +166,7 @@ func (s *session) tick() {
 // the server, and asks the server (best effort) to drop it.
 func (s *session) expireLocked(l *Lock, bySession bool) {
 	e := deadlineError(bySession)
-	s.log.Warn("mlock: lock given up at its deadline", "resources", l.resources, "reason", e.Msg)
+	s.log.Warn("mlock: lock given up at its deadline", "resources", l.Resources(), "reason", e.Msg)
 	id := l.id
 	s.loseLocked(l, e)
 	s.forgetLocked(id)
@@ -186,10 +185,12 @@ func deadlineError(bySession bool) *Error {
 func (s *session) lossOf(l *Lock) *Error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if l.lostErr != nil {
+	switch {
+	case l.lostErr != nil:
 		return l.lostErr
-	}
-	if l.state != held {
+	case l.state == released:
+		return &Error{Type: TypeLost, Msg: "lock unlocked while held"}
+	case l.state != held:
 		return deadlineError(false)
 	}
 	_, bySession := s.deadlineLocked(l)
@@ -212,7 +213,7 @@ func (s *session) giveUp(l *Lock, e *Error) {
 // the client had one: the server lost it (it restarted, or the grace
 // passed). Held locks are lost; waiting requests held nothing, so they are
 // asked again on the new session with what is left of their timeout.
-func (s *session) newSessionLocked(box *protocol.Outbox, now time.Duration) {
+func (s *session) newSessionLocked(now time.Duration) {
 	s.log.Warn("mlock: the server lost this session; its locks are gone")
 	lostErr := &Error{Type: TypeLost, Msg: "session lost", Err: ErrSessionLost}
 	for id, l := range s.locks {
@@ -221,49 +222,82 @@ func (s *session) newSessionLocked(box *protocol.Outbox, now time.Duration) {
 		case held:
 			l.failLocked(nil, lostErr)
 		case waiting:
-			s.reaskLocked(l, box, now)
+			s.reaskLocked(l, now)
 		}
 	}
 }
 
-// reaskLocked sends a waiting lock's request again, on a new session.
-func (s *session) reaskLocked(l *Lock, box *protocol.Outbox, now time.Duration) {
+// reaskLocked sends a waiting lock's request again, as first sent but with
+// what is left of its timeout, on the current connection: the request it
+// waited with is gone (its session was lost, or it was granted and the grant
+// was lost with a connection and is over). The caller has removed l from
+// s.locks. With no time left the wait fails with Type timeout.
+func (s *session) reaskLocked(l *Lock, now time.Duration) {
 	cl := l.wait
 	l.wait, l.id = nil, ""
 	if cl == nil {
 		l.state = failed
 		return
 	}
-	res, ttl := l.resources, ms(l.ttl)
-	var args [5]string
-	n := 0
-	add := func(a string) { args[n] = a; n++ }
-	add(res)
-	add(ttl)
-	verb := protocol.VerbTryLock
-	if !l.try {
-		verb = protocol.VerbLock
-		timeout := "0"
-		if l.timeout > 0 {
-			left := l.waitEnd - s.opts.DialTimeout - now
-			if left < time.Millisecond {
-				l.state = failed
-				cl.ch <- reply{err: &Error{Type: TypeTimeout, Msg: "Lock timeout"}}
-				return
-			}
-			timeout = ms(left)
+	if s.box == nil {
+		l.state = failed
+		cl.ch <- reply{err: &Error{Type: TypeConnection, Msg: "connection lost"}}
+		return
+	}
+	if l.verb == protocol.VerbLock && l.timeout > 0 {
+		left := l.waitEnd - s.opts.DialTimeout - now
+		if left < time.Millisecond {
+			l.state = failed
+			cl.ch <- reply{err: &Error{Type: TypeTimeout, Msg: "Lock timeout"}}
+			return
 		}
-		add(timeout)
-		add(strconv.Itoa(max(l.tolerate, 0)))
+		l.args[argTimeout] = ms(left)
 	}
-	if l.owner != "" {
-		add(l.owner)
-	}
+	l.state = waiting
 	s.seq++
-	seq := s.seq
-	cl.seq, cl.sent, l.sent = seq, now, now
-	s.calls[seq] = cl
-	box.Build(func(b []byte) []byte { return protocol.AppendCommandSeq(b, verb, seq, args[:n]...) })
+	cl.seq, cl.sent, l.sent = s.seq, now, now
+	s.calls[cl.seq] = cl
+	s.queueLocked(l.verb, cl.seq, l.args[:l.nargs])
+}
+
+// probeWaitsLocked asks the server about every waiting request after the
+// session resumed: the server announces again only the locks it holds for
+// the session, so a request whose grant (and expiry, or timeout) was pushed
+// to a connection that died would wait forever. Each is probed with an
+// extend of its id, answered to probedLocked.
+func (s *session) probeWaitsLocked(now time.Duration) {
+	for _, l := range s.locks {
+		if l.state != waiting {
+			continue
+		}
+		s.seq++
+		cl := &call{ch: make(chan reply, 1), seq: s.seq, sent: now, verb: protocol.VerbExtend, probe: l}
+		s.calls[cl.seq] = cl
+		s.queueLocked(protocol.VerbExtend, cl.seq, []string{l.id, ms(l.ttl)})
+	}
+}
+
+// probedLocked handles the answer to probeWaitsLocked's extend of l:
+// "not locked yet!": l still waits; "lock not exist!": the request is gone
+// (granted and expired, or timed out), so it is asked again with what is
+// left of its timeout; success: it is granted, and the server announced the
+// grant before this answer, so l is held already. A success for a lock
+// still waiting here (a grant never announced: its token is unknown) gives
+// the lock back and asks again.
+func (s *session) probedLocked(l *Lock, m *protocol.Message) {
+	if l.state != waiting || l.id == "" || s.locks[l.id] != l {
+		return // held, failed, lost or asked again meanwhile
+	}
+	switch {
+	case m.OK:
+		s.log.Warn("mlock: a grant was not announced; asking again", "resources", l.Resources())
+		delete(s.locks, l.id)
+		s.forgetLocked(l.id)
+		s.reaskLocked(l, monoNow())
+	case m.Code.Class() == protocol.ClassNotFound:
+		delete(s.locks, l.id)
+		s.reaskLocked(l, monoNow())
+	}
 }
 
 // shuttingDownLocked handles the server's "error server shutting down!":
@@ -281,19 +315,20 @@ func (s *session) shuttingDownLocked() {
 	}
 }
 
-// renewedByOwnerLocked moves the lease of this session's held handles of
-// owner on exactly the resources res (order and duplicates do not matter),
-// after a renew-by-owner sent at sent succeeded.
-func (s *session) renewedByOwnerLocked(owner, res string, sent, ttl time.Duration, expiresAt time.Time) {
+// renewedByOwnerLocked moves the lease of this session's held handle of
+// owner on exactly the resources res (order and duplicates do not matter)
+// whose fencing token is token, after a renew-by-owner sent at sent
+// succeeded: the server renewed that very grant.
+func (s *session) renewedByOwnerLocked(owner, res string, token uint64, sent, ttl time.Duration, expiresAt time.Time) {
 	var set []string
 	for _, l := range s.locks {
-		if l.state != held || l.owner != owner {
+		if l.state != held || l.owner != owner || l.token != token {
 			continue
 		}
 		if set == nil {
 			set = nameSet(res)
 		}
-		if slices.Equal(set, nameSet(l.resources)) {
+		if slices.Equal(set, nameSet(l.Resources())) {
 			l.renewedLocked(sent, ttl, expiresAt)
 		}
 	}

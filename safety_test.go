@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"net"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -319,67 +318,6 @@ func readCommand(r *bufio.Reader) ([]string, error) {
 		return nil, err
 	}
 	return strings.Fields(string(p)), nil
-}
-
-// The server's "error server shutting down!" alone (no expiry pushes before
-// it) marks held locks lost with ErrSessionLost, and the client closes the
-// connection so that the server knows it was heard.
-func TestShutdownErrorFrame(t *testing.T) {
-	closed := make(chan time.Duration, 4)
-	addr := fakeServer(t, func(c net.Conn, r *bufio.Reader) {
-		if f, err := readCommand(r); err != nil || f[0] != "connect" {
-			return
-		}
-		c.Write(protocol.Append(nil, "connected", "1.0", "new", "15000"))
-		for {
-			f, err := readCommand(r)
-			if err != nil {
-				return
-			}
-			switch f[0] {
-			case "lock":
-				id := strings.Repeat("ab", 16)
-				c.Write(protocol.Append(nil, "result", f[1], "success", id))
-				c.Write(protocol.Append(nil, "locked", id, strconv.FormatInt(time.Now().Add(time.Minute).UnixMilli(), 10), "7"))
-				time.Sleep(20 * time.Millisecond)
-				c.Write(protocol.AppendError(nil, protocol.CodeShuttingDown))
-				start := time.Now()
-				c.SetReadDeadline(start.Add(2 * time.Second))
-				for {
-					if _, err := readCommand(r); err != nil {
-						var ne net.Error
-						if errors.As(err, &ne) && ne.Timeout() {
-							closed <- -1
-						} else {
-							closed <- time.Since(start)
-						}
-						return
-					}
-				}
-			case "ping":
-				c.Write(protocol.Append(nil, "result", f[1], "success", "pong"))
-			}
-		}
-	})
-	c := client(t, addr, mlock.Options{MaxBackoff: time.Second})
-	ctx := ctxT(t)
-	l, err := c.Lock(ctx, "sd", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-l.Lost():
-	case <-time.After(2 * time.Second):
-		t.Fatal("the shutdown error did not mark the held lock lost")
-	}
-	var me *mlock.Error
-	if err := l.Err(); !errors.As(err, &me) || me.Type != mlock.TypeLost || !errors.Is(err, mlock.ErrSessionLost) ||
-		me.Msg != "server shutting down" {
-		t.Fatalf("Err = %#v", err)
-	}
-	if d := <-closed; d < 0 {
-		t.Fatal("the client did not close the connection after the shutdown error")
-	}
 }
 
 // (f) An idle client holding one lock keeps its session answered: it pings

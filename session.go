@@ -3,6 +3,7 @@ package mlock
 import (
 	"context"
 	"log/slog"
+	"net"
 	"sync"
 	"time"
 
@@ -87,6 +88,7 @@ type session struct {
 	closed bool             // guarded by mu
 	up     chan struct{}    // guarded by mu: closed while connected
 	box    *protocol.Outbox // guarded by mu: the current connection's, nil while down
+	nc     net.Conn         // guarded by mu: the current connection, nil while down
 	seq    uint64           // guarded by mu: the last request id
 	calls  map[uint64]*call // guarded by mu: waiting for their result, by request id
 	locks  map[string]*Lock // guarded by mu: waiting (id known) and held, by lock id
@@ -98,7 +100,8 @@ type session struct {
 	backoff  time.Duration // owned by run
 
 	// The safety rule (safety.go). Times are monotonic, since epoch.
-	lastAck     time.Duration // guarded by mu: the latest send time of a request answered on this session
+	lastAck     time.Duration // guarded by mu: the latest send time of a request answered on this session, handshakes included: the session's end counts from it
+	resultAck   time.Duration // guarded by mu: the latest send time of a request whose result was read: grants count from it
 	grace       time.Duration // guarded by mu: the session grace the server announced
 	graceMargin time.Duration // guarded by mu: lease.Margin(grace)
 	graceKnown  bool          // guarded by mu: the server announced its grace
@@ -131,6 +134,7 @@ type call struct {
 	sent      time.Duration // when the command was queued (monotonic, since epoch)
 	verb      protocol.Verb
 	lock      *Lock // lock, trylock: the new handle
+	probe     *Lock // extend of a waiting lock after a resume: answered to the session (see probedLocked)
 	abandoned bool  // guarded by session.mu: nobody waits; give a lock id back
 }
 
@@ -203,7 +207,7 @@ func (s *session) send(ctx context.Context, l *Lock, v protocol.Verb, args []str
 				l.waitEnd = now + l.timeout + s.opts.DialTimeout
 			}
 		}
-		s.box.Build(func(b []byte) []byte { return protocol.AppendCommandSeq(b, v, seq, args...) })
+		s.queueLocked(v, seq, args)
 		kick := !s.answered
 		s.mu.Unlock()
 		// The writer goroutine (or the reader, at the end of the answers
@@ -270,6 +274,20 @@ func (s *session) kick() {
 	}
 }
 
+// queueLocked queues one command on the current connection; nothing is
+// queued while it is down. A queue past maxPending (the server reads
+// nothing) closes the connection: the calls in flight on it fail, and the
+// session reconnects.
+func (s *session) queueLocked(v protocol.Verb, seq uint64, args []string) {
+	if s.box == nil {
+		return
+	}
+	if s.box.Build(func(b []byte) []byte { return protocol.AppendCommandSeq(b, v, seq, args...) }) {
+		s.log.Warn("mlock: the server reads nothing; reconnecting", "queued", maxPending)
+		s.nc.Close()
+	}
+}
+
 // forgetLocked asks the server to drop a lock nobody waits for; its result
 // is ignored (no call is registered for it).
 func (s *session) forgetLocked(id string) {
@@ -277,8 +295,7 @@ func (s *session) forgetLocked(id string) {
 		return
 	}
 	s.seq++
-	seq := s.seq
-	s.box.Build(func(b []byte) []byte { return protocol.AppendCommandSeq(b, protocol.VerbUnlock, seq, id) })
+	s.queueLocked(protocol.VerbUnlock, s.seq, []string{id})
 	if !s.answered {
 		s.kick()
 	}
@@ -397,8 +414,9 @@ func (s *session) dropLocked(l *Lock) {
 	l.state = released
 }
 
-// loseLocked ends a held lock with err, and a waiting one with waitErr (nil:
-// waiting locks are left alone).
+// loseLocked forgets l here and ends it with err if it is held (Lost
+// closes). A lock in another state is only forgotten: a waiting one's
+// caller must be answered by whoever calls loseLocked.
 func (s *session) loseLocked(l *Lock, err *Error) {
 	if s.locks[l.id] == l {
 		delete(s.locks, l.id)
@@ -407,24 +425,22 @@ func (s *session) loseLocked(l *Lock, err *Error) {
 }
 
 // detach ends what client c waits for and holds: its locks are unlocked
-// (best effort, without waiting for answers) and its waits fail with
-// ErrClosed. Other Clients of the session are not disturbed.
+// on the server (best effort, without waiting for answers), its held locks
+// are lost for their holders (Type lost, ErrClosed: Lost closes, Do's and
+// Hold's jobs are cancelled) and its waits fail with ErrClosed. Other
+// Clients of the session are not disturbed.
 func (s *session) detach(c *Client) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e := &Error{Type: TypeConnection, Err: ErrClosed}
+	waitErr := &Error{Type: TypeConnection, Err: ErrClosed}
+	lostErr := &Error{Type: TypeLost, Msg: "client closed", Err: ErrClosed}
 	for id, l := range s.locks {
 		if l.c != c {
 			continue
 		}
 		delete(s.locks, id)
 		s.forgetLocked(id)
-		switch l.state {
-		case waiting:
-			l.failLocked(e, nil)
-		case held:
-			l.state = released
-		}
+		l.failLocked(waitErr, lostErr)
 	}
 	for _, cl := range s.calls {
 		if cl.lock != nil && cl.lock.c == c {

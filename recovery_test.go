@@ -1,0 +1,400 @@
+package mlock_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mlock-dev/mlock"
+	"github.com/mlock-dev/mlock/internal/protocol"
+	"github.com/mlock-dev/mlock/server"
+)
+
+// A grant the server made while the session was away is read after the
+// handshake of the resumed session: its lease counts from an answer read
+// before the outage, never from the handshake, so the Deadline is never
+// later than the server's end of the lease.
+func TestGrantKeptForAnAwaySessionCountsFromBeforeTheOutage(t *testing.T) {
+	addr, _ := startServer(t, server.Config{SessionGrace: 5 * time.Second}, "")
+	px := newProxy(t, addr)
+	holder := client(t, addr, mlock.Options{})
+	waiter := client(t, px.addr(), mlock.Options{MaxBackoff: 50 * time.Millisecond, DialTimeout: 500 * time.Millisecond})
+	ctx := ctxT(t)
+	h, err := holder.Lock(ctx, "rp", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := lockAsync(ctx, waiter, "rp", &mlock.LockOptions{TTL: 3 * time.Second})
+	waitQueue(t, holder, "rp", 2)
+	px.drop.Store(true)
+	px.cut()
+	time.Sleep(200 * time.Millisecond)
+	if err := h.Unlock(ctx); err != nil { // granted while the waiter's session is away
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	px.drop.Store(false)
+	got := <-g
+	if got.err != nil {
+		t.Fatal(got.err)
+	}
+	defer got.l.Unlock(ctx)
+	d, exp := got.l.Deadline(), got.l.ExpiresAt()
+	t.Logf("Deadline %v before the server's end of the lease", exp.Sub(d))
+	if d.After(exp) {
+		t.Fatalf("Deadline %v after the server's end of the lease", d.Sub(exp))
+	}
+}
+
+// A lock that was granted and expired while the path to the server was a
+// black hole (the pushes were lost with the connection): after the session
+// resumes, the waiting request learns that it is gone and asks again,
+// instead of waiting forever.
+func TestWaitingLockGrantedAndExpiredDuringABlackhole(t *testing.T) {
+	addr, _ := startServer(t, server.Config{SessionGrace: 5 * time.Second}, "")
+	px := newProxy(t, addr)
+	holder := client(t, addr, mlock.Options{})
+	waiter := client(t, px.addr(), mlock.Options{MaxBackoff: 50 * time.Millisecond, DialTimeout: 500 * time.Millisecond})
+	ctx := ctxT(t)
+	h, err := holder.Lock(ctx, "bw", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := lockAsync(ctx, waiter, "bw", &mlock.LockOptions{TTL: 300 * time.Millisecond, Timeout: 8 * time.Second})
+	waitQueue(t, holder, "bw", 2)
+	px.drop.Store(true)
+	px.dropBack.Store(true)
+	if err := h.Unlock(ctx); err != nil { // granted to the waiter; the grant is lost on the way
+		t.Fatal(err)
+	}
+	waitQueue(t, holder, "bw", 0) // the grant expired
+	px.cut()
+	px.drop.Store(false)
+	px.dropBack.Store(false)
+	select {
+	case got := <-g:
+		if got.err != nil {
+			t.Fatal(got.err)
+		}
+		if got.l.Deadline().IsZero() || got.l.Token() <= h.Token()+1 {
+			t.Fatalf("asked again: deadline %v, token %d (holder %d)", got.l.Deadline(), got.l.Token(), h.Token())
+		}
+		got.l.Unlock(ctx)
+	case <-time.After(3 * time.Second):
+		t.Fatal("the waiting request still waits for a lock that is gone")
+	}
+}
+
+// Closing the Client during Hold frees the lock on the server and stops the
+// job: its context is cancelled with the loss (Type lost, ErrClosed).
+func TestCloseDuringHoldStopsTheJob(t *testing.T) {
+	addr, _ := startServer(t, server.Config{}, "")
+	c := client(t, addr, mlock.Options{})
+	other := client(t, addr, mlock.Options{}) // keeps the session
+	ctx := ctxT(t)
+	l, err := c.Lock(ctx, "cd", &mlock.LockOptions{TTL: 6 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- c.Hold(ctx, l, func(ctx context.Context) error {
+			close(started)
+			<-ctx.Done()
+			return context.Cause(ctx)
+		})
+	}()
+	<-started
+	c.Close()
+	select {
+	case err := <-done:
+		if !errors.Is(err, mlock.ErrLost) || !errors.Is(err, mlock.ErrClosed) {
+			t.Fatalf("Hold = %v, want a loss by ErrClosed", err)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatalf("the job still runs after Close (Err %v, Deadline %v)", l.Err(), l.Deadline())
+	}
+	select {
+	case <-l.Lost():
+	default:
+		t.Fatal("Lost not closed")
+	}
+	if _, err := l.Extend(ctx, 0); !errors.Is(err, mlock.ErrLost) {
+		t.Fatalf("Extend after Close = %v", err)
+	}
+	waitQueue(t, other, "cd", 0)
+}
+
+// The server's "error server shutting down!" alone (no expiry pushes before
+// it) marks held locks lost with ErrSessionLost, and the client confirms
+// it: it sends bye, then closes the connection.
+func TestShutdownErrorFrame(t *testing.T) {
+	type seen struct {
+		frames []string
+		closed bool
+	}
+	got := make(chan seen, 4)
+	addr := fakeServer(t, func(c net.Conn, r *bufio.Reader) {
+		if f, err := readCommand(r); err != nil || f[0] != "connect" {
+			return
+		}
+		c.Write(protocol.Append(nil, "connected", "1.0", "new", "15000"))
+		f, err := readCommand(r)
+		if err != nil || f[0] != "lock" {
+			return
+		}
+		id := strings.Repeat("cd", 16)
+		c.Write(protocol.Append(nil, "result", f[1], "success", id))
+		c.Write(protocol.Append(nil, "locked", id, strconv.FormatInt(time.Now().Add(time.Minute).UnixMilli(), 10), "7"))
+		time.Sleep(20 * time.Millisecond)
+		c.Write(protocol.AppendError(nil, protocol.CodeShuttingDown))
+		c.SetReadDeadline(time.Now().Add(2 * time.Second))
+		var s seen
+		for {
+			f, err := readCommand(r)
+			if err != nil {
+				var ne net.Error
+				s.closed = !errors.As(err, &ne) || !ne.Timeout()
+				got <- s
+				return
+			}
+			s.frames = append(s.frames, strings.Join(f, " "))
+		}
+	})
+	c := client(t, addr, mlock.Options{MaxBackoff: time.Second})
+	ctx := ctxT(t)
+	l, err := c.Lock(ctx, "sd", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := <-got
+	var me *mlock.Error
+	if err := l.Err(); !errors.As(err, &me) || me.Type != mlock.TypeLost || !errors.Is(err, mlock.ErrSessionLost) ||
+		me.Msg != "server shutting down" {
+		t.Fatalf("Err = %#v", err)
+	}
+	if len(s.frames) != 1 || !strings.HasPrefix(s.frames[0], "bye ") || len(strings.Fields(s.frames[0])) != 2 || !s.closed {
+		t.Fatalf("after the shutdown error the server read %q (closed %v), want one bye, then the close", s.frames, s.closed)
+	}
+}
+
+// The real server records a shutdown as clean (the next start grants at
+// once) only when every holder confirmed that it heard its locks are gone.
+func TestShutdownConfirmedToTheServer(t *testing.T) {
+	cfg := server.Config{DataDir: t.TempDir(), ShutdownWait: 5 * time.Second}
+	addr, stop := startServer(t, cfg, "")
+	c := client(t, addr, mlock.Options{MaxBackoff: time.Minute})
+	ctx := ctxT(t)
+	l, err := c.Lock(ctx, "sc", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	stop()
+	t.Logf("shutdown took %v", time.Since(start))
+	if l.Err() == nil {
+		t.Fatal("the held lock is not lost")
+	}
+	addr2, _ := startServer(t, cfg, "")
+	st, err := client(t, addr2, mlock.Options{}).Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.QuietUntil != 0 {
+		t.Fatalf("the next start is quiet until %v: the holder's confirmation was not counted",
+			time.UnixMilli(st.QuietUntil))
+	}
+}
+
+// An expired (or released) push for a request the client still sees as
+// waiting (its grant was lost): the request is asked again.
+func TestExpiredPushForAWaitingLockAsksAgain(t *testing.T) {
+	for _, released := range []bool{false, true} {
+		t.Run("released="+strconv.FormatBool(released), func(t *testing.T) {
+			addr := fakeServer(t, func(c net.Conn, r *bufio.Reader) {
+				if f, err := readCommand(r); err != nil || f[0] != "connect" {
+					return
+				}
+				c.Write(protocol.Append(nil, "connected", "1.0", "new", "15000"))
+				n := 0
+				for {
+					f, err := readCommand(r)
+					if err != nil {
+						return
+					}
+					switch f[0] {
+					case "lock":
+						n++
+						id := strings.Repeat(strconv.Itoa(n), 32)
+						c.Write(protocol.Append(nil, "result", f[1], "success", id))
+						if n == 1 {
+							push := []string{"expired", id}
+							if released {
+								push = append(push, "released")
+							}
+							c.Write(protocol.Append(nil, push...))
+							continue
+						}
+						c.Write(protocol.Append(nil, "locked", id, strconv.FormatInt(time.Now().Add(time.Minute).UnixMilli(), 10), "9"))
+					case "ping":
+						c.Write(protocol.Append(nil, "result", f[1], "success", "pong"))
+					}
+				}
+			})
+			c := client(t, addr, mlock.Options{})
+			ctx, cancel := context.WithTimeout(ctxT(t), 2*time.Second)
+			defer cancel()
+			l, err := c.Lock(ctx, "ex", nil)
+			if err != nil {
+				t.Fatalf("a waiting request hit by an expiry: %v", err)
+			}
+			if l.Token() != 9 {
+				t.Fatalf("token %d, want the second grant's", l.Token())
+			}
+		})
+	}
+}
+
+// Renew by owner moves a handle's lease only if the server renewed that
+// very lock: same fencing token.
+func TestRenewOfAnotherGrantDoesNotMoveTheHandle(t *testing.T) {
+	addr := fakeServer(t, func(c net.Conn, r *bufio.Reader) {
+		if f, err := readCommand(r); err != nil || f[0] != "connect" {
+			return
+		}
+		c.Write(protocol.Append(nil, "connected", "1.0", "new", "15000"))
+		exp := func(d time.Duration) string { return strconv.FormatInt(time.Now().Add(d).UnixMilli(), 10) }
+		for {
+			f, err := readCommand(r)
+			if err != nil {
+				return
+			}
+			switch f[0] {
+			case "lock":
+				id := strings.Repeat("ef", 16)
+				c.Write(protocol.Append(nil, "result", f[1], "success", id))
+				c.Write(protocol.Append(nil, "locked", id, exp(time.Second), "7"))
+			case "renew": // another grant of the owner on the same resources
+				c.Write(protocol.Append(nil, "result", f[1], "success", exp(30*time.Second), "9"))
+			case "ping":
+				c.Write(protocol.Append(nil, "result", f[1], "success", "pong"))
+			}
+		}
+	})
+	c := client(t, addr, mlock.Options{})
+	ctx := ctxT(t)
+	l, err := c.Lock(ctx, "rn", &mlock.LockOptions{Owner: "w", TTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d0 := l.Deadline()
+	if _, tok, err := c.Renew(ctx, "w", []string{"rn"}, 30*time.Second); err != nil || tok != 9 {
+		t.Fatalf("Renew = %d, %v", tok, err)
+	}
+	if d1 := l.Deadline(); !d1.Equal(d0) {
+		t.Fatalf("a renewal of token 9 moved the Deadline of the handle of token 7 by %v", d1.Sub(d0))
+	}
+}
+
+// Close returns promptly although the server stopped reading and the
+// connection's buffers are full.
+func TestCloseWithAServerThatDoesNotRead(t *testing.T) {
+	release := make(chan struct{})
+	addr := fakeServer(t, func(c net.Conn, r *bufio.Reader) {
+		if f, err := readCommand(r); err != nil || f[0] != "connect" {
+			return
+		}
+		c.Write(protocol.Append(nil, "connected", "1.0", "new", "15000"))
+		<-release // reads nothing more
+	})
+	defer close(release)
+	c, err := mlock.NewClient(clientOptions(addr, mlock.Options{PingInterval: time.Minute}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := strings.Repeat("x", 1<<20)
+	var wg sync.WaitGroup
+	for range 12 { // more than the sockets' buffers hold
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			defer cancel()
+			c.TryLock(ctx, big, nil)
+		}()
+	}
+	wg.Wait()
+	closed := make(chan struct{})
+	start := time.Now()
+	go func() { c.Close(); close(closed) }()
+	select {
+	case <-closed:
+		t.Logf("Close took %v", time.Since(start))
+	case <-time.After(3 * time.Second):
+		t.Fatal("Close hangs on a server that does not read")
+	}
+}
+
+// A queue of commands past its limit closes the connection: the calls in
+// flight fail with a connection error and the session reconnects.
+func TestOutboxOverflowDropsTheConnection(t *testing.T) {
+	addr, _ := startServer(t, server.Config{}, "")
+	t.Cleanup(mlock.SetMaxPending(4 << 10)) // after the client's Close
+	c := client(t, addr, mlock.Options{MaxBackoff: 50 * time.Millisecond})
+	ctx := ctxT(t)
+	if err := c.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	_, err := c.Lock(lctx, strings.Repeat("y", 8<<10), nil)
+	if !errors.Is(err, mlock.ErrConnection) {
+		t.Fatalf("Lock past the queue's limit = %v, want a connection error", err)
+	}
+	if err := c.Ping(ctx); err != nil {
+		t.Fatalf("after the overflow: %v", err)
+	}
+}
+
+// LockOptions.Lead: Hold stops the job that long before the lock's Deadline.
+func TestHoldStopsTheJobLeadBeforeTheDeadline(t *testing.T) {
+	addr, _ := startServer(t, server.Config{}, "")
+	px := newProxy(t, addr)
+	c := client(t, px.addr(), mlock.Options{})
+	ctx := ctxT(t)
+	const lead = 300 * time.Millisecond
+	if _, err := c.Lock(ctx, "ld", &mlock.LockOptions{TTL: time.Second, Lead: time.Second / 2}); !errors.Is(err, mlock.ErrRequest) {
+		t.Fatalf("a lead of half the ttl: %v", err)
+	}
+	l, err := c.Lock(ctx, "ld", &mlock.LockOptions{TTL: time.Second, Lead: lead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	left := make(chan time.Duration, 1)
+	err = c.Hold(ctx, l, func(ctx context.Context) error {
+		px.drop.Store(true) // no extension gets through
+		<-ctx.Done()
+		left <- time.Until(l.Deadline())
+		return nil
+	})
+	if !errors.Is(err, mlock.ErrLost) {
+		t.Fatalf("Hold = %v", err)
+	}
+	if d := <-left; d < lead-50*time.Millisecond {
+		t.Fatalf("the job was stopped %v before the Deadline, want about %v", d, lead)
+	}
+}
+
+func clientOptions(addr string, o mlock.Options) mlock.Options {
+	host, port, _ := net.SplitHostPort(addr)
+	o.Host = host
+	o.Port, _ = strconv.Atoi(port)
+	return o
+}
