@@ -137,6 +137,10 @@ func TestRunLostLockStopsTheCommand(t *testing.T) {
 	if !strings.Contains(stderr.String(), "lock lost") {
 		t.Fatalf("stderr: %s", stderr.String())
 	}
+	// The reason is named when the command is stopped.
+	if !strings.Contains(stderr.String(), "stopping the command: mlock: lost error: lock released by its owner") {
+		t.Fatalf("stderr: %s", stderr.String())
+	}
 }
 
 // A lost lock stops what the command started too: the shell's background

@@ -27,7 +27,8 @@ type exitCode int
 
 func (e exitCode) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
 
-// lostError marks a command stopped because the lock was lost.
+// errLostLock marks a command stopped because the lock was lost; the
+// error that wraps it names the loss too.
 var errLostLock = errors.New("the lock was lost; the command was stopped")
 
 // killMargin is how long before the believed end of the lease the command
@@ -53,7 +54,8 @@ func cmdRun(args []string, stderr io.Writer) int {
 	tolerate := fs.Int("tolerate", 0, "mlock:// only: give up at once if a queue already holds more than N entries (0: no limit)")
 	skip := fs.Bool("skip-if-locked", false, "exit 0 without running the command if the lock is taken (cron de-duplication)")
 	killAfter := fs.Duration("kill-after", defaultKillAfter, "after a lost lock, SIGKILL the command this long after SIGTERM;\n"+
-		"at most ttl/4 (default: 10s or ttl/4, whichever is shorter)")
+		"at most ttl/4 (default: 10s or ttl/4, whichever is shorter); with mlock://, kill-after + 200ms\n"+
+		"must also be below the server's session grace less 1 % (15s by default)")
 	owner := fs.String("owner", "", "owner id of the lock (default: host:pid)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: mlock run [flags] RESOURCES -- CMD [ARGS...]\n\n"+
@@ -128,7 +130,9 @@ func cmdRun(args []string, stderr io.Writer) int {
 
 // leadOf checks --kill-after against --ttl and returns the watchdog's lead:
 // kill-after + killMargin. A kill-after not given is clamped to ttl/4; one
-// given above ttl/4, or a ttl too short for the lead, is refused.
+// given above ttl/4, or a ttl too short for the lead, is refused. The
+// server's session grace is checked once the lock is taken (checkGrace):
+// the client learns it only from the server.
 func leadOf(ttl time.Duration, killAfter *time.Duration, given bool) (time.Duration, error) {
 	switch {
 	case *killAfter < 0:
@@ -185,8 +189,8 @@ type runner struct {
 // session or connection.
 const retryPause = 250 * time.Millisecond
 
-// mlock runs the job over the Go client: the lock, then the one lease
-// watchdog with the lead, extending the lock every ttl/3.
+// mlock runs the job over the Go client: the lock (with the lead), then
+// the client's Hold, which runs the one lease watchdog.
 func (r *runner) mlock(ctx context.Context, uri string, tolerate int) error {
 	c, err := client(uri)
 	if err != nil {
@@ -204,7 +208,7 @@ func (r *runner) mlock(ctx context.Context, uri string, tolerate int) error {
 // restarted) or a broken connection, once the server was reached, is asked
 // again until the timeout: the wait held nothing, so asking again is safe.
 func (r *runner) lockMlock(ctx context.Context, c *mlock.Client, tolerate int) (*mlock.Lock, error) {
-	o := &mlock.LockOptions{TTL: r.ttl, Timeout: -1, Tolerate: tolerate, Owner: r.owner}
+	o := &mlock.LockOptions{TTL: r.ttl, Timeout: -1, Tolerate: tolerate, Owner: r.owner, Lead: r.lead}
 	if r.skip {
 		return c.TryLock(ctx, r.resources, o)
 	}
@@ -246,52 +250,60 @@ func retryable(err error) bool {
 		(errors.Is(err, mlock.ErrConnection) && !errors.Is(err, mlock.ErrClosed))
 }
 
-// hold runs the job while holding l: it extends l every ttl/3, declares the
-// loss r.lead before the lock's believed end (its lease counted from the
-// last extension's send time, or the client's own deadline for the lock
-// when it computes one, which also counts its session), and unlocks l when
-// the job returns.
+// hold runs the job while holding l, with the client's Hold: it extends l
+// every ttl/3 (more often while the client's Deadline for the lock, which
+// also counts the end of its session, is the nearer end: see
+// internal/lease), declares the loss r.lead (LockOptions.Lead) before the
+// lock's Deadline, and unlocks l when the job returns. A lead that leaves
+// no time under the server's session grace is refused before the job
+// starts (checkGrace).
 func (r *runner) hold(ctx context.Context, c *mlock.Client, l *mlock.Lock) error {
-	o := lease.Options{
-		TTL:  r.ttl,
-		Lead: r.lead,
-		Renew: func(ctx context.Context) (bool, error) {
-			_, err := l.Extend(ctx, 0)
-			switch {
-			case err == nil:
-				return true, nil
-			case errors.Is(err, mlock.ErrLost):
-				return false, nil
-			}
-			return false, err // unknown: retried next tick
-		},
-		Lost: l.Lost(),
-		Cause: func() error {
-			if err := l.Err(); err != nil {
-				return err
-			}
-			return &mlock.Error{Type: mlock.TypeLost, Msg: "the lease may run out without word from the server", Err: mlock.ErrExpired}
-		},
+	if err := r.checkGrace(ctx, c, l); err != nil {
+		uctx, ucancel := context.WithTimeout(context.WithoutCancel(ctx), c.Options().DialTimeout)
+		_ = l.Unlock(uctx)
+		ucancel()
+		return err
 	}
-	if d, ok := any(l).(interface{ Deadline() time.Time }); ok {
-		o.Deadline = d.Deadline
-	}
-	fnErr, lostErr := lease.Run(ctx, o, func(ctx context.Context) error {
-		return r.job(ctx, grant{token: l.Token(), expiresAt: l.ExpiresAt()})
+	var jobErr error
+	err := c.Hold(ctx, l, func(ctx context.Context) error {
+		jobErr = r.job(ctx, grant{token: l.Token(), expiresAt: l.ExpiresAt()})
+		return jobErr
 	})
-	uctx, ucancel := context.WithTimeout(context.WithoutCancel(ctx), c.Options().DialTimeout)
-	uerr := l.Unlock(uctx)
-	ucancel()
-	if lostErr != nil {
-		if fnErr != nil && !errors.Is(fnErr, context.Canceled) {
-			return errors.Join(lostErr, fnErr)
-		}
-		return lostErr
+	if errors.Is(err, mlock.ErrLost) && errors.Is(jobErr, errLostLock) {
+		return jobErr // the command was stopped for the loss, which it names
 	}
-	if fnErr == nil && errors.Is(uerr, mlock.ErrLost) {
-		return uerr // the lease ran out just as the command ended
+	return err
+}
+
+// minLeft is the least time the lock must be believed held, after an
+// answer from the server, beyond the lead: below it the lead (kill-after)
+// eats the whole of the server's session grace.
+const minLeft = killMargin
+
+// checkGrace makes sure that the lead leaves time under the lock before
+// the command starts. The lock's Deadline is at most the server's session
+// grace (less its drift margin) after the last answer on the session, so a
+// lock granted after a wait may come with a Deadline close at hand: a ping
+// first moves it to a full grace from now (an error is left to the
+// watchdog). Then the Deadline tells the grace, which the client does not
+// report, and a lead that leaves less than minLeft of it is refused
+// (--kill-after is too long for the server's grace). The watchdog renews
+// every third of the time left before the Deadline less the lead, so any
+// lead that passes keeps the lock.
+func (r *runner) checkGrace(ctx context.Context, c *mlock.Client, l *mlock.Lock) error {
+	if err := c.Ping(ctx); err != nil {
+		return nil
 	}
-	return fnErr
+	d := l.Deadline()
+	if d.IsZero() {
+		return nil // lost already: the watchdog reports it
+	}
+	if left := time.Until(d); left-r.lead < minLeft {
+		return fmt.Errorf("--kill-after %v is too long for the server's session grace: the lock is believed held "+
+			"only %v after an answer from the server, which must exceed kill-after + %v by at least %v; "+
+			"use a shorter --kill-after", r.lead-killMargin, left.Round(time.Millisecond), killMargin, minLeft)
+	}
+	return nil
 }
 
 // provider runs the job through locking.Execute on the provider of uri.
@@ -361,12 +373,13 @@ func runCommand(ctx context.Context, command []string, env []string, sigc chan o
 	go func() { done <- cmd.Wait() }()
 	var kill <-chan time.Time
 	lost := false
+	ended := ctx.Done() // nil once seen: the select stops watching it
 	for {
 		select {
 		case err := <-done:
 			if lost {
 				send(syscall.SIGKILL) // what the command started may outlive it
-				return errors.Join(errLostLock, context.Cause(ctx))
+				return fmt.Errorf("%w: %w", errLostLock, context.Cause(ctx))
 			}
 			var ee *exec.ExitError
 			if errors.As(err, &ee) {
@@ -378,14 +391,12 @@ func runCommand(ctx context.Context, command []string, env []string, sigc chan o
 			return err
 		case sig := <-sigc:
 			send(sig)
-		case <-ctx.Done():
-			if !lost {
-				lost = true
-				fmt.Fprintln(stderr, "mlock run: the lock was lost; stopping the command")
-				send(syscall.SIGTERM)
-				kill = time.After(killAfter)
-			}
-			ctx = context.WithoutCancel(ctx) // stop selecting on it
+		case <-ended:
+			ended = nil
+			lost = true
+			fmt.Fprintln(stderr, "mlock run: the lock was lost; stopping the command:", context.Cause(ctx))
+			send(syscall.SIGTERM)
+			kill = time.After(killAfter)
 		case <-kill:
 			send(syscall.SIGKILL)
 		}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net"
 	"os"
 	"path/filepath"
@@ -305,5 +306,92 @@ func TestRunWaitSurvivesServerRestart(t *testing.T) {
 	}
 	if _, err := os.Stat(marker); err != nil {
 		t.Fatal("the command did not run")
+	}
+}
+
+// The lead is checked against the session grace too, not only the ttl: the
+// client believes a lock held at most grace - margin after the last answer
+// on its session, and the watchdog declares the loss the lead before that,
+// so it must renew (each renewal is an answer) often enough. With a grace of
+// 3 s, --ttl 20s and --kill-after 2s, the lock is believed held 2.965 s
+// after each answer, the loss would be declared 865 ms after it, and pings
+// come every grace/3 = 1 s, renewals every ttl/3 = 6.7 s: renewing only on
+// the ttl's cadence lost the lock within the first second. The watchdog now
+// renews every third of the time left (about every 290 ms here), and the
+// command runs to its end.
+//
+// The defaults show the same arithmetic, too slow for a test: grace 15 s
+// (14.845 s believed), ttl 60 s, kill-after 10 s (lead 10.1 s): the loss
+// came 4.745 s after the last answer with pings every 5 s, so a 12 s command
+// was stopped after about 4.75 s; now renewals come about every 1.6 s.
+func TestRunLeadAgainstTheGrace(t *testing.T) {
+	addr, _ := servertest.Start(t, server.Config{SessionGrace: 3 * time.Second}, "")
+	uri := "mlock://" + addr
+	cmd := mlockCmd("run", "--uri", uri, "--ttl", "20s", "--kill-after", "2s", "grace", "--", "sleep", "6")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	if code := exitCodeOf(t, cmd.Wait()); code != 0 {
+		t.Fatalf("exit %d after %v, want 0; stderr: %s", code, time.Since(start), stderr.String())
+	}
+	if d := time.Since(start); d < 6*time.Second {
+		t.Fatalf("the command ended after %v", d)
+	}
+}
+
+// A --kill-after that leaves no time under the server's session grace is
+// refused once the grace is known (after the lock is taken), before the
+// command runs, and the lock is given back.
+func TestRunKillAfterAgainstTheGrace(t *testing.T) {
+	addr, _ := servertest.Start(t, server.Config{SessionGrace: 3 * time.Second}, "")
+	uri := "mlock://" + addr
+	marker := filepath.Join(t.TempDir(), "ran")
+	var stderr bytes.Buffer
+	code := cli([]string{"run", "--uri", uri, "--ttl", "20s", "--kill-after", "2900ms", "refused", "--", "touch", marker}, &stderr, &stderr)
+	if code != exitError || !strings.Contains(stderr.String(), "session grace") {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("the command ran")
+	}
+	c, err := mlock.New(uri)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	l, err := c.TryLock(context.Background(), "refused", nil)
+	if err != nil {
+		t.Fatalf("the lock was not given back: %v", err)
+	}
+	l.Unlock(context.Background())
+}
+
+// runCommand stopped for a loss returns an error that is errLostLock and
+// wraps the loss (the context's cause).
+func TestRunCommandNamesTheLoss(t *testing.T) {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	loss := errors.New("test: the lease ran out")
+	sigc := make(chan os.Signal, 1)
+	var stderr bytes.Buffer
+	errc := make(chan error, 1)
+	go func() {
+		errc <- runCommand(ctx, []string{"sleep", "30"}, os.Environ(), sigc, 100*time.Millisecond, &stderr)
+	}()
+	time.Sleep(50 * time.Millisecond)
+	cancel(loss)
+	select {
+	case err := <-errc:
+		if !errors.Is(err, errLostLock) || !errors.Is(err, loss) {
+			t.Fatalf("runCommand = %v; want errLostLock wrapping %v", err, loss)
+		}
+		if !strings.Contains(stderr.String(), loss.Error()) {
+			t.Fatalf("stderr: %s", stderr.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the command was not stopped")
 	}
 }

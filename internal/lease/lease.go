@@ -24,6 +24,19 @@
 // for example the end of the session that holds the lock) moves the loss
 // earlier: it is then at the earlier of the two, less Lead.
 //
+// # Cadence
+//
+// The next renewal is sent a period after the last one (TTL/3, see
+// Options.TTL) or, when the holder's Deadline less Lead is the earlier end,
+// a third of the way from now to that end if that comes first: a renewal
+// is also an answer from the server, so it is what moves such a Deadline
+// (the client's, whose session end counts from the last answer) before the
+// lease is lost. The Deadline is read again after every renewal. Two
+// renewals are never less than a millisecond apart, and none is sent once
+// the end has come, so a lease about to be lost does not cause a burst of
+// renewals: as the end nears, each renewal that fails to move it comes a
+// third of the remaining time later, a few dozen at most.
+//
 // # Caveats
 //
 // Run does not release anything when the job ends or the lease is lost; the
@@ -55,10 +68,11 @@ func Margin(d time.Duration) time.Duration { return d/100 + 5*time.Millisecond }
 
 // Options describes a lease.
 type Options struct {
-	// TTL is the length of the lease. It is renewed every TTL/3 (at least
-	// every millisecond; more often if a third of what is left after the
-	// margin and Lead is shorter). TTL <= 0 (or a nil Renew): nothing is
-	// renewed and only Lost (or Deadline) ends the lease.
+	// TTL is the length of the lease. It is renewed every TTL/3 (never more
+	// often than every millisecond; more often if a third of what is left after the
+	// margin and Lead is shorter, or if Deadline ends the lease earlier:
+	// see the package documentation). TTL <= 0 (or a nil Renew): nothing
+	// is renewed and only Lost (or Deadline) ends the lease.
 	TTL time.Duration
 	// Lead ends the lease this long before the holder's believed end
 	// (base + TTL - Margin(TTL), or Deadline), so that the job can be
@@ -81,10 +95,11 @@ type Options struct {
 	// which also counts the end of the session that holds the lock); the
 	// zero time means none. It must never move earlier except to report a
 	// loss (Lost is then the better signal). The lease is lost at the
-	// earlier of that end and base + TTL - Margin(TTL), less Lead. It is
-	// read at the start, after every renewal and when the earlier end
-	// comes, from the watchdog's goroutine; it must be cheap and must not
-	// block.
+	// earlier of that end and base + TTL - Margin(TTL), less Lead; while
+	// it is the earlier, renewals come at least every third of the time
+	// left to it, so that their answers can move it. It is read at the
+	// start, after every renewal and when the earlier end comes, from the
+	// watchdog's goroutine; it must be cheap and must not block.
 	Deadline func() time.Time
 	// Start, if not zero, is the base of the first lease: the send time of
 	// the request that acquired (or last renewed) the lock, when it was
@@ -188,18 +203,34 @@ func (w *watchdog) lose(cancel context.CancelCauseFunc) error {
 }
 
 // end returns when the lease is lost if nothing changes: own (base + usable)
-// or, if earlier, the holder's Deadline less Lead. ok is false when there
-// is no end at all.
-func (w *watchdog) end(own time.Time, renewing bool) (end time.Time, ok bool) {
+// or, if earlier, the holder's Deadline less Lead (held is then true). ok is
+// false when there is no end at all.
+func (w *watchdog) end(own time.Time, renewing bool) (end time.Time, ok, held bool) {
 	end, ok = own, renewing
 	if w.o.Deadline != nil {
 		if d := w.o.Deadline(); !d.IsZero() {
 			if d = d.Add(-w.o.Lead); !ok || d.Before(end) {
-				end, ok = d, true
+				end, ok, held = d, true, true
 			}
 		}
 	}
-	return end, ok
+	return end, ok, held
+}
+
+// minGap is the shortest time between two renewals.
+const minGap = time.Millisecond
+
+// nextRenewal returns how long after now the next renewal is due, the last
+// one having been sent at last: a period after it (at once if that has
+// passed: the last renewal took longer than a period) or, when the holder's
+// Deadline is the end (byHolder), a third of the way from now to that end if
+// that comes first, but not sooner than minGap.
+func nextRenewal(now, last time.Time, period time.Duration, end time.Time, byHolder bool) time.Duration {
+	d := last.Add(period).Sub(now)
+	if byHolder {
+		d = min(d, max(end.Sub(now)/3, minGap))
+	}
+	return d
 }
 
 // watch runs until done is closed or the lease is lost, and returns the loss
@@ -209,7 +240,7 @@ func (w *watchdog) watch(ctx context.Context, base time.Time, done <-chan struct
 	o := w.o
 	renewing := o.TTL > 0 && o.Renew != nil
 	own := base.Add(o.usable()) // base + TTL - margin - lead
-	deadline, bounded := w.end(own, renewing)
+	deadline, bounded, byHolder := w.end(own, renewing)
 	if bounded && !w.clk.Now().Before(deadline) {
 		return w.lose(cancel)
 	}
@@ -220,8 +251,8 @@ func (w *watchdog) watch(ctx context.Context, base time.Time, done <-chan struct
 		defer expiry.Stop()
 		expiryC = expiry.C()
 		rearm = func() {
-			if d, ok := w.end(own, renewing); ok {
-				deadline = d
+			if d, ok, h := w.end(own, renewing); ok {
+				deadline, byHolder = d, h
 				expiry.Reset(deadline.Sub(w.clk.Now()))
 			}
 		}
@@ -229,7 +260,8 @@ func (w *watchdog) watch(ctx context.Context, base time.Time, done <-chan struct
 	period := o.period()
 	var tick timer
 	if renewing {
-		tick = w.clk.NewTimer(base.Add(period).Sub(w.clk.Now()))
+		now := w.clk.Now()
+		tick = w.clk.NewTimer(nextRenewal(now, base, period, deadline, byHolder))
 		defer tick.Stop()
 		tickC = tick.C()
 	}
@@ -268,20 +300,21 @@ func (w *watchdog) watch(ctx context.Context, base time.Time, done <-chan struct
 			}(now, deadline.Sub(now))
 		case r := <-results:
 			inFlight = false
-			// The next renewal is due a period after this one was sent
-			// (at once if this one took longer).
-			tick.Reset(r.sent.Add(period).Sub(w.clk.Now()))
 			switch {
 			case r.err != nil:
-				// Unknown: the next tick retries; the end stands.
+				// Unknown: the next tick retries; the own end stands.
 			case !r.held:
 				return w.lose(cancel)
 			default:
 				if e := r.sent.Add(o.usable()); e.After(own) {
 					own = e
 				}
-				rearm()
 			}
+			// Any answer may have moved the holder's Deadline: re-read it
+			// before choosing when the next renewal is due (at once if it
+			// is overdue: this one took longer than the period).
+			rearm()
+			tick.Reset(nextRenewal(w.clk.Now(), r.sent, period, deadline, byHolder))
 		}
 	}
 }

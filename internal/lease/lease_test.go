@@ -513,7 +513,10 @@ func TestCheckRefuses(t *testing.T) {
 }
 
 // The holder's own Deadline, if earlier, ends the lease (less the Lead); when
-// it moves later the watchdog follows it.
+// it moves later the watchdog follows it. While it is the earlier end,
+// renewals come every third of the time left to it; renewals that fail to
+// move it come ever closer to it but never less than a millisecond apart,
+// and none is sent once it has come.
 func TestHolderDeadline(t *testing.T) {
 	var mu sync.Mutex
 	clk0 := time.Unix(1_000_000, 0)
@@ -525,22 +528,77 @@ func TestHolderDeadline(t *testing.T) {
 		return dl
 	}})
 	job := <-h.jobCtx
-	h.clk.waitArmed(t, h.at(2*time.Second-lead))
+	end := h.at(2*time.Second - lead)
+	h.clk.waitArmed(t, end)
+	next := h.at((2*time.Second - lead) / 3) // before the TTL/3 of +1s
+	h.clk.waitArmed(t, next)
 	mu.Lock()
 	dl = clk0.Add(2500 * time.Millisecond) // moved later (for example by a ping's answer)
 	mu.Unlock()
-	h.clk.Advance(time.Second) // +1s: the renewal is sent
-	h.call(t).reply <- renewal{err: errors.New("unreachable")}
-	h.clk.Advance(900 * time.Millisecond) // +1.9s: the old end; re-read, moved
-	h.clk.waitArmed(t, h.at(2400*time.Millisecond))
-	notDone(t, job)
-	h.clk.Advance(499 * time.Millisecond) // +2.399s
+	end = h.at(2500*time.Millisecond - lead)
+	calls := 0
+	for next.Before(end) {
+		h.clk.Advance(next.Sub(h.clk.Now()))
+		c := h.call(t)
+		if !c.at.Equal(next) {
+			t.Fatalf("renewal %d at +%v, want +%v", calls, c.at.Sub(h.start), next.Sub(h.start))
+		}
+		calls++
+		c.reply <- renewal{err: errors.New("unreachable")}
+		next = next.Add(max(end.Sub(next)/3, time.Millisecond))
+		h.clk.waitArmed(t, next)
+		notDone(t, job)
+	}
+	if calls > 30 {
+		t.Fatalf("%d renewals before the end", calls)
+	}
+	h.clk.Advance(end.Sub(h.clk.Now()) - time.Millisecond)
 	notDone(t, job)
 	h.clk.Advance(time.Millisecond)
 	waitDone(t, job)
 	h.finish <- nil
 	if _, lostErr := h.result(t); lostErr != errGone {
 		t.Fatalf("lostErr %v", lostErr)
+	}
+}
+
+// A holder's Deadline much shorter than the TTL, that each answer moves (the
+// client's: the last answer on the session plus the server's grace): the
+// renewals come often enough to keep moving it, and the lease is kept for
+// many times that span. Here grace 3 s (a Deadline 2.965 s after the last
+// answer), TTL 20 s and a Lead of 2.1 s leave 865 ms after each answer;
+// renewing every TTL/3 = 6.67 s would lose the lease 865 ms after the start.
+func TestRenewsBeforeAShortHolderDeadline(t *testing.T) {
+	var mu sync.Mutex
+	lastAck := time.Unix(1_000_000, 0)
+	const span = 2965 * time.Millisecond
+	lead := 2100 * time.Millisecond
+	h := start(t, Options{TTL: 20 * time.Second, Lead: lead, Deadline: func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		return lastAck.Add(span)
+	}})
+	job := <-h.jobCtx
+	left := span - lead // 865ms
+	next := h.at(left / 3)
+	for i := 0; h.clk.Now().Before(h.at(6 * time.Second)); i++ {
+		h.clk.waitArmed(t, next)
+		h.clk.Advance(next.Sub(h.clk.Now()))
+		c := h.call(t)
+		if !c.at.Equal(next) {
+			t.Fatalf("renewal %d at +%v, want +%v", i, c.at.Sub(h.start), next.Sub(h.start))
+		}
+		mu.Lock()
+		lastAck = c.at // the renewal's answer: its send time is the latest answered
+		mu.Unlock()
+		c.reply <- renewal{held: true}
+		h.clk.waitArmed(t, c.at.Add(left)) // the end moved
+		next = c.at.Add(left / 3)
+		notDone(t, job)
+	}
+	h.finish <- nil
+	if fnErr, lostErr := h.result(t); fnErr != nil || lostErr != nil {
+		t.Fatalf("Run = %v, %v; want the lease kept", fnErr, lostErr)
 	}
 }
 

@@ -82,28 +82,35 @@ func (p *Provider) Acquire(ctx context.Context, keys []string, opts locking.Acqu
 	}
 	lo := &mlock.LockOptions{TTL: expireOf(opts.Expire), Timeout: -1, Tolerate: -1, Owner: provider.Owner(opts.OwnerID)}
 	var l *mlock.Lock
+	var sent time.Time
 	if opts.AwaitQueue {
 		l, err = p.c.LockAll(ctx, keys, lo)
 	} else {
+		// The client does not report when it sent the request: the time
+		// just before the call is a lower bound, so a lease counted from it
+		// ends no later than the server's.
+		sent = time.Now()
 		l, err = p.c.TryLockAll(ctx, keys, lo)
 	}
 	if err != nil {
 		return locking.Lease{}, mapError(ctx, keys, err)
 	}
-	return leaseOf(l), nil
+	return leaseOf(l, sent), nil
 }
 
 // leaseOf describes the acquisition of l: its token, its Lost channel (closed
 // when the client learns that the lock is gone: an expiry pushed by the
-// server, a lost session, or its own deadline passed without word from the
-// server), its expiry as the server reported it and, when the client
-// computes one, its believed end (Deadline).
-func leaseOf(l *mlock.Lock) locking.Lease {
-	le := locking.Lease{Token: l.Token(), Lost: l.Lost(), ExpiresAt: l.ExpiresAt()}
-	if d, ok := any(l).(interface{ Deadline() time.Time }); ok {
-		le.Deadline = d.Deadline
-	}
-	return le
+// server, a lost session, or its Deadline passed without word from the
+// server), its expiry as the server reported it, its believed end (the
+// client's Deadline, which counts its lease from the grant and the end of
+// its session) and sent, a lower bound of the send time of the request.
+//
+// sent is zero for a request that may have waited in a queue: the lease
+// then runs from the grant, which only the client sees (the Deadline counts
+// from it), and the time before the wait would be so early a bound that the
+// lease could end before the job began.
+func leaseOf(l *mlock.Lock, sent time.Time) locking.Lease {
+	return locking.Lease{Token: l.Token(), Lost: l.Lost(), ExpiresAt: l.ExpiresAt(), Deadline: l.Deadline, Sent: sent}
 }
 
 // mapError turns client errors into the module's.

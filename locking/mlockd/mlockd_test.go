@@ -3,6 +3,7 @@ package mlockd_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
@@ -28,4 +29,42 @@ func TestConformance(t *testing.T) {
 		},
 		Tokens: true,
 	})
+}
+
+// A lease carries the client's Deadline and, for a try (no wait), a lower
+// bound of the request's send time; a request that may wait has none (its
+// lease runs from the grant, which the Deadline counts from).
+func TestLeaseTimes(t *testing.T) {
+	addr, _ := servertest.Start(t, server.Config{}, "")
+	p, err := locking.Open(context.Background(), "mlock://"+addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	ctx := context.Background()
+	before := time.Now()
+	l, err := p.Acquire(ctx, []string{"a"}, locking.AcquireOptions{OwnerID: "o1", Expire: 10 * time.Second})
+	after := time.Now()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Sent.Before(before) || l.Sent.After(after) {
+		t.Fatalf("Sent %v not within [%v, %v]", l.Sent, before, after)
+	}
+	if l.Deadline == nil {
+		t.Fatal("no Deadline")
+	}
+	if d := l.Deadline(); d.Before(after) || d.After(l.Sent.Add(10*time.Second)) {
+		t.Fatalf("Deadline %v: want after %v and at most Sent + 10s", d, after)
+	}
+	l, err = p.Acquire(ctx, []string{"b"}, locking.AcquireOptions{OwnerID: "o1", Expire: 10 * time.Second, AwaitQueue: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !l.Sent.IsZero() || l.Deadline == nil || l.Deadline().IsZero() {
+		t.Fatalf("queued acquisition: Sent %v, Deadline set %v", l.Sent, l.Deadline != nil)
+	}
+	if err := p.ReleaseAll(ctx, locking.ReleaseOptions{OwnerID: "o1"}); err != nil {
+		t.Fatal(err)
+	}
 }
