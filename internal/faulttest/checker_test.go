@@ -19,7 +19,7 @@ import (
 //
 // and the harness appends:
 //
-//	spawn <wid> <ns> <mode> <pid>
+//	spawn <wid> <ns> <mode>
 //	dead  <wid> <ns> <exit status: 0, 125, sig:..., killed (by the harness)>
 //	fault <ns> <text...>
 //	round <ns> <n>

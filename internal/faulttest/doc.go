@@ -32,9 +32,7 @@
 //	go test ./internal/faulttest/ -v -count=1
 //	MLOCK_FAULT_ROUNDS=100 go test ./internal/faulttest/ -v -count=1 -timeout 90m -run TestFaults
 //
-// A kind whose safety depends on a fix not yet in the binaries (detected
-// from their --help output, or from the client's API) reports its
-// violations and is skipped; MLOCK_FAULT_STRICT=1 fails it instead.
+// Every kind is strict: a violation fails its test.
 //
 // Everything runs on 127.0.0.1; every process is stopped by its process
 // group id at the end of its test.

@@ -17,23 +17,7 @@ import (
 // Environment:
 //
 //	MLOCK_FAULT_ROUNDS=N   fault rounds per kind (default: 2, issue cases 1)
-//	MLOCK_FAULT_STRICT=1   violations fail even where the fix they wait for
-//	                       is not in the binaries yet
 //	MLOCK_FAULT_KEEP=DIR   copy every history log with violations to DIR
-
-// gate names the feature a kind's safety depends on. While the binaries lack
-// it, the kind still runs and reports its violations, but as expected (the
-// test is skipped, not failed) unless MLOCK_FAULT_STRICT=1.
-type gate struct {
-	name string
-	has  func() bool
-}
-
-var (
-	gateQuiet    = gate{"mlockd --quiet-period (no grant after a crash for grace + margin)", func() bool { return bins.quietPeriod }}
-	gateDeadline = gate{"the client's own deadline (Lock.Deadline: lease and session bounded by its clock)", func() bool { return bins.deadline }}
-	gateRedis    = gate{"the Redis fencing and restart fix (detected through mlock run's MLOCK_TOKEN, which lands with it)", func() bool { return bins.runToken }}
-)
 
 // kind is one fault scenario.
 type kind struct {
@@ -46,7 +30,6 @@ type kind struct {
 	hold    time.Duration // critical section
 	wait    time.Duration // a worker's longest wait for the lock
 	rounds  int           // default rounds (MLOCK_FAULT_ROUNDS overrides)
-	gate    *gate
 	// checkWaiters: a worker waiting when the fault began must not give up
 	// with an error (it held nothing: it asks again).
 	checkWaiters bool
@@ -59,47 +42,47 @@ func kinds() []kind {
 		grace = time.Second
 		hold  = 1500 * time.Millisecond
 	)
-	base := func(name string, g *gate, f func(h *harness)) kind {
+	base := func(name string, f func(h *harness)) kind {
 		return kind{name: name, backend: "mlockd", modes: []string{"client", "run"}, slots: 3,
-			ttl: ttl, grace: grace, hold: hold, wait: 8 * time.Second, rounds: 2, gate: g, fault: f}
+			ttl: ttl, grace: grace, hold: hold, wait: 8 * time.Second, rounds: 2, fault: f}
 	}
 	ks := []kind{
 		// The generic kinds: ttl 1 s, grace 1 s, sections of 1.5 s. The
 		// restart comes before the holder's lease runs out.
-		withWaiters(base("server-kill", &gateQuiet, func(h *harness) { h.serverKill(300 * time.Millisecond) })),
-		base("server-stop", &gateDeadline, func(h *harness) { h.serverStop(3 * ttl) }),
-		withModes(base("holder-stop", &gateDeadline, func(h *harness) { h.holderStop(3 * ttl) }), "client"),
-		base("blackhole", &gateDeadline, func(h *harness) { h.blackhole(3 * ttl) }),
-		base("cut", nil, func(h *harness) {
+		withWaiters(base("server-kill", func(h *harness) { h.serverKill(300 * time.Millisecond) })),
+		base("server-stop", func(h *harness) { h.serverStop(3 * ttl) }),
+		withModes(base("holder-stop", func(h *harness) { h.holderStop(3 * ttl) }), "client"),
+		base("blackhole", func(h *harness) { h.blackhole(3 * ttl) }),
+		base("cut", func(h *harness) {
 			h.cut()
 			time.Sleep(300 * time.Millisecond)
 			h.cut()
 		}),
-		base("delay", nil, func(h *harness) { h.delay(100*time.Millisecond, 3*ttl) }),
-		redis(base("redis-restart", &gateRedis, func(h *harness) { h.serverKill(300 * time.Millisecond) })),
+		base("delay", func(h *harness) { h.delay(100*time.Millisecond, 3*ttl) }),
+		redis(base("redis-restart", func(h *harness) { h.serverKill(300 * time.Millisecond) })),
 
 		// Issue 10, cases 1-3 and 6, scaled down.
 		// 1: blackholed path, ttl 2 s, longer than the lease (25 s there).
-		slow(base("issue1-blackhole", &gateDeadline, func(h *harness) { h.blackhole(5 * time.Second) })),
+		slow(base("issue1-blackhole", func(h *harness) { h.blackhole(5 * time.Second) })),
 		// 1: SIGSTOP of mlockd longer than the lease.
-		slow(base("issue1-server-stop", &gateDeadline, func(h *harness) { h.serverStop(5 * time.Second) })),
+		slow(base("issue1-server-stop", func(h *harness) { h.serverStop(5 * time.Second) })),
 		// 2: connection down longer than the grace (grace 3 s, ttl 12 s there).
 		func() kind {
-			k := base("issue2-down-past-grace", &gateDeadline, func(h *harness) { h.down(2500 * time.Millisecond) })
+			k := base("issue2-down-past-grace", func(h *harness) { h.down(2500 * time.Millisecond) })
 			k.ttl, k.hold, k.rounds = 4*time.Second, 3*time.Second, 1
 			return k
 		}(),
 		// 3: kill -9 and restart 1-3 s later, within the holder's lease;
 		// waiters must ask again.
 		func() kind {
-			k := withWaiters(base("issue3-restart", &gateQuiet, func(h *harness) { h.serverKill(1500 * time.Millisecond) }))
+			k := withWaiters(base("issue3-restart", func(h *harness) { h.serverKill(1500 * time.Millisecond) }))
 			k.ttl, k.hold, k.wait, k.rounds, k.slots = 6*time.Second, 5*time.Second, 25*time.Second, 1, 3
 			return k
 		}(),
 		// 6: Redis restart under a long lease (60 s, renewal at 20 s there):
 		// a job shorter than the first renewal must still learn of it.
 		func() kind {
-			k := redis(base("issue6-redis-restart", &gateRedis, func(h *harness) { h.serverKill(200 * time.Millisecond) }))
+			k := redis(base("issue6-redis-restart", func(h *harness) { h.serverKill(200 * time.Millisecond) }))
 			k.ttl, k.hold, k.rounds = 6*time.Second, 2500*time.Millisecond, 1
 			return k
 		}(),
@@ -132,8 +115,7 @@ var summary struct {
 // serialise them) and logs a summary table.
 func TestFaults(t *testing.T) {
 	binaries(t)
-	t.Logf("features: mlockd --quiet-period %v; mlock run MLOCK_TOKEN %v; client Lock.Deadline %v; redis-server %q",
-		bins.quietPeriod, bins.runToken, bins.deadline, bins.redis)
+	t.Logf("redis-server: %q", bins.redis)
 	t.Cleanup(func() {
 		summary.mu.Lock()
 		defer summary.mu.Unlock()
@@ -461,7 +443,7 @@ func (h *harness) delay(d, span time.Duration) {
 }
 
 // report checks the history, logs the kind's counts and fails the test on a
-// violation (or skips it, if the kind's gate is still closed).
+// violation.
 func (h *harness) report(rounds, noHolder int) {
 	t := h.t
 	hist, err := h.log.read()
@@ -501,13 +483,9 @@ func (h *harness) report(rounds, noHolder int) {
 	for _, v := range vs {
 		count[v.kind]++
 	}
-	gateOpen := h.k.gate == nil || h.k.gate.has() || os.Getenv("MLOCK_FAULT_STRICT") == "1"
 	result := "pass"
-	switch {
-	case len(vs) > 0 && gateOpen:
+	if len(vs) > 0 {
 		result = "FAIL"
-	case len(vs) > 0:
-		result = "expected (gate closed)"
 	}
 	if noHolder > 0 {
 		result += fmt.Sprintf("; %d rounds without a holder", noHolder)
@@ -539,10 +517,6 @@ func (h *harness) report(rounds, noHolder int) {
 		if data, err := os.ReadFile(h.log.path); err == nil && os.MkdirAll(keep, 0o755) == nil && os.WriteFile(dst, data, 0o644) == nil {
 			fmt.Fprintf(&b, "history: %s\n", dst)
 		}
-	}
-	if !gateOpen {
-		t.Logf("violations (expected until %s is in the binaries):\n%s", h.k.gate.name, b.String())
-		t.Skipf("%d violations, expected until %s; MLOCK_FAULT_STRICT=1 fails on them", len(vs), h.k.gate.name)
 	}
 	t.Errorf("%d violations:\n%s", len(vs), b.String())
 }

@@ -25,11 +25,7 @@ var bins struct {
 	dir                   string
 	err                   error
 	mlockd, mlock, worker string
-	// features the binaries offer (see detectFeatures)
-	quietPeriod bool // mlockd --quiet-period: restarts stay quiet
-	runToken    bool // mlock run documents MLOCK_TOKEN
-	deadline    bool // the Go client's Lock.Deadline: belief bounded by its own clock
-	redis       string
+	redis                 string // redis-server's path; "" if not in PATH
 }
 
 func TestMain(m *testing.M) {
@@ -47,7 +43,7 @@ func TestMain(m *testing.M) {
 }
 
 // binaries builds cmd/mlockd, cmd/mlock and the worker (without -race) and
-// detects their features; it fails the test if the build fails.
+// looks up redis-server; it fails the test if the build fails.
 func binaries(t testing.TB) {
 	t.Helper()
 	bins.once.Do(func() {
@@ -70,13 +66,6 @@ func binaries(t testing.TB) {
 		bins.mlockd = filepath.Join(bins.dir, "mlockd")
 		bins.mlock = filepath.Join(bins.dir, "mlock")
 		bins.worker = filepath.Join(bins.dir, "worker")
-		help := func(name string, args ...string) string {
-			out, _ := exec.Command(name, args...).CombinedOutput() // --help may exit non-zero
-			return string(out)
-		}
-		bins.quietPeriod = strings.Contains(help(bins.mlockd, "--help"), "quiet-period")
-		bins.runToken = strings.Contains(help(bins.mlock, "run", "--help"), "MLOCK_TOKEN")
-		bins.deadline = strings.Contains(help(bins.worker, "-mode", "features"), "deadline=true")
 		bins.redis, _ = exec.LookPath("redis-server")
 	})
 	if bins.err != nil {

@@ -13,8 +13,7 @@ import (
 // TestIssue7RunEnv checks that "mlock run" gives the command its fencing
 // token, resources and lease end (MLOCK_TOKEN, MLOCK_RESOURCES,
 // MLOCK_EXPIRES_AT), never the lock id, and that tokens grow from run to
-// run. It is skipped while mlock run neither documents nor exports
-// MLOCK_TOKEN (unless MLOCK_FAULT_STRICT=1).
+// run.
 func TestIssue7RunEnv(t *testing.T) {
 	binaries(t)
 	dir := t.TempDir()
@@ -58,10 +57,7 @@ func TestIssue7RunEnv(t *testing.T) {
 				env[k] = v
 			}
 		}
-		tok, ok := env["MLOCK_TOKEN"]
-		if !ok && !bins.runToken && os.Getenv("MLOCK_FAULT_STRICT") != "1" {
-			t.Skipf("mlock run does not export MLOCK_TOKEN yet (issue 10, case 7); the command saw %v", env)
-		}
+		tok := env["MLOCK_TOKEN"]
 		n, err := strconv.ParseUint(tok, 10, 64)
 		if err != nil || n == 0 {
 			t.Errorf("MLOCK_TOKEN = %q, want a positive integer", tok)

@@ -19,8 +19,6 @@
 //	         (or "-"), stops at SIGTERM like a command that knows nothing
 //	env      writes MLOCK_* environment variables to the log and exits
 //
-//	features prints what the client offers ("deadline=true|false")
-//
 // Exit status: 0 done; 2 bad arguments; 3 the lock was not taken (error on
 // stderr); 4 the lock was lost; 5 the wait for the lock timed out; 143
 // stopped by SIGTERM (exec mode).
@@ -103,12 +101,6 @@ func section(ctx context.Context, h history, tok string, believed func(time.Time
 
 func main() {
 	flag.Parse()
-	if *mode == "features" {
-		var l *mlock.Lock
-		_, ok := any(l).(deadliner)
-		fmt.Printf("deadline=%v\n", ok)
-		os.Exit(0)
-	}
 	if *logPath == "" || *id == "" {
 		fmt.Fprintln(os.Stderr, "worker: -log and -id are required")
 		os.Exit(2)
@@ -144,10 +136,6 @@ func main() {
 	os.Exit(2)
 }
 
-// deadliner is the client's own bound on its belief (Lock.Deadline), when
-// the client has it.
-type deadliner interface{ Deadline() time.Time }
-
 func runClient(ctx context.Context, h history) int {
 	c, err := mlock.New(*uri)
 	if err != nil {
@@ -177,10 +165,8 @@ func runClient(ctx context.Context, h history) int {
 				return false
 			default:
 			}
-			if d, ok := any(l).(deadliner); ok {
-				return now.Before(d.Deadline())
-			}
-			return true
+			// The client's own bound on its belief.
+			return now.Before(l.Deadline())
 		}, nil)
 		return nil
 	})
