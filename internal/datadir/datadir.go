@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/mlock-dev/mlock/internal/lease"
 )
 
 // DefaultDir is the data directory mlockd uses when none is given, relative
@@ -39,7 +41,7 @@ var ErrClosed = errors.New("datadir: closed")
 // grace: grace plus a margin for the clocks' rates (1 %) and scheduling
 // (5 ms), the margin clients subtract from what they believe.
 func QuietPeriod(grace time.Duration) time.Duration {
-	return grace + grace/100 + 5*time.Millisecond
+	return grace + lease.Margin(grace) // the clients' own drift margin
 }
 
 // Ending says how the previous run of the server on a directory ended.

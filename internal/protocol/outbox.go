@@ -70,30 +70,14 @@ func (o *Outbox) checkLocked() bool {
 // (0, nil) at once: that flush writes what was queued meanwhile. A write
 // error is returned at once; the bytes of the failed write are lost.
 func (o *Outbox) Flush(w io.Writer) (n int, err error) {
-	for {
-		o.mu.Lock()
-		if o.writing || len(o.out) == 0 {
-			o.mu.Unlock()
-			return n, nil
-		}
-		o.writing = true
-		buf := o.out
-		o.out, o.spare = o.spare[:0], nil
-		o.mu.Unlock()
-
-		k, err := w.Write(buf)
+	// A blocking writer writes all it is given or fails (io.Writer's
+	// contract), so TryFlush never leaves anything queued through it.
+	_, err = o.TryFlush(func(b []byte) (int, error) {
+		k, err := w.Write(b)
 		n += k
-
-		o.mu.Lock()
-		o.writing = false
-		if cap(buf) <= maxSpare {
-			o.spare = buf[:0]
-		}
-		o.mu.Unlock()
-		if err != nil {
-			return n, err
-		}
-	}
+		return k, err
+	})
+	return n, err
 }
 
 // TryFlush is Flush through a write that may give up without blocking: w
