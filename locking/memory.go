@@ -34,7 +34,8 @@ const memorySession = "local"
 func NewMemory() *Memory {
 	m := &Memory{waiters: map[core.ID]*memoryWaiter{}, closed: make(chan struct{})}
 	c, err := core.New(core.Config{
-		Engine:  core.EngineConfig{MaxTTL: memoryMaxTTL, MaxLocksPerSession: -1, MaxQueueLen: -1},
+		Engine: core.EngineConfig{MaxTTL: memoryMaxTTL, MaxLocksPerSession: -1, MaxQueueLen: -1,
+			MaxLocks: -1, MaxEntries: -1, MaxNameBytes: -1, MaxSessionBytes: -1},
 		OnBatch: m.onBatch,
 	})
 	if err != nil {
@@ -116,7 +117,7 @@ func (m *Memory) Acquire(ctx context.Context, keys []string, opts AcquireOptions
 	m.core.Batch(func(tx *core.Tx) {
 		delete(m.waiters, r.Grant.ID)
 		// Leaves the queues, or gives back a grant that just landed.
-		tx.Apply(&core.Command{Op: core.OpUnlock, ID: r.Grant.ID})
+		tx.Apply(&core.Command{Op: core.OpUnlock, ID: r.Grant.ID, Session: memorySession})
 	})
 	if m.isClosed() {
 		return Lease{}, ErrClosed
@@ -135,7 +136,8 @@ func (m *Memory) Renew(ctx context.Context, keys []string, owner string, expire 
 	if expire <= 0 || expire > memoryMaxTTL {
 		expire = memoryMaxTTL
 	}
-	r := m.core.Apply(&core.Command{Op: core.OpRenew, Owner: ownerOf(owner), Resources: keys, TTL: expire})
+	r := m.core.Apply(&core.Command{Op: core.OpRenew, Owner: ownerOf(owner), Resources: keys, TTL: expire,
+		Session: memorySession})
 	return r.Err == nil, nil
 }
 

@@ -14,13 +14,21 @@ type Op uint8
 const (
 	// OpLock enqueues Request (Request.Try for a try-lock) → Grant, Err.
 	OpLock Op = iota + 1
-	// OpExtend sets the expiry of lock ID to now + TTL → ExpiresAt, Err.
+	// OpExtend renews lock ID for TTL → ExpiresAt (the lock's expiry), Err.
+	// Session is the caller's session: from the lock's own session the
+	// expiry becomes now + TTL; from any other (the empty one included) it
+	// never moves earlier: max(expiry, now + TTL). ErrNotFound also when a
+	// partial OpRelease took some of the lock's resources.
 	OpExtend
-	// OpUnlock removes lock ID, granted or waiting → Err.
+	// OpUnlock removes lock ID, granted or waiting → Err. Session is the
+	// caller's session: a granted lock unlocked from any other session is
+	// reported to its own as a Released event.
 	OpUnlock
-	// OpRenew renews Owner's granted lock on exactly Resources to now + TTL,
-	// burning no token → Grant (the lock's own ID and token), Err
-	// (ErrNotFound when Owner holds no such lock).
+	// OpRenew renews Owner's granted lock on exactly Resources for TTL,
+	// burning no token → Grant (the lock's own ID and token; ExpiresAt its
+	// expiry), Err (ErrNotFound when Owner holds no such lock). Session is
+	// the caller's session, as for OpExtend: from elsewhere the expiry never
+	// moves earlier.
 	OpRenew
 	// OpRelease releases Owner's lock on each of Resources → OK (all were
 	// held by Owner).
@@ -45,9 +53,15 @@ const (
 	// leader appends one for the time its predecessor's holders may still
 	// believe they hold their locks).
 	OpHoldGrants
+	// OpEvict removes, for each of Resources whose queue is headed by a
+	// granted lock, that whole lock (all its resources), whoever holds it,
+	// reporting it to its session as a Released event; waiters are granted
+	// only after all of them are gone → N (locks removed), Err
+	// (ErrInvalidResource, ErrTooManyResources).
+	OpEvict
 )
 
-var opNames = [...]string{"", "lock", "extend", "unlock", "renew", "release", "releaseall", "attach", "detach", "tick", "holdgrants"}
+var opNames = [...]string{"", "lock", "extend", "unlock", "renew", "release", "releaseall", "attach", "detach", "tick", "holdgrants", "evict"}
 
 func (o Op) String() string {
 	if int(o) < len(opNames) && o != 0 {
@@ -63,8 +77,8 @@ type Command struct {
 	ID        ID            // OpExtend, OpUnlock
 	TTL       time.Duration // OpExtend, OpRenew
 	Owner     string        // OpRenew, OpRelease, OpReleaseAll
-	Resources []string      // OpRenew, OpRelease
-	Session   string        // OpAttach, OpDetach
+	Resources []string      // OpRenew, OpRelease, OpEvict
+	Session   string        // OpAttach, OpDetach; the caller's session for OpExtend, OpUnlock, OpRenew
 	Until     int64         // OpHoldGrants: end of the hold, Unix ns
 }
 
@@ -73,7 +87,7 @@ type Result struct {
 	Grant     Grant // OpLock, OpRenew
 	ExpiresAt int64 // OpExtend: the new expiry, ns; OpHoldGrants: the end of the hold in force, ns (0: none)
 	OK        bool  // OpRelease: every resource was released; OpAttach: the session existed
-	N         int   // OpReleaseAll: locks released
+	N         int   // OpReleaseAll: locks released; OpEvict: locks removed
 	Err       error // the engine's error, unchanged (errors.Is with the Err* sentinels)
 }
 

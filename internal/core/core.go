@@ -185,11 +185,11 @@ func (tx *Tx) Apply(cmd *Command) Result {
 	case OpLock:
 		r.Grant, r.Err = t.Lock(now, &cmd.Request)
 	case OpExtend:
-		r.ExpiresAt, r.Err = t.Extend(now, cmd.ID, cmd.TTL)
+		r.ExpiresAt, r.Err = t.Extend(now, cmd.ID, cmd.TTL, cmd.Session)
 	case OpUnlock:
-		r.Err = t.Unlock(now, cmd.ID)
+		r.Err = t.Unlock(now, cmd.ID, cmd.Session)
 	case OpRenew:
-		r.Grant, r.Err = t.Renew(now, cmd.Owner, cmd.Resources, cmd.TTL)
+		r.Grant, r.Err = t.Renew(now, cmd.Owner, cmd.Resources, cmd.TTL, cmd.Session)
 	case OpRelease:
 		r.OK = t.Release(now, cmd.Owner, cmd.Resources)
 	case OpReleaseAll:
@@ -203,6 +203,8 @@ func (tx *Tx) Apply(cmd *Command) Result {
 	case OpHoldGrants:
 		t.HoldGrants(now, cmd.Until)
 		r.ExpiresAt = t.HoldUntil()
+	case OpEvict:
+		r.N, r.Err = t.Evict(now, cmd.Resources)
 	default:
 		r.Err = ErrUnknownOp
 	}
@@ -235,8 +237,25 @@ func (tx *Tx) HoldUntil() int64 { return tx.c.tab.HoldUntil() }
 // NextDeadline returns the earliest pending deadline, or false if none.
 func (tx *Tx) NextDeadline() (int64, bool) { return tx.c.tab.NextDeadline() }
 
+// Head returns the request at the head of resource's queue (its holder, or
+// the waiting request that reserves it), or false if the queue is empty.
+// O(k), k the request's resources.
+func (tx *Tx) Head(resource string) (LockInfo, bool) { return tx.c.tab.Head(resource) }
+
+// QueuesPage calls fn, in name order, for the queues whose resource starts
+// with prefix and sorts after after ("" for the first page): at most
+// maxQueues queues and maxEntries entries in total (the last queue's
+// Entries may be cut short; QueueInfo.Len is its full length), until fn
+// returns false. It returns the last resource passed to fn when more queues
+// match (the after of the next page), else "". Limits below 1 count as 1.
+// O(Q log maxQueues) time for Q queues, O(maxQueues + maxEntries) memory.
+func (tx *Tx) QueuesPage(prefix, after string, maxQueues, maxEntries int, fn func(QueueInfo) bool) (next string) {
+	return tx.c.tab.QueuesPage(prefix, after, maxQueues, maxEntries, fn)
+}
+
 // Queues calls fn for up to limit queues (all if limit <= 0) whose resource
-// starts with prefix, until fn returns false. O(queues): for inspection.
+// starts with prefix, until fn returns false. O(queues), and each queue is
+// copied whole: for inspection; QueuesPage is the bounded form.
 func (tx *Tx) Queues(prefix string, limit int, fn func(QueueInfo) bool) {
 	tx.c.tab.Queues(prefix, limit, fn)
 }

@@ -126,7 +126,7 @@ func TestEventsArriveAfterTheBatchInOrder(t *testing.T) {
 	log.take()
 	var seen []loggedBatch
 	c.Batch(func(tx *Tx) {
-		if r := tx.Apply(&Command{Op: OpUnlock, ID: h.ID}); r.Err != nil {
+		if r := tx.Apply(&Command{Op: OpUnlock, ID: h.ID, Session: "s1"}); r.Err != nil {
 			t.Fatal(r.Err)
 		}
 		seen = log.take() // nothing yet: events wait for the end of the batch
@@ -259,7 +259,7 @@ func TestCommands(t *testing.T) {
 		t.Fatalf("lock: %+v", r)
 	}
 	id := r.Grant.ID
-	if r := c.Apply(&Command{Op: OpExtend, ID: id, TTL: time.Minute}); r.Err != nil || r.ExpiresAt != t0.UnixNano()+int64(time.Minute) {
+	if r := c.Apply(&Command{Op: OpExtend, ID: id, TTL: time.Minute, Session: "s"}); r.Err != nil || r.ExpiresAt != t0.UnixNano()+int64(time.Minute) {
 		t.Fatalf("extend: %+v", r)
 	}
 	if r := c.Apply(&Command{Op: OpExtend, ID: ID{1}, TTL: time.Minute}); !errors.Is(r.Err, ErrNotFound) {
@@ -377,7 +377,7 @@ func BenchmarkCoreApply(b *testing.B) {
 				res[i] = fmt.Sprint("bench:", i)
 			}
 			lk := Command{Op: OpLock, Request: Request{Session: "s", TTL: time.Minute, Resources: res}}
-			un := Command{Op: OpUnlock}
+			un := Command{Op: OpUnlock, Session: "s"}
 			b.ReportAllocs()
 			for b.Loop() {
 				r := c.Apply(&lk)
@@ -397,7 +397,7 @@ func BenchmarkCoreApply(b *testing.B) {
 func BenchmarkCoreBatch(b *testing.B) {
 	c := benchCore(b)
 	lk := Command{Op: OpLock, Request: Request{Session: "s", TTL: time.Minute, Resources: []string{"bench"}}}
-	un := Command{Op: OpUnlock}
+	un := Command{Op: OpUnlock, Session: "s"}
 	b.ReportAllocs()
 	for b.Loop() {
 		c.Batch(func(tx *Tx) {
@@ -417,7 +417,7 @@ func TestRenewByOwner(t *testing.T) {
 	}
 	g := r.Grant
 	clk.Advance(500 * time.Millisecond)
-	rn := c.Apply(&Command{Op: OpRenew, Owner: "o", Resources: []string{"b", "a", "a"}, TTL: time.Second})
+	rn := c.Apply(&Command{Op: OpRenew, Owner: "o", Resources: []string{"b", "a", "a"}, TTL: time.Second, Session: "s"})
 	if rn.Err != nil || !rn.Grant.Renewed || rn.Grant.ID != g.ID || rn.Grant.Token != g.Token ||
 		rn.Grant.ExpiresAt != t0.UnixNano()+int64(1500*time.Millisecond) {
 		t.Fatalf("renew: %+v (lock %+v)", rn, g)
@@ -475,7 +475,7 @@ func BenchmarkCoreAccess(b *testing.B) {
 		if r.Err != nil {
 			panic(r.Err)
 		}
-		if r := tx.Apply(&Command{Op: OpUnlock, ID: r.Grant.ID}); r.Err != nil {
+		if r := tx.Apply(&Command{Op: OpUnlock, ID: r.Grant.ID, Session: lk.Request.Session}); r.Err != nil {
 			panic(r.Err)
 		}
 	}

@@ -52,6 +52,10 @@ const (
 	DefaultSessionGrace       = locktable.DefaultSessionGrace       // how long a detached session lives
 	DefaultMaxTTL             = locktable.DefaultMaxTTL             // longest lease
 	DefaultMaxTimeout         = locktable.DefaultMaxTimeout         // longest wait
+	DefaultMaxLocks           = locktable.DefaultMaxLocks           // live requests of the whole engine
+	DefaultMaxEntries         = locktable.DefaultMaxEntries         // queue entries of the whole engine
+	DefaultMaxNameBytes       = locktable.DefaultMaxNameBytes       // name bytes of the whole engine
+	DefaultMaxSessionBytes    = locktable.DefaultMaxSessionBytes    // name bytes of one session
 )
 
 // The engine's errors, the same values: compare with errors.Is. A refusal
@@ -68,6 +72,7 @@ var (
 	ErrBusy             = locktable.ErrBusy
 	ErrQueueFull        = locktable.ErrQueueFull
 	ErrSessionLimit     = locktable.ErrSessionLimit
+	ErrServerFull       = locktable.ErrServerFull
 	ErrUnknownSession   = locktable.ErrUnknownSession
 	ErrNotFound         = locktable.ErrNotFound
 	ErrNotGranted       = locktable.ErrNotGranted

@@ -11,7 +11,8 @@ import (
 func benchTable(b *testing.B) *Table {
 	b.Helper()
 	seed := [32]byte{3}
-	t, err := New(Config{Seed: &seed, MaxLocksPerSession: -1, MaxQueueLen: -1})
+	t, err := New(Config{Seed: &seed, MaxLocksPerSession: -1, MaxQueueLen: -1,
+		MaxLocks: -1, MaxEntries: -1, MaxNameBytes: -1, MaxSessionBytes: -1})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -50,7 +51,7 @@ func benchLockUnlock(b *testing.B, t *Table, k int) {
 		if err != nil || !g.Granted {
 			b.Fatal(err)
 		}
-		if err := t.Unlock(now, g.ID); err != nil {
+		if err := t.Unlock(now, g.ID, "s"); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -98,7 +99,7 @@ func BenchmarkEngineHandoff(b *testing.B) {
 		if err != nil || w.Granted {
 			b.Fatal("waiter must queue", err)
 		}
-		if err := t.Unlock(now, holder); err != nil {
+		if err := t.Unlock(now, holder, "s"); err != nil {
 			b.Fatal(err)
 		}
 		holder = w.ID

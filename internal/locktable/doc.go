@@ -29,9 +29,31 @@
 // lock holding the rest and reports it as Released with Partial set, so its
 // holder learns that it no longer holds everything it was granted.
 //
-// No call takes back what it granted: Release, ReleaseAll and the end of a
-// session first remove everything they remove, and only then grant the
-// waiters that became grantable (none of them in a session being dropped).
+// No call takes back what it granted: Release, ReleaseAll, Evict and the
+// end of a session first remove everything they remove, and only then grant
+// the waiters that became grantable (none of them in a session being
+// dropped).
+//
+// # Changes from elsewhere
+//
+// Extend, Unlock and Renew take the caller's session (Lock has
+// Request.Session). A renewal (Extend by id, Renew by owner, re-entry) from a
+// session other than the lock's own, the empty session included, never
+// shortens the lock: its expiry becomes max(expiry, now + ttl). From its own
+// session it becomes now + ttl exactly. The holder computes how long it may
+// believe it holds a lock from its own requests; a shorter expiry it does not
+// know of would let the lock go to another while it still believes it holds
+// it. An Unlock of a granted lock from another session, and an Evict, report
+// Released to the lock's session. After a partial Release, Extend by id no
+// longer finds the lock, since its holder was told it lost it.
+//
+// # Caps
+//
+// Besides the per-request and per-queue limits, [Config] caps the live
+// requests, the queue entries and the name bytes (resource names per queue
+// entry, plus owners) of the whole Table ([ErrServerFull]), and the name
+// bytes of one session ([ErrSessionLimit]). Only new requests are refused
+// by them; [Stats] reports the current totals.
 //
 // Lock refusals for busy resources, too long queues and owner conflicts are
 // [*ResourceError] values naming the resource. [CheckName] is the one rule for
@@ -73,8 +95,10 @@
 // Every operation costs O(k log n) or better, where k is the number of
 // resources in the request and n the number of live requests; renewals by
 // owner also fold duplicate names pairwise, O(k²) with k <= MaxResources.
-// Nothing scans all locks except the listing methods ([Table.Queues],
-// [Table.Locks]), which take a limit.
+// Nothing scans all locks except the listing methods: [Table.QueuesPage]
+// costs O(Q log m) for Q queues and a page of m queues, and its memory is
+// bounded by its limits; [Table.Queues] and [Table.Locks] take a count
+// limit, and Queues copies each queue it returns whole.
 //
 // # Caveats
 //

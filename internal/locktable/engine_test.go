@@ -61,7 +61,7 @@ func TestEngineUsesCheckName(t *testing.T) {
 		if _, err := h.tab.Lock(h.now, &Request{Session: "s1", Resources: []string{"ok", name}, TTL: time.Second}); !errors.Is(err, ErrInvalidResource) {
 			t.Fatalf("Lock with %q: %v", name, err)
 		}
-		if _, err := h.tab.Renew(h.now, "o", []string{"ok", name}, time.Second); !errors.Is(err, ErrInvalidResource) {
+		if _, err := h.renew("o", []string{"ok", name}, time.Second); !errors.Is(err, ErrInvalidResource) {
 			t.Fatalf("Renew with %q: %v", name, err)
 		}
 	}
@@ -121,7 +121,7 @@ func TestRenew(t *testing.T) {
 	last := h.tab.LastToken()
 	h.advance(900 * time.Millisecond)
 
-	r, err := h.tab.Renew(h.now, "o1", []string{"b", "a", "b"}, 2*time.Second)
+	r, err := h.renew("o1", []string{"b", "a", "b"}, 2*time.Second)
 	if err != nil || r.ID != g.ID || !r.Granted || !r.Renewed || r.Token != g.Token || r.ExpiresAt != h.now+2*int64(time.Second) {
 		t.Fatalf("renew = %+v, %v; want lock %s renewed from now with its token", r, err, g.ID.Short())
 	}
@@ -167,7 +167,7 @@ func TestRenew(t *testing.T) {
 	}
 	before := h.tab.Stats()
 	for _, tc := range notFound {
-		if _, err := h.tab.Renew(h.now, tc.owner, tc.res, time.Second); !errors.Is(err, ErrNotFound) {
+		if _, err := h.renew(tc.owner, tc.res, time.Second); !errors.Is(err, ErrNotFound) {
 			t.Errorf("%s: err = %v, want ErrNotFound", tc.name, err)
 		}
 	}
@@ -191,7 +191,7 @@ func TestRenew(t *testing.T) {
 		{"ttl too long", "o1", []string{"x"}, 25 * time.Hour, ErrInvalidTTL},
 	}
 	for _, tc := range invalid {
-		if _, err := h.tab.Renew(h.now, tc.owner, tc.res, tc.ttl); !errors.Is(err, tc.want) {
+		if _, err := h.renew(tc.owner, tc.res, tc.ttl); !errors.Is(err, tc.want) {
 			t.Errorf("%s: err = %v, want %v", tc.name, err, tc.want)
 		}
 	}
@@ -213,10 +213,10 @@ func TestRenewAfterPartialRelease(t *testing.T) {
 	if !other.Granted {
 		t.Fatal("a must be free for another owner")
 	}
-	if _, err := h.tab.Renew(h.now, "o1", []string{"a", "b"}, time.Second); !errors.Is(err, ErrNotFound) {
+	if _, err := h.renew("o1", []string{"a", "b"}, time.Second); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("renew of the whole set after a partial release: %v", err)
 	}
-	if r, err := h.tab.Renew(h.now, "o1", []string{"b"}, time.Second); err != nil || r.ID != g.ID {
+	if r, err := h.renew("o1", []string{"b"}, time.Second); err != nil || r.ID != g.ID {
 		t.Fatalf("renew of what is left: %+v %v", r, err)
 	}
 }
@@ -228,7 +228,7 @@ func TestRenewKeepsSession(t *testing.T) {
 	g := h.ownerLock("s1", "a", "o1", time.Hour)
 	h.tab.Detach(h.now, "s1")
 	h.advance(500 * time.Millisecond)
-	if _, err := h.tab.Renew(h.now, "o1", []string{"a"}, time.Hour); err != nil {
+	if _, err := h.renew("o1", []string{"a"}, time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	h.advance(500 * time.Millisecond)
@@ -277,7 +277,7 @@ func TestReleaseDoesNotTakeBackWhatItGranted(t *testing.T) {
 	if b.Granted || c.Granted {
 		t.Fatal("B and C must wait")
 	}
-	h.tab.Unlock(h.now, a.ID)
+	h.unlock(a.ID)
 	names := map[ID]string{b.ID: "b", c.ID: "c"}
 	if got := h.take(names); !slices.Equal(got, []string{"granted:b"}) {
 		t.Fatalf("events = %v", got)
@@ -333,7 +333,7 @@ func TestReleaseAllKeepsWhatItGranted(t *testing.T) {
 	x := h.mustLock("s1", "x", time.Second, 0)
 	a := h.ownerLock("s2", "x", "mine", time.Second)
 	w := h.ownerLock("s3", "x", "mine", time.Second)
-	h.tab.Unlock(h.now, x.ID)
+	h.unlock(x.ID)
 	h.events = nil
 	if n := h.tab.ReleaseAll(h.now, "mine"); n != 1 {
 		t.Fatalf("released %d, want 1", n)

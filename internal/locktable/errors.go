@@ -44,12 +44,18 @@ var (
 	// ErrQueueFull: a queue already holds Config.MaxQueueLen entries.
 	ErrQueueFull = errors.New("locktable: queue is full")
 	// ErrSessionLimit: the session already has Config.MaxLocksPerSession live
-	// requests.
+	// requests, or the request would take the session's name bytes above
+	// Config.MaxSessionBytes.
 	ErrSessionLimit = errors.New("locktable: too many locks in this session")
+	// ErrServerFull: the request would take the Table above
+	// Config.MaxLocks live requests, Config.MaxEntries queue entries or
+	// Config.MaxNameBytes name bytes.
+	ErrServerFull = errors.New("locktable: server is full")
 	// ErrUnknownSession: the session was never attached or has been dropped.
 	ErrUnknownSession = errors.New("locktable: unknown session")
-	// ErrNotFound: no live lock has this id; or (Renew) the owner holds no
-	// lock on exactly those resources.
+	// ErrNotFound: no live lock has this id (Extend: or a partial Release
+	// took some of its resources); or (Renew) the owner holds no lock on
+	// exactly those resources.
 	ErrNotFound = errors.New("locktable: lock does not exist")
 	// ErrNotGranted: the lock is still waiting.
 	ErrNotGranted = errors.New("locktable: lock is not granted yet")

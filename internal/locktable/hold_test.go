@@ -72,7 +72,7 @@ func TestHoldGrantsEventsInArrivalOrder(t *testing.T) {
 	y := h.mustLock("s3", "C", time.Second, 0)   // grantable at once
 	names := map[ID]string{w.ID: "w", x.ID: "x", y.ID: "y"}
 	// w leaves: x becomes grantable after y did, but arrived before it.
-	if err := h.tab.Unlock(h.now, w.ID); err != nil {
+	if err := h.unlock(w.ID); err != nil {
 		t.Fatal(err)
 	}
 	h.advance(50 * time.Millisecond)
@@ -169,10 +169,10 @@ func TestHoldGrantsWithHeldLocks(t *testing.T) {
 	x := h.mustLock("s3", "B", time.Second, 0)
 	names := map[ID]string{a.ID: "a", w.ID: "w", x.ID: "x"}
 	h.tab.HoldGrants(h.now, h.now+100*ms)
-	if _, err := h.tab.Extend(h.now, a.ID, 2*time.Second); err != nil {
+	if _, err := h.extend(a.ID, 2*time.Second); err != nil {
 		t.Fatalf("extend during a hold: %v", err)
 	}
-	if g, err := h.tab.Renew(h.now, "o1", []string{"B", "A"}, 2*time.Second); err != nil || g.ID != a.ID {
+	if g, err := h.renew("o1", []string{"B", "A"}, 2*time.Second); err != nil || g.ID != a.ID {
 		t.Fatalf("renew during a hold: %+v %v", g, err)
 	}
 	if g := h.ownerLock("s1", "A|B", "o1", 2*time.Second); !g.Renewed || g.ID != a.ID {
@@ -188,7 +188,7 @@ func TestHoldGrantsWithHeldLocks(t *testing.T) {
 	if h.granted(w.ID) {
 		t.Fatal("granted during the hold")
 	}
-	if err := h.tab.Unlock(h.now, a.ID); err != nil {
+	if err := h.unlock(a.ID); err != nil {
 		t.Fatal(err)
 	}
 	h.advance(100 * time.Millisecond)
@@ -224,7 +224,7 @@ func TestHoldGrantsReadyListBounded(t *testing.T) {
 	keep := h.mustLock("s1", "keep", time.Second, 0)
 	for range 10_000 {
 		g := h.mustLock("s2", "A", time.Second, 0)
-		if err := h.tab.Unlock(h.now, g.ID); err != nil {
+		if err := h.unlock(g.ID); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -245,7 +245,7 @@ func TestLockUnlockAllocsWithAndWithoutHold(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := h.tab.Unlock(h.now, g.ID); err != nil {
+		if err := h.unlock(g.ID); err != nil {
 			t.Fatal(err)
 		}
 	}

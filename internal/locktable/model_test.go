@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,9 +18,12 @@ import (
 // engine must agree and the invariants must hold: among them, what a holder
 // was told it holds (its grant, less what a partial release reported taking)
 // is exactly what the engine gives it, nothing is granted to a dropped
-// session, Renew finds exactly the lock the model says the owner holds, and
+// session, Renew finds exactly the lock the model says the owner holds,
 // nothing is granted while grants are held (HoldGrants), after which
-// everything grantable is.
+// everything grantable is, a renewal from another session never shortens a
+// lock, an unlock from another session and an eviction tell the holder, the
+// caps refuse exactly the requests that do not fit, the engine's counters
+// equal a recount, and Head and QueuesPage list what the model holds.
 
 type mreq struct {
 	id        ID
@@ -31,6 +35,16 @@ type mreq struct {
 	token     uint64
 	expires   int64
 	deadline  int64 // wait deadline, 0 none
+	partial   bool  // a Release took some of its resources: Extend does not find it
+}
+
+// size is r's name bytes, as the caps count them.
+func (r *mreq) size() int64 {
+	b := int64(len(r.owner))
+	for res := range r.res {
+		b += int64(len(res))
+	}
+	return b
 }
 
 type model struct {
@@ -55,6 +69,34 @@ type model struct {
 	// moves: the Released events with Moved not yet matched to the
 	// re-entry that made them.
 	moves []Event
+	// The caps in force (Config.MaxLocks etc.; no limit when negative).
+	maxLocks, maxEntries       int
+	maxNameBytes, maxSessBytes int64
+}
+
+// totals recounts the live requests' queue entries and name bytes, and the
+// name bytes of session sess.
+func (m *model) totals(sess string) (entries int, bytes, sessBytes int64) {
+	for _, r := range m.reqs {
+		entries += len(r.res)
+		bytes += r.size()
+		if r.session == sess {
+			sessBytes += r.size()
+		}
+	}
+	return entries, bytes, sessBytes
+}
+
+// over reports whether v is above the cap c (no limit when c < 0).
+func over[T int | int64](v, c T) bool { return c >= 0 && v > c }
+
+// expiry is the expiry of r after a renewal for ttl from session from.
+func (m *model) expiry(r *mreq, ttl time.Duration, from string) int64 {
+	at := m.now + int64(ttl)
+	if from != r.session {
+		at = max(at, r.expires)
+	}
+	return at
 }
 
 func (m *model) find(id ID) (int, *mreq) {
@@ -255,26 +297,50 @@ func (m *model) check() {
 			m.t.Fatalf("request %s holds or waits for %v in the engine, model %v", r.id.Short(), li.Resources, r.res)
 		}
 	}
-	if st := m.tab.Stats(); st.Live != len(m.reqs) {
-		m.t.Fatalf("engine has %d live requests, model %d", st.Live, len(m.reqs))
+	entries, bytes, _ := m.totals("")
+	if st := m.tab.Stats(); st.Live != len(m.reqs) || st.Entries != entries || st.NameBytes != bytes {
+		m.t.Fatalf("engine has %d live requests, %d entries, %d name bytes; model %d, %d, %d",
+			st.Live, st.Entries, st.NameBytes, len(m.reqs), entries, bytes)
+	}
+	for id, s := range m.tab.sessions {
+		if _, _, want := m.totals(id); s.bytes != want {
+			m.t.Fatalf("session %s has %d name bytes in the engine, model %d", id, s.bytes, want)
+		}
+	}
+	if len(m.tab.sessions) == 0 && (m.tab.entries != 0 || m.tab.bytes != 0) {
+		m.t.Fatalf("no session, yet %d entries and %d bytes", m.tab.entries, m.tab.bytes)
 	}
 	for _, res := range modelResources {
-		n := 0
-		for _, r := range m.reqs {
-			if r.res[res] {
-				n++
-			}
+		q := m.queue(res)
+		if got := m.tab.QueueLen(res); got != len(q) {
+			m.t.Fatalf("queue %s has %d entries, model %d (orphan entries)", res, got, len(q))
 		}
-		if got := m.tab.QueueLen(res); got != n {
-			m.t.Fatalf("queue %s has %d entries, model %d (orphan entries)", res, got, n)
+		li, ok := m.tab.Head(res)
+		if ok != (len(q) > 0) || (ok && (li.ID != q[0].id || li.Granted != q[0].granted)) {
+			m.t.Fatalf("head of %s is %+v (%v), model %v", res, li, ok, q)
 		}
 	}
+}
+
+// queue returns resource's queue in the model: the requests naming it, in
+// arrival order.
+func (m *model) queue(resource string) []*mreq {
+	var q []*mreq
+	for _, r := range m.reqs {
+		if r.res[resource] {
+			q = append(q, r)
+		}
+	}
+	return q
 }
 
 var (
 	modelResources = []string{"r0", "r1", "r2", "r3", "r4"}
 	modelSessions  = []string{"s0", "s1", "s2"}
 	modelOwners    = []string{"", "", "o1", "o2", anonOwner}
+	// modelCallers are the sessions an Extend, Unlock or Renew comes from:
+	// mostly the attached ones; "" is elsewhere for every lock.
+	modelCallers = []string{"s0", "s1", "s2", ""}
 )
 
 // modelTTL draws leases, short and long against the 40 ms grace (rapid's
@@ -337,8 +403,15 @@ func modelProp(steps int) func(*rapid.T) {
 		seed := [32]byte{7}
 		m := &model{t: rt, now: 1000 * ms, grace: 40 * ms, detached: map[string]int64{}, dropped: map[string]bool{},
 			believers: map[ID]map[string]bool{}}
+		// Caps: none, or small enough to be reached.
+		m.maxLocks = rapid.SampledFrom([]int{-1, 3, 6}).Draw(rt, "maxLocks")
+		m.maxEntries = rapid.SampledFrom([]int{-1, 4, 9}).Draw(rt, "maxEntries")
+		m.maxNameBytes = int64(rapid.SampledFrom([]int{-1, 10, 20}).Draw(rt, "maxNameBytes"))
+		m.maxSessBytes = int64(rapid.SampledFrom([]int{-1, 6, 12}).Draw(rt, "maxSessionBytes"))
 		tab, err := New(Config{Seed: &seed, SessionGrace: 40 * time.Millisecond, FirstToken: 100,
-			OnEvent: func(e Event) { m.pending = append(m.pending, e) }})
+			MaxLocks: m.maxLocks, MaxEntries: m.maxEntries, MaxNameBytes: int(m.maxNameBytes),
+			MaxSessionBytes: int(m.maxSessBytes),
+			OnEvent:         func(e Event) { m.pending = append(m.pending, e) }})
 		if err != nil {
 			rt.Fatal(err)
 		}
@@ -425,37 +498,75 @@ func (m *model) actions() map[string]func(*rapid.T) {
 			tab.Advance(m.now)
 			m.apply()
 			id := rapid.SampledFrom(m.ids()).Draw(rt, "id")
-			err := tab.Unlock(m.now, id)
-			if _, r := m.find(id); r != nil {
+			from := rapid.SampledFrom(modelCallers).Draw(rt, "from")
+			_, r := m.find(id)
+			// A granted lock unlocked from elsewhere is reported to its
+			// session; anything else is not.
+			m.expect = map[ID]bool{}
+			if r != nil && r.granted && r.session != from {
+				m.expect[id] = false
+			}
+			err := tab.Unlock(m.now, id, from)
+			if r != nil {
 				if err != nil {
 					rt.Fatalf("unlock: %v", err)
 				}
-				m.del(id)
+				if len(m.expect) == 0 {
+					m.del(id)
+				}
 			} else if !errors.Is(err, ErrNotFound) {
 				rt.Fatalf("unlock of unknown: %v", err)
 			}
 			m.apply()
+			if _, r := m.find(id); len(m.expect) != 0 || r != nil {
+				rt.Fatalf("unlock from %s: not reported %v, still live %v", from, m.expect, r)
+			}
+			m.expect = nil
+		},
+		"evict": func(rt *rapid.T) {
+			tab.Advance(m.now)
+			m.apply()
+			res := rapid.SliceOfN(rapid.SampledFrom(modelResources), 1, 3).Draw(rt, "resources")
+			m.expect = map[ID]bool{}
+			for _, r := range res {
+				if q := m.queue(r); len(q) > 0 && q[0].granted {
+					m.expect[q[0].id] = false
+				}
+			}
+			want := len(m.expect)
+			n, err := tab.Evict(m.now, res)
+			m.apply()
+			if err != nil || n != want || len(m.expect) != 0 {
+				rt.Fatalf("evict %v = %d, %v; want %d; not reported: %v", res, n, err, want, m.expect)
+			}
+			m.expect = nil
+		},
+		"page": func(rt *rapid.T) {
+			tab.Advance(m.now)
+			m.apply()
+			m.page(rt)
 		},
 		"extend": func(rt *rapid.T) {
 			tab.Advance(m.now)
 			m.apply()
 			id := rapid.SampledFrom(m.ids()).Draw(rt, "id")
 			ttl := modelTTL.Draw(rt, "ttl")
-			exp, err := tab.Extend(m.now, id, ttl)
+			from := rapid.SampledFrom(modelCallers).Draw(rt, "from")
+			exp, err := tab.Extend(m.now, id, ttl, from)
 			m.apply()
 			_, r := m.find(id)
 			switch {
-			case r == nil:
+			case r == nil || r.partial:
 				if !errors.Is(err, ErrNotFound) {
-					rt.Fatalf("extend unknown: %v", err)
+					rt.Fatalf("extend unknown or partially released: %v", err)
 				}
 			case !r.granted:
 				if !errors.Is(err, ErrNotGranted) {
 					rt.Fatalf("extend waiting: %v", err)
 				}
 			default:
-				if err != nil || exp != m.now+int64(ttl) {
-					rt.Fatalf("extend = %d, %v", exp, err)
+				if want := m.expiry(r, ttl, from); err != nil || exp != want {
+					rt.Fatalf("extend of %s (expires %d) from %s = %d, %v; want %d", r.id.Short(), r.expires, from, exp, err, want)
 				}
 				r.expires = exp
 			}
@@ -520,6 +631,7 @@ func (m *model) actions() map[string]func(*rapid.T) {
 				partial := len(rs) < len(h.res)
 				m.expect[h.id] = partial
 				if partial {
+					h.partial = true
 					for r := range rs {
 						delete(h.res, r)
 					}
@@ -600,8 +712,9 @@ func (m *model) resourcesOf(rt *rapid.T, p *mreq) []string {
 func (m *model) renew(rt *rapid.T, owner string, res []string) {
 	tab := m.tab
 	ttl := modelTTL.Draw(rt, "ttl")
+	from := rapid.SampledFrom(modelCallers).Draw(rt, "from")
 	lastToken := tab.LastToken()
-	g, err := tab.Renew(m.now, owner, res, ttl)
+	g, err := tab.Renew(m.now, owner, res, ttl, from)
 	m.apply()
 	if tab.LastToken() != lastToken {
 		rt.Fatalf("renew used a token")
@@ -622,8 +735,8 @@ func (m *model) renew(rt *rapid.T, owner string, res []string) {
 			rt.Fatalf("renew of %s %v that the owner does not hold: %+v %v", owner, res, g, err)
 		}
 	default:
-		if err != nil || g.ID != want.id || !g.Granted || !g.Renewed || g.Token != want.token || g.ExpiresAt != m.now+int64(ttl) {
-			rt.Fatalf("renew = %+v %v, want %s renewed", g, err, want.id.Short())
+		if err != nil || g.ID != want.id || !g.Granted || !g.Renewed || g.Token != want.token || g.ExpiresAt != m.expiry(want, ttl, from) {
+			rt.Fatalf("renew from %s = %+v %v, want %s renewed to %d", from, g, err, want.id.Short(), m.expiry(want, ttl, from))
 		}
 		want.expires = g.ExpiresAt
 	}
@@ -670,9 +783,15 @@ func (m *model) lock(rt *rapid.T, req *Request) {
 			rt.Fatalf("lock in dropped session: %v", err)
 		}
 	case mine != nil:
-		if sameSet(mine.res, res) {
-			if err != nil || !g.Renewed || g.ID != mine.id || g.Token != mine.token || g.ExpiresAt != m.now+int64(req.TTL) {
-				rt.Fatalf("owner re-entry not renewed: %+v %v", g, err)
+		_, _, sessBytes := m.totals(sess)
+		if sameSet(mine.res, res) && mine.session != sess && over(sessBytes+mine.size(), m.maxSessBytes) {
+			// The session it would move into cannot take it.
+			if !errors.Is(err, ErrSessionLimit) || len(m.moves) != 0 {
+				rt.Fatalf("re-entry into a full session: %+v %v, moves %v", g, err, m.moves)
+			}
+		} else if sameSet(mine.res, res) {
+			if want := m.expiry(mine, req.TTL, sess); err != nil || !g.Renewed || g.ID != mine.id || g.Token != mine.token || g.ExpiresAt != want {
+				rt.Fatalf("owner re-entry from %s (lock in %s, expires %d) not renewed to %d: %+v %v", sess, mine.session, mine.expires, want, g, err)
 			}
 			if tab.LastToken() != lastToken {
 				rt.Fatalf("re-entry used a token")
@@ -688,6 +807,7 @@ func (m *model) lock(rt *rapid.T, req *Request) {
 			m.moves = nil
 			mine.expires = g.ExpiresAt
 			mine.session = sess
+			mine.partial = false // the answer gave it anew, by ID
 			m.believe(mine.id, sess)
 		} else if err == nil {
 			rt.Fatalf("overlapping owner request accepted")
@@ -711,6 +831,10 @@ func (m *model) lock(rt *rapid.T, req *Request) {
 		if !errors.Is(err, ErrTolerate) || re.Resource != tooLong {
 			rt.Fatalf("tolerate: %v, want %s", err, tooLong)
 		}
+	case m.overCaps(sess, &mreq{owner: req.Owner, res: set}) != nil:
+		if want := m.overCaps(sess, &mreq{owner: req.Owner, res: set}); !errors.Is(err, want) {
+			rt.Fatalf("lock %v over the caps: %+v %v, want %v", res, g, err, want)
+		}
 	default:
 		if err != nil {
 			rt.Fatalf("lock refused: %v", err)
@@ -727,5 +851,76 @@ func (m *model) lock(rt *rapid.T, req *Request) {
 		} else if req.Timeout > 0 {
 			r.deadline = m.now + int64(req.Timeout)
 		}
+	}
+}
+
+// overCaps returns the error of a new request r of session sess that the
+// caps refuse, or nil if it fits.
+func (m *model) overCaps(sess string, r *mreq) error {
+	entries, bytes, sessBytes := m.totals(sess)
+	switch {
+	case over(sessBytes+r.size(), m.maxSessBytes):
+		return ErrSessionLimit
+	case over(len(m.reqs)+1, m.maxLocks) || over(entries+len(r.res), m.maxEntries) || over(bytes+r.size(), m.maxNameBytes):
+		return ErrServerFull
+	}
+	return nil
+}
+
+// page runs QueuesPage with drawn arguments and checks it against the
+// model's queues.
+func (m *model) page(rt *rapid.T) {
+	prefix := rapid.SampledFrom([]string{"", "r", "r1", "x"}).Draw(rt, "prefix")
+	after := rapid.SampledFrom([]string{"", "r0", "r2", "r4"}).Draw(rt, "after")
+	maxQ := rapid.IntRange(0, 6).Draw(rt, "maxQueues")
+	maxE := rapid.IntRange(0, 10).Draw(rt, "maxEntries")
+	stopAt := rapid.IntRange(0, 6).Draw(rt, "stopAt") // fn returns false on that call (0: never)
+	var want []QueueInfo
+	for _, res := range modelResources { // sorted
+		if q := m.queue(res); len(q) > 0 && res > after && strings.HasPrefix(res, prefix) {
+			qi := QueueInfo{Resource: res, Len: len(q)}
+			for _, r := range q {
+				qi.Entries = append(qi.Entries, QueueEntry{ID: r.id, Granted: r.granted})
+			}
+			want = append(want, qi)
+		}
+	}
+	// The page the rules give: at most max(maxQ, 1) queues and
+	// max(maxE, 1) entries, stopping after the queue that used the last
+	// entry or on which fn returns false.
+	budget, wantNext := max(maxE, 1), ""
+	var page []QueueInfo
+	for i, qi := range want {
+		if i == max(maxQ, 1) {
+			wantNext = page[len(page)-1].Resource
+			break
+		}
+		qi.Entries = qi.Entries[:min(len(qi.Entries), budget)]
+		budget -= len(qi.Entries)
+		page = append(page, qi)
+		if (budget == 0 || len(page) == stopAt) && i+1 < len(want) {
+			wantNext = qi.Resource
+			break
+		}
+		if budget == 0 || len(page) == stopAt {
+			break
+		}
+	}
+	var got []QueueInfo
+	next := m.tab.QueuesPage(prefix, after, maxQ, maxE, func(qi QueueInfo) bool {
+		got = append(got, qi)
+		return len(got) != stopAt
+	})
+	same := next == wantNext && len(got) == len(page)
+	for i := 0; same && i < len(got); i++ {
+		g, w := got[i], page[i]
+		same = g.Resource == w.Resource && g.Len == w.Len && len(g.Entries) == len(w.Entries)
+		for j := 0; same && j < len(g.Entries); j++ {
+			same = g.Entries[j].ID == w.Entries[j].ID && g.Entries[j].Granted == w.Entries[j].Granted
+		}
+	}
+	if !same {
+		rt.Fatalf("QueuesPage(%q, %q, %d, %d, stop at %d) = %+v next %q; model %+v next %q",
+			prefix, after, maxQ, maxE, stopAt, got, next, page, wantNext)
 	}
 }

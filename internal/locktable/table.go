@@ -19,6 +19,10 @@ const (
 	DefaultSessionGrace       = 15 * time.Second
 	DefaultMaxTTL             = 24 * time.Hour
 	DefaultMaxTimeout         = 24 * time.Hour
+	DefaultMaxLocks           = 1_000_000
+	DefaultMaxEntries         = 4_000_000
+	DefaultMaxNameBytes       = 256 << 20
+	DefaultMaxSessionBytes    = 8 << 20
 )
 
 // Config configures a Table. The zero value is valid: every zero field takes
@@ -35,6 +39,23 @@ type Config struct {
 	// MaxQueueLen caps the entries (holder included) of one resource's queue.
 	// Default 100 000.
 	MaxQueueLen int
+	// MaxLocks caps the live requests (held and waiting) of the whole
+	// Table. Default 1 000 000. A new request beyond it is refused with
+	// ErrServerFull.
+	MaxLocks int
+	// MaxEntries caps the queue entries of the whole Table: the sum, over
+	// live requests, of their distinct resources. Default 4 000 000. A new
+	// request beyond it is refused with ErrServerFull.
+	MaxEntries int
+	// MaxNameBytes caps the name bytes of the whole Table: the sum, over
+	// queue entries, of the length of the resource's name, plus the length
+	// of the owner of each live request. Default 256 MiB. A new request
+	// beyond it is refused with ErrServerFull.
+	MaxNameBytes int
+	// MaxSessionBytes caps the same sum as MaxNameBytes over the requests of
+	// one session. Default 8 MiB. A new request (or a re-entry that moves a
+	// lock into the session) beyond it is refused with ErrSessionLimit.
+	MaxSessionBytes int
 	// SessionGrace is how long a detached session keeps its locks. Default
 	// 15 s. A negative value drops a session as soon as it detaches.
 	SessionGrace time.Duration
@@ -141,7 +162,8 @@ type Event struct {
 
 // Request is one lock request.
 type Request struct {
-	// Session the request belongs to; it must be attached.
+	// Session the request belongs to; it must be attached. For a re-entry
+	// it is also the caller's session (see Table.Lock).
 	Session string
 	// Resources to lock, 1..MaxResources names. Duplicates are folded.
 	// Lock does not keep or modify the slice.
@@ -185,7 +207,11 @@ type Stats struct {
 	Extended    uint64 // successful Extend and Renew calls
 	ExtendFails uint64 // failed Extend and Renew calls
 	Dropped     uint64 // requests removed with their session
+	Evicted     uint64 // locks removed by Evict
+	ServerFull  uint64 // requests refused by MaxLocks, MaxEntries or MaxNameBytes
 	Live        int    // live requests (held and waiting)
+	Entries     int    // queue entries (sum over live requests of their distinct resources)
+	NameBytes   int64  // name bytes held: over queue entries, len(resource); plus len(owner) per live request
 	Held        int    // granted locks
 	Queues      int    // resources with a non-empty queue
 	Sessions    int
@@ -202,6 +228,7 @@ const (
 const (
 	flagNoReentry uint8 = 1 << iota // Request.NoReentry: Renew does not find the lock
 	flagCut                         // Release: the lock already lost resources in this call
+	flagPartial                     // a Release took some of its resources: Extend by id no longer finds it
 )
 
 type node struct {
@@ -244,6 +271,7 @@ type session struct {
 	hidx     int32
 	head     *lock
 	n        int
+	bytes    int64 // name bytes of its requests (see Config.MaxNameBytes)
 }
 
 type ownerList struct {
@@ -258,12 +286,18 @@ type Table struct {
 	maxName    int
 	maxPerSess int
 	maxQueue   int
+	maxLocks   int
+	maxEntries int
+	maxBytes   int64
+	maxSessB   int64
 	maxTTL     time.Duration
 	maxTimeout time.Duration
 
 	slots    []*lock  // live requests by slot; the slot is in the ID
 	freeIdx  []uint32 // unused slots
 	live     int
+	entries  int     // queue entries of live requests
+	bytes    int64   // name bytes of live requests
 	spare    []*lock // removed lock structs kept for reuse
 	queues   map[string]*queue
 	sessions map[string]*session
@@ -312,6 +346,10 @@ func New(cfg Config) (*Table, error) {
 		maxName:    Limit(cfg.MaxNameLen, DefaultMaxNameLen),
 		maxPerSess: Limit(cfg.MaxLocksPerSession, DefaultMaxLocksPerSession),
 		maxQueue:   Limit(cfg.MaxQueueLen, DefaultMaxQueueLen),
+		maxLocks:   Limit(cfg.MaxLocks, DefaultMaxLocks),
+		maxEntries: Limit(cfg.MaxEntries, DefaultMaxEntries),
+		maxBytes:   int64(Limit(cfg.MaxNameBytes, DefaultMaxNameBytes)),
+		maxSessB:   int64(Limit(cfg.MaxSessionBytes, DefaultMaxSessionBytes)),
 		maxTTL:     cfg.MaxTTL,
 		maxTimeout: cfg.MaxTimeout,
 		queues:     make(map[string]*queue),
@@ -488,6 +526,17 @@ func distinct(res []string) int {
 // req (in request order) that is busy, whose queue is too long, or that the
 // owner already holds; errors.Is matches the sentinel. A request granted at
 // once is reported in the returned Grant only, not through OnEvent.
+//
+// A new request is refused with ErrSessionLimit when its session already
+// has Config.MaxLocksPerSession requests or would go above
+// Config.MaxSessionBytes, and with ErrServerFull when the Table would go
+// above Config.MaxLocks, MaxEntries or MaxNameBytes. A re-entry adds
+// nothing to the Table and is not refused by its caps; one that moves the
+// lock into another session is refused with ErrSessionLimit when that
+// session cannot take it.
+//
+// Re-entry from a session other than the lock's (req.Session is the
+// caller) never shortens the lock: see Extend.
 func (t *Table) Lock(now int64, req *Request) (Grant, error) {
 	now = t.advance(now)
 	s, ok := t.sessions[req.Session]
@@ -516,10 +565,12 @@ func (t *Table) Lock(now int64, req *Request) (Grant, error) {
 	var mine *lock   // the owner's lock found at the head of a queue
 	var mineRes int  // index in req.Resources of the first resource mine holds
 	foreign := false // some resource is not held by mine
+	size := int64(len(req.Owner))
 	for i, r := range req.Resources {
 		if err := CheckName(r, t.maxName); err != nil {
 			return Grant{}, err
 		}
+		size += int64(len(r))
 		q := t.queues[r]
 		if req.Owner != "" && !req.NoReentry && q != nil {
 			if h := q.head.l; h.state == stateGranted && h.owner == req.Owner {
@@ -561,12 +612,18 @@ func (t *Table) Lock(now int64, req *Request) (Grant, error) {
 	if s.n >= t.maxPerSess {
 		return Grant{}, ErrSessionLimit
 	}
+	if t.fits(s, k, size) != nil {
+		if err := t.checkCaps(s, req, k, size); err != nil {
+			return Grant{}, err
+		}
+	}
 
 	l := t.newLock(k)
 	l.ttl, l.created, l.owner = req.TTL, now, req.Owner
 	if req.NoReentry {
 		l.flags = flagNoReentry
 	}
+	b := int64(len(req.Owner))
 	for i, r := range req.Resources {
 		q := t.queues[r]
 		if q == nil {
@@ -578,10 +635,14 @@ func (t *Table) Lock(now int64, req *Request) (Grant, error) {
 		n.l = l
 		q.pushBack(n)
 		l.live++
+		b += int64(len(r))
 		if q.head != n {
 			l.waiting++
 		}
 	}
+	t.entries += int(l.live)
+	t.bytes += b
+	s.bytes += b
 	s.add(l)
 	if l.owner != "" {
 		t.ownerAdd(l)
@@ -603,30 +664,109 @@ func (t *Table) Lock(now int64, req *Request) (Grant, error) {
 	return Grant{ID: l.id}, nil
 }
 
+// checkCaps reports whether a new request of session s, naming k resources
+// whose names and owner add up to size bytes (duplicates included), fits
+// the session's bytes cap and the Table's caps, and counts a refusal.
+// Duplicates are folded, at O(k²), only when the sums with duplicates do
+// not fit.
+func (t *Table) checkCaps(s *session, req *Request, k int, size int64) error {
+	err := t.fits(s, k, size)
+	if err != nil && k > 1 {
+		k, size = distinctSize(req.Resources)
+		err = t.fits(s, k, size+int64(len(req.Owner)))
+	}
+	if err == ErrServerFull {
+		t.stats.ServerFull++
+	}
+	return err
+}
+
+// fits reports whether a new request of session s with k entries and size
+// name bytes fits the caps.
+func (t *Table) fits(s *session, k int, size int64) error {
+	switch {
+	case s.bytes+size > t.maxSessB:
+		return ErrSessionLimit
+	case t.live >= t.maxLocks || t.entries+k > t.maxEntries || t.bytes+size > t.maxBytes:
+		return ErrServerFull
+	}
+	return nil
+}
+
+// distinctSize returns the number of distinct names in res and the sum of
+// their lengths, at O(k²).
+func distinctSize(res []string) (int, int64) {
+	n, size := 0, int64(0)
+	for i, r := range res {
+		if !slices.Contains(res[:i], r) {
+			n++
+			size += int64(len(r))
+		}
+	}
+	return n, size
+}
+
+// sizeOf returns l's name bytes: the names of the queues it is in and its
+// owner. It costs O(k).
+func (t *Table) sizeOf(l *lock) int64 {
+	b := int64(len(l.owner))
+	for i := range l.nodes {
+		if q := l.nodes[i].q; q != nil {
+			b += int64(len(q.name))
+		}
+	}
+	return b
+}
+
 // reenter handles an owner asking again, through Lock, for a lock it holds:
 // the lock is renewed and moves into req's session. A move is reported to
 // the session the lock leaves (Released with Moved): from then on only the
 // new session holds it, and that session's end drops it, so the old one
-// must stop believing it holds it.
+// must stop believing it holds it. A re-entry from another session never
+// shortens the lock (see setExpiry): the session it leaves may still
+// believe it holds the lock until the Released event reaches it.
 func (t *Table) reenter(now int64, s *session, l *lock, req *Request) (Grant, error) {
 	// Every resource of req is held by l; the request must name all of them.
 	if distinct(req.Resources) != int(l.live) {
 		return Grant{}, &ResourceError{Err: ErrOwnerConflict, Resource: req.Resources[0]}
 	}
-	if from := l.sess; from != s {
-		if s.n >= t.maxPerSess {
+	from := l.sess
+	own := from == s && s.id != ""
+	if from != s {
+		b := t.sizeOf(l)
+		if s.n >= t.maxPerSess || s.bytes+b > t.maxSessB {
 			return Grant{}, ErrSessionLimit
 		}
 		from.del(l)
+		from.bytes -= b
 		s.add(l)
+		s.bytes += b
 		t.emit(Event{Kind: Released, ID: l.id, Session: from.id, Owner: l.owner, Token: l.token, Moved: true})
 	}
-	l.ttl = req.TTL
-	l.deadline = now + int64(req.TTL)
-	t.heap[l.hidx].at = l.deadline
-	t.heap.fix(int(l.hidx))
+	t.setExpiry(now, l, req.TTL, own)
+	// The answer tells the caller it holds the lock, as it is now, under
+	// this ID: Extend finds it again after a partial Release.
+	l.flags &^= flagPartial
 	t.stats.Requests++
 	return Grant{ID: l.id, Granted: true, Renewed: true, Token: l.token, ExpiresAt: l.deadline}, nil
+}
+
+// setExpiry sets the granted lock l's expiry for a renewal of ttl at now.
+// From the lock's own session (own) the expiry becomes now + ttl exactly, and
+// the lock's TTL becomes ttl. From anywhere else it never moves earlier: it
+// becomes max(expiry, now + ttl), and the TTL changes only if the expiry
+// moves. The holder computes how long it may believe it holds the lock from
+// its own requests; an expiry shortened by someone else would let the lock
+// go to another while the holder still believes it holds it.
+func (t *Table) setExpiry(now int64, l *lock, ttl time.Duration, own bool) {
+	at := now + int64(ttl)
+	if !own && at <= l.deadline {
+		return
+	}
+	l.ttl = ttl
+	l.deadline = at
+	t.heap[l.hidx].at = at
+	t.heap.fix(int(l.hidx))
 }
 
 // maxSpare bounds the removed lock structs kept for reuse.
@@ -717,13 +857,20 @@ func (t *Table) grant(now int64, l *lock) {
 
 // ---- extend, unlock, release ----
 
-// Extend sets a granted lock's expiry to now + ttl and returns it. It returns
-// ErrNotFound, ErrNotGranted or ErrInvalidTTL.
-func (t *Table) Extend(now int64, id ID, ttl time.Duration) (int64, error) {
+// Extend renews a granted lock by id for ttl and returns its expiry (ns).
+// from is the caller's session. From the lock's own session the expiry
+// becomes now + ttl. From any other session, the empty one included, it
+// never moves earlier: it becomes max(expiry, now + ttl), and the lock's TTL
+// changes only if the expiry moves; the returned expiry is the lock's. It
+// returns ErrNotFound for an unknown id and for a lock that a partial
+// Release took resources from (its holder was told it no longer holds it;
+// Renew by owner on exactly the rest still finds it), ErrNotGranted for a
+// waiting request and ErrInvalidTTL for a ttl not in (0, MaxTTL].
+func (t *Table) Extend(now int64, id ID, ttl time.Duration, from string) (int64, error) {
 	now = t.advance(now)
 	l := t.lookup(id)
 	switch {
-	case l == nil:
+	case l == nil || l.flags&flagPartial != 0:
 		t.stats.ExtendFails++
 		return 0, ErrNotFound
 	case l.state != stateGranted:
@@ -733,39 +880,50 @@ func (t *Table) Extend(now int64, id ID, ttl time.Duration) (int64, error) {
 		t.stats.ExtendFails++
 		return 0, ErrInvalidTTL
 	}
-	l.ttl = ttl
-	l.deadline = now + int64(ttl)
-	t.heap[l.hidx].at = l.deadline
-	t.heap.fix(int(l.hidx))
+	t.setExpiry(now, l, ttl, t.own(l, from))
 	t.stats.Extended++
 	return l.deadline, nil
 }
 
+// own reports whether from, a caller's session, is l's session. The empty
+// session is never a lock's own.
+func (t *Table) own(l *lock, from string) bool { return from != "" && l.sess.id == from }
+
 // Unlock removes a granted or waiting lock from every queue and grants what
-// becomes grantable. It returns ErrNotFound for an unknown id. Unlocking a
-// waiting request reports nothing to its session.
-func (t *Table) Unlock(now int64, id ID) error {
+// becomes grantable. from is the caller's session: a granted lock unlocked
+// from any other session (the empty one included) is reported to its own
+// session as Released, so that its holder learns at once that it no longer
+// holds it. Unlocking a waiting request reports nothing to its session,
+// whoever unlocks it. It returns ErrNotFound for an unknown id; a lock that
+// a partial Release took resources from is still found.
+func (t *Table) Unlock(now int64, id ID, from string) error {
 	t.advance(now)
 	l := t.lookup(id)
 	if l == nil {
 		return ErrNotFound
 	}
 	t.stats.Unlocked++
+	if l.state == stateGranted && !t.own(l, from) {
+		t.emit(Event{Kind: Released, ID: l.id, Session: l.sess.id, Owner: l.owner, Token: l.token})
+	}
 	t.remove(l)
 	return nil
 }
 
 // Renew renews, by owner, the granted lock of owner whose resources are
-// exactly resources (duplicates folded, in any order): its expiry becomes
-// now + ttl. The lock keeps its ID and token and stays in its session; no
-// token is used. It returns ErrInvalidOwner (empty owner too),
+// exactly resources (duplicates folded, in any order) for ttl. from is the
+// caller's session: from the lock's own session its expiry becomes
+// now + ttl; from any other it never moves earlier, as with Extend. The
+// lock keeps its ID and token and stays in its session; no token is used.
+// A lock that a partial Release took resources from stays unknown to
+// Extend. It returns ErrInvalidOwner (empty owner too),
 // ErrInvalidResource, ErrTooManyResources or ErrInvalidTTL for a malformed
 // call, and ErrNotFound if owner holds no such lock: also when its lock holds
 // more or fewer resources (after a partial Release it holds only the rest,
 // and only exactly the rest is found), when the lock is still waiting, and
 // when it was taken with Request.NoReentry. It costs O(k² + log n), k the
 // number of resources.
-func (t *Table) Renew(now int64, owner string, resources []string, ttl time.Duration) (Grant, error) {
+func (t *Table) Renew(now int64, owner string, resources []string, ttl time.Duration, from string) (Grant, error) {
 	now = t.advance(now)
 	switch {
 	case owner == "" || !t.checkOwner(owner):
@@ -787,10 +945,7 @@ func (t *Table) Renew(now int64, owner string, resources []string, ttl time.Dura
 		t.stats.ExtendFails++
 		return Grant{}, ErrNotFound
 	}
-	l.ttl = ttl
-	l.deadline = now + int64(ttl)
-	t.heap[l.hidx].at = l.deadline
-	t.heap.fix(int(l.hidx))
+	t.setExpiry(now, l, ttl, t.own(l, from))
 	t.stats.Extended++
 	return Grant{ID: l.id, Granted: true, Renewed: true, Token: l.token, ExpiresAt: l.deadline}, nil
 }
@@ -823,8 +978,12 @@ func (t *Table) ownerLock(owner string, resources []string) *lock {
 // alone; a name given twice counts once. Releasing some resources of a
 // multi-resource lock leaves it holding the rest and reports it as Released
 // with Partial set; a lock left with none is removed and reported as
-// Released. Waiters are granted only after everything named has been
-// released, so no lock granted by this call is released by it.
+// Released. From then on Extend by id no longer finds a partially released
+// lock (its holder was told it is gone); Renew by owner on exactly the rest
+// and Unlock by id still do, and a re-entry on exactly the rest, which
+// answers with the lock's ID, makes Extend find it again. Waiters are
+// granted only after everything named has been released, so no lock
+// granted by this call is released by it.
 func (t *Table) Release(now int64, owner string, resources []string) bool {
 	t.advance(now)
 	if owner == "" || len(resources) == 0 {
@@ -846,9 +1005,13 @@ func (t *Table) Release(now int64, owner string, resources []string) bool {
 			continue // named twice
 		}
 		l := n.l
+		b := int64(len(n.q.name))
 		t.unqueue(n)
 		l.live--
 		l.flags |= flagCut
+		t.entries--
+		t.bytes -= b
+		l.sess.bytes -= b
 	}
 	for _, n := range cut {
 		l := n.l
@@ -856,6 +1019,9 @@ func (t *Table) Release(now int64, owner string, resources []string) bool {
 			continue // removed, or reported already
 		}
 		l.flags &^= flagCut
+		if l.live > 0 {
+			l.flags |= flagPartial
+		}
 		t.emit(Event{Kind: Released, ID: l.id, Session: l.sess.id, Owner: l.owner, Token: l.token, Partial: l.live > 0})
 		if l.live == 0 {
 			t.stats.Unlocked++
@@ -892,6 +1058,52 @@ func (t *Table) ReleaseAll(now int64, owner string) int {
 	}
 	t.flushGrants()
 	return n
+}
+
+// Evict removes, for each named resource whose queue is headed by a granted
+// lock, that whole lock (all its resources), whoever holds it, and reports
+// it to its session as Released. It returns how many locks it removed. A
+// resource that is free, or whose head is a waiting request, is left alone;
+// a lock named through several of its resources is removed once. Waiters
+// are granted only after every named lock has been removed, so no lock
+// granted by this call is evicted by it. It returns ErrInvalidResource or
+// ErrTooManyResources for a malformed call, and then removes nothing. It
+// costs O(k² + k log n) for k resources.
+func (t *Table) Evict(now int64, resources []string) (int, error) {
+	t.advance(now)
+	switch {
+	case len(resources) == 0:
+		return 0, ErrInvalidResource
+	case len(resources) > t.maxRes:
+		return 0, ErrTooManyResources
+	}
+	for _, r := range resources {
+		if err := CheckName(r, t.maxName); err != nil {
+			return 0, err
+		}
+	}
+	cut := t.cut[:0]
+	for _, r := range resources {
+		if q := t.queues[r]; q != nil && q.head.l.state == stateGranted {
+			cut = append(cut, q.head)
+		}
+	}
+	t.deferring = true
+	n := 0
+	for _, nd := range cut {
+		l := nd.l
+		if l == nil {
+			continue // removed through another of its resources
+		}
+		n++
+		t.stats.Evicted++
+		t.emit(Event{Kind: Released, ID: l.id, Session: l.sess.id, Owner: l.owner, Token: l.token})
+		t.remove(l)
+	}
+	clear(cut)
+	t.cut = cut[:0]
+	t.flushGrants()
+	return n, nil
 }
 
 // flushGrants ends deferring and grants, in the order they became
@@ -995,16 +1207,22 @@ func (t *Table) remove(l *lock) {
 	if l.state == stateGranted {
 		t.held--
 	}
-	l.sess.del(l)
+	s := l.sess
+	s.del(l)
 	if l.owner != "" {
 		t.ownerDel(l)
 	}
+	t.entries -= int(l.live)
+	b := int64(len(l.owner))
 	// Unlink every node first, then grant, so a grant never sees l.
 	for i := range l.nodes {
 		if n := &l.nodes[i]; n.q != nil {
+			b += int64(len(n.q.name))
 			t.unqueue(n)
 		}
 	}
+	t.bytes -= b
+	s.bytes -= b
 	t.freeLock(l)
 }
 
@@ -1166,6 +1384,8 @@ func (q *queue) unlink(n *node) {
 func (t *Table) Stats() Stats {
 	s := t.stats
 	s.Live = t.live
+	s.Entries = t.entries
+	s.NameBytes = t.bytes
 	s.Held = t.held
 	s.Queues = len(t.queues)
 	s.Sessions = len(t.sessions)
@@ -1256,12 +1476,115 @@ type QueueEntry struct {
 // waiter) first.
 type QueueInfo struct {
 	Resource string
-	Entries  []QueueEntry
+	Entries  []QueueEntry // the queue, head first; QueuesPage may cut it short
+	Len      int          // the queue's full number of entries
+}
+
+func queueEntry(l *lock) QueueEntry {
+	return QueueEntry{ID: l.id, Session: l.sess.id, Owner: l.owner,
+		Granted: l.state == stateGranted, Token: l.token, Created: l.created, Deadline: l.deadline}
+}
+
+// Head returns the request at the head of resource's queue: its holder, or
+// the waiting request that reserves it. False if nobody holds or waits for
+// resource. It costs O(k), k the request's resources.
+func (t *Table) Head(resource string) (LockInfo, bool) {
+	q := t.queues[resource]
+	if q == nil {
+		return LockInfo{}, false
+	}
+	return t.info(q.head.l), true
+}
+
+// QueuesPage calls fn, in name order, for the queues whose resource starts
+// with prefix and sorts after after (all of them if after is ""), at most
+// maxQueues of them and at most maxEntries entries in total: the last
+// queue's Entries may be cut short (Len is always its full length), and no
+// queue follows one that exhausted the entries. It stops early when fn
+// returns false. It returns the last resource passed to fn when more
+// queues match after it (pass it as after for the next page), and ""
+// otherwise. Limits below 1 count as 1. It costs O(Q log maxQueues) time
+// for Q queues and O(maxQueues + maxEntries) memory; the Entries slices of
+// different calls of fn do not overlap, so fn may keep them.
+func (t *Table) QueuesPage(prefix, after string, maxQueues, maxEntries int, fn func(QueueInfo) bool) (next string) {
+	maxQueues, maxEntries = max(maxQueues, 1), max(maxEntries, 1)
+	// page: the maxQueues smallest matching names, as a max-heap.
+	page := make(nameHeap, 0, min(maxQueues, len(t.queues), 1024))
+	matched := 0
+	for name := range t.queues {
+		if name <= after || !strings.HasPrefix(name, prefix) {
+			continue
+		}
+		matched++
+		switch {
+		case len(page) < maxQueues:
+			page.push(name)
+		case name < page[0]:
+			page[0] = name
+			page.down(0)
+		}
+	}
+	slices.Sort(page)
+	total := 0
+	for _, name := range page {
+		total += t.queues[name].n
+	}
+	buf := make([]QueueEntry, 0, min(total, maxEntries))
+	for i, name := range page {
+		q := t.queues[name]
+		start := len(buf)
+		for n := q.head; n != nil && len(buf) < cap(buf); n = n.next {
+			buf = append(buf, queueEntry(n.l))
+		}
+		more := i+1 < matched
+		if !fn(QueueInfo{Resource: name, Entries: buf[start:len(buf):len(buf)], Len: q.n}) || len(buf) == cap(buf) {
+			if more {
+				return name
+			}
+			return ""
+		}
+	}
+	return ""
+}
+
+// nameHeap is a binary max-heap of resource names.
+type nameHeap []string
+
+func (h *nameHeap) push(s string) {
+	*h = append(*h, s)
+	a := *h
+	for i := len(a) - 1; i > 0; {
+		p := (i - 1) / 2
+		if a[p] >= a[i] {
+			break
+		}
+		a[p], a[i] = a[i], a[p]
+		i = p
+	}
+}
+
+func (h nameHeap) down(i int) {
+	for {
+		l := 2*i + 1
+		if l >= len(h) {
+			return
+		}
+		m := l
+		if r := l + 1; r < len(h) && h[r] > h[l] {
+			m = r
+		}
+		if h[m] <= h[i] {
+			return
+		}
+		h[i], h[m] = h[m], h[i]
+		i = m
+	}
 }
 
 // Queues calls fn for up to limit resources whose name starts with prefix
 // (all if limit <= 0), in no particular order, until fn returns false. It
-// costs O(number of queues): for inspection.
+// costs O(number of queues) and copies every entry of each queue it
+// returns, however long: for inspection. QueuesPage is the bounded form.
 func (t *Table) Queues(prefix string, limit int, fn func(QueueInfo) bool) {
 	i := 0
 	for name, q := range t.queues {
@@ -1272,11 +1595,9 @@ func (t *Table) Queues(prefix string, limit int, fn func(QueueInfo) bool) {
 			return
 		}
 		i++
-		qi := QueueInfo{Resource: name, Entries: make([]QueueEntry, 0, q.n)}
+		qi := QueueInfo{Resource: name, Entries: make([]QueueEntry, 0, q.n), Len: q.n}
 		for n := q.head; n != nil; n = n.next {
-			l := n.l
-			qi.Entries = append(qi.Entries, QueueEntry{ID: l.id, Session: l.sess.id, Owner: l.owner,
-				Granted: l.state == stateGranted, Token: l.token, Created: l.created, Deadline: l.deadline})
+			qi.Entries = append(qi.Entries, queueEntry(n.l))
 		}
 		if !fn(qi) {
 			return

@@ -97,7 +97,7 @@ func TestSeedScenarioPartlyTaken(t *testing.T) {
 	if b.Granted {
 		t.Fatal("client2 must wait while res-a is held")
 	}
-	if err := h.tab.Unlock(h.now, a.ID); err != nil {
+	if err := h.unlock(a.ID); err != nil {
 		t.Fatal(err)
 	}
 	if got := h.take(map[ID]string{b.ID: "b"}); !slices.Equal(got, []string{"granted:b"}) {
@@ -115,11 +115,11 @@ func TestSeedScenarioQueue(t *testing.T) {
 	b := h.mustLock("s2", "res-a|res-b", time.Second, 0)
 	c := h.mustLock("s3", "res-a|res-b", time.Second, 0)
 	names[b.ID], names[c.ID] = "b", "c"
-	h.tab.Unlock(h.now, a.ID)
+	h.unlock(a.ID)
 	if got := h.take(names); !slices.Equal(got, []string{"granted:b"}) {
 		t.Fatalf("after unlock a: %v", got)
 	}
-	h.tab.Unlock(h.now, b.ID)
+	h.unlock(b.ID)
 	if got := h.take(names); !slices.Equal(got, []string{"granted:c"}) {
 		t.Fatalf("after unlock b: %v", got)
 	}
@@ -133,11 +133,11 @@ func TestHeadOfLineReservation(t *testing.T) {
 	if ab.Granted || a.Granted {
 		t.Fatal("A|B waits for B; A must wait behind A|B although A is free")
 	}
-	h.tab.Unlock(h.now, b.ID)
+	h.unlock(b.ID)
 	if got := h.take(map[ID]string{ab.ID: "ab", a.ID: "a"}); !slices.Equal(got, []string{"granted:ab"}) {
 		t.Fatalf("events = %v", got)
 	}
-	h.tab.Unlock(h.now, ab.ID)
+	h.unlock(ab.ID)
 	if !h.granted(a.ID) {
 		t.Fatal("A not granted after A|B released")
 	}
@@ -159,7 +159,7 @@ func TestFIFOHotResource(t *testing.T) {
 			t.Fatalf("request %d not granted in turn", len(order))
 		}
 		order = append(order, names[li.ID])
-		h.tab.Unlock(h.now, li.ID)
+		h.unlock(li.ID)
 	}
 	if !slices.Equal(order, []string{"0", "1", "2", "3", "4"}) {
 		t.Fatalf("order = %v", order)
@@ -176,11 +176,11 @@ func TestTokensStrictlyIncreaseAndStartAtFirstToken(t *testing.T) {
 				t.Fatalf("token %d after %d", g.Token, last)
 			}
 			last = g.Token
-			h.tab.Unlock(h.now, g.ID)
+			h.unlock(g.ID)
 		}
 	}
 	g := h.mustLock("s1", "x", time.Second, 0)
-	e, _ := h.tab.Extend(h.now, g.ID, time.Minute)
+	e, _ := h.extend(g.ID, time.Minute)
 	li, _ := h.tab.Lookup(g.ID)
 	if li.Token != g.Token || e != h.now+int64(time.Minute) {
 		t.Fatal("extend must keep the token and count from now")
@@ -293,7 +293,7 @@ func TestOperationsProcessDueDeadlinesFirst(t *testing.T) {
 	if !g.Granted {
 		t.Fatal("a lock past its expiry must not block a new request")
 	}
-	if _, err := h.tab.Extend(h.now, a.ID, time.Second); !errors.Is(err, ErrNotFound) {
+	if _, err := h.extend(a.ID, time.Second); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("extend of an expired lock: %v", err)
 	}
 }
@@ -303,17 +303,17 @@ func TestExtend(t *testing.T) {
 	a := h.mustLock("s1", "A", time.Second, 0)
 	w := h.mustLock("s2", "A", time.Second, 0)
 	h.advance(900 * time.Millisecond)
-	exp, err := h.tab.Extend(h.now, a.ID, time.Second)
+	exp, err := h.extend(a.ID, time.Second)
 	if err != nil || exp != h.now+int64(time.Second) {
 		t.Fatalf("extend = %d, %v; want now+1s (not old expiry+1s)", exp, err)
 	}
-	if _, err := h.tab.Extend(h.now, w.ID, time.Second); !errors.Is(err, ErrNotGranted) {
+	if _, err := h.extend(w.ID, time.Second); !errors.Is(err, ErrNotGranted) {
 		t.Fatalf("extend of a waiter: %v", err)
 	}
-	if _, err := h.tab.Extend(h.now, ID{9}, time.Second); !errors.Is(err, ErrNotFound) {
+	if _, err := h.extend(ID{9}, time.Second); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("extend of unknown: %v", err)
 	}
-	if _, err := h.tab.Extend(h.now, a.ID, 0); !errors.Is(err, ErrInvalidTTL) {
+	if _, err := h.extend(a.ID, 0); !errors.Is(err, ErrInvalidTTL) {
 		t.Fatalf("extend with ttl 0: %v", err)
 	}
 	h.advance(999 * time.Millisecond)
@@ -331,13 +331,13 @@ func TestUnlockWaitingLock(t *testing.T) {
 	a := h.mustLock("s1", "B", time.Second, 0)
 	w := h.mustLock("s2", "A|B", time.Second, 0)
 	x := h.mustLock("s3", "A", time.Second, 0)
-	if err := h.tab.Unlock(h.now, w.ID); err != nil {
+	if err := h.unlock(w.ID); err != nil {
 		t.Fatal(err)
 	}
 	if got := h.take(map[ID]string{a.ID: "a", w.ID: "w", x.ID: "x"}); !slices.Equal(got, []string{"granted:x"}) {
 		t.Fatalf("events = %v (unlocking a waiter tells nobody, and frees its reservation)", got)
 	}
-	if err := h.tab.Unlock(h.now, w.ID); !errors.Is(err, ErrNotFound) {
+	if err := h.unlock(w.ID); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("second unlock: %v", err)
 	}
 }
@@ -358,7 +358,7 @@ func TestDuplicateResourcesFolded(t *testing.T) {
 	}
 	w := h.mustLock("s2", "dup|dup", time.Second, 10*time.Millisecond)
 	h.advance(10 * time.Millisecond)
-	h.tab.Unlock(h.now, g.ID)
+	h.unlock(g.ID)
 	if h.tab.QueueLen("dup") != 0 {
 		t.Fatal("an orphan entry was left behind")
 	}
@@ -593,11 +593,11 @@ func TestNoDeadlockOppositeOrder(t *testing.T) {
 	hold := h.mustLock("s3", "B", time.Second, 0)
 	x := h.mustLock("s1", "A|B", time.Second, 0)
 	y := h.mustLock("s2", "B|A", time.Second, 0)
-	h.tab.Unlock(h.now, hold.ID)
+	h.unlock(hold.ID)
 	if !h.granted(x.ID) || h.granted(y.ID) {
 		t.Fatal("the earlier request must be granted first")
 	}
-	h.tab.Unlock(h.now, x.ID)
+	h.unlock(x.ID)
 	if !h.granted(y.ID) {
 		t.Fatal("the later request must follow")
 	}
@@ -638,4 +638,33 @@ func TestNoReentry(t *testing.T) {
 	if !h.tab.Release(h.now, "*", []string{"a"}) {
 		t.Fatal("release by the recorded owner")
 	}
+}
+
+// unlock, extend and renew call the Table from the lock's own session.
+
+func (h *harness) unlock(id ID) error {
+	return h.tab.Unlock(h.now, id, h.sessionOf(id))
+}
+
+func (h *harness) extend(id ID, ttl time.Duration) (int64, error) {
+	return h.tab.Extend(h.now, id, ttl, h.sessionOf(id))
+}
+
+// sessionOf returns the session of the live request id, or "". It does not
+// allocate.
+func (h *harness) sessionOf(id ID) string {
+	if l := h.tab.lookup(id); l != nil {
+		return l.sess.id
+	}
+	return ""
+}
+
+func (h *harness) renew(owner string, res []string, ttl time.Duration) (Grant, error) {
+	from := ""
+	if len(res) > 0 {
+		if l := h.tab.ownerLock(owner, res); l != nil {
+			from = l.sess.id
+		}
+	}
+	return h.tab.Renew(h.now, owner, res, ttl, from)
 }
