@@ -40,6 +40,36 @@ type Status struct {
 	// start that may follow a crash: nothing is granted before it. 0 when
 	// the server grants.
 	QuietUntil int64 `json:"quietUntil,omitempty"`
+	// Limits are the server's limits against exhaustion, what they count
+	// now and how often they refused.
+	Limits *StatusLimits `json:"limits,omitempty"`
+}
+
+// StatusLimits describes the server's limits in Status: the current use,
+// the refusals since the start, and the configured caps (the flags of the
+// same names; 0 or negative: no limit, for those that allow it).
+type StatusLimits struct {
+	Entries   int   `json:"entries"`   // queue entries (a request counts once per distinct resource)
+	NameBytes int64 `json:"nameBytes"` // bytes of names held: len(resource) per queue entry, plus len(owner) per request
+
+	RejectedPerIP   uint64 `json:"rejectedPerIp"`   // connections refused: too many from their address
+	AuthFailed      uint64 `json:"authFailed"`      // connects refused: credentials missing or wrong, protected mode
+	SessionsRefused uint64 `json:"sessionsRefused"` // connects refused: too many sessions
+	IdleClosed      uint64 `json:"idleClosed"`      // connections closed by the idle timeout
+	Forbidden       uint64 `json:"forbidden"`       // commands refused: permission denied
+	ServerFull      uint64 `json:"serverFull"`      // requests refused: a server-wide cap on locks, entries or name bytes
+	RateLimited     uint64 `json:"rateLimited"`     // detailed status and locks refused by the rate limit
+
+	MaxConns         int   `json:"maxConns"`
+	MaxConnsPerIP    int   `json:"maxConnsPerIp"`
+	MaxSessions      int   `json:"maxSessions"` // connected and in their grace period
+	IdleTimeoutMs    int64 `json:"idleTimeoutMs"`
+	MaxLocks         int   `json:"maxLocks"`
+	MaxEntries       int   `json:"maxEntries"`
+	MaxNameBytes     int   `json:"maxNameBytes"`
+	MaxSessionBytes  int   `json:"maxSessionBytes"`
+	MaxLocksPerSess  int   `json:"maxLocksPerSession"`
+	StatusRatePerSec int   `json:"statusRatePerSec"` // detailed status and locks listings per second, server-wide
 }
 
 // StatusSocket describes one connected session in Status.
@@ -60,9 +90,14 @@ type StatusLock struct {
 
 // LocksEntry is one request in a resource's queue in the locks listing.
 type LocksEntry struct {
-	Lock          string `json:"lock"`    // 8 hex digits of the random part of the lock id
-	Session       string `json:"session"` // keyed hash of the socketId
-	Owner         string `json:"owner,omitempty"`
+	Lock    string `json:"lock"`    // 8 hex digits of the random part of the lock id
+	Session string `json:"session"` // keyed hash of the socketId
+	Owner   string `json:"owner,omitempty"`
+	// Principal is the name of the principal the request belongs to
+	// (servers with authentication; "" for the anonymous principal).
+	// Entries of other principals shown to one that does not administer
+	// have no lock, session, owner or token.
+	Principal     string `json:"principal,omitempty"`
 	State         string `json:"state"`    // "held" or "waiting"
 	Position      int    `json:"position"` // 0 is the head of the queue
 	Token         uint64 `json:"token,omitempty"`
@@ -73,12 +108,18 @@ type LocksEntry struct {
 
 // LocksQueue is one resource in the locks listing.
 type LocksQueue struct {
-	Resource string       `json:"resource"`
-	Entries  []LocksEntry `json:"entries"`
+	Resource string `json:"resource"`
+	// Length is the queue's length; Entries may be cut shorter (then the
+	// listing is Truncated).
+	Length  int          `json:"length"`
+	Entries []LocksEntry `json:"entries"`
 }
 
 // Locks is the answer to the locks command.
 type Locks struct {
 	Queues    []LocksQueue `json:"queues"` // sorted by resource
 	Truncated bool         `json:"truncated"`
+	// Next, when set, is the cursor of the next page: more resources
+	// follow; pass it to Client.LocksPage as after.
+	Next string `json:"next,omitempty"`
 }

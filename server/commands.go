@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"errors"
 	"strings"
 	"time"
@@ -45,12 +46,12 @@ func (c *conn) handle(tx *core.Tx, f [][]byte) bool {
 			c.failed(req, protocol.CodeMissingArguments)
 			return false
 		}
-		id, ok := core.ParseID(f[2])
+		id, ok := c.lockID(tx, f[2])
 		if !ok {
 			c.failed(req, protocol.CodeLockNotExist)
 			return false
 		}
-		if r := tx.Apply(&core.Command{Op: core.OpUnlock, ID: id}); r.Err != nil {
+		if r := tx.Apply(&core.Command{Op: core.OpUnlock, ID: id, Session: c.sess.id}); r.Err != nil {
 			c.failedErr(req, r.Err)
 			return false
 		}
@@ -58,19 +59,22 @@ func (c *conn) handle(tx *core.Tx, f [][]byte) bool {
 	case protocol.VerbPing:
 		c.ok(req, []byte("pong"))
 	case protocol.VerbStatus:
-		c.ok(req, s.statusJSON(tx))
-	case protocol.VerbLocks:
-		prefix := ""
-		if len(f) > 2 {
-			prefix = string(f[2])
+		detail := c.sess.p.Admin
+		if detail && !s.allowListing(tx) {
+			c.failed(req, protocol.CodeRateLimited)
+			return false
 		}
-		c.ok(req, s.locksJSON(tx, prefix))
+		c.ok(req, s.statusJSON(tx, detail))
+	case protocol.VerbLocks:
+		c.locks(tx, req, f)
+	case protocol.VerbEvict:
+		c.evict(tx, req, f)
 	case protocol.VerbRelease:
 		if len(f) < 4 || len(f[2]) == 0 || len(f[3]) == 0 {
 			c.failed(req, protocol.CodeMissingArguments)
 			return false
 		}
-		r := tx.Apply(&core.Command{Op: core.OpRelease, Owner: string(f[2]), Resources: s.splitResources(f[3])})
+		r := tx.Apply(&core.Command{Op: core.OpRelease, Owner: scope(c.sess.p, string(f[2])), Resources: s.splitResources(f[3])})
 		if r.OK {
 			c.ok(req, []byte("true"))
 		} else {
@@ -81,7 +85,7 @@ func (c *conn) handle(tx *core.Tx, f [][]byte) bool {
 			c.failed(req, protocol.CodeMissingArguments)
 			return false
 		}
-		r := tx.Apply(&core.Command{Op: core.OpReleaseAll, Owner: string(f[2])})
+		r := tx.Apply(&core.Command{Op: core.OpReleaseAll, Owner: scope(c.sess.p, string(f[2]))})
 		s.payload = protocol.AppendInt(s.payload[:0], int64(r.N))
 		c.ok(req, s.payload)
 	case protocol.VerbRenew:
@@ -131,11 +135,25 @@ func (c *conn) connect(tx *core.Tx, f [][]byte) bool {
 		c.sendError(protocol.CodeShuttingDown)
 		return true
 	}
-	id := string(f[1])
+	cred, hasCred := authField(f[3:])
+	p, code := s.principalFor(c, cred, hasCred)
+	if p == nil {
+		s.counters.authFailed++
+		s.log.Warn("connect refused: "+code.Text(), "remote", c.remote, "tls", s.tlsConf != nil)
+		c.sendError(code)
+		return true
+	}
+	id := scope(p, string(f[1]))
 	sess := s.sessions[id]
 	resumed := sess != nil
 	if sess == nil {
-		sess = &session{id: id, hash: s.shortHash(id)}
+		if len(s.sessions) >= s.cfg.MaxSessions {
+			s.counters.sessionsRefused++
+			s.log.Warn("connect refused: too many sessions", "remote", c.remote, "sessions", len(s.sessions))
+			c.sendError(protocol.CodeTooManySessions)
+			return true
+		}
+		sess = &session{id: id, p: p, hash: s.shortHash(id)}
 		s.sessions[id] = sess
 	} else if old := sess.c; old != nil {
 		// The old connection may be half-open: the new one takes over. The
@@ -146,9 +164,12 @@ func (c *conn) connect(tx *core.Tx, f [][]byte) bool {
 		s.log.Info("session taken over by a new connection", "session", sess.hash, "old", old.remote, "new", c.remote)
 	}
 	resumed = tx.Apply(&core.Command{Op: core.OpAttach, Session: id}).OK && resumed
+	if sess.c == nil {
+		s.online++
+	}
 	sess.c = c
 	c.sess = sess
-	_ = c.nc.SetReadDeadline(time.Time{})
+	c.authed = true // the reader sets the idle deadline
 	s.scratch = protocol.AppendConnected(s.scratch[:0], resumed, s.graceMs)
 	c.write(s.scratch)
 	if len(sess.offline) > 0 {
@@ -165,7 +186,7 @@ func (c *conn) connect(tx *core.Tx, f [][]byte) bool {
 			}
 		})
 	}
-	s.log.Debug("session connected", "session", sess.hash, "remote", c.remote, "resumed", resumed)
+	s.log.Debug("session connected", "session", sess.hash, "principal", p.Name, "remote", c.remote, "resumed", resumed)
 	return false
 }
 
@@ -208,18 +229,28 @@ func (c *conn) lock(tx *core.Tx, req []byte, f [][]byte, try bool) {
 		}
 	}
 	if o := arg(ownerAt); len(o) > 0 {
-		r.Owner = string(o)
-		r.NoReentry = r.Owner == anonymousOwner
+		if bytes.IndexByte(o, 0) >= 0 {
+			c.failed(req, protocol.CodeInvalidOwner) // the scope separator
+			return
+		}
+		r.NoReentry = string(o) == anonymousOwner
+		r.Owner = scope(c.sess.p, string(o))
 	}
 	if len(f) < 3 {
 		c.failed(req, protocol.CodeInvalidResource)
 		return
 	}
 	r.Resources = s.splitResources(f[2])
+	if !c.may(req, r.Resources) {
+		return
+	}
 	res := tx.Apply(&cmd)
 	if err := res.Err; err != nil {
-		if errors.Is(err, core.ErrTolerate) {
+		switch {
+		case errors.Is(err, core.ErrTolerate):
 			s.counters.intolerance++
+		case errors.Is(err, core.ErrServerFull):
+			s.counters.serverFull++
 		}
 		c.failedErr(req, err)
 		return
@@ -248,12 +279,12 @@ func (c *conn) extend(tx *core.Tx, req []byte, f [][]byte) {
 		c.failed(req, protocol.CodeInvalidTTL)
 		return
 	}
-	id, ok := core.ParseID(f[2])
+	id, ok := c.lockID(tx, f[2])
 	if !ok {
 		c.failed(req, protocol.CodeLockNotExist)
 		return
 	}
-	r := tx.Apply(&core.Command{Op: core.OpExtend, ID: id, TTL: ttl})
+	r := tx.Apply(&core.Command{Op: core.OpExtend, ID: id, TTL: ttl, Session: c.sess.id})
 	if r.Err != nil {
 		c.failedErr(req, r.Err)
 		return
@@ -283,7 +314,8 @@ func (c *conn) renew(tx *core.Tx, req []byte, f [][]byte) {
 		c.failed(req, protocol.CodeInvalidTTL)
 		return
 	}
-	r := tx.Apply(&core.Command{Op: core.OpRenew, Owner: string(f[2]), Resources: s.splitResources(f[3]), TTL: ttl})
+	r := tx.Apply(&core.Command{Op: core.OpRenew, Owner: scope(c.sess.p, string(f[2])), Resources: s.splitResources(f[3]),
+		TTL: ttl, Session: c.sess.id})
 	if r.Err != nil {
 		c.failedErr(req, r.Err)
 		return
@@ -292,6 +324,105 @@ func (c *conn) renew(tx *core.Tx, req []byte, f [][]byte) {
 	b = append(b, ' ')
 	s.payload = protocol.AppendUint(b, r.Grant.Token)
 	c.ok(req, s.payload)
+}
+
+// lockID parses a lock id and checks that the lock, if it exists, belongs to
+// c's principal: a lock of another principal does not exist for it.
+func (c *conn) lockID(tx *core.Tx, b []byte) (core.ID, bool) {
+	id, ok := core.ParseID(b)
+	if !ok {
+		return id, false
+	}
+	if li, found := tx.Lookup(id); found {
+		if p, _ := unscope(li.Session); p != c.sess.p.Name {
+			return id, false
+		}
+	}
+	return id, true
+}
+
+// may checks that c's principal may lock every resource, and answers
+// "permission denied!" naming the first it may not.
+func (c *conn) may(req []byte, resources []string) bool {
+	p := c.sess.p
+	if p.Admin {
+		return true
+	}
+	for _, r := range resources {
+		if !p.May(r) {
+			s := c.srv
+			s.counters.forbidden++
+			s.scratch = protocol.AppendFailed(s.scratch[:0], req, protocol.CodeForbidden, r)
+			c.write(s.scratch)
+			return false
+		}
+	}
+	return true
+}
+
+// evict handles "evict <req> <resources>" (extension, administrators only):
+// the granted lock holding each resource is released whole, whoever holds
+// it, and its session is told. The answer is the number of locks released.
+func (c *conn) evict(tx *core.Tx, req []byte, f [][]byte) {
+	s := c.srv
+	if !c.sess.p.Admin {
+		s.counters.forbidden++
+		c.failed(req, protocol.CodeForbidden)
+		return
+	}
+	if len(f) < 3 || len(f[2]) == 0 {
+		c.failed(req, protocol.CodeMissingArguments)
+		return
+	}
+	r := tx.Apply(&core.Command{Op: core.OpEvict, Resources: s.splitResources(f[2])})
+	if r.Err != nil {
+		c.failedErr(req, r.Err)
+		return
+	}
+	s.log.Info("evicted", "resources", string(f[2]), "locks", r.N, "by", c.sess.p.Name, "remote", c.remote)
+	s.payload = protocol.AppendInt(s.payload[:0], int64(r.N))
+	c.ok(req, s.payload)
+}
+
+// locks handles "locks <req> [<prefix> [<limit> [<after>]]]" (prefix "|":
+// none): one page of
+// the queues whose name starts with prefix and comes after after, in name
+// order. An administrator sees every queue; anyone else only queues under
+// a prefix it may lock, and other principals' entries without owner,
+// token, lock or session.
+func (c *conn) locks(tx *core.Tx, req []byte, f [][]byte) {
+	s := c.srv
+	arg := func(i int) string {
+		if i < len(f) {
+			return string(f[i])
+		}
+		return ""
+	}
+	prefix, after := arg(2), arg(4)
+	if prefix == "|" {
+		prefix = "" // no name holds '|': the placeholder for "no prefix" before a limit
+	}
+	limit := s.cfg.StatusLimit
+	if l := arg(3); l != "" && l != "0" {
+		n, ok := protocol.Int([]byte(l))
+		if !ok || n < 0 {
+			c.failed(req, protocol.CodeInvalidMessage)
+			return
+		}
+		limit = int(min(n, int64(limit)))
+	}
+	p := c.sess.p
+	if !p.Admin && !p.May(prefix) {
+		s.counters.forbidden++
+		s.scratch = protocol.AppendFailed(s.scratch[:0], req, protocol.CodeForbidden, prefix)
+		c.write(s.scratch)
+		return
+	}
+	if !s.allowListing(tx) {
+		c.failed(req, protocol.CodeRateLimited)
+		return
+	}
+	c.ok(req, s.locksJSON(tx, p, prefix, after, limit))
 }
 
 // ttlArg parses a ttl in ms; a missing one is the default.

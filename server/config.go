@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -15,7 +16,7 @@ import (
 const (
 	DefaultAddr             = "127.0.0.1:12340"
 	DefaultTTL              = 60 * time.Second
-	DefaultAuthTimeout      = 10 * time.Second
+	DefaultAuthTimeout      = 5 * time.Second
 	DefaultMaxFrame         = 64 << 10
 	DefaultMaxConns         = 10_000
 	DefaultMaxPendingOutput = 8 << 20
@@ -24,6 +25,13 @@ const (
 	DefaultMaxSocketIDLen   = 256
 	DefaultWriteTimeout     = 10 * time.Second
 	DefaultShutdownWait     = 2 * time.Second
+	DefaultMaxConnsPerIP    = 1000
+	DefaultIdleTimeout      = 60 * time.Second
+	DefaultMaxSessions      = 20_000
+	DefaultStatusRate       = 20 // detailed status and locks listings per second, server-wide
+	// MaxHandshakeFrame caps a frame received before the handshake (connect)
+	// succeeded, whatever MaxFrame is.
+	MaxHandshakeFrame = 4 << 10
 
 	DefaultSessionGrace       = core.DefaultSessionGrace       // 15 s
 	DefaultMaxResources       = core.DefaultMaxResources       // 64
@@ -32,6 +40,10 @@ const (
 	DefaultMaxQueueLen        = core.DefaultMaxQueueLen        // 100 000
 	DefaultMaxTTL             = core.DefaultMaxTTL             // 24 h
 	DefaultMaxTimeout         = core.DefaultMaxTimeout         // 24 h
+	DefaultMaxLocks           = core.DefaultMaxLocks           // 1 000 000
+	DefaultMaxEntries         = core.DefaultMaxEntries         // 4 000 000
+	DefaultMaxNameBytes       = core.DefaultMaxNameBytes       // 256 MiB
+	DefaultMaxSessionBytes    = core.DefaultMaxSessionBytes    // 8 MiB
 )
 
 // Config configures a Server. The zero value is valid: every zero field takes
@@ -39,7 +51,30 @@ const (
 type Config struct {
 	// Addr is the TCP address ListenAndServe listens on. Default
 	// "127.0.0.1:12340": listening on other interfaces is an explicit choice.
+	// Without credentials (AuthFile or TLSClientCAFile) ListenAndServe
+	// refuses an address that is not loopback unless Insecure is set.
 	Addr string
+	// AuthFile is the auth file: the principals, their tokens (hashed) and
+	// rights (see docs/security.md). Empty: no authentication, and
+	// protected mode: only clients on loopback are accepted, unless
+	// Insecure. New loads it (an error for a bad file); Reload reads it
+	// again.
+	AuthFile string
+	// Insecure accepts clients from any address without credentials (and
+	// lets ListenAndServe listen beyond loopback without them). Default
+	// false: protected mode.
+	Insecure bool
+	// TLSCertFile and TLSKeyFile, both or neither, make every listener
+	// speak TLS (1.2 at least, Go's default cipher suites) with this
+	// certificate. Reload reads them again; connections keep their
+	// session.
+	TLSCertFile, TLSKeyFile string
+	// TLSClientCAFile verifies client certificates against these CAs
+	// (PEM). A client may present one (it must then verify); its name
+	// (CommonName, else first DNS name) is its principal: with an AuthFile,
+	// the entry of that name marked "cert"; without, a principal that may
+	// lock any resource and does not administer. Needs TLSCertFile.
+	TLSClientCAFile string
 	// Logger receives the server's logs. Default: discard.
 	Logger *slog.Logger
 
@@ -55,15 +90,26 @@ type Config struct {
 	// DefaultTTL is the lease of a lock or extend sent without a ttl (the
 	// 0.1.10 client sends "undefined"). Default 60 s.
 	DefaultTTL time.Duration
-	// AuthTimeout is how long a connection may take to send connect.
-	// Default 10 s.
+	// AuthTimeout is how long a connection may take to send connect (TLS
+	// handshake included). Default 5 s.
 	AuthTimeout time.Duration
+	// IdleTimeout closes a connection on which nothing was received for
+	// this long after the handshake (its session keeps its grace period).
+	// Default 60 s: the 1.0 client pings every 20 s, the Go client every
+	// 20 s at most. Negative: none.
+	IdleTimeout time.Duration
 
 	// MaxFrame is the largest frame payload in bytes. Default 64 KiB, at
 	// most 16 MiB.
 	MaxFrame int
 	// MaxConns caps simultaneous connections. Default 10 000.
 	MaxConns int
+	// MaxConnsPerIP caps simultaneous connections from one IP address.
+	// Default 1000.
+	MaxConnsPerIP int
+	// MaxSessions caps the sessions, connected or in their grace period; a
+	// connect that would create one more is refused. Default 20 000.
+	MaxSessions int
 	// MaxPendingOutput caps the bytes waiting to be written to one
 	// connection; a client that stops reading past it is disconnected (its
 	// session keeps its grace period). Default 8 MiB.
@@ -85,13 +131,32 @@ type Config struct {
 	MaxLocksPerSession int
 	// MaxQueueLen caps the entries of one resource's queue. Default 100 000.
 	MaxQueueLen int
+	// MaxSessionBytes caps the bytes of names one session's live requests
+	// hold (each resource name per queue entry, plus the owner). Default
+	// 8 MiB.
+	MaxSessionBytes int
+	// MaxLocks caps the live requests (held and waiting) of the whole
+	// server. Default 1 000 000.
+	MaxLocks int
+	// MaxEntries caps the queue entries of the whole server (a request on
+	// k resources is k entries). Default 4 000 000.
+	MaxEntries int
+	// MaxNameBytes caps the bytes of names held by the whole server,
+	// counted as for MaxSessionBytes. Default 256 MiB.
+	MaxNameBytes int
 	// MaxTTL caps lease times. Default 24 h.
 	MaxTTL time.Duration
 	// MaxTimeout caps wait timeouts. Default 24 h.
 	MaxTimeout time.Duration
-	// StatusLimit caps the locks, queues and sockets listed by status and
-	// locks. Default 1000.
+	// StatusLimit caps the locks, queues and sockets listed by status, and
+	// the queues and the entries in all listed by one locks page.
+	// Default 1000.
 	StatusLimit int
+	// StatusRate caps the detailed status and locks listings, server-wide,
+	// per second (a burst of as many is allowed); past it they are refused
+	// with "too many requests, retry later!". Default 20; negative: no
+	// limit.
+	StatusRate int
 
 	// DataDir is the data directory (internal/datadir): the fencing-token
 	// high-water mark, so tokens never repeat across restarts even if the
@@ -143,6 +208,10 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("server: Config.MaxTimeout %v is negative", c.MaxTimeout)
 	case c.DefaultTTL != 0 && c.MaxTTL != 0 && c.DefaultTTL > c.MaxTTL:
 		return fmt.Errorf("server: Config.DefaultTTL %v is above MaxTTL %v", c.DefaultTTL, c.MaxTTL)
+	case (c.TLSCertFile == "") != (c.TLSKeyFile == ""):
+		return errors.New("server: Config.TLSCertFile and TLSKeyFile go together")
+	case c.TLSClientCAFile != "" && c.TLSCertFile == "":
+		return errors.New("server: Config.TLSClientCAFile needs TLSCertFile and TLSKeyFile")
 	}
 	return nil
 }
@@ -186,6 +255,12 @@ func (c Config) withDefaults() Config {
 	c.MaxPendingOutput = core.Limit(c.MaxPendingOutput, DefaultMaxPendingOutput)
 	c.MaxOfflineBytes = core.Limit(c.MaxOfflineBytes, DefaultMaxOfflineBytes)
 	c.StatusLimit = core.Limit(c.StatusLimit, DefaultStatusLimit)
+	c.MaxConnsPerIP = core.Limit(c.MaxConnsPerIP, DefaultMaxConnsPerIP)
+	c.MaxSessions = core.Limit(c.MaxSessions, DefaultMaxSessions)
+	c.StatusRate = core.Limit(c.StatusRate, DefaultStatusRate)
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = DefaultIdleTimeout
+	}
 	c.MaxSocketIDLen = core.Limit(c.MaxSocketIDLen, DefaultMaxSocketIDLen)
 	return c
 }

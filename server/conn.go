@@ -2,8 +2,10 @@ package server
 
 import (
 	"bytes"
+	"crypto/tls"
 	"errors"
 	"net"
+	"net/netip"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -18,8 +20,14 @@ type conn struct {
 	srv      *Server
 	nc       net.Conn
 	remote   string
+	ip       netip.Addr // the peer's address (zero if not TCP)
 	accepted time.Time
 	lastLive atomic.Int64 // ns of the last frame received
+	certName string       // the name of the client's verified certificate (TLS), set before the first read
+
+	// Used by the reader goroutine only.
+	authed    bool      // connect succeeded: frames up to MaxFrame, idle timeout
+	refreshAt time.Time // when to push the idle read deadline forward
 
 	sess  *session // guarded by the core: set by connect
 	dirty bool     // guarded by the core: in srv.dirty
@@ -74,30 +82,57 @@ func (s *Server) newConn(nc net.Conn, remote string) *conn {
 }
 
 // accept registers nc and starts its goroutines, or refuses it when the
-// server is full.
+// server is full, its address has too many connections, or protected mode
+// does not accept its address.
 func (s *Server) accept(nc net.Conn) {
+	ip := remoteIP(nc)
+	refuse := protocol.CodeUnknown
+	if s.tlsConf == nil && s.protectedRefuses(ip) {
+		// Refused before anything is read. (Over TLS the error is sent
+		// after the handshake, by connect.)
+		refuse = protocol.CodeProtectedMode
+	}
 	c := s.newConn(nc, nc.RemoteAddr().String())
-	ok, closed := false, false
+	c.ip = ip
+	closed := false
 	s.core.Batch(func(*core.Tx) {
 		// Shutdown sets closed before its batch closes every conn.
 		closed = s.closed.Load()
-		if closed || len(s.conns) >= s.cfg.MaxConns {
+		switch {
+		case closed:
+			return
+		case refuse != protocol.CodeUnknown:
+			s.counters.authFailed++
+			return
+		case len(s.conns) >= s.cfg.MaxConns:
 			s.counters.rejected++
+			refuse = protocol.CodeTooManyConnections
+			return
+		case ip.IsValid() && s.perIP[ip] >= s.cfg.MaxConnsPerIP:
+			s.counters.rejectedPerIP++
+			refuse = protocol.CodeTooManyFromAddr
 			return
 		}
-		ok = true
 		s.conns[c] = struct{}{}
+		if ip.IsValid() {
+			s.perIP[ip]++
+		}
 		s.counters.conns++
 		s.wg.Add(2)
 	})
-	if !ok {
+	if closed || refuse != protocol.CodeUnknown {
 		if !closed {
-			s.log.Warn("connection refused: too many connections", "remote", c.remote)
-			_ = nc.SetWriteDeadline(time.Now().Add(time.Second))
-			_, _ = nc.Write(protocol.AppendError(nil, protocol.CodeTooManyConnections))
+			s.log.Warn("connection refused: "+refuse.Text(), "remote", c.remote)
+			if s.tlsConf == nil { // a TLS client could not read it
+				_ = nc.SetWriteDeadline(time.Now().Add(time.Second))
+				_, _ = nc.Write(protocol.AppendError(nil, refuse))
+			}
 		}
 		nc.Close()
 		return
+	}
+	if s.tlsConf != nil {
+		c.nc = tls.Server(nc, s.tlsConf)
 	}
 	go c.readLoop()
 	go c.writeLoop()
@@ -187,6 +222,11 @@ func (c *conn) readLoop() {
 	s := c.srv
 	defer s.wg.Done()
 	defer c.cleanup()
+	if tc, ok := c.nc.(*tls.Conn); ok {
+		if c.handshake(tc) != nil {
+			return
+		}
+	}
 	_ = c.nc.SetReadDeadline(time.Now().Add(s.cfg.AuthTimeout))
 	buf := make([]byte, 0, 4096)
 	first := true
@@ -208,18 +248,33 @@ func (c *conn) readLoop() {
 		}
 		if n > 0 {
 			s.reads.Add(1)
-			c.lastLive.Store(time.Now().UnixNano())
+			now := time.Now()
+			c.lastLive.Store(now.UnixNano())
+			authed := c.authed
 			var stop bool
 			buf, fields, stop = c.handleFrames(buf, fields)
 			if stop {
 				return
 			}
+			if c.authed && s.cfg.IdleTimeout > 0 && (!authed || now.After(c.refreshAt)) {
+				// From the handshake on, the idle timeout; the deadline
+				// is moved when half of it is used.
+				_ = c.nc.SetReadDeadline(now.Add(s.cfg.IdleTimeout))
+				c.refreshAt = now.Add(s.cfg.IdleTimeout / 2)
+			} else if c.authed && !authed {
+				_ = c.nc.SetReadDeadline(time.Time{})
+			}
 		}
 		if err != nil {
 			if errors.Is(err, os.ErrDeadlineExceeded) {
 				s.core.Batch(func(*core.Tx) {
-					if c.sess == nil {
+					switch {
+					case c.sess == nil && !c.authed:
 						c.sendError(protocol.CodeAuthTimeout)
+					case c.authed:
+						s.counters.idleClosed++
+						s.log.Info("connection idle: closed", "remote", c.remote, "idle-timeout", s.cfg.IdleTimeout)
+						c.sendError(protocol.CodeIdleTimeout)
 					}
 				})
 			}
@@ -236,7 +291,7 @@ func (c *conn) handleFrames(buf []byte, fields [][]byte) ([]byte, [][]byte, bool
 	s := c.srv
 	off := 0
 	stop := false
-	if _, n, want, err := protocol.Next(buf, s.cfg.MaxFrame); n == 0 && err == nil {
+	if _, n, want, err := protocol.Next(buf, c.maxFrame()); n == 0 && err == nil {
 		if want > cap(buf) {
 			// Make room for the whole frame (want <= MaxFrame+5).
 			nb := make([]byte, len(buf), want)
@@ -248,7 +303,7 @@ func (c *conn) handleFrames(buf []byte, fields [][]byte) ([]byte, [][]byte, bool
 	s.core.Batch(func(tx *core.Tx) {
 		s.self = c // our own output is flushed below, not by the writer
 		for !stop {
-			payload, n, want, err := protocol.Next(buf[off:], s.cfg.MaxFrame)
+			payload, n, want, err := protocol.Next(buf[off:], c.maxFrame())
 			if err != nil {
 				code := protocol.CodeInvalidFrame
 				if errors.Is(err, protocol.ErrLongFrame) {
@@ -282,7 +337,19 @@ func (c *conn) handleFrames(buf []byte, fields [][]byte) ([]byte, [][]byte, bool
 	return buf[:rest], fields, stop
 }
 
+// maxFrame is the largest frame the reader accepts now: MaxFrame once the
+// connection is authenticated, MaxHandshakeFrame before. Reader only.
+func (c *conn) maxFrame() int {
+	if c.authed {
+		return c.srv.cfg.MaxFrame
+	}
+	return min(c.srv.cfg.MaxFrame, MaxHandshakeFrame)
+}
+
 // plainStatus answers the unframed "status\n" request of bin/mlock-status.
+// It lists sessions, locks and queues only on a server without credentials
+// (whose every client may see them), within the listing rate; otherwise it
+// shows the counters only.
 func (c *conn) plainStatus(buf []byte) {
 	for len(buf) < 64 && bytes.IndexByte(buf, '\n') < 0 {
 		n, err := c.nc.Read(buf[len(buf):cap(buf)])
@@ -294,9 +361,29 @@ func (c *conn) plainStatus(buf []byte) {
 	if string(bytes.TrimSpace(buf)) == "status" {
 		s := c.srv
 		var text []byte
-		s.core.Batch(func(tx *core.Tx) { c.plain = true; text = s.statusText(tx) })
+		s.core.Batch(func(tx *core.Tx) {
+			c.plain = true
+			detail := s.auth.Load() == nil && !s.protectedRefuses(c.ip) && c.certName == "" && s.allowListing(tx)
+			text = s.statusText(tx, detail)
+		})
 		_ = c.nc.SetWriteDeadline(time.Now().Add(5 * time.Second))
 		_, _ = c.nc.Write(text)
+	} else {
+		// Neither frames nor a status request (a TLS client on a plain
+		// port, say): one error frame tells a client at once that it
+		// speaks the wrong protocol.
+		_ = c.nc.SetWriteDeadline(time.Now().Add(time.Second))
+		_, _ = c.nc.Write(protocol.AppendError(nil, protocol.CodeInvalidFrame))
+		// Read what it sent on (a little, briefly): closing with unread
+		// data resets the connection, which can discard the error
+		// before the client reads it.
+		_ = c.nc.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+		var sink [4096]byte
+		for range 4 {
+			if _, err := c.nc.Read(sink[:]); err != nil {
+				break
+			}
+		}
 	}
 	c.finish()
 }
@@ -311,11 +398,17 @@ func (c *conn) plainStatus(buf []byte) {
 // command of this connection (the reader has ended), and nowhere else: a
 // connection closed for a slow reader or a failed write gets here too,
 // once its reader ends; a takeover moves the session to the new connection
-// without a detach (connect); there is no idle timeout.
+// without a detach (connect); the idle timeout ends the reader too, so the
+// grace of an idle session also starts after its last answer.
 func (c *conn) cleanup() {
 	s := c.srv
 	s.core.Batch(func(tx *core.Tx) {
 		delete(s.conns, c)
+		if c.ip.IsValid() {
+			if s.perIP[c.ip]--; s.perIP[c.ip] <= 0 {
+				delete(s.perIP, c.ip)
+			}
+		}
 		if c.told {
 			// Shutdown was waiting for this connection to end. Only a bye
 			// (handled before this) confirmed the holder; a close by the
@@ -328,6 +421,7 @@ func (c *conn) cleanup() {
 		}
 		if sess := c.sess; sess != nil && sess.c == c {
 			sess.c = nil
+			s.online--
 			c.sess = nil
 			tx.Apply(&core.Command{Op: core.OpDetach, Session: sess.id})
 			s.log.Debug("session detached", "session", sess.hash, "remote", c.remote)

@@ -3,15 +3,18 @@ package server
 import (
 	"context"
 	crand "crypto/rand"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math"
 	"net"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/mlock-dev/mlock/internal/auth"
 	"github.com/mlock-dev/mlock/internal/core"
 	"github.com/mlock-dev/mlock/internal/datadir"
 	"github.com/mlock-dev/mlock/internal/protocol"
@@ -40,16 +43,26 @@ type Server struct {
 	dir     *datadir.Dir // nil: no data directory
 	graceMs int64        // the session grace announced in the handshake
 
-	sessions map[string]*session                           // guarded by the core
-	conns    map[*conn]struct{}                            // guarded by the core
-	dirty    []*conn                                       // guarded by the core: conns with output to signal
-	self     *conn                                         // guarded by the core: the conn whose reader runs the batch
-	scratch  []byte                                        // guarded by the core: frame being built
-	payload  []byte                                        // guarded by the core: result payload being built
-	pushes   []byte                                        // guarded by the core: push frames not delivered yet
-	pending  []pendingPush                                 // guarded by the core: where they go, in order
-	resBuf   []string                                      // guarded by the core: resources of the request being handled
-	counters struct{ intolerance, conns, rejected uint64 } // guarded by the core
+	sessions map[string]*session // guarded by the core
+	conns    map[*conn]struct{}  // guarded by the core
+	dirty    []*conn             // guarded by the core: conns with output to signal
+	self     *conn               // guarded by the core: the conn whose reader runs the batch
+	scratch  []byte              // guarded by the core: frame being built
+	payload  []byte              // guarded by the core: result payload being built
+	pushes   []byte              // guarded by the core: push frames not delivered yet
+	pending  []pendingPush       // guarded by the core: where they go, in order
+	resBuf   []string            // guarded by the core: resources of the request being handled
+	counters counters            // guarded by the core
+	perIP    map[netip.Addr]int  // guarded by the core: open connections by remote IP
+	online   int                 // guarded by the core: sessions with a connection
+	bucket   struct {            // guarded by the core: the detailed status and locks rate
+		tokens float64
+		last   int64 // ns; 0: never used
+	}
+
+	auth    atomic.Pointer[auth.Table] // nil: no auth file
+	tlsConf *tls.Config                // nil: plain TCP
+	certs   *auth.CertReloader         // with tlsConf
 
 	quietUntil int64         // guarded by the core: end of the quiet start (Unix ns; 0: none)
 	quietOver  bool          // guarded by the core: its end was logged
@@ -67,11 +80,24 @@ type Server struct {
 	wg sync.WaitGroup // every goroutine the server started
 }
 
+// counters are the server's own counts, shown by status.
+type counters struct {
+	intolerance, conns, rejected uint64
+	rejectedPerIP                uint64 // connections refused by MaxConnsPerIP
+	authFailed                   uint64 // connects refused: credentials missing, wrong or not allowed (protected mode included)
+	sessionsRefused              uint64 // connects refused by MaxSessions
+	idleClosed                   uint64 // connections closed by IdleTimeout
+	forbidden                    uint64 // commands refused: permission denied
+	serverFull                   uint64 // requests refused by a server-wide engine limit
+	rateLimited                  uint64 // status and locks refused by StatusRate
+}
+
 type session struct {
-	id      string
-	c       *conn  // nil while disconnected
-	offline []byte // frames kept for a disconnected session, oldest first
-	hash    string // short public name
+	id      string          // the engine's session id (scoped to the principal)
+	p       *auth.Principal // who it belongs to
+	c       *conn           // nil while disconnected
+	offline []byte          // frames kept for a disconnected session, oldest first
+	hash    string          // short public name
 	// confirmed: during Shutdown, the session's connection was told that
 	// its locks are gone and the client then sent bye.
 	confirmed bool
@@ -96,11 +122,15 @@ func New(cfg Config) (*Server, error) {
 		graceMs:   max(cfg.SessionGrace, 0).Milliseconds(),
 		sessions:  make(map[string]*session),
 		conns:     make(map[*conn]struct{}),
+		perIP:     make(map[netip.Addr]int),
 		listeners: make(map[net.Listener]struct{}),
 	}
 	s.start = time.Unix(0, s.startNs)
 	_, _ = crand.Read(s.hashKey[:])
 	s.warnUnsafe()
+	if err := s.setupSecurity(); err != nil {
+		return nil, err
+	}
 	if cfg.DataDir != "" {
 		d, err := datadir.Open(cfg.DataDir)
 		if err != nil {
@@ -148,6 +178,10 @@ func (s *Server) open(clock core.Clock) error {
 			SessionGrace:       cfg.SessionGrace,
 			MaxTTL:             cfg.MaxTTL,
 			MaxTimeout:         cfg.MaxTimeout,
+			MaxLocks:           cfg.MaxLocks,
+			MaxEntries:         cfg.MaxEntries,
+			MaxNameBytes:       cfg.MaxNameBytes,
+			MaxSessionBytes:    cfg.MaxSessionBytes,
 			FirstToken:         first,
 		},
 		Clock:   clock,
@@ -204,8 +238,14 @@ func (s *Server) quietReason() string {
 	}
 }
 
-// ListenAndServe listens on Config.Addr and serves until Shutdown.
+// ListenAndServe listens on Config.Addr and serves until Shutdown. Without
+// credentials it refuses an address beyond loopback unless Config.Insecure.
 func (s *Server) ListenAndServe() error {
+	if ta, err := net.ResolveTCPAddr("tcp", s.cfg.Addr); err == nil {
+		if err := s.checkListener(ta); err != nil {
+			return err
+		}
+	}
 	ln, err := net.Listen("tcp", s.cfg.Addr)
 	if err != nil {
 		return err
@@ -214,8 +254,14 @@ func (s *Server) ListenAndServe() error {
 }
 
 // Serve accepts connections on ln until Shutdown, and then returns
-// ErrServerClosed. It closes ln.
+// ErrServerClosed. It closes ln. With Config.TLSCertFile every connection
+// speaks TLS. Without credentials it refuses a TCP listener beyond loopback
+// unless Config.Insecure.
 func (s *Server) Serve(ln net.Listener) error {
+	if err := s.checkListener(ln.Addr()); err != nil {
+		ln.Close()
+		return err
+	}
 	s.mu.Lock()
 	if s.closed.Load() {
 		s.mu.Unlock()
@@ -226,7 +272,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	s.wg.Add(1)
 	s.mu.Unlock()
 	defer s.wg.Done()
-	s.log.Info("mlockd listening", "addr", ln.Addr().String())
+	s.log.Info("mlockd listening", "addr", ln.Addr().String(), "tls", s.tlsConf != nil)
 	var backoff time.Duration
 	for {
 		nc, err := ln.Accept()

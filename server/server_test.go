@@ -311,8 +311,11 @@ func TestMalformedFramesCloseOnlyThatConnection(t *testing.T) {
 		})
 	}
 	// Before connect, a non-frame first byte is the plain status path.
+	// Anything else gets an error frame (a TLS client learns at once that
+	// the port is plain), and is closed.
 	c := dialRaw(t, srv)
 	c.write([]byte("garbage\n"))
+	c.expect("error invalid frame!")
 	c.closed()
 }
 
@@ -474,7 +477,7 @@ func TestGraceExpiryReleasesAndGrantsNext(t *testing.T) {
 }
 
 func TestSlowReaderDoesNotHurtOthers(t *testing.T) {
-	srv := start(t, Config{MaxPendingOutput: 256 << 10, WriteTimeout: 300 * time.Millisecond})
+	srv := start(t, Config{MaxPendingOutput: 256 << 10, WriteTimeout: 300 * time.Millisecond, StatusRate: -1})
 	slow := connected(t, srv, "slow")
 	slow.lock("0", "big 60000 0 0")
 	fast := connected(t, srv, "fast")

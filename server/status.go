@@ -7,12 +7,12 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/mlock-dev/mlock"
+	"github.com/mlock-dev/mlock/internal/auth"
 	"github.com/mlock-dev/mlock/internal/core"
 )
 
@@ -30,12 +30,15 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// status builds the Status document. It runs in a core batch.
-func (s *Server) status(tx *core.Tx) *mlock.Status {
+// status builds the Status document: counters only, or with detail the
+// listings of sessions, queues and locks too (at most StatusLimit of each).
+// It runs in a core batch.
+func (s *Server) status(tx *core.Tx, detail bool) *mlock.Status {
 	now := tx.Now()
 	st := tx.Stats()
 	nowT := time.Now()
 	doc := &mlock.Status{
+		SocketCount:         s.online,
 		CurrentLocks:        st.Live,
 		LiveTime:            (now - s.startNs) / int64(time.Millisecond),
 		StartAt:             s.start.UnixMilli(),
@@ -61,16 +64,42 @@ func (s *Server) status(tx *core.Tx) *mlock.Status {
 		Reads:               s.reads.Load(),
 		Writes:              s.writes.Load(),
 		FramesIn:            s.framesIn.Load(),
+		Limits: &mlock.StatusLimits{
+			Entries:          st.Entries,
+			NameBytes:        st.NameBytes,
+			RejectedPerIP:    s.counters.rejectedPerIP,
+			AuthFailed:       s.counters.authFailed,
+			SessionsRefused:  s.counters.sessionsRefused,
+			IdleClosed:       s.counters.idleClosed,
+			Forbidden:        s.counters.forbidden,
+			ServerFull:       s.counters.serverFull,
+			RateLimited:      s.counters.rateLimited,
+			MaxConns:         s.cfg.MaxConns,
+			MaxConnsPerIP:    s.cfg.MaxConnsPerIP,
+			MaxSessions:      s.cfg.MaxSessions,
+			IdleTimeoutMs:    max(s.cfg.IdleTimeout, 0).Milliseconds(),
+			MaxLocks:         s.cfg.MaxLocks,
+			MaxEntries:       s.cfg.MaxEntries,
+			MaxNameBytes:     s.cfg.MaxNameBytes,
+			MaxSessionBytes:  s.cfg.MaxSessionBytes,
+			MaxLocksPerSess:  s.cfg.MaxLocksPerSession,
+			StatusRatePerSec: s.cfg.StatusRate,
+		},
+	}
+	if s.quietUntil > tx.Now() {
+		doc.QuietUntil = (s.quietUntil + int64(time.Millisecond) - 1) / int64(time.Millisecond) // rounded up
+	}
+	if !detail {
+		return doc
 	}
 	limit := s.cfg.StatusLimit
 	for _, sess := range s.sessions {
 		if sess.c == nil {
 			continue
 		}
-		doc.SocketCount++
 		if len(doc.Sockets) >= limit {
 			doc.Truncated = true
-			continue
+			break
 		}
 		doc.Sockets[sess.hash] = mlock.StatusSocket{
 			Address:  sess.c.remote,
@@ -78,8 +107,8 @@ func (s *Server) status(tx *core.Tx) *mlock.Status {
 			LastLive: (nowT.UnixNano() - sess.c.lastLive.Load()) / int64(time.Millisecond),
 		}
 	}
-	tx.Queues("", limit, func(q core.QueueInfo) bool {
-		doc.Queues[q.Resource] = len(q.Entries)
+	tx.QueuesPage("", "", limit, limit, func(q core.QueueInfo) bool {
+		doc.Queues[q.Resource] = q.Len
 		return true
 	})
 	tx.Locks(limit, func(li core.LockInfo) bool {
@@ -95,48 +124,56 @@ func (s *Server) status(tx *core.Tx) *mlock.Status {
 	if st.Queues > limit || st.Live > limit {
 		doc.Truncated = true
 	}
-	if s.quietUntil > tx.Now() {
-		doc.QuietUntil = (s.quietUntil + int64(time.Millisecond) - 1) / int64(time.Millisecond) // rounded up
-	}
 	return doc
 }
 
-func (s *Server) statusJSON(tx *core.Tx) []byte {
-	b, err := json.Marshal(s.status(tx))
+func (s *Server) statusJSON(tx *core.Tx, detail bool) []byte {
+	b, err := json.Marshal(s.status(tx, detail))
 	if err != nil {
 		return []byte("{}")
 	}
 	return b
 }
 
-func (s *Server) locksJSON(tx *core.Tx, prefix string) []byte {
+// locksJSON builds one page of the locks listing for principal p: at most
+// limit queues and StatusLimit entries in all. Entries of other principals
+// are shown without owner, token, lock or session unless p administers.
+func (s *Server) locksJSON(tx *core.Tx, p *auth.Principal, prefix, after string, limit int) []byte {
 	now := tx.Now()
 	doc := mlock.Locks{Queues: []mlock.LocksQueue{}}
-	limit := s.cfg.StatusLimit
-	tx.Queues(prefix, limit+1, func(q core.QueueInfo) bool {
-		if len(doc.Queues) == limit {
+	doc.Next = tx.QueuesPage(prefix, after, limit, s.cfg.StatusLimit, func(q core.QueueInfo) bool {
+		lq := mlock.LocksQueue{Resource: q.Resource, Length: q.Len, Entries: make([]mlock.LocksEntry, 0, len(q.Entries))}
+		if len(q.Entries) < q.Len {
 			doc.Truncated = true
-			return false
 		}
-		lq := mlock.LocksQueue{Resource: q.Resource, Entries: make([]mlock.LocksEntry, 0, len(q.Entries))}
 		for i, e := range q.Entries {
-			le := mlock.LocksEntry{Lock: e.ID.Short(), Owner: e.Owner, Position: i,
-				AgeMs: (now - e.Created) / int64(time.Millisecond), State: "waiting"}
-			if sess := s.sessions[e.Session]; sess != nil {
-				le.Session = sess.hash
-			}
+			le := mlock.LocksEntry{Position: i, AgeMs: (now - e.Created) / int64(time.Millisecond), State: "waiting"}
 			left := (e.Deadline - now) / int64(time.Millisecond)
 			if e.Granted {
-				le.State, le.Token, le.TTLLeftMs = "held", e.Token, &left
+				le.State, le.TTLLeftMs = "held", &left
 			} else if e.Deadline != 0 {
 				le.TimeoutLeftMs = &left
+			}
+			principal, _ := unscope(e.Session)
+			if p.Admin || principal == p.Name {
+				_, le.Owner = unscope(e.Owner)
+				le.Lock = e.ID.Short()
+				if e.Granted {
+					le.Token = e.Token
+				}
+				if sess := s.sessions[e.Session]; sess != nil {
+					le.Session = sess.hash
+				}
+				if p.Admin {
+					le.Principal = principal
+				}
 			}
 			lq.Entries = append(lq.Entries, le)
 		}
 		doc.Queues = append(doc.Queues, lq)
 		return true
 	})
-	slices.SortFunc(doc.Queues, func(a, b mlock.LocksQueue) int { return strings.Compare(a.Resource, b.Resource) })
+	doc.Truncated = doc.Truncated || doc.Next != ""
 	b, err := json.Marshal(doc)
 	if err != nil {
 		return []byte("{}")
@@ -146,9 +183,9 @@ func (s *Server) locksJSON(tx *core.Tx, prefix string) []byte {
 
 // statusText renders the status as the original's plain text: "key: value"
 // lines, nested objects indented by two spaces.
-func (s *Server) statusText(tx *core.Tx) []byte {
+func (s *Server) statusText(tx *core.Tx, detail bool) []byte {
 	var out bytes.Buffer
-	dec := json.NewDecoder(bytes.NewReader(s.statusJSON(tx)))
+	dec := json.NewDecoder(bytes.NewReader(s.statusJSON(tx, detail)))
 	dec.UseNumber()
 	var obj func(indent string)
 	obj = func(indent string) {

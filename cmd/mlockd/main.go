@@ -63,7 +63,21 @@ func run(args []string, stderr *os.File) error {
 	fs := flag.NewFlagSet("mlockd", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var cfg server.Config
-	fs.StringVar(&cfg.Addr, "listen", server.DefaultAddr, "TCP address to listen on; listening beyond loopback is an explicit choice")
+	fs.StringVar(&cfg.Addr, "listen", server.DefaultAddr, "TCP address to listen on; beyond loopback it needs credentials (--auth-file or --tls-client-ca) or --insecure")
+	fs.StringVar(&cfg.AuthFile, "auth-file", "", "auth file: principals, hashed tokens and rights (see docs/security.md); reloaded on SIGHUP. Without it: protected mode, loopback clients only")
+	fs.BoolVar(&cfg.Insecure, "insecure", false, "without credentials, accept clients from any address anyway (anyone who reaches the server can take, release and list every lock)")
+	fs.StringVar(&cfg.TLSCertFile, "tls-cert", "", "TLS certificate file (PEM): every connection speaks TLS 1.2+; reloaded on SIGHUP")
+	fs.StringVar(&cfg.TLSKeyFile, "tls-key", "", "TLS private key file (PEM), with --tls-cert")
+	fs.StringVar(&cfg.TLSClientCAFile, "tls-client-ca", "", "CA file (PEM) verifying client certificates (mTLS); a verified certificate's name is the client's principal")
+	fs.IntVar(&cfg.MaxConnsPerIP, "max-conns-per-ip", server.DefaultMaxConnsPerIP, "most simultaneous connections from one IP address")
+	fs.IntVar(&cfg.MaxSessions, "max-sessions", server.DefaultMaxSessions, "most sessions, connected or in their grace period")
+	idle := optDuration{}
+	fs.Var(&idle, "idle-timeout", "close a connection that sent nothing for this `duration` after its handshake (default 1m0s; 0: never)")
+	fs.IntVar(&cfg.MaxLocks, "max-locks", server.DefaultMaxLocks, "most live requests (held and waiting) in the whole server (-1: no limit)")
+	fs.IntVar(&cfg.MaxEntries, "max-entries", server.DefaultMaxEntries, "most queue entries in the whole server; a request on k resources is k entries (-1: no limit)")
+	fs.IntVar(&cfg.MaxNameBytes, "max-name-bytes", server.DefaultMaxNameBytes, "most bytes of resource and owner names held by the whole server (-1: no limit)")
+	fs.IntVar(&cfg.MaxSessionBytes, "max-session-bytes", server.DefaultMaxSessionBytes, "most bytes of resource and owner names held by one session (-1: no limit)")
+	fs.IntVar(&cfg.StatusRate, "status-rate", server.DefaultStatusRate, "detailed status and locks listings per second, server-wide (-1: no limit)")
 	fs.DurationVar(&cfg.SessionGrace, "session-grace", server.DefaultSessionGrace, "how long a disconnected session keeps its locks; announced to clients, which believe a lock for at most this long after their last answer (negative: dropped at once and announced as 0, so a client that follows the safety rule cannot hold a lock across any silence; use a positive grace)")
 	fs.DurationVar(&cfg.DefaultTTL, "default-ttl", server.DefaultTTL, "lease of a lock sent without a ttl")
 	fs.DurationVar(&cfg.AuthTimeout, "auth-timeout", server.DefaultAuthTimeout, "time a new connection has to send connect")
@@ -119,6 +133,9 @@ func run(args []string, stderr *os.File) error {
 	if shutdownWait.set {
 		cfg.ShutdownWait = shutdownWait.off()
 	}
+	if idle.set {
+		cfg.IdleTimeout = idle.off()
+	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
 		return fmt.Errorf("--log-level: %w", err)
@@ -151,12 +168,27 @@ func run(args []string, stderr *os.File) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.ListenAndServe() }()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
+wait:
+	for {
+		select {
+		case err := <-errc:
+			srv.Shutdown(context.Background()) // releases the data directory
+			return err
+		case <-hup:
+			// A service manager's reload: read the auth file and the TLS
+			// certificate again; never die on it.
+			cfg.Logger.Info("SIGHUP: reloading")
+			if err := srv.Reload(); err != nil {
+				cfg.Logger.Error("reload failed; keeping the previous configuration", "err", err)
+			}
+		case <-ctx.Done():
+			break wait
+		}
 	}
 	cfg.Logger.Info("shutting down")
 	sctx, cancel := context.WithTimeout(context.Background(), *shutdownTimeout)

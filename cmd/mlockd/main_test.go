@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mlock-dev/mlock/internal/auth"
 	"github.com/mlock-dev/mlock/internal/protocol"
 )
 
@@ -315,4 +316,104 @@ func TestCrashQuietKeepsTheCrashedRunsPeriod(t *testing.T) {
 	if q.Before(t0.Add(4*time.Second)) || q.After(time.Now().Add(6*time.Second)) {
 		t.Fatalf("quietUntil %v (in %v), want about 5 s after the restart", q, time.Until(q))
 	}
+}
+
+// TestSIGHUPReloadsTheAuthFile: SIGHUP neither kills mlockd nor drops a
+// lock; it reloads the auth file, so a principal added to it can connect,
+// and a bad file keeps the previous principals.
+func TestSIGHUPReloadsTheAuthFile(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "auth")
+	tokA, tokB := auth.NewToken(), auth.NewToken()
+	lineA, err := auth.Line("a", tokA, "prefix=a:")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(file, []byte(lineA+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd, addr := mlockd(t, "--data-dir", "none", "--quiet-period", "0", "--auth-file", file)
+	a := dialAuth(t, addr, "sa", "a:"+tokA)
+	a.lockHeld("1", "a:x")
+	if got := connectAuth(t, addr, "sb", "b:"+tokB); got != "error authentication failed!" {
+		t.Fatalf("b before the reload: %q", got)
+	}
+	lineB, err := auth.Line("b", tokB, "prefix=b:")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(file, []byte(lineA+"\n"+lineB+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	// The reload is asynchronous: retry b for a while.
+	deadline := time.Now().Add(5 * time.Second)
+	for connectAuth(t, addr, "sb", "b:"+tokB) != "connected 1.0 new 15000" {
+		if time.Now().After(deadline) {
+			t.Fatal("b still refused after SIGHUP")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// A broken file keeps the principals in force.
+	if err := os.WriteFile(file, []byte("b plaintext-token prefix=b:\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if got := connectAuth(t, addr, "sb2", "b:"+tokB); got != "connected 1.0 new 15000" {
+		t.Fatalf("b after a bad reload: %q", got)
+	}
+	// a's connection and lock lived through both signals.
+	a.send("ping", "p")
+	if got := a.read(); got != "result p success pong" {
+		t.Fatalf("a after SIGHUP: %q", got)
+	}
+}
+
+// TestListenBeyondLoopbackNeedsCredentials: without an auth file or
+// --insecure, mlockd refuses to listen on a non-loopback address, and says
+// what to do.
+func TestListenBeyondLoopbackNeedsCredentials(t *testing.T) {
+	f, err := os.CreateTemp(t.TempDir(), "stderr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	err = run([]string{"--listen", "0.0.0.0:0", "--data-dir", "none", "--quiet-period", "0"}, f)
+	if err == nil || !strings.Contains(err.Error(), "--insecure") || !strings.Contains(err.Error(), "--auth-file") {
+		t.Fatalf("want a refusal naming --auth-file and --insecure, got %v", err)
+	}
+}
+
+// connectAuth connects with credentials and returns the server's answer.
+func connectAuth(t *testing.T, addr, sid, cred string) string {
+	t.Helper()
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	c := &client{t: t, nc: nc, r: bufio.NewReader(nc)}
+	c.send("connect", sid, "1.0", "auth="+cred)
+	return c.read()
+}
+
+// dialAuth connects with credentials and keeps the connection.
+func dialAuth(t *testing.T, addr, sid, cred string) *client {
+	t.Helper()
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	c := &client{t: t, nc: nc, r: bufio.NewReader(nc)}
+	c.send("connect", sid, "1.0", "auth="+cred)
+	if got := c.read(); !strings.HasPrefix(got, "connected 1.0 new ") {
+		t.Fatalf("handshake: %q", got)
+	}
+	return c
 }

@@ -35,6 +35,9 @@ const (
 	CodeInvalidOwner     // "invalid owner!"
 	CodeOwnerConflict    // "owner holds an overlapping lock!"; may be followed by the resource
 	CodeMissingArguments // "missing arguments!"
+	CodeForbidden        // "permission denied!": the principal may not lock the resource or run the command; may be followed by the resource
+	CodeServerFull       // "server is full!": a server-wide limit on locks, queue entries or name bytes
+	CodeRateLimited      // "too many requests, retry later!": status or locks asked too often
 
 	// Connection errors ("error <text>", then the server closes).
 	CodeConnectFirst       // "should connect first!"
@@ -48,6 +51,14 @@ const (
 	CodeTakenOver          // "session taken over by a new connection!"
 	CodeSocketIDTooLong    // "socketId is too long!"
 	CodeShuttingDown       // "server shutting down!": every lock of the session is gone
+	CodeAuthRequired       // "authentication required!": no credentials, and none match the client's address
+	CodeAuthFailed         // "authentication failed!": unknown name, wrong token, or a credential not allowed here
+	CodeAuthNotConfigured  // "authentication is not configured!": credentials sent to a server without an auth file
+	CodeProtectedMode      // "protected mode: only loopback clients are accepted without authentication!"
+	CodeTooManyFromAddr    // "too many connections from this address!"
+	CodeTooManySessions    // "too many sessions!"
+	CodeIdleTimeout        // "idle timeout!": nothing received for the idle timeout
+	CodeTLSRequired        // "TLS required!": a plain client on a TLS listener
 
 	numCodes
 )
@@ -68,6 +79,9 @@ var codeTexts = [numCodes]string{
 	CodeInvalidOwner:       "invalid owner!",
 	CodeOwnerConflict:      "owner holds an overlapping lock!",
 	CodeMissingArguments:   "missing arguments!",
+	CodeForbidden:          "permission denied!",
+	CodeServerFull:         "server is full!",
+	CodeRateLimited:        "too many requests, retry later!",
 	CodeConnectFirst:       "should connect first!",
 	CodeDuplicateConnect:   "duplicate connect!",
 	CodeSocketIDRequired:   "socketId is required!",
@@ -79,6 +93,14 @@ var codeTexts = [numCodes]string{
 	CodeTakenOver:          "session taken over by a new connection!",
 	CodeSocketIDTooLong:    "socketId is too long!",
 	CodeShuttingDown:       "server shutting down!",
+	CodeAuthRequired:       "authentication required!",
+	CodeAuthFailed:         "authentication failed!",
+	CodeAuthNotConfigured:  "authentication is not configured!",
+	CodeProtectedMode:      "protected mode: only loopback clients are accepted without authentication!",
+	CodeTooManyFromAddr:    "too many connections from this address!",
+	CodeTooManySessions:    "too many sessions!",
+	CodeIdleTimeout:        "idle timeout!",
+	CodeTLSRequired:        "TLS required!",
 }
 
 // Text returns the code's wire text; "" for CodeUnknown.
@@ -119,7 +141,7 @@ var codeOf = func() map[string]Code {
 // HasDetail reports whether a failure with this code may carry a detail
 // (the resource that is busy or conflicting) after its text. Only the
 // extension reasons do: 1.0 clients compare "can not tolerate!" whole.
-func (c Code) HasDetail() bool { return c == CodeBusy || c == CodeOwnerConflict }
+func (c Code) HasDetail() bool { return c == CodeBusy || c == CodeOwnerConflict || c == CodeForbidden }
 
 // Class is what a client does with a failure: which error type it reports.
 type Class uint8
@@ -166,6 +188,7 @@ var engineCodes = [...]struct {
 	{core.ErrQueueFull, CodeQueueFull},
 	{core.ErrSessionLimit, CodeSessionLimit},
 	{core.ErrNotGranted, CodeNotLockedYet},
+	{core.ErrServerFull, CodeServerFull},
 }
 
 // EngineCode returns the code of an engine (or core) error: the sentinel

@@ -7,7 +7,7 @@ type Verb uint8
 
 // The commands: the original protocol's (connect, lock, extend, unlock,
 // ping, status) and the extensions (trylock, locks, release, releaseall,
-// renew, bye), which a 1.0 client never sends. docs/protocol.md specifies each.
+// renew, bye, evict), which a 1.0 client never sends. docs/protocol.md specifies each.
 const (
 	VerbConnect    Verb = iota + 1 // connect <socketId> <apiVersion>
 	VerbLock                       // lock <req> <resources> <ttl> <timeout> <tolerate> [<owner>]
@@ -21,6 +21,7 @@ const (
 	VerbReleaseAll                 // releaseall <req> <owner>
 	VerbRenew                      // renew <req> <owner> <resources> <ttl>
 	VerbBye                        // bye <req>: the client heard "server shutting down!" and dropped its locks
+	VerbEvict                      // evict <req> <resources>: (admin) release the holders of resources, whoever they are
 	numVerbs
 )
 
@@ -28,6 +29,7 @@ var verbNames = [numVerbs]string{
 	VerbConnect: "connect", VerbLock: "lock", VerbTryLock: "trylock", VerbExtend: "extend",
 	VerbUnlock: "unlock", VerbPing: "ping", VerbStatus: "status", VerbLocks: "locks",
 	VerbRelease: "release", VerbReleaseAll: "releaseall", VerbRenew: "renew", VerbBye: "bye",
+	VerbEvict: "evict",
 }
 
 // String returns the command word as sent (lowercase); "" for a Verb that
@@ -77,6 +79,8 @@ func ParseVerb(b []byte) (Verb, bool) {
 		return VerbRenew, true
 	case "bye":
 		return VerbBye, true
+	case "evict":
+		return VerbEvict, true
 	}
 	return 0, false
 }

@@ -1,0 +1,261 @@
+package server
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/mlock-dev/mlock/internal/auth"
+	"github.com/mlock-dev/mlock/internal/core"
+	"github.com/mlock-dev/mlock/internal/protocol"
+)
+
+// Principals and isolation.
+//
+// Every session belongs to one principal, fixed at connect. The engine
+// knows nothing of principals: the server scopes the names it hands the
+// engine. A session's engine id is the principal's name, a NUL byte and the
+// socketId; an owner is scoped the same way (the engine refuses a space in
+// an owner, so the separator cannot be the wire's). A principal's name has
+// no NUL, and a name is split at its first NUL, so two principals never
+// share a session or an owner, and a principal reaches another's locks
+// neither by owner (release, releaseall, renew, re-entry) nor by socketId.
+// Lock ids, which are secrets, are checked too: a lock of another principal
+// "does not exist". Without credentials configured there is one principal,
+// anonymous (the empty name, every right), and names are not scoped at all
+// (an owner with a NUL byte is refused; a socketId with one only confuses
+// its own session).
+
+// anyone is the anonymous principal of a server without credentials: it may
+// lock anything and administer.
+var anyone = auth.Anonymous()
+
+// scopeSep separates a principal's name from a name it uses.
+const scopeSep = "\x00"
+
+// scope returns the engine name of a session id or owner of principal p.
+func scope(p *auth.Principal, name string) string {
+	if p.Name == "" {
+		return name
+	}
+	return p.Name + scopeSep + name
+}
+
+// unscope splits an engine name into its principal's name and the name the
+// principal knows.
+func unscope(name string) (principal, rest string) {
+	if i := strings.Index(name, scopeSep); i >= 0 {
+		return name[:i], name[i+1:]
+	}
+	return "", name
+}
+
+// credentialed reports whether the server has credentials configured: an
+// auth file or client certificates. Without, it is in protected mode
+// unless Config.Insecure.
+func (s *Server) credentialed() bool {
+	return s.cfg.AuthFile != "" || s.cfg.TLSClientCAFile != ""
+}
+
+// protectedRefuses reports whether protected mode refuses a client at ip
+// that has no credentials: no auth file, not Insecure, not loopback. With
+// an auth file the principals decide instead.
+func (s *Server) protectedRefuses(ip netip.Addr) bool {
+	return s.auth.Load() == nil && !s.cfg.Insecure && ip.IsValid() && !ip.Unmap().IsLoopback()
+}
+
+// principalFor decides who a connect is: by token (cred, "name:token"), by
+// verified client certificate, by address, or anonymous. It returns the
+// code of the connection error otherwise. It runs in a core batch.
+func (s *Server) principalFor(c *conn, cred []byte, hasCred bool) (*auth.Principal, protocol.Code) {
+	tab := s.auth.Load()
+	switch {
+	case hasCred:
+		if tab == nil {
+			return nil, protocol.CodeAuthNotConfigured
+		}
+		name, token, ok := strings.Cut(string(cred), ":")
+		if !ok {
+			return nil, protocol.CodeAuthFailed
+		}
+		p, err := tab.Token(name, token, c.ip)
+		if err != nil {
+			return nil, protocol.CodeAuthFailed
+		}
+		return p, 0
+	case c.certName != "":
+		if tab == nil {
+			if strings.ContainsAny(c.certName, " :|") {
+				return nil, protocol.CodeAuthFailed // not usable as a principal's name
+			}
+			return &auth.Principal{Name: c.certName}, 0
+		}
+		if p, ok := tab.Cert(c.certName); ok {
+			return p, 0
+		}
+		return nil, protocol.CodeAuthFailed
+	case tab != nil:
+		if p, ok := tab.Address(c.ip); ok {
+			return p, 0
+		}
+		return nil, protocol.CodeAuthRequired
+	case s.protectedRefuses(c.ip):
+		return nil, protocol.CodeProtectedMode
+	}
+	return anyone, 0
+}
+
+// authField returns the credential of a connect's extension fields
+// (auth=<name>:<token>), and whether there is one. Other fields are
+// ignored.
+func authField(f [][]byte) ([]byte, bool) {
+	for _, x := range f {
+		if len(x) >= 5 && string(x[:5]) == "auth=" {
+			return x[5:], true
+		}
+	}
+	return nil, false
+}
+
+// Reload reads the auth file and the TLS certificate and key again (mlockd
+// does it on SIGHUP). New connections see the result; established ones keep
+// their principal and their TLS session. On an error nothing changes for
+// that part: a bad auth file keeps the old principals, a bad certificate
+// the old one.
+func (s *Server) Reload() error {
+	var errs []error
+	if s.cfg.AuthFile != "" {
+		if tab, err := s.loadAuth(); err != nil {
+			errs = append(errs, err)
+		} else {
+			s.auth.Store(tab)
+			s.log.Info("auth file reloaded", "path", s.cfg.AuthFile, "principals", tab.Len())
+		}
+	}
+	if s.certs != nil {
+		if err := s.certs.Reload(); err != nil {
+			errs = append(errs, fmt.Errorf("server: reloading the TLS certificate: %w", err))
+		} else {
+			s.log.Info("TLS certificate reloaded", "cert", s.cfg.TLSCertFile)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// loadAuth loads Config.AuthFile and logs its warnings.
+func (s *Server) loadAuth() (*auth.Table, error) {
+	tab, err := auth.Load(s.cfg.AuthFile)
+	if err != nil {
+		return nil, fmt.Errorf("server: auth file: %w", err)
+	}
+	for _, w := range tab.Warnings() {
+		s.log.Warn("auth file: "+w, "path", s.cfg.AuthFile)
+	}
+	return tab, nil
+}
+
+// setupSecurity loads the credentials and TLS configuration in New and logs
+// the mode the server runs in.
+func (s *Server) setupSecurity() error {
+	cfg := &s.cfg
+	if cfg.AuthFile != "" {
+		tab, err := s.loadAuth()
+		if err != nil {
+			return err
+		}
+		s.auth.Store(tab)
+	}
+	if cfg.TLSCertFile != "" {
+		tc, certs, err := auth.ServerConfig(cfg.TLSCertFile, cfg.TLSKeyFile, cfg.TLSClientCAFile)
+		if err != nil {
+			return fmt.Errorf("server: TLS: %w", err)
+		}
+		s.tlsConf, s.certs = tc, certs
+	}
+	switch {
+	case s.credentialed():
+		s.log.Info("authentication on", "auth-file", cfg.AuthFile, "client-certificates", cfg.TLSClientCAFile != "",
+			"tls", s.tlsConf != nil)
+	case cfg.Insecure:
+		s.log.Warn("insecure: no credentials configured and clients are accepted from any address; anyone who reaches the server can take, release and list every lock")
+	default:
+		s.log.Info("protected mode: no credentials configured, so only clients on loopback are accepted (configure an auth file, or --insecure)")
+	}
+	return nil
+}
+
+// checkListener refuses to serve a listener beyond loopback without
+// credentials, unless Config.Insecure.
+func (s *Server) checkListener(addr net.Addr) error {
+	if s.credentialed() || s.cfg.Insecure {
+		return nil
+	}
+	ta, ok := addr.(*net.TCPAddr)
+	if !ok {
+		return nil // not TCP (a test's pipe, a unix socket): reachable locally only
+	}
+	if ip, ok := netip.AddrFromSlice(ta.IP); ok && ip.Unmap().IsLoopback() {
+		return nil
+	}
+	return fmt.Errorf("server: listening on %s without credentials: configure an auth file (--auth-file) or client certificates, or accept the risk with --insecure", addr)
+}
+
+// remoteIP returns the IP of a connection's peer, the zero Addr if it has
+// none: a connection that is not TCP (a unix socket, an in-process pipe) is
+// local, and no per-address limit or rule applies to it.
+func remoteIP(nc net.Conn) netip.Addr {
+	if ta, ok := nc.RemoteAddr().(*net.TCPAddr); ok {
+		if ip, ok := netip.AddrFromSlice(ta.IP); ok {
+			return ip.Unmap()
+		}
+	}
+	return netip.Addr{}
+}
+
+// handshake runs the TLS handshake of c, bounded by the auth timeout, and
+// records the name of a verified client certificate. A client that does
+// not speak TLS is told so in clear text.
+func (c *conn) handshake(tc *tls.Conn) error {
+	s := c.srv
+	_ = tc.SetDeadline(time.Now().Add(s.cfg.AuthTimeout))
+	err := tc.Handshake()
+	if err != nil {
+		var rh tls.RecordHeaderError
+		if errors.As(err, &rh) && rh.Conn != nil {
+			_ = rh.Conn.SetWriteDeadline(time.Now().Add(time.Second))
+			_, _ = rh.Conn.Write(protocol.AppendError(nil, protocol.CodeTLSRequired))
+		}
+		s.log.Debug("TLS handshake failed", "remote", c.remote, "err", err)
+		return err
+	}
+	_ = tc.SetWriteDeadline(time.Time{})
+	c.certName = auth.VerifiedName(tc.ConnectionState())
+	return nil
+}
+
+// allowListing takes one token of the detailed status and locks rate. It
+// runs in a core batch.
+func (s *Server) allowListing(tx *core.Tx) bool {
+	rate := s.cfg.StatusRate
+	if rate >= int(^uint(0)>>1) {
+		return true
+	}
+	b := &s.bucket
+	now := tx.Now()
+	if b.last == 0 {
+		b.tokens = float64(rate)
+	} else if now > b.last {
+		b.tokens = min(float64(rate), b.tokens+float64(now-b.last)/float64(time.Second)*float64(rate))
+	}
+	b.last = now
+	if b.tokens < 1 {
+		s.counters.rateLimited++
+		return false
+	}
+	b.tokens--
+	return true
+}
