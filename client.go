@@ -15,10 +15,11 @@ import (
 )
 
 // Client talks to one mlockd server. Create it with New or NewClient; it is
-// safe for concurrent use. Every Client of the same address (host:port)
-// shares one session: one socketId, one connection that reconnects by
-// itself, and the calls and locks in flight on it. The session closes with
-// the last Client of its address.
+// safe for concurrent use. Every Client of the same address (host:port),
+// credentials (Options.Name, Options.Token) and TLS settings shares one
+// session: one socketId, one connection that reconnects by itself, and the
+// calls and locks in flight on it. The session closes with the last Client
+// that shares it.
 type Client struct {
 	opts      Options
 	s         *session
@@ -61,7 +62,9 @@ func New(uri string) (*Client, error) {
 }
 
 // NewClient returns a Client configured by o. It does not wait for the
-// connection: calls wait for it (at most Options.DialTimeout).
+// connection: calls wait for it (at most Options.DialTimeout), and fail at
+// once while the server refuses it (see the package documentation,
+// "Credentials and TLS").
 func NewClient(o Options) (*Client, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
@@ -393,20 +396,51 @@ func (c *Client) Status(ctx context.Context) (*Status, error) {
 }
 
 // Locks lists the holders and waiters of the resources whose names start
-// with prefix (the Client's prefix is put first). A connection error is
-// retried once.
+// with prefix (the Client's prefix is put first): the first page, as long
+// as the server allows (its --status-limit); Locks.Next is set when there
+// is more (see LocksPage). A server with authentication shows a principal
+// that does not administer only the resources it may lock, and other
+// principals' entries without owner, session, lock or token. A connection
+// error is retried once.
 func (c *Client) Locks(ctx context.Context, prefix string) (*Locks, error) {
+	return c.LocksPage(ctx, prefix, 0, "")
+}
+
+// noPrefix stands for the empty prefix in a locks command that gives a
+// limit or a cursor: no resource name contains '|'.
+const noPrefix = "|"
+
+// LocksPage is Locks for one page: at most limit resources (0: as many as
+// the server allows) whose names, after the prefix, sort after the resource
+// after ("": from the first). When there are more, the answer's Next is
+// set: pass it as after to get the next page. A connection error is
+// retried once.
+func (c *Client) LocksPage(ctx context.Context, prefix string, limit int, after string) (*Locks, error) {
 	prefix = c.opts.Prefix + prefix
-	if strings.ContainsAny(prefix, " |") {
+	switch {
+	case strings.ContainsAny(prefix, " |"):
 		return nil, &Error{Type: TypeRequest, Msg: "invalid prefix " + strconv.Quote(prefix)}
+	case limit < 0:
+		return nil, &Error{Type: TypeRequest, Msg: "negative limit"}
+	case after != "" && core.CheckName(after, 0) != nil:
+		return nil, &Error{Type: TypeRequest, Msg: "invalid resource " + strconv.Quote(after)}
 	}
-	var r reply
-	var err *Error
-	if prefix != "" {
-		r, err = c.s.retry(ctx, protocol.VerbLocks, prefix)
-	} else {
-		r, err = c.s.retry(ctx, protocol.VerbLocks)
+	// locks <req> [<prefix> [<limit> [<after>]]]
+	var args [3]string
+	n := 0
+	if prefix != "" || limit > 0 || after != "" {
+		args[0], n = prefix, 1
+		if prefix == "" {
+			args[0] = noPrefix
+		}
 	}
+	if limit > 0 || after != "" {
+		args[1], n = strconv.Itoa(limit), 2
+	}
+	if after != "" {
+		args[2], n = after, 3
+	}
+	r, err := c.s.retry(ctx, protocol.VerbLocks, args[:n]...)
 	if err != nil {
 		return nil, err
 	}
@@ -415,4 +449,24 @@ func (c *Client) Locks(ctx context.Context, prefix string) (*Locks, error) {
 		return nil, &Error{Type: TypeRequest, Msg: "invalid locks listing", Err: err}
 	}
 	return &ls, nil
+}
+
+// Evict releases the granted lock holding each resource of "a|b" (prefix
+// applied), whoever holds it, and returns how many locks it released. A
+// lock of several resources is released whole; its holder is told at once
+// (its Lock is lost: Type lost, ErrReleased). Waiting requests are
+// untouched. Only an administrator may evict: for others the server
+// answers an Error of Type request wrapping ErrForbidden. It is not retried
+// after a connection error (the resources may have been granted anew).
+func (c *Client) Evict(ctx context.Context, resources string) (int, error) {
+	var one [1]string
+	res, err := c.join(splitNames(resources, &one))
+	if err != nil {
+		return 0, err
+	}
+	r, rerr := c.s.roundTrip(ctx, nil, protocol.VerbEvict, res)
+	if rerr != nil {
+		return 0, rerr
+	}
+	return int(r.n), nil
 }

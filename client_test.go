@@ -169,6 +169,10 @@ func waitQueue(t *testing.T, c *mlock.Client, resource string, n int) {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		ls, err := c.Locks(context.Background(), resource)
+		if errors.Is(err, mlock.ErrRateLimited) {
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
 		if err != nil {
 			t.Fatal(err)
 		}

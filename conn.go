@@ -3,6 +3,7 @@ package mlock
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -34,9 +35,9 @@ func (s *session) run() {
 			return
 		default:
 		}
-		nc, r, h, err := s.dial()
+		c, err := s.dial()
 		if err == nil {
-			if !s.serve(nc, r, h) {
+			if !s.serve(c) {
 				s.backoff = 0
 				continue
 			}
@@ -44,6 +45,11 @@ func (s *session) run() {
 			err = errShuttingDown
 		}
 		s.backoff = min(max(2*s.backoff, 50*time.Millisecond), s.opts.MaxBackoff)
+		if err != errShuttingDown && s.dialFailed(err) {
+			// Refused: retrying soon will not help, but the server's
+			// configuration may change.
+			s.backoff = s.opts.MaxBackoff
+		}
 		wait := time.Duration(float64(s.backoff) * (0.5 + rand.Float64()/2))
 		s.log.Warn("mlock: connecting failed; retrying", "err", err, "in", wait)
 		select {
@@ -64,47 +70,102 @@ type hello struct {
 	sent    time.Duration // when connect was sent
 }
 
-// dial connects and identifies the session.
-func (s *session) dial() (net.Conn, *bufio.Reader, hello, error) {
+// link is one connection to the server, handshake done.
+type link struct {
+	nc  net.Conn // reads and writes: the TLS connection over tcp, or tcp
+	tcp net.Conn // closing it breaks nc at once, whatever blocks on it
+	r   *bufio.Reader
+	h   hello
+}
+
+// dial connects, speaks TLS if configured, and identifies the session
+// (and its principal, with credentials), all within DialTimeout. A refusal
+// by the server (its "error <text>" answer to connect) is an Error (see
+// refusal); so are TLS failures (see handshakeError).
+func (s *session) dial() (link, error) {
 	d := net.Dialer{Timeout: s.opts.DialTimeout, KeepAlive: 15 * time.Second}
 	ctx, cancel := context.WithTimeout(s.ctx, s.opts.DialTimeout)
 	defer cancel()
-	nc, err := d.DialContext(ctx, "tcp", s.addr)
+	tcp, err := d.DialContext(ctx, "tcp", s.addr)
 	if err != nil {
-		return nil, nil, hello{}, err
+		return link{}, err
 	}
-	_ = nc.SetDeadline(time.Now().Add(s.opts.DialTimeout))
+	_ = tcp.SetDeadline(time.Now().Add(s.opts.DialTimeout))
 	// The last Client's Close ends a handshake under way at once.
-	unhook := context.AfterFunc(s.ctx, func() { _ = nc.SetDeadline(time.Now()) })
+	unhook := context.AfterFunc(s.ctx, func() { _ = tcp.SetDeadline(time.Now()) })
 	defer unhook()
+	nc := tcp
+	if s.tls != nil {
+		tc := tls.Client(tcp, s.tls)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			tcp.Close()
+			if s.ctx.Err() != nil {
+				return link{}, s.ctx.Err()
+			}
+			return link{}, handshakeError(s.addr, err)
+		}
+		nc = tc
+	}
 	sent := monoNow()
-	if _, err := nc.Write(protocol.AppendCommand(nil, protocol.VerbConnect, s.sid, "1.0")); err != nil {
-		nc.Close()
-		return nil, nil, hello{}, err
+	args := [2]string{"1.0"}
+	n := 1
+	if s.opts.Name != "" {
+		args[1] = "auth=" + s.opts.Name + ":" + string(s.opts.Token)
+		n = 2
+	}
+	if _, err := nc.Write(protocol.AppendCommand(nil, protocol.VerbConnect, s.sid, args[:n]...)); err != nil {
+		tcp.Close()
+		return link{}, err
 	}
 	r := bufio.NewReaderSize(nc, 32<<10)
-	p, err := protocol.ReadFrame(r, nil, protocol.MaxFrameLimit)
 	var m protocol.Message
-	if err == nil {
-		if m, err = protocol.ParseMessage(p); err == nil && m.Kind != protocol.MsgConnected {
-			err = fmt.Errorf("server answered %q", p)
+	if s.tls == nil && looksLikeTLS(r) {
+		err = &Error{Type: TypeConnection, Msg: "the server " + s.addr + " speaks TLS: use mlocks:// or Options.TLS", Err: ErrTLS, fatal: true}
+	} else {
+		var p []byte
+		p, err = protocol.ReadFrame(r, nil, protocol.MaxFrameLimit)
+		if err == nil {
+			m, err = protocol.ParseMessage(p)
+			switch {
+			case err != nil:
+			case m.Kind == protocol.MsgError && m.Code != protocol.CodeShuttingDown:
+				err = refusal(&m)
+			case m.Kind != protocol.MsgConnected:
+				err = fmt.Errorf("server answered %q", p)
+			}
+		} else if s.tls != nil {
+			var oe *net.OpError
+			if errors.As(err, &oe) && oe.Op == "remote error" {
+				// TLS 1.3: the server checks the client's certificate
+				// after the client's side of the handshake is done.
+				err = handshakeError(s.addr, err)
+			}
 		}
 	}
 	if err != nil {
-		nc.Close()
-		return nil, nil, hello{}, err
+		tcp.Close()
+		return link{}, err
 	}
 	if !unhook() {
-		nc.Close() // closing: the deadline may have been set
-		return nil, nil, hello{}, s.ctx.Err()
+		tcp.Close() // closing: the deadline may have been set
+		return link{}, s.ctx.Err()
 	}
-	_ = nc.SetDeadline(time.Time{})
-	return nc, r, hello{resumed: m.Resumed, graceMs: m.GraceMs, sent: sent}, nil
+	_ = tcp.SetDeadline(time.Time{})
+	return link{nc: nc, tcp: tcp, r: r, h: hello{resumed: m.Resumed, graceMs: m.GraceMs, sent: sent}}, nil
+}
+
+// looksLikeTLS reports whether the server's first bytes are a TLS record
+// (an alert or a handshake, version 3.x) rather than a frame, whose first
+// byte is 0: a TLS server that does not answer plain clients in clear text.
+func looksLikeTLS(r *bufio.Reader) bool {
+	b, err := r.Peek(3)
+	return err == nil && (b[0] == 0x15 || b[0] == 0x16) && b[1] == 3 && b[2] <= 4
 }
 
 // serve runs one TCP connection until it breaks or the session shuts down.
 // It reports whether the server said it is shutting down.
-func (s *session) serve(nc net.Conn, r *bufio.Reader, h hello) (bye bool) {
+func (s *session) serve(c link) (bye bool) {
+	nc, r, h := c.nc, c.r, c.h
 	box := protocol.NewOutbox(maxPending)
 	// The last Client's Close bounds a write blocked on a server that reads
 	// nothing (the writer notices the session's end only between writes):
@@ -130,7 +191,8 @@ func (s *session) serve(nc net.Conn, r *bufio.Reader, h hello) (bye bool) {
 	} else {
 		s.lastAck = max(s.lastAck, h.sent)
 	}
-	s.box, s.nc = box, nc
+	s.box, s.nc = box, c.tcp
+	s.refused = nil
 	switch {
 	case s.everUp && !h.resumed:
 		s.newSessionLocked(monoNow())
@@ -148,8 +210,8 @@ func (s *session) serve(nc net.Conn, r *bufio.Reader, h hello) (bye bool) {
 	cctx, ccancel := context.WithCancel(s.ctx)
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go s.writeLoop(nc, box, stop, &wg)
-	go s.pingLoop(cctx, nc, stop, &wg)
+	go s.writeLoop(c, box, stop, &wg)
+	go s.pingLoop(cctx, c.tcp, stop, &wg)
 	s.kick() // requests asked again on this session
 	try, _ := tryWriter(nc)
 	var err error
@@ -167,7 +229,7 @@ func (s *session) serve(nc net.Conn, r *bufio.Reader, h hello) (bye bool) {
 			buf = p[:0] // a large frame's buffer, kept for the next one
 		}
 		if !frameBuffered(r) {
-			s.endBatch(nc, box, try)
+			s.endBatch(c.tcp, box, try)
 		}
 	}
 	if bye {
@@ -185,7 +247,8 @@ func (s *session) serve(nc net.Conn, r *bufio.Reader, h hello) (bye bool) {
 	if bye {
 		wg.Wait() // a flush under way ends (at the write deadline at worst)
 	}
-	nc.Close()
+	// The raw connection: a TLS close_notify could block on a full socket.
+	c.tcp.Close()
 	wg.Wait()
 
 	s.mu.Lock()
@@ -275,8 +338,9 @@ func (s *session) shutdown() {
 
 // writeLoop writes the queued commands, gathering those of concurrent
 // callers into one write, and flushes on shutdown.
-func (s *session) writeLoop(nc net.Conn, box *protocol.Outbox, stop chan struct{}, wg *sync.WaitGroup) {
+func (s *session) writeLoop(c link, box *protocol.Outbox, stop chan struct{}, wg *sync.WaitGroup) {
 	defer wg.Done()
+	nc := c.nc
 	for {
 		select {
 		case <-s.wake:
@@ -284,7 +348,7 @@ func (s *session) writeLoop(nc net.Conn, box *protocol.Outbox, stop chan struct{
 			// commands first: they go out in the same write.
 			runtime.Gosched()
 			if _, err := box.Flush(nc); err != nil {
-				nc.Close()
+				c.tcp.Close()
 				return
 			}
 		case <-stop:
@@ -455,7 +519,7 @@ func (s *session) resultLocked(m *protocol.Message) {
 		l.wait = cl
 		s.keepAliveLocked(s.keepSpanLocked(l)) // the session must stay up for it
 		return
-	case protocol.VerbExtend, protocol.VerbReleaseAll:
+	case protocol.VerbExtend, protocol.VerbReleaseAll, protocol.VerbEvict:
 		r.n, _ = protocol.Int(m.Payload)
 	case protocol.VerbRelease:
 		if string(m.Payload) == "true" {

@@ -16,9 +16,41 @@
 // runs. Every grant carries a fencing token (Lock.Token) that only grows:
 // pass it to the storage you protect and refuse writes with an older one.
 //
+// # Credentials and TLS
+//
+//	c, err := mlock.New("mlocks://orders:" + token + "@locks.example:12340?tls-ca=/etc/mlock/ca.pem")
+//
+//	c, err := mlock.NewClient(mlock.Options{Host: "locks.example",
+//		Name: "orders", Token: mlock.Secret(token),
+//		TLS:  &tls.Config{RootCAs: pool}})
+//
+// A server with authentication knows each client as a principal, by token
+// (Options.Name and Options.Token, or name:token in the URI, percent-encoded
+// like any URI userinfo), by TLS client certificate (tls-cert and tls-key,
+// or Options.TLS.Certificates), or by its address. The credentials go as
+// the fourth word of every connect ("connect <socketId> 1.0
+// auth=<name>:<token>"); the token is a Secret: it formats as
+// "[REDACTED]" and no error or log of this package contains it. Owners,
+// Release, ReleaseAll and Renew act only on the principal's own locks; a
+// principal may lock only the resources its prefixes allow (else an Error
+// of Type request wrapping ErrForbidden, Resource naming the resource), and
+// only an administrator may Evict and list other principals' locks in
+// full. The mlocks:// scheme (or ?tls=1, or Options.TLS) speaks TLS 1.2 or
+// later, verifying the server's certificate against the system's roots or
+// tls-ca, for the host name or tls-server-name. A server refusing the
+// connection is not retried in a tight loop: its "error <text>" answer
+// (authentication required or failed, protected mode, too many
+// connections or sessions), a TLS mismatch (the server requires TLS, or
+// does not speak it) and a certificate that does not verify fail the calls
+// waiting for the connection and the waiting lock requests at once, with an
+// Error of Type connection (errors.Is: ErrAuth, ErrTLS or ErrRefused; Msg
+// is the server's text), and the client retries every Options.MaxBackoff
+// until the server accepts it.
+//
 // # Connections and sessions
 //
-// All Clients of one host:port in a process share one session
+// All Clients of one host:port in a process that use the same credentials
+// and TLS settings share one session
 // (Options.SocketID): a package-level registry hands the same session to
 // every NewClient of an address and ends it with the last Client.Close. The
 // session alone owns the TCP connection, the calls in flight and the
@@ -90,7 +122,9 @@
 // errors.Is(err, mlock.ErrTimeout) and friends, or errors.As. The cause
 // sentinels tell refusals apart: ErrBusy (a try-lock; Error.Resource names
 // the busy resource), ErrOwnerConflict, ErrNotHeld (Renew), ErrExpired,
-// ErrReleased, ErrSessionLost, ErrClosed. A wait given up through its
+// ErrReleased, ErrSessionLost, ErrClosed, ErrForbidden, ErrRateLimited,
+// ErrServerFull; and for a refused
+// connection ErrAuth, ErrTLS, ErrRefused. A wait given up through its
 // context keeps ctx.Err() in the chain.
 //
 // # Caveats

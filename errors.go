@@ -30,7 +30,8 @@ const (
 )
 
 // Error is the error of every client call. Msg is the server's reason
-// (for example "can not tolerate!") or the client's; Resource is the
+// (for example "can not tolerate!", or "authentication failed!" for a
+// refused connection) or the client's; Resource is the
 // resource the server named as busy or conflicting, if it named one; Err,
 // if set, is the cause (a network error, ctx.Err(), or one of the cause
 // sentinels below: ErrBusy, ErrOwnerConflict, ErrNotHeld, ErrClosed, ...).
@@ -44,7 +45,8 @@ type Error struct {
 	Resource string
 	Err      error
 
-	code protocol.Code // the server's reason, if it gave one
+	code  protocol.Code // the server's reason, if it gave one
+	fatal bool          // a failed connection attempt that retrying at once will not cure (see permanent)
 }
 
 // Error returns one line: "mlock: <type> error: <msg> (<resource>): <cause>",
@@ -121,13 +123,53 @@ var (
 	// the server (Type lost).
 	ErrExpired = errors.New("mlock: lock expired")
 	// ErrReleased: the server reported that a held lock was released by its
-	// owner through Release or ReleaseAll, wholly or in part (Type lost).
+	// owner through Release or ReleaseAll, wholly or in part, unlocked by id
+	// from another session, or evicted by an administrator (Type lost).
 	ErrReleased = errors.New("mlock: lock released by its owner")
+	// ErrAuth: the server refused the connection's credentials (Type
+	// connection; Msg is the server's text): "authentication required!"
+	// (it wants credentials: Options.Name and Options.Token, or a client
+	// certificate), "authentication failed!" (unknown name or wrong token),
+	// "authentication is not configured!" (credentials sent to a server
+	// without authentication), or protected mode (a server without
+	// authentication accepts only loopback clients).
+	ErrAuth = errors.New("mlock: authentication refused")
+	// ErrTLS: the TLS settings of the client and the server do not match, or
+	// the TLS handshake failed (Type connection): the server requires TLS
+	// (use mlocks://), does not speak it, presented a certificate the client
+	// does not trust, or refused the client's certificate. For a handshake
+	// failure the error of crypto/tls (or crypto/x509) is in the chain too.
+	ErrTLS = errors.New("mlock: TLS mismatch or handshake failure")
+	// ErrRefused: the server refused the connection for a limit (Type
+	// connection; Msg is the server's text): too many connections (from
+	// this address), too many sessions.
+	ErrRefused = errors.New("mlock: connection refused by the server")
+	// ErrForbidden: the client's principal may not lock that resource (Type
+	// request; Resource names it, when the server does) or run that command
+	// (locks of others, Evict: administrators only).
+	ErrForbidden = errors.New("mlock: permission denied")
+	// ErrRateLimited: the server answers detailed Status and Locks only so
+	// often, server-wide; try again later (Type request).
+	ErrRateLimited = errors.New("mlock: too many requests")
+	// ErrServerFull: a server-wide limit on locks, queue entries or bytes
+	// of names is reached (Type request).
+	ErrServerFull = errors.New("mlock: server is full")
 )
+
+// causeError carries a cause sentinel and the error behind it (a
+// crypto/tls error, say): errors.Is and errors.As see both; it reads as the
+// error.
+type causeError struct {
+	sentinel, err error
+}
+
+func (e *causeError) Error() string   { return e.err.Error() }
+func (e *causeError) Unwrap() []error { return []error{e.sentinel, e.err} }
 
 func sentinel(err error) bool {
 	switch err {
-	case ErrBusy, ErrOwnerConflict, ErrNotHeld, ErrClosed, ErrSessionLost, ErrExpired, ErrReleased:
+	case ErrBusy, ErrOwnerConflict, ErrNotHeld, ErrClosed, ErrSessionLost, ErrExpired, ErrReleased,
+		ErrAuth, ErrTLS, ErrRefused, ErrForbidden, ErrRateLimited, ErrServerFull:
 		return true
 	}
 	return false
@@ -150,10 +192,46 @@ func failure(m *protocol.Message, v protocol.Verb) *Error {
 		e.Err = ErrBusy
 	case protocol.CodeOwnerConflict:
 		e.Err = ErrOwnerConflict
+	case protocol.CodeForbidden:
+		e.Err = ErrForbidden
+	case protocol.CodeRateLimited:
+		e.Err = ErrRateLimited
+	case protocol.CodeServerFull:
+		e.Err = ErrServerFull
 	case protocol.CodeLockNotExist:
 		if v == protocol.VerbRenew {
 			e.Err = ErrNotHeld
 		}
 	}
 	return e
+}
+
+// refusal maps the server's answer "error <text>" to a connect to an Error
+// of Type connection. Every such answer but "server shutting down!" is a
+// refusal that will not change by retrying at once: the session retries at
+// its longest backoff and fails the calls waiting for the connection with
+// it (see session.refusedLocked).
+func refusal(m *protocol.Message) *Error {
+	e := &Error{Type: TypeConnection, Msg: m.Text, code: m.Code, fatal: true}
+	switch m.Code {
+	case protocol.CodeAuthRequired, protocol.CodeAuthFailed, protocol.CodeAuthNotConfigured, protocol.CodeProtectedMode:
+		e.Err = ErrAuth
+	case protocol.CodeTLSRequired:
+		e.Msg = "the server requires TLS (use mlocks:// or Options.TLS): " + m.Text
+		e.Err = ErrTLS
+	case protocol.CodeTooManyConnections, protocol.CodeTooManyFromAddr, protocol.CodeTooManySessions:
+		e.Err = ErrRefused
+	}
+	return e
+}
+
+// permanent returns the Error of a failed connection attempt that
+// retrying at once will not cure: a refusal by the server (see refusal) or
+// a TLS mismatch.
+func permanent(err error) (*Error, bool) {
+	var e *Error
+	if errors.As(err, &e) && e.fatal {
+		return e, true
+	}
+	return nil, false
 }

@@ -2,6 +2,7 @@ package mlock
 
 import (
 	"context"
+	"crypto/tls"
 	"log/slog"
 	"net"
 	"sync"
@@ -10,24 +11,28 @@ import (
 	"github.com/mlock-dev/mlock/internal/protocol"
 )
 
-// registry shares one session per server address between the Clients of a
-// process: NewClient takes a reference, Client.Close drops it, and the last
-// Close ends the session. Lock order: registry.mu before session.mu.
+// registry shares one session per server address, principal and TLS
+// configuration (see shareKey) between the Clients of a process: NewClient
+// takes a reference, Client.Close drops it, and the last Close ends the
+// session. Lock order: registry.mu before session.mu.
 type registry struct {
 	mu sync.Mutex
-	m  map[string]*session // guarded by mu: by address (host lowercased:port)
+	m  map[string]*session // guarded by mu: by shareKey
 }
 
-// sessions is the process's registry: every Client of one address shares
-// its session (one socketId, one TCP connection at a time).
+// sessions is the process's registry: every Client of one address (with
+// the same credentials and TLS settings) shares its session (one socketId,
+// one connection at a time).
 var sessions = &registry{m: map[string]*session{}}
 
-// acquire returns the session for o's address, starting it if needed.
+// acquire returns the session for o's address, credentials and TLS
+// settings, starting it if needed.
 func (r *registry) acquire(o Options) (*session, error) {
+	key := shareKey(&o)
 	addr := o.addr()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if s := r.m[addr]; s != nil {
+	if s := r.m[key]; s != nil {
 		if o.SocketID != "" && o.SocketID != s.sid {
 			return nil, &Error{Type: TypeRequest, Msg: "a client of " + addr + " already uses another socketId"}
 		}
@@ -39,9 +44,16 @@ func (r *registry) acquire(o Options) (*session, error) {
 	sid := o.SocketID
 	if sid == "" {
 		sid = randomID()
+	} else {
+		for _, s := range r.m {
+			if s.addr == addr && s.sid == sid {
+				// Two sessions of one socketId would take each other over.
+				return nil, &Error{Type: TypeRequest, Msg: "a client of " + addr + " with other credentials or TLS settings already uses this socketId"}
+			}
+		}
 	}
-	s := newSession(addr, sid, o)
-	r.m[addr] = s
+	s := newSession(key, addr, sid, o)
+	r.m[key] = s
 	go s.run()
 	return s, nil
 }
@@ -55,7 +67,7 @@ func (r *registry) release(s *session) {
 	last := s.refs == 0
 	if last {
 		s.closed = true
-		delete(r.m, s.addr)
+		delete(r.m, s.key)
 	}
 	s.mu.Unlock()
 	r.mu.Unlock()
@@ -78,9 +90,11 @@ func (r *registry) release(s *session) {
 // go out in one write at the end of its read (see endBatch), the writer
 // sends the others.
 type session struct {
+	key  string // in the registry
 	addr string
 	sid  string
 	opts Options
+	tls  *tls.Config // nil: plain TCP
 	log  *slog.Logger
 
 	mu     sync.Mutex
@@ -93,6 +107,11 @@ type session struct {
 	calls  map[uint64]*call // guarded by mu: waiting for their result, by request id
 	locks  map[string]*Lock // guarded by mu: waiting (id known) and held, by lock id
 	everUp bool             // guarded by mu
+	// The last failed connection attempt, for the calls waiting for the
+	// connection (see waitUp).
+	dialErr error         // guarded by mu: its error
+	refused *Error        // guarded by mu: a refusal (see permanent): calls fail with it at once until a connection succeeds
+	failed  chan struct{} // guarded by mu: closed, and made anew, at each failed attempt
 	// answered is set while the reader hands out the answers of one read:
 	// it writes the commands the callers queue meanwhile itself, once
 	// they have had the chance to run.
@@ -118,11 +137,20 @@ type session struct {
 	cancel context.CancelFunc // ends a dial under way
 }
 
-func newSession(addr, sid string, o Options) *session {
-	s := &session{addr: addr, sid: sid, opts: o, log: o.Logger.With("server", addr), refs: 1,
-		up: make(chan struct{}), calls: map[uint64]*call{}, locks: map[string]*Lock{},
+func newSession(key, addr, sid string, o Options) *session {
+	log := o.Logger.With("server", addr)
+	if o.Name != "" {
+		log = log.With("principal", o.Name)
+	}
+	s := &session{key: key, addr: addr, sid: sid, opts: o, tls: tlsConfig(&o), log: log, refs: 1,
+		up: make(chan struct{}), failed: make(chan struct{}), calls: map[uint64]*call{}, locks: map[string]*Lock{},
 		wake: make(chan struct{}, 1), pingKick: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
+	if o.Token != "" && o.TLS == nil {
+		if ip := net.ParseIP(o.Host); !(o.Host == "localhost" || ip != nil && ip.IsLoopback()) {
+			log.Warn("mlock: the token goes to the server in clear text: use TLS (mlocks://)")
+		}
+	}
 	return s
 }
 
@@ -241,29 +269,70 @@ func (s *session) abandon(cl *call) bool {
 	return false
 }
 
-// waitUp waits until the connection is up, at most DialTimeout.
+// waitUp waits until the connection is up, at most DialTimeout. While the
+// server refuses the connection (see permanent) it fails at once with the
+// refusal.
 func (s *session) waitUp(ctx context.Context) *Error {
+	var t *time.Timer
+	for {
+		s.mu.Lock()
+		up, closed, refused, failed := s.up, s.closed, s.refused, s.failed
+		s.mu.Unlock()
+		if closed {
+			return &Error{Type: TypeConnection, Err: ErrClosed}
+		}
+		select {
+		case <-up:
+			return nil
+		default:
+		}
+		if refused != nil {
+			return refused
+		}
+		if t == nil {
+			t = time.NewTimer(s.opts.DialTimeout)
+			defer t.Stop()
+		}
+		select {
+		case <-up:
+			return nil
+		case <-failed: // a refusal?
+		case <-ctx.Done():
+			return ctxError(ctx)
+		case <-t.C:
+			s.mu.Lock()
+			err := s.dialErr
+			s.mu.Unlock()
+			if e, ok := err.(*Error); ok { // says the address
+				return &Error{Type: TypeConnection, Msg: "server unreachable: " + e.Msg, Err: e.Err}
+			}
+			return &Error{Type: TypeConnection, Msg: "server unreachable: " + s.addr, Err: err}
+		}
+	}
+}
+
+// dialFailed records a failed connection attempt. A refusal (see
+// permanent) fails the calls waiting for the connection, and the lock
+// requests waiting in the server's queues, which the server will not grant
+// to a connection it refuses: their callers would wait forever. Held locks
+// keep their Deadlines. It reports whether err is a refusal.
+func (s *session) dialFailed(err error) bool {
+	e, refused := permanent(err)
 	s.mu.Lock()
-	up, closed := s.up, s.closed
-	s.mu.Unlock()
-	if closed {
-		return &Error{Type: TypeConnection, Err: ErrClosed}
+	defer s.mu.Unlock()
+	s.dialErr = err
+	if refused {
+		s.refused = e
+		for id, l := range s.locks {
+			if l.state == waiting {
+				delete(s.locks, id)
+				l.failLocked(e, nil)
+			}
+		}
 	}
-	select {
-	case <-up:
-		return nil
-	default:
-	}
-	t := time.NewTimer(s.opts.DialTimeout)
-	defer t.Stop()
-	select {
-	case <-up:
-		return nil
-	case <-ctx.Done():
-		return ctxError(ctx)
-	case <-t.C:
-		return &Error{Type: TypeConnection, Msg: "server unreachable: " + s.addr}
-	}
+	close(s.failed)
+	s.failed = make(chan struct{})
+	return refused
 }
 
 // kick asks the writer goroutine to flush.
