@@ -60,6 +60,10 @@ func cli(args []string, stdout, stderr io.Writer) int {
 		return cmdLocks(rest, stdout, stderr)
 	case "bench":
 		return cmdBench(rest, stdout, stderr)
+	case "token":
+		return cmdToken(rest, stdout, stderr)
+	case "evict":
+		return cmdEvict(rest, stdout, stderr)
 	case "help", "-h", "--help":
 		usage(stdout)
 		return exitOK
@@ -76,6 +80,8 @@ func usage(w io.Writer) {
   mlock ping                                     check the server
   mlock locks [--json] [PREFIX]                  holders and waiters per resource
   mlock bench [flags] [URL]                      load a provider: uncontended, hotkey, shop
+  mlock evict RESOURCES                          (admin) release whoever holds RESOURCES ("a|b")
+  mlock token NAME RIGHT...                      a new token and its auth-file line (RIGHT: prefix=P, admin, from=CIDR, cert)
 
 Every command takes --uri (default $MLOCK_URI, else mlock://127.0.0.1:12340).
 "mlock COMMAND --help" lists a command's flags.
@@ -200,6 +206,11 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(w, "ended\t%d unlocked, %d expired, %d dropped with their session\n", st.FinishedCount, st.ExpiredCount, st.DroppedCount)
 		fmt.Fprintf(w, "extends\t%d (failed %d)\n", st.ExtendCount, st.ExtendFailedCount)
 		fmt.Fprintf(w, "last token\t%d\n", st.LastToken)
+		if l := st.Limits; l != nil {
+			fmt.Fprintf(w, "held names\t%d queue entries, %d bytes of names\n", l.Entries, l.NameBytes)
+			fmt.Fprintf(w, "refused\t%d auth, %d per-address, %d sessions, %d forbidden, %d server full, %d rate-limited; %d idle closed\n",
+				l.AuthFailed, l.RejectedPerIP, l.SessionsRefused, l.Forbidden, l.ServerFull, l.RateLimited, l.IdleClosed)
+		}
 		fmt.Fprintf(w, "cpu time\t%v\n", time.Duration(st.CPUTimeMs*float64(time.Millisecond)).Round(time.Millisecond))
 		if st.Reads > 0 {
 			fmt.Fprintf(w, "batching\t%.1f frames per read (%d reads, %d writes)\n", float64(st.FramesIn)/float64(st.Reads), st.Reads, st.Writes)
@@ -250,6 +261,20 @@ func cmdLocks(args []string, stdout, stderr io.Writer) int {
 		if ls.Truncated {
 			fmt.Fprintln(stdout, "(listing truncated at the server's status limit)")
 		}
+		return nil
+	})
+}
+
+func cmdEvict(args []string, stdout, stderr io.Writer) int {
+	return withClient(newFlagSet("evict", stderr), args, stderr, func(ctx context.Context, c *mlock.Client, _ string, pos []string) error {
+		if len(pos) != 1 {
+			return errors.New("evict takes one argument: RESOURCES (\"a|b\")")
+		}
+		n, err := c.Evict(ctx, pos[0])
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "%d lock(s) released; their holders were told\n", n)
 		return nil
 	})
 }
