@@ -74,7 +74,11 @@ func (c *conn) handle(tx *core.Tx, f [][]byte) bool {
 			c.failed(req, protocol.CodeMissingArguments)
 			return false
 		}
-		r := tx.Apply(&core.Command{Op: core.OpRelease, Owner: scope(c.sess.p, string(f[2])), Resources: s.splitResources(f[3])})
+		owner, ok := c.owner(req, f[2])
+		if !ok {
+			return false
+		}
+		r := tx.Apply(&core.Command{Op: core.OpRelease, Owner: owner, Resources: s.splitResources(f[3])})
 		if r.OK {
 			c.ok(req, []byte("true"))
 		} else {
@@ -85,7 +89,11 @@ func (c *conn) handle(tx *core.Tx, f [][]byte) bool {
 			c.failed(req, protocol.CodeMissingArguments)
 			return false
 		}
-		r := tx.Apply(&core.Command{Op: core.OpReleaseAll, Owner: scope(c.sess.p, string(f[2]))})
+		owner, ok := c.owner(req, f[2])
+		if !ok {
+			return false
+		}
+		r := tx.Apply(&core.Command{Op: core.OpReleaseAll, Owner: owner})
 		s.payload = protocol.AppendInt(s.payload[:0], int64(r.N))
 		c.ok(req, s.payload)
 	case protocol.VerbRenew:
@@ -129,6 +137,9 @@ func (c *conn) connect(tx *core.Tx, f [][]byte) bool {
 		return true
 	case len(f[1]) > s.cfg.MaxSocketIDLen:
 		c.sendError(protocol.CodeSocketIDTooLong)
+		return true
+	case bytes.IndexByte(f[1], 0) >= 0: // the scope separator
+		c.sendError(protocol.CodeInvalidSocketID)
 		return true
 	}
 	if s.closing {
@@ -229,12 +240,12 @@ func (c *conn) lock(tx *core.Tx, req []byte, f [][]byte, try bool) {
 		}
 	}
 	if o := arg(ownerAt); len(o) > 0 {
-		if bytes.IndexByte(o, 0) >= 0 {
-			c.failed(req, protocol.CodeInvalidOwner) // the scope separator
+		owner, ok := c.owner(req, o)
+		if !ok {
 			return
 		}
 		r.NoReentry = string(o) == anonymousOwner
-		r.Owner = scope(c.sess.p, string(o))
+		r.Owner = owner
 	}
 	if len(f) < 3 {
 		c.failed(req, protocol.CodeInvalidResource)
@@ -314,7 +325,11 @@ func (c *conn) renew(tx *core.Tx, req []byte, f [][]byte) {
 		c.failed(req, protocol.CodeInvalidTTL)
 		return
 	}
-	r := tx.Apply(&core.Command{Op: core.OpRenew, Owner: scope(c.sess.p, string(f[2])), Resources: s.splitResources(f[3]),
+	owner, ok := c.owner(req, f[2])
+	if !ok {
+		return
+	}
+	r := tx.Apply(&core.Command{Op: core.OpRenew, Owner: owner, Resources: s.splitResources(f[3]),
 		TTL: ttl, Session: c.sess.id})
 	if r.Err != nil {
 		c.failedErr(req, r.Err)
@@ -324,6 +339,17 @@ func (c *conn) renew(tx *core.Tx, req []byte, f [][]byte) {
 	b = append(b, ' ')
 	s.payload = protocol.AppendUint(b, r.Grant.Token)
 	c.ok(req, s.payload)
+}
+
+// owner returns the engine name of an owner sent by c's client, scoped to
+// its principal; an owner holding the scope separator (a NUL byte) is
+// answered "invalid owner!".
+func (c *conn) owner(req, o []byte) (string, bool) {
+	if bytes.IndexByte(o, 0) >= 0 {
+		c.failed(req, protocol.CodeInvalidOwner)
+		return "", false
+	}
+	return scope(c.sess.p, string(o)), true
 }
 
 // lockID parses a lock id and checks that the lock, if it exists, belongs to

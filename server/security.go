@@ -26,9 +26,9 @@ import (
 // neither by owner (release, releaseall, renew, re-entry) nor by socketId.
 // Lock ids, which are secrets, are checked too: a lock of another principal
 // "does not exist". Without credentials configured there is one principal,
-// anonymous (the empty name, every right), and names are not scoped at all
-// (an owner with a NUL byte is refused; a socketId with one only confuses
-// its own session).
+// anonymous (the empty name, every right), and names are not scoped at all;
+// so that no anonymous name can spell a scoped one, a socketId or owner
+// holding a NUL byte is refused.
 
 // anyone is the anonymous principal of a server without credentials: it may
 // lock anything and administer.

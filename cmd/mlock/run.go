@@ -117,7 +117,7 @@ func cmdRun(args []string, stderr io.Writer) int {
 		return fail(stderr, err)
 	}
 	r := runner{resources: resources, ttl: *ttl, lead: lead, timeout: *timeout, skip: *skip, owner: *owner, job: job}
-	if u.Scheme == "mlock" {
+	if u.Scheme == "mlock" || u.Scheme == "mlocks" {
 		err = r.mlock(ctx, *uri, *tolerate)
 	} else {
 		if *tolerate != 0 {

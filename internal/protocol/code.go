@@ -59,6 +59,7 @@ const (
 	CodeTooManySessions    // "too many sessions!"
 	CodeIdleTimeout        // "idle timeout!": nothing received for the idle timeout
 	CodeTLSRequired        // "TLS required!": a plain client on a TLS listener
+	CodeInvalidSocketID    // "invalid socketId!": it holds a NUL byte
 
 	numCodes
 )
@@ -101,6 +102,7 @@ var codeTexts = [numCodes]string{
 	CodeTooManySessions:    "too many sessions!",
 	CodeIdleTimeout:        "idle timeout!",
 	CodeTLSRequired:        "TLS required!",
+	CodeInvalidSocketID:    "invalid socketId!",
 }
 
 // Text returns the code's wire text; "" for CodeUnknown.

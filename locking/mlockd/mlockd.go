@@ -4,7 +4,8 @@
 // and every acquisition carries a fencing token. Renew is the server's
 // renew-by-owner: the provider keeps no state of its own.
 //
-// Importing the package registers the "mlock" URL scheme with locking.Open:
+// Importing the package registers the "mlock" and "mlocks" (TLS) URL schemes
+// with locking.Open:
 //
 //	p, err := locking.Open(ctx, "mlock://localhost:12340")
 //
@@ -36,9 +37,9 @@ import (
 )
 
 func init() {
-	locking.RegisterScheme("mlock", func(_ context.Context, u *url.URL) (locking.Provider, error) {
-		return Open(u.String())
-	})
+	open := func(_ context.Context, u *url.URL) (locking.Provider, error) { return Open(u.String()) }
+	locking.RegisterScheme("mlock", open)
+	locking.RegisterScheme("mlocks", open) // TLS
 }
 
 // MaxExpire stands for "no expiry": the server's default longest lease.

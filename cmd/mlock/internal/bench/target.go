@@ -54,7 +54,7 @@ func serverCPU(ctx context.Context, u *url.URL) (func(context.Context) (time.Dur
 	var cpu func(context.Context) (time.Duration, bool)
 	var closeCPU func() error
 	switch u.Scheme {
-	case "mlock":
+	case "mlock", "mlocks":
 		c, err := mlock.New(u.String())
 		if err != nil {
 			return nil, nil, err
