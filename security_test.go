@@ -258,7 +258,10 @@ func TestTokenDoesNotShow(t *testing.T) {
 	if !strings.Contains(fmt.Sprintf("%+v", o), "[REDACTED]") {
 		t.Fatalf("%+v", o)
 	}
-	b, err := json.Marshal(o)
+	b, err := json.Marshal(struct {
+		Name  string
+		Token mlock.Secret
+	}{o.Name, o.Token})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -154,7 +154,7 @@ const credHint = `the credential must be "sha256:<64 hex digits>" (the SHA-256 o
 func parseLine(fields []string) (*entry, error) {
 	if len(fields) < 2 {
 		// The one field may be a misplaced token: do not repeat it.
-		return nil, errors.New("a single field; want <name> <credential> <permission>...")
+		return nil, errors.New("a single field; want a name, a credential and permissions")
 	}
 	name := fields[0]
 	if err := checkName(name); err != nil {
