@@ -29,7 +29,8 @@ func TestMain(m *testing.M) {
 }
 
 func startServer(t *testing.T) string {
-	addr, _ := servertest.Start(t, server.Config{}, "")
+	// The tests poll locks freely: no listing rate (tested in server).
+	addr, _ := servertest.Start(t, server.Config{StatusRate: -1}, "")
 	return "mlock://" + addr
 }
 
