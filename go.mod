@@ -3,6 +3,7 @@ module github.com/mlock-dev/mlock
 go 1.26.0
 
 require (
+	github.com/google/btree v1.1.3
 	github.com/redis/go-redis/v9 v9.23.0
 	go.uber.org/goleak v1.3.0
 	golang.org/x/sys v0.48.0

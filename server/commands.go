@@ -60,7 +60,7 @@ func (c *conn) handle(tx *core.Tx, f [][]byte) bool {
 		c.ok(req, []byte("pong"))
 	case protocol.VerbStatus:
 		detail := c.sess.p.Admin
-		if detail && !s.allowListing(tx) {
+		if detail && !s.allowListing(tx, c.sess.p.Name) {
 			c.failed(req, protocol.CodeRateLimited)
 			return false
 		}
@@ -150,7 +150,7 @@ func (c *conn) connect(tx *core.Tx, f [][]byte) bool {
 	p, code := s.principalFor(c, cred, hasCred)
 	if p == nil {
 		s.counters.authFailed++
-		s.log.Warn("connect refused: "+code.Text(), "remote", c.remote, "tls", s.tlsConf != nil)
+		s.logRefusal(tx.Now(), "connect refused: "+code.Text(), "remote", c.remote, "tls", s.tlsConf != nil)
 		c.sendError(code)
 		return true
 	}
@@ -160,13 +160,16 @@ func (c *conn) connect(tx *core.Tx, f [][]byte) bool {
 	if sess == nil {
 		if len(s.sessions) >= s.cfg.MaxSessions {
 			s.counters.sessionsRefused++
-			s.log.Warn("connect refused: too many sessions", "remote", c.remote, "sessions", len(s.sessions))
+			s.logRefusal(tx.Now(), "connect refused: too many sessions", "remote", c.remote, "sessions", len(s.sessions))
 			c.sendError(protocol.CodeTooManySessions)
 			return true
 		}
 		sess = &session{id: id, p: p, hash: s.shortHash(id)}
 		s.sessions[id] = sess
-	} else if old := sess.c; old != nil {
+	} else {
+		sess.p = p // the rights in force now (the auth file may have been reloaded)
+	}
+	if old := sess.c; old != nil && resumed {
 		// The old connection may be half-open: the new one takes over. The
 		// session moves without a detach, so its grace does not start:
 		// takeover never shortens what its client may believe.
@@ -180,6 +183,10 @@ func (c *conn) connect(tx *core.Tx, f [][]byte) bool {
 	}
 	sess.c = c
 	c.sess = sess
+	if c.unauthed {
+		c.unauthed = false
+		s.unauthed--
+	}
 	c.authed = true // the reader sets the idle deadline
 	s.scratch = protocol.AppendConnected(s.scratch[:0], resumed, s.graceMs)
 	c.write(s.scratch)
@@ -187,6 +194,7 @@ func (c *conn) connect(tx *core.Tx, f [][]byte) bool {
 		c.write(sess.offline)
 		sess.offline = nil
 	}
+	sess.pruned = false
 	if resumed {
 		// A push written to the old connection just before it died is lost;
 		// announce the session's held locks again. Clients ignore a locked
@@ -444,7 +452,7 @@ func (c *conn) locks(tx *core.Tx, req []byte, f [][]byte) {
 		c.write(s.scratch)
 		return
 	}
-	if !s.allowListing(tx) {
+	if !s.allowListing(tx, p.Name) {
 		c.failed(req, protocol.CodeRateLimited)
 		return
 	}

@@ -14,21 +14,22 @@ import (
 // Defaults for the zero fields of Config. These are the server's limits;
 // cmd/mlockd shows them as its flags' defaults.
 const (
-	DefaultAddr             = "127.0.0.1:12340"
-	DefaultTTL              = 60 * time.Second
-	DefaultAuthTimeout      = 5 * time.Second
-	DefaultMaxFrame         = 64 << 10
-	DefaultMaxConns         = 10_000
-	DefaultMaxPendingOutput = 8 << 20
-	DefaultMaxOfflineBytes  = 1 << 20
-	DefaultStatusLimit      = 1000
-	DefaultMaxSocketIDLen   = 256
-	DefaultWriteTimeout     = 10 * time.Second
-	DefaultShutdownWait     = 2 * time.Second
-	DefaultMaxConnsPerIP    = 1000
-	DefaultIdleTimeout      = 60 * time.Second
-	DefaultMaxSessions      = 20_000
-	DefaultStatusRate       = 20 // detailed status and locks listings per second, server-wide
+	DefaultAddr               = "127.0.0.1:12340"
+	DefaultTTL                = 60 * time.Second
+	DefaultAuthTimeout        = 5 * time.Second
+	DefaultMaxFrame           = 64 << 10
+	DefaultMaxConns           = 10_000
+	DefaultMaxPendingOutput   = 8 << 20
+	DefaultMaxOfflineBytes    = 1 << 20
+	DefaultStatusLimit        = 1000
+	DefaultMaxSocketIDLen     = 256
+	DefaultWriteTimeout       = 10 * time.Second
+	DefaultShutdownWait       = 2 * time.Second
+	DefaultMaxConnsPerIP      = 1000
+	DefaultMaxUnauthenticated = 1000
+	DefaultIdleTimeout        = 60 * time.Second
+	DefaultMaxSessions        = 20_000
+	DefaultStatusRate         = 20 // detailed status and locks listings per second, server-wide
 	// MaxHandshakeFrame caps a frame received before the handshake (connect)
 	// succeeded, whatever MaxFrame is.
 	MaxHandshakeFrame = 4 << 10
@@ -104,9 +105,16 @@ type Config struct {
 	MaxFrame int
 	// MaxConns caps simultaneous connections. Default 10 000.
 	MaxConns int
-	// MaxConnsPerIP caps simultaneous connections from one IP address.
-	// Default 1000.
+	// MaxConnsPerIP caps simultaneous connections from one IP address (an
+	// IPv6 address counts with its /64). Loopback is not limited: local
+	// processes share 127.0.0.1, and protected mode would otherwise cap the
+	// whole server at this. Default 1000.
 	MaxConnsPerIP int
+	// MaxUnauthenticated caps the connections that have not completed their
+	// connect yet (TLS handshake included), so that clients that cannot
+	// authenticate never fill MaxConns: authenticated clients keep their
+	// room. Default 1000.
+	MaxUnauthenticated int
 	// MaxSessions caps the sessions, connected or in their grace period; a
 	// connect that would create one more is refused. Default 20 000.
 	MaxSessions int
@@ -152,10 +160,10 @@ type Config struct {
 	// the queues and the entries in all listed by one locks page.
 	// Default 1000.
 	StatusLimit int
-	// StatusRate caps the detailed status and locks listings, server-wide,
-	// per second (a burst of as many is allowed); past it they are refused
-	// with "too many requests, retry later!". Default 20; negative: no
-	// limit.
+	// StatusRate caps the detailed status and locks listings of each
+	// principal, per second (a burst of as many is allowed); past it they are
+	// refused with "too many requests, retry later!". Default 20; negative:
+	// no limit.
 	StatusRate int
 
 	// DataDir is the data directory (internal/datadir): the fencing-token
@@ -256,6 +264,13 @@ func (c Config) withDefaults() Config {
 	c.MaxOfflineBytes = core.Limit(c.MaxOfflineBytes, DefaultMaxOfflineBytes)
 	c.StatusLimit = core.Limit(c.StatusLimit, DefaultStatusLimit)
 	c.MaxConnsPerIP = core.Limit(c.MaxConnsPerIP, DefaultMaxConnsPerIP)
+	c.MaxUnauthenticated = core.Limit(c.MaxUnauthenticated, DefaultMaxUnauthenticated)
+	// The engine's, filled here too so that status shows the limits in force.
+	c.MaxLocks = core.Limit(c.MaxLocks, DefaultMaxLocks)
+	c.MaxEntries = core.Limit(c.MaxEntries, DefaultMaxEntries)
+	c.MaxNameBytes = core.Limit(c.MaxNameBytes, DefaultMaxNameBytes)
+	c.MaxSessionBytes = core.Limit(c.MaxSessionBytes, DefaultMaxSessionBytes)
+	c.MaxLocksPerSession = core.Limit(c.MaxLocksPerSession, DefaultMaxLocksPerSession)
 	c.MaxSessions = core.Limit(c.MaxSessions, DefaultMaxSessions)
 	c.StatusRate = core.Limit(c.StatusRate, DefaultStatusRate)
 	if c.IdleTimeout == 0 {

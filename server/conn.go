@@ -32,7 +32,10 @@ type conn struct {
 	sess  *session // guarded by the core: set by connect
 	dirty bool     // guarded by the core: in srv.dirty
 	told  bool     // guarded by the core: Shutdown told its holder and waits for bye or the end of the connection
-	plain bool     // guarded by the core: an unframed status request, not a protocol client
+	// unauthed: guarded by the core: counted in srv.unauthed (accepted, no
+	// successful connect yet).
+	unauthed bool
+	plain    bool // guarded by the core: an unframed status request, not a protocol client
 
 	// out queues the frames for the client (at most MaxPendingOutput
 	// bytes); the reader flushes its own replies at the end of a read
@@ -94,8 +97,9 @@ func (s *Server) accept(nc net.Conn) {
 	}
 	c := s.newConn(nc, nc.RemoteAddr().String())
 	c.ip = ip
+	key := ipKey(ip)
 	closed := false
-	s.core.Batch(func(*core.Tx) {
+	s.core.Batch(func(tx *core.Tx) {
 		// Shutdown sets closed before its batch closes every conn.
 		closed = s.closed.Load()
 		switch {
@@ -103,30 +107,29 @@ func (s *Server) accept(nc net.Conn) {
 			return
 		case refuse != protocol.CodeUnknown:
 			s.counters.authFailed++
-			return
-		case len(s.conns) >= s.cfg.MaxConns:
+		case len(s.conns) >= s.cfg.MaxConns || s.unauthed >= s.cfg.MaxUnauthenticated:
 			s.counters.rejected++
 			refuse = protocol.CodeTooManyConnections
-			return
-		case ip.IsValid() && s.perIP[ip] >= s.cfg.MaxConnsPerIP:
+		case key.IsValid() && s.perIP[key] >= s.cfg.MaxConnsPerIP:
 			s.counters.rejectedPerIP++
 			refuse = protocol.CodeTooManyFromAddr
+		default:
+			s.conns[c] = struct{}{}
+			if key.IsValid() {
+				s.perIP[key]++
+			}
+			s.unauthed++
+			c.unauthed = true
+			s.counters.conns++
+			s.wg.Add(2)
 			return
 		}
-		s.conns[c] = struct{}{}
-		if ip.IsValid() {
-			s.perIP[ip]++
-		}
-		s.counters.conns++
-		s.wg.Add(2)
+		s.logRefusal(tx.Now(), "connection refused: "+refuse.Text(), "remote", c.remote)
 	})
 	if closed || refuse != protocol.CodeUnknown {
-		if !closed {
-			s.log.Warn("connection refused: "+refuse.Text(), "remote", c.remote)
-			if s.tlsConf == nil { // a TLS client could not read it
-				_ = nc.SetWriteDeadline(time.Now().Add(time.Second))
-				_, _ = nc.Write(protocol.AppendError(nil, refuse))
-			}
+		if !closed && s.tlsConf == nil { // a TLS client could not read it
+			_ = nc.SetWriteDeadline(time.Now().Add(time.Second))
+			_, _ = nc.Write(protocol.AppendError(nil, refuse))
 		}
 		nc.Close()
 		return
@@ -222,12 +225,14 @@ func (c *conn) readLoop() {
 	s := c.srv
 	defer s.wg.Done()
 	defer c.cleanup()
+	// One deadline from the accept for the TLS handshake and the connect.
+	authBy := c.accepted.Add(s.cfg.AuthTimeout)
 	if tc, ok := c.nc.(*tls.Conn); ok {
-		if c.handshake(tc) != nil {
+		if c.handshake(tc, authBy) != nil {
 			return
 		}
 	}
-	_ = c.nc.SetReadDeadline(time.Now().Add(s.cfg.AuthTimeout))
+	_ = c.nc.SetReadDeadline(authBy)
 	buf := make([]byte, 0, 4096)
 	first := true
 	var fields [][]byte
@@ -266,6 +271,15 @@ func (c *conn) readLoop() {
 			}
 		}
 		if err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) && c.authed && s.cfg.IdleTimeout > 0 {
+				// The deadline moves only every half timeout: it may
+				// fire before a whole one has passed without a frame.
+				if last := time.Unix(0, c.lastLive.Load()); time.Since(last) < s.cfg.IdleTimeout {
+					_ = c.nc.SetReadDeadline(last.Add(s.cfg.IdleTimeout))
+					c.refreshAt = last.Add(s.cfg.IdleTimeout / 2)
+					continue
+				}
+			}
 			if errors.Is(err, os.ErrDeadlineExceeded) {
 				s.core.Batch(func(*core.Tx) {
 					switch {
@@ -363,7 +377,7 @@ func (c *conn) plainStatus(buf []byte) {
 		var text []byte
 		s.core.Batch(func(tx *core.Tx) {
 			c.plain = true
-			detail := s.auth.Load() == nil && !s.protectedRefuses(c.ip) && c.certName == "" && s.allowListing(tx)
+			detail := s.auth.Load() == nil && !s.protectedRefuses(c.ip) && c.certName == "" && s.allowListing(tx, "")
 			text = s.statusText(tx, detail)
 		})
 		_ = c.nc.SetWriteDeadline(time.Now().Add(5 * time.Second))
@@ -404,10 +418,14 @@ func (c *conn) cleanup() {
 	s := c.srv
 	s.core.Batch(func(tx *core.Tx) {
 		delete(s.conns, c)
-		if c.ip.IsValid() {
-			if s.perIP[c.ip]--; s.perIP[c.ip] <= 0 {
-				delete(s.perIP, c.ip)
+		if key := ipKey(c.ip); key.IsValid() {
+			if s.perIP[key]--; s.perIP[key] <= 0 {
+				delete(s.perIP, key)
 			}
+		}
+		if c.unauthed {
+			c.unauthed = false
+			s.unauthed--
 		}
 		if c.told {
 			// Shutdown was waiting for this connection to end. Only a bye

@@ -89,7 +89,7 @@ func (s *Server) principalFor(c *conn, cred []byte, hasCred bool) (*auth.Princip
 		return p, 0
 	case c.certName != "":
 		if tab == nil {
-			if strings.ContainsAny(c.certName, " :|") {
+			if !auth.ValidName(c.certName) {
 				return nil, protocol.CodeAuthFailed // not usable as a principal's name
 			}
 			return &auth.Principal{Name: c.certName}, 0
@@ -132,8 +132,9 @@ func (s *Server) Reload() error {
 		if tab, err := s.loadAuth(); err != nil {
 			errs = append(errs, err)
 		} else {
-			s.auth.Store(tab)
+			old := s.auth.Swap(tab)
 			s.log.Info("auth file reloaded", "path", s.cfg.AuthFile, "principals", tab.Len())
+			s.core.Batch(func(*core.Tx) { s.applyAuthLocked(old, tab) })
 		}
 	}
 	if s.certs != nil {
@@ -144,6 +145,38 @@ func (s *Server) Reload() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// applyAuthLocked brings the sessions in line with a reloaded auth file. A
+// session's principal takes its new rights at once. The connections of a
+// principal that is gone are told "authentication failed!" and closed; those
+// of a principal whose credentials changed (token, from=, cert) are closed
+// without a word, so that their clients connect again and prove who they are
+// (the 1.0 client gives up for good on an error frame, but reconnects after
+// a close). Either way the session keeps its grace period, as after any
+// disconnection: its client may still believe in its locks until then. It
+// runs in a core batch.
+func (s *Server) applyAuthLocked(old, tab *auth.Table) {
+	for _, sess := range s.sessions {
+		name := sess.p.Name
+		if name == "" || old == nil {
+			continue
+		}
+		p, changed := tab.Since(old, name)
+		if p == nil {
+			sess.p = &auth.Principal{Name: name, Prefixes: []string{}} // no rights
+			if c := sess.c; c != nil {
+				s.log.Warn("principal removed from the auth file: connection closed", "principal", name, "remote", c.remote)
+				c.sendError(protocol.CodeAuthFailed)
+			}
+			continue
+		}
+		sess.p = p
+		if c := sess.c; c != nil && changed {
+			s.log.Info("credentials changed in the auth file: connection closed to authenticate again", "principal", name, "remote", c.remote)
+			c.finish()
+		}
+	}
 }
 
 // loadAuth loads Config.AuthFile and logs its warnings.
@@ -204,6 +237,20 @@ func (s *Server) checkListener(addr net.Addr) error {
 	return fmt.Errorf("server: listening on %s without credentials: configure an auth file (--auth-file) or client certificates, or accept the risk with --insecure", addr)
 }
 
+// ipKey is the key a connection counts under for MaxConnsPerIP: its IPv4
+// address, or its IPv6 /64 (one host is given a whole /64); the zero Addr,
+// not counted, for loopback and connections that are not TCP.
+func ipKey(ip netip.Addr) netip.Addr {
+	switch {
+	case !ip.IsValid() || ip.IsLoopback():
+		return netip.Addr{}
+	case ip.Is6():
+		p, _ := ip.Prefix(64)
+		return p.Addr()
+	}
+	return ip
+}
+
 // remoteIP returns the IP of a connection's peer, the zero Addr if it has
 // none: a connection that is not TCP (a unix socket, an in-process pipe) is
 // local, and no per-address limit or rule applies to it.
@@ -217,11 +264,12 @@ func remoteIP(nc net.Conn) netip.Addr {
 }
 
 // handshake runs the TLS handshake of c, bounded by the auth timeout, and
-// records the name of a verified client certificate. A client that does
+// records the name of a verified client certificate. by is the end of the
+// auth timeout. A client that does
 // not speak TLS is told so in clear text.
-func (c *conn) handshake(tc *tls.Conn) error {
+func (c *conn) handshake(tc *tls.Conn, by time.Time) error {
 	s := c.srv
-	_ = tc.SetDeadline(time.Now().Add(s.cfg.AuthTimeout))
+	_ = tc.SetDeadline(by)
 	err := tc.Handshake()
 	if err != nil {
 		var rh tls.RecordHeaderError
@@ -237,25 +285,58 @@ func (c *conn) handshake(tc *tls.Conn) error {
 	return nil
 }
 
-// allowListing takes one token of the detailed status and locks rate. It
-// runs in a core batch.
-func (s *Server) allowListing(tx *core.Tx) bool {
+// allowListing takes one token of the detailed status and locks rate of
+// the principal of c: each principal has a bucket of its own (StatusRate per
+// second, as many in a burst), so that one cannot use up another's,
+// administrators included. It runs in a core batch.
+func (s *Server) allowListing(tx *core.Tx, name string) bool {
 	rate := s.cfg.StatusRate
 	if rate >= int(^uint(0)>>1) {
 		return true
 	}
-	b := &s.bucket
-	now := tx.Now()
-	if b.last == 0 {
-		b.tokens = float64(rate)
-	} else if now > b.last {
-		b.tokens = min(float64(rate), b.tokens+float64(now-b.last)/float64(time.Second)*float64(rate))
+	b := s.buckets[name]
+	if b == nil {
+		if len(s.buckets) >= maxBuckets {
+			clear(s.buckets) // principals come from the auth file: this only guards against growth
+		}
+		b = &bucket{tokens: float64(rate), last: tx.Now()}
+		s.buckets[name] = b
 	}
-	b.last = now
+	now := tx.Now()
+	if now > b.last {
+		b.tokens = min(float64(rate), b.tokens+float64(now-b.last)/float64(time.Second)*float64(rate))
+		b.last = now
+	}
 	if b.tokens < 1 {
 		s.counters.rateLimited++
 		return false
 	}
 	b.tokens--
 	return true
+}
+
+// bucket is a token bucket of listings.
+type bucket struct {
+	tokens float64
+	last   int64 // ns
+}
+
+// maxBuckets bounds the listing buckets kept (one per principal name).
+const maxBuckets = 10_000
+
+// logRefusal logs a refused connection or connect, at most once a second
+// (with the count of those not logged since): refusals can be made by
+// anyone who reaches the port, and must not flood the log. It runs in a
+// core batch.
+func (s *Server) logRefusal(now int64, msg string, attrs ...any) {
+	r := &s.refusalLog
+	if now-r.last < int64(time.Second) {
+		r.dropped++
+		return
+	}
+	if r.dropped > 0 {
+		attrs = append(attrs, "not-logged-since", r.dropped)
+	}
+	r.last, r.dropped = now, 0
+	s.log.Warn(msg, attrs...)
 }

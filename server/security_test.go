@@ -223,7 +223,9 @@ func TestTokenlessPrincipalByAddress(t *testing.T) {
 // ---- 2. isolation between principals ----
 
 func TestIsolationBetweenPrincipals(t *testing.T) {
-	srv, tk := abServer(t, Config{})
+	// A short grace: an evicted lock is freed when its holder's belief
+	// ends, at most a grace after the evict.
+	srv, tk := abServer(t, Config{SessionGrace: 500 * time.Millisecond})
 	adm := connectAs(t, srv, "ops1", "ops", tk.admin)
 
 	// untouched checks, as the administrator sees it, that A's lock on
@@ -377,9 +379,10 @@ func TestIsolationBetweenPrincipals(t *testing.T) {
 		adm.send("evict e a:ev")
 		adm.expect("result e success 1")
 		a.expect("expired " + id + " released")
-		b.locked(idB)
 		a.send("extend 2 " + id + " 10000")
 		a.expect("result 2 failed lock not exist!")
+		b.locked(idB) // after the grace
+		a.expect("expired " + id)
 		a.quiet()
 		ls, _ := adm.locksOf("l", "a:ev2")
 		if len(ls.Queues) != 0 {
@@ -716,7 +719,19 @@ func TestServeRefusesRemoteListenerWithoutCredentials(t *testing.T) {
 // ---- 5. exhaustion ----
 
 func TestMaxConnsPerIP(t *testing.T) {
-	srv := start(t, Config{MaxConnsPerIP: 5, StatusRate: -1})
+	// Loopback is not limited: every local client shares 127.0.0.1.
+	local := start(t, Config{MaxConnsPerIP: 2, StatusRate: -1})
+	for i := range 4 {
+		connected(t, local, fmt.Sprintf("local%d", i))
+	}
+	// IPv6 addresses count by /64.
+	if a, b := ipKey(netip.MustParseAddr("2001:db8::1")), ipKey(netip.MustParseAddr("2001:db8::ffff:2")); a != b || !a.IsValid() {
+		t.Fatalf("one /64 counts once: %v %v", a, b)
+	}
+	if ipKey(netip.MustParseAddr("127.0.0.1")).IsValid() || ipKey(netip.MustParseAddr("::1")).IsValid() {
+		t.Fatal("loopback is counted")
+	}
+	srv := startRemote(t, Config{MaxConnsPerIP: 5, StatusRate: -1, Insecure: true}, "10.0.0.1")
 	var cs []*raw
 	for i := range 4 {
 		cs = append(cs, connected(t, srv, fmt.Sprintf("c%d", i)))
@@ -1249,6 +1264,7 @@ func TestSecretsStayOutOfLogsAndListings(t *testing.T) {
 	adm.send("evict 4 a:secret")
 	adm.expect("result 4 success 1")
 	a2.expect("expired " + id + " released")
+	a2.expect("expired " + id) // freed a grace later
 	a2.expect("error idle timeout!")
 	a2.closed()
 	refusedConnect(t, srv, "connect x 1.0 auth=nobody:"+wrong, "authentication failed!")

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	crand "crypto/rand"
 	"crypto/tls"
@@ -43,22 +44,24 @@ type Server struct {
 	dir     *datadir.Dir // nil: no data directory
 	graceMs int64        // the session grace announced in the handshake
 
-	sessions map[string]*session // guarded by the core
-	conns    map[*conn]struct{}  // guarded by the core
-	dirty    []*conn             // guarded by the core: conns with output to signal
-	self     *conn               // guarded by the core: the conn whose reader runs the batch
-	scratch  []byte              // guarded by the core: frame being built
-	payload  []byte              // guarded by the core: result payload being built
-	pushes   []byte              // guarded by the core: push frames not delivered yet
-	pending  []pendingPush       // guarded by the core: where they go, in order
-	resBuf   []string            // guarded by the core: resources of the request being handled
-	counters counters            // guarded by the core
-	perIP    map[netip.Addr]int  // guarded by the core: open connections by remote IP
-	online   int                 // guarded by the core: sessions with a connection
-	bucket   struct {            // guarded by the core: the detailed status and locks rate
-		tokens float64
-		last   int64 // ns; 0: never used
+	sessions   map[string]*session // guarded by the core
+	conns      map[*conn]struct{}  // guarded by the core
+	dirty      []*conn             // guarded by the core: conns with output to signal
+	self       *conn               // guarded by the core: the conn whose reader runs the batch
+	scratch    []byte              // guarded by the core: frame being built
+	payload    []byte              // guarded by the core: result payload being built
+	pushes     []byte              // guarded by the core: push frames not delivered yet
+	pending    []pendingPush       // guarded by the core: where they go, in order
+	resBuf     []string            // guarded by the core: resources of the request being handled
+	counters   counters            // guarded by the core
+	perIP      map[netip.Addr]int  // guarded by the core: open connections by remote IP
+	online     int                 // guarded by the core: sessions with a connection
+	buckets    map[string]*bucket  // guarded by the core: the listing rate, per principal
+	refusalLog struct {            // guarded by the core: the throttle of refusal logs
+		last    int64
+		dropped int
 	}
+	unauthed int // guarded by the core: connections that have not connected yet
 
 	auth    atomic.Pointer[auth.Table] // nil: no auth file
 	tlsConf *tls.Config                // nil: plain TCP
@@ -98,6 +101,9 @@ type session struct {
 	c       *conn           // nil while disconnected
 	offline []byte          // frames kept for a disconnected session, oldest first
 	hash    string          // short public name
+	// pruned: the offline buffer went over its limit and gave up its
+	// locked pushes; reset on delivery.
+	pruned bool
 	// confirmed: during Shutdown, the session's connection was told that
 	// its locks are gone and the client then sent bye.
 	confirmed bool
@@ -123,6 +129,7 @@ func New(cfg Config) (*Server, error) {
 		sessions:  make(map[string]*session),
 		conns:     make(map[*conn]struct{}),
 		perIP:     make(map[netip.Addr]int),
+		buckets:   make(map[string]*bucket),
 		listeners: make(map[net.Listener]struct{}),
 	}
 	s.start = time.Unix(0, s.startNs)
@@ -544,20 +551,47 @@ func (s *Server) deliverPushesLocked() {
 }
 
 // deliver sends a frame to a session: to its connection, or into its
-// offline buffer.
+// offline buffer. Past MaxOfflineBytes the buffer gives up its locked
+// pushes (once, then every new one): resume announces every lock the session
+// still holds again. It never drops the others (expired, released,
+// timeout): a client that missed one could believe in a lock it lost. They
+// are bounded by the session's requests (at most two pushes each).
 func (s *Server) deliver(sess *session, frame []byte) {
 	if sess.c != nil {
 		sess.c.write(frame)
 		return
 	}
+	if len(sess.offline)+len(frame) > s.cfg.MaxOfflineBytes {
+		if isLocked(frame) {
+			return
+		}
+		if !sess.pruned {
+			sess.pruned = true
+			sess.offline = pruneLocked(sess.offline)
+			s.log.Warn("offline pushes over the limit: grants dropped, announced again on resume", "session", sess.hash)
+		}
+	}
 	sess.offline = append(sess.offline, frame...)
-	for len(sess.offline) > s.cfg.MaxOfflineBytes {
-		_, n, _, err := protocol.Next(sess.offline, protocol.MaxFrameLimit)
+}
+
+// isLocked reports whether frame is a locked push.
+func isLocked(frame []byte) bool {
+	p, n, _, err := protocol.Next(frame, protocol.MaxFrameLimit)
+	return err == nil && n > 0 && bytes.HasPrefix(p, []byte("locked "))
+}
+
+// pruneLocked removes the locked pushes from buf, in place.
+func pruneLocked(buf []byte) []byte {
+	out := buf[:0]
+	for rest := buf; len(rest) > 0; {
+		_, n, _, err := protocol.Next(rest, protocol.MaxFrameLimit)
 		if err != nil || n == 0 {
-			sess.offline = sess.offline[:0]
 			break
 		}
-		sess.offline = sess.offline[n:]
-		s.log.Warn("offline push dropped: buffer full", "session", sess.hash)
+		if !isLocked(rest[:n]) {
+			out = append(out, rest[:n]...) // never ahead of rest: a safe in-place copy
+		}
+		rest = rest[n:]
 	}
+	return out
 }

@@ -69,7 +69,8 @@ func run(args []string, stderr *os.File) error {
 	fs.StringVar(&cfg.TLSCertFile, "tls-cert", "", "TLS certificate file (PEM): every connection speaks TLS 1.2+; reloaded on SIGHUP")
 	fs.StringVar(&cfg.TLSKeyFile, "tls-key", "", "TLS private key file (PEM), with --tls-cert")
 	fs.StringVar(&cfg.TLSClientCAFile, "tls-client-ca", "", "CA file (PEM) verifying client certificates (mTLS); a verified certificate's name is the client's principal")
-	fs.IntVar(&cfg.MaxConnsPerIP, "max-conns-per-ip", server.DefaultMaxConnsPerIP, "most simultaneous connections from one IP address")
+	fs.IntVar(&cfg.MaxConnsPerIP, "max-conns-per-ip", server.DefaultMaxConnsPerIP, "most simultaneous connections from one IP address (an IPv6 /64 counts as one; loopback is not limited)")
+	fs.IntVar(&cfg.MaxUnauthenticated, "max-unauthenticated", server.DefaultMaxUnauthenticated, "most connections that have not completed connect (TLS handshake included)")
 	fs.IntVar(&cfg.MaxSessions, "max-sessions", server.DefaultMaxSessions, "most sessions, connected or in their grace period")
 	idle := optDuration{}
 	fs.Var(&idle, "idle-timeout", "close a connection that sent nothing for this `duration` after its handshake (default 1m0s; 0: never)")
@@ -77,7 +78,7 @@ func run(args []string, stderr *os.File) error {
 	fs.IntVar(&cfg.MaxEntries, "max-entries", server.DefaultMaxEntries, "most queue entries in the whole server; a request on k resources is k entries (-1: no limit)")
 	fs.IntVar(&cfg.MaxNameBytes, "max-name-bytes", server.DefaultMaxNameBytes, "most bytes of resource and owner names held by the whole server (-1: no limit)")
 	fs.IntVar(&cfg.MaxSessionBytes, "max-session-bytes", server.DefaultMaxSessionBytes, "most bytes of resource and owner names held by one session (-1: no limit)")
-	fs.IntVar(&cfg.StatusRate, "status-rate", server.DefaultStatusRate, "detailed status and locks listings per second, server-wide (-1: no limit)")
+	fs.IntVar(&cfg.StatusRate, "status-rate", server.DefaultStatusRate, "detailed status and locks listings per second and principal (-1: no limit)")
 	fs.DurationVar(&cfg.SessionGrace, "session-grace", server.DefaultSessionGrace, "how long a disconnected session keeps its locks; announced to clients, which believe a lock for at most this long after their last answer (negative: dropped at once and announced as 0, so a client that follows the safety rule cannot hold a lock across any silence; use a positive grace)")
 	fs.DurationVar(&cfg.DefaultTTL, "default-ttl", server.DefaultTTL, "lease of a lock sent without a ttl")
 	fs.DurationVar(&cfg.AuthTimeout, "auth-timeout", server.DefaultAuthTimeout, "time a new connection has to send connect")

@@ -63,6 +63,7 @@ import (
 	"crypto/subtle"
 	"errors"
 	"net/netip"
+	"slices"
 	"strings"
 )
 
@@ -185,6 +186,43 @@ func (t *Table) Cert(name string) (*Principal, bool) {
 	}
 	return &e.p, true
 }
+
+// Principal returns the principal named name, however it is reached. A
+// server uses it on reload to update, or end, the sessions of a principal
+// whose line changed or went away.
+func (t *Table) Principal(name string) (*Principal, bool) {
+	e, ok := t.byName[name]
+	if !ok {
+		return nil, false
+	}
+	return &e.p, true
+}
+
+// Since compares the principal named name in t with its line in old (the
+// table t replaces): p is its principal in t (nil if it is gone), and
+// credChanged reports that the way to prove it changed: its token, its
+// from= networks or its cert mark. A server updates the rights of the
+// principal's sessions to p, and makes the connections of a principal whose
+// credentials changed authenticate again.
+func (t *Table) Since(old *Table, name string) (p *Principal, credChanged bool) {
+	e, ok := t.byName[name]
+	if !ok {
+		return nil, true
+	}
+	var o *entry
+	if old != nil {
+		o = old.byName[name]
+	}
+	if o == nil {
+		return &e.p, true
+	}
+	return &e.p, e.hash != o.hash || e.hasToken != o.hasToken || e.cert != o.cert || !slices.Equal(e.from, o.from)
+}
+
+// ValidName reports whether name can be a principal's name: 1 to
+// MaxNameLen bytes of [A-Za-z0-9._@-]. A client certificate's name that is
+// not one is no principal.
+func ValidName(name string) bool { return checkName(name) == nil }
 
 func canonAddr(a netip.Addr) netip.Addr { return a.Unmap().WithZone("") }
 

@@ -446,3 +446,53 @@ func TestRender(t *testing.T) {
 		t.Errorf("render changes:\n%s\n%s", render(tab), render(again))
 	}
 }
+
+func TestPrincipalByNameAndValidName(t *testing.T) {
+	tab, err := Parse(strings.NewReader("a " + Hash("t") + " prefix=a:\nb - prefix=b: cert\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, ok := tab.Principal("a"); !ok || p.Name != "a" || !p.May("a:1") || p.May("b:1") {
+		t.Fatalf("Principal(a) = %+v, %v", p, ok)
+	}
+	if p, ok := tab.Principal("b"); !ok || p.Name != "b" {
+		t.Fatalf("Principal(b) = %+v, %v", p, ok)
+	}
+	if _, ok := tab.Principal("c"); ok {
+		t.Fatal("Principal(c) found")
+	}
+	for name, want := range map[string]bool{"svc-a": true, "a.b@c_d": true, "": false, "a b": false, "a:b": false,
+		"a\x00b": false, strings.Repeat("x", MaxNameLen): true, strings.Repeat("x", MaxNameLen+1): false} {
+		if got := ValidName(name); got != want {
+			t.Errorf("ValidName(%q) = %v", name, got)
+		}
+	}
+}
+
+func TestSince(t *testing.T) {
+	parse := func(s string) *Table {
+		t.Helper()
+		tab, err := Parse(strings.NewReader(s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tab
+	}
+	old := parse("a " + Hash("t") + " prefix=a:\nb - prefix=b: from=10.0.0.0/8\nc " + Hash("c") + " admin\n")
+	now := parse("a " + Hash("t") + " prefix=a: prefix=x:\nb - prefix=b: from=10.1.0.0/16\nd " + Hash("d") + " admin\n")
+	if p, changed := now.Since(old, "a"); p == nil || changed || !p.May("x:1") {
+		t.Fatalf("a: %+v %v: rights changed, credentials did not", p, changed)
+	}
+	if p, changed := now.Since(old, "b"); p == nil || !changed {
+		t.Fatalf("b: %+v %v: from= changed", p, changed)
+	}
+	if p, changed := now.Since(old, "c"); p != nil || !changed {
+		t.Fatalf("c: %+v %v: gone", p, changed)
+	}
+	if p, changed := now.Since(old, "d"); p == nil || !changed {
+		t.Fatalf("d: %+v %v: new", p, changed)
+	}
+	if _, changed := parse("a "+Hash("u")+" prefix=a:\n").Since(old, "a"); !changed {
+		t.Fatal("a new token is a change of credentials")
+	}
+}

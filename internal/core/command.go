@@ -18,7 +18,8 @@ const (
 	// Session is the caller's session: from the lock's own session the
 	// expiry becomes now + TTL; from any other (the empty one included) it
 	// never moves earlier: max(expiry, now + TTL). ErrNotFound also when a
-	// partial OpRelease took some of the lock's resources.
+	// partial OpRelease took some of the lock's resources, or OpEvict
+	// revoked it.
 	OpExtend
 	// OpUnlock removes lock ID, granted or waiting → Err. Session is the
 	// caller's session: a granted lock unlocked from any other session is
@@ -53,11 +54,22 @@ const (
 	// leader appends one for the time its predecessor's holders may still
 	// believe they hold their locks).
 	OpHoldGrants
-	// OpEvict removes, for each of Resources whose queue is headed by a
-	// granted lock, that whole lock (all its resources), whoever holds it,
-	// reporting it to its session as a Released event; waiters are granted
-	// only after all of them are gone → N (locks removed), Err
-	// (ErrInvalidResource, ErrTooManyResources).
+	// OpEvict revokes, for each of Resources whose queue is headed by a
+	// granted lock not revoked yet, that whole lock (all its resources),
+	// whoever holds it → N (locks newly revoked), Err (ErrInvalidResource,
+	// ErrTooManyResources). A revoked lock is reported to its session as a
+	// Released event at once, and keeps its resources until min(its expiry,
+	// now + the session grace), when it ends as any lock does (an Expired
+	// event) and its waiters are granted. Its holder, slow or disconnected,
+	// may believe it holds the lock until it hears of the eviction, and at
+	// most until its last answered request (answered no later than now)
+	// plus the grace: giving the lock away earlier would let two believe
+	// they hold it. A revoked lock is nobody's: OpExtend fails with
+	// ErrNotFound, OpRenew does not find it, and its owner asking again
+	// queues behind it; OpUnlock, OpRelease and OpReleaseAll still free it
+	// at once, reporting nothing more. With a negative session grace an
+	// evicted lock is removed at once, and its waiters granted once every
+	// named lock is gone.
 	OpEvict
 )
 
@@ -87,7 +99,7 @@ type Result struct {
 	Grant     Grant // OpLock, OpRenew
 	ExpiresAt int64 // OpExtend: the new expiry, ns; OpHoldGrants: the end of the hold in force, ns (0: none)
 	OK        bool  // OpRelease: every resource was released; OpAttach: the session existed
-	N         int   // OpReleaseAll: locks released; OpEvict: locks removed
+	N         int   // OpReleaseAll: locks released; OpEvict: locks newly revoked
 	Err       error // the engine's error, unchanged (errors.Is with the Err* sentinels)
 }
 

@@ -248,20 +248,14 @@ func (tx *Tx) Head(resource string) (LockInfo, bool) { return tx.c.tab.Head(reso
 // Entries may be cut short; QueueInfo.Len is its full length), until fn
 // returns false. It returns the last resource passed to fn when more queues
 // match (the after of the next page), else "". Limits below 1 count as 1.
-// O(Q log maxQueues) time for Q queues, O(maxQueues + maxEntries) memory.
+// It seeks in the engine's ordered index of queue names: O(log Q + page)
+// time for Q queues, and O(page) memory, however many queues there are.
 func (tx *Tx) QueuesPage(prefix, after string, maxQueues, maxEntries int, fn func(QueueInfo) bool) (next string) {
 	return tx.c.tab.QueuesPage(prefix, after, maxQueues, maxEntries, fn)
 }
 
-// Queues calls fn for up to limit queues (all if limit <= 0) whose resource
-// starts with prefix, until fn returns false. O(queues), and each queue is
-// copied whole: for inspection; QueuesPage is the bounded form.
-func (tx *Tx) Queues(prefix string, limit int, fn func(QueueInfo) bool) {
-	tx.c.tab.Queues(prefix, limit, fn)
-}
-
-// Locks calls fn for up to limit live requests (all if limit <= 0), until fn
-// returns false. O(requests): for inspection.
+// Locks calls fn for up to limit live requests (all if limit <= 0), newest
+// first, until fn returns false. O(requests passed to fn).
 func (tx *Tx) Locks(limit int, fn func(LockInfo) bool) { tx.c.tab.Locks(limit, fn) }
 
 // SessionLocks calls fn for every live request of session id, newest first.

@@ -45,20 +45,37 @@ func TestCommandsFromElsewhere(t *testing.T) {
 	}
 }
 
+// OpEvict revokes: the holder is told at once, the waiter is granted by the
+// core's timer when the grace has passed (the lock's expiry is later).
 func TestEvictCommand(t *testing.T) {
-	c, _, log := newCore(t, Config{})
+	c, clk, log := newCore(t, Config{Engine: EngineConfig{SessionGrace: 5 * time.Second}})
 	attach(t, c, "s1", "s2")
 	g := lock(t, c, "s1", time.Minute, "a", "b")
 	w := lock(t, c, "s2", time.Minute, "b")
 	log.take()
-	r := c.Apply(&Command{Op: OpEvict, Resources: []string{"b", "free"}})
+	r := c.Apply(&Command{Op: OpEvict, Resources: []string{"b", "free", "a"}})
 	if r.Err != nil || r.N != 1 {
 		t.Fatalf("evict: %+v", r)
 	}
 	b := log.take()
-	if len(b) != 1 || !slices.Equal(kinds(b[0].events), []string{"released:s1", "granted:s2"}) ||
-		b[0].events[0].ID != g.ID || b[0].events[1].ID != w.ID {
+	if len(b) != 1 || !slices.Equal(kinds(b[0].events), []string{"released:s1"}) || b[0].events[0].ID != g.ID {
 		t.Fatalf("evict events: %+v", b)
+	}
+	end := clk.Now() + int64(5*time.Second)
+	if at, ok := c.Armed(); !ok || at != end {
+		t.Fatalf("timer armed at %d %v, want %d", at, ok, end)
+	}
+	if r := c.Apply(&Command{Op: OpEvict, Resources: []string{"a"}}); r.Err != nil || r.N != 0 {
+		t.Fatalf("evict again: %+v", r)
+	}
+	if r := c.Apply(&Command{Op: OpExtend, ID: g.ID, TTL: time.Hour, Session: "s1"}); !errors.Is(r.Err, ErrNotFound) {
+		t.Fatalf("extend of a revoked lock: %+v", r)
+	}
+	log.take()
+	clk.Advance(5 * time.Second)
+	b = log.take()
+	if len(b) != 1 || !slices.Equal(kinds(b[0].events), []string{"expired:s1", "granted:s2"}) || b[0].events[1].ID != w.ID {
+		t.Fatalf("at the end of the grace: %+v", b)
 	}
 	if r := c.Apply(&Command{Op: OpEvict, Resources: []string{"a b"}}); !errors.Is(r.Err, ErrInvalidResource) || r.N != 0 {
 		t.Fatalf("evict of an invalid name: %+v", r)

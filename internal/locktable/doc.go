@@ -29,10 +29,9 @@
 // lock holding the rest and reports it as Released with Partial set, so its
 // holder learns that it no longer holds everything it was granted.
 //
-// No call takes back what it granted: Release, ReleaseAll, Evict and the
-// end of a session first remove everything they remove, and only then grant
-// the waiters that became grantable (none of them in a session being
-// dropped).
+// No call takes back what it granted: Release, ReleaseAll and the end of a
+// session first remove everything they remove, and only then grant the
+// waiters that became grantable (none of them in a session being dropped).
 //
 // # Changes from elsewhere
 //
@@ -43,9 +42,19 @@
 // session it becomes now + ttl exactly. The holder computes how long it may
 // believe it holds a lock from its own requests; a shorter expiry it does not
 // know of would let the lock go to another while it still believes it holds
-// it. An Unlock of a granted lock from another session, and an Evict, report
-// Released to the lock's session. After a partial Release, Extend by id no
-// longer finds the lock, since its holder was told it lost it.
+// it. An Unlock of a granted lock from another session reports Released to
+// the lock's session. After a partial Release, Extend by id no longer finds
+// the lock, since its holder was told it lost it.
+//
+// [Table.Evict] takes a lock from whoever holds it, but does not give it
+// away at once: it revokes the lock, reports Released to its session, and
+// sets its expiry to min(expiry, now + session grace). The holder, slow or
+// disconnected, believes it holds the lock until it hears of the eviction,
+// and at most until its last answered request plus the grace; the lock goes
+// to its waiters, through the normal expiry, only when that belief has
+// ended. A revoked lock is nobody's: Extend, Renew and re-entry do not find
+// it; its holder may still free it at once by Unlock, Release or
+// ReleaseAll.
 //
 // # Caps
 //
@@ -95,10 +104,11 @@
 // Every operation costs O(k log n) or better, where k is the number of
 // resources in the request and n the number of live requests; renewals by
 // owner also fold duplicate names pairwise, O(k²) with k <= MaxResources.
-// Nothing scans all locks except the listing methods: [Table.QueuesPage]
-// costs O(Q log m) for Q queues and a page of m queues, and its memory is
-// bounded by its limits; [Table.Queues] and [Table.Locks] take a count
-// limit, and Queues copies each queue it returns whole.
+// Nothing scans all locks or queues. Besides a hash map, queues are kept in
+// a B-tree ordered by name (O(log Q) per queue created or freed), so that
+// [Table.QueuesPage] seeks its first queue and walks on: O(log Q + page)
+// for Q queues, and its memory is bounded by its limits. [Table.Locks]
+// walks a list of the live requests and costs what it returns.
 //
 // # Caveats
 //

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"pgregory.net/rapid"
 )
 
 // A renewal from a session other than the lock's never shortens it; from its
@@ -172,8 +174,10 @@ func TestPartiallyReleasedLock(t *testing.T) {
 	}
 }
 
-func TestEvict(t *testing.T) {
-	h := newHarness(t, Config{})
+// With no session grace (SessionGrace < 0) an evicted lock goes at once:
+// there is no grace in which its holder may still believe it holds it.
+func TestEvictWithoutGrace(t *testing.T) {
+	h := newHarness(t, Config{SessionGrace: -1})
 	ab := h.ownerLock("s1", "a|b", "o1", time.Second)
 	c := h.mustLock("s2", "c", time.Second, 0)
 	wa := h.mustLock("s3", "a", time.Second, 0)    // waits for a
@@ -229,6 +233,196 @@ func TestEvict(t *testing.T) {
 	}
 	if !h.granted(wcd.ID) || !h.granted(wa.ID) || len(h.events) != 0 {
 		t.Fatal("a refused evict changed something")
+	}
+}
+
+// revokeHarness returns a harness (grace 10 s) where s1 holds a|b as owner
+// o1 until now + 1 min, s2 waits for b, and a|b has just been evicted.
+func revokeHarness(t *testing.T) (h *harness, g, w Grant, label map[ID]string) {
+	t.Helper()
+	h = newHarness(t, Config{SessionGrace: 10 * time.Second})
+	g = h.ownerLock("s1", "a|b", "o1", time.Minute)
+	w = h.mustLock("s2", "b", time.Minute, 0)
+	label = map[ID]string{g.ID: "g", w.ID: "w"}
+	if n, err := h.tab.Evict(h.now, []string{"b"}); err != nil || n != 1 {
+		t.Fatalf("evict = %d, %v", n, err)
+	}
+	if got := h.take(label); !slices.Equal(got, []string{"released:g"}) {
+		t.Fatalf("evict events %v", got)
+	}
+	return h, g, w, label
+}
+
+// Evict revokes: the holder is told at once, the lock keeps its resources
+// until min(expiry, now + grace), when it expires as any lock, and only
+// then are its waiters granted.
+func TestEvictRevokes(t *testing.T) {
+	h, g, w, label := revokeHarness(t)
+	end := h.now + int64(10*time.Second)
+	li, ok := h.tab.Lookup(g.ID)
+	if !ok || !li.Granted || !li.Revoked || li.Deadline != end || h.granted(w.ID) {
+		t.Fatalf("revoked lock %+v %v; waiter granted %v", li, ok, h.granted(w.ID))
+	}
+	var page []QueueInfo
+	h.tab.QueuesPage("", "", 10, 10, func(qi QueueInfo) bool { page = append(page, qi); return true })
+	if len(page) != 2 || !page[1].Entries[0].Revoked || page[1].Entries[1].Revoked {
+		t.Fatalf("page %+v", page)
+	}
+	if st := h.tab.Stats(); st.Evicted != 1 || st.Held != 1 || st.Live != 2 {
+		t.Fatalf("stats %+v", st)
+	}
+	if at, ok := h.tab.NextDeadline(); !ok || at != end {
+		t.Fatalf("next deadline %d %v, want %d", at, ok, end)
+	}
+	h.now = end - 1
+	h.tab.Advance(h.now)
+	if len(h.events) != 0 || h.granted(w.ID) {
+		t.Fatalf("before the end: %v", h.take(label))
+	}
+	h.now = end
+	h.tab.Advance(h.now)
+	if got := h.take(label); !slices.Equal(got, []string{"expired:g", "granted:w"}) || !h.granted(w.ID) {
+		t.Fatalf("at the end: %v", got)
+	}
+	if st := h.tab.Stats(); st.Evicted != 1 || st.Expired != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// A lock that expires before now + grace keeps its expiry.
+func TestEvictKeepsAnEarlierExpiry(t *testing.T) {
+	h := newHarness(t, Config{SessionGrace: 10 * time.Second})
+	g := h.mustLock("s1", "a", 3*time.Second, 0)
+	if n, err := h.tab.Evict(h.now, []string{"a"}); err != nil || n != 1 {
+		t.Fatalf("evict = %d, %v", n, err)
+	}
+	if li, _ := h.tab.Lookup(g.ID); li.Deadline != g.ExpiresAt || !li.Revoked {
+		t.Fatalf("revoked lock %+v, want expiry %d", li, g.ExpiresAt)
+	}
+}
+
+// Evicting a revoked lock again changes nothing, and a lock named through
+// several resources counts once.
+func TestEvictAgain(t *testing.T) {
+	h, g, _, label := revokeHarness(t)
+	end := h.now + int64(10*time.Second)
+	h.advance(time.Second)
+	if n, err := h.tab.Evict(h.now, []string{"a", "b", "a"}); err != nil || n != 0 {
+		t.Fatalf("evict again = %d, %v", n, err)
+	}
+	li, _ := h.tab.Lookup(g.ID)
+	if st := h.tab.Stats(); st.Evicted != 1 || len(h.events) != 0 || li.Deadline != end {
+		t.Fatalf("evict again: stats %+v, events %v, expiry %d want %d", st, h.take(label), li.Deadline, end)
+	}
+	x := h.mustLock("s3", "x|y", time.Minute, 0)
+	if n, _ := h.tab.Evict(h.now, []string{"y", "x", "b"}); n != 1 {
+		t.Fatalf("evict of x|y through both = %d", n)
+	}
+	if got := h.take(map[ID]string{x.ID: "x"}); !slices.Equal(got, []string{"released:x"}) {
+		t.Fatalf("events %v", got)
+	}
+}
+
+// A revoked lock is nobody's: Extend, Renew and re-entry do not find it.
+func TestRevokedLockIsNobodys(t *testing.T) {
+	h, g, w, label := revokeHarness(t)
+	end := h.now + int64(10*time.Second)
+	for _, from := range []string{"s1", "s2", ""} {
+		if _, err := h.tab.Extend(h.now, g.ID, time.Hour, from); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("extend from %q: %v", from, err)
+		}
+		if r, err := h.tab.Renew(h.now, "o1", []string{"a", "b"}, time.Hour, from); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("renew from %q: %+v %v", from, r, err)
+		}
+	}
+	if _, err := h.tab.Lock(h.now, &Request{Session: "s1", Resources: []string{"a", "b"}, TTL: time.Hour, Owner: "o1", Try: true}); !errors.Is(err, ErrBusy) {
+		t.Fatalf("try re-entry: %v", err)
+	}
+	// The owner's new request queues behind its revoked lock (and w).
+	r, err := h.tab.Lock(h.now, &Request{Session: "s1", Resources: []string{"b", "a"}, TTL: time.Hour, Owner: "o1"})
+	if err != nil || r.Granted || r.Renewed || r.ID == g.ID {
+		t.Fatalf("re-entry on a revoked lock: %+v %v", r, err)
+	}
+	label[r.ID] = "r"
+	if li, _ := h.tab.Lookup(g.ID); li.Deadline != end || len(h.events) != 0 {
+		t.Fatalf("revoked lock renewed: %+v, events %v", li, h.take(label))
+	}
+	h.now = end
+	h.tab.Advance(h.now)
+	if got := h.take(label); !slices.Equal(got, []string{"expired:g", "granted:w"}) {
+		t.Fatalf("at the end: %v", got)
+	}
+	h.unlock(w.ID)
+	if got := h.take(label); !slices.Equal(got, []string{"granted:r"}) {
+		t.Fatalf("after w: %v", got)
+	}
+}
+
+// Its holder still ends a revoked lock at once, as its own act, and is
+// told nothing more.
+func TestRevokedLockEndedByItsHolder(t *testing.T) {
+	ends := []struct {
+		name string
+		end  func(h *harness, g Grant) error
+	}{
+		{"unlock", func(h *harness, g Grant) error { return h.tab.Unlock(h.now, g.ID, "s1") }},
+		{"unlock from elsewhere", func(h *harness, g Grant) error { return h.tab.Unlock(h.now, g.ID, "s3") }},
+		{"release", func(h *harness, g Grant) error {
+			if !h.tab.Release(h.now, "o1", []string{"a", "b"}) {
+				return errors.New("release = false")
+			}
+			return nil
+		}},
+		{"releaseall", func(h *harness, g Grant) error {
+			if n := h.tab.ReleaseAll(h.now, "o1"); n != 1 {
+				return fmt.Errorf("releaseall = %d", n)
+			}
+			return nil
+		}},
+	}
+	for _, e := range ends {
+		t.Run(e.name, func(t *testing.T) {
+			h, g, w, label := revokeHarness(t)
+			if err := e.end(h, g); err != nil {
+				t.Fatal(err)
+			}
+			if got := h.take(label); !slices.Equal(got, []string{"granted:w"}) {
+				t.Fatalf("events %v", got)
+			}
+			if _, ok := h.tab.Lookup(g.ID); ok || !h.granted(w.ID) {
+				t.Fatal("the revoked lock was not freed at once")
+			}
+			checkTotals(t, h.tab)
+		})
+	}
+	// A partial release of a revoked lock frees what it names, at once.
+	h, g, w, label := revokeHarness(t)
+	if !h.tab.Release(h.now, "o1", []string{"b"}) {
+		t.Fatal("partial release = false")
+	}
+	if got := h.take(label); !slices.Equal(got, []string{"granted:w"}) || !h.granted(w.ID) || !slices.Equal(h.resources(g.ID), []string{"a"}) {
+		t.Fatalf("partial release: events %v, left %v", got, h.resources(g.ID))
+	}
+	if li, _ := h.tab.Lookup(g.ID); !li.Revoked {
+		t.Fatal("the rest is no longer revoked")
+	}
+}
+
+// A revoked lock of a session that ends is dropped with it.
+func TestRevokedLockDroppedWithItsSession(t *testing.T) {
+	h, g, w, label := revokeHarness(t)
+	h.tab.Detach(h.now, "s1")
+	h.advance(5 * time.Second) // the session ends at 10 s too: the same deadline
+	if len(h.events) != 0 {
+		t.Fatalf("events %v", h.take(label))
+	}
+	h.advance(5 * time.Second)
+	got := h.take(label)
+	if !slices.Contains(got, "granted:w") || len(got) != 3 || !h.granted(w.ID) {
+		t.Fatalf("events %v", got)
+	}
+	if _, ok := h.tab.Lookup(g.ID); ok {
+		t.Fatal("revoked lock outlived its session")
 	}
 }
 
@@ -298,6 +492,12 @@ func TestCapsAccountingThroughEveryRemoval(t *testing.T) {
 	step("evict", func() {
 		h.ownerLock("s2", "theta", "o4", time.Minute)
 		h.tab.Evict(h.now, []string{"theta"})
+	})
+	step("revoked lock's end", func() { h.advance(time.Second) })
+	step("revoked lock unlocked", func() {
+		g := h.ownerLock("s2", "lambda", "o4", time.Minute)
+		h.tab.Evict(h.now, []string{"lambda"})
+		h.unlock(g.ID)
 	})
 	step("release all", func() { h.tab.ReleaseAll(h.now, "owner1") })
 	step("release whole", func() {
@@ -501,6 +701,69 @@ func TestQueuesPageMemoryIsBounded(t *testing.T) {
 	}
 }
 
+// A page among 1 000 000 queues costs the page, not the queues: it seeks
+// in the ordered index of names and walks on. It compares O(log Q + page)
+// names, calls fn at most maxQueues times and allocates O(page).
+func TestQueuesPageAmongAMillionQueues(t *testing.T) {
+	const total = 1_000_000
+	qnames := func(from, n int) (out []string) {
+		for i := from; i < from+n; i++ {
+			out = append(out, fmt.Sprintf("q%07d", i))
+		}
+		return out
+	}
+	var cmps int
+	saved := nameLess
+	nameLess = func(a, b nameKey) bool { cmps++; return saved(a, b) }
+	defer func() { nameLess = saved }()
+	h := newHarness(t, Config{MaxLocksPerSession: -1, MaxSessionBytes: -1})
+	req := Request{Session: "s1", TTL: time.Hour, Resources: make([]string, 1)}
+	for i := range total {
+		req.Resources[0] = qnames(i, 1)[0]
+		if _, err := h.tab.Lock(h.now, &req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cases := []struct {
+		prefix, after string
+		maxQueues     int
+		want          []string
+		next          string
+	}{
+		{"q", "q0500000", 10, qnames(500_001, 10), "q0500010"},
+		{"", "", 3, qnames(0, 3), "q0000002"},
+		{"q099999", "", 20, qnames(999_990, 10), ""},
+		{"q0999", "q0999997", 20, []string{"q0999998", "q0999999"}, ""},
+		{"q05", "q0600000", 20, nil, ""},
+		{"r", "", 20, nil, ""},
+	}
+	for _, tc := range cases {
+		var got []string
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		cmps = 0
+		next := h.tab.QueuesPage(tc.prefix, tc.after, tc.maxQueues, 1000, func(qi QueueInfo) bool {
+			got = append(got, qi.Resource)
+			return true
+		})
+		n := cmps
+		runtime.ReadMemStats(&after)
+		t.Logf("QueuesPage(%q, %q, %d): %d comparisons, %d bytes", tc.prefix, tc.after, tc.maxQueues, n, after.TotalAlloc-before.TotalAlloc)
+		if !slices.Equal(got, tc.want) || next != tc.next {
+			t.Fatalf("QueuesPage(%q, %q, %d) = %v next %q; want %v next %q", tc.prefix, tc.after, tc.maxQueues, got, next, tc.want, tc.next)
+		}
+		// A full scan would compare a million names; a seek compares
+		// about log2(total) = 20, and the walk a few per queue.
+		if limit := 64 + 4*tc.maxQueues; n > limit {
+			t.Fatalf("QueuesPage(%q, %q, %d) compared %d names (limit %d)", tc.prefix, tc.after, tc.maxQueues, n, limit)
+		}
+		if b := after.TotalAlloc - before.TotalAlloc; b > 16<<10 {
+			t.Fatalf("QueuesPage(%q, %q, %d) allocated %d bytes", tc.prefix, tc.after, tc.maxQueues, b)
+		}
+	}
+}
+
 func BenchmarkQueuesPage(b *testing.B) {
 	t := benchTable(b)
 	fill(b, t, 100_000)
@@ -511,6 +774,23 @@ func BenchmarkQueuesPage(b *testing.B) {
 		t.QueuesPage("live:", "", 100, 1000, func(QueueInfo) bool { n++; return true })
 		if n != 100 {
 			b.Fatal(n)
+		}
+	}
+}
+
+// The index orders names exactly as < does, also for names that share
+// their first 8 bytes, are prefixes of each other or hold zero bytes.
+func TestNameLessIsStringOrder(t *testing.T) {
+	name := rapid.StringOfN(rapid.SampledFrom([]rune{0, 1, 'a', 'b', 0xff}), 0, 12, -1)
+	rapid.Check(t, func(rt *rapid.T) {
+		a, b := name.Draw(rt, "a"), name.Draw(rt, "b")
+		if got := nameLess(keyOf(a), keyOf(b)); got != (a < b) {
+			rt.Fatalf("nameLess(%q, %q) = %v", a, b, got)
+		}
+	})
+	for _, p := range [][2]string{{"ab", "ab\x00"}, {"abcdefgh", "abcdefgh\x00"}, {"abcdefgh1", "abcdefgh2"}, {"a\x00", "a\x01"}, {"", "\x00"}} {
+		if !nameLess(keyOf(p[0]), keyOf(p[1])) || nameLess(keyOf(p[1]), keyOf(p[0])) {
+			t.Fatalf("%q and %q misordered", p[0], p[1])
 		}
 	}
 }

@@ -54,8 +54,8 @@ var (
 	// ErrUnknownSession: the session was never attached or has been dropped.
 	ErrUnknownSession = errors.New("locktable: unknown session")
 	// ErrNotFound: no live lock has this id (Extend: or a partial Release
-	// took some of its resources); or (Renew) the owner holds no lock on
-	// exactly those resources.
+	// took some of its resources, or Evict revoked it); or (Renew) the owner
+	// holds no lock on exactly those resources.
 	ErrNotFound = errors.New("locktable: lock does not exist")
 	// ErrNotGranted: the lock is still waiting.
 	ErrNotGranted = errors.New("locktable: lock is not granted yet")

@@ -21,9 +21,13 @@ import (
 // session, Renew finds exactly the lock the model says the owner holds,
 // nothing is granted while grants are held (HoldGrants), after which
 // everything grantable is, a renewal from another session never shortens a
-// lock, an unlock from another session and an eviction tell the holder, the
-// caps refuse exactly the requests that do not fit, the engine's counters
-// equal a recount, and Head and QueuesPage list what the model holds.
+// lock, an unlock from another session and an eviction tell the holder, an
+// evicted lock is revoked (it keeps its resources until min(expiry, now +
+// grace), and is nobody's: Extend, Renew and re-entry do not find it, while
+// Unlock, Release and ReleaseAll free it without telling its holder again),
+// the caps refuse exactly the requests that do not fit, the engine's
+// counters equal a recount, and Head and QueuesPage list what the model
+// holds.
 
 type mreq struct {
 	id        ID
@@ -36,6 +40,7 @@ type mreq struct {
 	expires   int64
 	deadline  int64 // wait deadline, 0 none
 	partial   bool  // a Release took some of its resources: Extend does not find it
+	revoked   bool  // evicted: nobody's, ends at expires
 }
 
 // size is r's name bytes, as the caps count them.
@@ -61,6 +66,9 @@ type model struct {
 	// During a release step: the Released events the model expects, by
 	// request, true for a partial release.
 	expect map[ID]bool
+	// evicting: during an evict step, a Released event revokes the lock
+	// instead of removing it.
+	evicting bool
 	// believers: for each granted request, the sessions that were told they
 	// hold it and not told since that they do not (a grant, a re-entry; a
 	// Released with Moved, a partial release). Only the engine's holder may
@@ -220,9 +228,14 @@ func (m *model) apply() {
 			} else if e.Partial {
 				m.t.Fatalf("partial release of %s outside Release", e.ID.Short())
 			}
-			if !e.Partial {
+			switch {
+			case m.evicting:
+				r.revoked = true
+				r.expires = min(r.expires, m.now+m.grace)
+				delete(m.believers, e.ID) // its holder is told it lost it
+			case !e.Partial:
 				m.del(e.ID)
-			} else {
+			default:
 				delete(m.believers, e.ID) // its holder is told it lost it
 			}
 		case Dropped:
@@ -282,7 +295,7 @@ func (m *model) check() {
 			m.t.Fatalf("request %s of a dropped session still live", r.id.Short())
 		}
 		li, ok := m.tab.Lookup(r.id)
-		if !ok || li.Granted != r.granted || (r.granted && li.Token != r.token) || li.Session != r.session {
+		if !ok || li.Granted != r.granted || (r.granted && li.Token != r.token) || li.Session != r.session || li.Revoked != r.revoked {
 			m.t.Fatalf("engine and model disagree on %s: %+v vs %+v", r.id.Short(), li, r)
 		}
 		if r.granted && li.Deadline != r.expires {
@@ -503,7 +516,8 @@ func (m *model) actions() map[string]func(*rapid.T) {
 			// A granted lock unlocked from elsewhere is reported to its
 			// session; anything else is not.
 			m.expect = map[ID]bool{}
-			if r != nil && r.granted && r.session != from {
+			// A revoked lock's holder has been told already.
+			if r != nil && r.granted && r.session != from && !r.revoked {
 				m.expect[id] = false
 			}
 			err := tab.Unlock(m.now, id, from)
@@ -529,13 +543,15 @@ func (m *model) actions() map[string]func(*rapid.T) {
 			res := rapid.SliceOfN(rapid.SampledFrom(modelResources), 1, 3).Draw(rt, "resources")
 			m.expect = map[ID]bool{}
 			for _, r := range res {
-				if q := m.queue(r); len(q) > 0 && q[0].granted {
+				if q := m.queue(r); len(q) > 0 && q[0].granted && !q[0].revoked {
 					m.expect[q[0].id] = false
 				}
 			}
 			want := len(m.expect)
 			n, err := tab.Evict(m.now, res)
+			m.evicting = true
 			m.apply()
+			m.evicting = false
 			if err != nil || n != want || len(m.expect) != 0 {
 				rt.Fatalf("evict %v = %d, %v; want %d; not reported: %v", res, n, err, want, m.expect)
 			}
@@ -556,9 +572,9 @@ func (m *model) actions() map[string]func(*rapid.T) {
 			m.apply()
 			_, r := m.find(id)
 			switch {
-			case r == nil || r.partial:
+			case r == nil || r.partial || r.revoked:
 				if !errors.Is(err, ErrNotFound) {
-					rt.Fatalf("extend unknown or partially released: %v", err)
+					rt.Fatalf("extend unknown, partially released or revoked: %v", err)
 				}
 			case !r.granted:
 				if !errors.Is(err, ErrNotGranted) {
@@ -629,7 +645,12 @@ func (m *model) actions() map[string]func(*rapid.T) {
 			m.expect = map[ID]bool{}
 			for h, rs := range cut {
 				partial := len(rs) < len(h.res)
-				m.expect[h.id] = partial
+				if !h.revoked { // a revoked lock's holder has been told already
+					m.expect[h.id] = partial
+				}
+				if !partial && h.revoked {
+					m.del(h.id)
+				}
 				if partial {
 					h.partial = true
 					for r := range rs {
@@ -658,6 +679,12 @@ func (m *model) actions() map[string]func(*rapid.T) {
 				}
 			}
 			want := len(m.expect)
+			for _, p := range slices.Clone(m.reqs) {
+				if _, ok := m.expect[p.id]; ok && p.revoked {
+					delete(m.expect, p.id) // its holder has been told already
+					m.del(p.id)
+				}
+			}
 			n := tab.ReleaseAll(m.now, owner)
 			m.apply()
 			if n != want || len(m.expect) != 0 {
@@ -721,7 +748,7 @@ func (m *model) renew(rt *rapid.T, owner string, res []string) {
 	}
 	var want *mreq
 	for _, p := range m.reqs {
-		if owner != "" && p.granted && p.owner == owner && !p.noReentry && sameSet(p.res, res) {
+		if owner != "" && p.granted && p.owner == owner && !p.noReentry && !p.revoked && sameSet(p.res, res) {
 			want = p
 		}
 	}
@@ -759,7 +786,7 @@ func (m *model) lock(rt *rapid.T, req *Request) {
 		for _, p := range m.reqs {
 			if p.res[r] {
 				n++
-				if req.Owner != "" && !req.NoReentry && p.granted && p.owner == req.Owner {
+				if req.Owner != "" && !req.NoReentry && p.granted && p.owner == req.Owner && !p.revoked {
 					mine = p
 				}
 			}
@@ -814,7 +841,7 @@ func (m *model) lock(rt *rapid.T, req *Request) {
 		} else if errors.Is(err, ErrOwnerConflict) {
 			held := false
 			for _, p := range m.reqs {
-				held = held || (p.granted && p.owner == req.Owner && p.res[re.Resource])
+				held = held || (p.granted && p.owner == req.Owner && !p.revoked && p.res[re.Resource])
 			}
 			if !held {
 				rt.Fatalf("owner conflict names %s, which the owner does not hold", re.Resource)

@@ -3,11 +3,14 @@ package locktable
 import (
 	"cmp"
 	crand "crypto/rand"
+	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/google/btree"
 )
 
 // Defaults for the zero fields of Config.
@@ -116,11 +119,14 @@ const (
 	// TimedOut: a waiting request passed its wait timeout and left every
 	// queue.
 	TimedOut
-	// Expired: a granted lock passed its expiry and was removed.
+	// Expired: a granted lock passed its expiry and was removed; a lock
+	// revoked by Evict ends this way too, after its Released.
 	Expired
-	// Released: a granted lock was removed by Release or ReleaseAll; or,
-	// with Partial set, a Release took some of its resources and the lock
-	// lives on holding the rest.
+	// Released: a granted lock was removed by Release or ReleaseAll, or
+	// unlocked from another session; or Evict revoked it (it keeps its
+	// resources until it expires, but is nobody's any more); or, with
+	// Partial set, a Release took some of its resources and the lock lives
+	// on holding the rest.
 	Released
 	// Dropped: a request was removed because its session's grace period
 	// ended. Held is true if it was granted. A dropped session is never
@@ -207,7 +213,7 @@ type Stats struct {
 	Extended    uint64 // successful Extend and Renew calls
 	ExtendFails uint64 // failed Extend and Renew calls
 	Dropped     uint64 // requests removed with their session
-	Evicted     uint64 // locks removed by Evict
+	Evicted     uint64 // locks revoked by Evict
 	ServerFull  uint64 // requests refused by MaxLocks, MaxEntries or MaxNameBytes
 	Live        int    // live requests (held and waiting)
 	Entries     int    // queue entries (sum over live requests of their distinct resources)
@@ -229,6 +235,7 @@ const (
 	flagNoReentry uint8 = 1 << iota // Request.NoReentry: Renew does not find the lock
 	flagCut                         // Release: the lock already lost resources in this call
 	flagPartial                     // a Release took some of its resources: Extend by id no longer finds it
+	flagRevoked                     // Evict revoked it: it is nobody's any more and ends at its expiry
 )
 
 type node struct {
@@ -261,6 +268,8 @@ type lock struct {
 	owner    string
 	oprev    *lock // owner list
 	onext    *lock
+	aprev    *lock // list of every live request, newest first
+	anext    *lock
 	nodes    []node
 	one      [1]node
 }
@@ -300,6 +309,8 @@ type Table struct {
 	bytes    int64   // name bytes of live requests
 	spare    []*lock // removed lock structs kept for reuse
 	queues   map[string]*queue
+	names    *btree.BTreeG[nameKey] // the keys of queues, in order
+	all      *lock                  // every live request, newest first
 	sessions map[string]*session
 	owners   map[string]*ownerList
 	heap     deadlines
@@ -353,6 +364,7 @@ func New(cfg Config) (*Table, error) {
 		maxTTL:     cfg.MaxTTL,
 		maxTimeout: cfg.MaxTimeout,
 		queues:     make(map[string]*queue),
+		names:      btree.NewG(nameDegree, nameLess),
 		sessions:   make(map[string]*session),
 		owners:     make(map[string]*ownerList),
 		next:       cfg.FirstToken,
@@ -536,7 +548,9 @@ func distinct(res []string) int {
 // session cannot take it.
 //
 // Re-entry from a session other than the lock's (req.Session is the
-// caller) never shortens the lock: see Extend.
+// caller) never shortens the lock: see Extend. A lock revoked by Evict is
+// not the owner's any more: asking for it again queues behind it (or, with
+// Try, is refused with ErrBusy) like any request.
 func (t *Table) Lock(now int64, req *Request) (Grant, error) {
 	now = t.advance(now)
 	s, ok := t.sessions[req.Session]
@@ -573,7 +587,7 @@ func (t *Table) Lock(now int64, req *Request) (Grant, error) {
 		size += int64(len(r))
 		q := t.queues[r]
 		if req.Owner != "" && !req.NoReentry && q != nil {
-			if h := q.head.l; h.state == stateGranted && h.owner == req.Owner {
+			if h := q.head.l; h.state == stateGranted && h.owner == req.Owner && h.flags&flagRevoked == 0 {
 				if mine != nil && mine != h {
 					return Grant{}, &ResourceError{Err: ErrOwnerConflict, Resource: r}
 				}
@@ -799,6 +813,11 @@ func (t *Table) newLock(k int) *lock {
 		t.slots = append(t.slots, nil)
 	}
 	t.slots[idx] = l
+	l.aprev, l.anext = nil, t.all
+	if t.all != nil {
+		t.all.aprev = l
+	}
+	t.all = l
 	a, b := t.rng.Uint64(), t.rng.Uint64()
 	for i := 0; i < 4; i++ {
 		l.id[i] = byte(idx >> (8 * i))
@@ -830,6 +849,14 @@ func (t *Table) freeLock(l *lock) {
 	idx := uint32(l.id[0]) | uint32(l.id[1])<<8 | uint32(l.id[2])<<16 | uint32(l.id[3])<<24
 	t.slots[idx] = nil
 	t.freeIdx = append(t.freeIdx, idx)
+	if l.aprev != nil {
+		l.aprev.anext = l.anext
+	} else {
+		t.all = l.anext
+	}
+	if l.anext != nil {
+		l.anext.aprev = l.aprev
+	}
 	t.live--
 	nodes := l.nodes
 	clear(nodes)
@@ -862,15 +889,16 @@ func (t *Table) grant(now int64, l *lock) {
 // becomes now + ttl. From any other session, the empty one included, it
 // never moves earlier: it becomes max(expiry, now + ttl), and the lock's TTL
 // changes only if the expiry moves; the returned expiry is the lock's. It
-// returns ErrNotFound for an unknown id and for a lock that a partial
-// Release took resources from (its holder was told it no longer holds it;
-// Renew by owner on exactly the rest still finds it), ErrNotGranted for a
-// waiting request and ErrInvalidTTL for a ttl not in (0, MaxTTL].
+// returns ErrNotFound for an unknown id, for a lock revoked by Evict, and
+// for a lock that a partial Release took resources from (its holder was
+// told it no longer holds it; Renew by owner on exactly the rest still
+// finds it), ErrNotGranted for a waiting request and ErrInvalidTTL for a
+// ttl not in (0, MaxTTL].
 func (t *Table) Extend(now int64, id ID, ttl time.Duration, from string) (int64, error) {
 	now = t.advance(now)
 	l := t.lookup(id)
 	switch {
-	case l == nil || l.flags&flagPartial != 0:
+	case l == nil || l.flags&(flagPartial|flagRevoked) != 0:
 		t.stats.ExtendFails++
 		return 0, ErrNotFound
 	case l.state != stateGranted:
@@ -894,8 +922,10 @@ func (t *Table) own(l *lock, from string) bool { return from != "" && l.sess.id 
 // from any other session (the empty one included) is reported to its own
 // session as Released, so that its holder learns at once that it no longer
 // holds it. Unlocking a waiting request reports nothing to its session,
-// whoever unlocks it. It returns ErrNotFound for an unknown id; a lock that
-// a partial Release took resources from is still found.
+// whoever unlocks it, nor unlocking a lock revoked by Evict (its session
+// was told at the eviction). It returns ErrNotFound for an unknown id; a
+// lock that a partial Release took resources from, or that Evict revoked,
+// is still found.
 func (t *Table) Unlock(now int64, id ID, from string) error {
 	t.advance(now)
 	l := t.lookup(id)
@@ -903,7 +933,7 @@ func (t *Table) Unlock(now int64, id ID, from string) error {
 		return ErrNotFound
 	}
 	t.stats.Unlocked++
-	if l.state == stateGranted && !t.own(l, from) {
+	if l.state == stateGranted && !t.own(l, from) && l.flags&flagRevoked == 0 {
 		t.emit(Event{Kind: Released, ID: l.id, Session: l.sess.id, Owner: l.owner, Token: l.token})
 	}
 	t.remove(l)
@@ -920,9 +950,9 @@ func (t *Table) Unlock(now int64, id ID, from string) error {
 // ErrInvalidResource, ErrTooManyResources or ErrInvalidTTL for a malformed
 // call, and ErrNotFound if owner holds no such lock: also when its lock holds
 // more or fewer resources (after a partial Release it holds only the rest,
-// and only exactly the rest is found), when the lock is still waiting, and
-// when it was taken with Request.NoReentry. It costs O(k² + log n), k the
-// number of resources.
+// and only exactly the rest is found), when the lock is still waiting,
+// when it was taken with Request.NoReentry, and when Evict revoked it. It
+// costs O(k² + log n), k the number of resources.
 func (t *Table) Renew(now int64, owner string, resources []string, ttl time.Duration, from string) (Grant, error) {
 	now = t.advance(now)
 	switch {
@@ -958,7 +988,7 @@ func (t *Table) ownerLock(owner string, resources []string) *lock {
 		return nil
 	}
 	l := q.head.l
-	if l.state != stateGranted || l.owner != owner || l.flags&flagNoReentry != 0 {
+	if l.state != stateGranted || l.owner != owner || l.flags&(flagNoReentry|flagRevoked) != 0 {
 		return nil
 	}
 	for _, r := range resources[1:] {
@@ -983,7 +1013,8 @@ func (t *Table) ownerLock(owner string, resources []string) *lock {
 // and Unlock by id still do, and a re-entry on exactly the rest, which
 // answers with the lock's ID, makes Extend find it again. Waiters are
 // granted only after everything named has been released, so no lock
-// granted by this call is released by it.
+// granted by this call is released by it. A lock revoked by Evict is still
+// its owner's to release, at once, and nothing more is reported for it.
 func (t *Table) Release(now int64, owner string, resources []string) bool {
 	t.advance(now)
 	if owner == "" || len(resources) == 0 {
@@ -1022,7 +1053,9 @@ func (t *Table) Release(now int64, owner string, resources []string) bool {
 		if l.live > 0 {
 			l.flags |= flagPartial
 		}
-		t.emit(Event{Kind: Released, ID: l.id, Session: l.sess.id, Owner: l.owner, Token: l.token, Partial: l.live > 0})
+		if l.flags&flagRevoked == 0 {
+			t.emit(Event{Kind: Released, ID: l.id, Session: l.sess.id, Owner: l.owner, Token: l.token, Partial: l.live > 0})
+		}
 		if l.live == 0 {
 			t.stats.Unlocked++
 			t.remove(l)
@@ -1034,8 +1067,9 @@ func (t *Table) Release(now int64, owner string, resources []string) bool {
 	return all
 }
 
-// ReleaseAll releases every granted lock of owner, reporting each as Released,
-// and returns how many it released. Waiting requests of owner stay queued,
+// ReleaseAll releases every granted lock of owner, reporting each as Released
+// (except locks revoked by Evict, whose sessions were told already), and
+// returns how many it released. Waiting requests of owner stay queued,
 // even those that the release lets through: they are granted after the
 // releases, and stay granted.
 func (t *Table) ReleaseAll(now int64, owner string) int {
@@ -1051,7 +1085,9 @@ func (t *Table) ReleaseAll(now int64, owner string) int {
 		if l.state == stateGranted {
 			n++
 			t.stats.Unlocked++
-			t.emit(Event{Kind: Released, ID: l.id, Session: l.sess.id, Owner: l.owner, Token: l.token})
+			if l.flags&flagRevoked == 0 {
+				t.emit(Event{Kind: Released, ID: l.id, Session: l.sess.id, Owner: l.owner, Token: l.token})
+			}
 			t.remove(l)
 		}
 		l = next
@@ -1060,17 +1096,32 @@ func (t *Table) ReleaseAll(now int64, owner string) int {
 	return n
 }
 
-// Evict removes, for each named resource whose queue is headed by a granted
-// lock, that whole lock (all its resources), whoever holds it, and reports
-// it to its session as Released. It returns how many locks it removed. A
-// resource that is free, or whose head is a waiting request, is left alone;
-// a lock named through several of its resources is removed once. Waiters
-// are granted only after every named lock has been removed, so no lock
-// granted by this call is evicted by it. It returns ErrInvalidResource or
-// ErrTooManyResources for a malformed call, and then removes nothing. It
-// costs O(k² + k log n) for k resources.
+// Evict revokes, for each named resource whose queue is headed by a granted
+// lock, that whole lock (all its resources), whoever holds it: it reports
+// the lock to its session as Released at once, and sets its expiry to
+// min(expiry, now + SessionGrace). It returns how many locks it newly
+// revoked. A resource that is free, or whose head is a waiting request or
+// an already revoked lock, is left alone; a lock named through several of
+// its resources counts once. It returns ErrInvalidResource or
+// ErrTooManyResources for a malformed call, and then changes nothing. It
+// costs O(k log n) for k resources.
+//
+// A revoked lock keeps its resources until that expiry, and then ends as
+// any lock does, reported as Expired; nothing is granted by Evict itself.
+// Its holder may be slow, or disconnected and in its grace period, and
+// believes it holds the lock until it hears of the eviction, and at most
+// until its last answered request (answered no later than now) plus the
+// session grace: the waiters get the lock only when that belief has ended.
+// A revoked lock is nobody's any more: Extend by id returns ErrNotFound,
+// Renew does not find it, and a re-entry by its owner does not renew it but
+// queues behind it like any request. Its holder can still end it at once,
+// as its own act: Unlock by id, Release and ReleaseAll free it (reporting
+// nothing more to its session). With SessionGrace < 0 a session's locks go
+// as soon as it detaches, and evicted locks go at once too: they are
+// removed (no Expired follows), and their waiters granted only after every
+// named lock is gone, so no lock granted by this call is evicted by it.
 func (t *Table) Evict(now int64, resources []string) (int, error) {
-	t.advance(now)
+	now = t.advance(now)
 	switch {
 	case len(resources) == 0:
 		return 0, ErrInvalidResource
@@ -1082,6 +1133,36 @@ func (t *Table) Evict(now int64, resources []string) (int, error) {
 			return 0, err
 		}
 	}
+	if t.cfg.SessionGrace < 0 {
+		return t.evictNow(resources), nil
+	}
+	at := now + int64(t.cfg.SessionGrace)
+	n := 0
+	for _, r := range resources {
+		q := t.queues[r]
+		if q == nil {
+			continue
+		}
+		l := q.head.l
+		if l.state != stateGranted || l.flags&flagRevoked != 0 {
+			continue
+		}
+		l.flags |= flagRevoked
+		n++
+		t.stats.Evicted++
+		t.emit(Event{Kind: Released, ID: l.id, Session: l.sess.id, Owner: l.owner, Token: l.token})
+		if at < l.deadline {
+			l.deadline = at
+			t.heap[l.hidx].at = at
+			t.heap.fix(int(l.hidx))
+		}
+	}
+	return n, nil
+}
+
+// evictNow is Evict with no session grace: it removes each evicted lock at
+// once, and grants waiters only after all of them are gone.
+func (t *Table) evictNow(resources []string) int {
 	cut := t.cut[:0]
 	for _, r := range resources {
 		if q := t.queues[r]; q != nil && q.head.l.state == stateGranted {
@@ -1103,7 +1184,7 @@ func (t *Table) Evict(now int64, resources []string) (int, error) {
 	clear(cut)
 	t.cut = cut[:0]
 	t.flushGrants()
-	return n, nil
+	return n
 }
 
 // flushGrants ends deferring and grants, in the order they became
@@ -1235,6 +1316,7 @@ func (t *Table) unqueue(n *node) {
 	q.unlink(n)
 	if q.n == 0 {
 		delete(t.queues, q.name)
+		t.names.Delete(keyOf(q.name))
 		*q = queue{}
 		t.free = append(t.free, q)
 		return
@@ -1337,6 +1419,36 @@ func (t *Table) ownerDel(l *lock) {
 
 // ---- queues ----
 
+// nameDegree is the degree of the B-tree of queue names: each node holds
+// up to 2*nameDegree-1 names. Chosen by the engine benchmarks.
+const nameDegree = 16
+
+// nameKey is a queue name in the B-tree. pre, its first 8 bytes, orders
+// most pairs of names without reading them: a comparison that reads the
+// names costs a cache miss each in a large tree.
+type nameKey struct {
+	pre  uint64 // the first 8 bytes of name, big-endian, zero-padded
+	name string
+}
+
+func keyOf(name string) nameKey {
+	var b [8]byte
+	copy(b[:], name)
+	return nameKey{pre: binary.BigEndian.Uint64(b[:]), name: name}
+}
+
+// nameLess orders queue names by bytes, as <. Names that differ in their
+// padded first 8 bytes are ordered by pre; if they differ at byte i there,
+// either both have a byte at i, or the shorter one ends at i and is a
+// prefix of the other (a padding 0 differs only from a non-zero byte). It
+// is a variable so that tests can count the comparisons of a listing.
+var nameLess btree.LessFunc[nameKey] = func(a, b nameKey) bool {
+	if a.pre != b.pre {
+		return a.pre < b.pre
+	}
+	return a.name < b.name
+}
+
 func (t *Table) newQueue(name string) *queue {
 	var q *queue
 	if n := len(t.free); n > 0 {
@@ -1347,6 +1459,7 @@ func (t *Table) newQueue(name string) *queue {
 	}
 	q.name = name
 	t.queues[name] = q
+	t.names.ReplaceOrInsert(keyOf(name))
 	return q
 }
 
@@ -1405,6 +1518,7 @@ type LockInfo struct {
 	Owner     string
 	Resources []string
 	Granted   bool
+	Revoked   bool // evicted: nobody's any more, ends at Deadline (see Evict)
 	Token     uint64
 	TTL       time.Duration
 	Created   int64
@@ -1413,7 +1527,7 @@ type LockInfo struct {
 
 func (t *Table) info(l *lock) LockInfo {
 	li := LockInfo{ID: l.id, Session: l.sess.id, Owner: l.owner, Granted: l.state == stateGranted,
-		Token: l.token, TTL: l.ttl, Created: l.created, Deadline: l.deadline}
+		Revoked: l.flags&flagRevoked != 0, Token: l.token, TTL: l.ttl, Created: l.created, Deadline: l.deadline}
 	for i := range l.nodes {
 		if q := l.nodes[i].q; q != nil {
 			li.Resources = append(li.Resources, q.name)
@@ -1431,14 +1545,11 @@ func (t *Table) Lookup(id ID) (LockInfo, bool) {
 	return t.info(l), true
 }
 
-// Locks calls fn for up to limit live requests (all if limit <= 0), in no
-// particular order, until fn returns false. It costs O(n): for inspection.
+// Locks calls fn for up to limit live requests (all if limit <= 0), newest
+// first, until fn returns false. It costs O(requests passed to fn).
 func (t *Table) Locks(limit int, fn func(LockInfo) bool) {
 	i := 0
-	for _, l := range t.slots {
-		if l == nil {
-			continue
-		}
+	for l := t.all; l != nil; l = l.anext {
 		if limit > 0 && i >= limit {
 			return
 		}
@@ -1467,6 +1578,7 @@ type QueueEntry struct {
 	Session  string
 	Owner    string
 	Granted  bool
+	Revoked  bool // evicted: nobody's any more, ends at Deadline (see Evict)
 	Token    uint64
 	Created  int64
 	Deadline int64
@@ -1481,8 +1593,8 @@ type QueueInfo struct {
 }
 
 func queueEntry(l *lock) QueueEntry {
-	return QueueEntry{ID: l.id, Session: l.sess.id, Owner: l.owner,
-		Granted: l.state == stateGranted, Token: l.token, Created: l.created, Deadline: l.deadline}
+	return QueueEntry{ID: l.id, Session: l.sess.id, Owner: l.owner, Granted: l.state == stateGranted,
+		Revoked: l.flags&flagRevoked != 0, Token: l.token, Created: l.created, Deadline: l.deadline}
 }
 
 // Head returns the request at the head of resource's queue: its holder, or
@@ -1503,106 +1615,48 @@ func (t *Table) Head(resource string) (LockInfo, bool) {
 // queue follows one that exhausted the entries. It stops early when fn
 // returns false. It returns the last resource passed to fn when more
 // queues match after it (pass it as after for the next page), and ""
-// otherwise. Limits below 1 count as 1. It costs O(Q log maxQueues) time
-// for Q queues and O(maxQueues + maxEntries) memory; the Entries slices of
+// otherwise. Limits below 1 count as 1. It seeks the first name in the
+// ordered index of queue names and walks on from there, so it costs
+// O(log Q + m + e) time, for Q queues, m queues passed to fn and e entries,
+// and O(m + e) memory, whatever the number of queues; the Entries slices of
 // different calls of fn do not overlap, so fn may keep them.
 func (t *Table) QueuesPage(prefix, after string, maxQueues, maxEntries int, fn func(QueueInfo) bool) (next string) {
 	maxQueues, maxEntries = max(maxQueues, 1), max(maxEntries, 1)
-	// page: the maxQueues smallest matching names, as a max-heap.
-	page := make(nameHeap, 0, min(maxQueues, len(t.queues), 1024))
-	matched := 0
-	for name := range t.queues {
-		if name <= after || !strings.HasPrefix(name, prefix) {
-			continue
-		}
-		matched++
-		switch {
-		case len(page) < maxQueues:
-			page.push(name)
-		case name < page[0]:
-			page[0] = name
-			page.down(0)
-		}
-	}
-	slices.Sort(page)
+	// page: the first maxQueues matching queues, and one more if there is.
+	page := make([]*queue, 0, min(maxQueues, t.names.Len(), 1024)+1)
 	total := 0
-	for _, name := range page {
-		total += t.queues[name].n
-	}
-	buf := make([]QueueEntry, 0, min(total, maxEntries))
-	for i, name := range page {
+	t.names.AscendGreaterOrEqual(keyOf(max(prefix, after)), func(k nameKey) bool {
+		name := k.name
+		// Names with the prefix are contiguous in the order, from prefix
+		// on: the first one without it ends them.
+		switch {
+		case name == after:
+			return true
+		case !strings.HasPrefix(name, prefix):
+			return false
+		}
 		q := t.queues[name]
+		page = append(page, q)
+		if len(page) <= maxQueues {
+			total += q.n
+		}
+		return len(page) <= maxQueues
+	})
+	buf := make([]QueueEntry, 0, min(total, maxEntries))
+	for i, q := range page[:min(len(page), maxQueues)] {
 		start := len(buf)
 		for n := q.head; n != nil && len(buf) < cap(buf); n = n.next {
 			buf = append(buf, queueEntry(n.l))
 		}
-		more := i+1 < matched
-		if !fn(QueueInfo{Resource: name, Entries: buf[start:len(buf):len(buf)], Len: q.n}) || len(buf) == cap(buf) {
+		more := i+1 < len(page)
+		if !fn(QueueInfo{Resource: q.name, Entries: buf[start:len(buf):len(buf)], Len: q.n}) || len(buf) == cap(buf) {
 			if more {
-				return name
+				return q.name
 			}
 			return ""
 		}
 	}
 	return ""
-}
-
-// nameHeap is a binary max-heap of resource names.
-type nameHeap []string
-
-func (h *nameHeap) push(s string) {
-	*h = append(*h, s)
-	a := *h
-	for i := len(a) - 1; i > 0; {
-		p := (i - 1) / 2
-		if a[p] >= a[i] {
-			break
-		}
-		a[p], a[i] = a[i], a[p]
-		i = p
-	}
-}
-
-func (h nameHeap) down(i int) {
-	for {
-		l := 2*i + 1
-		if l >= len(h) {
-			return
-		}
-		m := l
-		if r := l + 1; r < len(h) && h[r] > h[l] {
-			m = r
-		}
-		if h[m] <= h[i] {
-			return
-		}
-		h[i], h[m] = h[m], h[i]
-		i = m
-	}
-}
-
-// Queues calls fn for up to limit resources whose name starts with prefix
-// (all if limit <= 0), in no particular order, until fn returns false. It
-// costs O(number of queues) and copies every entry of each queue it
-// returns, however long: for inspection. QueuesPage is the bounded form.
-func (t *Table) Queues(prefix string, limit int, fn func(QueueInfo) bool) {
-	i := 0
-	for name, q := range t.queues {
-		if !strings.HasPrefix(name, prefix) {
-			continue
-		}
-		if limit > 0 && i >= limit {
-			return
-		}
-		i++
-		qi := QueueInfo{Resource: name, Entries: make([]QueueEntry, 0, q.n), Len: q.n}
-		for n := q.head; n != nil; n = n.next {
-			qi.Entries = append(qi.Entries, queueEntry(n.l))
-		}
-		if !fn(qi) {
-			return
-		}
-	}
 }
 
 // QueueLen returns the number of entries in resource's queue, holder

@@ -609,18 +609,22 @@ func TestListing(t *testing.T) {
 	b := h.mustLock("s2", "order:1|order:2", time.Second, 0)
 	h.mustLock("s2", "other", time.Second, 0)
 	var got []QueueInfo
-	h.tab.Queues("order:", 0, func(q QueueInfo) bool { got = append(got, q); return true })
-	slices.SortFunc(got, func(x, y QueueInfo) int { return strings.Compare(x.Resource, y.Resource) })
+	h.tab.QueuesPage("order:", "", 100, 100, func(q QueueInfo) bool { got = append(got, q); return true })
 	if len(got) != 2 || got[0].Resource != "order:1" || len(got[0].Entries) != 2 {
 		t.Fatalf("queues = %+v", got)
 	}
 	if e := got[0].Entries; e[0].ID != a.ID || !e[0].Granted || e[0].Owner != "w1" || e[1].ID != b.ID || e[1].Granted {
 		t.Fatalf("entries = %+v", e)
 	}
-	n := 0
-	h.tab.Locks(2, func(LockInfo) bool { n++; return true })
-	if n != 2 {
-		t.Fatalf("Locks with limit 2 gave %d", n)
+	var ids []ID
+	h.tab.Locks(2, func(li LockInfo) bool { ids = append(ids, li.ID); return true })
+	if len(ids) != 2 || ids[1] != b.ID {
+		t.Fatalf("Locks with limit 2 gave %v, want the two newest", ids)
+	}
+	ids = nil
+	h.tab.Locks(0, func(li LockInfo) bool { ids = append(ids, li.ID); return len(ids) < 3 })
+	if len(ids) != 3 || ids[2] != a.ID {
+		t.Fatalf("Locks gave %v", ids)
 	}
 }
 

@@ -1,0 +1,238 @@
+package server
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mlock-dev/mlock/internal/auth"
+	"github.com/mlock-dev/mlock/internal/testcert"
+)
+
+// Tests of the rules that keep a holder's belief safe when its lock is
+// taken from it by someone else, and of the limits' edges.
+
+// TestEvictWaitsForTheHoldersBelief: evict tells the holder at once, but
+// the waiter is granted only when the holder can no longer believe it holds
+// the lock: after the session grace (or the lease, if it ends sooner). A
+// holder whose connection is gone (in its grace) is covered the same way.
+func TestEvictWaitsForTheHoldersBelief(t *testing.T) {
+	const grace = 600 * time.Millisecond
+	for _, detached := range []bool{false, true} {
+		t.Run(fmt.Sprintf("detached=%v", detached), func(t *testing.T) {
+			srv, tk := abServer(t, Config{SessionGrace: grace, StatusRate: -1})
+			a := connectAs(t, srv, "holder", "A", tk.a)
+			id := a.lock("1", "a:x 60000 0 0 own")
+			a.locked(id)
+			w := connectAs(t, srv, "waiter", "A", tk.a)
+			wid := w.lock("1", "a:x 60000 0 0")
+			ops := connectAs(t, srv, "ops", "ops", tk.admin)
+			var detachedAt time.Time
+			if detached {
+				detachedAt = time.Now()
+				a.nc.Close()
+				time.Sleep(50 * time.Millisecond)
+			}
+			evicted := time.Now()
+			if got := ops.ask("1", "evict 1 a:x"); got != "1" {
+				t.Fatalf("evict answered %q", got)
+			}
+			if !detached {
+				a.expect("expired " + id + " released")
+				// The holder can neither extend nor renew it any more.
+				a.send("extend 2 " + id + " 60000")
+				a.expect("result 2 failed lock not exist!")
+				a.send("renew 3 own a:x 60000")
+				a.expect("result 3 failed lock not exist!")
+			}
+			w.locked(wid)
+			// The holder believes at most until its last answer plus the
+			// grace: the evict (connected), or its detach (detached), is
+			// later than that answer.
+			since := evicted
+			if detached {
+				since = detachedAt
+			}
+			if d := time.Since(since); d < grace-20*time.Millisecond {
+				t.Fatalf("the waiter was granted %v after the holder's last answer, within its grace %v", d, grace)
+			}
+			// A second evict of the free resource changes nothing.
+			if got := ops.ask("2", "evict 2 a:nothing"); got != "0" {
+				t.Fatalf("evict of a free resource answered %q", got)
+			}
+		})
+	}
+}
+
+// TestOfflineBufferKeepsReleases: a session offline past MaxOfflineBytes
+// loses its locked pushes (announced again on resume), never the notice that
+// a lock it held was released.
+func TestOfflineBufferKeepsReleases(t *testing.T) {
+	srv := start(t, Config{MaxOfflineBytes: 300, SessionGrace: 10 * time.Second, StatusRate: -1})
+	a := connected(t, srv, "a")
+	id := a.lock("1", "x 60000 0 0 own")
+	a.locked(id)
+	// Six waits of a's that will be granted while it is offline.
+	blocker := connected(t, srv, "blocker")
+	var bids []string
+	for i := range 6 {
+		r := fmt.Sprintf("y%d", i)
+		bid := blocker.lock(fmt.Sprint(i+10), r+" 60000 0 0")
+		blocker.locked(bid)
+		bids = append(bids, bid)
+	}
+	var waits []string
+	for i := range 6 {
+		waits = append(waits, a.lock(fmt.Sprint(i+20), fmt.Sprintf("y%d 60000 0 0", i)))
+	}
+	a.nc.Close()
+	time.Sleep(50 * time.Millisecond)
+	for i, bid := range bids {
+		blocker.send(fmt.Sprintf("unlock %d %s", i+30, bid))
+		blocker.expect(fmt.Sprintf("result %d success done", i+30))
+	}
+	// The owner releases x from elsewhere while a is offline.
+	other := connected(t, srv, "other")
+	other.send("release 1 own x")
+	other.expect("result 1 success true")
+
+	back := dialRaw(t, srv)
+	back.send("connect a 1.0")
+	back.expect("connected 1.0 resumed *")
+	var released bool
+	granted := map[string]bool{}
+	for range 30 {
+		p, err := back.next(300 * time.Millisecond)
+		if err != nil {
+			break
+		}
+		switch f := strings.Fields(p); {
+		case p == "expired "+id+" released":
+			released = true
+		case f[0] == "locked":
+			granted[f[1]] = true
+		}
+	}
+	if !released {
+		t.Fatal("the resumed session was never told that its lock was released")
+	}
+	for _, w := range waits {
+		if !granted[w] {
+			t.Errorf("grant of %s not announced on resume", w)
+		}
+	}
+}
+
+// TestReloadRevokes: a reload takes rights away from established sessions,
+// ends the connections of a removed principal, and makes those whose token
+// changed authenticate again.
+func TestReloadRevokes(t *testing.T) {
+	tokA, tokOps, tokOps2 := auth.NewToken(), auth.NewToken(), auth.NewToken()
+	file := writeAuthFile(t, authLine(t, "A", tokA, "prefix=a:"), authLine(t, "ops", tokOps, "admin"),
+		authLine(t, "gone", tokA, "prefix=g:"))
+	srv := start(t, Config{AuthFile: file, StatusRate: -1})
+	ops := connectAs(t, srv, "ops", "ops", tokOps)
+	gone := connectAs(t, srv, "gone", "gone", tokA)
+	a := connectAs(t, srv, "a", "A", tokA)
+	id := a.lock("1", "a:x 60000 0 0")
+	a.locked(id)
+
+	// ops loses admin (its token stays), gone goes, A's token changes.
+	tokA2 := auth.NewToken()
+	rewrite := func(lines ...string) {
+		if err := os.WriteFile(file, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := srv.Reload(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rewrite(authLine(t, "A", tokA2, "prefix=a:"), authLine(t, "ops", tokOps, "prefix=job:"))
+	ops.send("evict 1 a:x")
+	ops.expect("result 1 failed permission denied!")
+	ops.send("lock 2 a:y 1000 0 0")
+	ops.expect("result 2 failed permission denied! a:y")
+	gone.expect("error authentication failed!")
+	gone.closed()
+	a.closed() // to authenticate again
+	refusedConnect(t, srv, "connect a 1.0 auth=A:"+tokA, "authentication failed!")
+	back := dialRaw(t, srv)
+	back.send("connect a 1.0 auth=A:" + tokA2)
+	back.expect("connected 1.0 resumed *")
+	back.expect("locked " + id + " * *") // its lock kept through the reconnect
+	// ops gets admin back with a new token: its session resumes with it.
+	rewrite(authLine(t, "A", tokA2, "prefix=a:"), authLine(t, "ops", tokOps2, "admin"))
+	ops.closed()
+	ops2 := dialRaw(t, srv)
+	ops2.send("connect ops 1.0 auth=ops:" + tokOps2)
+	ops2.expect("connected 1.0 resumed *")
+	ops2.ask("1", "evict 1 a:nothing")
+}
+
+// TestIdleTimeoutCountsFromTheLastFrame: a connection is closed only after
+// a whole idle timeout without a frame, not after half of one.
+func TestIdleTimeoutCountsFromTheLastFrame(t *testing.T) {
+	const idle = 400 * time.Millisecond
+	srv := start(t, Config{IdleTimeout: idle, StatusRate: -1})
+	c := connected(t, srv, "c")
+	// A frame just before the deadline would move (half the timeout).
+	time.Sleep(idle/2 - 30*time.Millisecond)
+	c.ping("1")
+	last := time.Now()
+	p, err := c.next(2 * time.Second)
+	if err != nil || p != "error idle timeout!" {
+		t.Fatalf("got %q, %v", p, err)
+	}
+	if d := time.Since(last); d < idle-20*time.Millisecond {
+		t.Fatalf("closed %v after the last frame, before the idle timeout %v", d, idle)
+	}
+}
+
+// TestTLSAuthTimeoutIncludesTheHandshake: one auth timeout from the accept
+// covers the TLS handshake and the connect.
+func TestTLSAuthTimeoutIncludesTheHandshake(t *testing.T) {
+	const authTimeout = 600 * time.Millisecond
+	ca := testcert.New(t)
+	srv := tlsServer(t, ca, Config{AuthTimeout: authTimeout})
+	start := time.Now()
+	c, _ := dialTLS(t, srv, clientTLS(t, ca, ""))
+	p, err := c.next(3 * time.Second)
+	if err != nil || p != "error auth timeout!" {
+		t.Fatalf("got %q, %v", p, err)
+	}
+	if d := time.Since(start); d > authTimeout+300*time.Millisecond {
+		t.Fatalf("closed %v after the dial: the handshake got a timeout of its own", d)
+	}
+}
+
+// TestMaxUnauthenticated: connections that have not connected are capped,
+// so they cannot fill the server; connected ones do not count.
+func TestMaxUnauthenticated(t *testing.T) {
+	srv := start(t, Config{MaxUnauthenticated: 2, StatusRate: -1})
+	var ok []*raw
+	for i := range 3 {
+		ok = append(ok, connected(t, srv, fmt.Sprintf("c%d", i)))
+	}
+	s1, s2 := dialRaw(t, srv), dialRaw(t, srv)
+	s1.quiet()
+	s2.quiet()
+	extra := dialRaw(t, srv)
+	extra.expect("error too many connections!")
+	extra.closed()
+	s1.nc.Close()
+	for deadline := time.Now().Add(3 * time.Second); ; {
+		c := dialRaw(t, srv)
+		c.send("connect late 1.0")
+		if p, err := c.next(time.Second); err == nil && strings.HasPrefix(p, "connected 1.0 new") {
+			break
+		}
+		c.nc.Close()
+		if time.Now().After(deadline) {
+			t.Fatal("no connection accepted after an unauthenticated one closed")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	ok[0].ping("1")
+}
