@@ -32,7 +32,7 @@ func inUse() uint64 {
 const memConns = 2000
 
 func memServer(b *testing.B) *Server {
-	return start(b, Config{MaxConnsPerIP: -1, MaxConns: memConns + 10, MaxSessions: memConns + 10, StatusRate: -1})
+	return start(b, Config{MaxConnsPerIP: -1, MaxUnauthenticated: -1, MaxConns: memConns + 10, MaxSessions: memConns + 10, StatusRate: -1})
 }
 
 // waitConns waits until the server has n connections registered.
