@@ -14,12 +14,14 @@ import (
 	"github.com/mlock-dev/mlock/internal/protocol"
 )
 
-// Client talks to one mlockd server. Create it with New or NewClient; it is
-// safe for concurrent use. Every Client of the same address (host:port),
-// credentials (Options.Name, Options.Token) and TLS settings shares one
-// session: one socketId, one connection that reconnects by itself, and the
-// calls and locks in flight on it. The session closes with the last Client
-// that shares it.
+// Client talks to one mlockd server, or to the nodes of one mlockd cluster
+// (Options.Addrs), one node at a time. Create it with New or NewClient; it
+// is safe for concurrent use. Every Client of the same address (host:port)
+// or set of addresses (in any order), credentials (Options.Name,
+// Options.Token) and TLS settings shares one session: one socketId, one
+// connection that reconnects by itself (to the next node of a cluster), and
+// the calls and locks in flight on it. The session closes with the last
+// Client that shares it.
 type Client struct {
 	opts      Options
 	s         *session
@@ -97,6 +99,28 @@ func (c *Client) Options() Options { return c.opts }
 
 // SocketID returns the session id of this Client's connection.
 func (c *Client) SocketID() string { return c.s.sid }
+
+// Addrs returns the addresses (host:port, the host in lower case) of the
+// server, or of the nodes of the cluster, in the order the session dials
+// them: that of the first Client of the session (Clients naming the same
+// nodes in another order share it).
+func (c *Client) Addrs() []string {
+	a := make([]string, len(c.s.nodes))
+	for i, n := range c.s.nodes {
+		a[i] = n.addr
+	}
+	return a
+}
+
+// Node returns the address (one of Addrs) of the node the session is
+// connected to, or "" while it is not connected. It may change at any
+// time, as the session reconnects; Status.AnsweredBy names the node that
+// answered a status.
+func (c *Client) Node() string {
+	c.s.mu.Lock()
+	defer c.s.mu.Unlock()
+	return c.s.node
+}
 
 // splitNames splits "a|b|c" at the API's edge; one is the storage for a
 // single name.
@@ -374,7 +398,8 @@ func (c *Client) Renew(ctx context.Context, owner string, resources []string, tt
 	return exp, r.token, nil
 }
 
-// Ping checks the server. A connection error is retried once.
+// Ping checks the server (of a cluster: the node connected to; see
+// Client.Node). A connection error is retried once.
 func (c *Client) Ping(ctx context.Context) error {
 	if _, err := c.s.retry(ctx, protocol.VerbPing); err != nil {
 		return err
@@ -382,7 +407,9 @@ func (c *Client) Ping(ctx context.Context) error {
 	return nil
 }
 
-// Status returns the server's status. A connection error is retried once.
+// Status returns the status of the server (of a cluster: of the node that
+// answered, named by Status.AnsweredBy). A connection error is retried
+// once.
 func (c *Client) Status(ctx context.Context) (*Status, error) {
 	r, err := c.s.retry(ctx, protocol.VerbStatus)
 	if err != nil {
@@ -392,6 +419,7 @@ func (c *Client) Status(ctx context.Context) (*Status, error) {
 	if err := json.Unmarshal(r.data, &st); err != nil {
 		return nil, &Error{Type: TypeRequest, Msg: "invalid status", Err: err}
 	}
+	st.AnsweredBy = r.node
 	return &st, nil
 }
 

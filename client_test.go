@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -52,7 +53,7 @@ func TestParseURI(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := mlock.Options{Host: "localhost", Port: 12340, Timeout: 5 * time.Second, TTL: 3 * time.Second, Prefix: "order:", Tolerate: 3}
-	if o != want {
+	if !reflect.DeepEqual(o, want) {
 		t.Fatalf("ParseURI = %+v, want %+v", o, want)
 	}
 	if o, _ := mlock.ParseURI("mlock://example.org"); o.Port != 0 || o.Host != "example.org" {

@@ -25,9 +25,15 @@ import (
 // queueLocked). A variable for tests.
 var maxPending = 32 << 20
 
-// run is the reconnect loop; it reads frames while connected.
+// run is the reconnect loop; it reads frames while connected. It dials the
+// nodes in turn: after a connection to a node drops, or an attempt fails,
+// the next one; the backoff applies only once every node has failed in
+// turn since the last connection (a round), never between the nodes of a
+// round. A node shutting down counts as a failed attempt.
 func (s *session) run() {
 	defer close(s.done)
+	tried := 0         // failed attempts in this round
+	var refusal *Error // one of them, if the server refused the connection
 	for {
 		select {
 		case <-s.quit:
@@ -35,23 +41,37 @@ func (s *session) run() {
 			return
 		default:
 		}
-		c, err := s.dial()
+		i := s.next
+		s.next = (i + 1) % len(s.nodes)
+		c, err := s.dial(i)
 		if err == nil {
-			if !s.serve(c) {
+			tried, refusal = 0, nil
+			if !s.serve(c, i) {
 				s.backoff = 0
 				continue
 			}
-			// The server said it is shutting down: come back later.
+			// The server said it is shutting down: another node, or later.
 			err = errShuttingDown
 		}
+		tried++
+		if e, ok := permanent(err); ok {
+			refusal = e
+		}
+		if tried < len(s.nodes) {
+			s.dialFailed(i, err, nil)
+			s.log.Warn("mlock: connecting failed; trying the next node", "node", s.nodes[i].addr, "err", err)
+			continue
+		}
 		s.backoff = min(max(2*s.backoff, 50*time.Millisecond), s.opts.MaxBackoff)
-		if err != errShuttingDown && s.dialFailed(err) {
+		if refusal != nil {
 			// Refused: retrying soon will not help, but the server's
 			// configuration may change.
 			s.backoff = s.opts.MaxBackoff
 		}
+		s.dialFailed(i, err, refusal)
+		tried, refusal = 0, nil
 		wait := time.Duration(float64(s.backoff) * (0.5 + rand.Float64()/2))
-		s.log.Warn("mlock: connecting failed; retrying", "err", err, "in", wait)
+		s.log.Warn("mlock: connecting failed; retrying", "node", s.nodes[i].addr, "err", err, "in", wait)
 		select {
 		case <-s.quit:
 			s.shutdown()
@@ -78,15 +98,17 @@ type link struct {
 	h   hello
 }
 
-// dial connects, speaks TLS if configured, and identifies the session
-// (and its principal, with credentials), all within DialTimeout. A refusal
-// by the server (its "error <text>" answer to connect) is an Error (see
-// refusal); so are TLS failures (see handshakeError).
-func (s *session) dial() (link, error) {
+// dial connects to node i, speaks TLS if configured, and identifies the
+// session (and its principal, with credentials), all within DialTimeout. A
+// refusal by the server (its "error <text>" answer to connect) is an Error
+// (see refusal); so are TLS failures (see handshakeError). Both name the
+// node.
+func (s *session) dial(i int) (link, error) {
+	addr, tcfg := s.nodes[i].addr, s.tls[i]
 	d := net.Dialer{Timeout: s.opts.DialTimeout, KeepAlive: 15 * time.Second}
 	ctx, cancel := context.WithTimeout(s.ctx, s.opts.DialTimeout)
 	defer cancel()
-	tcp, err := d.DialContext(ctx, "tcp", s.addr)
+	tcp, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return link{}, err
 	}
@@ -95,14 +117,14 @@ func (s *session) dial() (link, error) {
 	unhook := context.AfterFunc(s.ctx, func() { _ = tcp.SetDeadline(time.Now()) })
 	defer unhook()
 	nc := tcp
-	if s.tls != nil {
-		tc := tls.Client(tcp, s.tls)
+	if tcfg != nil {
+		tc := tls.Client(tcp, tcfg)
 		if err := tc.HandshakeContext(ctx); err != nil {
 			tcp.Close()
 			if s.ctx.Err() != nil {
 				return link{}, s.ctx.Err()
 			}
-			return link{}, handshakeError(s.addr, err)
+			return link{}, handshakeError(addr, err)
 		}
 		nc = tc
 	}
@@ -119,8 +141,8 @@ func (s *session) dial() (link, error) {
 	}
 	r := bufio.NewReaderSize(nc, 32<<10)
 	var m protocol.Message
-	if s.tls == nil && looksLikeTLS(r) {
-		err = &Error{Type: TypeConnection, Msg: "the server " + s.addr + " speaks TLS: use mlocks:// or Options.TLS", Err: ErrTLS, fatal: true}
+	if tcfg == nil && looksLikeTLS(r) {
+		err = &Error{Type: TypeConnection, Msg: "the server " + addr + " speaks TLS: use mlocks:// or Options.TLS", Node: addr, Err: ErrTLS, fatal: true}
 	} else {
 		var p []byte
 		p, err = protocol.ReadFrame(r, nil, protocol.MaxFrameLimit)
@@ -129,16 +151,16 @@ func (s *session) dial() (link, error) {
 			switch {
 			case err != nil:
 			case m.Kind == protocol.MsgError && m.Code != protocol.CodeShuttingDown:
-				err = refusal(&m)
+				err = refusal(&m, addr)
 			case m.Kind != protocol.MsgConnected:
 				err = fmt.Errorf("server answered %q", p)
 			}
-		} else if s.tls != nil {
+		} else if tcfg != nil {
 			var oe *net.OpError
 			if errors.As(err, &oe) && oe.Op == "remote error" {
 				// TLS 1.3: the server checks the client's certificate
 				// after the client's side of the handshake is done.
-				err = handshakeError(s.addr, err)
+				err = handshakeError(addr, err)
 			}
 		}
 	}
@@ -162,9 +184,10 @@ func looksLikeTLS(r *bufio.Reader) bool {
 	return err == nil && (b[0] == 0x15 || b[0] == 0x16) && b[1] == 3 && b[2] <= 4
 }
 
-// serve runs one TCP connection until it breaks or the session shuts down.
-// It reports whether the server said it is shutting down.
-func (s *session) serve(c link) (bye bool) {
+// serve runs one TCP connection, to node i, until it breaks or the session
+// shuts down. It reports whether the server said it is shutting down.
+func (s *session) serve(c link, i int) (bye bool) {
+	addr := s.nodes[i].addr
 	nc, r, h := c.nc, c.r, c.h
 	box := protocol.NewOutbox(maxPending)
 	// The last Client's Close bounds a write blocked on a server that reads
@@ -191,8 +214,9 @@ func (s *session) serve(c link) (bye bool) {
 	} else {
 		s.lastAck = max(s.lastAck, h.sent)
 	}
-	s.box, s.nc = box, c.tcp
+	s.box, s.nc, s.node = box, c.tcp, addr
 	s.refused = nil
+	clear(s.nodeErrs)
 	switch {
 	case s.everUp && !h.resumed:
 		s.newSessionLocked(monoNow())
@@ -204,7 +228,7 @@ func (s *session) serve(c link) (bye bool) {
 	s.rearmLocked() // the grace may have changed
 	s.pingEvery = 0 // the pinger computes it
 	s.mu.Unlock()
-	s.log.Debug("mlock: connected", "resumed", h.resumed, "graceMs", h.graceMs)
+	s.log.Debug("mlock: connected", "node", addr, "resumed", h.resumed, "graceMs", h.graceMs)
 
 	stop := make(chan struct{})
 	cctx, ccancel := context.WithCancel(s.ctx)
@@ -252,10 +276,10 @@ func (s *session) serve(c link) (bye bool) {
 	wg.Wait()
 
 	s.mu.Lock()
-	s.box, s.nc = nil, nil
+	s.box, s.nc, s.node = nil, nil, ""
 	s.answered = false // the next connection's callers wake its writer
 	s.up = make(chan struct{})
-	cerr := &Error{Type: TypeConnection, Msg: "connection lost", Err: err}
+	cerr := &Error{Type: TypeConnection, Msg: "connection lost", Node: addr, Err: err}
 	if s.closed {
 		cerr = &Error{Type: TypeConnection, Err: ErrClosed}
 	}
@@ -270,7 +294,7 @@ func (s *session) serve(c link) (bye bool) {
 	s.rearmLocked()
 	s.mu.Unlock()
 	if !errors.Is(err, net.ErrClosed) && !bye {
-		s.log.Warn("mlock: connection lost; reconnecting", "err", err)
+		s.log.Warn("mlock: connection lost; reconnecting", "node", addr, "err", err)
 	}
 	return bye
 }
@@ -496,7 +520,7 @@ func (s *session) resultLocked(m *protocol.Message) {
 		cl.ch <- reply{err: failure(m, cl.verb)}
 		return
 	}
-	r := reply{sent: cl.sent}
+	r := reply{sent: cl.sent, node: s.node}
 	switch cl.verb {
 	case protocol.VerbLock, protocol.VerbTryLock:
 		l := cl.lock

@@ -49,12 +49,14 @@
 //
 // # Connections and sessions
 //
-// All Clients of one host:port in a process that use the same credentials
+// All Clients of one host:port (or of one set of cluster nodes, in any
+// order: see "Several servers") in a process that use the same credentials
 // and TLS settings share one session
 // (Options.SocketID): a package-level registry hands the same session to
 // every NewClient of an address and ends it with the last Client.Close. The
 // session alone owns the TCP connection, the calls in flight and the
-// waiting and held locks; Client and Lock ask it for every change. The connection reconnects by itself, without limit,
+// waiting and held locks; Client and Lock ask it for every change. The
+// connection reconnects by itself, without limit,
 // with capped exponential backoff and jitter; the session and its locks
 // survive an outage shorter than the server's grace period (15 s by
 // default), and waiting locks are still granted. Calls in flight when the
@@ -72,6 +74,37 @@
 // reconnects with backoff, and waiting requests are asked again of the next
 // server. Client.Close loses the Client's held locks for their holders
 // (ErrClosed; Do's and Hold's jobs are cancelled) and unlocks them.
+//
+// # Several servers
+//
+//	c, err := mlock.New("mlock://h1:12340,h2:12340,h3:12340?ttl=5000")
+//
+//	c, err := mlock.NewClient(mlock.Options{Addrs: []string{"h1", "h2", "[fd00::3]:12340"}})
+//
+// The nodes of an mlockd cluster are given as a comma-separated list in the
+// URI (each port defaults to 12340; an IPv6 literal goes in brackets) or as
+// Options.Addrs. The session is one session of the cluster, whichever node
+// carries it: one socketId and one principal on every node, one connection
+// at a time. The client connects to the first address; when the connection
+// drops, or an attempt fails (unreachable, refused, or the node shutting
+// down), it dials the next address, in turn from the one after the node
+// that failed, and resumes the session there ("connected 1.0 resumed"). The
+// backoff applies between rounds (once every node has failed in turn),
+// never between the nodes of a round; a refusal fails the waiting calls
+// only when no node of the round accepted the connection. A resumed session
+// is what a reconnect to the same server is: held locks are kept (the node
+// announces them again), waiting requests are probed, and the safety rule
+// below is unchanged (the belief in a lock is bounded by the last answer of
+// any node plus the grace the current node announced). A node answering
+// "connected 1.0 new" has lost the session, as a restarted server has: held
+// locks are lost, waiting requests are asked again. Clients naming the same
+// nodes in any order share one session; Client.Addrs lists them in the
+// order the session dials them, Client.Node names the node of the current
+// connection and Status.AnsweredBy the node that answered a status. With
+// TLS each node is verified for its own host name (or tls-server-name, for
+// all). A connection error names the node it concerns (Error.Node); a call
+// that finds no node reachable within DialTimeout fails with an Error of
+// Type connection naming every node with its last error.
 //
 // # Safety
 //

@@ -32,9 +32,15 @@ const (
 // Error is the error of every client call. Msg is the server's reason
 // (for example "can not tolerate!", or "authentication failed!" for a
 // refused connection) or the client's; Resource is the
-// resource the server named as busy or conflicting, if it named one; Err,
+// resource the server named as busy or conflicting, if it named one; Node,
+// for an error of Type connection, is the address (host:port) of the
+// server it concerns, if it concerns one (a refused or failed connection,
+// a connection lost with the call in flight); Err,
 // if set, is the cause (a network error, ctx.Err(), or one of the cause
 // sentinels below: ErrBusy, ErrOwnerConflict, ErrNotHeld, ErrClosed, ...).
+// A call that found no node of a cluster reachable has Node empty and an
+// Err that names each node with its last error (errors.Is and errors.As
+// see each of them).
 //
 // errors.Is(err, ErrTimeout) (and the other sentinels of the same type)
 // reports whether err is an *Error of that type; errors.Is(err, ErrBusy)
@@ -43,20 +49,26 @@ type Error struct {
 	Type     ErrorType
 	Msg      string
 	Resource string
+	Node     string
 	Err      error
 
 	code  protocol.Code // the server's reason, if it gave one
 	fatal bool          // a failed connection attempt that retrying at once will not cure (see permanent)
 }
 
-// Error returns one line: "mlock: <type> error: <msg> (<resource>): <cause>",
-// leaving out what is not set, and the cause when it is one of this
-// package's sentinels and Msg already says it.
+// Error returns one line: "mlock: <type> error at <node>: <msg>
+// (<resource>): <cause>", leaving out what is not set, the node when Msg
+// names it already, and the cause when it is one of this package's
+// sentinels and Msg already says it.
 func (e *Error) Error() string {
 	var b strings.Builder
 	b.WriteString("mlock: ")
 	b.WriteString(string(e.Type))
 	b.WriteString(" error")
+	if e.Node != "" && !strings.Contains(e.Msg, e.Node) {
+		b.WriteString(" at ")
+		b.WriteString(e.Node)
+	}
 	if e.Msg != "" {
 		b.WriteString(": ")
 		b.WriteString(e.Msg)
@@ -86,7 +98,7 @@ func (e *Error) Unwrap() error { return e.Err }
 // Is makes the type sentinels match every Error of their type.
 func (e *Error) Is(target error) bool {
 	t, ok := target.(*Error)
-	return ok && t.Msg == "" && t.Err == nil && t.Resource == "" && t.Type == e.Type
+	return ok && t.Msg == "" && t.Err == nil && t.Resource == "" && t.Node == "" && t.Type == e.Type
 }
 
 // Sentinels for errors.Is, one per ErrorType.
@@ -166,6 +178,47 @@ type causeError struct {
 func (e *causeError) Error() string   { return e.err.Error() }
 func (e *causeError) Unwrap() []error { return []error{e.sentinel, e.err} }
 
+// nodeError is the last error of a connection attempt to one node.
+type nodeError struct {
+	addr string
+	err  error
+}
+
+func (e *nodeError) Error() string {
+	var me *Error
+	if errors.As(e.err, &me) && e.err == error(me) {
+		// Without the "mlock: connection error at <node>" of its own.
+		msg := me.Msg
+		if me.Err != nil && (!sentinel(me.Err) || msg == "") {
+			msg = strings.TrimPrefix(strings.TrimPrefix(msg+": "+me.Err.Error(), ": "), "mlock: ")
+		}
+		return e.addr + ": " + msg
+	}
+	return e.addr + ": " + e.err.Error()
+}
+
+func (e *nodeError) Unwrap() error { return e.err }
+
+// nodeErrors are the last errors of the nodes of a cluster, none
+// reachable: one line, "<node>: <error>; <node>: <error>...".
+type nodeErrors []error
+
+func (e nodeErrors) Error() string {
+	var b strings.Builder
+	for i, err := range e {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteString(err.Error())
+	}
+	return b.String()
+}
+
+func (e nodeErrors) Unwrap() []error { return e }
+
+// errNotTried stands for a node whose first attempt is under way or to come.
+var errNotTried = errors.New("no attempt finished yet")
+
 func sentinel(err error) bool {
 	switch err {
 	case ErrBusy, ErrOwnerConflict, ErrNotHeld, ErrClosed, ErrSessionLost, ErrExpired, ErrReleased,
@@ -207,12 +260,12 @@ func failure(m *protocol.Message, v protocol.Verb) *Error {
 }
 
 // refusal maps the server's answer "error <text>" to a connect to an Error
-// of Type connection. Every such answer but "server shutting down!" is a
+// of Type connection naming the node addr. Every such answer but "server shutting down!" is a
 // refusal that will not change by retrying at once: the session retries at
 // its longest backoff and fails the calls waiting for the connection with
 // it (see session.refusedLocked).
-func refusal(m *protocol.Message) *Error {
-	e := &Error{Type: TypeConnection, Msg: m.Text, code: m.Code, fatal: true}
+func refusal(m *protocol.Message, addr string) *Error {
+	e := &Error{Type: TypeConnection, Msg: m.Text, Node: addr, code: m.Code, fatal: true}
 	switch m.Code {
 	case protocol.CodeAuthRequired, protocol.CodeAuthFailed, protocol.CodeAuthNotConfigured, protocol.CodeProtectedMode:
 		e.Err = ErrAuth

@@ -19,7 +19,7 @@ const (
 
 // Lock is a lock request: a granted lock once Client.Lock returns it. Its
 // methods are safe for concurrent use. Its state belongs to the session of
-// its Client's address; the methods ask the session.
+// its Client's address (or cluster nodes); the methods ask the session.
 //
 // A held lock is believed held only until its Deadline, which the client
 // computes with its own clock from what the server has provably answered
@@ -67,7 +67,7 @@ func (l *Lock) ID() string { return l.s.view(l).id }
 func (l *Lock) Resources() string { return l.args[0] }
 
 // Token returns the fencing token of the grant: strictly greater than every
-// token given before it by the same server. Guard writes with it.
+// token given before it by the same server (or cluster). Guard writes with it.
 func (l *Lock) Token() uint64 { return l.s.view(l).token }
 
 // ExpiresAt returns the end of the lease as the server reported it (grant or

@@ -1,13 +1,16 @@
 package mlock
 
 import (
+	"cmp"
 	"crypto/rand"
 	"crypto/tls"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -26,10 +29,21 @@ const (
 // Options configures a Client. The names follow the original client's; the
 // zero value of every field takes its default.
 type Options struct {
-	// Host of the server. Default "localhost".
+	// Host of the server. Default "localhost". Host and Port name one
+	// server; Addrs names several.
 	Host string
-	// Port of the server. Default 12340.
+	// Port of the server. Default 12340. With Addrs, the port of the
+	// addresses that give none.
 	Port int
+	// Addrs are the addresses of the nodes of one cluster, each "host",
+	// "host:port", an IPv6 literal ("::1", "[::1]" or "[::1]:12340"); the
+	// port defaults to Port (12340). When set, Host must be empty. The
+	// Client keeps one session across the nodes: it connects to the first
+	// address, and when the connection drops (or an attempt fails) it tries
+	// the next one in turn and resumes the session there (see the package
+	// documentation, "Several servers"). An address given twice (same host,
+	// letter case aside, and port) is an error. Default: Host and Port.
+	Addrs []string
 	// Prefix is put before every resource name (each one of a|b). It may
 	// not contain '|' or a space.
 	Prefix string
@@ -60,8 +74,9 @@ type Options struct {
 	Name  string
 	Token Secret
 	// TLS, if not nil, makes the client speak TLS to the server (the
-	// mlocks:// scheme). The client uses a copy with ServerName set to Host
-	// if empty and MinVersion raised to TLS 1.2; RootCAs nil trusts the
+	// mlocks:// scheme). The client uses a copy with ServerName set to the
+	// host of the address it dials (Host, or each node's of Addrs) if empty,
+	// and MinVersion raised to TLS 1.2; RootCAs nil trusts the
 	// system's roots; Certificates holds a client certificate for servers
 	// that authenticate clients by certificate. The handshake is part of
 	// each connection attempt, within DialTimeout. Default nil: plain TCP.
@@ -90,8 +105,13 @@ type Options struct {
 }
 
 // ParseURI parses the URI form of Options,
-// mlock://[name:token@]host[:port][?param=value&...] (or mlocks:// for
-// TLS), into Options. The userinfo, percent-decoded, gives Name and Token.
+// mlock://[name:token@]host[:port][,host[:port]...][?param=value&...] (or
+// mlocks:// for TLS), into Options. One address gives Host and Port;
+// several, separated by commas, give Addrs, as "host:port" with the port
+// filled in (each defaults to 12340; an IPv6 literal goes in brackets:
+// [::1]:12340): the nodes of one cluster (see Options.Addrs). An empty
+// address (h1,,h2) and an address given twice are errors. The userinfo,
+// percent-decoded, gives Name and Token.
 // The parameters, all optional:
 //
 //	timeout, ttl       milliseconds (Options.Timeout, Options.TTL)
@@ -103,14 +123,17 @@ type Options struct {
 //	tls-cert, tls-key  PEM files of a client certificate and its key, both or
 //	                   neither (servers that authenticate by certificate)
 //	tls-server-name    the name the server's certificate must carry (default:
-//	                   the host)
+//	                   the host of the address dialled)
 //
 // A tls-* parameter implies TLS. ParseURI reads the files named at once.
 // Unknown parameters are an error. The port defaults to 12340 with either
 // scheme. Errors never contain the token.
 func ParseURI(uri string) (Options, error) {
 	var o Options
-	u, err := url.Parse(uri)
+	// net/url takes one host: the list is cut out, and the rest parsed
+	// with a placeholder host.
+	hosts, rest := splitHostList(uri)
+	u, err := url.Parse(rest)
 	if err != nil {
 		return o, &Error{Type: TypeRequest, Msg: "invalid URI: " + uriProblem(err)}
 	}
@@ -129,13 +152,24 @@ func ParseURI(uri string) (Options, error) {
 		}
 		o.Name, o.Token = u.User.Username(), Secret(tok)
 	}
-	o.Host = u.Hostname()
-	if p := u.Port(); p != "" {
-		n, err := strconv.Atoi(p)
-		if err != nil {
-			return o, &Error{Type: TypeRequest, Msg: "invalid port"}
+	if len(hosts) == 1 {
+		if o.Host, o.Port, err = uriHost(hosts[0]); err != nil {
+			return o, &Error{Type: TypeRequest, Msg: "invalid URI: " + err.Error()}
 		}
-		o.Port = n
+	} else {
+		o.Addrs = make([]string, len(hosts))
+		for i, h := range hosts {
+			host, port, err := uriHost(h)
+			if err == nil && host == "" {
+				err = errors.New("empty address")
+			}
+			if err != nil {
+				// The address is not quoted: a URI missing its '@' has the
+				// token where the port goes.
+				return o, &Error{Type: TypeRequest, Msg: fmt.Sprintf("invalid URI: address %d of %d: %v", i+1, len(hosts), err)}
+			}
+			o.Addrs[i] = net.JoinHostPort(host, strconv.Itoa(cmp.Or(port, DefaultPort)))
+		}
 	}
 	ms := func(k, v string) (time.Duration, error) {
 		n, err := strconv.ParseInt(v, 10, 64)
@@ -201,12 +235,112 @@ func ParseURI(uri string) (Options, error) {
 	return o, o.Validate()
 }
 
+// splitHostList cuts the list of hosts out of a URI's authority: it
+// returns the list, split at its commas (one empty host if there is none),
+// and the URI with the list replaced by a placeholder host. A string that
+// is not scheme://... is returned whole, for net/url to refuse.
+func splitHostList(uri string) (hosts []string, rest string) {
+	i := strings.Index(uri, "://")
+	if i < 0 {
+		return []string{""}, uri
+	}
+	start := i + 3
+	end := len(uri)
+	if j := strings.IndexAny(uri[start:], "/?#"); j >= 0 {
+		end = start + j
+	}
+	at := start
+	if j := strings.LastIndexByte(uri[start:end], '@'); j >= 0 {
+		at = start + j + 1
+	}
+	return strings.Split(uri[at:end], ","), uri[:at] + "h" + uri[end:]
+}
+
+// uriHost parses one host[:port] of a URI's list (an IPv6 literal in
+// brackets) with net/url's rules. Its errors do not quote it.
+func uriHost(h string) (host string, port int, err error) {
+	u, err := url.Parse("mlock://" + h)
+	switch {
+	case err != nil:
+		return "", 0, errors.New(uriProblem(err))
+	case u.User != nil || u.Path != "" || u.RawQuery != "" || u.Fragment != "":
+		return "", 0, errors.New("invalid host")
+	}
+	if p := u.Port(); p != "" {
+		if port, err = strconv.Atoi(p); err != nil || port > 65535 {
+			return "", 0, errors.New("invalid port")
+		}
+	}
+	return u.Hostname(), port, nil
+}
+
+// node is one server address of a session.
+type node struct {
+	host string // as given: the TLS ServerName by default
+	addr string // host:port, the host in lower case: dialled, and in errors and the registry's key
+}
+
+// nodes returns the addresses o names: Addrs, or Host and Port (o has its
+// defaults). An invalid or duplicate address is an error.
+func (o *Options) nodes() ([]node, error) {
+	if len(o.Addrs) == 0 {
+		h := cmp.Or(o.Host, DefaultHost)
+		return []node{{host: h, addr: net.JoinHostPort(strings.ToLower(h), strconv.Itoa(cmp.Or(o.Port, DefaultPort)))}}, nil
+	}
+	ns := make([]node, 0, len(o.Addrs))
+	seen := make(map[string]bool, len(o.Addrs))
+	for i, a := range o.Addrs {
+		host, port, err := splitAddr(a)
+		if err != nil {
+			return nil, &Error{Type: TypeRequest, Msg: fmt.Sprintf("Options.Addrs[%d] %q: %v", i, a, err)}
+		}
+		n := node{host: host, addr: net.JoinHostPort(strings.ToLower(host), strconv.Itoa(cmp.Or(port, o.Port, DefaultPort)))}
+		if seen[n.addr] {
+			return nil, &Error{Type: TypeRequest, Msg: fmt.Sprintf("Options.Addrs: %s given twice", n.addr)}
+		}
+		seen[n.addr] = true
+		ns = append(ns, n)
+	}
+	return ns, nil
+}
+
+// splitAddr splits one address of Options.Addrs: host, host:port, or an
+// IPv6 literal, bare or in brackets, with or without a port. Port 0: none
+// given.
+func splitAddr(a string) (host string, port int, err error) {
+	switch {
+	case a == "":
+		return "", 0, errors.New("empty address")
+	case net.ParseIP(a) != nil: // 10.0.0.1, ::1
+		return a, 0, nil
+	case strings.HasPrefix(a, "[") && strings.HasSuffix(a, "]"):
+		host = a[1 : len(a)-1]
+	case strings.HasPrefix(a, "[") || strings.Contains(a, ":"):
+		var p string
+		if host, p, err = net.SplitHostPort(a); err != nil {
+			return "", 0, errors.New("want host, host:port or [IPv6]:port")
+		}
+		if port, err = strconv.Atoi(p); err != nil || port < 0 || port > 65535 {
+			return "", 0, errors.New("invalid port")
+		}
+	default:
+		host = a
+	}
+	if host == "" || !printable(host) || strings.ContainsAny(host, "[]/@,?#") ||
+		strings.Contains(host, ":") && net.ParseIP(strings.SplitN(host, "%", 2)[0]) == nil {
+		return "", 0, errors.New("invalid host")
+	}
+	return host, port, nil
+}
+
 // Validate reports the first invalid field.
 func (o *Options) Validate() error {
 	bad := func(f string, a ...any) error { return &Error{Type: TypeRequest, Msg: fmt.Sprintf(f, a...)} }
 	switch {
 	case o.Port < 0 || o.Port > 65535:
 		return bad("Options.Port out of range 0-65535")
+	case len(o.Addrs) > 0 && o.Host != "":
+		return bad("Options.Host and Options.Addrs: give one or the other")
 	case strings.ContainsAny(o.Prefix, "| "):
 		return bad(`Options.Prefix %q: prefix can not include "|" or " "`, o.Prefix)
 	case o.TTL < 0:
@@ -228,15 +362,20 @@ func (o *Options) Validate() error {
 	case o.DialTimeout < 0 || o.PingInterval < 0 || o.MaxBackoff < 0:
 		return bad("Options: negative duration")
 	}
-	return nil
+	_, err := o.nodes()
+	return err
 }
 
 func (o Options) withDefaults() Options {
-	if o.Host == "" {
-		o.Host = DefaultHost
-	}
-	if o.Port == 0 {
-		o.Port = DefaultPort
+	if len(o.Addrs) == 0 {
+		if o.Host == "" {
+			o.Host = DefaultHost
+		}
+		if o.Port == 0 {
+			o.Port = DefaultPort
+		}
+	} else {
+		o.Addrs = slices.Clone(o.Addrs) // the caller's slice may change
 	}
 	if o.TTL == 0 {
 		o.TTL = DefaultTTL
@@ -254,10 +393,6 @@ func (o Options) withDefaults() Options {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	return o
-}
-
-func (o *Options) addr() string {
-	return net.JoinHostPort(strings.ToLower(o.Host), strconv.Itoa(o.Port))
 }
 
 func randomID() string {

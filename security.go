@@ -112,28 +112,29 @@ func (ut uriTLS) config() (*tls.Config, error) {
 	return c, nil
 }
 
-// tlsConfig returns the session's copy of o.TLS (nil for plain TCP):
-// ServerName defaults to the host, MinVersion is TLS 1.2 at least.
-func tlsConfig(o *Options) *tls.Config {
-	if o.TLS == nil {
+// tlsConfig returns the session's copy of cfg (nil for plain TCP) for the
+// node host: ServerName defaults to host, MinVersion is TLS 1.2 at least.
+func tlsConfig(cfg *tls.Config, host string) *tls.Config {
+	if cfg == nil {
 		return nil
 	}
-	c := o.TLS.Clone()
+	c := cfg.Clone()
 	if c.ServerName == "" {
-		c.ServerName = o.Host
+		c.ServerName = host
 	}
 	c.MinVersion = max(c.MinVersion, tls.VersionTLS12)
 	return c
 }
 
-// shareKey names the session o's Client shares in the registry: the
-// address, the principal and the TLS settings, so that Clients with other
-// credentials or another TLS configuration get a session of their own. The
-// token appears only as a keyed hash, with a key that lives only in this
-// process.
-func shareKey(o *Options) string {
+// shareKey names the session o's Client shares in the registry: the set
+// of addresses (sorted: Clients naming the nodes of a cluster in another
+// order share a session), the principal and the TLS settings, so that
+// Clients with other credentials or another TLS configuration get a
+// session of their own. The token appears only as a keyed hash, with a key
+// that lives only in this process.
+func shareKey(o *Options, nodes []node) string {
 	var b strings.Builder
-	b.WriteString(o.addr())
+	b.WriteString(addrSet(nodes))
 	if o.Name != "" {
 		b.WriteString(" auth=")
 		b.WriteString(o.Name)
@@ -181,13 +182,13 @@ func handshakeError(addr string, err error) *Error {
 	var oe *net.OpError
 	switch {
 	case errors.As(err, &rh):
-		return &Error{Type: TypeConnection, Msg: "the server " + addr + " does not speak TLS (a plain mlock:// server?)", Err: cause, fatal: true}
+		return &Error{Type: TypeConnection, Msg: "the server " + addr + " does not speak TLS (a plain mlock:// server?)", Node: addr, Err: cause, fatal: true}
 	case errors.As(err, &ce), errors.As(err, &ue), errors.As(err, &he), errors.As(err, &ie):
-		return &Error{Type: TypeConnection, Msg: "the certificate of " + addr + " does not verify", Err: cause, fatal: true}
+		return &Error{Type: TypeConnection, Msg: "the certificate of " + addr + " does not verify", Node: addr, Err: cause, fatal: true}
 	case errors.As(err, &oe) && oe.Op == "remote error":
-		return &Error{Type: TypeConnection, Msg: "the server " + addr + " refused the TLS handshake", Err: cause, fatal: true}
+		return &Error{Type: TypeConnection, Msg: "the server " + addr + " refused the TLS handshake", Node: addr, Err: cause, fatal: true}
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.ECONNRESET):
-		return &Error{Type: TypeConnection, Msg: "the server " + addr + " closed the connection during the TLS handshake (does it speak TLS?)", Err: cause}
+		return &Error{Type: TypeConnection, Msg: "the server " + addr + " closed the connection during the TLS handshake (does it speak TLS?)", Node: addr, Err: cause}
 	}
-	return &Error{Type: TypeConnection, Msg: "TLS handshake with " + addr, Err: cause}
+	return &Error{Type: TypeConnection, Msg: "TLS handshake with " + addr, Node: addr, Err: cause}
 }

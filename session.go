@@ -5,6 +5,8 @@ import (
 	"crypto/tls"
 	"log/slog"
 	"net"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -25,16 +27,20 @@ type registry struct {
 // one connection at a time).
 var sessions = &registry{m: map[string]*session{}}
 
-// acquire returns the session for o's address, credentials and TLS
-// settings, starting it if needed.
+// acquire returns the session for o's addresses (a set: their order does
+// not matter), credentials and TLS settings, starting it if needed.
 func (r *registry) acquire(o Options) (*session, error) {
-	key := shareKey(&o)
-	addr := o.addr()
+	nodes, err := o.nodes()
+	if err != nil {
+		return nil, err
+	}
+	key := shareKey(&o, nodes)
+	set := addrSet(nodes)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if s := r.m[key]; s != nil {
 		if o.SocketID != "" && o.SocketID != s.sid {
-			return nil, &Error{Type: TypeRequest, Msg: "a client of " + addr + " already uses another socketId"}
+			return nil, &Error{Type: TypeRequest, Msg: "a client of " + set + " already uses another socketId"}
 		}
 		s.mu.Lock()
 		s.refs++
@@ -46,16 +52,39 @@ func (r *registry) acquire(o Options) (*session, error) {
 		sid = randomID()
 	} else {
 		for _, s := range r.m {
-			if s.addr == addr && s.sid == sid {
-				// Two sessions of one socketId would take each other over.
-				return nil, &Error{Type: TypeRequest, Msg: "a client of " + addr + " with other credentials or TLS settings already uses this socketId"}
+			if s.sid == sid && overlap(s.nodes, nodes) {
+				// Two sessions of one socketId would take each other over
+				// (on one server, or on the nodes of one cluster).
+				return nil, &Error{Type: TypeRequest, Msg: "a client of " + addrSet(s.nodes) + " with other addresses, credentials or TLS settings already uses this socketId"}
 			}
 		}
 	}
-	s := newSession(key, addr, sid, o)
+	s := newSession(key, nodes, sid, o)
 	r.m[key] = s
 	go s.run()
 	return s, nil
+}
+
+// addrSet names a set of addresses: sorted, comma-separated.
+func addrSet(nodes []node) string {
+	a := make([]string, len(nodes))
+	for i, n := range nodes {
+		a[i] = n.addr
+	}
+	slices.Sort(a)
+	return strings.Join(a, ",")
+}
+
+// overlap reports whether two lists of addresses have one in common.
+func overlap(a, b []node) bool {
+	for _, x := range a {
+		for _, y := range b {
+			if x.addr == y.addr {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // release drops one reference to s; the last one shuts the session down
@@ -78,10 +107,11 @@ func (r *registry) release(s *session) {
 	}
 }
 
-// session is the one owner of everything a server address involves: the
-// transport (one TCP connection at a time, the reconnect loop, pings; see
-// conn.go), the calls in flight, and the waiting and held locks. Client and
-// Lock change state only through its methods.
+// session is the one owner of everything a session on a server (or on the
+// nodes of a cluster) involves: the transport (one TCP connection at a
+// time, to one node, the reconnect loop, pings; see conn.go), the calls in
+// flight, and the waiting and held locks. Client and Lock change state
+// only through its methods.
 //
 // Goroutines: run (the reconnect loop, which reads frames), and per TCP
 // connection a writer and a pinger; all end when the last Client closes.
@@ -90,12 +120,13 @@ func (r *registry) release(s *session) {
 // go out in one write at the end of its read (see endBatch), the writer
 // sends the others.
 type session struct {
-	key  string // in the registry
-	addr string
-	sid  string
-	opts Options
-	tls  *tls.Config // nil: plain TCP
-	log  *slog.Logger
+	key   string // in the registry
+	nodes []node // the server's address, or the cluster's nodes': dialled in turn
+	sid   string
+	opts  Options
+	tls   []*tls.Config // per node; nil: plain TCP
+	log   *slog.Logger
+	next  int // owned by run: the node to dial next
 
 	mu     sync.Mutex
 	refs   int              // guarded by mu: Clients using the session
@@ -103,15 +134,17 @@ type session struct {
 	up     chan struct{}    // guarded by mu: closed while connected
 	box    *protocol.Outbox // guarded by mu: the current connection's, nil while down
 	nc     net.Conn         // guarded by mu: the current connection, nil while down
+	node   string           // guarded by mu: the address of the current connection's node, "" while down
 	seq    uint64           // guarded by mu: the last request id
 	calls  map[uint64]*call // guarded by mu: waiting for their result, by request id
 	locks  map[string]*Lock // guarded by mu: waiting (id known) and held, by lock id
 	everUp bool             // guarded by mu
 	// The last failed connection attempt, for the calls waiting for the
 	// connection (see waitUp).
-	dialErr error         // guarded by mu: its error
-	refused *Error        // guarded by mu: a refusal (see permanent): calls fail with it at once until a connection succeeds
-	failed  chan struct{} // guarded by mu: closed, and made anew, at each failed attempt
+	dialErr  error         // guarded by mu: its error
+	nodeErrs []error       // guarded by mu: per node, the error of its last attempt since the last connection (nil: none)
+	refused  *Error        // guarded by mu: a refusal (see permanent): calls fail with it at once until a connection succeeds
+	failed   chan struct{} // guarded by mu: closed, and made anew, at each failed attempt
 	// answered is set while the reader hands out the answers of one read:
 	// it writes the commands the callers queue meanwhile itself, once
 	// they have had the chance to run.
@@ -137,21 +170,43 @@ type session struct {
 	cancel context.CancelFunc // ends a dial under way
 }
 
-func newSession(key, addr, sid string, o Options) *session {
-	log := o.Logger.With("server", addr)
+func newSession(key string, nodes []node, sid string, o Options) *session {
+	var log *slog.Logger
+	if len(nodes) == 1 {
+		log = o.Logger.With("server", nodes[0].addr)
+	} else {
+		log = o.Logger.With("servers", addrList(nodes))
+	}
 	if o.Name != "" {
 		log = log.With("principal", o.Name)
 	}
-	s := &session{key: key, addr: addr, sid: sid, opts: o, tls: tlsConfig(&o), log: log, refs: 1,
+	s := &session{key: key, nodes: nodes, sid: sid, opts: o, log: log, refs: 1,
 		up: make(chan struct{}), failed: make(chan struct{}), calls: map[uint64]*call{}, locks: map[string]*Lock{},
-		wake: make(chan struct{}, 1), pingKick: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
+		nodeErrs: make([]error, len(nodes)),
+		wake:     make(chan struct{}, 1), pingKick: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	if o.Token != "" && o.TLS == nil {
-		if ip := net.ParseIP(o.Host); !(o.Host == "localhost" || ip != nil && ip.IsLoopback()) {
-			log.Warn("mlock: the token goes to the server in clear text: use TLS (mlocks://)")
+	s.tls = make([]*tls.Config, len(nodes))
+	for i, n := range nodes {
+		s.tls[i] = tlsConfig(o.TLS, n.host)
+		if o.Token != "" && o.TLS == nil {
+			if ip := net.ParseIP(n.host); !(n.host == "localhost" || ip != nil && ip.IsLoopback()) {
+				log.Warn("mlock: the token goes to the server in clear text: use TLS (mlocks://)", "node", n.addr)
+			}
 		}
 	}
 	return s
+}
+
+// addrList names the nodes in their order, comma-separated.
+func addrList(nodes []node) string {
+	var b strings.Builder
+	for i, n := range nodes {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(n.addr)
+	}
+	return b.String()
 }
 
 // call is one request in flight. A lock request's call lasts until the
@@ -173,6 +228,7 @@ type reply struct {
 	token uint64        // renew
 	sent  time.Duration // when the answered command was queued
 	data  []byte        // status, locks: the payload (a copy)
+	node  string        // the address of the node that answered
 	err   *Error
 }
 
@@ -271,7 +327,7 @@ func (s *session) abandon(cl *call) bool {
 
 // waitUp waits until the connection is up, at most DialTimeout. While the
 // server refuses the connection (see permanent) it fails at once with the
-// refusal.
+// refusal. Its errors name the node, or the nodes, that failed.
 func (s *session) waitUp(ctx context.Context) *Error {
 	var t *time.Timer
 	for {
@@ -301,38 +357,56 @@ func (s *session) waitUp(ctx context.Context) *Error {
 			return ctxError(ctx)
 		case <-t.C:
 			s.mu.Lock()
-			err := s.dialErr
-			s.mu.Unlock()
-			if e, ok := err.(*Error); ok { // says the address
-				return &Error{Type: TypeConnection, Msg: "server unreachable: " + e.Msg, Err: e.Err}
-			}
-			return &Error{Type: TypeConnection, Msg: "server unreachable: " + s.addr, Err: err}
+			defer s.mu.Unlock()
+			return s.unreachableLocked()
 		}
 	}
 }
 
-// dialFailed records a failed connection attempt. A refusal (see
-// permanent) fails the calls waiting for the connection, and the lock
-// requests waiting in the server's queues, which the server will not grant
-// to a connection it refuses: their callers would wait forever. Held locks
-// keep their Deadlines. It reports whether err is a refusal.
-func (s *session) dialFailed(err error) bool {
-	e, refused := permanent(err)
+// unreachableLocked is the error of a call that waited DialTimeout for the
+// connection in vain: it names the server, or every node of the cluster,
+// with the last error of each.
+func (s *session) unreachableLocked() *Error {
+	if len(s.nodes) == 1 {
+		addr := s.nodes[0].addr
+		if e, ok := s.dialErr.(*Error); ok { // says the address
+			return &Error{Type: TypeConnection, Msg: "server unreachable: " + e.Msg, Node: addr, Err: e.Err}
+		}
+		return &Error{Type: TypeConnection, Msg: "server unreachable: " + addr, Node: addr, Err: s.dialErr}
+	}
+	var errs nodeErrors
+	for i, err := range s.nodeErrs {
+		if err == nil {
+			err = errNotTried
+		}
+		errs = append(errs, &nodeError{addr: s.nodes[i].addr, err: err})
+	}
+	return &Error{Type: TypeConnection, Msg: "no server reachable of " + addrList(s.nodes), Err: errs}
+}
+
+// dialFailed records a failed connection attempt to node i. roundEnd
+// reports that every node has failed in turn since the last connection; at
+// the end of a round a refusal (see permanent) among them is the session's:
+// it fails the calls waiting for the connection, and the lock requests
+// waiting in the server's queues, which the server will not grant to a
+// connection it refuses: their callers would wait forever. Held locks keep
+// their Deadlines.
+func (s *session) dialFailed(i int, err error, refusal *Error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.dialErr = err
-	if refused {
-		s.refused = e
+	s.nodeErrs[i] = err
+	if refusal != nil {
+		s.refused = refusal
 		for id, l := range s.locks {
 			if l.state == waiting {
 				delete(s.locks, id)
-				l.failLocked(e, nil)
+				l.failLocked(refusal, nil)
 			}
 		}
 	}
 	close(s.failed)
 	s.failed = make(chan struct{})
-	return refused
 }
 
 // kick asks the writer goroutine to flush.

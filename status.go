@@ -43,6 +43,10 @@ type Status struct {
 	// Limits are the server's limits against exhaustion, what they count
 	// now and how often they refused.
 	Limits *StatusLimits `json:"limits,omitempty"`
+
+	// AnsweredBy is set by Client.Status, not by the server: the address
+	// (host:port, as the Client names it) of the node that answered.
+	AnsweredBy string `json:"-"`
 }
 
 // StatusLimits describes the server's limits in Status: the current use,
