@@ -20,7 +20,7 @@ func layerOf(rel string) (int, bool) {
 	switch {
 	case rel == "internal/locktable":
 		return 0, true
-	case rel == "internal/lease", rel == "internal/datadir", rel == "internal/auth":
+	case rel == "internal/lease", rel == "internal/datadir", rel == "internal/auth", rel == "internal/cluster":
 		return 0, true // leaves: they import no other package of the module
 	case rel == "internal/core":
 		return 1, true
@@ -71,7 +71,7 @@ func TestNoImportRunsUpTheLayers(t *testing.T) {
 			}
 			// The leaves import nothing of the module, but the data directory
 			// takes the clients' drift margin from the lease watchdog.
-			leaf := (from == "internal/lease" || from == "internal/datadir" || from == "internal/auth") &&
+			leaf := (from == "internal/lease" || from == "internal/datadir" || from == "internal/auth" || from == "internal/cluster") &&
 				!(from == "internal/datadir" && to == "internal/lease")
 			if lt > lf || (lt == lf && leaf) || (from == "internal/locktable" && to != from) {
 				t.Errorf("%s (layer %d) imports %s (layer %d): imports run down the layers only", p.ImportPath, lf, imp, lt)

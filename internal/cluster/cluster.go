@@ -1,0 +1,676 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+)
+
+// StateMachine is the replicated state. The Node calls its methods from one goroutine, in log order,
+// never concurrently with each other; anything else that reads the state (NextDeadline, the server's
+// own reads) must synchronise with Apply itself.
+//
+// It must be deterministic: the same sequence of Apply calls (and Restore of the same snapshot) gives
+// the same state and the same results on every node. It must not read a clock, a random source or map
+// iteration order to change state: now is the only time.
+type StateMachine interface {
+	// Apply applies one log entry: the commands proposed together, in order, at the leader's time now
+	// (Unix ns; never lower than the previous call's now, also across snapshots and leader changes).
+	// cmds is nil for a tick entry (the leader's clock passed NextDeadline): Apply must then run the
+	// deadlines due at now. It returns one result per command (len(results) == len(cmds), or the
+	// Node panics). cmds alias the log entry: do not modify them, copy what you keep. The results
+	// belong to the Node from then on (a Dedup keeps them): do not modify them later.
+	Apply(now int64, cmds [][]byte) [][]byte
+	// Snapshot returns the whole state, taken between two Applies (so in log order).
+	Snapshot() ([]byte, error)
+	// Restore replaces the whole state with one that Snapshot returned (possibly on another node).
+	Restore(snapshot []byte) error
+}
+
+// Peer is one member of the cluster configuration.
+type Peer struct {
+	ID   string // unique node id, stable across restarts
+	Addr string // raft (peer) address, host:port
+	// Suffrage is "Voter", "Nonvoter" or "Staging" (Status only; Bootstrap peers are voters).
+	Suffrage string
+	// Failing (Status on the leader only) is true while the leader's heartbeats to this peer fail.
+	Failing bool
+	// FailingSince is the peer's last contact with the leader when heartbeats started failing.
+	FailingSince time.Time
+}
+
+// Config configures a Node. The zero value of every optional field takes the documented default.
+type Config struct {
+	// ID is this node's unique, stable id (required).
+	ID string
+	// RaftAddr is the peer address: the TCP address the node listens on and advertises to its peers
+	// when Transport is nil (required then). It must be an address the peers can dial (not 0.0.0.0);
+	// port 0 picks one (see Node.RaftAddr).
+	RaftAddr string
+	// ClientAddr is this node's address for clients. It is replicated when the node becomes leader so
+	// followers can tell clients (or forward) where the leader serves (LeaderInfo.ClientAddr). Optional.
+	ClientAddr string
+	// Dir holds the raft log, stable store (raft.db, bbolt) and snapshots. "" keeps everything in
+	// memory (tests; nothing survives Close).
+	Dir string
+	// Transport carries raft RPCs (tests: raft.NewInmemTransport). nil: a TCP transport on RaftAddr,
+	// closed by Close. A given transport is also closed by Close (raft closes transports it is handed).
+	Transport raft.Transport
+
+	// Bootstrap creates a new cluster from Peers (all voters; empty: this node alone) when Dir holds no
+	// raft state yet; it is ignored when the node has state. Every node listed may be bootstrapped with
+	// the same Peers, or only one, the others joining later (Node.Join on the leader).
+	Bootstrap bool
+	Peers     []Peer
+
+	// SM is the replicated state machine (required).
+	SM StateMachine
+	// Clock returns the leader's time in Unix ns. Default: time.Now().UnixNano(). Entries never go
+	// backwards even if it does.
+	Clock func() int64
+	// NextDeadline returns the state machine's next deadline (Unix ns) and whether there is one. The
+	// leader calls it after every applied entry (from its own goroutine, concurrently with Apply), and
+	// when its clock passes the deadline it proposes a tick (an entry with no commands) at that time,
+	// unless an entry at least as late is already on its way. Followers never tick. Optional.
+	NextDeadline func() (int64, bool)
+	// OnLeader is called once each time this node becomes leader, after a barrier (every earlier entry
+	// is applied), with the time of the failover entry (>= every earlier entry's). It returns the
+	// command to propose first (nil: none); the entry that carries it (a "leader entry") is applied
+	// before any proposal of this term. Called from the leader's goroutine, concurrently with reads of
+	// the state machine but never with Apply. Optional.
+	OnLeader func(now int64) []byte
+
+	// BatchWindow is how long the leader waits for more commands after the first one of a batch, while
+	// an earlier entry is still being committed (an idle pipeline sends at once). Default 1 ms;
+	// negative: never wait. MaxBatch is the most commands in one entry. Default 256.
+	BatchWindow time.Duration
+	MaxBatch    int
+
+	// HeartbeatTimeout (default 500 ms): a follower that hears nothing from the leader for this long
+	// (randomised up to twice) starts an election. ElectionTimeout (default 500 ms): a candidate's wait
+	// before a new election round. LeaderLeaseTimeout (default HeartbeatTimeout/2): a leader that hears
+	// from no quorum for this long steps down. CommitTimeout (default 5 ms): how soon an idle leader
+	// tells followers the commit index (their apply latency). Defaults suit a LAN: a dead leader is
+	// replaced in about 0.5-1.5 s.
+	HeartbeatTimeout   time.Duration
+	ElectionTimeout    time.Duration
+	LeaderLeaseTimeout time.Duration
+	CommitTimeout      time.Duration
+	// SnapshotInterval (default 30 s) is how often raft checks whether SnapshotThreshold (default 8192)
+	// entries were applied since the last snapshot and then takes one; TrailingLogs (default 10240)
+	// entries stay in the log after it so slightly lagging followers catch up without a snapshot.
+	// Entries are batches (up to MaxBatch commands each).
+	SnapshotInterval  time.Duration
+	SnapshotThreshold uint64
+	TrailingLogs      uint64
+	// MaxAppendEntries (default 256) is the most entries per AppendEntries RPC and per disk write.
+	MaxAppendEntries int
+
+	// Logger receives raft's log (hclog adapted to slog). nil: silent.
+	Logger *slog.Logger
+}
+
+// Defaults.
+const (
+	DefaultBatchWindow      = time.Millisecond
+	DefaultMaxBatch         = 256
+	DefaultHeartbeatTimeout = 500 * time.Millisecond
+	DefaultElectionTimeout  = 500 * time.Millisecond
+	DefaultCommitTimeout    = 5 * time.Millisecond
+	DefaultSnapshotInterval = 30 * time.Second
+	DefaultMaxAppendEntries = 256
+)
+
+// Errors.
+var (
+	// ErrNotLeader: this node is not the leader (or not yet ready as leader), nothing was proposed.
+	// Errors from Propose, Join and Remove that match it are *NotLeaderError with the leader, if known.
+	ErrNotLeader = errors.New("cluster: not the leader")
+	// ErrUnknownOutcome: the command was handed to raft but leadership was lost (or the node closed,
+	// or ctx ended) before its result was known: it may or may not be applied, now or later. Retry the
+	// same command (with the same de-duplication key) on the new leader.
+	ErrUnknownOutcome = errors.New("cluster: outcome unknown")
+	// ErrClosed: the Node is closed.
+	ErrClosed = errors.New("cluster: node closed")
+)
+
+// LeaderInfo names the leader as this node knows it.
+type LeaderInfo struct {
+	ID       string // "" during an election
+	RaftAddr string
+	// ClientAddr is the leader's Config.ClientAddr, known once its leader entry is applied here
+	// ("" before that, or if it set none).
+	ClientAddr string
+}
+
+// NotLeaderError is returned when a leader-only call reaches a node that is not the ready leader.
+type NotLeaderError struct {
+	Leader LeaderInfo
+}
+
+func (e *NotLeaderError) Error() string {
+	if e.Leader.ID == "" {
+		return "cluster: not the leader (no leader known)"
+	}
+	return fmt.Sprintf("cluster: not the leader (leader %s at %s)", e.Leader.ID, e.Leader.RaftAddr)
+}
+
+// Is makes errors.Is(err, ErrNotLeader) true.
+func (e *NotLeaderError) Is(target error) bool { return target == ErrNotLeader }
+
+// Node is one member of a cluster. Its methods are safe for concurrent use.
+type Node struct {
+	cfg   Config
+	raft  *raft.Raft
+	fsm   *fsm
+	trans raft.Transport
+	bolt  *raftboltdb.BoltStore // nil when in memory
+
+	obsCh    chan raft.Observation
+	observer *raft.Observer
+	notifyCh chan bool
+	closing  chan struct{}
+	wg       sync.WaitGroup // monitor and observer goroutines
+
+	mu sync.Mutex
+	// lead is the current leadership session (nil when not leader); guarded by mu.
+	lead *leadership
+	// changed is closed and replaced whenever the leader as seen here may have changed; guarded by mu.
+	changed chan struct{}
+	// failing maps peer id → last contact, for peers whose heartbeats fail (leader only); guarded by mu.
+	failing map[string]time.Time
+	// closed is set by Close; guarded by mu.
+	closed bool
+
+	closeOnce sync.Once
+}
+
+// Open starts a node: it opens (or creates) its stores, bootstraps a new cluster if asked, and joins
+// the raft group. It returns at once; leadership comes later (see WaitLeader).
+func Open(cfg Config) (*Node, error) {
+	if cfg.ID == "" {
+		return nil, errors.New("cluster: Config.ID is required")
+	}
+	if cfg.SM == nil {
+		return nil, errors.New("cluster: Config.SM is required")
+	}
+	if cfg.Transport == nil && cfg.RaftAddr == "" {
+		return nil, errors.New("cluster: Config.RaftAddr or Config.Transport is required")
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = func() int64 { return time.Now().UnixNano() }
+	}
+	if cfg.BatchWindow == 0 {
+		cfg.BatchWindow = DefaultBatchWindow
+	}
+	if cfg.MaxBatch <= 0 {
+		cfg.MaxBatch = DefaultMaxBatch
+	}
+	logger := newHCLogger(cfg.Logger)
+
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(cfg.ID)
+	rc.Logger = logger
+	rc.HeartbeatTimeout = orDur(cfg.HeartbeatTimeout, DefaultHeartbeatTimeout)
+	rc.ElectionTimeout = orDur(cfg.ElectionTimeout, DefaultElectionTimeout)
+	rc.LeaderLeaseTimeout = orDur(cfg.LeaderLeaseTimeout, rc.HeartbeatTimeout/2)
+	rc.CommitTimeout = orDur(cfg.CommitTimeout, DefaultCommitTimeout)
+	rc.SnapshotInterval = orDur(cfg.SnapshotInterval, DefaultSnapshotInterval)
+	if cfg.SnapshotThreshold > 0 {
+		rc.SnapshotThreshold = cfg.SnapshotThreshold
+	}
+	if cfg.TrailingLogs > 0 {
+		rc.TrailingLogs = cfg.TrailingLogs
+	}
+	rc.MaxAppendEntries = cfg.MaxAppendEntries
+	if rc.MaxAppendEntries <= 0 {
+		rc.MaxAppendEntries = DefaultMaxAppendEntries
+	}
+	rc.BatchApplyCh = true
+	notifyCh := make(chan bool, 16)
+	rc.NotifyCh = notifyCh
+	if err := raft.ValidateConfig(rc); err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
+
+	n := &Node{
+		cfg:      cfg,
+		notifyCh: notifyCh,
+		closing:  make(chan struct{}),
+		changed:  make(chan struct{}),
+		failing:  make(map[string]time.Time),
+	}
+	n.fsm = &fsm{sm: cfg.SM, applied: make(chan struct{}, 1), onLeaderInfo: n.notifyChanged}
+
+	var (
+		logs   raft.LogStore
+		stable raft.StableStore
+		snaps  raft.SnapshotStore
+		err    error
+	)
+	if cfg.Dir == "" {
+		mem := raft.NewInmemStore()
+		logs, stable, snaps = mem, mem, raft.NewInmemSnapshotStore()
+	} else {
+		if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
+			return nil, fmt.Errorf("cluster: %w", err)
+		}
+		n.bolt, err = raftboltdb.New(raftboltdb.Options{Path: filepath.Join(cfg.Dir, "raft.db")})
+		if err != nil {
+			return nil, fmt.Errorf("cluster: open log: %w", err)
+		}
+		stable = n.bolt
+		logs, err = raft.NewLogCache(512, n.bolt)
+		if err == nil {
+			snaps, err = raft.NewFileSnapshotStoreWithLogger(cfg.Dir, 2, logger)
+		}
+		if err != nil {
+			n.bolt.Close()
+			return nil, fmt.Errorf("cluster: %w", err)
+		}
+	}
+
+	n.trans = cfg.Transport
+	if n.trans == nil {
+		n.trans, err = newTCPTransport(cfg.RaftAddr, logger)
+		if err != nil {
+			n.closeStores()
+			return nil, fmt.Errorf("cluster: listen: %w", err)
+		}
+	}
+
+	if cfg.Bootstrap {
+		has, err := raft.HasExistingState(logs, stable, snaps)
+		if err == nil && !has {
+			err = raft.BootstrapCluster(rc, logs, stable, snaps, n.trans, n.bootstrapConfiguration())
+		}
+		if err != nil {
+			n.closeTransport()
+			n.closeStores()
+			return nil, fmt.Errorf("cluster: bootstrap: %w", err)
+		}
+	}
+
+	n.raft, err = raft.NewRaft(rc, n.fsm, logs, stable, snaps, n.trans)
+	if err != nil {
+		n.closeTransport()
+		n.closeStores()
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	n.obsCh = make(chan raft.Observation, 64)
+	n.observer = raft.NewObserver(n.obsCh, false, func(o *raft.Observation) bool {
+		switch o.Data.(type) {
+		case raft.LeaderObservation, raft.FailedHeartbeatObservation, raft.ResumedHeartbeatObservation,
+			raft.PeerObservation:
+			return true
+		}
+		return false
+	})
+	n.raft.RegisterObserver(n.observer)
+	n.wg.Add(2)
+	go n.monitor()
+	go n.observe()
+	return n, nil
+}
+
+func orDur(d, def time.Duration) time.Duration {
+	if d > 0 {
+		return d
+	}
+	return def
+}
+
+func (n *Node) bootstrapConfiguration() raft.Configuration {
+	var c raft.Configuration
+	for _, p := range n.cfg.Peers {
+		c.Servers = append(c.Servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.Addr)})
+	}
+	if len(c.Servers) == 0 {
+		c.Servers = []raft.Server{{Suffrage: raft.Voter, ID: raft.ServerID(n.cfg.ID), Address: n.trans.LocalAddr()}}
+	}
+	return c
+}
+
+func (n *Node) closeTransport() {
+	if c, ok := n.trans.(raft.WithClose); ok {
+		c.Close()
+	}
+}
+
+func (n *Node) closeStores() {
+	if n.bolt != nil {
+		n.bolt.Close()
+	}
+}
+
+// Close leaves the cluster's work to the others: it stops raft (without removing this node from the
+// configuration), answers pending proposals (ErrNotLeader or ErrUnknownOutcome), closes the transport
+// and the stores. Later calls return nil.
+func (n *Node) Close() error {
+	var err error
+	n.closeOnce.Do(func() {
+		n.mu.Lock()
+		n.closed = true
+		n.mu.Unlock()
+		err = n.raft.Shutdown().Error() // also closes the transport
+		n.raft.DeregisterObserver(n.observer)
+		close(n.closing)
+		n.wg.Wait()
+		if n.bolt != nil {
+			if cerr := n.bolt.Close(); err == nil {
+				err = cerr
+			}
+		}
+		n.notifyChanged()
+	})
+	return err
+}
+
+// monitor follows raft's leadership notifications and runs one leadership session at a time.
+func (n *Node) monitor() {
+	defer n.wg.Done()
+	var cur *leadership
+	stop := func() {
+		if cur == nil {
+			return
+		}
+		cur.cancel()
+		<-cur.exited
+		n.mu.Lock()
+		n.lead = nil
+		n.mu.Unlock()
+		n.notifyChanged()
+		cur = nil
+	}
+	defer stop()
+	for {
+		select {
+		case <-n.closing:
+			return
+		case isLeader := <-n.notifyCh:
+			if !isLeader {
+				stop()
+				continue
+			}
+			if cur != nil {
+				continue
+			}
+			cur = newLeadership(n)
+			n.mu.Lock()
+			n.lead = cur
+			n.mu.Unlock()
+			n.notifyChanged()
+			go cur.run()
+		}
+	}
+}
+
+// observe follows raft observations: leader changes and the leader's view of failing peers.
+func (n *Node) observe() {
+	defer n.wg.Done()
+	for {
+		select {
+		case <-n.closing:
+			return
+		case o := <-n.obsCh:
+			switch d := o.Data.(type) {
+			case raft.FailedHeartbeatObservation:
+				n.mu.Lock()
+				if _, ok := n.failing[string(d.PeerID)]; !ok {
+					n.failing[string(d.PeerID)] = d.LastContact
+				}
+				n.mu.Unlock()
+			case raft.ResumedHeartbeatObservation:
+				n.mu.Lock()
+				delete(n.failing, string(d.PeerID))
+				n.mu.Unlock()
+			case raft.LeaderObservation:
+				n.mu.Lock()
+				clear(n.failing)
+				n.mu.Unlock()
+				n.notifyChanged()
+			case raft.PeerObservation:
+				if d.Removed {
+					n.mu.Lock()
+					delete(n.failing, string(d.Peer.ID))
+					n.mu.Unlock()
+				}
+			}
+		}
+	}
+}
+
+// notifyChanged wakes everyone waiting for a leader change.
+func (n *Node) notifyChanged() {
+	n.mu.Lock()
+	close(n.changed)
+	n.changed = make(chan struct{})
+	n.mu.Unlock()
+}
+
+// ID returns the node's id.
+func (n *Node) ID() string { return n.cfg.ID }
+
+// RaftAddr returns the node's peer address (the transport's, so with the port picked for ":0").
+func (n *Node) RaftAddr() string { return string(n.trans.LocalAddr()) }
+
+// Leader returns the leader as this node knows it, and a channel closed at the next change of what
+// this node knows about the leader (or of its own readiness as leader).
+func (n *Node) Leader() (LeaderInfo, <-chan struct{}) {
+	n.mu.Lock()
+	ch := n.changed
+	n.mu.Unlock()
+	addr, id := n.raft.LeaderWithID()
+	info := LeaderInfo{ID: string(id), RaftAddr: string(addr)}
+	if _, lid, client := n.fsm.state(); info.ID != "" && lid == info.ID {
+		info.ClientAddr = client
+	}
+	return info, ch
+}
+
+// LeaderAddr returns the leader's client address (LeaderInfo.ClientAddr), "" if not known yet.
+func (n *Node) LeaderAddr() string {
+	info, _ := n.Leader()
+	return info.ClientAddr
+}
+
+// IsLeader reports whether this node is the leader and ready for proposals (its leader entry applied).
+func (n *Node) IsLeader() bool {
+	n.mu.Lock()
+	l := n.lead
+	n.mu.Unlock()
+	if l == nil {
+		return false
+	}
+	select {
+	case <-l.ready:
+		return true
+	default:
+		return false
+	}
+}
+
+// WaitLeader waits until some node is the ready leader, as far as this node can tell: this node is
+// ready, or another node's leader entry has been applied here. It returns the leader, or ctx's error.
+func (n *Node) WaitLeader(ctx context.Context) (LeaderInfo, error) {
+	for {
+		info, ch := n.Leader()
+		if info.ID == n.cfg.ID && n.IsLeader() {
+			return info, nil
+		}
+		if info.ID != "" && info.ID != n.cfg.ID && n.leaderEntryApplied(info.ID) {
+			return info, nil
+		}
+		n.mu.Lock()
+		closed := n.closed
+		n.mu.Unlock()
+		if closed {
+			return LeaderInfo{}, ErrClosed
+		}
+		// raft's leader view changes without an observation in a few cases (a restored snapshot):
+		// poll as well.
+		t := time.NewTimer(50 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return LeaderInfo{}, ctx.Err()
+		case <-ch:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+func (n *Node) leaderEntryApplied(id string) bool {
+	_, lid, _ := n.fsm.state()
+	return lid == id
+}
+
+func (n *Node) notLeader() error {
+	n.mu.Lock()
+	closed := n.closed
+	n.mu.Unlock()
+	if closed {
+		return ErrClosed
+	}
+	info, _ := n.Leader()
+	if info.ID == n.cfg.ID { // raft says us, but our leader session is not (or no longer) ready
+		info = LeaderInfo{}
+	}
+	return &NotLeaderError{Leader: info}
+}
+
+// Role is a node's raft state.
+type Role string
+
+// Roles.
+const (
+	Follower  Role = "follower"
+	Candidate Role = "candidate"
+	Leader    Role = "leader"
+	Shutdown  Role = "shutdown"
+)
+
+// Status is a node's view of the cluster.
+type Status struct {
+	ID           string
+	Role         Role
+	Ready        bool // Role is Leader and the leader entry is applied (Propose accepted)
+	Leader       LeaderInfo
+	Term         uint64
+	LastIndex    uint64 // last log index stored here
+	CommitIndex  uint64
+	AppliedIndex uint64
+	// LastContact is the last time a follower heard from the leader (zero on the leader itself).
+	LastContact time.Time
+	// LastNow is the time of the last applied entry (Unix ns).
+	LastNow int64
+	// Peers is the latest configuration (raft v1.7 exposes no per-peer match index; the leader marks
+	// peers whose heartbeats fail).
+	Peers []Peer
+}
+
+// Status returns the node's view of the cluster. Safe at any time, also after Close (Role Shutdown).
+func (n *Node) Status() Status {
+	info, _ := n.Leader()
+	lastNow, _, _ := n.fsm.state()
+	st := Status{
+		ID:           n.cfg.ID,
+		Leader:       info,
+		Ready:        n.IsLeader(),
+		Term:         n.raft.CurrentTerm(),
+		LastIndex:    n.raft.LastIndex(),
+		CommitIndex:  n.raft.CommitIndex(),
+		AppliedIndex: n.raft.AppliedIndex(),
+		LastNow:      lastNow,
+	}
+	switch n.raft.State() {
+	case raft.Leader:
+		st.Role = Leader
+	case raft.Candidate:
+		st.Role = Candidate
+	case raft.Follower:
+		st.Role = Follower
+	default:
+		st.Role = Shutdown
+	}
+	if st.Role != Leader {
+		st.LastContact = n.raft.LastContact()
+	}
+	if f := n.raft.GetConfiguration(); f.Error() == nil {
+		n.mu.Lock()
+		for _, s := range f.Configuration().Servers {
+			p := Peer{ID: string(s.ID), Addr: string(s.Address), Suffrage: s.Suffrage.String()}
+			if t, ok := n.failing[p.ID]; ok && st.Role == Leader {
+				p.Failing, p.FailingSince = true, t
+			}
+			st.Peers = append(st.Peers, p)
+		}
+		n.mu.Unlock()
+	}
+	return st
+}
+
+// Join adds a voter (id at raft address addr) to the cluster; leader only (else *NotLeaderError).
+// Adding a member that exists with the same address does nothing. It waits until the configuration
+// change is committed or ctx ends (the change may still happen then).
+func (n *Node) Join(ctx context.Context, id, addr string) error {
+	if !n.IsLeader() {
+		return n.notLeader()
+	}
+	return n.waitFuture(ctx, n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(addr), 0, enqueueTimeout(ctx)))
+}
+
+// Remove removes a member from the cluster; leader only (else *NotLeaderError). A leader removing
+// itself steps down once the change commits. It waits like Join.
+func (n *Node) Remove(ctx context.Context, id string) error {
+	if !n.IsLeader() {
+		return n.notLeader()
+	}
+	return n.waitFuture(ctx, n.raft.RemoveServer(raft.ServerID(id), 0, enqueueTimeout(ctx)))
+}
+
+func enqueueTimeout(ctx context.Context) time.Duration {
+	if d, ok := ctx.Deadline(); ok {
+		return max(time.Until(d), time.Millisecond)
+	}
+	return 0
+}
+
+func (n *Node) waitFuture(ctx context.Context, f raft.Future) error {
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	select {
+	case err := <-done:
+		return n.mapRaftErr(err)
+	case <-ctx.Done():
+		return fmt.Errorf("%w: %w", ErrUnknownOutcome, ctx.Err())
+	}
+}
+
+// mapRaftErr turns a raft future's error into ours: raft.ErrNotLeader and the like (never appended) →
+// *NotLeaderError; others (leadership lost, shutdown) → ErrUnknownOutcome.
+func (n *Node) mapRaftErr(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrEnqueueTimeout),
+		errors.Is(err, raft.ErrLeadershipTransferInProgress):
+		return n.notLeader()
+	default:
+		return fmt.Errorf("%w: %w", ErrUnknownOutcome, err)
+	}
+}
+
+// Snapshot asks raft to take a snapshot now (and compact the log). Mostly for tests and operators.
+func (n *Node) Snapshot() error {
+	return n.raft.Snapshot().Error()
+}

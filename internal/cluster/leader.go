@@ -1,0 +1,333 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// proposal states.
+const (
+	propQueued    int32 = iota // in the leader's queue
+	propTaken                  // put into an entry (the outcome is raft's now)
+	propAbandoned              // its Propose gave up before it was taken: skip it
+)
+
+// proposal is one Propose call waiting for its result.
+type proposal struct {
+	cmd   []byte
+	state atomic.Int32
+	done  chan proposalResult // cap 1
+}
+
+type proposalResult struct {
+	val []byte
+	err error
+}
+
+// pending is one entry handed to raft, with the proposals it carries (in command order).
+type pending struct {
+	f     raft.ApplyFuture
+	props []*proposal
+}
+
+// leadership is one term of this node as leader: a barrier, the leader entry, then the batcher
+// (group commit and ticks) and the completer (results back to the proposers).
+type leadership struct {
+	n      *Node
+	ctx    context.Context
+	cancel context.CancelFunc
+	queue  chan *proposal
+	ready  chan struct{} // closed once the leader entry is applied
+	exited chan struct{} // closed once every taken proposal is answered and the batcher stopped
+
+	// proposedNow is the time of the last entry handed to raft; owned by the batcher goroutine.
+	proposedNow int64
+	// outstanding counts entries handed to raft and not yet answered.
+	outstanding atomic.Int64
+}
+
+func newLeadership(n *Node) *leadership {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &leadership{
+		n:      n,
+		ctx:    ctx,
+		cancel: cancel,
+		queue:  make(chan *proposal, 4*n.cfg.MaxBatch),
+		ready:  make(chan struct{}),
+		exited: make(chan struct{}),
+	}
+}
+
+// run is the leadership goroutine.
+func (l *leadership) run() {
+	defer close(l.exited)
+	n := l.n
+	// Every entry of earlier terms is applied after a barrier, so lastNow is final.
+	for n.raft.Barrier(0).Error() != nil {
+		if !l.pause() {
+			return
+		}
+	}
+	lastNow, _, _ := n.fsm.state()
+	now := max(lastNow, n.cfg.Clock())
+	var cmds [][]byte
+	if n.cfg.OnLeader != nil {
+		if c := n.cfg.OnLeader(now); c != nil {
+			cmds = [][]byte{c}
+		}
+	}
+	e := entry{kind: entryLeader, now: now, leaderID: n.cfg.ID, client: n.cfg.ClientAddr, cmds: cmds}
+	data := appendEntry(nil, &e)
+	for {
+		f := n.raft.ApplyLog(raft.Log{Data: data}, 0)
+		if err := f.Error(); err != nil {
+			// Usually leadership is lost and ctx ends; if not, the entry was not appended or its
+			// outcome is unknown: proposing it again is harmless (the failover rule extends to the
+			// same time at most).
+			if !l.pause() {
+				return
+			}
+			continue
+		}
+		if r, _ := f.Response().(*applyResult); r == nil || r.err != nil {
+			n.raft.LeadershipTransfer() // cannot happen unless the log is corrupt: let another node lead
+			<-l.ctx.Done()
+			return
+		}
+		break
+	}
+	l.proposedNow = now
+	close(l.ready)
+	n.notifyChanged()
+	l.loop()
+}
+
+// pause waits a little before a retry; false if leadership ended.
+func (l *leadership) pause() bool {
+	t := time.NewTimer(10 * time.Millisecond)
+	defer t.Stop()
+	select {
+	case <-l.ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// loop batches proposals into entries and proposes ticks, until leadership ends.
+func (l *leadership) loop() {
+	n := l.n
+	inflight := make(chan *pending, 1024)
+	completerDone := make(chan struct{})
+	go l.complete(inflight, completerDone)
+	defer func() {
+		close(inflight)
+		<-completerDone
+		for {
+			select {
+			case p := <-l.queue:
+				if p.state.CompareAndSwap(propQueued, propTaken) {
+					p.done <- proposalResult{err: n.notLeader()}
+				}
+			default:
+				return
+			}
+		}
+	}()
+
+	tick := time.NewTimer(time.Hour)
+	tick.Stop()
+	window := time.NewTimer(time.Hour)
+	window.Stop()
+	batch := make([]*proposal, 0, n.cfg.MaxBatch)
+	l.armTick(tick)
+	for {
+		select {
+		case <-l.ctx.Done():
+			return
+		case p := <-l.queue:
+			batch = l.collect(batch[:0], p, window)
+			if len(batch) > 0 {
+				l.submit(batch, inflight)
+				batch = make([]*proposal, 0, n.cfg.MaxBatch)
+			}
+		case <-n.fsm.applied:
+			l.armTick(tick)
+		case <-tick.C:
+			if d, ok := l.deadline(); ok && n.cfg.Clock() >= d {
+				l.submit(nil, inflight)
+			}
+			l.armTick(tick)
+		}
+	}
+}
+
+// collect fills a batch starting with first: whatever is queued, and while an earlier entry is still
+// on its way, whatever arrives within the batch window, up to MaxBatch.
+func (l *leadership) collect(batch []*proposal, first *proposal, window *time.Timer) []*proposal {
+	n := l.n
+	take := func(p *proposal) {
+		if p.state.CompareAndSwap(propQueued, propTaken) {
+			batch = append(batch, p)
+		}
+	}
+	take(first)
+	waiting := false
+	defer func() {
+		if waiting {
+			window.Stop()
+		}
+	}()
+	for len(batch) < n.cfg.MaxBatch {
+		select {
+		case p := <-l.queue:
+			take(p)
+			continue
+		default:
+		}
+		if n.cfg.BatchWindow < 0 || l.outstanding.Load() == 0 || len(batch) == 0 {
+			return batch
+		}
+		if !waiting {
+			waiting = true
+			window.Reset(n.cfg.BatchWindow)
+		}
+		select {
+		case p := <-l.queue:
+			take(p)
+		case <-window.C:
+			waiting = false
+			return batch
+		case <-l.ctx.Done():
+			return batch
+		}
+	}
+	return batch
+}
+
+// submit hands one entry to raft: the batch's commands (nil: a tick) at max(last entry's time, clock).
+func (l *leadership) submit(batch []*proposal, inflight chan<- *pending) {
+	n := l.n
+	now := max(l.proposedNow, n.cfg.Clock())
+	l.proposedNow = now
+	e := entry{kind: entryBatch, now: now}
+	if len(batch) > 0 {
+		e.cmds = make([][]byte, len(batch))
+		for i, p := range batch {
+			e.cmds[i] = p.cmd
+		}
+	}
+	data := appendEntry(make([]byte, 0, entrySize(e.cmds)), &e)
+	l.outstanding.Add(1)
+	inflight <- &pending{f: n.raft.ApplyLog(raft.Log{Data: data}, 0), props: batch}
+}
+
+// complete answers the proposals of each entry once raft resolved it, in order.
+func (l *leadership) complete(inflight <-chan *pending, done chan<- struct{}) {
+	defer close(done)
+	for pe := range inflight {
+		err := pe.f.Error()
+		var r *applyResult
+		if err == nil {
+			r, _ = pe.f.Response().(*applyResult)
+			if r == nil {
+				err = fmt.Errorf("cluster: no result for entry %d", pe.f.Index())
+			} else if r.err != nil {
+				err = r.err
+			}
+		}
+		if err != nil {
+			err = l.n.mapRaftErr(err)
+		}
+		for i, p := range pe.props {
+			if err != nil {
+				p.done <- proposalResult{err: err}
+			} else {
+				p.done <- proposalResult{val: r.results[i]}
+			}
+		}
+		l.outstanding.Add(-1)
+	}
+}
+
+// deadline returns the state machine's next deadline if a tick may be due for it: no entry at least
+// that late has been handed to raft yet.
+func (l *leadership) deadline() (int64, bool) {
+	if l.n.cfg.NextDeadline == nil {
+		return 0, false
+	}
+	d, ok := l.n.cfg.NextDeadline()
+	if !ok || d <= l.proposedNow {
+		return 0, false
+	}
+	return d, true
+}
+
+// armTick sets the tick timer to the next deadline (or stops it).
+func (l *leadership) armTick(t *time.Timer) {
+	d, ok := l.deadline()
+	if !ok {
+		t.Stop()
+		return
+	}
+	t.Reset(max(time.Duration(d-l.n.cfg.Clock()), 0))
+}
+
+// Propose replicates cmd and returns its result: the StateMachine's result for it, once the entry that
+// carries it is applied on this node. Leader only: on a follower, a candidate, or a leader whose
+// leader entry is not yet applied (it waits for that, bounded by ctx) it returns a *NotLeaderError
+// (errors.Is ErrNotLeader: nothing proposed, retry on the leader). Concurrent calls are grouped into one
+// entry (see Config.BatchWindow). Once cmd is handed to raft, losing leadership, closing the node or
+// ctx ending returns an error matching ErrUnknownOutcome (and ctx.Err() for the latter): cmd may be
+// applied, now or later, so a retry must carry the same de-duplication key (see Dedup). ctx ending
+// before that returns ctx.Err() alone: cmd will not be applied. cmd must not be modified afterwards.
+func (n *Node) Propose(ctx context.Context, cmd []byte) ([]byte, error) {
+	n.mu.Lock()
+	l, closed := n.lead, n.closed
+	n.mu.Unlock()
+	if closed {
+		return nil, ErrClosed
+	}
+	if l == nil {
+		return nil, n.notLeader()
+	}
+	select {
+	case <-l.ready:
+	case <-l.exited:
+		return nil, n.notLeader()
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	p := &proposal{cmd: cmd, done: make(chan proposalResult, 1)}
+	select {
+	case l.queue <- p:
+	case <-l.exited:
+		return nil, n.notLeader()
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	select {
+	case r := <-p.done:
+		return r.val, r.err
+	case <-l.exited:
+		// Every taken proposal was answered before exited closed.
+		select {
+		case r := <-p.done:
+			return r.val, r.err
+		default:
+		}
+		if p.state.CompareAndSwap(propQueued, propAbandoned) {
+			return nil, n.notLeader()
+		}
+		return nil, ErrUnknownOutcome
+	case <-ctx.Done():
+		if p.state.CompareAndSwap(propQueued, propAbandoned) {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("%w: %w", ErrUnknownOutcome, ctx.Err())
+	}
+}
