@@ -71,9 +71,25 @@ const (
 	// evicted lock is removed at once, and its waiters granted once every
 	// named lock is gone.
 	OpEvict
+	// OpFailover postpones to Until (Unix ns) every deadline that would
+	// fall before it → N (deadlines moved). Exactly: every granted lock
+	// (a revoked one too) whose expiry is before Until expires at Until;
+	// every waiting request whose wait timeout is before Until times out
+	// at Until; every detached session whose grace period ends before
+	// Until ends it at Until. Later deadlines, the end of a hold on
+	// grants, TTLs and tokens do not change, and nothing is reported.
+	//
+	// A new leader of a replicated log applies it once, after its barrier,
+	// with Until = the entry's time + the election window: while there was
+	// no leader, holders could not extend their locks, sessions could not
+	// come back and waiters could not be granted, so the election itself
+	// must not rob a holder of its lock, end a session or time out a
+	// waiter. Postponing a deadline never lets two believe they hold one
+	// resource. It costs O(n) for n pending deadlines.
+	OpFailover
 )
 
-var opNames = [...]string{"", "lock", "extend", "unlock", "renew", "release", "releaseall", "attach", "detach", "tick", "holdgrants", "evict"}
+var opNames = [...]string{"", "lock", "extend", "unlock", "renew", "release", "releaseall", "attach", "detach", "tick", "holdgrants", "evict", "failover"}
 
 func (o Op) String() string {
 	if int(o) < len(opNames) && o != 0 {
@@ -91,7 +107,7 @@ type Command struct {
 	Owner     string        // OpRenew, OpRelease, OpReleaseAll
 	Resources []string      // OpRenew, OpRelease, OpEvict
 	Session   string        // OpAttach, OpDetach; the caller's session for OpExtend, OpUnlock, OpRenew
-	Until     int64         // OpHoldGrants: end of the hold, Unix ns
+	Until     int64         // OpHoldGrants: end of the hold; OpFailover: the time deadlines move to; Unix ns
 }
 
 // Result is the outcome of one Command.
@@ -99,7 +115,7 @@ type Result struct {
 	Grant     Grant // OpLock, OpRenew
 	ExpiresAt int64 // OpExtend: the new expiry, ns; OpHoldGrants: the end of the hold in force, ns (0: none)
 	OK        bool  // OpRelease: every resource was released; OpAttach: the session existed
-	N         int   // OpReleaseAll: locks released; OpEvict: locks newly revoked
+	N         int   // OpReleaseAll: locks released; OpEvict: locks newly revoked; OpFailover: deadlines moved
 	Err       error // the engine's error, unchanged (errors.Is with the Err* sentinels)
 }
 

@@ -15,6 +15,15 @@ type Config struct {
 	Engine EngineConfig
 	// Clock is the source of time and timers. Nil means SystemClock().
 	Clock Clock
+	// Manual, if set, gives the core no timer and no clock of its own: time
+	// advances only through BatchAt, and deadlines are processed only by
+	// the commands applied there (OpTick processes what is due and nothing
+	// else). Batch and Apply then run at the time of the latest batch, and
+	// Clock is not used. It is the mode for a replicated log, whose leader
+	// reads NextDeadline and appends tick entries; every replica applies
+	// the same entries at the same times and holds the same state. Default
+	// false: the core reads Clock and arms its own timer.
+	Manual bool
 	// OnBatch, if set, runs at the end of every batch (commands or a timer
 	// tick), under the core's lock, with the events of that batch in the
 	// order they happened. The slice is reused: do not keep it. OnBatch may
@@ -28,6 +37,7 @@ type Config struct {
 // for concurrent use: batches run one at a time.
 type Core struct {
 	clock   Clock
+	manual  bool
 	onBatch func(*Tx, []Event)
 
 	mu      sync.Mutex
@@ -43,10 +53,7 @@ type Core struct {
 // New returns a Core with an empty lock table. It returns the engine's
 // configuration error, if any.
 func New(cfg Config) (*Core, error) {
-	c := &Core{clock: cfg.Clock, onBatch: cfg.OnBatch}
-	if c.clock == nil {
-		c.clock = SystemClock()
-	}
+	c := newBare(cfg)
 	ecfg := cfg.Engine
 	ecfg.OnEvent = c.onEvent
 	tab, err := locktable.New(ecfg)
@@ -54,8 +61,17 @@ func New(cfg Config) (*Core, error) {
 		return nil, err
 	}
 	c.tab = tab
-	c.tx.c = c
 	return c, nil
+}
+
+// newBare returns a Core without its table.
+func newBare(cfg Config) *Core {
+	c := &Core{clock: cfg.Clock, manual: cfg.Manual, onBatch: cfg.OnBatch}
+	if c.clock == nil && !c.manual {
+		c.clock = SystemClock()
+	}
+	c.tx.c = c
+	return c
 }
 
 // onEvent collects the engine's events. It runs under mu.
@@ -64,10 +80,11 @@ func (c *Core) onEvent(e Event) { c.events = append(c.events, e) }
 // Batch runs fn under the core's lock with a Tx whose time is read once
 // from the clock (never earlier than the previous batch's), then calls
 // OnBatch with the events of the batch and arms the deadline timer. fn must
-// not call the Core (that deadlocks) and must not keep tx.
+// not call the Core (that deadlocks) and must not keep tx. With
+// Config.Manual the batch runs at the time of the latest batch.
 func (c *Core) Batch(fn func(tx *Tx)) {
 	c.mu.Lock()
-	c.beginLocked(c.clock.Now())
+	c.beginLocked(c.clockLocked())
 	fn(&c.tx)
 	c.endLocked()
 	c.mu.Unlock()
@@ -85,10 +102,11 @@ func (c *Core) BatchAt(now int64, fn func(tx *Tx)) {
 	c.mu.Unlock()
 }
 
-// Apply runs one command in a batch of its own and returns its result.
+// Apply runs one command in a batch of its own, at the clock's time (with
+// Config.Manual: at the latest batch's), and returns its result.
 func (c *Core) Apply(cmd *Command) Result {
 	c.mu.Lock()
-	c.beginLocked(c.clock.Now())
+	c.beginLocked(c.clockLocked())
 	r := c.tx.Apply(cmd)
 	c.endLocked()
 	c.mu.Unlock()
@@ -116,6 +134,35 @@ func (c *Core) Armed() (int64, bool) {
 	return c.timerAt, c.timerAt != 0
 }
 
+// NextDeadline returns the earliest pending deadline of the engine (Unix
+// ns: an expiry, a wait timeout, the end of a grace period or of a hold on
+// grants), or false if there is none. With Config.Manual it is when the
+// next tick is due. It takes the core's lock: call it outside a batch (in
+// one, use Tx.NextDeadline).
+func (c *Core) NextDeadline() (int64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.tab.NextDeadline()
+}
+
+// Now returns the time of the latest batch (Unix ns; for a restored core,
+// of the latest batch before the snapshot), or 0 before the first. Batches
+// never run earlier.
+func (c *Core) Now() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+// clockLocked returns the time for a batch that does not give one: the
+// clock's, or with Config.Manual the latest batch's.
+func (c *Core) clockLocked() int64 {
+	if c.manual {
+		return c.now
+	}
+	return c.clock.Now()
+}
+
 func (c *Core) beginLocked(now int64) {
 	if now < c.now {
 		now = c.now
@@ -134,8 +181,14 @@ func (c *Core) endLocked() {
 	}
 	clear(c.events)
 	c.events = c.events[:0]
+	c.armLocked()
+}
+
+// armLocked arms the timer at the next deadline if that is earlier than the
+// one armed. With Config.Manual it does nothing.
+func (c *Core) armLocked() {
 	at, ok := c.tab.NextDeadline()
-	if !ok || c.closed || (c.timerAt != 0 && at >= c.timerAt) {
+	if !ok || c.manual || c.closed || (c.timerAt != 0 && at >= c.timerAt) {
 		return
 	}
 	c.timerAt = at
@@ -205,6 +258,8 @@ func (tx *Tx) Apply(cmd *Command) Result {
 		r.ExpiresAt = t.HoldUntil()
 	case OpEvict:
 		r.N, r.Err = t.Evict(now, cmd.Resources)
+	case OpFailover:
+		r.N = t.Failover(now, cmd.Until)
 	default:
 		r.Err = ErrUnknownOp
 	}

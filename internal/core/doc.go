@@ -50,11 +50,16 @@
 //
 //	c.BatchAt(T, func(tx *core.Tx) { tx.Apply(&cmd) })
 //
-// The engine is deterministic given its commands and their times, so a
-// replicated log in front of BatchAt (each entry a Command and its time)
-// makes every replica hold the same table. The deadline timer and Batch read
-// the local clock: a replicated deployment has its leader write ticks into
-// the log instead.
+// The engine is deterministic given its commands and their times (and the
+// seed of its lock ids, EngineConfig.Seed), so a replicated log in front of
+// BatchAt (each entry a time and commands) makes every replica hold the same
+// table, byte for byte. A replica runs with Config.Manual: no timer, no
+// clock; the leader reads NextDeadline and appends an OpTick entry when it
+// is due. Snapshot and Restore carry the whole state, so a restored replica
+// goes on exactly like the others. A new leader appends OpFailover, which
+// postpones to the end of the election window every expiry, wait timeout
+// and grace end that would fall in it, so that the election robs no holder
+// of its lock.
 //
 // # Caveats
 //

@@ -93,11 +93,39 @@
 // now, in deadline order. The owner arms one timer for [Table.NextDeadline] and
 // calls [Table.Advance] when it fires.
 //
+// The same calls with the same times, on Tables made with the same Config
+// (Config.Seed included), give the same results, the same events in the same
+// order and the same state, byte for byte ([Table.MarshalBinary]): lock ids
+// come from a ChaCha8 generator seeded by Config.Seed, and no order depends
+// on map iteration or pointer values. The orders are: deadlines due by the
+// same call in time order, and at one instant in the order their requests
+// arrived (a session's grace end counts from its detach; the end of a hold
+// on grants comes first); a session's requests, when it is dropped, newest
+// in the session first; an owner's locks, in ReleaseAll, newest first;
+// Release in the order of its resources; the waiters a call lets through in
+// the order they became grantable, and at the end of a hold in arrival
+// order.
+//
 // Things that happen to requests other than the one being handled (a waiter
 // granted because another lock went away, a timeout, an expiry, a session
 // drop) are reported synchronously through [Config.OnEvent]. A request that is
 // granted at once is reported only by the return value of [Table.Lock], so the
 // owner can answer the request before it announces the grant.
+//
+// # Snapshots
+//
+// [Table.MarshalBinary] encodes the whole state of a Table in a compact,
+// versioned binary form, and [Restore] makes a Table of it that behaves
+// exactly like the original from then on: the same calls give the same
+// results, events and snapshots. A snapshot is canonical (one state, one
+// encoding) and holds the state of the generator of lock ids, so it must be
+// kept as secret as the ids it can predict. Restore refuses a truncated or
+// corrupt snapshot with an error wrapping [ErrCorruptSnapshot].
+//
+// [Table.Failover] postpones every expiry, wait timeout and grace end that
+// would fall before a given time to that time: what a replicated service
+// applies when a new leader takes over, so that the election itself robs no
+// holder of its lock, ends no session and times out no waiter.
 //
 // # Costs
 //

@@ -1,8 +1,12 @@
 package locktable
 
-// deadlines is a binary min-heap of timers ordered by time. Each item points
-// back to its lock or session, which records its index so that it can be
-// removed or moved in O(log n).
+// deadlines is a binary min-heap of timers ordered by time, then by arrival:
+// deadlines due at the same instant are ordered by the seq of their request
+// (or of the session's detach; the end of a hold on grants, seq 0, comes
+// first), so the order in which they are processed is defined by the state,
+// whatever the layout of the heap. Each item points back to its lock or
+// session, which records its index so that it can be removed or moved in
+// O(log n).
 type deadlines []deadline
 
 type deadline struct {
@@ -19,7 +23,22 @@ func (h deadlines) setIndex(i int) {
 	}
 }
 
-func (h deadlines) less(i, j int) bool { return h[i].at < h[j].at }
+func (h deadlines) less(i, j int) bool {
+	a, b := &h[i], &h[j]
+	if a.at != b.at {
+		return a.at < b.at
+	}
+	return a.seq() < b.seq()
+}
+
+// seq is the deadline's tie-break: its request's arrival number, or its
+// session's detach number.
+func (d *deadline) seq() uint64 {
+	if d.l != nil {
+		return d.l.seq
+	}
+	return d.s.seq
+}
 
 func (h deadlines) swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
@@ -92,5 +111,16 @@ func (h *deadlines) remove(i int) {
 func (h deadlines) fix(i int) {
 	if !h.down(i) {
 		h.up(i)
+	}
+}
+
+// init orders h after any change to its items, in O(n), and records every
+// item's index.
+func (h deadlines) init() {
+	for i := range h {
+		h.setIndex(i)
+	}
+	for i := len(h)/2 - 1; i >= 0; i-- {
+		h.down(i)
 	}
 }

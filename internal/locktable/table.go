@@ -264,7 +264,7 @@ type lock struct {
 	sess     *session
 	sprev    *lock // session list
 	snext    *lock
-	seq      uint64 // arrival order, for the grants at the end of a hold
+	seq      uint64 // arrival order: the grants at the end of a hold, deadlines due at once
 	owner    string
 	oprev    *lock // owner list
 	onext    *lock
@@ -278,6 +278,7 @@ type session struct {
 	id       string
 	attached bool
 	hidx     int32
+	seq      uint64 // the Table's seq at its detach: orders its grace end among deadlines due at once
 	head     *lock
 	n        int
 	bytes    int64 // name bytes of its requests (see Config.MaxNameBytes)
@@ -336,7 +337,7 @@ type Table struct {
 	// that deadline; holdUntil is its time.
 	hold      session
 	holdUntil int64
-	seq       uint64 // arrival number of the last accepted request
+	seq       uint64 // arrival number of the last accepted request or detach
 }
 
 // readyLock is a request that became grantable while grants were deferred.
@@ -348,6 +349,26 @@ type readyLock struct {
 
 // New returns an empty Table.
 func New(cfg Config) (*Table, error) {
+	t, err := newTable(cfg)
+	if err != nil {
+		return nil, err
+	}
+	var seed [32]byte
+	if cfg.Seed != nil {
+		seed = *cfg.Seed
+	} else {
+		_, _ = crand.Read(seed[:]) // never fails since Go 1.24
+	}
+	t.rng = rand.NewChaCha8(seed)
+	if cfg.GrantAfter > 0 {
+		t.HoldGrants(0, cfg.GrantAfter)
+	}
+	return t, nil
+}
+
+// newTable returns an empty Table with cfg's limits, without its generator
+// of lock ids.
+func newTable(cfg Config) (*Table, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -381,17 +402,7 @@ func New(cfg Config) (*Table, error) {
 	if t.next == 0 {
 		t.next = 1
 	}
-	var seed [32]byte
-	if cfg.Seed != nil {
-		seed = *cfg.Seed
-	} else {
-		_, _ = crand.Read(seed[:]) // never fails since Go 1.24
-	}
-	t.rng = rand.NewChaCha8(seed)
 	t.hold.hidx = -1
-	if cfg.GrantAfter > 0 {
-		t.HoldGrants(0, cfg.GrantAfter)
-	}
 	return t, nil
 }
 
@@ -437,6 +448,8 @@ func (t *Table) Detach(now int64, id string) {
 		t.dropSession(s)
 		return
 	}
+	t.seq++
+	s.seq = t.seq
 	t.heap.push(deadline{at: now + int64(t.cfg.SessionGrace), s: s})
 }
 
@@ -1373,6 +1386,46 @@ func (t *Table) advance(now int64) int64 {
 		t.remove(l)
 	}
 	return now
+}
+
+// Now returns the latest time (ns) the Table has seen: time never runs
+// backwards, so a call with an earlier now runs at this time.
+func (t *Table) Now() int64 { return t.now }
+
+// Failover postpones to until every pending deadline that would fall before
+// it: the expiry of every granted lock (revoked ones included), the wait
+// timeout of every waiting request and the end of every detached session's
+// grace period that is due before until is set to until exactly; later
+// ones, and the end of a hold on grants, are left alone. It first processes
+// what is due at now, like every method, and returns how many deadlines it
+// moved. Nothing is reported: a lock keeps its TTL, and its expiry, as
+// Lookup shows it, is until.
+//
+// It is what a replicated service applies when a new leader takes over,
+// with until = the end of the election window: while no leader was there to
+// hear them, holders could not extend their locks, detached sessions could
+// not come back and waiters could not be granted; the election itself must
+// not rob a holder of its lock, end a session or time a waiter out. Moving a
+// deadline later never lets two believe they hold one resource. It costs
+// O(n) for n pending deadlines.
+func (t *Table) Failover(now, until int64) int {
+	t.advance(now)
+	n := 0
+	for i := range t.heap {
+		d := &t.heap[i]
+		if d.at >= until || d.s == &t.hold {
+			continue
+		}
+		d.at = until
+		if d.l != nil {
+			d.l.deadline = until
+		}
+		n++
+	}
+	if n > 0 {
+		t.heap.init()
+	}
+	return n
 }
 
 // NextDeadline returns the earliest pending deadline (expiry, wait timeout,
