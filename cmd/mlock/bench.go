@@ -9,6 +9,8 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"strconv"
+	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -17,8 +19,8 @@ import (
 )
 
 func cmdBench(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("bench", stderr)
-	uri := uriFlag(fs)
+	fs := newFlagSet("bench")
+	uri := uriFlag(fs, "target when URL is not given: mlock://, mlocks://, redis://host:port/db (?mode=medusa: Medusa's scripts), memory:")
 	var cfg bench.Config
 	fs.StringVar(&cfg.Scenario, "scenario", "uncontended", "uncontended, hotkey or shop")
 	fs.IntVar(&cfg.Workers, "workers", 0, "concurrent workers (default 8; shop 32)")
@@ -30,23 +32,29 @@ func cmdBench(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&cfg.MaxOrder, "max-order", 5, "shop: most SKUs in one order")
 	fs.DurationVar(&cfg.Timeout, "timeout", 5*time.Second, "longest wait for one lock (counted as a timeout)")
 	fs.DurationVar(&cfg.Round, "round", time.Second, "with --vs: length of one interleaved round")
-	vs := fs.String("vs", "", "a second target, run interleaved with the first; ratios are printed")
+	vs := fs.String("vs", "", "a second target (same schemes as URL), run interleaved with the first; ratios are printed")
 	allowRemote := fs.Bool("allow-remote", false, "allow targets that are not on loopback")
 	asJSON := fs.Bool("json", false, "print the results as JSON")
 	cpuProfile := fs.String("cpu-profile", "", "write the load generator's CPU profile to this file")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: mlock bench [flags] [URL]\n\nLoads a lock provider (mlock://, redis://, redis://...?mode=medusa for Medusa's own scripts,\n"+
 			"memory:) with one scenario, and reports server and client (this process's) CPU per operation.\n"+
-			"URL defaults to --uri. Targets must be on loopback unless --allow-remote.\n\n")
+			"URL defaults to --uri. Targets must be on loopback unless --allow-remote.\n"+
+			"Latencies are the wait to acquire a lock (P50, P99, MAX; hotkey: HANDOFF from release to the next grant);\n"+
+			"on a terminal a progress line shows on stderr.\n"+
+			"Exit status: 0 done, 2 usage error, 125 error or a safety violation (two holders of one key).\n\n")
 		fs.PrintDefaults()
 	}
-	pos, err := parse(fs, args)
-	if err != nil {
-		return exitError
+	p := parse(fs, args, stdout, stderr)
+	if p.done {
+		return p.exit
+	}
+	if len(p.pos) > 1 {
+		return usageError(fs, stderr, fmt.Sprintf("unexpected argument %q", p.pos[1]))
 	}
 	urls := []string{*uri}
-	if len(pos) > 0 {
-		urls[0] = pos[0]
+	if len(p.pos) > 0 {
+		urls[0] = p.pos[0]
 	}
 	if *vs != "" {
 		urls = append(urls, *vs)
@@ -57,23 +65,23 @@ func cmdBench(args []string, stdout, stderr io.Writer) int {
 	for _, u := range urls {
 		t, closeT, err := bench.Open(ctx, u, *allowRemote)
 		if err != nil {
-			return fail(stderr, err)
+			return fail(fs, stderr, err)
 		}
 		defer closeT()
 		targets = append(targets, t)
 	}
 	if f, ok := stderr.(*os.File); ok && isTerminal(f) && !*asJSON {
 		cfg.Progress = func(target string, ops int64, elapsed time.Duration) {
-			fmt.Fprintf(f, "\r\033[K%s: %d ops in %v (%.0f/s)", target, ops, elapsed.Round(100*time.Millisecond), float64(ops)/elapsed.Seconds())
+			fmt.Fprint(f, "\r\033[K"+progressLine(target, ops, elapsed))
 		}
 	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
 		if err != nil {
-			return fail(stderr, err)
+			return fail(fs, stderr, err)
 		}
 		if err := pprof.StartCPUProfile(f); err != nil {
-			return fail(stderr, err)
+			return fail(fs, stderr, err)
 		}
 		defer func() { pprof.StopCPUProfile(); f.Close() }()
 	}
@@ -82,7 +90,7 @@ func cmdBench(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, "\r\033[K")
 	}
 	if err != nil {
-		return fail(stderr, err)
+		return fail(fs, stderr, err)
 	}
 	if *asJSON {
 		out := map[string]any{"date": time.Now().UTC().Format(time.RFC3339), "results": results}
@@ -104,27 +112,73 @@ func cmdBench(args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-func us(d time.Duration) string { return fmt.Sprintf("%.0fµs", float64(d)/float64(time.Microsecond)) }
+// progressLine is the progress of one target: "TARGET  N ops in D (R/s)".
+func progressLine(target string, ops int64, elapsed time.Duration) string {
+	rate := 0.0
+	if elapsed > 0 {
+		rate = float64(ops) / elapsed.Seconds()
+	}
+	return fmt.Sprintf("%s  %d ops in %v (%.0f/s)", target, ops, elapsed.Round(100*time.Millisecond), rate)
+}
 
+// human is d with three significant digits in the unit that suits it:
+// 950ns, 812µs, 72.7ms, 1.23s.
+func human(d time.Duration) string {
+	if d < 0 {
+		return "-" + human(-d)
+	}
+	type unit struct {
+		size time.Duration
+		name string
+	}
+	u := unit{time.Nanosecond, "ns"}
+	for _, c := range []unit{{time.Microsecond, "µs"}, {time.Millisecond, "ms"}, {time.Second, "s"}} {
+		if d >= c.size {
+			u = c
+		}
+	}
+	v := float64(d) / float64(u.size)
+	prec := 0
+	switch {
+	case u.size == time.Nanosecond || v >= 100:
+	case v >= 10:
+		prec = 1
+	default:
+		prec = 2
+	}
+	s := strconv.FormatFloat(v, 'f', prec, 64)
+	if prec > 0 {
+		s = strings.TrimRight(strings.TrimRight(s, "0"), ".")
+	}
+	return s + u.name
+}
+
+// printResults prints the results as two tables (latencies and CPU; then
+// the fairness of a hotkey run and the counts), each within 100 columns
+// for the usual targets.
 func printResults(w io.Writer, rs []bench.Result) {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	r0 := rs[0]
-	fmt.Fprintf(tw, "scenario %s, %d workers\n", r0.Scenario, r0.Workers)
+	fmt.Fprintf(w, "scenario %s, %d workers\n", r0.Scenario, r0.Workers)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TARGET\tOPS\tOPS/S\tP50\tP99\tMAX\tSRV CPU/OP\tCLI CPU/OP")
+	for _, r := range rs {
+		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%s\t%s\t%s\t%s\n", r.Target, r.Ops, r.Rate, human(r.P50), human(r.P99), human(r.Max),
+			cpuPerOp(r.CPUPerOp, r.CPUKnown), cpuPerOp(r.ClientCPUPerOp, r.ClientCPUKnown))
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
 	hot := r0.Scenario == "hotkey"
-	head := "TARGET\tOPS\tOPS/S\tP50\tP99\tMAX"
+	head := "TARGET"
 	if hot {
 		head += "\tHANDOFF P50\tHANDOFF P99\tJAIN\tFIFO"
 	}
-	head += "\tTIMEOUTS\tERRORS\tVIOLATIONS\tSERVER CPU/OP\tCLIENT CPU/OP"
-	fmt.Fprintln(tw, head)
+	fmt.Fprintln(tw, head+"\tTIMEOUTS\tERRORS\tVIOLATIONS")
 	for _, r := range rs {
-		line := fmt.Sprintf("%s\t%d\t%.0f\t%s\t%s\t%s", r.Target, r.Ops, r.Rate, us(r.P50), us(r.P99), us(r.Max))
+		line := r.Target
 		if hot {
-			line += fmt.Sprintf("\t%s\t%s\t%.3f\t%.3f", us(r.HandoffP50), us(r.HandoffP99), r.Jain, r.FIFO)
+			line += fmt.Sprintf("\t%s\t%s\t%.3f\t%.3f", human(r.HandoffP50), human(r.HandoffP99), r.Jain, r.FIFO)
 		}
-		line += fmt.Sprintf("\t%d\t%d\t%d\t%s\t%s", r.Timeouts, r.Errors, r.Violations,
-			cpuPerOp(r.CPUPerOp, r.CPUKnown), cpuPerOp(r.ClientCPUPerOp, r.ClientCPUKnown))
-		fmt.Fprintln(tw, line)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\n", line, r.Timeouts, r.Errors, r.Violations)
 	}
 	tw.Flush()
 	for _, r := range rs {
@@ -134,16 +188,18 @@ func printResults(w io.Writer, rs []bench.Result) {
 	}
 	if len(rs) == 2 {
 		rt := ratios(rs[0], rs[1])
-		fmt.Fprintf(w, "ratios (first / second): ops/s %.2fx, p99 %.2fx", rt["opsPerSec"], rt["p99"])
+		fmt.Fprintf(w, "ratios (first / second): ops/s %.2fx, p99 %.2fx\n", rt["opsPerSec"], rt["p99"])
+		var cpu []string
 		for _, k := range []struct{ key, label string }{
-			{"serverCpuPerOp", "server CPU per op"}, {"clientCpuPerOp", "client CPU per op"},
-			{"totalCpuPerOp", "client+server CPU per op"},
+			{"serverCpuPerOp", "server"}, {"clientCpuPerOp", "client"}, {"totalCpuPerOp", "client+server"},
 		} {
 			if v, ok := rt[k.key]; ok {
-				fmt.Fprintf(w, ", %s %.2fx", k.label, v)
+				cpu = append(cpu, fmt.Sprintf("%s %.2fx", k.label, v))
 			}
 		}
-		fmt.Fprintln(w)
+		if len(cpu) > 0 {
+			fmt.Fprintf(w, "CPU per op ratios: %s\n", strings.Join(cpu, ", "))
+		}
 	}
 }
 
@@ -151,7 +207,7 @@ func cpuPerOp(d time.Duration, known bool) string {
 	if !known {
 		return "n/a"
 	}
-	return fmt.Sprintf("%.1fµs", float64(d)/float64(time.Microsecond))
+	return human(d)
 }
 
 func ratios(a, b bench.Result) map[string]float64 {

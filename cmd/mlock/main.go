@@ -4,11 +4,23 @@
 //
 //	mlock run [flags] RESOURCES -- CMD [ARGS...]
 //	mlock status [--json]
-//	mlock ping
+//	mlock ping [--timeout D]
 //	mlock locks [--json] [PREFIX]
 //	mlock bench [flags] [URL]
+//	mlock evict RESOURCES
+//	mlock token NAME RIGHT...
+//	mlock version
 //
-// The server is --uri, or $MLOCK_URI, or mlock://127.0.0.1:12340.
+// The server is --uri, or $MLOCK_URI, or mlock://127.0.0.1:12340; run and
+// bench take any lock provider (mlock://, mlocks://, redis://, memory:),
+// the others an mlock:// or mlocks:// server. "mlock COMMAND --help"
+// prints a command's help on stdout and exits 0.
+//
+// Exit status: 0 done; 2 a usage error (unknown command or flag, missing
+// or bad argument); 125 mlock's own error (server unreachable, refused).
+// "mlock run" exits with its command's status, or 75 (lock lost), 124 (not
+// taken in time), 126 (command not executable), 127 (command not found), or
+// --skip-exit (default 0) when --skip-if-locked skipped the command.
 package main
 
 import (
@@ -18,8 +30,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
+	"runtime"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -31,13 +45,22 @@ import (
 // Exit codes of mlock itself. "mlock run" otherwise exits with its
 // command's status.
 const (
-	exitOK       = 0
-	exitLost     = 75  // the lock was lost while the command ran (EX_TEMPFAIL)
-	exitNotTaken = 124 // the lock could not be taken in time, or tolerate refused it
-	exitError    = 125 // mlock's own error: bad arguments, server unreachable
+	exitOK            = 0
+	exitUsage         = 2   // a usage error: unknown command or flag, missing or bad argument
+	exitLost          = 75  // the lock was lost while the command ran (EX_TEMPFAIL)
+	exitNotTaken      = 124 // the lock could not be taken in time, or tolerate refused it
+	exitError         = 125 // mlock's own error: server unreachable, refused, failed
+	exitNotExecutable = 126 // the command was found but cannot be run
+	exitNotFound      = 127 // the command was not found
 )
 
 const defaultURI = "mlock://127.0.0.1:12340"
+
+// What --uri accepts, per command.
+const (
+	uriServer    = "mlock:// or mlocks:// (TLS) server"
+	uriProviders = "lock provider: mlock:// or mlocks:// server, redis://host:port/db, memory: (this process only)"
+)
 
 func main() {
 	os.Exit(cli(os.Args[1:], os.Stdout, os.Stderr))
@@ -46,12 +69,12 @@ func main() {
 func cli(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		usage(stderr)
-		return exitError
+		return exitUsage
 	}
 	cmd, rest := args[0], args[1:]
 	switch cmd {
 	case "run":
-		return cmdRun(rest, stderr)
+		return cmdRun(rest, stdout, stderr)
 	case "status":
 		return cmdStatus(rest, stdout, stderr)
 	case "ping":
@@ -64,104 +87,273 @@ func cli(args []string, stdout, stderr io.Writer) int {
 		return cmdToken(rest, stdout, stderr)
 	case "evict":
 		return cmdEvict(rest, stdout, stderr)
-	case "help", "-h", "--help":
+	case "version":
+		return cmdVersion(rest, stdout, stderr)
+	case "--version", "-version":
+		fmt.Fprintln(stdout, versionLine("mlock"))
+		return exitOK
+	case "help", "-h", "-help", "--help":
+		if len(rest) > 0 && rest[0] != "help" && !strings.HasPrefix(rest[0], "-") {
+			return cli([]string{rest[0], "--help"}, stdout, stderr)
+		}
 		usage(stdout)
 		return exitOK
 	}
-	fmt.Fprintf(stderr, "mlock: unknown command %q\n", cmd)
-	usage(stderr)
-	return exitError
+	fmt.Fprintf(stderr, "mlock: unknown command %q\nRun 'mlock --help' for usage.\n", cmd)
+	return exitUsage
 }
 
 func usage(w io.Writer) {
-	fmt.Fprint(w, `Usage:
+	fmt.Fprintf(w, `Usage:
   mlock run [flags] RESOURCES -- CMD [ARGS...]   run CMD while holding RESOURCES ("a|b")
   mlock status [--json]                          the server's status
-  mlock ping                                     check the server
+  mlock ping [--timeout D]                       check the server
   mlock locks [--json] [PREFIX]                  holders and waiters per resource
   mlock bench [flags] [URL]                      load a provider: uncontended, hotkey, shop
   mlock evict RESOURCES                          (admin) release whoever holds RESOURCES ("a|b")
   mlock token NAME RIGHT...                      a new token and its auth-file line (RIGHT: prefix=P, admin, from=CIDR, cert)
+  mlock version                                  this command's version and the server's
 
-Every command takes --uri (default $MLOCK_URI, else mlock://127.0.0.1:12340).
-"mlock COMMAND --help" lists a command's flags.
-`)
+The server is --uri, default $MLOCK_URI, else %s. "mlock COMMAND --help"
+lists a command's flags and what its --uri accepts: run and bench take any lock provider
+(mlock://, mlocks://, redis://, memory:), the other commands an mlock:// or mlocks:// server.
+
+Exit status: 0 done; 2 usage error; 125 mlock's own error (server unreachable, refused);
+"mlock run" also: the command's status, 75 lock lost, 124 lock not taken in time,
+126 command not executable, 127 command not found (see "mlock run --help").
+`, defaultURI)
 }
 
-func uriFlag(fs *flag.FlagSet) *string {
+// versionLine is "NAME VERSION (GO OS/ARCH)".
+func versionLine(name string) string {
+	return fmt.Sprintf("%s %s (%s %s/%s)", name, mlock.Version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+}
+
+// uriFlag defines --uri; accepts says what the command takes.
+func uriFlag(fs *flag.FlagSet, accepts string) *string {
 	def := os.Getenv("MLOCK_URI")
 	if def == "" {
 		def = defaultURI
 	}
-	return fs.String("uri", def, "server or provider URL (mlock://, redis://, memory:)")
+	return fs.String("uri", def, accepts+" (default $MLOCK_URI, else "+defaultURI+")")
 }
 
-func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
+// newFlagSet returns the flag set of "mlock name": its errors are printed
+// by parse, its help (fs.Usage, writing to fs.Output()) by parse on --help.
+func newFlagSet(name string) *flag.FlagSet {
 	fs := flag.NewFlagSet("mlock "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: %s [flags]\n\n", fs.Name())
+		fs.PrintDefaults()
+	}
 	return fs
 }
 
+// parsed is the outcome of parse: the positional arguments, or the exit
+// status when the command must end (help printed, or a usage error).
+type parsed struct {
+	pos  []string
+	exit int
+	done bool
+}
+
 // parse parses flags that may come before or after the positional
-// arguments, up to a "--".
-func parse(fs *flag.FlagSet, args []string) ([]string, error) {
+// arguments, up to a "--". --help (-h) prints fs.Usage to stdout: done,
+// exit 0. A bad flag prints one line and a pointer to --help on stderr:
+// done, exit 2.
+func parse(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) parsed {
+	help := fs.Usage
+	fs.Usage = func() {}
+	fs.SetOutput(io.Discard)
+	defer func() { fs.Usage = help }()
 	var pos []string
 	for {
 		if len(args) > 0 && args[0] == "--" {
-			return append(pos, args...), nil
+			return parsed{pos: append(pos, args...)}
 		}
 		if err := fs.Parse(args); err != nil {
-			return nil, err
+			if errors.Is(err, flag.ErrHelp) {
+				fs.SetOutput(stdout)
+				help()
+				return parsed{done: true, exit: exitOK}
+			}
+			return parsed{done: true, exit: usageError(fs, stderr, err.Error())}
 		}
 		args = fs.Args()
 		if len(args) == 0 {
-			return pos, nil
+			return parsed{pos: pos}
 		}
 		pos = append(pos, args[0])
 		args = args[1:]
 	}
 }
 
-func client(uri string) (*mlock.Client, error) {
+// usageError prints "mlock CMD: msg" and a pointer to --help; it returns
+// exitUsage.
+func usageError(fs *flag.FlagSet, stderr io.Writer, msg string) int {
+	fmt.Fprintf(stderr, "%s: %s\nRun '%s --help' for usage.\n", fs.Name(), msg, fs.Name())
+	return exitUsage
+}
+
+// clientOptions parses an mlock:// URI for a command-line client: the
+// connection attempt and the wait for the connection are bounded by
+// dialTimeout.
+func clientOptions(uri string, dialTimeout time.Duration) (mlock.Options, error) {
 	o, err := mlock.ParseURI(uri)
+	if err != nil {
+		return o, err
+	}
+	o.DialTimeout = dialTimeout
+	return o, nil
+}
+
+func client(uri string) (*mlock.Client, error) {
+	o, err := clientOptions(uri, 3*time.Second)
 	if err != nil {
 		return nil, err
 	}
-	o.DialTimeout = 3 * time.Second
 	return mlock.NewClient(o)
 }
 
-func timeoutCtx() (context.Context, context.CancelFunc) {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	return ctx, func() { cancel(); stop() }
+// signalCtx is a context cancelled by SIGINT or SIGTERM.
+func signalCtx() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 }
 
-func fail(stderr io.Writer, err error) int {
-	fmt.Fprintln(stderr, "mlock:", err)
+// describe is err as one line for "mlock CMD: ": the "mlock: " that opens
+// the client's errors is not repeated after the command's own prefix.
+func describe(err error) string {
+	return strings.TrimPrefix(err.Error(), "mlock: ")
+}
+
+// fail prints "mlock CMD: err" and returns exitError.
+func fail(fs *flag.FlagSet, stderr io.Writer, err error) int {
+	fmt.Fprintf(stderr, "%s: %s\n", fs.Name(), describe(err))
 	return exitError
 }
 
+// timeoutFlag defines an inspection command's --timeout.
+func timeoutFlag(fs *flag.FlagSet) *time.Duration {
+	return fs.Duration("timeout", 5*time.Second, "longest wait for the server's answer, connecting included;\n"+
+		"a server that refuses the connection (nothing listens) fails at once")
+}
+
 // withClient parses an inspection command's flags (define the others on fs
-// first), connects to --uri and runs do with a 10 s context.
-func withClient(fs *flag.FlagSet, args []string, stderr io.Writer,
+// first, and its Usage), connects to --uri (an mlock:// or mlocks://
+// server) and runs do within --timeout. It takes minPos to maxPos
+// positional arguments.
+func withClient(fs *flag.FlagSet, args []string, stdout, stderr io.Writer, minPos, maxPos int,
 	do func(ctx context.Context, c *mlock.Client, uri string, pos []string) error) int {
-	uri := uriFlag(fs)
-	pos, err := parse(fs, args)
-	if err != nil {
-		return exitError
+	uri := uriFlag(fs, uriServer)
+	timeout := timeoutFlag(fs)
+	p := parse(fs, args, stdout, stderr)
+	if p.done {
+		return p.exit
 	}
-	c, err := client(*uri)
+	switch {
+	case len(p.pos) < minPos:
+		return usageError(fs, stderr, "missing argument")
+	case len(p.pos) > maxPos:
+		return usageError(fs, stderr, fmt.Sprintf("unexpected argument %q", p.pos[maxPos]))
+	}
+	if *timeout <= 0 {
+		return usageError(fs, stderr, "--timeout must be positive")
+	}
+	o, err := clientOptions(*uri, *timeout)
 	if err != nil {
-		return fail(stderr, err)
+		return fail(fs, stderr, err)
+	}
+	c, err := mlock.NewClient(o)
+	if err != nil {
+		return fail(fs, stderr, err)
 	}
 	defer c.Close()
-	ctx, cancel := timeoutCtx()
+	ctx, stop := signalCtx()
+	defer stop()
+	ctx, cancel := context.WithTimeoutCause(ctx, *timeout, errNoAnswer)
 	defer cancel()
-	if err := do(ctx, c, *uri, pos); err != nil {
-		return fail(stderr, err)
+	ctx, refused := failFast(ctx, c.Addrs(), *timeout)
+	defer refused()
+	if err := do(ctx, c, *uri, p.pos); err != nil {
+		return fail(fs, stderr, explain(ctx, err, c.Addrs(), *timeout))
 	}
 	return exitOK
+}
+
+// errNoAnswer is the cause of an inspection command's --timeout.
+var errNoAnswer = errors.New("no answer")
+
+// explain is the error of a call made under ctx (see withClient): the
+// refusal that cut it short, or "no answer from ADDR within D" for its
+// --timeout, else err.
+func explain(ctx context.Context, err error, addrs []string, timeout time.Duration) error {
+	cause := context.Cause(ctx)
+	var r *refusedError
+	switch {
+	case errors.As(cause, &r):
+		return r
+	case errors.Is(cause, errNoAnswer) && errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("no answer from %s within %v", strings.Join(addrs, ", "), timeout)
+	}
+	return err
+}
+
+// refusedError: every address refused the TCP connection.
+type refusedError struct {
+	addrs []string
+	errs  []error
+}
+
+func (e *refusedError) Error() string {
+	var b strings.Builder
+	b.WriteString("server unreachable: ")
+	for i, a := range e.addrs {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteString(a)
+		b.WriteString(": connection refused")
+	}
+	return b.String()
+}
+
+func (e *refusedError) Unwrap() []error { return e.errs }
+
+// failFast probes every address with a plain TCP connection, beside the
+// client's own attempts, and cancels the returned context with a
+// *refusedError if every one refuses the connection (nothing listens
+// there): the client retries a refused connection until its DialTimeout,
+// and a retried call waits twice, so "connection refused" would otherwise
+// take the whole --timeout and be reported as "server unreachable" only.
+// The probe closes its connection at once; it does nothing else. stop
+// ends the probe.
+func failFast(ctx context.Context, addrs []string, timeout time.Duration) (_ context.Context, stop func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		errs := make([]error, len(addrs))
+		ch := make(chan int, len(addrs))
+		d := net.Dialer{Timeout: timeout}
+		for i, a := range addrs {
+			go func() {
+				nc, err := d.DialContext(ctx, "tcp", a)
+				if err == nil {
+					nc.Close()
+				}
+				errs[i] = err
+				ch <- i
+			}()
+		}
+		for range addrs {
+			i := <-ch
+			if !errors.Is(errs[i], syscall.ECONNREFUSED) {
+				return // reachable, or not refused: the client tells
+			}
+		}
+		cancel(&refusedError{addrs: addrs, errs: errs})
+	}()
+	return ctx, func() { cancel(nil); <-done }
 }
 
 func printJSON(w io.Writer, v any) error {
@@ -170,8 +362,18 @@ func printJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
+// inspectUsage sets the help of an inspection command.
+func inspectUsage(fs *flag.FlagSet, synopsis, what string) {
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: %s\n\n%s\nExit status: 0 done, 2 usage error, 125 error (server unreachable, refused).\n\n", synopsis, what)
+		fs.PrintDefaults()
+	}
+}
+
 func cmdPing(args []string, stdout, stderr io.Writer) int {
-	return withClient(newFlagSet("ping", stderr), args, stderr, func(ctx context.Context, c *mlock.Client, uri string, _ []string) error {
+	fs := newFlagSet("ping")
+	inspectUsage(fs, "mlock ping [--uri URI] [--timeout D]", "Checks that the server answers, and prints the round trip.\n")
+	return withClient(fs, args, stdout, stderr, 0, 0, func(ctx context.Context, c *mlock.Client, uri string, _ []string) error {
 		start := time.Now()
 		if err := c.Ping(ctx); err != nil {
 			return err
@@ -181,10 +383,26 @@ func cmdPing(args []string, stdout, stderr io.Writer) int {
 	})
 }
 
+func cmdVersion(args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("version")
+	inspectUsage(fs, "mlock version [--uri URI] [--timeout D]",
+		"Prints this command's version, then the server's (from its status).\n")
+	return withClient(fs, args, stdout, stderr, 0, 0, func(ctx context.Context, c *mlock.Client, uri string, _ []string) error {
+		fmt.Fprintln(stdout, "client:", versionLine("mlock"))
+		st, err := c.Status(ctx)
+		if err != nil {
+			return fmt.Errorf("server version: %w", err)
+		}
+		fmt.Fprintf(stdout, "server: mlockd %s at %s\n", st.Version, uri)
+		return nil
+	})
+}
+
 func cmdStatus(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("status", stderr)
+	fs := newFlagSet("status")
 	asJSON := fs.Bool("json", false, "print the status document as JSON")
-	return withClient(fs, args, stderr, func(ctx context.Context, c *mlock.Client, uri string, _ []string) error {
+	inspectUsage(fs, "mlock status [--json] [--uri URI] [--timeout D]", "Prints the server's counters, sessions, limits and CPU time.\n")
+	return withClient(fs, args, stdout, stderr, 0, 0, func(ctx context.Context, c *mlock.Client, uri string, _ []string) error {
 		st, err := c.Status(ctx)
 		if err != nil || *asJSON {
 			if err == nil {
@@ -211,6 +429,23 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(w, "refused\t%d auth, %d per-address, %d sessions, %d forbidden, %d server full, %d rate-limited; %d idle closed\n",
 				l.AuthFailed, l.RejectedPerIP, l.SessionsRefused, l.Forbidden, l.ServerFull, l.RateLimited, l.IdleClosed)
 		}
+		if cl := st.Cluster; cl != nil {
+			leader := cl.Leader
+			if leader == "" {
+				leader = "none known"
+			} else if cl.LeaderAddr != "" {
+				leader += " at " + cl.LeaderAddr
+			}
+			fmt.Fprintf(w, "cluster\tnode %s (%s), leader %s, term %d, index %d committed %d applied %d\n",
+				cl.ID, cl.Role, leader, cl.Term, cl.LastIndex, cl.CommitIndex, cl.AppliedIndex)
+			for _, p := range cl.Peers {
+				state := p.Suffrage
+				if p.Failing {
+					state += ", failing"
+				}
+				fmt.Fprintf(w, "  peer\t%s %s (%s)\n", p.ID, p.Addr, state)
+			}
+		}
 		fmt.Fprintf(w, "cpu time\t%v\n", time.Duration(st.CPUTimeMs*float64(time.Millisecond)).Round(time.Millisecond))
 		if st.Reads > 0 {
 			fmt.Fprintf(w, "batching\t%.1f frames per read (%d reads, %d writes)\n", float64(st.FramesIn)/float64(st.Reads), st.Reads, st.Writes)
@@ -220,9 +455,12 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 }
 
 func cmdLocks(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("locks", stderr)
+	fs := newFlagSet("locks")
 	asJSON := fs.Bool("json", false, "print the listing as JSON")
-	return withClient(fs, args, stderr, func(ctx context.Context, c *mlock.Client, _ string, pos []string) error {
+	inspectUsage(fs, "mlock locks [--json] [--uri URI] [--timeout D] [PREFIX]",
+		"Lists the holders and waiters of every resource whose name starts with PREFIX (default: all),\n"+
+			"as far as the server's --status-limit allows.\n")
+	return withClient(fs, args, stdout, stderr, 0, 1, func(ctx context.Context, c *mlock.Client, _ string, pos []string) error {
 		prefix := ""
 		if len(pos) > 0 {
 			prefix = pos[0]
@@ -266,10 +504,11 @@ func cmdLocks(args []string, stdout, stderr io.Writer) int {
 }
 
 func cmdEvict(args []string, stdout, stderr io.Writer) int {
-	return withClient(newFlagSet("evict", stderr), args, stderr, func(ctx context.Context, c *mlock.Client, _ string, pos []string) error {
-		if len(pos) != 1 {
-			return errors.New("evict takes one argument: RESOURCES (\"a|b\")")
-		}
+	fs := newFlagSet("evict")
+	inspectUsage(fs, "mlock evict [--uri URI] [--timeout D] RESOURCES",
+		"Releases the lock holding each resource of RESOURCES (\"a|b\"), whoever holds it; its holder is told.\n"+
+			"Administrators only.\n")
+	return withClient(fs, args, stdout, stderr, 1, 1, func(ctx context.Context, c *mlock.Client, _ string, pos []string) error {
 		n, err := c.Evict(ctx, pos[0])
 		if err != nil {
 			return err

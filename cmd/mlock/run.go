@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/url"
 	"os"
 	"os/exec"
@@ -46,13 +47,19 @@ const (
 	envExpiresAt = "MLOCK_EXPIRES_AT" // Unix ms of the lease's end as the provider reported it, if known
 )
 
-func cmdRun(args []string, stderr io.Writer) int {
-	fs := newFlagSet("run", stderr)
-	uri := uriFlag(fs)
+func cmdRun(args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("run")
+	uri := uriFlag(fs, uriProviders)
 	ttl := fs.Duration("ttl", 60*time.Second, "lease, renewed every ttl/3 while the command runs")
 	timeout := fs.Duration("timeout", 0, "longest wait for the lock (0: no limit)")
 	tolerate := fs.Int("tolerate", 0, "mlock:// only: give up at once if a queue already holds more than N entries (0: no limit)")
-	skip := fs.Bool("skip-if-locked", false, "exit 0 without running the command if the lock is taken (cron de-duplication)")
+	skip := fs.Bool("skip-if-locked", false, "if the lock is taken, do not wait and do not run the command: exit --skip-exit\n"+
+		"(cron de-duplication)")
+	skipExit := fs.Int("skip-exit", 0, "with --skip-if-locked, the exit status when the command was skipped (0-255)")
+	quiet := fs.Bool("quiet", false, "print nothing when the command is skipped, nor the progress of the wait;\n"+
+		"errors are still printed (for cron, which mails any output)")
+	verbose := fs.Bool("verbose", false, "tell on stderr that the run waits, its place in the queues (mlock:// only)\n"+
+		"and when it got the lock (default when stderr is a terminal, unless --quiet)")
 	killAfter := fs.Duration("kill-after", defaultKillAfter, "after a lost lock, SIGKILL the command this long after SIGTERM;\n"+
 		"at most ttl/4 (default: 10s or ttl/4, whichever is shorter); with mlock://, kill-after + 200ms\n"+
 		"must also be below the server's session grace less 1 % (15s by default)")
@@ -63,35 +70,59 @@ func cmdRun(args []string, stderr io.Writer) int {
 			"CMD gets %s (the fencing token: pass it to what the lock protects), %s (the resources)\n"+
 			"and, when the provider reports it, %s (the lease's end, Unix ms, on the provider's clock).\n"+
 			"If the lock may be lost, CMD gets SIGTERM, then SIGKILL kill-after later, early enough to be dead\n"+
-			"(kill-after + 100ms before the lease may end) before anyone else can be granted the lock.\n"+
-			"Exit status: the command's; 0 with --skip-if-locked when the lock is taken; %d when the lock was lost\n"+
-			"(the command is stopped); %d when the lock was not taken in time; %d on mlock's own errors.\n\n",
-			envToken, envResources, envExpiresAt, exitLost, exitNotTaken, exitError)
+			"(kill-after + 100ms before the lease may end) before anyone else can be granted the lock.\n\n"+
+			"Exit status: the command's; --skip-exit (default 0) when --skip-if-locked skipped it;\n"+
+			"%d the lock was lost (the command was stopped); %d the lock was not taken in time (--timeout,\n"+
+			"--tolerate, or interrupted while waiting); %d mlock's own error (server unreachable, refused);\n"+
+			"%d a usage error; %d the command cannot be executed; %d the command was not found.\n\n"+
+			"For cron: mlock run --skip-if-locked --quiet --ttl 2m report:nightly -- ./nightly-report.sh\n\n",
+			envToken, envResources, envExpiresAt, exitLost, exitNotTaken, exitError, exitUsage, exitNotExecutable, exitNotFound)
 		fs.PrintDefaults()
 	}
-	pos, err := parse(fs, args)
-	if err != nil {
-		return exitError
+	p := parse(fs, args, stdout, stderr)
+	if p.done {
+		return p.exit
 	}
-	resources, command, err := splitCommand(pos)
+	resources, command, err := splitCommand(p.pos)
 	if err != nil {
-		fmt.Fprintln(stderr, "mlock run:", err)
-		fs.Usage()
-		return exitError
+		return usageError(fs, stderr, err.Error())
 	}
-	if *ttl < time.Millisecond {
-		return fail(stderr, errors.New("--ttl must be at least 1ms"))
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	switch {
+	case *ttl < time.Millisecond:
+		return usageError(fs, stderr, "--ttl must be at least 1ms")
+	case *skipExit < 0 || *skipExit > 255:
+		return usageError(fs, stderr, fmt.Sprintf("--skip-exit %d: want 0 to 255", *skipExit))
+	case given["skip-exit"] && !*skip:
+		return usageError(fs, stderr, "--skip-exit needs --skip-if-locked")
+	case *quiet && *verbose:
+		return usageError(fs, stderr, "--quiet and --verbose exclude each other")
 	}
-	killSet := false
-	fs.Visit(func(f *flag.Flag) { killSet = killSet || f.Name == "kill-after" })
-	lead, err := leadOf(*ttl, killAfter, killSet)
+	lead, err := leadOf(*ttl, killAfter, given["kill-after"])
 	if err != nil {
-		fmt.Fprintln(stderr, "mlock run:", err)
-		return exitError
+		return usageError(fs, stderr, err.Error())
+	}
+	// The command must exist and be executable before the lock is taken.
+	if code, err := lookCommand(command[0]); err != nil {
+		fmt.Fprintf(stderr, "%s: %s\n", fs.Name(), err)
+		return code
 	}
 	if *owner == "" {
 		host, _ := os.Hostname()
 		*owner = fmt.Sprintf("%s:%d", host, os.Getpid())
+	}
+	u, err := url.Parse(*uri)
+	if err != nil {
+		return usageError(fs, stderr, fmt.Sprintf("--uri: %v", err))
+	}
+	isMlock := u.Scheme == "mlock" || u.Scheme == "mlocks"
+	if *tolerate != 0 && !isMlock {
+		return usageError(fs, stderr, "--tolerate needs an mlock:// server")
+	}
+	out := &progress{w: stderr, on: *verbose, resources: resources, start: time.Now()}
+	if f, ok := stderr.(*os.File); ok && !*quiet && isTerminal(f) {
+		out.on = true
 	}
 	sigc := make(chan os.Signal, 8)
 	signal.Notify(sigc, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2)
@@ -109,23 +140,35 @@ func cmdRun(args []string, stderr io.Writer) int {
 	}()
 	job := func(ctx context.Context, g grant) error {
 		close(waiting)
+		out.got(g)
 		return runCommand(ctx, command, commandEnv(os.Environ(), resources, g), sigc, *killAfter, stderr)
 	}
 
-	u, err := url.Parse(*uri)
-	if err != nil {
-		return fail(stderr, err)
-	}
-	r := runner{resources: resources, ttl: *ttl, lead: lead, timeout: *timeout, skip: *skip, owner: *owner, job: job}
-	if u.Scheme == "mlock" || u.Scheme == "mlocks" {
+	r := runner{resources: resources, ttl: *ttl, lead: lead, timeout: *timeout, skip: *skip, owner: *owner, job: job, progress: out}
+	if isMlock {
 		err = r.mlock(ctx, *uri, *tolerate)
 	} else {
-		if *tolerate != 0 {
-			return fail(stderr, errors.New("--tolerate needs an mlock:// server"))
-		}
 		err = r.provider(ctx, *uri)
 	}
-	return exitStatus(err, resources, stderr)
+	return exitStatus(err, exitOptions{resources: resources, quiet: *quiet, skipExit: *skipExit}, stderr)
+}
+
+// lookCommand looks for the command as exec does, before the lock is
+// taken: an error says why it cannot be run, with the exit status (127 not
+// found, 126 found but not executable).
+func lookCommand(name string) (int, error) {
+	_, err := exec.LookPath(name)
+	switch {
+	case err == nil:
+		return 0, nil
+	case errors.Is(err, exec.ErrDot):
+		return exitNotExecutable, fmt.Errorf("%s: refusing to run a command found through a relative PATH entry; use ./%s", name, name)
+	case errors.Is(err, exec.ErrNotFound), errors.Is(err, fs.ErrNotExist):
+		return exitNotFound, fmt.Errorf("%s: command not found", name)
+	case errors.Is(err, fs.ErrPermission), errors.Is(err, syscall.EISDIR):
+		return exitNotExecutable, fmt.Errorf("%s: not executable", name)
+	}
+	return exitNotExecutable, fmt.Errorf("%s: %v", name, err)
 }
 
 // leadOf checks --kill-after against --ttl and returns the watchdog's lead:
@@ -183,6 +226,7 @@ type runner struct {
 	skip      bool
 	owner     string
 	job       func(context.Context, grant) error
+	progress  *progress
 }
 
 // retryPause is the pause between two tries of a wait cut by a lost
@@ -197,6 +241,15 @@ func (r *runner) mlock(ctx context.Context, uri string, tolerate int) error {
 		return err
 	}
 	defer c.Close()
+	// A server never reached is a usage or network problem, not a restart:
+	// fail at once (a refused connection without waiting for the dial
+	// timeout, see failFast).
+	pctx, stop := failFast(ctx, c.Addrs(), c.Options().DialTimeout)
+	err = c.Ping(pctx)
+	stop()
+	if err != nil {
+		return explain(pctx, err, c.Addrs(), c.Options().DialTimeout)
+	}
 	l, err := r.lockMlock(ctx, c, tolerate)
 	if err != nil {
 		return err
@@ -216,8 +269,10 @@ func (r *runner) lockMlock(ctx context.Context, c *mlock.Client, tolerate int) (
 	if r.timeout > 0 {
 		end = time.Now().Add(r.timeout)
 	}
-	if err := c.Ping(ctx); err != nil {
-		return nil, err // never reached: a usage or network problem, not a restart
+	if r.progress.on {
+		wctx, stop := context.WithCancel(ctx)
+		defer stop()
+		go r.progress.watch(wctx, c, r.owner)
 	}
 	for {
 		if !end.IsZero() {
@@ -317,31 +372,123 @@ func (r *runner) provider(ctx context.Context, uri string) error {
 	if timeout <= 0 {
 		timeout = -1
 	}
+	if r.progress.on && !r.skip {
+		wctx, stop := context.WithCancel(ctx)
+		defer stop()
+		go r.progress.watch(wctx, nil, r.owner)
+	}
 	return locking.ExecuteLease(ctx, p, strings.Split(r.resources, "|"), func(ctx context.Context, l locking.Lease) error {
 		return r.job(ctx, grant{token: l.Token, expiresAt: l.ExpiresAt})
 	}, locking.ExecuteOptions{Timeout: timeout, Expire: r.ttl, Lead: r.lead, OwnerID: r.owner, NoWait: r.skip})
 }
 
-// exitStatus maps the outcome to the process exit status.
-func exitStatus(err error, resources string, stderr io.Writer) int {
+// exitOptions are what exitStatus needs of the flags.
+type exitOptions struct {
+	resources string
+	quiet     bool // no word of a skip
+	skipExit  int  // the status of a skip
+}
+
+// exitStatus maps the outcome to the process exit status, and says on
+// stderr, in one line, what went wrong.
+func exitStatus(err error, o exitOptions, stderr io.Writer) int {
 	var code exitCode
+	var lost *lostError
 	switch {
 	case err == nil:
 		return exitOK
-	case errors.As(err, &code) && !errors.Is(err, errLostLock) && !errors.Is(err, mlock.ErrLost) && !errors.Is(err, locking.ErrLost):
+	case errors.As(err, &lost):
+		return exitLost // runCommand said so when it stopped the command
+	case errors.As(err, &code) && !errors.Is(err, mlock.ErrLost) && !errors.Is(err, locking.ErrLost):
 		return int(code)
-	case errors.Is(err, errLostLock), errors.Is(err, mlock.ErrLost), errors.Is(err, locking.ErrLost):
-		fmt.Fprintln(stderr, "mlock run: lock lost:", err)
+	case errors.Is(err, mlock.ErrLost), errors.Is(err, locking.ErrLost):
+		fmt.Fprintln(stderr, "mlock run: lock lost:", lossText(err))
 		return exitLost
+	case errors.Is(err, errNotRun):
+		fmt.Fprintln(stderr, "mlock run:", err)
+		var e *commandError
+		if errors.As(err, &e) {
+			return e.code
+		}
+		return exitNotExecutable
 	case errors.Is(err, mlock.ErrBusy), errors.Is(err, locking.ErrConflict):
-		fmt.Fprintf(stderr, "mlock run: %s is locked: not running the command\n", resources)
-		return exitOK // --skip-if-locked
+		if !o.quiet {
+			fmt.Fprintf(stderr, "mlock run: %s is locked: not running the command\n", o.resources)
+		}
+		return o.skipExit // --skip-if-locked
 	case errors.Is(err, mlock.ErrTolerate), errors.Is(err, mlock.ErrTimeout), errors.Is(err, locking.ErrTimeout),
 		errors.Is(err, context.Canceled):
-		fmt.Fprintln(stderr, "mlock run: lock not taken:", err)
+		fmt.Fprintln(stderr, "mlock run: lock not taken:", describe(err))
 		return exitNotTaken
 	}
-	return fail(stderr, err)
+	fmt.Fprintln(stderr, "mlock run:", describe(err))
+	return exitError
+}
+
+// lossText says why a lock was lost, in a few words, then the client's
+// detail if it adds any: "released by its owner elsewhere" (Release,
+// ReleaseAll, an unlock from another session, or an administrator's
+// evict) is told apart from "expired" and from a lost session.
+func lossText(err error) string {
+	var e *mlock.Error
+	detail := ""
+	if errors.As(err, &e) {
+		detail = e.Msg
+	}
+	var kind string
+	switch {
+	case errors.Is(err, mlock.ErrReleased):
+		kind, detail = "released by its owner elsewhere (or evicted by an administrator)", ""
+	case errors.Is(err, mlock.ErrExpired) && strings.Contains(detail, "released"):
+		// A server that does not tell a release from an expiry (1.0).
+		kind, detail = "expired, or released by its owner elsewhere (the server does not say which)", ""
+	case errors.Is(err, mlock.ErrExpired):
+		kind = "expired"
+	case errors.Is(err, mlock.ErrSessionLost):
+		kind = "the session was lost"
+	case errors.Is(err, mlock.ErrClosed):
+		kind = "the client was closed"
+	default:
+		return describe(err)
+	}
+	switch detail {
+	case "", "lock expired", "session lost", "client closed":
+		return kind
+	}
+	return kind + ": " + detail
+}
+
+// lostError is the error of a command stopped because the lock was lost;
+// it was said on stderr when the command was stopped.
+type lostError struct{ cause error }
+
+func (e *lostError) Error() string { return "the lock was lost: " + lossText(e.cause) }
+func (e *lostError) Unwrap() []error {
+	return []error{errLostLock, e.cause}
+}
+
+// errNotRun marks a command that could not be started.
+var errNotRun = errors.New("the command could not be run")
+
+// commandError is a command that could not be started, with its exit
+// status (126 or 127).
+type commandError struct {
+	err  error
+	code int
+}
+
+func (e *commandError) Error() string   { return e.err.Error() }
+func (e *commandError) Unwrap() []error { return []error{errNotRun, e.err} }
+
+// startError maps the error of starting the command to its status: 127
+// for a command that is not there, 126 for one that cannot be executed.
+func startError(name string, err error) error {
+	code := exitNotExecutable
+	msg := "cannot execute"
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, exec.ErrNotFound) {
+		code, msg = exitNotFound, "command not found"
+	}
+	return &commandError{err: fmt.Errorf("%s: %s: %w", name, msg, err), code: code}
 }
 
 // runCommand starts the command, forwards signals to it, and stops it
@@ -360,7 +507,7 @@ func runCommand(ctx context.Context, command []string, env []string, sigc chan o
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	}
 	if err := cmd.Start(); err != nil {
-		return err
+		return startError(command[0], err)
 	}
 	send := func(sig os.Signal) {
 		if s, ok := sig.(syscall.Signal); ok && group {
@@ -379,7 +526,7 @@ func runCommand(ctx context.Context, command []string, env []string, sigc chan o
 		case err := <-done:
 			if lost {
 				send(syscall.SIGKILL) // what the command started may outlive it
-				return fmt.Errorf("%w: %w", errLostLock, context.Cause(ctx))
+				return &lostError{cause: context.Cause(ctx)}
 			}
 			var ee *exec.ExitError
 			if errors.As(err, &ee) {
@@ -394,7 +541,7 @@ func runCommand(ctx context.Context, command []string, env []string, sigc chan o
 		case <-ended:
 			ended = nil
 			lost = true
-			fmt.Fprintln(stderr, "mlock run: the lock was lost; stopping the command:", context.Cause(ctx))
+			fmt.Fprintf(stderr, "mlock run: lock lost: %s; stopping the command\n", lossText(context.Cause(ctx)))
 			send(syscall.SIGTERM)
 			kill = time.After(killAfter)
 		case <-kill:

@@ -134,7 +134,7 @@ func TestRunKillAfterAgainstTTL(t *testing.T) {
 	marker := filepath.Join(t.TempDir(), "ran")
 	var stderr bytes.Buffer
 	code := cli([]string{"run", "--uri", "memory:", "--ttl", "2s", "--kill-after", "1s", "x", "--", "touch", marker}, &stderr, &stderr)
-	if code != exitError || !strings.Contains(stderr.String(), "ttl/4") {
+	if code != exitUsage || !strings.Contains(stderr.String(), "ttl/4") {
 		t.Fatalf("exit %d: %s", code, stderr.String())
 	}
 	if _, err := os.Stat(marker); err == nil {

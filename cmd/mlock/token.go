@@ -10,7 +10,7 @@ import (
 // cmdToken prints a new random token for a principal and the line of the
 // auth file that grants it: the file holds only the token's hash.
 func cmdToken(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("token", stderr)
+	fs := newFlagSet("token")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `Usage: mlock token NAME RIGHT...
 
@@ -21,18 +21,17 @@ client (mlock://NAME:TOKEN@host:12340). The token is shown once; the file keeps
 only its SHA-256.
 `)
 	}
-	pos, err := parse(fs, args)
-	if err != nil {
-		return exitError
+	p := parse(fs, args, stdout, stderr)
+	if p.done {
+		return p.exit
 	}
-	if len(pos) < 2 {
-		fs.Usage()
-		return exitError
+	if len(p.pos) < 2 {
+		return usageError(fs, stderr, "want NAME and at least one RIGHT")
 	}
 	token := auth.NewToken()
-	line, err := auth.Line(pos[0], token, pos[1:]...)
+	line, err := auth.Line(p.pos[0], token, p.pos[1:]...)
 	if err != nil {
-		return fail(stderr, err)
+		return usageError(fs, stderr, err.Error())
 	}
 	fmt.Fprintf(stdout, "token: %s\n%s\n", token, line)
 	return exitOK

@@ -2,7 +2,16 @@
 //
 // Every flag can also be set by an environment variable: MLOCK_ followed by
 // the flag name in upper case with '-' as '_' (MLOCK_LISTEN,
-// MLOCK_SESSION_GRACE, ...). A flag on the command line wins.
+// MLOCK_SESSION_GRACE, ...). A flag on the command line wins. --help
+// prints every flag on stdout; --version prints the version.
+//
+// Exit status: 0 after a clean shutdown (SIGTERM or SIGINT), --help or
+// --version; 1 when the server fails (it cannot listen, its data directory
+// is in use, ...); 2 for a bad flag, environment variable or setting,
+// printed as one line naming the flag or the variable and the value,
+// followed by a pointer to --help. SIGHUP reloads the auth file and the
+// TLS certificate (a failed reload is logged and keeps the previous ones);
+// it never stops the server.
 //
 // # Data directory and restarts
 //
@@ -37,14 +46,18 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
+	"regexp"
+	"runtime"
 	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/mlock-dev/mlock"
 	"github.com/mlock-dev/mlock/internal/datadir"
 	"github.com/mlock-dev/mlock/server"
 )
@@ -52,17 +65,60 @@ import (
 // noDataDir is the --data-dir value that runs without a data directory.
 const noDataDir = "none"
 
+// Exit codes.
+const (
+	exitOK    = 0
+	exitError = 1 // the server failed: it could not listen, its data directory is in use, ...
+	exitUsage = 2 // a bad flag, environment variable or setting: nothing was started
+)
+
 func main() {
-	if err := run(os.Args[1:], os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "mlockd:", err)
-		os.Exit(1)
-	}
+	os.Exit(mainStatus(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-func run(args []string, stderr *os.File) error {
+// mainStatus runs mlockd and returns its exit status: a usage error is
+// printed as one line and a pointer to --help (exit 2), another error as
+// one line (exit 1).
+func mainStatus(args []string, stdout, stderr io.Writer) int {
+	err := run(args, stdout, stderr)
+	var ue *usageError
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.As(err, &ue):
+		fmt.Fprintf(stderr, "mlockd: %s\nRun 'mlockd --help' for usage.\n", ue.msg)
+		return exitUsage
+	}
+	fmt.Fprintln(stderr, "mlockd:", strings.TrimPrefix(err.Error(), "server: "))
+	return exitError
+}
+
+// usageError is a bad flag, environment variable or setting.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error {
+	return &usageError{msg: fmt.Sprintf(format, args...)}
+}
+
+// options are the command line's settings beyond server.Config.
+type options struct {
+	idle, quiet, shutdownWait optDuration
+	logLevel, logFormat       *string
+	shutdownTimeout           *time.Duration
+	cpuProfile                *string
+	version                   *bool
+}
+
+// newFlagSet defines every flag of mlockd on a flag set that prints
+// nothing itself: run prints its errors and its help.
+func newFlagSet(cfg *server.Config) (*flag.FlagSet, *options) {
 	fs := flag.NewFlagSet("mlockd", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var cfg server.Config
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	var opt options
+	idle, quiet, shutdownWait := &opt.idle, &opt.quiet, &opt.shutdownWait
 	fs.StringVar(&cfg.Addr, "listen", server.DefaultAddr, "TCP address to listen on; beyond loopback it needs credentials (--auth-file or --tls-client-ca) or --insecure")
 	fs.StringVar(&cfg.AuthFile, "auth-file", "", "auth file: principals, hashed tokens and rights (see docs/security.md); reloaded on SIGHUP. Without it: protected mode, loopback clients only")
 	fs.BoolVar(&cfg.Insecure, "insecure", false, "without credentials, accept clients from any address anyway (anyone who reaches the server can take, release and list every lock)")
@@ -72,8 +128,7 @@ func run(args []string, stderr *os.File) error {
 	fs.IntVar(&cfg.MaxConnsPerIP, "max-conns-per-ip", server.DefaultMaxConnsPerIP, "most simultaneous connections from one IP address (an IPv6 /64 counts as one; loopback is not limited)")
 	fs.IntVar(&cfg.MaxUnauthenticated, "max-unauthenticated", server.DefaultMaxUnauthenticated, "most connections that have not completed connect (TLS handshake included)")
 	fs.IntVar(&cfg.MaxSessions, "max-sessions", server.DefaultMaxSessions, "most sessions, connected or in their grace period")
-	idle := optDuration{}
-	fs.Var(&idle, "idle-timeout", "close a connection that sent nothing for this `duration` after its handshake (default 1m0s; 0: never)")
+	fs.Var(idle, "idle-timeout", "close a connection that sent nothing for this `duration` after its handshake (default 1m0s; 0: never)")
 	fs.IntVar(&cfg.MaxLocks, "max-locks", server.DefaultMaxLocks, "most live requests (held and waiting) in the whole server (-1: no limit)")
 	fs.IntVar(&cfg.MaxEntries, "max-entries", server.DefaultMaxEntries, "most queue entries in the whole server; a request on k resources is k entries (-1: no limit)")
 	fs.IntVar(&cfg.MaxNameBytes, "max-name-bytes", server.DefaultMaxNameBytes, "most bytes of resource and owner names held by the whole server (-1: no limit)")
@@ -96,30 +151,53 @@ func run(args []string, stderr *os.File) error {
 	fs.DurationVar(&cfg.MaxTimeout, "max-timeout", server.DefaultMaxTimeout, "longest wait timeout")
 	fs.IntVar(&cfg.StatusLimit, "status-limit", server.DefaultStatusLimit, "most locks, queues and sockets listed by status and locks")
 	fs.StringVar(&cfg.DataDir, "data-dir", datadir.DefaultDir, "data directory: fencing-token high-water mark and how the last run ended, locked while in use (empty: the default; \""+noDataDir+"\": none, then every start is quiet)")
-	quiet := optDuration{}
-	fs.Var(&quiet, "quiet-period", "after a start that may follow a crash, grant nothing for this `duration`, or for the crashed run's, if longer (default: session grace + 1% + 5ms; shorter is unsafe and logged; 0: never quiet, unsafe, for tests)")
-	shutdownWait := optDuration{}
-	fs.Var(&shutdownWait, "shutdown-wait", "on shutdown, the `duration` to wait for clients holding locks to confirm (bye) after they are told (default 2s; 0: no wait, then the next start is quiet if any lock was held)")
-	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
-	logFormat := fs.String("log-format", "text", "log format: text or json")
-	shutdownTimeout := fs.Duration("shutdown-timeout", 10*time.Second, "how long shutdown may take in all, the wait for holders included")
-	cpuProfile := fs.String("cpu-profile", "", "write a CPU profile to this file until shutdown (for diagnosis)")
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: mlockd [flags]\n\nRuns the mlock lock server. Every flag can also be set as MLOCK_<FLAG> (e.g. MLOCK_LISTEN).\n\n")
-		fs.PrintDefaults()
-	}
+	fs.Var(quiet, "quiet-period", "after a start that may follow a crash, grant nothing for this `duration`, or for the crashed run's, if longer (default: session grace + 1% + 5ms; shorter is unsafe and logged; 0: never quiet, unsafe, for tests)")
+	fs.Var(shutdownWait, "shutdown-wait", "on shutdown, the `duration` to wait for clients holding locks to confirm (bye) after they are told (default 2s; 0: no wait, then the next start is quiet if any lock was held)")
+	opt.logLevel = fs.String("log-level", "info", "log level: debug, info, warn, error")
+	opt.logFormat = fs.String("log-format", "text", "log format: text or json")
+	opt.shutdownTimeout = fs.Duration("shutdown-timeout", 10*time.Second, "how long shutdown may take in all, the wait for holders included")
+	opt.cpuProfile = fs.String("cpu-profile", "", "write a CPU profile to this file until shutdown (for diagnosis)")
+	opt.version = fs.Bool("version", false, "print the version and exit")
+	return fs, &opt
+}
+
+// printUsage prints the help: what mlockd is, every flag and its variable.
+func printUsage(w io.Writer, fs *flag.FlagSet) {
+	fmt.Fprintf(w, "Usage: mlockd [flags]\n\n"+
+		"Runs the mlock lock server. Every flag can also be set as MLOCK_<FLAG> (e.g. MLOCK_LISTEN,\n"+
+		"MLOCK_MAX_CONNS); a flag on the command line wins. SIGHUP reloads the auth file and the TLS\n"+
+		"certificate; SIGTERM and SIGINT shut down cleanly.\n"+
+		"Exit status: 0 after a clean shutdown (or --help, --version); 1 the server failed;\n"+
+		"2 a bad flag, variable or setting.\n\n")
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+	fs.SetOutput(io.Discard)
+}
+
+func run(args []string, stdout, stderr io.Writer) error {
+	var cfg server.Config
+	fs, opt := newFlagSet(&cfg)
+	addClusterFlags(fs, &cfg) // cluster.go
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			printUsage(stdout, fs)
 			return nil
 		}
-		return err
+		return &usageError{msg: flagError(fs, err)}
+	}
+	if *opt.version {
+		fmt.Fprintln(stdout, "mlockd", mlock.Version, "("+runtime.Version(), runtime.GOOS+"/"+runtime.GOARCH+")")
+		return nil
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+		return usagef("unexpected argument %q", fs.Arg(0))
 	}
-	if err := applyEnv(fs, os.LookupEnv); err != nil {
+	fromEnv, err := applyEnv(fs, os.LookupEnv)
+	if err != nil {
 		return err
 	}
+	idle, quiet, shutdownWait := &opt.idle, &opt.quiet, &opt.shutdownWait
+	logLevel, logFormat, shutdownTimeout, cpuProfile := opt.logLevel, opt.logFormat, opt.shutdownTimeout, opt.cpuProfile
 	switch cfg.DataDir {
 	case "":
 		cfg.DataDir = datadir.DefaultDir
@@ -139,7 +217,7 @@ func run(args []string, stderr *os.File) error {
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		return fmt.Errorf("--log-level: %w", err)
+		return usagef("%s %q: want debug, info, warn or error", source(fromEnv, "log-level"), *logLevel)
 	}
 	opts := &slog.HandlerOptions{Level: level}
 	switch *logFormat {
@@ -148,7 +226,10 @@ func run(args []string, stderr *os.File) error {
 	case "json":
 		cfg.Logger = slog.New(slog.NewJSONHandler(stderr, opts))
 	default:
-		return fmt.Errorf("--log-format %q: want text or json", *logFormat)
+		return usagef("%s %q: want text or json", source(fromEnv, "log-format"), *logFormat)
+	}
+	if err := cfg.Validate(); err != nil {
+		return &usageError{msg: configError(err, fromEnv)}
 	}
 	if cfg.DataDir == "" {
 		cfg.Logger.Warn("no data directory: every start is quiet, and tokens start at the clock")
@@ -237,22 +318,124 @@ func (o *optDuration) off() time.Duration {
 	return o.d
 }
 
+// envName is the environment variable of a flag: MLOCK_ and the name in
+// upper case with '-' as '_'.
+func envName(flagName string) string {
+	return "MLOCK_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
 // applyEnv sets every flag not given on the command line from its MLOCK_
-// environment variable.
-func applyEnv(fs *flag.FlagSet, lookup func(string) (string, bool)) error {
+// environment variable, and returns the flags so set, by name, with their
+// variable. A bad value is a usage error naming the variable, its value and
+// what it wants.
+func applyEnv(fs *flag.FlagSet, lookup func(string) (string, bool)) (map[string]string, error) {
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	fromEnv := map[string]string{}
 	var err error
 	fs.VisitAll(func(f *flag.Flag) {
 		if set[f.Name] || err != nil {
 			return
 		}
-		name := "MLOCK_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		name := envName(f.Name)
 		if v, ok := lookup(name); ok {
 			if e := fs.Set(f.Name, v); e != nil {
-				err = fmt.Errorf("%s: %w", name, e)
+				err = usagef("%s=%q: %s (see --%s)", name, v, want(f, e), f.Name)
+				return
 			}
+			fromEnv[f.Name] = name
 		}
 	})
-	return err
+	return fromEnv, err
+}
+
+// flagRE reads the flag package's error for a bad value.
+var flagRE = regexp.MustCompile(`^invalid (?:boolean )?value "(.*)" for (?:flag )?-([\w-]+): (.*)$`)
+
+// flagError is the flag package's parse error in mlockd's words: a bad
+// value names the flag, the value and what the flag wants.
+func flagError(fs *flag.FlagSet, err error) string {
+	m := flagRE.FindStringSubmatch(err.Error())
+	if m == nil {
+		return err.Error()
+	}
+	f := fs.Lookup(m[2])
+	if f == nil {
+		return err.Error()
+	}
+	return fmt.Sprintf("--%s %q: %s", f.Name, m[1], want(f, errors.New(m[3])))
+}
+
+// want says what flag f wants, given the error of setting it: the flag
+// package's "parse error" and "value out of range" say too little.
+func want(f *flag.Flag, err error) string {
+	msg := err.Error()
+	if msg != "parse error" && msg != "value out of range" && !strings.HasPrefix(msg, "parse error") {
+		return msg
+	}
+	g, ok := f.Value.(flag.Getter)
+	if !ok {
+		return msg
+	}
+	switch g.Get().(type) {
+	case int, int64:
+		if msg == "value out of range" {
+			return "out of range for an integer"
+		}
+		return "want an integer"
+	case uint, uint64:
+		return "want a non-negative integer"
+	case time.Duration:
+		return "want a duration such as 15s or 1m30s"
+	case bool:
+		return "want true or false"
+	case float64:
+		return "want a number"
+	}
+	return msg
+}
+
+// source is how a setting was given: its variable if it came from the
+// environment, else its flag.
+func source(fromEnv map[string]string, flagName string) string {
+	if v, ok := fromEnv[flagName]; ok {
+		return v
+	}
+	return "--" + flagName
+}
+
+// configFlags names the flag of each field of server.Config that a flag
+// sets, so that the errors of server.Config.Validate, which name the
+// fields, name what the user gave.
+var configFlags = map[string]string{
+	"Addr": "listen", "AuthFile": "auth-file", "Insecure": "insecure", "TLSCertFile": "tls-cert",
+	"TLSKeyFile": "tls-key", "TLSClientCAFile": "tls-client-ca", "MaxConnsPerIP": "max-conns-per-ip",
+	"MaxUnauthenticated": "max-unauthenticated", "MaxSessions": "max-sessions", "IdleTimeout": "idle-timeout",
+	"MaxLocks": "max-locks", "MaxEntries": "max-entries", "MaxNameBytes": "max-name-bytes",
+	"MaxSessionBytes": "max-session-bytes", "StatusRate": "status-rate", "SessionGrace": "session-grace",
+	"DefaultTTL": "default-ttl", "AuthTimeout": "auth-timeout", "MaxFrame": "max-frame", "MaxConns": "max-conns",
+	"MaxPendingOutput": "max-pending-output", "WriteTimeout": "write-timeout", "MaxOfflineBytes": "max-offline-bytes",
+	"MaxResources": "max-resources", "MaxNameLen": "max-name-len", "MaxSocketIDLen": "max-socket-id-len",
+	"MaxLocksPerSession": "max-locks-per-session", "MaxQueueLen": "max-queue-len", "MaxTTL": "max-ttl",
+	"MaxTimeout": "max-timeout", "StatusLimit": "status-limit", "DataDir": "data-dir", "QuietPeriod": "quiet-period",
+	"ShutdownWait": "shutdown-wait",
+}
+
+// fieldRE matches a field name of server.Config in an error, with or
+// without "Config.".
+var fieldRE = regexp.MustCompile(`(?:Config\.)?\b([A-Z][A-Za-z]+)\b`)
+
+// configError is an error of server.Config.Validate with each field named
+// by its flag, or its variable if the value came from the environment:
+// "server: Config.MaxFrame 100000000 is above 16777216" becomes
+// "--max-frame 100000000 is above 16777216".
+func configError(err error, fromEnv map[string]string) string {
+	msg := strings.TrimPrefix(err.Error(), "server: ")
+	return fieldRE.ReplaceAllStringFunc(msg, func(w string) string {
+		field := strings.TrimPrefix(w, "Config.")
+		if name, ok := configFlags[field]; ok {
+			return source(fromEnv, name)
+		}
+		return w
+	})
 }

@@ -4,19 +4,24 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"flag"
+	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/mlock-dev/mlock"
 	"github.com/mlock-dev/mlock/internal/auth"
 	"github.com/mlock-dev/mlock/internal/protocol"
+	"github.com/mlock-dev/mlock/server"
 )
 
 func TestApplyEnv(t *testing.T) {
@@ -29,8 +34,12 @@ func TestApplyEnv(t *testing.T) {
 	}
 	env := map[string]string{"MLOCK_LISTEN": "127.0.0.1:9", "MLOCK_SESSION_GRACE": "30s", "MLOCK_MAX_QUEUE_LEN": "99"}
 	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
-	if err := applyEnv(fs, lookup); err != nil {
+	fromEnv, err := applyEnv(fs, lookup)
+	if err != nil {
 		t.Fatal(err)
+	}
+	if fromEnv["listen"] != "MLOCK_LISTEN" || fromEnv["max-queue-len"] != "" {
+		t.Fatalf("set from the environment: %v", fromEnv)
 	}
 	if *listen != "127.0.0.1:9" || *grace != 30*time.Second {
 		t.Fatalf("env not applied: %s %v", *listen, *grace)
@@ -41,15 +50,15 @@ func TestApplyEnv(t *testing.T) {
 	env["MLOCK_SESSION_GRACE"] = "soon"
 	fs2 := flag.NewFlagSet("t", flag.ContinueOnError)
 	fs2.Duration("session-grace", time.Second, "")
-	if err := applyEnv(fs2, lookup); err == nil {
-		t.Fatal("a bad environment value must be an error naming the variable")
+	if _, err := applyEnv(fs2, lookup); err == nil || err.Error() != `MLOCK_SESSION_GRACE="soon": want a duration such as 15s or 1m30s (see --session-grace)` {
+		t.Fatalf("a bad environment value must be an error naming the variable and the value: %v", err)
 	}
 }
 
 func TestRunRejectsBadFlags(t *testing.T) {
 	for _, args := range [][]string{{"--log-format", "xml"}, {"--log-level", "loud"}, {"extra"}, {"--max-frame", "99999999"},
 		{"--quiet-period", "-1s"}, {"--quiet-period", "soon"}, {"--shutdown-wait", "-2s"}} {
-		if err := run(args, nil); err == nil {
+		if err := run(args, io.Discard, io.Discard); err == nil {
 			t.Errorf("run(%q) succeeded", args)
 		}
 	}
@@ -68,6 +77,13 @@ func TestMain(m *testing.M) {
 // and waits until it accepts connections. The process is killed when the
 // test ends.
 func mlockd(t *testing.T, args ...string) (*exec.Cmd, string) {
+	t.Helper()
+	cmd, addr, _ := mlockdLog(t, args...)
+	return cmd, addr
+}
+
+// mlockdLog is mlockd that also returns its stderr.
+func mlockdLog(t *testing.T, args ...string) (*exec.Cmd, string, *syncBuffer) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -100,7 +116,7 @@ func mlockd(t *testing.T, args ...string) (*exec.Cmd, string) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	return cmd, addr
+	return cmd, addr, &stderr
 }
 
 // syncBuffer is a bytes.Buffer safe for the process's writer and the test.
@@ -285,7 +301,7 @@ func TestQuietPeriodZeroTurnsItOff(t *testing.T) {
 func TestSecondMlockdOnOneDataDirFails(t *testing.T) {
 	dir := t.TempDir()
 	mlockd(t, "--data-dir", dir)
-	err := run([]string{"--listen", "127.0.0.1:0", "--data-dir", dir}, nil)
+	err := run([]string{"--listen", "127.0.0.1:0", "--data-dir", dir}, io.Discard, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "in use") {
 		t.Fatalf("second mlockd on one data directory: %v, want an error saying it is in use", err)
 	}
@@ -383,7 +399,7 @@ func TestListenBeyondLoopbackNeedsCredentials(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	err = run([]string{"--listen", "0.0.0.0:0", "--data-dir", "none", "--quiet-period", "0"}, f)
+	err = run([]string{"--listen", "0.0.0.0:0", "--data-dir", "none", "--quiet-period", "0"}, f, f)
 	if err == nil || !strings.Contains(err.Error(), "--insecure") || !strings.Contains(err.Error(), "--auth-file") {
 		t.Fatalf("want a refusal naming --auth-file and --insecure, got %v", err)
 	}
@@ -416,4 +432,115 @@ func dialAuth(t *testing.T, addr, sid, cred string) *client {
 		t.Fatalf("handshake: %q", got)
 	}
 	return c
+}
+
+// runMlockd runs this test binary as mlockd with args and the extra
+// environment env, and returns its output and exit status.
+func runMlockd(t *testing.T, env []string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(append(os.Environ(), "MLOCKD_TEST_MAIN=1"), env...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee):
+		code = ee.ExitCode()
+	default:
+		t.Fatal(err)
+	}
+	return out.String(), errb.String(), code
+}
+
+// A bad flag, variable or setting is one line naming the flag (or the
+// variable) and the value, then one line pointing to --help: exit 2,
+// nothing on stdout, no usage dump.
+func TestUsageErrors(t *testing.T) {
+	for _, c := range []struct {
+		env  []string
+		args []string
+		want string
+	}{
+		{nil, []string{"--max-conns", "x"}, `--max-conns "x": want an integer`},
+		{nil, []string{"--bogus"}, `flag provided but not defined: -bogus`},
+		{nil, []string{"--insecure=maybe"}, `--insecure "maybe": want true or false`},
+		{nil, []string{"--session-grace", "soon"}, `--session-grace "soon": want a duration such as 15s or 1m30s`},
+		{nil, []string{"--quiet-period", "-1s"}, `--quiet-period "-1s": negative duration`},
+		{nil, []string{"extra"}, `unexpected argument "extra"`},
+		{nil, []string{"--log-format", "xml"}, `--log-format "xml": want text or json`},
+		{[]string{"MLOCK_LOG_LEVEL=loud"}, nil, `MLOCK_LOG_LEVEL "loud": want debug, info, warn or error`},
+		{[]string{"MLOCK_MAX_CONNS=abc"}, nil, `MLOCK_MAX_CONNS="abc": want an integer (see --max-conns)`},
+		// server.Config.Validate's errors, with the flag or variable for the field
+		{nil, []string{"--max-frame", "100000000"}, `--max-frame 100000000 is above 16777216`},
+		{[]string{"MLOCK_MAX_FRAME=100000000"}, nil, `MLOCK_MAX_FRAME 100000000 is above 16777216`},
+		{nil, []string{"--default-ttl", "2h", "--max-ttl", "1h"}, `--default-ttl 2h0m0s is above --max-ttl 1h0m0s`},
+		{[]string{"MLOCK_MAX_TTL=1h"}, []string{"--default-ttl", "2h"}, `--default-ttl 2h0m0s is above MLOCK_MAX_TTL 1h0m0s`},
+		{nil, []string{"--tls-cert", "x.pem"}, `--tls-cert and --tls-key go together`},
+		{nil, []string{"--auth-timeout", "-1s"}, `--auth-timeout -1s is negative`},
+	} {
+		stdout, stderr, code := runMlockd(t, c.env, append([]string{"--data-dir", "none"}, c.args...)...)
+		want := "mlockd: " + c.want + "\nRun 'mlockd --help' for usage.\n"
+		if code != 2 || stderr != want || stdout != "" {
+			t.Errorf("%v %q: exit %d, stdout %q, stderr %q; want exit 2 and %q", c.env, c.args, code, stdout, stderr, want)
+		}
+	}
+}
+
+func TestHelpAndVersion(t *testing.T) {
+	for _, arg := range []string{"--help", "-h"} {
+		stdout, stderr, code := runMlockd(t, nil, arg)
+		if code != 0 || stderr != "" || !strings.HasPrefix(stdout, "Usage: mlockd [flags]") ||
+			!strings.Contains(stdout, "-max-conns int") || !strings.Contains(stdout, "SIGHUP") {
+			t.Fatalf("%s: exit %d, stderr %q, stdout:\n%s", arg, code, stderr, stdout)
+		}
+	}
+	stdout, stderr, code := runMlockd(t, nil, "--version")
+	if code != 0 || stderr != "" || !strings.HasPrefix(stdout, "mlockd "+mlock.Version+" (go") {
+		t.Fatalf("--version: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+}
+
+// Every field of server.Config that configFlags names exists, and its
+// flag too; every flag that sets a field is in configFlags.
+func TestConfigFlagsMatchTheConfig(t *testing.T) {
+	var cfg server.Config
+	fs, _ := newFlagSet(&cfg)
+	typ := reflect.TypeOf(cfg)
+	inMap := map[string]bool{}
+	for field, name := range configFlags {
+		if _, ok := typ.FieldByName(field); !ok {
+			t.Errorf("server.Config has no field %s", field)
+		}
+		if fs.Lookup(name) == nil {
+			t.Errorf("no flag --%s for %s", name, field)
+		}
+		inMap[name] = true
+	}
+	notConfig := map[string]bool{"log-level": true, "log-format": true, "shutdown-timeout": true, "cpu-profile": true, "version": true}
+	fs.VisitAll(func(f *flag.Flag) {
+		if !inMap[f.Name] && !notConfig[f.Name] {
+			t.Errorf("flag --%s is not in configFlags", f.Name)
+		}
+	})
+	err := errors.New("server: Config.MaxQueueLen 5 is above MaxResources 3; Config.Unknown")
+	if got := configError(err, map[string]string{"max-resources": "MLOCK_MAX_RESOURCES"}); got != "--max-queue-len 5 is above MLOCK_MAX_RESOURCES 3; Config.Unknown" {
+		t.Fatalf("configError: %q", got)
+	}
+}
+
+// SIGHUP leaves a line in the log and mlockd running.
+func TestSIGHUPIsLogged(t *testing.T) {
+	cmd, addr, stderr := mlockdLog(t, "--data-dir", "none", "--quiet-period", "0")
+	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(stderr.String(), "SIGHUP: reloading"); {
+		if time.Now().After(deadline) {
+			t.Fatalf("no log line for SIGHUP:\n%s", stderr.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	dial(t, addr, "after-hup").lockHeld("1", "r")
 }

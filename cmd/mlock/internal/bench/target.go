@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -30,12 +31,31 @@ func Open(ctx context.Context, rawURL string, allowRemote bool) (Target, func(),
 	if err != nil {
 		return Target{}, nil, err
 	}
-	if u.Scheme != "memory" && !allowRemote {
-		if err := checkLoopback(u.Hostname()); err != nil {
+	hosts := []string{u.Hostname()}
+	var nodes []string // mlock(s)://: every node of the list
+	if u.Scheme == "mlock" || u.Scheme == "mlocks" {
+		o, err := mlock.ParseURI(rawURL)
+		if err != nil {
 			return Target{}, nil, err
 		}
+		nodes = o.Addrs
+		if len(nodes) == 0 {
+			nodes = []string{net.JoinHostPort(cmp.Or(o.Host, mlock.DefaultHost), strconv.Itoa(cmp.Or(o.Port, mlock.DefaultPort)))}
+		}
+		hosts = hosts[:0]
+		for _, n := range nodes {
+			h, _, _ := net.SplitHostPort(n)
+			hosts = append(hosts, h)
+		}
 	}
-	cpu, closeCPU, err := serverCPU(ctx, u)
+	if u.Scheme != "memory" && !allowRemote {
+		for _, h := range hosts {
+			if err := checkLoopback(h); err != nil {
+				return Target{}, nil, err
+			}
+		}
+	}
+	cpu, closeCPU, err := serverCPU(ctx, u, rawURL, nodes)
 	if err != nil {
 		return Target{}, nil, err
 	}
@@ -50,22 +70,46 @@ func Open(ctx context.Context, rawURL string, allowRemote bool) (Target, func(),
 // serverCPU returns a probe of the total CPU time of the server behind u,
 // checked once, and the function that closes it; a nil probe for a target
 // without a server.
-func serverCPU(ctx context.Context, u *url.URL) (func(context.Context) (time.Duration, bool), func(), error) {
+//
+// For mlock(s):// the probe is the sum over the nodes of the URI (a
+// cluster's CPU is every node's), each asked through a client of its own.
+func serverCPU(ctx context.Context, u *url.URL, rawURL string, nodes []string) (func(context.Context) (time.Duration, bool), func(), error) {
 	var cpu func(context.Context) (time.Duration, bool)
 	var closeCPU func() error
 	switch u.Scheme {
 	case "mlock", "mlocks":
-		c, err := mlock.New(u.String())
+		o, err := mlock.ParseURI(rawURL)
 		if err != nil {
 			return nil, nil, err
 		}
-		closeCPU = c.Close
-		cpu = func(ctx context.Context) (time.Duration, bool) {
-			st, err := c.Status(ctx)
-			if err != nil {
-				return 0, false
+		var clients []*mlock.Client
+		closeCPU = func() error {
+			var errs []error
+			for _, c := range clients {
+				errs = append(errs, c.Close())
 			}
-			return time.Duration(st.CPUTimeMs * float64(time.Millisecond)), true
+			return errors.Join(errs...)
+		}
+		for _, n := range nodes {
+			one := o
+			one.Addrs, one.SocketID = []string{n}, ""
+			one.Host, one.Port = "", 0
+			c, err := mlock.NewClient(one)
+			if err != nil {
+				return nil, nil, errors.Join(err, closeCPU())
+			}
+			clients = append(clients, c)
+		}
+		cpu = func(ctx context.Context) (time.Duration, bool) {
+			var total time.Duration
+			for _, c := range clients {
+				st, err := c.Status(ctx)
+				if err != nil {
+					return 0, false
+				}
+				total += time.Duration(st.CPUTimeMs * float64(time.Millisecond))
+			}
+			return total, true
 		}
 	case "redis":
 		bare := *u

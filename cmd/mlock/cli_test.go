@@ -1,0 +1,394 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/mlock-dev/mlock"
+	"github.com/mlock-dev/mlock/cmd/mlock/internal/bench"
+)
+
+// runMlock runs the mlock command as a child process and returns its
+// output and exit status.
+func runMlock(t *testing.T, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	cmd := mlockCmd(args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	code = exitCodeOf(t, cmd.Run())
+	return out.String(), errb.String(), code
+}
+
+// refusedAddr is a loopback address where nothing listens.
+func refusedAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+// --help on every command prints the help on stdout and exits 0; a bad
+// flag prints one line and a pointer to --help on stderr, and exits 2.
+func TestHelpAndUsageErrors(t *testing.T) {
+	for _, cmd := range []string{"run", "status", "ping", "locks", "bench", "evict", "token", "version"} {
+		for _, h := range []string{"--help", "-h"} {
+			stdout, stderr, code := runMlock(t, cmd, h)
+			if code != 0 || stderr != "" || !strings.HasPrefix(stdout, "Usage: mlock "+cmd) {
+				t.Errorf("mlock %s %s: exit %d, stderr %q, stdout %q", cmd, h, code, stderr, stdout)
+			}
+		}
+		stdout, stderr, code := runMlock(t, cmd, "--no-such-flag")
+		want := "mlock " + cmd + ": flag provided but not defined: -no-such-flag\nRun 'mlock " + cmd + " --help' for usage.\n"
+		if code != exitUsage || stderr != want || stdout != "" {
+			t.Errorf("mlock %s --no-such-flag: exit %d, stdout %q, stderr %q", cmd, code, stdout, stderr)
+		}
+	}
+	for _, args := range [][]string{{"--help"}, {"help"}, {"-h"}} {
+		stdout, stderr, code := runMlock(t, args...)
+		if code != 0 || stderr != "" || !strings.HasPrefix(stdout, "Usage:") {
+			t.Errorf("mlock %v: exit %d, stderr %q", args, code, stderr)
+		}
+	}
+	if stdout, _, code := runMlock(t, "help", "run"); code != 0 || !strings.HasPrefix(stdout, "Usage: mlock run") {
+		t.Errorf("mlock help run: exit %d: %s", code, stdout)
+	}
+	if _, stderr, code := runMlock(t); code != exitUsage || !strings.HasPrefix(stderr, "Usage:") {
+		t.Errorf("mlock: exit %d, stderr %q", code, stderr)
+	}
+	// A bad value is a usage error too.
+	if _, stderr, code := runMlock(t, "run", "--ttl", "soon", "x", "--", "true"); code != exitUsage ||
+		!strings.HasPrefix(stderr, `mlock run: invalid value "soon" for flag -ttl`) || strings.Count(stderr, "\n") != 2 {
+		t.Errorf("run --ttl soon: exit %d, stderr %q", code, stderr)
+	}
+}
+
+// Each command's help says what its --uri accepts: run and bench any lock
+// provider, the others an mlock server.
+func TestURIHelpPerCommand(t *testing.T) {
+	for _, c := range []struct {
+		cmd       string
+		providers bool
+	}{{"run", true}, {"bench", true}, {"status", false}, {"ping", false}, {"locks", false}, {"evict", false}, {"version", false}} {
+		stdout, _, _ := runMlock(t, c.cmd, "--help")
+		i := strings.Index(stdout, "-uri string")
+		if i < 0 {
+			t.Fatalf("%s: no --uri in\n%s", c.cmd, stdout)
+		}
+		line := stdout[i:]
+		line = line[:strings.Index(line, "(default")]
+		if !strings.Contains(line, "mlock://") || !strings.Contains(line, "mlocks://") ||
+			strings.Contains(line, "redis://") != c.providers || strings.Contains(line, "memory:") != c.providers {
+			t.Errorf("%s: --uri help %q", c.cmd, line)
+		}
+	}
+}
+
+// --skip-if-locked --quiet prints nothing and exits --skip-exit; without
+// --quiet the skip is told in one line.
+func TestRunSkipQuiet(t *testing.T) {
+	uri := startServer(t)
+	_, l := holder(t, uri, "cron:job", "other")
+	defer l.Unlock(context.Background())
+	marker := filepath.Join(t.TempDir(), "ran")
+	stdout, stderr, code := runMlock(t, "run", "--uri", uri, "--skip-if-locked", "--quiet", "cron:job", "--", "touch", marker)
+	if code != 0 || stdout != "" || stderr != "" {
+		t.Fatalf("quiet skip: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	stdout, stderr, code = runMlock(t, "run", "--uri", uri, "--skip-if-locked", "--quiet", "--skip-exit", "99", "cron:job", "--", "touch", marker)
+	if code != 99 || stdout != "" || stderr != "" {
+		t.Fatalf("quiet skip, --skip-exit 99: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	_, stderr, code = runMlock(t, "run", "--uri", uri, "--skip-if-locked", "cron:job", "--", "touch", marker)
+	if code != 0 || stderr != "mlock run: cron:job is locked: not running the command\n" {
+		t.Fatalf("skip: exit %d, stderr %q", code, stderr)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("the command ran")
+	}
+	// Errors still show with --quiet.
+	_, stderr, code = runMlock(t, "run", "--uri", uri, "--skip-if-locked", "--quiet", "cron:job2", "--", filepath.Join(t.TempDir(), "nope"))
+	if code != exitNotFound || !strings.Contains(stderr, "command not found") {
+		t.Fatalf("quiet, command not found: exit %d, stderr %q", code, stderr)
+	}
+	if _, _, code := runMlock(t, "run", "--quiet", "--verbose", "x", "--", "true"); code != exitUsage {
+		t.Fatalf("--quiet --verbose: exit %d", code)
+	}
+	if _, _, code := runMlock(t, "run", "--skip-if-locked", "--skip-exit", "256", "x", "--", "true"); code != exitUsage {
+		t.Fatalf("--skip-exit 256: exit %d", code)
+	}
+}
+
+// --verbose tells that the run waits, its place in the queue and who
+// holds the lock, and when it got the lock.
+func TestRunVerbose(t *testing.T) {
+	uri := startServer(t)
+	_, l := holder(t, uri, "v:a", "the-holder")
+	cmd := mlockCmd("run", "--uri", uri, "--verbose", "v:a|v:b", "--", "true")
+	var stderr syncBuffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	const place = "mlock run: waiting for v:a|v:b: 1 ahead in v:a's queue (held by the-holder)"
+	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(stderr.String(), place); {
+		if time.Now().After(deadline) {
+			t.Fatalf("no place in the queue told:\n%s", stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	l.Unlock(context.Background())
+	if code := exitCodeOf(t, cmd.Wait()); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	lines := strings.Split(strings.TrimSuffix(stderr.String(), "\n"), "\n")
+	got := regexp.MustCompile(`^mlock run: got v:a\|v:b at \d\d:\d\d:\d\d\.\d{3} after [0-9.]+m?s \(token \d+\); running the command$`)
+	if len(lines) != 3 || lines[0] != "mlock run: waiting for v:a|v:b" || lines[1] != place || !got.MatchString(lines[2]) {
+		t.Fatalf("stderr:\n%s", stderr.String())
+	}
+	// Without --verbose (and stderr not a terminal) nothing is said.
+	_, stderr2, code := runMlock(t, "run", "--uri", uri, "v:a", "--", "true")
+	if code != 0 || stderr2 != "" {
+		t.Fatalf("exit %d, stderr %q", code, stderr2)
+	}
+	// A provider without queues tells the wait and the grant.
+	_, stderr2, code = runMlock(t, "run", "--uri", "memory:", "--verbose", "m", "--", "true")
+	if code != 0 || !strings.HasPrefix(stderr2, "mlock run: got m at ") {
+		t.Fatalf("memory: exit %d, stderr %q", code, stderr2)
+	}
+}
+
+// On a terminal, mlock run tells its progress without --verbose (not with
+// --quiet), and bench shows a progress line.
+func TestTerminalProgress(t *testing.T) {
+	script, err := exec.LookPath("script")
+	if err != nil {
+		t.Skip("needs script(1) for a terminal")
+	}
+	uri := startServer(t)
+	inTerminal := func(args ...string) string {
+		t.Helper()
+		line := "exec " + shellQuote(os.Args[0])
+		for _, a := range args {
+			line += " " + shellQuote(a)
+		}
+		cmd := exec.Command(script, "-qec", line, "/dev/null")
+		cmd.Env = append(os.Environ(), "MLOCK_TEST_MAIN=1")
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("%v: %v: %s", args, err, out)
+		}
+		return strings.ReplaceAll(string(out), "\r", "")
+	}
+	if out := inTerminal("run", "--uri", uri, "tty", "--", "true"); !strings.Contains(out, "mlock run: got tty at ") {
+		t.Fatalf("run on a terminal: %q", out)
+	}
+	if out := inTerminal("run", "--uri", uri, "--quiet", "tty", "--", "true"); strings.Contains(out, "mlock run:") {
+		t.Fatalf("run --quiet on a terminal: %q", out)
+	}
+	out := inTerminal("bench", "--duration", "1200ms", "--workers", "2", "memory:")
+	if !regexp.MustCompile(`memory:  \d+ ops in [0-9.]+m?s \(\d+/s\)`).MatchString(out) || strings.Contains(out, "memory::") {
+		t.Fatalf("bench progress on a terminal: %q", out)
+	}
+}
+
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// ping fails at once, naming the cause, when nothing listens; --timeout
+// bounds the wait for a server that does not answer.
+func TestPingRefusedAndTimeout(t *testing.T) {
+	addr := refusedAddr(t)
+	start := time.Now()
+	stdout, stderr, code := runMlock(t, "ping", "--uri", "mlock://"+addr)
+	if code != exitError || stdout != "" || stderr != "mlock ping: server unreachable: "+addr+": connection refused\n" {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("a refused ping took %v", d)
+	}
+	// run fails as fast, with the same line.
+	_, stderr, code = runMlock(t, "run", "--uri", "mlock://"+addr, "x", "--", "true")
+	if code != exitError || stderr != "mlock run: server unreachable: "+addr+": connection refused\n" {
+		t.Fatalf("run: exit %d, stderr %q", code, stderr)
+	}
+	// A server that accepts and never answers.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+		}
+	}()
+	start = time.Now()
+	_, stderr, code = runMlock(t, "ping", "--uri", "mlock://"+ln.Addr().String(), "--timeout", "400ms")
+	d := time.Since(start)
+	if code != exitError || !strings.HasPrefix(stderr, "mlock ping: ") || strings.Count(stderr, "\n") != 1 ||
+		strings.Contains(stderr, "mlock: ") {
+		t.Fatalf("exit %d, stderr %q", code, stderr)
+	}
+	if d > 3*time.Second {
+		t.Fatalf("ping --timeout 400ms took %v", d)
+	}
+	if _, _, code := runMlock(t, "ping", "--timeout", "0s"); code != exitUsage {
+		t.Fatalf("--timeout 0: exit %d", code)
+	}
+}
+
+// --version prints this command's version; "mlock version" the server's
+// too.
+func TestVersion(t *testing.T) {
+	stdout, stderr, code := runMlock(t, "--version")
+	if code != 0 || stderr != "" || !strings.HasPrefix(stdout, "mlock "+mlock.Version+" (go") {
+		t.Fatalf("--version: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	uri := startServer(t)
+	stdout, stderr, code = runMlock(t, "version", "--uri", uri)
+	want := "server: mlockd " + mlock.Version + " at " + uri + "\n"
+	if code != 0 || stderr != "" || !strings.HasPrefix(stdout, "client: mlock "+mlock.Version+" (go") || !strings.HasSuffix(stdout, want) {
+		t.Fatalf("version: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	addr := refusedAddr(t)
+	stdout, stderr, code = runMlock(t, "version", "--uri", "mlock://"+addr)
+	if code != exitError || !strings.HasPrefix(stdout, "client: mlock ") ||
+		stderr != "mlock version: server unreachable: "+addr+": connection refused\n" {
+		t.Fatalf("version of nothing: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+}
+
+// Errors are one line, without "mlock: mlock:".
+func TestErrorsAreOneLine(t *testing.T) {
+	uri := startServer(t)
+	_, l := holder(t, uri, "busy", "")
+	defer l.Unlock(context.Background())
+	for _, args := range [][]string{
+		{"run", "--uri", uri, "--timeout", "50ms", "busy", "--", "true"},
+		{"run", "--uri", uri, "--tolerate", "1", "--timeout", "50ms", "busy", "--", "true"},
+		{"evict", "--uri", uri, "bad name"},
+		{"locks", "--uri", uri, "bad prefix"},
+		{"status", "--uri", "redis://127.0.0.1:1"},
+	} {
+		_, stderr, code := runMlock(t, args...)
+		if code == 0 || strings.Count(stderr, "\n") != 1 || strings.Contains(stderr, "mlock: mlock") ||
+			strings.Contains(stderr, ": mlock: ") {
+			t.Errorf("%q: exit %d, stderr %q", args, code, stderr)
+		}
+	}
+}
+
+func TestHuman(t *testing.T) {
+	for _, c := range []struct {
+		d    time.Duration
+		want string
+	}{
+		{72749 * time.Microsecond, "72.7ms"}, {950, "950ns"}, {812 * time.Microsecond, "812µs"},
+		{1500, "1.5µs"}, {1234 * time.Millisecond, "1.23s"}, {2 * time.Second, "2s"}, {0, "0ns"},
+		{100 * time.Millisecond, "100ms"}, {9999 * time.Microsecond, "10ms"},
+	} {
+		if got := human(c.d); got != c.want {
+			t.Errorf("human(%v) = %q, want %q", c.d, got, c.want)
+		}
+	}
+	if got := progressLine("memory:", 792, 1200*time.Millisecond); got != "memory:  792 ops in 1.2s (660/s)" {
+		t.Errorf("progress line %q", got)
+	}
+}
+
+// bench's tables fit 100 columns and print latencies in human units.
+func TestBenchTables(t *testing.T) {
+	uri := startServer(t)
+	stdout, stderr, code := runMlock(t, "bench", "--scenario", "hotkey", "--workers", "4", "--duration", "400ms", uri, "--vs", "memory:")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	for _, line := range strings.Split(stdout, "\n") {
+		if n := utf8.RuneCountInString(line); n > 100 {
+			t.Errorf("%d columns: %q", n, line)
+		}
+	}
+	for _, want := range []string{"HANDOFF P50", "JAIN", "VIOLATIONS", "SRV CPU/OP"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("no %s in\n%s", want, stdout)
+		}
+	}
+	if !regexp.MustCompile(`\d(\.\d+)?(ns|µs|ms|s)\s`).MatchString(stdout) || regexp.MustCompile(`\d{4,}µs`).MatchString(stdout) {
+		t.Errorf("latencies not in human units:\n%s", stdout)
+	}
+	// The same with a long target name (results made up).
+	var b bytes.Buffer
+	r := bench.Result{Target: "redis://127.0.0.1:6379/0", Scenario: "hotkey", Workers: 8, Ops: 1234567, Rate: 246913,
+		P50: 72749 * time.Microsecond, P99: 812 * time.Millisecond, Max: 3 * time.Second, HandoffP50: 40 * time.Microsecond,
+		HandoffP99: 1200 * time.Microsecond, Jain: 0.999, FIFO: 1, Timeouts: 12345, Errors: 12, CPUKnown: true,
+		CPUPerOp: 15 * time.Microsecond, ClientCPUKnown: true, ClientCPUPerOp: 22 * time.Microsecond}
+	r2 := r
+	r2.Target = "mlock://127.0.0.1:12340"
+	printResults(&b, []bench.Result{r2, r})
+	for _, line := range strings.Split(b.String(), "\n") {
+		if n := utf8.RuneCountInString(line); n > 100 {
+			t.Errorf("%d columns: %q", n, line)
+		}
+	}
+	if !strings.Contains(b.String(), "72.7ms") {
+		t.Errorf("no 72.7ms in\n%s", b.String())
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a process's writer and the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// A lock released elsewhere is told apart from an expired one.
+func TestLossText(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{&mlock.Error{Type: mlock.TypeLost, Msg: "lock released by its owner", Err: mlock.ErrReleased},
+			"released by its owner elsewhere (or evicted by an administrator)"},
+		{&mlock.Error{Type: mlock.TypeLost, Msg: "lock expired", Err: mlock.ErrExpired}, "expired"},
+		{&mlock.Error{Type: mlock.TypeLost, Msg: "lease ran out without word from the server", Err: mlock.ErrExpired},
+			"expired: lease ran out without word from the server"},
+		{&mlock.Error{Type: mlock.TypeLost, Msg: "lock expired, or released by its owner", Err: mlock.ErrExpired},
+			"expired, or released by its owner elsewhere (the server does not say which)"},
+		{&mlock.Error{Type: mlock.TypeLost, Msg: "server shutting down", Err: mlock.ErrSessionLost},
+			"the session was lost: server shutting down"},
+	} {
+		if got := lossText(c.err); got != c.want {
+			t.Errorf("lossText(%v) = %q, want %q", c.err, got, c.want)
+		}
+	}
+}
