@@ -169,8 +169,8 @@ func ms(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10)
 
 // Lock waits until it holds every resource of "a|b|c" (the prefix applies to
 // each) and returns the lock. It fails with an Error of Type tolerate (queue
-// too long), timeout (the wait's timeout or ctx's deadline passed), request
-// (bad arguments, an owner conflict, or ctx cancelled), or connection. A
+// too long), timeout (the wait's timeout or ctx's deadline passed), canceled
+// (ctx cancelled), request (bad arguments, an owner conflict), or connection. A
 // wait given up through ctx leaves the server's queues at once; ctx.Err()
 // stays in the error chain. An owner asking again for exactly the resources
 // it holds gets its held Lock back, renewed. If the server loses the session

@@ -7,6 +7,7 @@ import (
 	"net"
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -59,8 +60,13 @@ func TestParseURI(t *testing.T) {
 	if o, _ := mlock.ParseURI("mlock://example.org"); o.Port != 0 || o.Host != "example.org" {
 		t.Fatalf("no port: %+v (0 means the default 12340)", o)
 	}
+	// A bare number is milliseconds; a duration is accepted too.
+	if o, err := mlock.ParseURI("mlock://h?ttl=5s&timeout=1m30s"); err != nil || o.TTL != 5*time.Second || o.Timeout != 90*time.Second {
+		t.Fatalf("durations: %+v, %v", o, err)
+	}
 	for _, bad := range []string{
 		"redis://localhost", "mlock://h:x", "mlock://h?ttl=abc", "mlock://h?timeout=-1", "mlock://h?tolerate=-2",
+		"mlock://h?ttl=-5s", "mlock://h/db", "mlock://h?ttl=5parsecs",
 		"mlock://h?prefix=a|b", "mlock://h?prefix=a%20b", "mlock://h?color=red", "mlock://h:99999",
 	} {
 		_, err := mlock.ParseURI(bad)
@@ -204,7 +210,7 @@ func TestCancelLeavesTheQueue(t *testing.T) {
 	waitQueue(t, c, "cq", 2)
 	cancel()
 	err := <-errc
-	if !errors.Is(err, context.Canceled) || !errors.Is(err, mlock.ErrRequest) {
+	if !errors.Is(err, context.Canceled) || !errors.Is(err, mlock.ErrCanceled) || errors.Is(err, mlock.ErrRequest) {
 		t.Fatalf("cancelled wait: %v", err)
 	}
 	waitQueue(t, c, "cq", 1)
@@ -538,7 +544,7 @@ func TestErrorText(t *testing.T) {
 		{&mlock.Error{Type: mlock.TypeTolerate, Msg: "can not tolerate!"}, "mlock: tolerate error: can not tolerate!"},
 		{&mlock.Error{Type: mlock.TypeConnection, Err: mlock.ErrClosed}, "mlock: connection error: client closed"},
 		{&mlock.Error{Type: mlock.TypeLost, Msg: "lock expired", Err: mlock.ErrExpired}, "mlock: lost error: lock expired"},
-		{&mlock.Error{Type: mlock.TypeRequest, Msg: "cancelled", Err: context.Canceled}, "mlock: request error: cancelled: context canceled"},
+		{&mlock.Error{Type: mlock.TypeCanceled, Err: context.Canceled}, "mlock: canceled error: context canceled"},
 		{&mlock.Error{Type: mlock.TypeTimeout, Err: context.DeadlineExceeded}, "mlock: timeout error: context deadline exceeded"},
 	}
 	for _, tc := range tests {
@@ -548,5 +554,48 @@ func TestErrorText(t *testing.T) {
 		if tc.err.Err != nil && !errors.Is(tc.err, tc.err.Err) {
 			t.Errorf("%q: the cause is not in the chain", tc.err)
 		}
+	}
+}
+
+// TestTTLOverTheMaximumSaysTheRange: the server's 1.0 text "ttl should be
+// integer!" says nothing of the range; the client's error does.
+func TestTTLOverTheMaximumSaysTheRange(t *testing.T) {
+	addr, _ := startServer(t, server.Config{MaxTTL: time.Minute}, "")
+	c := client(t, addr, mlock.Options{})
+	_, err := c.Lock(context.Background(), "r", &mlock.LockOptions{TTL: 2 * time.Minute})
+	if !errors.Is(err, mlock.ErrRequest) || !strings.Contains(err.Error(), "ttl should be integer!") || !strings.Contains(err.Error(), "--max-ttl") {
+		t.Fatalf("got %v, want a request error naming the range", err)
+	}
+}
+
+// TestNothingListeningFailsFast: a client whose every node refuses the TCP
+// connection (nothing listens) fails at once, not after DialTimeout, with
+// one clear line that keeps the cause.
+func TestNothingListeningFailsFast(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	host, port, _ := net.SplitHostPort(addr)
+	o := mlock.Options{Host: host, DialTimeout: 5 * time.Second}
+	fmt.Sscan(port, &o.Port)
+	c, err := mlock.NewClient(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	start := time.Now()
+	err = c.Ping(context.Background())
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("failed after %v, want at once", d)
+	}
+	if !errors.Is(err, mlock.ErrConnection) || !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Fatalf("got %v, want a connection error with ECONNREFUSED in its chain", err)
+	}
+	want := "mlock: connection error at " + addr + ": server unreachable: connect: connection refused"
+	if err.Error() != want {
+		t.Fatalf("got %q, want %q", err.Error(), want)
 	}
 }

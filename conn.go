@@ -578,5 +578,5 @@ func ctxError(ctx context.Context) *Error {
 	if errors.Is(err, context.DeadlineExceeded) {
 		return &Error{Type: TypeTimeout, Err: err}
 	}
-	return &Error{Type: TypeRequest, Msg: "cancelled", Err: err}
+	return &Error{Type: TypeCanceled, Err: err}
 }

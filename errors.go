@@ -16,7 +16,7 @@ const (
 	// while the call was in flight, or the server closed the connection.
 	TypeConnection ErrorType = "connection"
 	// TypeRequest: the server (or the client, before sending) refused the
-	// request's arguments; also a wait cancelled through its context.
+	// request's arguments.
 	TypeRequest ErrorType = "request"
 	// TypeTolerate: a queue was longer than the request's tolerate, or a
 	// try-lock found the resources taken.
@@ -27,6 +27,10 @@ const (
 	// TypeLost: a held lock is gone: it expired, was released by its owner
 	// elsewhere, or its session was lost (server restart, grace period over).
 	TypeLost ErrorType = "lost"
+	// TypeCanceled: the caller gave the call up by cancelling its context
+	// (errors.Is(err, context.Canceled) holds too). A context's deadline is
+	// TypeTimeout.
+	TypeCanceled ErrorType = "canceled"
 )
 
 // Error is the error of every client call. Msg is the server's reason
@@ -108,6 +112,7 @@ var (
 	ErrTolerate   = &Error{Type: TypeTolerate}
 	ErrTimeout    = &Error{Type: TypeTimeout}
 	ErrLost       = &Error{Type: TypeLost}
+	ErrCanceled   = &Error{Type: TypeCanceled}
 )
 
 // Causes carried in Error.Err.
@@ -255,6 +260,11 @@ func failure(m *protocol.Message, v protocol.Verb) *Error {
 		if v == protocol.VerbRenew {
 			e.Err = ErrNotHeld
 		}
+	case protocol.CodeInvalidTTL:
+		// The 1.0 text says nothing of the range.
+		e.Msg += " (want a whole number of milliseconds from 1 to the server's longest lease, --max-ttl, 24h by default)"
+	case protocol.CodeInvalidTimeout:
+		e.Msg += " (want a whole number of milliseconds from 0 to the server's --max-timeout, 24h by default)"
 	}
 	return e
 }

@@ -50,7 +50,9 @@ type Options struct {
 	// TTL is the default lease of a lock and of Extend. Default 60 s.
 	TTL time.Duration
 	// Timeout is the default wait for a lock, enforced by the server; 0
-	// waits without limit (a context deadline still applies).
+	// waits without limit (a context deadline still applies), as the seed's
+	// client does. (The locking module's ExecuteOptions.Timeout 0 is 5 s
+	// instead, as in Medusa.)
 	Timeout time.Duration
 	// Tolerate is the default tolerate of a lock: N > 0 fails at once when
 	// a queue already holds more than N entries. 0: no limit.
@@ -114,7 +116,8 @@ type Options struct {
 // percent-decoded, gives Name and Token.
 // The parameters, all optional:
 //
-//	timeout, ttl       milliseconds (Options.Timeout, Options.TTL)
+//	timeout, ttl       milliseconds, or a duration such as 5s or 1m30s
+//	                   (Options.Timeout, Options.TTL)
 //	tolerate           a count (Options.Tolerate)
 //	prefix, socketId   Options.Prefix, Options.SocketID
 //	tls                1 (or true) for TLS on an mlock:// URI; 0 (or false)
@@ -145,6 +148,10 @@ func ParseURI(uri string) (Options, error) {
 	default:
 		return o, &Error{Type: TypeRequest, Msg: fmt.Sprintf("URI scheme %q: want mlock or mlocks", u.Scheme)}
 	}
+	if (u.Path != "" && u.Path != "/") || u.Fragment != "" {
+		// mlock://host/db: there are no databases; refuse what is not used.
+		return o, &Error{Type: TypeRequest, Msg: "invalid URI: a path or fragment after the address is not used by mlock"}
+	}
 	if u.User != nil {
 		tok, ok := u.User.Password()
 		if u.User.Username() == "" || !ok || tok == "" {
@@ -171,12 +178,16 @@ func ParseURI(uri string) (Options, error) {
 			o.Addrs[i] = net.JoinHostPort(host, strconv.Itoa(cmp.Or(port, DefaultPort)))
 		}
 	}
+	// A bare number is milliseconds, as in the seed; a Go duration (5s,
+	// 1m30s) is accepted too, as redis:// URLs do.
 	ms := func(k, v string) (time.Duration, error) {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n < 0 {
-			return 0, &Error{Type: TypeRequest, Msg: fmt.Sprintf("URI parameter %s=%q: want milliseconds >= 0", k, v)}
+		if n, err := strconv.ParseInt(v, 10, 64); err == nil && n >= 0 {
+			return time.Duration(n) * time.Millisecond, nil
 		}
-		return time.Duration(n) * time.Millisecond, nil
+		if d, err := time.ParseDuration(v); err == nil && d >= 0 {
+			return d, nil
+		}
+		return 0, &Error{Type: TypeRequest, Msg: fmt.Sprintf("URI parameter %s=%q: want milliseconds >= 0 or a duration such as 5s", k, v)}
 	}
 	var ut uriTLS
 	for k, vs := range u.Query() {

@@ -3,11 +3,13 @@ package mlock
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"log/slog"
 	"net"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/mlock-dev/mlock/internal/protocol"
@@ -353,6 +355,15 @@ func (s *session) waitUp(ctx context.Context) *Error {
 		case <-up:
 			return nil
 		case <-failed: // a refusal?
+			s.mu.Lock()
+			if s.allRefusedLocked() {
+				// Nothing listens on any node of a session that never
+				// connected (a wrong port, a server not started): waiting
+				// the whole DialTimeout would only hide it.
+				defer s.mu.Unlock()
+				return s.unreachableLocked()
+			}
+			s.mu.Unlock()
 		case <-ctx.Done():
 			return ctxError(ctx)
 		case <-t.C:
@@ -361,6 +372,21 @@ func (s *session) waitUp(ctx context.Context) *Error {
 			return s.unreachableLocked()
 		}
 	}
+}
+
+// allRefusedLocked reports that the session never connected and that the
+// last attempt on every node was refused at the TCP level (connection
+// refused: nothing listens there).
+func (s *session) allRefusedLocked() bool {
+	if s.everUp {
+		return false
+	}
+	for _, err := range s.nodeErrs {
+		if err == nil || !errors.Is(err, syscall.ECONNREFUSED) {
+			return false
+		}
+	}
+	return true
 }
 
 // unreachableLocked is the error of a call that waited DialTimeout for the
@@ -372,7 +398,7 @@ func (s *session) unreachableLocked() *Error {
 		if e, ok := s.dialErr.(*Error); ok { // says the address
 			return &Error{Type: TypeConnection, Msg: "server unreachable: " + e.Msg, Node: addr, Err: e.Err}
 		}
-		return &Error{Type: TypeConnection, Msg: "server unreachable: " + addr, Node: addr, Err: s.dialErr}
+		return &Error{Type: TypeConnection, Msg: "server unreachable", Node: addr, Err: dialCause(s.dialErr, addr)}
 	}
 	var errs nodeErrors
 	for i, err := range s.nodeErrs {
@@ -383,6 +409,27 @@ func (s *session) unreachableLocked() *Error {
 	}
 	return &Error{Type: TypeConnection, Msg: "no server reachable of " + addrList(s.nodes), Err: errs}
 }
+
+// dialCause returns the cause of a failed dial to addr without the address
+// it repeats ("dial tcp <addr>: connect: connection refused" becomes
+// "connect: connection refused"), keeping the chain for errors.Is.
+func dialCause(err error, addr string) error {
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Err != nil && oe.Addr != nil && oe.Addr.String() == addr && err == error(oe) {
+		return &trimmedDialError{msg: oe.Err.Error(), err: err}
+	}
+	return err
+}
+
+// trimmedDialError prints a dial error's inner error only; Unwrap keeps the
+// whole.
+type trimmedDialError struct {
+	msg string
+	err error
+}
+
+func (e *trimmedDialError) Error() string { return e.msg }
+func (e *trimmedDialError) Unwrap() error { return e.err }
 
 // dialFailed records a failed connection attempt to node i. roundEnd
 // reports that every node has failed in turn since the last connection; at

@@ -47,6 +47,32 @@ type Status struct {
 	// AnsweredBy is set by Client.Status, not by the server: the address
 	// (host:port, as the Client names it) of the node that answered.
 	AnsweredBy string `json:"-"`
+
+	// Cluster is the answering node's view of its cluster; nil for a
+	// single server.
+	Cluster *StatusCluster `json:"cluster,omitempty"`
+}
+
+// StatusCluster is a cluster node's view of its cluster in Status.
+type StatusCluster struct {
+	ID           string              `json:"id"`   // this node
+	Role         string              `json:"role"` // leader, follower, candidate, shutdown
+	Ready        bool                `json:"ready"`
+	Leader       string              `json:"leader"`     // the leader's id, "" while none is known
+	LeaderAddr   string              `json:"leaderAddr"` // the leader's client address
+	Term         uint64              `json:"term"`
+	LastIndex    uint64              `json:"lastIndex"`
+	CommitIndex  uint64              `json:"commitIndex"`
+	AppliedIndex uint64              `json:"appliedIndex"`
+	Peers        []StatusClusterNode `json:"peers"`
+}
+
+// StatusClusterNode is one member of the cluster in StatusCluster.
+type StatusClusterNode struct {
+	ID       string `json:"id"`
+	Addr     string `json:"addr"`              // its Raft address
+	Suffrage string `json:"suffrage"`          // voter, nonvoter
+	Failing  bool   `json:"failing,omitempty"` // (on the leader) heartbeats to it fail
 }
 
 // StatusLimits describes the server's limits in Status: the current use,

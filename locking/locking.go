@@ -131,7 +131,11 @@ type ReleaseOptions struct {
 // ExecuteOptions tunes Execute.
 type ExecuteOptions struct {
 	// Timeout is the longest wait for the lock. 0: the provider's default
-	// (see TimeoutDefaulter), else 5 s; negative: as long as ctx allows.
+	// (see TimeoutDefaulter), else 5 s, as in Medusa; negative: as long as
+	// ctx allows. Note the difference with the Go client, whose
+	// mlock.Options.Timeout 0 means no limit: this module mirrors Medusa's
+	// API, and Medusa waits 5 s by default. A cancelled ctx ends the wait
+	// with an error for which errors.Is(err, context.Canceled) holds.
 	Timeout time.Duration
 	// Expire is the lease, renewed every Expire/3 while the job runs.
 	// 0: 60 s.
