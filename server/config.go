@@ -199,6 +199,11 @@ type Config struct {
 	// quiet period: otherwise there is nothing to record and Shutdown does
 	// not wait. Default 2 s; negative: no wait.
 	ShutdownWait time.Duration
+
+	// Cluster, if set, makes the server one node of a cluster (see
+	// ClusterConfig and docs/cluster.md); DataDir, QuietPeriod and
+	// ShutdownWait are then not used. Nil: a single node.
+	Cluster *ClusterConfig
 }
 
 // Validate reports the first field of c that is out of range.

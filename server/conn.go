@@ -7,10 +7,12 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/mlock-dev/mlock/internal/auth"
 	"github.com/mlock-dev/mlock/internal/core"
 	"github.com/mlock-dev/mlock/internal/protocol"
 )
@@ -44,6 +46,17 @@ type conn struct {
 	out      *protocol.Outbox
 	sock     sock
 	flushing atomic.Int32
+
+	// Cluster mode (see cluster.go).
+	key      string          // the connection's key, unique in the cluster: "<node>/<run>/<n>"
+	p        *auth.Principal // reader: the principal of its connect, once decided
+	sid      string          // reader: its session id, once decided
+	capture  *[]byte         // guarded by the core: while set, write appends here (decide, apply)
+	ended    bool            // guarded by the core: finish was called while capture was set
+	trusted  bool            // apply: the proposing node checked the rights
+	answered uint64          // guarded by the core: the last proposal whose answer was written
+	pipe     *pipeline       // the connection's commands, in order; nil on a single node
+	forward  bool            // reader only: a follower's forwarding connection
 
 	wake     chan struct{} // cap 1: output is waiting
 	done     chan struct{} // closed when the connection ends
@@ -99,7 +112,7 @@ func (s *Server) accept(nc net.Conn) {
 	c.ip = ip
 	key := ipKey(ip)
 	closed := false
-	s.core.Batch(func(tx *core.Tx) {
+	s.batch(func(tx *core.Tx) {
 		// Shutdown sets closed before its batch closes every conn.
 		closed = s.closed.Load()
 		switch {
@@ -122,6 +135,12 @@ func (s *Server) accept(nc net.Conn) {
 			c.unauthed = true
 			s.counters.conns++
 			s.wg.Add(2)
+			if s.cl != nil {
+				c.key = s.cl.run + strconv.FormatUint(s.cl.nconn.Add(1), 10)
+				c.pipe = newPipeline()
+				s.cl.conns[c.key] = c
+				s.wg.Add(1)
+			}
 			return
 		}
 		s.logRefusal(tx.Now(), "connection refused: "+refuse.Text(), "remote", c.remote)
@@ -139,10 +158,17 @@ func (s *Server) accept(nc net.Conn) {
 	}
 	go c.readLoop()
 	go c.writeLoop()
+	if c.pipe != nil {
+		go c.pipeLoop()
+	}
 }
 
 // write queues frame bytes for the writer. It runs in a core batch.
 func (c *conn) write(b []byte) {
+	if c.capture != nil {
+		*c.capture = append(*c.capture, b...)
+		return
+	}
 	if c.out.Write(b) {
 		c.srv.log.Warn("client is not reading its replies: disconnected", "remote", c.remote)
 		// Closing unblocks the writer; the reader then ends and cleanup
@@ -160,7 +186,13 @@ func (c *conn) write(b []byte) {
 
 // finish ends the connection: the writer flushes what is queued and closes
 // the socket.
-func (c *conn) finish() { c.doneOnce.Do(func() { close(c.done) }) }
+func (c *conn) finish() {
+	if c.capture != nil {
+		c.ended = true
+		return
+	}
+	c.doneOnce.Do(func() { close(c.done) })
+}
 
 // sendError queues "error <text of code>" and ends the connection, as the
 // original server does. It runs in a core batch.
@@ -281,7 +313,7 @@ func (c *conn) readLoop() {
 				}
 			}
 			if errors.Is(err, os.ErrDeadlineExceeded) {
-				s.core.Batch(func(*core.Tx) {
+				s.batch(func(*core.Tx) {
 					switch {
 					case c.sess == nil && !c.authed:
 						c.sendError(protocol.CodeAuthTimeout)
@@ -305,6 +337,9 @@ func (c *conn) handleFrames(buf []byte, fields [][]byte) ([]byte, [][]byte, bool
 	s := c.srv
 	off := 0
 	stop := false
+	if c.forward {
+		return c.forwardFrames(buf)
+	}
 	if _, n, want, err := protocol.Next(buf, c.maxFrame()); n == 0 && err == nil {
 		if want > cap(buf) {
 			// Make room for the whole frame (want <= MaxFrame+5).
@@ -314,7 +349,10 @@ func (c *conn) handleFrames(buf []byte, fields [][]byte) ([]byte, [][]byte, bool
 		}
 		return buf, fields, false
 	}
-	s.core.Batch(func(tx *core.Tx) {
+	if c.pipe != nil {
+		return c.decideFrames(buf, fields)
+	}
+	s.batch(func(tx *core.Tx) {
 		s.self = c // our own output is flushed below, not by the writer
 		for !stop {
 			payload, n, want, err := protocol.Next(buf[off:], c.maxFrame())
@@ -375,7 +413,7 @@ func (c *conn) plainStatus(buf []byte) {
 	if string(bytes.TrimSpace(buf)) == "status" {
 		s := c.srv
 		var text []byte
-		s.core.Batch(func(tx *core.Tx) {
+		s.batch(func(tx *core.Tx) {
 			c.plain = true
 			detail := s.auth.Load() == nil && !s.protectedRefuses(c.ip) && c.certName == "" && s.allowListing(tx, "")
 			text = s.statusText(tx, detail)
@@ -416,8 +454,14 @@ func (c *conn) plainStatus(buf []byte) {
 // grace of an idle session also starts after its last answer.
 func (c *conn) cleanup() {
 	s := c.srv
-	s.core.Batch(func(tx *core.Tx) {
+	if c.pipe != nil {
+		c.clusterCleanup()
+	}
+	s.batch(func(tx *core.Tx) {
 		delete(s.conns, c)
+		if s.cl != nil {
+			delete(s.cl.conns, c.key)
+		}
 		if key := ipKey(c.ip); key.IsValid() {
 			if s.perIP[key]--; s.perIP[key] <= 0 {
 				delete(s.perIP, key)
@@ -437,7 +481,11 @@ func (c *conn) cleanup() {
 				close(s.awaitDone)
 			}
 		}
-		if sess := c.sess; sess != nil && sess.c == c {
+		if sess := c.sess; sess != nil && sess.c == c && s.cl != nil {
+			sess.c = nil // detached in the log by clusterCleanup
+			s.online--
+			c.sess = nil
+		} else if sess != nil && sess.c == c {
 			sess.c = nil
 			s.online--
 			c.sess = nil

@@ -40,7 +40,7 @@ func FuzzCommands(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer srv.core.Close()
+		defer srv.core().Close()
 		c := srv.newConn(nopConn{}, "fuzz")
 		srv.conns[c] = struct{}{}
 		r := rand.New(rand.NewPCG(uint64(seed), 2))
@@ -98,7 +98,7 @@ func FuzzHandshake(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer srv.core.Close()
+		defer srv.core().Close()
 		c := srv.newConn(nopConn{}, "fuzz")
 		srv.conns[c] = struct{}{}
 		r := rand.New(rand.NewPCG(uint64(seed), 3))
@@ -122,7 +122,7 @@ func FuzzHandshake(f *testing.F) {
 				break
 			}
 		}
-		srv.core.Batch(func(*core.Tx) {
+		srv.core().Batch(func(*core.Tx) {
 			if sess := c.sess; sess != nil {
 				if sess.p == nil || (sess.p.Name != "a" && sess.p.Name != "b") {
 					t.Fatalf("session of principal %+v", sess.p)

@@ -40,7 +40,7 @@ func waitConns(b *testing.B, srv *Server, n int) {
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		var got int
-		srv.core.Batch(func(*core.Tx) { got = len(srv.conns) })
+		srv.core().Batch(func(*core.Tx) { got = len(srv.conns) })
 		if got >= n {
 			return
 		}

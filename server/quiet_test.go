@@ -314,7 +314,7 @@ func TestShutdownWithSessionInGraceMakesNextStartQuiet(t *testing.T) {
 	holder.nc.Close() // detached: its client may still believe it holds the lock
 	for {
 		n := 0
-		srv.core.Batch(func(*core.Tx) { n = len(srv.conns) })
+		srv.core().Batch(func(*core.Tx) { n = len(srv.conns) })
 		if n == 0 {
 			break
 		}
@@ -383,7 +383,7 @@ func TestCrashQuietUsesTheCrashedRunsPeriod(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv1.core.Close()
+	srv1.core().Close()
 	srv1.dir.Close() // a crash: the directory's lock is released, nothing recorded
 
 	var logs logBuffer

@@ -134,7 +134,7 @@ func (s *Server) Reload() error {
 		} else {
 			old := s.auth.Swap(tab)
 			s.log.Info("auth file reloaded", "path", s.cfg.AuthFile, "principals", tab.Len())
-			s.core.Batch(func(*core.Tx) { s.applyAuthLocked(old, tab) })
+			s.batch(func(*core.Tx) { s.applyAuthLocked(old, tab) })
 		}
 	}
 	if s.certs != nil {

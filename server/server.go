@@ -40,9 +40,10 @@ type Server struct {
 	start   time.Time
 	startNs int64 // start in Unix ns, on the core's clock
 	hashKey [16]byte
-	core    *core.Core
-	dir     *datadir.Dir // nil: no data directory
-	graceMs int64        // the session grace announced in the handshake
+	corep   atomic.Pointer[core.Core] // the core; replaced only by a cluster's snapshot restore (see batch)
+	cl      *clusterState             // nil: a single node
+	dir     *datadir.Dir              // nil: no data directory
+	graceMs int64                     // the session grace announced in the handshake
 
 	sessions   map[string]*session // guarded by the core
 	conns      map[*conn]struct{}  // guarded by the core
@@ -96,11 +97,14 @@ type counters struct {
 }
 
 type session struct {
-	id      string          // the engine's session id (scoped to the principal)
-	p       *auth.Principal // who it belongs to
-	c       *conn           // nil while disconnected
-	offline []byte          // frames kept for a disconnected session, oldest first
-	hash    string          // short public name
+	id string          // the engine's session id (scoped to the principal)
+	p  *auth.Principal // who it belongs to (cluster: its rights only while attached here)
+	c  *conn           // nil while disconnected (cluster: while not attached to a connection of this node)
+	// Cluster mode, replicated: the principal's name, and the node and
+	// connection key the session is attached to ("" while detached).
+	pname, node, key string
+	offline          []byte // frames kept for a disconnected session, oldest first
+	hash             string // short public name
 	// pruned: the offline buffer went over its limit and gave up its
 	// locked pushes; reset on delivery.
 	pruned bool
@@ -137,6 +141,15 @@ func New(cfg Config) (*Server, error) {
 	s.warnUnsafe()
 	if err := s.setupSecurity(); err != nil {
 		return nil, err
+	}
+	if cfg.Cluster != nil {
+		// The log keeps the state, the tokens and the sessions: no data
+		// directory, no quiet period (a new leader's failover entry
+		// covers an election, a full restart included).
+		if err := s.openCluster(); err != nil {
+			return nil, err
+		}
+		return s, nil
 	}
 	if cfg.DataDir != "" {
 		d, err := datadir.Open(cfg.DataDir)
@@ -204,7 +217,7 @@ func (s *Server) open(clock core.Clock) error {
 		c.Close()
 		return fmt.Errorf("server: %w", err)
 	}
-	s.core = c
+	s.corep.Store(c)
 	if until.IsZero() {
 		return nil
 	}
@@ -301,6 +314,34 @@ func (s *Server) Serve(ln net.Listener) error {
 	}
 }
 
+// core returns the core. Take its lock through batch when the core may be
+// replaced (cluster mode).
+func (s *Server) core() *core.Core { return s.corep.Load() }
+
+// batch runs fn in a batch of the current core. In cluster mode a snapshot
+// restore replaces the core (under the old one's lock): a batch that got
+// the old core runs again on the new one.
+func (s *Server) batch(fn func(tx *core.Tx)) {
+	if s.cl == nil {
+		s.corep.Load().Batch(fn)
+		return
+	}
+	for {
+		c := s.corep.Load()
+		stale := false
+		c.Batch(func(tx *core.Tx) {
+			if s.corep.Load() != c {
+				stale = true
+				return
+			}
+			fn(tx)
+		})
+		if !stale {
+			return
+		}
+	}
+}
+
 // Addr returns the address of one listener, or nil before Serve.
 func (s *Server) Addr() net.Addr {
 	s.mu.Lock()
@@ -337,7 +378,11 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	s.mu.Unlock()
 	if first {
-		s.stop(ctx)
+		if s.cl != nil {
+			s.clusterStop(ctx)
+		} else {
+			s.stop(ctx)
+		}
 	}
 	done := make(chan struct{})
 	go func() { s.wg.Wait(); close(done) }()
@@ -345,7 +390,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	case <-done:
 		return nil
 	case <-ctx.Done():
-		s.core.Batch(func(*core.Tx) {
+		s.batch(func(*core.Tx) {
 			for c := range s.conns {
 				c.nc.Close()
 			}
@@ -359,7 +404,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 func (s *Server) stop(ctx context.Context) {
 	wait := s.dir != nil && s.cfg.QuietPeriod > 0 && s.cfg.ShutdownWait > 0
 	var awaited chan struct{}
-	s.core.Batch(func(tx *core.Tx) {
+	s.batch(func(tx *core.Tx) {
 		s.closing = true
 		tx.Apply(&core.Command{Op: core.OpHoldGrants, Until: math.MaxInt64})
 		for c := range s.conns {
@@ -379,10 +424,10 @@ func (s *Server) stop(ctx context.Context) {
 		}
 		t.Stop()
 	}
-	s.core.Close()
+	s.core().Close()
 	unconfirmed, sessions := 0, 0
 	var last uint64
-	s.core.Batch(func(tx *core.Tx) {
+	s.batch(func(tx *core.Tx) {
 		seen := map[string]bool{}
 		tx.Locks(0, func(li core.LockInfo) bool {
 			if sess := s.sessions[li.Session]; li.Granted && (sess == nil || !sess.confirmed) {
@@ -560,6 +605,9 @@ func (s *Server) deliver(sess *session, frame []byte) {
 	if sess.c != nil {
 		sess.c.write(frame)
 		return
+	}
+	if sess.node != "" {
+		return // cluster: attached to a connection elsewhere, whose node delivers it
 	}
 	if len(sess.offline)+len(frame) > s.cfg.MaxOfflineBytes {
 		if isLocked(frame) {

@@ -504,7 +504,7 @@ func TestSlowReaderDoesNotHurtOthers(t *testing.T) {
 	deadline := time.Now().Add(3 * time.Second)
 	for {
 		var gone bool
-		srv.core.Batch(func(*core.Tx) {
+		srv.core().Batch(func(*core.Tx) {
 			sess := srv.sessions["slow"]
 			gone = sess != nil && sess.c == nil
 		})
@@ -549,14 +549,14 @@ func TestLimits(t *testing.T) {
 func TestIdleServerArmsOneTimer(t *testing.T) {
 	srv := start(t, Config{})
 	c := connected(t, srv, "idle")
-	if _, ok := srv.core.Armed(); ok {
+	if _, ok := srv.core().Armed(); ok {
 		t.Fatal("a server without deadlines must not arm its timer")
 	}
 	id := c.lock("1", "idle 3600000 0 0")
 	c.locked(id)
 	var at, now int64
-	srv.core.Batch(func(tx *core.Tx) { at, _ = tx.NextDeadline(); now = tx.Now() })
-	armed, _ := srv.core.Armed()
+	srv.core().Batch(func(tx *core.Tx) { at, _ = tx.NextDeadline(); now = tx.Now() })
+	armed, _ := srv.core().Armed()
 	if armed != at || time.Duration(at-now) < 59*time.Minute {
 		t.Fatalf("timer armed for %d, next deadline %d: want one timer at the lock's expiry", armed, at)
 	}
@@ -725,7 +725,7 @@ func TestShutdownEndsAStuckInlineFlush(t *testing.T) {
 	stuck := 0
 	for deadline := time.Now().Add(10 * time.Second); stuck < 3; {
 		var c *conn
-		srv.core.Batch(func(*core.Tx) {
+		srv.core().Batch(func(*core.Tx) {
 			if sess := srv.sessions["stuck"]; sess != nil {
 				c = sess.c
 			}

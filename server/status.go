@@ -128,7 +128,12 @@ func (s *Server) status(tx *core.Tx, detail bool) *mlock.Status {
 }
 
 func (s *Server) statusJSON(tx *core.Tx, detail bool) []byte {
-	b, err := json.Marshal(s.status(tx, detail))
+	doc := s.status(tx, detail)
+	if s.cl != nil {
+		// A node of a cluster adds its view of the cluster.
+		doc.Cluster = s.cl.status.Load()
+	}
+	b, err := json.Marshal(doc)
 	if err != nil {
 		return []byte("{}")
 	}

@@ -1,0 +1,1149 @@
+package server
+
+import (
+	"context"
+	crand "crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"github.com/mlock-dev/mlock"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/mlock-dev/mlock/internal/auth"
+	"github.com/mlock-dev/mlock/internal/cluster"
+	"github.com/mlock-dev/mlock/internal/core"
+	"github.com/mlock-dev/mlock/internal/protocol"
+)
+
+// ClusterConfig makes the server one node of a cluster (see
+// docs/cluster.md): the lock table, the sessions and their offline pushes
+// are a state machine replicated with Raft, and any node serves clients
+// with the protocol and semantics of a single node.
+type ClusterConfig struct {
+	// ID is this node's id: unique in the cluster, stable across restarts
+	// (required).
+	ID string
+	// RaftAddr is the peer address the node listens on for Raft and
+	// advertises to its peers (required unless Transport is set).
+	RaftAddr string
+	// ClientAddr is the address other nodes reach this node's clients port
+	// on, to forward commands while it leads. Default: Config.Addr.
+	ClientAddr string
+	// Dir holds the Raft log and snapshots (required; "" keeps them in
+	// memory, for tests: nothing survives a restart).
+	Dir string
+	// Bootstrap creates a new cluster of Peers (empty: this node alone)
+	// when Dir holds no state yet; ignored otherwise.
+	Bootstrap bool
+	// Peers are the members of a bootstrapped cluster: id and raft address.
+	Peers []ClusterPeer
+	// Join is the client address of a member: a new node asks it (or the
+	// leader it names) to add it as a voter. Ignored when Dir holds state.
+	Join string
+	// Secret authenticates forwarded commands and joins between the nodes;
+	// every node has the same (required, at least 16 bytes). It also seeds
+	// nothing else: lock ids come from a random seed the first leader puts
+	// in the log.
+	Secret []byte
+	// Transport carries Raft's messages (tests: raft.NewInmemTransport).
+	// Nil: TCP on RaftAddr.
+	Transport raft.Transport
+
+	// Raft tuning, passed to internal/cluster (zero: its defaults):
+	// heartbeat 500 ms, election 500 ms, batch window 1 ms, 256 commands
+	// a batch, snapshots every 8192 entries.
+	HeartbeatTimeout, ElectionTimeout, LeaderLeaseTimeout, CommitTimeout time.Duration
+	SnapshotInterval                                                     time.Duration
+	SnapshotThreshold, TrailingLogs                                      uint64
+	MaxAppendEntries                                                     int
+	BatchWindow                                                          time.Duration
+	MaxBatch                                                             int
+	// DedupWindow is how many recent answers are kept to answer a retried
+	// proposal (default 65536).
+	DedupWindow int
+}
+
+// ClusterPeer is one member of a bootstrapped cluster.
+type ClusterPeer struct {
+	ID, Addr string
+}
+
+// window is the failover window: a new leader postpones to its first
+// entry's time + window every deadline that would fall before (see
+// docs/cluster.md): 2 × (heartbeat timeout + election timeout).
+func (cc *ClusterConfig) window() time.Duration {
+	hb := cc.HeartbeatTimeout
+	if hb <= 0 {
+		hb = cluster.DefaultHeartbeatTimeout
+	}
+	el := cc.ElectionTimeout
+	if el <= 0 {
+		el = cluster.DefaultElectionTimeout
+	}
+	return 2 * (hb + el)
+}
+
+// clusterState is a server's part of a cluster.
+type clusterState struct {
+	cfg    ClusterConfig
+	id     string
+	run    string // this run's prefix of connection keys: "<id>/<random>/"
+	node   *cluster.Node
+	dedup  *cluster.Dedup
+	secret [32]byte // sha256 of the secret: what a forwarding connection presents
+	fwd    *forwarder
+	ctx    context.Context // ends at Shutdown
+	cancel context.CancelFunc
+	nconn  atomic.Uint64
+
+	status  atomic.Pointer[ClusterStatus] // refreshed by watchPeers (never read from raft under the core's lock)
+	conns   map[string]*conn              // guarded by the core: this node's connections by key
+	genesis bool                          // guarded by the core, replicated: the first leader's seed is applied
+	ac      conn                          // guarded by the core: the connection commands are applied as
+	fields  [][]byte                      // guarded by the core
+	ans     []byte                        // guarded by the core: the answer being built
+
+	bg sync.WaitGroup // background goroutines (detach of a lost node, ...)
+}
+
+// openCluster opens the node; it runs in New, before the server is shared.
+func (s *Server) openCluster() error {
+	cc := *s.cfg.Cluster
+	if cc.ID == "" {
+		return errors.New("server: Cluster.ID is required")
+	}
+	if len(cc.Secret) < 16 {
+		return errors.New("server: Cluster.Secret must have at least 16 bytes")
+	}
+	if cc.ClientAddr == "" {
+		cc.ClientAddr = s.cfg.Addr
+	}
+	var rnd [6]byte
+	_, _ = crand.Read(rnd[:])
+	cl := &clusterState{cfg: cc, id: cc.ID, run: cc.ID + "/" + hex.EncodeToString(rnd[:]) + "/",
+		secret: sha256.Sum256(append([]byte("mlock cluster forward\x00"), cc.Secret...)),
+		conns:  make(map[string]*conn)}
+	cl.ctx, cl.cancel = context.WithCancel(context.Background())
+	cl.fwd = newForwarder(s, cl)
+	s.cl = cl
+	c, err := s.newCore(nil, nil, 0)
+	if err != nil {
+		return err
+	}
+	s.corep.Store(c)
+	cl.dedup = cluster.NewDedup(&replica{s}, cc.DedupWindow)
+	peers := make([]cluster.Peer, len(cc.Peers))
+	for i, p := range cc.Peers {
+		peers[i] = cluster.Peer{ID: p.ID, Addr: p.Addr}
+	}
+	window := cc.window()
+	cl.node, err = cluster.Open(cluster.Config{
+		ID: cc.ID, RaftAddr: cc.RaftAddr, ClientAddr: cc.ClientAddr, Dir: cc.Dir, Transport: cc.Transport,
+		Bootstrap: cc.Bootstrap, Peers: peers, SM: smHook{cl},
+		NextDeadline: func() (int64, bool) { return s.core().NextDeadline() },
+		OnLeader: func(now int64) []byte {
+			fresh := false
+			s.batch(func(*core.Tx) { fresh = !cl.genesis })
+			if fresh {
+				return cluster.DedupCommand("", 0, appendGenesis(nil, now))
+			}
+			return cluster.DedupCommand("", 0, appendLogCmd(nil, &logCmd{op: opFailover, until: now + int64(window)}))
+		},
+		HeartbeatTimeout: cc.HeartbeatTimeout, ElectionTimeout: cc.ElectionTimeout,
+		LeaderLeaseTimeout: cc.LeaderLeaseTimeout, CommitTimeout: cc.CommitTimeout,
+		SnapshotInterval: cc.SnapshotInterval, SnapshotThreshold: cc.SnapshotThreshold,
+		TrailingLogs: cc.TrailingLogs, MaxAppendEntries: cc.MaxAppendEntries,
+		BatchWindow: cc.BatchWindow, MaxBatch: cc.MaxBatch,
+		Logger: s.log.With("component", "raft"),
+	})
+	if err != nil {
+		cl.cancel()
+		return fmt.Errorf("server: %w", err)
+	}
+	s.log.Info("cluster node", "id", cc.ID, "raft", cl.node.RaftAddr(), "dir", cc.Dir, "bootstrap", cc.Bootstrap)
+	cl.bg.Add(2)
+	go s.detachOwnPast()
+	go s.watchPeers()
+	if cc.Join != "" {
+		cl.bg.Add(1)
+		go s.joinCluster()
+	}
+	return nil
+}
+
+// newCore returns the core of a cluster node, in manual mode: empty (with
+// the lock-id seed and first token of a genesis command; before it, a zero
+// seed that no lock is ever made with) or the core of a snapshot.
+func (s *Server) newCore(snapshot []byte, seed *[32]byte, first uint64) (*core.Core, error) {
+	cfg := &s.cfg
+	if seed == nil {
+		seed = new([32]byte)
+	}
+	var me *core.Core
+	ccfg := core.Config{
+		Engine: core.EngineConfig{
+			MaxResources:       cfg.MaxResources,
+			MaxNameLen:         cfg.MaxNameLen,
+			MaxLocksPerSession: cfg.MaxLocksPerSession,
+			MaxQueueLen:        cfg.MaxQueueLen,
+			SessionGrace:       cfg.SessionGrace,
+			MaxTTL:             cfg.MaxTTL,
+			MaxTimeout:         cfg.MaxTimeout,
+			MaxLocks:           cfg.MaxLocks,
+			MaxEntries:         cfg.MaxEntries,
+			MaxNameBytes:       cfg.MaxNameBytes,
+			MaxSessionBytes:    cfg.MaxSessionBytes,
+			FirstToken:         max(first, 1),
+			Seed:               seed,
+		},
+		Manual: true,
+		// A batch on a core that a restore replaced does nothing more.
+		OnBatch: func(tx *core.Tx, events []core.Event) {
+			if s.corep.Load() == me {
+				s.onBatch(tx, events)
+			}
+		},
+	}
+	var err error
+	if snapshot == nil {
+		me, err = core.New(ccfg)
+	} else {
+		me, err = core.Restore(ccfg, snapshot)
+	}
+	return me, err
+}
+
+// opGenesis (the first leader's first command): seed (32 bytes), first
+// token (uvarint). It gives the replicated lock table its secret seed of
+// lock ids and its first fencing token (the time in µs, as a single node).
+const opGenesis byte = 7
+
+func appendGenesis(dst []byte, now int64) []byte {
+	var seed [32]byte
+	_, _ = crand.Read(seed[:])
+	dst = append(dst, opGenesis)
+	dst = append(dst, seed[:]...)
+	return binary.AppendUvarint(dst, uint64(now/int64(time.Microsecond)))
+}
+
+// ---- the replicated state machine ----
+
+// testApplyHook, if set (tests), sees every entry a node applies.
+var testApplyHook func(node string, now int64, cmds [][]byte)
+
+// smHook is the state machine the node drives: the de-duplication window
+// around the replica, and the tests' hook.
+type smHook struct{ cl *clusterState }
+
+func (h smHook) Apply(now int64, cmds [][]byte) [][]byte {
+	if testApplyHook != nil {
+		testApplyHook(h.cl.id, now, cmds)
+	}
+	return h.cl.dedup.Apply(now, cmds)
+}
+func (h smHook) Snapshot() ([]byte, error) { return h.cl.dedup.Snapshot() }
+func (h smHook) Restore(b []byte) error    { return h.cl.dedup.Restore(b) }
+
+// replica is the server's cluster.StateMachine (wrapped in a cluster.Dedup):
+// the core in manual mode, the sessions (principal's name, attached node
+// and connection, offline pushes, pruned) and the genesis flag. Apply runs
+// every command in one core batch at the entry's time; a command proposed
+// by a connection of this node writes its answer, then its pushes, to
+// that connection.
+type replica struct{ s *Server }
+
+func (r *replica) Apply(now int64, cmds [][]byte) [][]byte {
+	s := r.s
+	out := make([][]byte, len(cmds))
+	var genesis []byte
+	// A failover is applied at the time of the previous entry, before this
+	// entry's time processes what is due: after a long election, or a
+	// restart of the whole cluster, the deadlines that passed meanwhile
+	// are moved to the end of the window instead of running first.
+	for _, b := range cmds {
+		if len(b) > 0 && b[0] == opFailover {
+			var m logCmd
+			if decodeLogCmd(b, &m) == nil {
+				c := s.core()
+				c.BatchAt(c.Now(), func(tx *core.Tx) { tx.Apply(&core.Command{Op: core.OpFailover, Until: m.until}) })
+			}
+		}
+	}
+	s.core().BatchAt(now, func(tx *core.Tx) {
+		if len(cmds) == 0 {
+			tx.Apply(&core.Command{Op: core.OpTick})
+			return
+		}
+		for i, b := range cmds {
+			if len(b) > 0 && b[0] == opGenesis {
+				genesis = b
+				out[i] = []byte{0}
+				continue
+			}
+			out[i] = s.applyLocked(tx, b)
+		}
+	})
+	if genesis != nil {
+		s.applyGenesis(now, genesis)
+	}
+	return out
+}
+
+// applyGenesis replaces the empty core of a new cluster with one seeded by
+// the command (once: a repeat does nothing).
+func (s *Server) applyGenesis(now int64, b []byte) {
+	cl := s.cl
+	if len(b) < 1+32+1 {
+		return
+	}
+	var seed [32]byte
+	copy(seed[:], b[1:33])
+	first, n := binary.Uvarint(b[33:])
+	if n <= 0 {
+		return
+	}
+	old := s.core()
+	fresh := false
+	old.Batch(func(*core.Tx) { fresh = !cl.genesis })
+	if !fresh {
+		return
+	}
+	c, err := s.newCore(nil, &seed, first)
+	if err != nil {
+		s.log.Error("cluster: genesis", "err", err)
+		return
+	}
+	c.BatchAt(now, func(*core.Tx) {})
+	old.Batch(func(*core.Tx) {
+		cl.genesis = true
+		s.corep.Store(c)
+	})
+	old.Close()
+}
+
+// applyLocked applies one log command and returns its answer.
+func (s *Server) applyLocked(tx *core.Tx, b []byte) []byte {
+	var m logCmd
+	if err := decodeLogCmd(b, &m); err != nil {
+		s.log.Error("cluster: log command does not decode: skipped", "err", err)
+		return []byte{0}
+	}
+	cl := s.cl
+	cl.ans = append(cl.ans[:0], 0)
+	switch m.op {
+	case opFrames:
+		s.applyFramesLocked(tx, &m)
+	case opAttach:
+		s.applyAttachLocked(tx, &m)
+	case opDetach:
+		if sess := s.sessions[m.session]; sess != nil && sess.node == m.node && sess.key == m.conn {
+			s.detachLocked(tx, sess)
+		}
+	case opDetachNode:
+		var ids []string
+		for id, sess := range s.sessions {
+			if sess.node == m.node && (m.conn == "" || !hasPrefix(sess.key, m.conn)) {
+				ids = append(ids, id)
+			}
+		}
+		slices.Sort(ids) // deterministic
+		for _, id := range ids {
+			s.detachLocked(tx, s.sessions[id])
+		}
+		if len(ids) > 0 {
+			s.log.Info("cluster: sessions of a node detached", "node", m.node, "sessions", len(ids))
+		}
+	case opFailover:
+		n := tx.Apply(&core.Command{Op: core.OpFailover, Until: m.until}).N
+		s.log.Debug("cluster: failover", "until", time.Unix(0, m.until), "deadlines-moved", n)
+	case opHoldGrants:
+		tx.Apply(&core.Command{Op: core.OpHoldGrants, Until: m.until})
+	}
+	s.deliverPushesLocked()
+	return append([]byte(nil), cl.ans...)
+}
+
+func hasPrefix(s, p string) bool { return len(s) >= len(p) && s[:len(p)] == p }
+
+// detachLocked starts sess's grace: it is attached nowhere.
+func (s *Server) detachLocked(tx *core.Tx, sess *session) {
+	sess.node, sess.key = "", ""
+	s.rebindLocked(sess, false)
+	tx.Apply(&core.Command{Op: core.OpDetach, Session: sess.id})
+}
+
+// localConn returns this node's connection of a command, nil if it was
+// proposed elsewhere or the connection is gone.
+func (s *Server) localConn(m *logCmd) *conn {
+	if m.node != s.cl.id {
+		return nil
+	}
+	return s.cl.conns[m.conn]
+}
+
+// rebindLocked makes sess.c follow the replicated attachment: the local
+// connection of (node, key) if it is here, else none. A connection that
+// loses the session is closed: told "taken over" if another connection
+// took it (takeover), silently otherwise (its client connects again).
+func (s *Server) rebindLocked(sess *session, takeover bool) {
+	var want *conn
+	if sess.node == s.cl.id {
+		want = s.cl.conns[sess.key]
+	}
+	if sess.c == want {
+		if want == nil && (sess.p == nil || sess.p.Name != sess.pname) {
+			sess.p = &auth.Principal{Name: sess.pname}
+		}
+		return
+	}
+	if old := sess.c; old != nil {
+		old.sess = nil
+		sess.c = nil
+		s.online--
+		if takeover {
+			old.sendError(protocol.CodeTakenOver)
+			s.log.Info("session taken over by a new connection", "session", sess.hash, "old", old.remote)
+		} else {
+			old.finish()
+		}
+	}
+	if want != nil {
+		if want.sess != nil && want.sess != sess {
+			want.sess.c = nil
+			s.online--
+		}
+		sess.c = want
+		want.sess = sess
+		sess.p = want.p
+		s.online++
+	}
+	if sess.c == nil && (sess.p == nil || sess.p.Name != sess.pname) {
+		sess.p = &auth.Principal{Name: sess.pname} // rights count only where it is attached
+	}
+}
+
+// applyAttachLocked is connect, applied: the session (new, or resumed
+// with its offline pushes and its held locks announced again) moves to the
+// connection, taking it over from any other.
+func (s *Server) applyAttachLocked(tx *core.Tx, m *logCmd) {
+	cl := s.cl
+	local := s.localConn(m)
+	sess := s.sessions[m.session]
+	resumed := sess != nil
+	if sess == nil {
+		if len(s.sessions) >= s.cfg.MaxSessions {
+			s.counters.sessionsRefused++
+			cl.ans = protocol.AppendError(cl.ans, protocol.CodeTooManySessions)
+			cl.ans[0] = ansEnd
+			s.answerLocked(local, m.seq, cl.ans[1:], true)
+			return
+		}
+		sess = &session{id: m.session, hash: s.shortHash(m.session)}
+		s.sessions[m.session] = sess
+	}
+	sess.pname = m.principal
+	resumed = tx.Apply(&core.Command{Op: core.OpAttach, Session: m.session}).OK && resumed
+	moved := sess.node != "" && (sess.node != m.node || sess.key != m.conn)
+	sess.node, sess.key = m.node, m.conn
+	s.rebindLocked(sess, moved)
+	cl.ans[0] = ansAttached
+	cl.ans = protocol.AppendConnected(cl.ans, resumed, s.graceMs)
+	cl.ans = append(cl.ans, sess.offline...)
+	sess.offline = nil
+	sess.pruned = false
+	s.answerLocked(local, m.seq, cl.ans[1:], false)
+	if resumed {
+		tx.SessionLocks(m.session, func(li core.LockInfo) {
+			if li.Granted {
+				s.pushLocked(sess, li.ID, li.Deadline, li.Token)
+			}
+		})
+	}
+}
+
+// answerLocked writes frames to c, the proposing connection, unless its
+// answer to proposal seq was written already (from the proposal's result,
+// when this node applies later than the leader).
+func (s *Server) answerLocked(c *conn, seq uint64, frames []byte, end bool) {
+	if c == nil || c.answered >= seq {
+		return
+	}
+	c.answered = seq
+	c.write(frames)
+	if end {
+		c.finish()
+	}
+}
+
+// applyFramesLocked runs the client frames of a connection, in order, with
+// the handlers of a single node (rights were checked where it is
+// connected). A connection that no longer holds its session (taken over,
+// detached) is closed instead.
+func (s *Server) applyFramesLocked(tx *core.Tx, m *logCmd) {
+	cl := s.cl
+	local := s.localConn(m)
+	sess := s.sessions[m.session]
+	if sess == nil || sess.node != m.node || sess.key != m.conn {
+		cl.ans[0] = ansEnd
+		if local != nil && local.answered < m.seq {
+			local.finish()
+		}
+		return
+	}
+	ac := &cl.ac
+	*ac = conn{srv: s, sess: sess, trusted: true, capture: &cl.ans, remote: "cluster"}
+	for _, fr := range m.frames {
+		cl.fields = protocol.Split(cl.fields[:0], fr)
+		if len(cl.fields) == 0 {
+			continue
+		}
+		at := len(cl.ans)
+		ac.handle(tx, cl.fields)
+		if local != nil && local.answered < m.seq {
+			local.write(cl.ans[at:]) // the answer, then its pushes
+		}
+		s.deliverPushesLocked()
+		if ac.ended {
+			cl.ans[0] = ansEnd
+			if local != nil && local.answered < m.seq {
+				local.finish()
+			}
+			break
+		}
+	}
+	if local != nil && local.answered < m.seq {
+		local.answered = m.seq
+	}
+	ac.capture = nil
+}
+
+// Snapshot layout: "MLSS" 1, genesis byte, uvarint sessions, each: id,
+// principal, node, key, offline (length-prefixed), pruned byte; in id
+// order; then the core's snapshot.
+const sessionsMagic = "MLSS\x01"
+
+func (r *replica) Snapshot() ([]byte, error) {
+	s := r.s
+	b := []byte(sessionsMagic)
+	s.batch(func(*core.Tx) {
+		if s.cl.genesis {
+			b = append(b, 1)
+		} else {
+			b = append(b, 0)
+		}
+		ids := make([]string, 0, len(s.sessions))
+		for id := range s.sessions {
+			ids = append(ids, id)
+		}
+		slices.Sort(ids)
+		b = binary.AppendUvarint(b, uint64(len(ids)))
+		for _, id := range ids {
+			sess := s.sessions[id]
+			b = appendStr(b, id)
+			b = appendStr(b, sess.pname)
+			b = appendStr(b, sess.node)
+			b = appendStr(b, sess.key)
+			b = binary.AppendUvarint(b, uint64(len(sess.offline)))
+			b = append(b, sess.offline...)
+			if sess.pruned {
+				b = append(b, 1)
+			} else {
+				b = append(b, 0)
+			}
+		}
+	})
+	cs, err := s.core().Snapshot()
+	if err != nil {
+		return nil, err
+	}
+	return append(b, cs...), nil
+}
+
+func (r *replica) Restore(snap []byte) error {
+	s := r.s
+	if len(snap) < len(sessionsMagic)+1 || string(snap[:len(sessionsMagic)]) != sessionsMagic {
+		return errors.New("server: not a cluster snapshot")
+	}
+	genesis := snap[len(sessionsMagic)] == 1
+	d := decoder{p: snap[len(sessionsMagic)+1:]}
+	n := d.uvarint()
+	if d.bad || n > uint64(len(d.p)) {
+		return errBadCommand
+	}
+	restored := make(map[string]*session, n)
+	for range n {
+		sess := &session{id: d.str(), pname: d.str(), node: d.str(), key: d.str()}
+		sess.offline = append([]byte(nil), d.bytes()...)
+		if d.bad || len(d.p) == 0 {
+			return errBadCommand
+		}
+		sess.pruned = d.p[0] == 1
+		d.p = d.p[1:]
+		if len(sess.offline) == 0 {
+			sess.offline = nil
+		}
+		restored[sess.id] = sess
+	}
+	c, err := s.newCore(d.p, nil, 0)
+	if err != nil {
+		return err
+	}
+	old := s.core()
+	old.Batch(func(*core.Tx) {
+		for id, o := range s.sessions {
+			if n := restored[id]; n != nil {
+				n.hash, n.p, n.c = o.hash, o.p, o.c
+				continue
+			}
+			if o.c != nil {
+				o.c.sess = nil
+				o.c.finish()
+				s.online--
+			}
+		}
+		s.sessions = restored
+		for _, sess := range restored {
+			if sess.hash == "" {
+				sess.hash = s.shortHash(sess.id)
+			}
+			s.rebindLocked(sess, false)
+		}
+		s.cl.genesis = genesis
+		s.corep.Store(c)
+	})
+	old.Close()
+	return nil
+}
+
+// ---- proposing ----
+
+// errClosing: the server is shutting down; the command was not answered.
+var errClosing = errors.New("server: shutting down")
+
+// replicate proposes cmd (a cluster.DedupCommand) until it is applied,
+// through this node if it leads or the leader's forwarding otherwise, and
+// returns its answer. During an election it waits; after an unknown
+// outcome it proposes the same command again (the de-duplication window
+// answers a repeat). It ends with ctx's error or errClosing.
+func (s *Server) replicate(ctx context.Context, cmd []byte) ([]byte, error) {
+	cl := s.cl
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if cl.ctx.Err() != nil {
+			return nil, errClosing
+		}
+		info, changed := cl.node.Leader()
+		var (
+			res []byte
+			err error
+		)
+		switch {
+		case info.ID == cl.id:
+			res, err = cl.node.Propose(ctx, cmd)
+		case info.ClientAddr != "":
+			res, err = cl.fwd.propose(ctx, info.ClientAddr, cmd, changed)
+		default:
+			err = cluster.ErrNotLeader
+		}
+		if err == nil {
+			return res, nil
+		}
+		if errors.Is(err, cluster.ErrClosed) {
+			return nil, errClosing
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		// Not the leader, no leader, or an unknown outcome: wait for a
+		// change (or a little) and propose again.
+		t := time.NewTimer(20 * time.Millisecond)
+		if errors.Is(err, cluster.ErrNotLeader) && info.ClientAddr == "" {
+			t.Reset(200 * time.Millisecond)
+		}
+		select {
+		case <-changed:
+		case <-t.C:
+		case <-ctx.Done():
+		case <-cl.ctx.Done():
+		}
+		t.Stop()
+	}
+}
+
+// seqKey is the de-duplication key of a connection's proposals.
+func (c *conn) dedupCmd(seq uint64, body []byte) []byte {
+	return cluster.DedupCommand(c.key, seq, body)
+}
+
+// detachOwnPast detaches the sessions attached to connections of this
+// node's earlier runs (gone with that run), once a leader takes it.
+func (s *Server) detachOwnPast() {
+	cl := s.cl
+	defer cl.bg.Done()
+	cmd := cluster.DedupCommand(cl.run+"past", 0, appendLogCmd(nil, &logCmd{op: opDetachNode, node: cl.id, conn: cl.run}))
+	if _, err := s.replicate(cl.ctx, cmd); err != nil && cl.ctx.Err() == nil {
+		s.log.Warn("cluster: detaching the sessions of an earlier run", "err", err)
+	}
+}
+
+// watchPeers runs on every node and acts while it leads: the sessions
+// attached to a node the leader has not heard from for the failover window
+// are detached (their grace starts), as if their connections dropped.
+func (s *Server) watchPeers() {
+	cl := s.cl
+	defer cl.bg.Done()
+	window := cl.cfg.window()
+	done := map[string]bool{}
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	var n uint64
+	cl.status.Store(s.clusterStatus())
+	for {
+		select {
+		case <-cl.ctx.Done():
+			return
+		case <-t.C:
+		}
+		cl.status.Store(s.clusterStatus())
+		if !cl.node.IsLeader() {
+			clear(done)
+			continue
+		}
+		for _, p := range cl.node.Status().Peers {
+			if !p.Failing {
+				delete(done, p.ID)
+				continue
+			}
+			if done[p.ID] || time.Since(p.FailingSince) < window {
+				continue
+			}
+			n++
+			cmd := cluster.DedupCommand(cl.run+"lost/"+strconv.FormatUint(n, 10), 0,
+				appendLogCmd(nil, &logCmd{op: opDetachNode, node: p.ID}))
+			ctx, cancel := context.WithTimeout(cl.ctx, window)
+			if _, err := cl.node.Propose(ctx, cmd); err == nil {
+				done[p.ID] = true
+				s.log.Warn("cluster: node lost: its sessions detached", "node", p.ID, "since", p.FailingSince)
+			}
+			cancel()
+		}
+	}
+}
+
+// ---- connections ----
+
+// pipeline is a connection's commands in cluster mode, in arrival order:
+// the reader decides each frame (and queues it); one goroutine proposes the
+// replicated ones (all that are queued, in one log command, while the
+// previous is on its way) and writes the local answers in between, so
+// answers keep the order of the requests.
+type pipeline struct {
+	mu     sync.Mutex
+	items  []item // guarded by mu
+	closed bool   // guarded by mu: the reader ended
+	wake   chan struct{}
+	done   chan struct{} // closed when the pipeline goroutine ends
+	seq    uint64        // pipeline goroutine only: the last proposal
+	// attached: an attach of this connection was applied (its detach is
+	// due when it ends). Pipeline goroutine, then cleanup.
+	attached bool
+}
+
+// item is one decided request.
+type item struct {
+	frame  []byte // a replicated request (a copy of its payload)
+	local  []byte // else: frames to write (already answered here)
+	end    bool   // the connection ends after local
+	attach *logCmd
+	bye    bool
+}
+
+func newPipeline() *pipeline {
+	return &pipeline{wake: make(chan struct{}, 1), done: make(chan struct{})}
+}
+
+func (p *pipeline) push(items []item) {
+	p.mu.Lock()
+	p.items = append(p.items, items...)
+	p.mu.Unlock()
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (p *pipeline) close() {
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// maxGroupBytes bounds the frames of one proposal.
+const maxGroupBytes = 256 << 10
+
+// pipeLoop is the pipeline goroutine of c.
+func (c *conn) pipeLoop() {
+	s := c.srv
+	p := c.pipe
+	defer s.wg.Done()
+	defer close(p.done)
+	ctx, cancel := context.WithCancel(s.cl.ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-c.done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	var group [][]byte
+	size := 0
+	flush := func() bool {
+		if len(group) == 0 {
+			return true
+		}
+		p.seq++
+		body := appendLogCmd(nil, &logCmd{op: opFrames, node: s.cl.id, conn: c.key, seq: p.seq, session: c.sid, frames: group})
+		group, size = nil, 0
+		res, err := s.replicate(ctx, c.dedupCmd(p.seq, body))
+		if err != nil {
+			return false
+		}
+		return c.answered_(p.seq, res)
+	}
+	for {
+		p.mu.Lock()
+		items, closed := p.items, p.closed
+		p.items = nil
+		p.mu.Unlock()
+		if len(items) == 0 {
+			if closed {
+				return
+			}
+			select {
+			case <-p.wake:
+			case <-ctx.Done():
+				return
+			}
+			continue
+		}
+		for _, it := range items {
+			if it.frame != nil {
+				group = append(group, it.frame)
+				size += len(it.frame)
+				if size < maxGroupBytes {
+					continue
+				}
+			}
+			if !flush() {
+				return
+			}
+			switch {
+			case it.attach != nil:
+				p.seq++
+				it.attach.seq = p.seq
+				res, err := s.replicate(ctx, c.dedupCmd(p.seq, appendLogCmd(nil, it.attach)))
+				if err != nil {
+					return
+				}
+				if len(res) > 0 && res[0]&ansAttached != 0 {
+					p.attached = true
+				}
+				if !c.answered_(p.seq, res) {
+					return
+				}
+			case it.bye:
+				s.batch(func(*core.Tx) { c.bye() })
+				return
+			case it.local != nil || it.end:
+				end := it.end
+				s.batch(func(*core.Tx) {
+					c.write(it.local)
+					if end {
+						c.finish()
+					}
+				})
+				if end {
+					return
+				}
+			}
+		}
+		if !flush() {
+			return
+		}
+	}
+}
+
+// answered_ writes the answer res of proposal seq unless this node's apply
+// wrote it already; false if the connection ends.
+func (c *conn) answered_(seq uint64, res []byte) bool {
+	if len(res) == 0 {
+		return true
+	}
+	end := res[0]&ansEnd != 0
+	c.srv.batch(func(*core.Tx) {
+		if c.answered < seq {
+			c.answered = seq
+			c.write(res[1:])
+			if end {
+				c.finish()
+			}
+		}
+	})
+	return !end
+}
+
+// decideFrames is handleFrames in cluster mode: every complete frame is
+// decided (parsed, checked against this node's rights) and queued on the
+// pipeline in one local batch.
+func (c *conn) decideFrames(buf []byte, fields [][]byte) ([]byte, [][]byte, bool) {
+	s := c.srv
+	if c.forward {
+		return c.forwardFrames(buf)
+	}
+	off := 0
+	stop := false
+	var items []item
+	s.batch(func(tx *core.Tx) {
+		for !stop {
+			payload, n, want, err := protocol.Next(buf[off:], c.maxFrame())
+			if err != nil {
+				code := protocol.CodeInvalidFrame
+				if errors.Is(err, protocol.ErrLongFrame) {
+					code = protocol.CodeFrameTooLarge
+				}
+				s.log.Warn("malformed frame: connection closed", "remote", c.remote, "err", err)
+				items = append(items, item{local: protocol.AppendError(nil, code), end: true})
+				stop = true
+				break
+			}
+			if n == 0 {
+				if want > cap(buf) {
+					nb := make([]byte, len(buf)-off, want)
+					copy(nb, buf[off:])
+					buf, off = nb, 0
+				}
+				break
+			}
+			fields = protocol.Split(fields[:0], payload)
+			s.framesIn.Add(1)
+			var it item
+			it, stop = c.decide(tx, fields, payload)
+			items = append(items, it)
+			off += n
+			if c.forward {
+				stop = false
+				off += 0
+				break
+			}
+		}
+	})
+	if len(items) > 0 {
+		c.pipe.push(items)
+	}
+	rest := copy(buf, buf[off:])
+	buf = buf[:rest]
+	if c.forward && !stop {
+		return c.forwardFrames(buf)
+	}
+	return buf, fields, stop
+}
+
+// decide handles one frame on the connection's node: what needs only this
+// node (the connect's credentials, rights, ping, status, listings) is
+// answered here, in order; the rest is queued for the log.
+func (c *conn) decide(tx *core.Tx, f [][]byte, payload []byte) (item, bool) {
+	s := c.srv
+	verb, _ := protocol.ParseVerb(f[0])
+	var buf []byte
+	c.capture, c.ended = &buf, false
+	defer func() { c.capture = nil }()
+	local := func() (item, bool) {
+		return item{local: buf, end: c.ended}, c.ended
+	}
+	if c.p == nil {
+		if string(f[0]) == "forward" && len(f) >= 2 {
+			return c.acceptForward(f[1])
+		}
+		if verb != protocol.VerbConnect {
+			c.sendError(protocol.CodeConnectFirst)
+			return local()
+		}
+		switch {
+		case len(f) < 2 || len(f[1]) == 0:
+			c.sendError(protocol.CodeSocketIDRequired)
+		case len(f) < 3 || len(f[2]) == 0:
+			c.sendError(protocol.CodeAPIVersionRequired)
+		case len(f[1]) > s.cfg.MaxSocketIDLen:
+			c.sendError(protocol.CodeSocketIDTooLong)
+		case bytes0(f[1]):
+			c.sendError(protocol.CodeInvalidSocketID)
+		case s.closing:
+			c.sendError(protocol.CodeShuttingDown)
+		}
+		if c.ended {
+			return local()
+		}
+		cred, hasCred := authField(f[3:])
+		p, code := s.principalFor(c, cred, hasCred)
+		if p == nil {
+			s.counters.authFailed++
+			s.logRefusal(tx.Now(), "connect refused: "+code.Text(), "remote", c.remote, "tls", s.tlsConf != nil)
+			c.sendError(code)
+			return local()
+		}
+		c.p, c.sid = p, scope(p, string(f[1]))
+		if c.unauthed {
+			c.unauthed = false
+			s.unauthed--
+		}
+		c.authed = true
+		return item{attach: &logCmd{op: opAttach, node: s.cl.id, conn: c.key, session: c.sid, principal: p.Name}}, false
+	}
+	var req []byte
+	if len(f) > 1 {
+		req = f[1]
+	}
+	p := c.p
+	if c.sess != nil && c.sess.c == c {
+		p = c.sess.p // the rights in force (the auth file may have been reloaded)
+	}
+	switch verb {
+	case protocol.VerbPing:
+		c.ok(req, []byte("pong"))
+	case protocol.VerbStatus:
+		if p.Admin && !s.allowListing(tx, p.Name) {
+			c.failed(req, protocol.CodeRateLimited)
+		} else {
+			c.ok(req, s.statusJSON(tx, p.Admin))
+		}
+	case protocol.VerbLocks:
+		sess := c.sess
+		c.sess = &session{p: p}
+		c.locks(tx, req, f)
+		c.sess = sess
+	case protocol.VerbBye:
+		return item{bye: true}, true
+	case protocol.VerbConnect:
+		c.sendError(protocol.CodeDuplicateConnect)
+	case protocol.VerbEvict:
+		if !p.Admin {
+			s.counters.forbidden++
+			c.failed(req, protocol.CodeForbidden)
+			break
+		}
+		return item{frame: append([]byte(nil), payload...)}, false
+	case protocol.VerbLock, protocol.VerbTryLock:
+		if len(f) >= 3 && !p.Admin {
+			for _, r := range s.splitResources(f[2]) {
+				if !p.May(r) {
+					s.counters.forbidden++
+					buf = protocol.AppendFailed(buf, req, protocol.CodeForbidden, r)
+					return local()
+				}
+			}
+		}
+		return item{frame: append([]byte(nil), payload...)}, false
+	case protocol.VerbExtend, protocol.VerbUnlock, protocol.VerbRelease, protocol.VerbReleaseAll, protocol.VerbRenew:
+		return item{frame: append([]byte(nil), payload...)}, false
+	default:
+		c.failed(req, protocol.CodeInvalidMessage)
+	}
+	return local()
+}
+
+func bytes0(b []byte) bool {
+	for _, x := range b {
+		if x == 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// clusterCleanup is cleanup's cluster part, before the local one: the
+// pipeline finishes what was read, then the session (if this connection
+// attached it) is detached in the log, after every answer it was given.
+func (c *conn) clusterCleanup() {
+	s := c.srv
+	p := c.pipe
+	p.close()
+	<-p.done
+	if !p.attached {
+		return
+	}
+	p.seq++
+	cmd := c.dedupCmd(p.seq, appendLogCmd(nil, &logCmd{op: opDetach, node: s.cl.id, conn: c.key, session: c.sid}))
+	if _, err := s.replicate(s.cl.ctx, cmd); err != nil {
+		s.log.Debug("cluster: detach not proposed (shutting down)", "remote", c.remote)
+	}
+}
+
+// ---- status ----
+
+// ClusterStatus is the "cluster" object of the status document of a node.
+type ClusterStatus = mlock.StatusCluster
+
+// ClusterNode is one member in ClusterStatus.
+type ClusterNode = mlock.StatusClusterNode
+
+func (s *Server) clusterStatus() *ClusterStatus {
+	st := s.cl.node.Status()
+	cs := &ClusterStatus{ID: st.ID, Role: string(st.Role), Ready: st.Ready, Leader: st.Leader.ID,
+		LeaderAddr: st.Leader.ClientAddr, Term: st.Term, LastIndex: st.LastIndex,
+		CommitIndex: st.CommitIndex, AppliedIndex: st.AppliedIndex, Peers: []ClusterNode{}}
+	for _, p := range st.Peers {
+		cs.Peers = append(cs.Peers, ClusterNode{ID: p.ID, Addr: p.Addr, Suffrage: p.Suffrage, Failing: p.Failing})
+	}
+	return cs
+}
+
+// ClusterStatus returns the node's view of the cluster now, nil on a
+// single node. (The status command shows one at most 100 ms old.)
+func (s *Server) ClusterStatus() *ClusterStatus {
+	if s.cl == nil {
+		return nil
+	}
+	return s.clusterStatus()
+}
+
+// clusterStop is Shutdown in cluster mode: the sessions of this node are
+// detached in the log (their grace starts; their clients move to another
+// node), every connection closes without a word, and the node leaves the
+// cluster's work to the others. The locks stay in the cluster.
+func (s *Server) clusterStop(ctx context.Context) {
+	cl := s.cl
+	s.batch(func(*core.Tx) { s.closing = true })
+	dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	cmd := cluster.DedupCommand(cl.run+"stop", 0, appendLogCmd(nil, &logCmd{op: opDetachNode, node: cl.id}))
+	if _, err := s.replicate(dctx, cmd); err != nil {
+		s.log.Warn("cluster: shutdown: sessions not detached; the leader detaches them when it loses this node", "err", err)
+	}
+	cancel()
+	cl.cancel()
+	s.batch(func(*core.Tx) {
+		for c := range s.conns {
+			c.finish()
+		}
+	})
+	cl.bg.Wait()
+	cl.fwd.close()
+	if err := cl.node.Close(); err != nil {
+		s.log.Warn("cluster: closing the node", "err", err)
+	}
+	s.core().Close()
+}

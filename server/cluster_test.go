@@ -1,0 +1,537 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/mlock-dev/mlock"
+	"github.com/mlock-dev/mlock/internal/cluster"
+)
+
+// testCluster is an in-process cluster: raft over the in-memory transport,
+// clients over real TCP.
+type testCluster struct {
+	t     *testing.T
+	n     int
+	dirs  []string // "" : in memory
+	addrs []string // client addresses, fixed across restarts
+	trans []*raft.InmemTransport
+	nodes []*Server
+	done  []chan error
+}
+
+var testSecret = []byte("0123456789abcdef-cluster-test")
+
+func newTestCluster(t *testing.T, n int, onDisk bool) *testCluster {
+	t.Helper()
+	tc := &testCluster{t: t, n: n, dirs: make([]string, n), addrs: make([]string, n),
+		trans: make([]*raft.InmemTransport, n), nodes: make([]*Server, n), done: make([]chan error, n)}
+	for i := range n {
+		if onDisk {
+			tc.dirs[i] = filepath.Join(t.TempDir(), "n"+strconv.Itoa(i))
+		}
+	}
+	for i := range n {
+		tc.start(i)
+	}
+	t.Cleanup(func() {
+		for i := range n {
+			tc.stop(i)
+		}
+	})
+	return tc
+}
+
+func (tc *testCluster) peers() []ClusterPeer {
+	var p []ClusterPeer
+	for i := range tc.n {
+		p = append(p, ClusterPeer{ID: "n" + strconv.Itoa(i), Addr: "raft" + strconv.Itoa(i)})
+	}
+	return p
+}
+
+// start starts node i (again), on its client address of before if any.
+func (tc *testCluster) start(i int) {
+	t := tc.t
+	t.Helper()
+	_, tr := raft.NewInmemTransport(raft.ServerAddress("raft" + strconv.Itoa(i)))
+	tc.trans[i] = tr
+	for j := range tc.n {
+		if j != i && tc.trans[j] != nil {
+			tr.Connect(tc.trans[j].LocalAddr(), tc.trans[j])
+			tc.trans[j].Connect(tr.LocalAddr(), tr)
+		}
+	}
+	addr := tc.addrs[i]
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	var ln net.Listener
+	var err error
+	for range 50 { // a restart may find its port in TIME_WAIT for a moment
+		if ln, err = net.Listen("tcp", addr); err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc.addrs[i] = ln.Addr().String()
+	logger := slog.New(slog.DiscardHandler)
+	if testing.Verbose() {
+		logger = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	}
+	srv, err := New(Config{
+		Addr:         tc.addrs[i],
+		SessionGrace: 3 * time.Second,
+		Logger:       logger.With("node", i),
+		Cluster: &ClusterConfig{
+			ID: "n" + strconv.Itoa(i), ClientAddr: tc.addrs[i], Dir: tc.dirs[i], Transport: tr,
+			Bootstrap: true, Peers: tc.peers(), Secret: testSecret,
+			HeartbeatTimeout: 150 * time.Millisecond, ElectionTimeout: 150 * time.Millisecond,
+			LeaderLeaseTimeout: 75 * time.Millisecond,
+		},
+	})
+	if err != nil {
+		ln.Close()
+		t.Fatal(err)
+	}
+	tc.nodes[i] = srv
+	done := make(chan error, 1)
+	tc.done[i] = done
+	go func() { done <- srv.Serve(ln) }()
+}
+
+// stop shuts node i down (once).
+func (tc *testCluster) stop(i int) {
+	srv := tc.nodes[i]
+	if srv == nil {
+		return
+	}
+	tc.nodes[i] = nil
+	for j := range tc.n {
+		if j != i && tc.trans[j] != nil {
+			tc.trans[j].Disconnect(tc.trans[i].LocalAddr())
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(ctx); err != nil {
+		tc.t.Errorf("shutdown n%d: %v", i, err)
+	}
+	if err := <-tc.done[i]; err != ErrServerClosed {
+		tc.t.Errorf("Serve n%d returned %v", i, err)
+	}
+	tc.trans[i] = nil
+}
+
+// leader waits for a ready leader among the running nodes and returns its
+// index.
+func (tc *testCluster) leader() int {
+	tc.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		for i, s := range tc.nodes {
+			if s != nil && s.cl.node.IsLeader() {
+				return i
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	tc.t.Fatal("no leader")
+	return -1
+}
+
+// dial connects a raw client to node i as sid.
+func (tc *testCluster) dial(i int, sid string) *raw {
+	tc.t.Helper()
+	nc, err := net.Dial("tcp", tc.addrs[i])
+	if err != nil {
+		tc.t.Fatal(err)
+	}
+	tc.t.Cleanup(func() { nc.Close() })
+	c := &raw{t: tc.t, nc: nc}
+	c.send("connect " + sid + " 1.0")
+	return c
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+// readTimeout reads one frame within d.
+func (c *raw) readWithin(d time.Duration) string {
+	c.t.Helper()
+	p, err := c.next(d)
+	if err != nil {
+		c.t.Fatalf("reading a frame: %v", err)
+	}
+	return p
+}
+
+func TestClusterLocksThroughEveryNode(t *testing.T) {
+	tc := newTestCluster(t, 3, false)
+	tc.leader()
+	var cs []*raw
+	for i := range 3 {
+		c := tc.dial(i, "s"+strconv.Itoa(i))
+		c.expect("connected 1.0 new *")
+		cs = append(cs, c)
+	}
+	// FIFO across nodes: 0 holds, 1 then 2 wait.
+	id0 := cs[0].lock("1", "hot 10000 0 0")
+	tok0, _ := strconv.ParseUint(cs[0].locked(id0), 10, 64)
+	id1 := cs[1].lock("1", "hot 10000 0 0")
+	time.Sleep(50 * time.Millisecond)
+	id2 := cs[2].lock("1", "hot 10000 0 0")
+	cs[1].quiet()
+	cs[2].quiet()
+	cs[0].send("unlock 2 " + id0)
+	cs[0].expect("result 2 success done")
+	f := cs[1].expect("locked " + id1 + " * *") // pushed by node 1
+	tok1, _ := strconv.ParseUint(f[3], 10, 64)
+	cs[2].quiet()
+	cs[1].send("unlock 2 " + id1)
+	cs[1].expect("result 2 success done")
+	f = cs[2].expect("locked " + id2 + " * *")
+	tok2, _ := strconv.ParseUint(f[3], 10, 64)
+	if !(tok0 < tok1 && tok1 < tok2) {
+		t.Fatalf("tokens %d %d %d not increasing", tok0, tok1, tok2)
+	}
+	// Every command kind through a follower.
+	fol := (tc.leader() + 1) % 3
+	c := cs[fol]
+	c.send("trylock 3 hot 1000")
+	if got := c.read(); !strings.HasPrefix(got, "result 3 failed ") { // held by 2
+		t.Fatalf("trylock: %q", got)
+	}
+	c.send("ping 4")
+	c.expect("result 4 success pong")
+	id := c.lock("5", "a|b 5000 0 0 own")
+	c.locked(id)
+	c.send("extend 6 " + id + " 20000")
+	c.expect("result 6 success *")
+	c.send("renew 7 own a|b 30000")
+	c.expect("result 7 success * *")
+	c.send("release 8 own a")
+	c.expect("result 8 success true")
+	c.expect("expired " + id + " *") // partial release
+	c.send("releaseall 9 own")
+	c.expect("result 9 success *")
+	c.send("status 10")
+	st := c.expect("result 10 success *")
+	if !strings.Contains(strings.Join(st[3:], " "), `"cluster":{"id":"n`) {
+		t.Fatalf("status without the cluster object: %v", st)
+	}
+	// Pipelined frames keep their order.
+	var b []byte
+	for i := range 20 {
+		b = append(b, frame(fmt.Sprintf("lock p%d p%d 5000 0 0", i, i))...)
+	}
+	c.write(b)
+	for i := 0; i < 20; {
+		got := c.read()
+		if strings.HasPrefix(got, "locked ") || strings.HasPrefix(got, "expired ") {
+			continue
+		}
+		if !match(got, fmt.Sprintf("result p%d success *", i)) {
+			t.Fatalf("pipelined answer %d: %q", i, got)
+		}
+		i++
+	}
+}
+
+func frame(p string) []byte {
+	var r raw
+	_ = r
+	b := []byte{0, 0, 0, 0}
+	b = append(b, p...)
+	b = append(b, '\n')
+	l := len(b)
+	b[0], b[1], b[2], b[3] = byte(l>>24), byte(l>>16), byte(l>>8), byte(l)
+	return b
+}
+
+func TestClusterSessionMovesToAnotherNode(t *testing.T) {
+	tc := newTestCluster(t, 3, false)
+	tc.leader()
+	a := tc.dial(0, "mover")
+	a.expect("connected 1.0 new *")
+	id := a.lock("1", "m 60000 0 0")
+	tok := a.locked(id)
+	w := tc.dial(2, "waiter")
+	w.expect("connected 1.0 new *")
+	wid := w.lock("1", "m 60000 0 0")
+	// The client moves to node 1: its session resumes there with its lock.
+	a.nc.Close()
+	b := tc.dial(1, "mover")
+	b.expect("connected 1.0 resumed *")
+	b.expect("locked " + id + " * " + tok)
+	w.quiet()
+	// A push for it is now delivered by node 1.
+	b.send("unlock 2 " + id)
+	b.expect("result 2 success done")
+	w.expect("locked " + wid + " * *")
+	// Takeover across nodes: the old connection is told.
+	c := tc.dial(0, "waiter")
+	c.expect("connected 1.0 resumed *")
+	for {
+		got := w.read()
+		if strings.HasPrefix(got, "error ") {
+			break
+		}
+		if !strings.HasPrefix(got, "locked ") {
+			t.Fatalf("old connection got %q", got)
+		}
+	}
+	c.expect("locked " + wid + " * *")
+}
+
+func TestClusterLeaderLoss(t *testing.T) {
+	tc := newTestCluster(t, 3, false)
+	l := tc.leader()
+	f1, f2 := (l+1)%3, (l+2)%3
+	h := tc.dial(f1, "holder")
+	h.expect("connected 1.0 new *")
+	id := h.lock("1", "x 60000 0 0")
+	tok, _ := strconv.ParseUint(h.locked(id), 10, 64)
+	w := tc.dial(f2, "waiter")
+	w.expect("connected 1.0 new *")
+	wid := w.lock("1", "x 60000 0 0") // no timeout: waits
+	tc.stop(l)
+	// During the election the unlock waits, and is then applied.
+	h.send("unlock 2 " + id)
+	if got := h.readWithin(10 * time.Second); got != "result 2 success done" {
+		t.Fatalf("unlock: %q", got)
+	}
+	got := w.readWithin(10 * time.Second)
+	f := strings.Split(got, " ")
+	if len(f) != 4 || f[0] != "locked" || f[1] != wid {
+		t.Fatalf("waiter got %q", got)
+	}
+	if tok2, _ := strconv.ParseUint(f[3], 10, 64); tok2 <= tok {
+		t.Fatalf("token %d after %d", tok2, tok)
+	}
+	if nl := tc.leader(); nl == l {
+		t.Fatal("the stopped node leads")
+	}
+}
+
+// TestClusterGoClient: the Go client with every node's address, workers
+// contending for one resource while the leader is stopped; fencing tokens
+// show no two holders at once.
+func TestClusterGoClient(t *testing.T) {
+	tc := newTestCluster(t, 3, false)
+	l := tc.leader()
+	uri := "mlock://" + strings.Join(tc.addrs, ",")
+	var mu sync.Mutex
+	holding := 0
+	var tokens []uint64
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	stopAt := time.Now().Add(3 * time.Second)
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// Each worker starts on a different node.
+			addrs := append(append([]string(nil), tc.addrs[w%3:]...), tc.addrs[:w%3]...)
+			c, err := mlock.New("mlock://" + strings.Join(addrs, ","))
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer c.Close()
+			for time.Now().Before(stopAt) {
+				lk, err := c.Lock(ctx, "shared", &mlock.LockOptions{TTL: 10 * time.Second})
+				if err != nil {
+					errs <- fmt.Errorf("lock: %w", err)
+					return
+				}
+				mu.Lock()
+				holding++
+				if holding > 1 {
+					errs <- fmt.Errorf("two holders")
+				}
+				tokens = append(tokens, lk.Token())
+				mu.Unlock()
+				time.Sleep(time.Millisecond)
+				mu.Lock()
+				holding--
+				mu.Unlock()
+				if err := lk.Unlock(ctx); err != nil {
+					errs <- fmt.Errorf("unlock: %w", err)
+					return
+				}
+			}
+		}()
+	}
+	_ = uri
+	time.Sleep(time.Second)
+	tc.stop(l)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	for i := 1; i < len(tokens); i++ {
+		if tokens[i] <= tokens[i-1] {
+			t.Fatalf("token %d after %d", tokens[i], tokens[i-1])
+		}
+	}
+	if len(tokens) < 20 {
+		t.Fatalf("only %d grants", len(tokens))
+	}
+	t.Logf("%d grants", len(tokens))
+}
+
+func TestClusterRestartFromDisk(t *testing.T) {
+	tc := newTestCluster(t, 3, true)
+	tc.leader()
+	a := tc.dial(1, "keeper")
+	a.expect("connected 1.0 new *")
+	id := a.lock("1", "kept 600000 0 0")
+	tok := a.locked(id)
+	tc.nodes[0].cl.node.Snapshot() // compact once: the restart restores a snapshot, then the log
+	id2 := a.lock("2", "kept2 600000 0 0")
+	tok2 := a.locked(id2)
+	a.nc.Close()
+	for i := range 3 {
+		tc.stop(i)
+	}
+	for i := range 3 {
+		tc.start(i)
+	}
+	tc.leader()
+	b := tc.dial(2, "keeper")
+	if got := b.readWithin(10 * time.Second); !match(got, "connected 1.0 resumed *") {
+		t.Fatalf("after the restart: %q", got)
+	}
+	seen := map[string]bool{}
+	for range 2 {
+		f := strings.Split(b.read(), " ")
+		seen[f[1]+" "+f[3]] = true
+	}
+	if !seen[id+" "+tok] || !seen[id2+" "+tok2] {
+		t.Fatalf("locks after the restart: %v", seen)
+	}
+	// Tokens keep increasing.
+	id3 := b.lock("3", "new 1000 0 0")
+	if tok3, _ := strconv.ParseUint(b.locked(id3), 10, 64); tok3 <= mustUint(tok2) {
+		t.Fatalf("token %d after %s", tok3, tok2)
+	}
+}
+
+func mustUint(s string) uint64 { n, _ := strconv.ParseUint(s, 10, 64); return n }
+
+// TestClusterDeterminism records the log one node applies and replays it
+// into three fresh state machines: identical snapshots, byte for byte.
+func TestClusterDeterminism(t *testing.T) {
+	type rec struct {
+		now  int64
+		cmds [][]byte
+	}
+	var mu sync.Mutex
+	var log []rec
+	testApplyHook = func(node string, now int64, cmds [][]byte) {
+		if node != "n0" {
+			return
+		}
+		cp := make([][]byte, len(cmds))
+		for i, c := range cmds {
+			cp[i] = append([]byte(nil), c...)
+		}
+		if cmds == nil {
+			cp = nil
+		}
+		mu.Lock()
+		log = append(log, rec{now, cp})
+		mu.Unlock()
+	}
+	t.Cleanup(func() { testApplyHook = nil })
+	tc := newTestCluster(t, 3, false)
+	tc.leader()
+	var cs []*raw
+	for i := range 3 {
+		c := tc.dial(i, "d"+strconv.Itoa(i))
+		c.expect("connected 1.0 new *")
+		cs = append(cs, c)
+	}
+	for k := range 5 {
+		for i, c := range cs {
+			c.send("lock " + strconv.Itoa(k) + " r" + strconv.Itoa(k%2) + " 300 0 0 o" + strconv.Itoa(i))
+			c.expectAfterLocked("result " + strconv.Itoa(k) + " success *")
+		}
+	}
+	time.Sleep(700 * time.Millisecond) // expiries, grants, ticks
+	cs[0].nc.Close()
+	time.Sleep(200 * time.Millisecond)
+	for i := range 3 {
+		tc.stop(i)
+	}
+	mu.Lock()
+	entries := log
+	mu.Unlock()
+	if len(entries) < 10 {
+		t.Fatalf("only %d entries", len(entries))
+	}
+	var snaps [][]byte
+	for k := range 3 {
+		d := replaySM(t, "replay"+strconv.Itoa(k))
+		for _, e := range entries {
+			d.Apply(e.now, e.cmds)
+		}
+		b, err := d.Snapshot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		snaps = append(snaps, b)
+		// A restored state snapshots the same.
+		d2 := replaySM(t, "restored")
+		if err := d2.Restore(b); err != nil {
+			t.Fatal(err)
+		}
+		if b2, _ := d2.Snapshot(); !bytes.Equal(b, b2) {
+			t.Fatal("restored state differs")
+		}
+	}
+	if !bytes.Equal(snaps[0], snaps[1]) || !bytes.Equal(snaps[1], snaps[2]) {
+		t.Fatal("replays differ")
+	}
+	if len(snaps[0]) < 100 {
+		t.Fatalf("snapshot of %d bytes: no state?", len(snaps[0]))
+	}
+}
+
+// replaySM returns a state machine of a server that is no node: for
+// replaying a log.
+func replaySM(t *testing.T, id string) *cluster.Dedup {
+	cfg := Config{SessionGrace: 3 * time.Second}.withDefaults()
+	s := &Server{cfg: cfg, log: cfg.Logger, sessions: map[string]*session{}, conns: map[*conn]struct{}{},
+		perIP: nil, buckets: map[string]*bucket{}, graceMs: 3000}
+	s.cl = &clusterState{id: id, conns: map[string]*conn{}}
+	c, err := s.newCore(nil, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.corep.Store(c)
+	s.cl.dedup = cluster.NewDedup(&replica{s}, 0)
+	return s.cl.dedup
+}
