@@ -170,8 +170,6 @@ func newForwarder(s *Server, cl *clusterState) *forwarder {
 	return &forwarder{s: s, cl: cl, conns: make(map[string]*fwdConn)}
 }
 
-// errForwardLost: the forwarding connection ended before the answer.
-var errForwardLost = errors.New("server: forwarding connection lost")
 
 // propose forwards cmd to the leader at addr and returns its result; the
 // errors are cluster.ErrNotLeader (nothing done) and
