@@ -170,7 +170,6 @@ func newForwarder(s *Server, cl *clusterState) *forwarder {
 	return &forwarder{s: s, cl: cl, conns: make(map[string]*fwdConn)}
 }
 
-
 // propose forwards cmd to the leader at addr and returns its result; the
 // errors are cluster.ErrNotLeader (nothing done) and
 // cluster.ErrUnknownOutcome (propose it again). It gives up (unknown
