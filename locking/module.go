@@ -163,7 +163,9 @@ func RegisterScheme(scheme string, open OpenFunc) {
 }
 
 // Open opens a provider from a URL: "memory:" (built in), "mlock://host:port"
-// (package locking/mlockd), "redis://host:port/db" (package locking/redis).
+// (package locking/mlockd), "redis://host:port/db" (package locking/redis),
+// "etcd://host:port" (package locking/etcd). A package registers its scheme
+// when it is imported.
 func Open(ctx context.Context, rawURL string) (Provider, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {

@@ -20,7 +20,7 @@ import (
 
 func cmdBench(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("bench")
-	uri := uriFlag(fs, "target when URL is not given: mlock://, mlocks://, redis://host:port/db (?mode=medusa: Medusa's scripts), memory:")
+	uri := uriFlag(fs, "target when URL is not given: mlock://, mlocks://, redis://host:port/db (?mode=medusa: Medusa's scripts), etcd://host:port[,host:port], memory:")
 	var cfg bench.Config
 	fs.StringVar(&cfg.Scenario, "scenario", "uncontended", "uncontended, hotkey or shop")
 	fs.IntVar(&cfg.Workers, "workers", 0, "concurrent workers (default 8; shop 32)")
@@ -37,8 +37,8 @@ func cmdBench(args []string, stdout, stderr io.Writer) int {
 	asJSON := fs.Bool("json", false, "print the results as JSON")
 	cpuProfile := fs.String("cpu-profile", "", "write the load generator's CPU profile to this file")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: mlock bench [flags] [URL]\n\nLoads a lock provider (mlock://, redis://, redis://...?mode=medusa for Medusa's own scripts,\n"+
-			"memory:) with one scenario, and reports server and client (this process's) CPU per operation.\n"+
+		fmt.Fprintf(fs.Output(), "Usage: mlock bench [flags] [URL]\n\nLoads a lock provider (mlock://, mlocks://, redis://, redis://...?mode=medusa for Medusa's own\n"+
+			"scripts, etcd:// (etcd's concurrency.Mutex), memory:) with one scenario, and reports server and client (this process's) CPU per operation.\n"+
 			"URL defaults to --uri. Targets must be on loopback unless --allow-remote.\n"+
 			"Latencies are the wait to acquire a lock (P50, P99, MAX; hotkey: HANDOFF from release to the next grant);\n"+
 			"on a terminal a progress line shows on stderr.\n"+

@@ -12,7 +12,7 @@
 //	mlock version
 //
 // The server is --uri, or $MLOCK_URI, or mlock://127.0.0.1:12340; run and
-// bench take any lock provider (mlock://, mlocks://, redis://, memory:),
+// bench take any lock provider (mlock://, mlocks://, redis://, etcd://, memory:),
 // the others an mlock:// or mlocks:// server. "mlock COMMAND --help"
 // prints a command's help on stdout and exits 0.
 //
@@ -59,7 +59,7 @@ const defaultURI = "mlock://127.0.0.1:12340"
 // What --uri accepts, per command.
 const (
 	uriServer    = "mlock:// or mlocks:// (TLS) server"
-	uriProviders = "lock provider: mlock:// or mlocks:// server, redis://host:port/db, memory: (this process only)"
+	uriProviders = "lock provider: mlock:// or mlocks:// server, redis://host:port/db, etcd://host:port, memory: (this process only)"
 )
 
 func main() {
@@ -116,7 +116,7 @@ func usage(w io.Writer) {
 
 The server is --uri, default $MLOCK_URI, else %s. "mlock COMMAND --help"
 lists a command's flags and what its --uri accepts: run and bench take any lock provider
-(mlock://, mlocks://, redis://, memory:), the other commands an mlock:// or mlocks:// server.
+(mlock://, mlocks://, redis://, etcd://, memory:), the other commands an mlock:// or mlocks:// server.
 
 Exit status: 0 done; 2 usage error; 125 mlock's own error (server unreachable, refused);
 "mlock run" also: the command's status, 75 lock lost, 124 lock not taken in time,

@@ -19,6 +19,7 @@ import (
 	"github.com/mlock-dev/mlock"
 	"github.com/mlock-dev/mlock/internal/lease"
 	"github.com/mlock-dev/mlock/locking"
+	_ "github.com/mlock-dev/mlock/locking/etcd"   // etcd:// for locking.Open
 	_ "github.com/mlock-dev/mlock/locking/mlockd" // mlock:// for locking.Open
 	_ "github.com/mlock-dev/mlock/locking/redis"  // redis:// for locking.Open
 )

@@ -213,6 +213,9 @@ func (r *run) round(ctx context.Context, d time.Duration) error {
 	}
 	ccpu0, ok := processCPU()
 	r.ccpuOK = r.ccpuOK && ok
+	// A hand-off is measured within a round: the first grant of a round
+	// follows the other targets' rounds, not a release.
+	r.release.Store(0)
 	rctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	samples := make([]sample, r.cfg.Workers)

@@ -228,3 +228,68 @@ func TestOpenMemory(t *testing.T) {
 		t.Fatalf("memory: target %+v", tg)
 	}
 }
+
+func TestParseProcessCPU(t *testing.T) {
+	page := "# HELP process_cpu_seconds_total Total user and system CPU time spent in seconds.\n" +
+		"# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total_other 9\nprocess_cpu_seconds_total 12.34\n"
+	if d, ok := parseProcessCPU(strings.NewReader(page)); !ok || d != 12340*time.Millisecond {
+		t.Fatalf("parseProcessCPU = %v, %v", d, ok)
+	}
+	for _, bad := range []string{"", "process_cpu_seconds_total x\n", "process_cpu_seconds_total -1\n"} {
+		if _, ok := parseProcessCPU(strings.NewReader(bad)); ok {
+			t.Errorf("parseProcessCPU(%q) succeeded", bad)
+		}
+	}
+	if _, _, err := Open(context.Background(), "etcd://127.0.0.1:2379,192.0.2.1:2379", false); err == nil ||
+		!strings.Contains(err.Error(), "loopback") {
+		t.Fatalf("an etcd list with a non-loopback host: %v", err)
+	}
+}
+
+// etcd:// targets are opened with locking.Open and report etcd's CPU (its
+// /metrics); every scenario runs on them without errors or violations.
+func TestOpenEtcdTarget(t *testing.T) {
+	e := os.Getenv("ETCD_ENDPOINTS")
+	if e == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("ETCD_ENDPOINTS is not set: CI must start etcd")
+		}
+		t.Skip("*** ETCD_ENDPOINTS is not set: skipping the etcd target test ***")
+	}
+	ctx := context.Background()
+	tg, closeT, err := Open(ctx, fmt.Sprintf("etcd://%s?prefix=benchtest/%x/", e, rand.Uint32()), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeT()
+	for _, sc := range Scenarios {
+		cfg := Config{Scenario: sc, Workers: 4, Duration: 300 * time.Millisecond, Round: 150 * time.Millisecond}
+		res, err := Run(ctx, cfg, tg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := res[0]
+		if r.Ops == 0 || r.Errors != 0 || r.Violations != 0 || !r.CPUKnown || r.ServerCPU <= 0 || !r.ClientCPUKnown {
+			t.Fatalf("%s: %+v", sc, r)
+		}
+	}
+}
+
+// With --vs, the first grant of a round comes after the other target's
+// round, not after a release: it is no hand-off. A slow target (few grants a
+// round) would otherwise show the round's length as its hand-off p99.
+func TestHandoffNotAcrossRounds(t *testing.T) {
+	a, b := locking.NewMemory(), locking.NewMemory()
+	defer a.Close()
+	defer b.Close()
+	cfg := Config{Scenario: "hotkey", Workers: 2, Duration: 600 * time.Millisecond, Round: 100 * time.Millisecond, Hold: 10 * time.Millisecond}
+	res, err := Run(context.Background(), cfg, Target{Name: "a", Provider: a}, Target{Name: "b", Provider: b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range res {
+		if r.Ops < 20 || r.HandoffP99 > 50*time.Millisecond {
+			t.Fatalf("%s: %d grants, hand-off p99 %v; want hand-offs within a round only", r.Target, r.Ops, r.HandoffP99)
+		}
+	}
+}

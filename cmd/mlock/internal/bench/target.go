@@ -6,7 +6,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
@@ -16,15 +18,18 @@ import (
 
 	"github.com/mlock-dev/mlock"
 	"github.com/mlock-dev/mlock/locking"
+	"github.com/mlock-dev/mlock/locking/etcd"     // etcd:// for locking.Open
 	_ "github.com/mlock-dev/mlock/locking/mlockd" // mlock:// for locking.Open
 	_ "github.com/mlock-dev/mlock/locking/redis"  // redis:// for locking.Open
 )
 
 // Open returns a target for a provider URL, opened with locking.Open
 // (memory:, mlock://host:port, redis://host:port/db, and its
-// ?mode=medusa). Unless allowRemote, the host must be a loopback address.
-// The server's CPU is read from mlockd's status or Redis's INFO cpu; the
-// in-process memory provider has none. The returned close function releases
+// ?mode=medusa, etcd://host:port[,host:port]). Unless allowRemote, every
+// host must be a loopback address. The server's CPU is read from mlockd's
+// status, Redis's INFO cpu or etcd's process_cpu_seconds_total (its
+// /metrics on each client URL, summed); the in-process memory provider has
+// none. The returned close function releases
 // the target.
 func Open(ctx context.Context, rawURL string, allowRemote bool) (Target, func(), error) {
 	u, err := url.Parse(rawURL)
@@ -32,7 +37,17 @@ func Open(ctx context.Context, rawURL string, allowRemote bool) (Target, func(),
 		return Target{}, nil, err
 	}
 	hosts := []string{u.Hostname()}
-	var nodes []string // mlock(s)://: every node of the list
+	var nodes []string // mlock(s)://, etcd://: every node of the list
+	if u.Scheme == "etcd" {
+		if nodes, err = etcd.Endpoints(rawURL); err != nil {
+			return Target{}, nil, err
+		}
+		hosts = hosts[:0]
+		for _, n := range nodes {
+			h, _, _ := net.SplitHostPort(n)
+			hosts = append(hosts, h)
+		}
+	}
 	if u.Scheme == "mlock" || u.Scheme == "mlocks" {
 		o, err := mlock.ParseURI(rawURL)
 		if err != nil {
@@ -121,6 +136,20 @@ func serverCPU(ctx context.Context, u *url.URL, rawURL string, nodes []string) (
 		rdb := goredis.NewClient(ro)
 		closeCPU = rdb.Close
 		cpu = func(ctx context.Context) (time.Duration, bool) { return redisCPU(ctx, rdb) }
+	case "etcd":
+		hc := &http.Client{Timeout: 5 * time.Second}
+		closeCPU = func() error { hc.CloseIdleConnections(); return nil }
+		cpu = func(ctx context.Context) (time.Duration, bool) {
+			var total time.Duration
+			for _, n := range nodes {
+				d, ok := etcdCPU(ctx, hc, "http://"+n+"/metrics")
+				if !ok {
+					return 0, false
+				}
+				total += d
+			}
+			return total, true
+		}
 	default:
 		return nil, func() {}, nil
 	}
@@ -151,6 +180,42 @@ func redisCPU(ctx context.Context, rdb *goredis.Client) (time.Duration, bool) {
 		}
 	}
 	return time.Duration(total * float64(time.Second)), found == 2
+}
+
+// etcdCPU reads process_cpu_seconds_total (user + system, 10 ms steps)
+// from an etcd /metrics page.
+func etcdCPU(ctx context.Context, hc *http.Client, metricsURL string) (time.Duration, bool) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, metricsURL, nil)
+	if err != nil {
+		return 0, false
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return 0, false
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, false
+	}
+	return parseProcessCPU(io.LimitReader(resp.Body, 8<<20))
+}
+
+// parseProcessCPU finds process_cpu_seconds_total in a Prometheus text page.
+func parseProcessCPU(r io.Reader) (time.Duration, bool) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		name, v, ok := strings.Cut(strings.TrimSpace(sc.Text()), " ")
+		if !ok || name != "process_cpu_seconds_total" {
+			continue
+		}
+		f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+		if err != nil || f < 0 {
+			return 0, false
+		}
+		return time.Duration(f * float64(time.Second)), true
+	}
+	return 0, false
 }
 
 // checkLoopback refuses hosts that are not loopback addresses.

@@ -1,0 +1,340 @@
+package clustertest
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+)
+
+// violation is one broken rule with the history that shows it.
+type violation struct {
+	kind     string // overlap, token, linearizability, check-timeout
+	msg      string
+	res      string
+	from, to int64
+}
+
+// checkSafety requires, per resource, that no two belief intervals overlap
+// and that fencing tokens strictly increase in the order of the intervals.
+// An empty interval (the lock was already past its Deadline when granted)
+// is left out of both: nobody believed it; the model checks its token.
+func checkSafety(grants []grant) (vs []violation, empty int) {
+	byRes := map[string][]grant{}
+	for _, g := range grants {
+		if g.End <= g.Start {
+			empty++
+			continue
+		}
+		byRes[g.Res] = append(byRes[g.Res], g)
+	}
+	for _, res := range sortedKeys(byRes) {
+		gs := byRes[res]
+		sort.Slice(gs, func(i, j int) bool { return gs[i].Start < gs[j].Start })
+		for i, a := range gs {
+			for _, b := range gs[i+1:] {
+				if b.Start >= a.End {
+					break
+				}
+				vs = append(vs, violation{kind: "overlap", res: res, from: b.Start, to: min(a.End, b.End),
+					msg: fmt.Sprintf("two holders of %s for %v: %v and %v", res, time.Duration(min(a.End, b.End)-b.Start), a, b)})
+			}
+			if i > 0 && a.Token <= gs[i-1].Token {
+				p := gs[i-1]
+				vs = append(vs, violation{kind: "token", res: res, from: p.Start, to: a.Start,
+					msg: fmt.Sprintf("token %d does not exceed the previous holder's %d: %v after %v", a.Token, p.Token, a, p)})
+			}
+		}
+	}
+	return vs, empty
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}
+
+// The lock model for porcupine, per resource.
+
+// lockState is the state of one resource.
+type lockState struct {
+	holder int    // handle holding it; 0 free; ghost: a lock of unknown outcome
+	end    int64  // the holder's lease lasts at least until end (its latest Deadline)
+	last   uint64 // the highest token granted
+}
+
+const ghost = -1
+
+type lockInput struct {
+	kind     string
+	handle   int
+	ret      int64 // the response time (lock ok: the grant happened before it)
+	leaseEnd int64 // lock ok: the latest Deadline the holder saw
+}
+
+type lockOutput struct {
+	outcome string
+	token   uint64
+}
+
+// lockModel is the sequential specification of one resource's lock. A
+// holder's lease may end at any time after its latest Deadline (the server
+// never ends it earlier; a failover only postpones it), so another client
+// may then be granted the resource. A lock of unknown outcome may have been
+// granted, to nobody who knows it: a ghost, whose lease may end at any time.
+var lockModel = porcupine.NondeterministicModel{
+	Partition: func(h []porcupine.Operation) [][]porcupine.Operation {
+		by := map[string][]porcupine.Operation{}
+		for _, o := range h {
+			r := o.Metadata.(op).Res
+			by[r] = append(by[r], o)
+		}
+		var out [][]porcupine.Operation
+		for _, r := range sortedKeys(by) {
+			out = append(out, by[r])
+		}
+		return out
+	},
+	Init: func() []any { return []any{lockState{}} },
+	Step: func(st, in, out any) []any {
+		s, i, o := st.(lockState), in.(lockInput), out.(lockOutput)
+		free := lockState{last: s.last}
+		mine := s.holder == i.handle
+		switch i.kind + "/" + o.outcome {
+		case opLock + "/" + resOK:
+			if o.token <= s.last || s.holder > 0 && i.ret <= s.end {
+				return nil
+			}
+			return []any{lockState{holder: i.handle, end: i.leaseEnd, last: o.token}}
+		case opLock + "/" + resUnknown:
+			return []any{s, lockState{holder: ghost, last: s.last}}
+		case opExtend + "/" + resOK:
+			if !mine {
+				return nil
+			}
+			return []any{s}
+		case opExtend + "/" + resLost:
+			if !mine {
+				return []any{s}
+			}
+			if i.ret > s.end {
+				return []any{free} // expired
+			}
+			return nil // the server ended the lease before the holder's Deadline
+		case opUnlock + "/" + resOK:
+			if !mine {
+				return nil
+			}
+			return []any{free}
+		case opUnlock + "/" + resLost:
+			// A retried unlock whose first attempt was applied says lost:
+			// lenient here.
+			if mine {
+				return []any{free}
+			}
+			return []any{s}
+		case opUnlock + "/" + resUnknown:
+			if mine {
+				return []any{s, free}
+			}
+			return []any{s}
+		default: // no effect in any state
+			return []any{s}
+		}
+	},
+	DescribeOperation: func(in, out any) string {
+		i, o := in.(lockInput), out.(lockOutput)
+		s := fmt.Sprintf("%s h%d → %s", i.kind, i.handle, o.outcome)
+		if o.token != 0 {
+			s += fmt.Sprintf(" %d", o.token)
+		}
+		return s
+	},
+	DescribeState: func(st any) string {
+		s := st.(lockState)
+		return fmt.Sprintf("holder h%d until %s, last token %d", s.holder, fmtT(s.end), s.last)
+	},
+}
+
+// modelOps converts the recorded operations for the model, leaving out
+// those without effect in any state (refused locks, extends of unknown
+// outcome, calls on a lock the client had already lost).
+func modelOps(ops []op, grants []grant) []porcupine.Operation {
+	lease := map[int]int64{}
+	for _, g := range grants {
+		lease[g.Handle] = g.LeaseEnd
+	}
+	var out []porcupine.Operation
+	for _, o := range ops {
+		switch {
+		case o.Outcome == resSkip,
+			o.Kind == opLock && (o.Outcome == resFail || o.Outcome == resLost),
+			o.Kind == opExtend && o.Outcome != resOK && o.Outcome != resLost:
+			continue
+		}
+		out = append(out, porcupine.Operation{
+			ClientId: o.Worker,
+			Input:    lockInput{kind: o.Kind, handle: o.Handle, ret: o.Return, leaseEnd: lease[o.Handle]},
+			Call:     o.Call,
+			Output:   lockOutput{outcome: o.Outcome, token: o.Token},
+			Return:   o.Return,
+			Metadata: o,
+		})
+	}
+	return out
+}
+
+// checkLinearizable checks the history against lockModel, per resource,
+// each within timeout.
+func checkLinearizable(ops []op, grants []grant, timeout time.Duration) []violation {
+	model := lockModel.ToModel()
+	hist := modelOps(ops, grants)
+	var vs []violation
+	for _, part := range model.Partition(hist) {
+		res := part[0].Metadata.(op).Res
+		r, info := porcupine.CheckOperationsVerbose(model, part, timeout)
+		switch r {
+		case porcupine.Ok:
+			continue
+		case porcupine.Unknown:
+			vs = append(vs, violation{kind: "check-timeout", res: res,
+				msg: fmt.Sprintf("porcupine gave up on %s after %v (%d operations)", res, timeout, len(part))})
+			continue
+		}
+		// The longest partial linearization shows where it got stuck.
+		var longest []porcupine.Operation
+		for _, p := range info.PartialLinearizationsOperations() {
+			for _, l := range p {
+				if len(l) > len(longest) {
+					longest = l
+				}
+			}
+		}
+		from, to := int64(0), int64(0)
+		var b strings.Builder
+		if n := len(longest); n > 0 {
+			lastOp := longest[n-1].Metadata.(op)
+			from = lastOp.Call
+			fmt.Fprintf(&b, "longest linearizable prefix: %d of %d operations, ending with %v; ", n, len(part), lastOp)
+			// The first operation not in it that must come next.
+			in := map[int]bool{}
+			for _, l := range longest {
+				in[l.Metadata.(op).Handle*8+kindIdx(l.Metadata.(op).Kind)] = true
+			}
+			first := int64(never)
+			var stuck op
+			for _, o := range part {
+				m := o.Metadata.(op)
+				if !in[m.Handle*8+kindIdx(m.Kind)] && o.Return < first {
+					first, stuck = o.Return, m
+				}
+			}
+			if first != never {
+				to = max(stuck.Return, from)
+				fmt.Fprintf(&b, "cannot place %v", stuck)
+			}
+		}
+		vs = append(vs, violation{kind: "linearizability", res: res, from: from, to: max(to, from),
+			msg: fmt.Sprintf("the history of %s is not linearizable: %s", res, b.String())})
+	}
+	return vs
+}
+
+func kindIdx(k string) int {
+	switch k {
+	case opLock:
+		return 1
+	case opExtend:
+		return 2
+	}
+	return 3
+}
+
+// percentile returns the p-th percentile (0..100) of ds, nearest rank.
+func percentile(ds []time.Duration, p float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	i := int(float64(len(s))*p/100+0.999999) - 1
+	return s[max(0, min(i, len(s)-1))]
+}
+
+// TestCheckers runs the safety checker and the model on hand-made
+// histories.
+func TestCheckers(t *testing.T) {
+	ms := int64(time.Millisecond)
+	lock := func(w, h int, call, ret int64, outcome string, token uint64) op {
+		return op{Worker: w, Kind: opLock, Res: "r", Handle: h, Call: call * ms, Return: ret * ms, Outcome: outcome, Token: token}
+	}
+	ext := func(w, h int, call, ret int64, outcome string) op {
+		return op{Worker: w, Kind: opExtend, Res: "r", Handle: h, Call: call * ms, Return: ret * ms, Outcome: outcome}
+	}
+	unl := func(w, h int, call, ret int64, outcome string) op {
+		return op{Worker: w, Kind: opUnlock, Res: "r", Handle: h, Call: call * ms, Return: ret * ms, Outcome: outcome}
+	}
+	gr := func(w, h int, token uint64, start, end, lease int64) grant {
+		return grant{Worker: w, Res: "r", Handle: h, Token: token, Start: start * ms, End: end * ms, LeaseEnd: lease * ms}
+	}
+	unknown := func(o op) op { o.Return = never; return o }
+	for _, tc := range []struct {
+		name   string
+		ops    []op
+		grants []grant
+		safety []string
+		lin    bool
+	}{
+		{"sequential",
+			[]op{lock(0, 1, 0, 10, resOK, 5), ext(0, 1, 20, 30, resOK), unl(0, 1, 40, 50, resOK),
+				lock(1, 2, 5, 55, resOK, 6), unl(1, 2, 60, 70, resOK)},
+			[]grant{gr(0, 1, 5, 10, 40, 1000), gr(1, 2, 6, 55, 60, 1000)}, nil, true},
+		{"two holders",
+			[]op{lock(0, 1, 0, 10, resOK, 5), lock(1, 2, 5, 20, resOK, 6), unl(0, 1, 40, 50, resOK), unl(1, 2, 60, 70, resOK)},
+			[]grant{gr(0, 1, 5, 10, 40, 1000), gr(1, 2, 6, 20, 60, 1000)}, []string{"overlap"}, false},
+		{"taken after the holder's lease",
+			[]op{lock(0, 1, 0, 10, resOK, 5), lock(1, 2, 5, 120, resOK, 6), unl(1, 2, 130, 140, resOK)},
+			[]grant{gr(0, 1, 5, 10, 100, 100), gr(1, 2, 6, 120, 130, 1000)}, nil, true},
+		{"tokens go down",
+			[]op{lock(0, 1, 0, 10, resOK, 6), unl(0, 1, 20, 30, resOK), lock(1, 2, 25, 40, resOK, 5), unl(1, 2, 50, 60, resOK)},
+			[]grant{gr(0, 1, 6, 10, 20, 1000), gr(1, 2, 5, 40, 50, 1000)}, []string{"token"}, false},
+		{"extend after another's grant",
+			[]op{lock(0, 1, 0, 10, resOK, 5), unl(0, 1, 20, 30, resOK), lock(1, 2, 25, 40, resOK, 6), ext(0, 1, 50, 60, resOK)},
+			[]grant{gr(0, 1, 5, 10, 20, 1000), gr(1, 2, 6, 40, 70, 1000)}, nil, false},
+		{"lock of unknown outcome",
+			[]op{unknown(lock(0, 1, 0, 10, resUnknown, 0)), lock(1, 2, 5, 40, resOK, 6), unl(1, 2, 50, 60, resOK),
+				lock(2, 3, 55, 70, resOK, 9)},
+			[]grant{gr(1, 2, 6, 40, 50, 1000), gr(2, 3, 9, 70, 80, 1000)}, nil, true},
+		{"unlock of unknown outcome, then taken",
+			[]op{lock(0, 1, 0, 10, resOK, 5), unknown(unl(0, 1, 20, 30, resUnknown)), lock(1, 2, 25, 40, resOK, 6)},
+			[]grant{gr(0, 1, 5, 10, 20, 1000), gr(1, 2, 6, 40, 50, 1000)}, nil, true},
+		{"expired before the holder's Deadline",
+			[]op{lock(0, 1, 0, 10, resOK, 5), ext(0, 1, 20, 30, resLost)},
+			[]grant{gr(0, 1, 5, 10, 20, 1000)}, nil, false},
+		{"granted already expired",
+			[]op{lock(0, 1, 0, 300, resOK, 5), lock(1, 2, 5, 200, resOK, 6), unl(1, 2, 210, 220, resOK)},
+			[]grant{gr(0, 1, 5, 300, 250, 0), gr(1, 2, 6, 200, 210, 1000)}, nil, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			vs, _ := checkSafety(tc.grants)
+			var got []string
+			for _, v := range vs {
+				got = append(got, v.kind)
+			}
+			if fmt.Sprint(got) != fmt.Sprint(tc.safety) {
+				t.Errorf("safety violations %v, want %v", vs, tc.safety)
+			}
+			lv := checkLinearizable(tc.ops, tc.grants, 5*time.Second)
+			if (len(lv) == 0) != tc.lin {
+				t.Errorf("linearizability violations %v, want linearizable %v", lv, tc.lin)
+			}
+		})
+	}
+}
