@@ -114,13 +114,11 @@ func TestClusterFaults(t *testing.T) {
 	}
 	t.Cleanup(stopWorkers)
 
-	var healthFailures []string
 	start := time.Now()
 	for r := 1; r <= rounds; r++ {
 		kind := faultKinds[(r-1)%len(faultKinds)]
 		time.Sleep(loadBefore)
 		if err := runFault(c, h, clients[r%workers], r, kind); err != nil {
-			healthFailures = append(healthFailures, fmt.Sprintf("round %d %s: %v", r, kind, err))
 			t.Errorf("round %d (%s): %v\n%s", r, kind, err, c.logTails())
 			break
 		}
