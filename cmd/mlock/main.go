@@ -110,7 +110,7 @@ func usage(w io.Writer) {
   mlock ping [--timeout D]                       check the server
   mlock locks [--json] [PREFIX]                  holders and waiters per resource
   mlock bench [flags] [URL]                      load a provider: uncontended, hotkey, shop
-  mlock evict RESOURCES                          (admin) release whoever holds RESOURCES ("a|b")
+  mlock evict RESOURCES                          (admin) revoke whoever holds RESOURCES ("a|b")
   mlock token NAME RIGHT...                      a new token and its auth-file line (RIGHT: prefix=P, admin, from=CIDR, cert)
   mlock version                                  this command's version and the server's
 
@@ -506,14 +506,15 @@ func cmdLocks(args []string, stdout, stderr io.Writer) int {
 func cmdEvict(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("evict")
 	inspectUsage(fs, "mlock evict [--uri URI] [--timeout D] RESOURCES",
-		"Releases the lock holding each resource of RESOURCES (\"a|b\"), whoever holds it; its holder is told.\n"+
-			"Administrators only.\n")
+		"Revokes the lock holding each resource of RESOURCES (\"a|b\"), whoever holds it: its holder is told at\n"+
+			"once and can no longer extend it, and the resource goes to the next waiter when the holder can no longer\n"+
+			"believe it holds it (at most the server's session grace later). Administrators only.\n")
 	return withClient(fs, args, stdout, stderr, 1, 1, func(ctx context.Context, c *mlock.Client, _ string, pos []string) error {
 		n, err := c.Evict(ctx, pos[0])
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "%d lock(s) released; their holders were told\n", n)
+		fmt.Fprintf(stdout, "%d lock(s) revoked; their holders were told; the resources are free within the session grace\n", n)
 		return nil
 	})
 }
