@@ -183,27 +183,14 @@ func (s *Server) openCluster() error {
 // the lock-id seed and first token of a genesis command; before it, a zero
 // seed that no lock is ever made with) or the core of a snapshot.
 func (s *Server) newCore(snapshot []byte, seed *[32]byte, first uint64) (*core.Core, error) {
-	cfg := &s.cfg
 	if seed == nil {
 		seed = new([32]byte)
 	}
 	var me *core.Core
+	ecfg := s.cfg.engineConfig()
+	ecfg.FirstToken, ecfg.Seed = max(first, 1), seed
 	ccfg := core.Config{
-		Engine: core.EngineConfig{
-			MaxResources:       cfg.MaxResources,
-			MaxNameLen:         cfg.MaxNameLen,
-			MaxLocksPerSession: cfg.MaxLocksPerSession,
-			MaxQueueLen:        cfg.MaxQueueLen,
-			SessionGrace:       cfg.SessionGrace,
-			MaxTTL:             cfg.MaxTTL,
-			MaxTimeout:         cfg.MaxTimeout,
-			MaxLocks:           cfg.MaxLocks,
-			MaxEntries:         cfg.MaxEntries,
-			MaxNameBytes:       cfg.MaxNameBytes,
-			MaxSessionBytes:    cfg.MaxSessionBytes,
-			FirstToken:         max(first, 1),
-			Seed:               seed,
-		},
+		Engine: ecfg,
 		Manual: true,
 		// A batch on a core that a restore replaced does nothing more.
 		OnBatch: func(tx *core.Tx, events []core.Event) {
@@ -922,12 +909,7 @@ func (c *conn) decideFrames(buf []byte, fields [][]byte) ([]byte, [][]byte, bool
 		for !stop {
 			payload, n, want, err := protocol.Next(buf[off:], c.maxFrame())
 			if err != nil {
-				code := protocol.CodeInvalidFrame
-				if errors.Is(err, protocol.ErrLongFrame) {
-					code = protocol.CodeFrameTooLarge
-				}
-				s.log.Warn("malformed frame: connection closed", "remote", c.remote, "err", err)
-				items = append(items, item{local: protocol.AppendError(nil, code), end: true})
+				items = append(items, item{local: protocol.AppendError(nil, c.badFrame(err)), end: true})
 				stop = true
 				break
 			}
@@ -947,7 +929,6 @@ func (c *conn) decideFrames(buf []byte, fields [][]byte) ([]byte, [][]byte, bool
 			off += n
 			if c.forward {
 				stop = false
-				off += 0
 				break
 			}
 		}

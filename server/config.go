@@ -229,6 +229,24 @@ func (c *Config) Validate() error {
 	return nil
 }
 
+// engineConfig returns the engine's part of c: its limits and the session
+// grace.
+func (c *Config) engineConfig() core.EngineConfig {
+	return core.EngineConfig{
+		MaxResources:       c.MaxResources,
+		MaxNameLen:         c.MaxNameLen,
+		MaxLocksPerSession: c.MaxLocksPerSession,
+		MaxQueueLen:        c.MaxQueueLen,
+		SessionGrace:       c.SessionGrace,
+		MaxTTL:             c.MaxTTL,
+		MaxTimeout:         c.MaxTimeout,
+		MaxLocks:           c.MaxLocks,
+		MaxEntries:         c.MaxEntries,
+		MaxNameBytes:       c.MaxNameBytes,
+		MaxSessionBytes:    c.MaxSessionBytes,
+	}
+}
+
 // withDefaults returns c with every zero field set.
 func (c Config) withDefaults() Config {
 	if c.Addr == "" {

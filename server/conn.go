@@ -357,12 +357,7 @@ func (c *conn) handleFrames(buf []byte, fields [][]byte) ([]byte, [][]byte, bool
 		for !stop {
 			payload, n, want, err := protocol.Next(buf[off:], c.maxFrame())
 			if err != nil {
-				code := protocol.CodeInvalidFrame
-				if errors.Is(err, protocol.ErrLongFrame) {
-					code = protocol.CodeFrameTooLarge
-				}
-				s.log.Warn("malformed frame: connection closed", "remote", c.remote, "err", err)
-				c.sendError(code)
+				c.sendError(c.badFrame(err))
 				stop = true
 				break
 			}
@@ -387,6 +382,16 @@ func (c *conn) handleFrames(buf []byte, fields [][]byte) ([]byte, [][]byte, bool
 	}
 	rest := copy(buf, buf[off:])
 	return buf[:rest], fields, stop
+}
+
+// badFrame logs a malformed frame and returns the code of the error that
+// ends the connection.
+func (c *conn) badFrame(err error) protocol.Code {
+	c.srv.log.Warn("malformed frame: connection closed", "remote", c.remote, "err", err)
+	if errors.Is(err, protocol.ErrLongFrame) {
+		return protocol.CodeFrameTooLarge
+	}
+	return protocol.CodeInvalidFrame
 }
 
 // maxFrame is the largest frame the reader accepts now: MaxFrame once the

@@ -25,11 +25,17 @@ func start(t testing.TB, cfg Config) *Server {
 	if cfg.DataDir == "" && cfg.QuietPeriod == 0 {
 		cfg.QuietPeriod = -1
 	}
-	srv, err := New(cfg)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	return serveOn(t, cfg, ln)
+}
+
+// serveOn runs a server on ln and stops it when the test ends.
+func serveOn(t testing.TB, cfg Config, ln net.Listener) *Server {
+	t.Helper()
+	srv, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

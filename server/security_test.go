@@ -542,32 +542,11 @@ func (c remoteConn) RemoteAddr() net.Addr { return c.remote }
 func startRemote(t testing.TB, cfg Config, ip string) *Server {
 	t.Helper()
 	cfg.QuietPeriod = -1
-	srv, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() {
-		done <- srv.Serve(remoteListener{ln, &net.TCPAddr{IP: net.ParseIP(ip), Port: 40000}})
-	}()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(ctx); err != nil {
-			t.Errorf("shutdown: %v", err)
-		}
-		if err := <-done; err != ErrServerClosed {
-			t.Errorf("Serve returned %v", err)
-		}
-	})
-	for srv.Addr() == nil {
-		time.Sleep(time.Millisecond)
-	}
-	return srv
+	return serveOn(t, cfg, remoteListener{ln, &net.TCPAddr{IP: net.ParseIP(ip), Port: 40000}})
 }
 
 func TestProtectedModeRefusesRemoteClients(t *testing.T) {

@@ -189,21 +189,10 @@ func (s *Server) open(clock core.Clock) error {
 	if err != nil {
 		return fmt.Errorf("server: %w", err)
 	}
+	ecfg := cfg.engineConfig()
+	ecfg.FirstToken = first
 	c, err := core.New(core.Config{
-		Engine: core.EngineConfig{
-			MaxResources:       cfg.MaxResources,
-			MaxNameLen:         cfg.MaxNameLen,
-			MaxLocksPerSession: cfg.MaxLocksPerSession,
-			MaxQueueLen:        cfg.MaxQueueLen,
-			SessionGrace:       cfg.SessionGrace,
-			MaxTTL:             cfg.MaxTTL,
-			MaxTimeout:         cfg.MaxTimeout,
-			MaxLocks:           cfg.MaxLocks,
-			MaxEntries:         cfg.MaxEntries,
-			MaxNameBytes:       cfg.MaxNameBytes,
-			MaxSessionBytes:    cfg.MaxSessionBytes,
-			FirstToken:         first,
-		},
+		Engine:  ecfg,
 		Clock:   clock,
 		OnBatch: s.onBatch,
 	})
