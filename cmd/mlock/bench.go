@@ -127,6 +127,15 @@ func human(d time.Duration) string {
 	if d < 0 {
 		return "-" + human(-d)
 	}
+	// Three significant digits before the unit is chosen, so that 999.6µs
+	// reads 1ms, not 1000µs.
+	if d >= 1000 {
+		p := time.Duration(1)
+		for d/p >= 1000 {
+			p *= 10
+		}
+		d = (d + p/2) / p * p
+	}
 	type unit struct {
 		size time.Duration
 		name string

@@ -303,7 +303,8 @@ func TestHuman(t *testing.T) {
 	}{
 		{72749 * time.Microsecond, "72.7ms"}, {950, "950ns"}, {812 * time.Microsecond, "812µs"},
 		{1500, "1.5µs"}, {1234 * time.Millisecond, "1.23s"}, {2 * time.Second, "2s"}, {0, "0ns"},
-		{100 * time.Millisecond, "100ms"}, {9999 * time.Microsecond, "10ms"},
+		{100 * time.Millisecond, "100ms"}, {9999 * time.Microsecond, "10ms"}, {999600 * time.Nanosecond, "1ms"},
+		{999499 * time.Microsecond, "999ms"}, {999500 * time.Microsecond, "1s"},
 	} {
 		if got := human(c.d); got != c.want {
 			t.Errorf("human(%v) = %q, want %q", c.d, got, c.want)
