@@ -234,7 +234,8 @@ func Open(cfg Config) (*Node, error) {
 	if rc.MaxAppendEntries <= 0 {
 		rc.MaxAppendEntries = DefaultMaxAppendEntries
 	}
-	rc.BatchApplyCh = true
+	// BatchApplyCh stays off: raft v1.7.3 never answers a future still in a buffered apply channel
+	// when it shuts down, and our entries are already batches (see leadership.collect).
 	notifyCh := make(chan bool, 16)
 	rc.NotifyCh = notifyCh
 	if err := raft.ValidateConfig(rc); err != nil {

@@ -11,7 +11,7 @@
 // Group commit: the leader collects concurrent Propose calls into one entry (up to Config.MaxBatch
 // commands; while an earlier entry is still being committed it waits up to Config.BatchWindow for
 // more, an idle leader sends at once). raft itself writes and replicates many entries per disk write
-// and RPC (MaxAppendEntries, BatchApplyCh) and applies them through a batching FSM: one fsync per
+// and RPC (MaxAppendEntries) and applies them through a batching FSM: one fsync per
 // group, never per command.
 //
 // Deadlines: the leader asks Config.NextDeadline after each applied entry and, when its clock passes
