@@ -69,6 +69,7 @@ func (s *session) run() {
 			s.backoff = s.opts.MaxBackoff
 		}
 		s.dialFailed(i, err, refusal)
+		s.roundFailed(err, refusal)
 		tried, refusal = 0, nil
 		wait := time.Duration(float64(s.backoff) * (0.5 + rand.Float64()/2))
 		s.log.Warn("mlock: connecting failed; retrying", "node", s.nodes[i].addr, "err", err, "in", wait)
@@ -82,6 +83,12 @@ func (s *session) run() {
 }
 
 var errShuttingDown = errors.New("server shutting down")
+
+// maxDrops is how many connections a lock request may lose before its result
+// (it is asked again after each but the last): a node that drops every
+// connection fails the request with the connection error instead of keeping
+// it forever.
+const maxDrops = 3
 
 // hello is what the handshake told.
 type hello struct {
@@ -223,6 +230,7 @@ func (s *session) serve(c link, i int) (bye bool) {
 	case s.everUp:
 		s.probeWaitsLocked(monoNow())
 	}
+	s.reaskCallsLocked(monoNow())
 	s.everUp = true
 	close(s.up)
 	s.rearmLocked() // the grace may have changed
@@ -285,10 +293,18 @@ func (s *session) serve(c link, i int) (bye bool) {
 	}
 	for seq, cl := range s.calls {
 		delete(s.calls, seq)
-		if cl.probe == nil {
+		switch {
+		case cl.probe != nil:
+		case cl.lock != nil && !cl.abandoned && !s.closed && cl.drops < maxDrops-1:
+			// Its outcome is unknown: asked again on the next connection.
+			cl.drops++
+			s.reasks = append(s.reasks, cl)
+		default:
 			cl.ch <- reply{err: cerr}
 		}
 	}
+	s.reasking = 0
+	clear(s.forgotten)
 	// A timeout push can be lost with the connection: the waits' backstops
 	// join the session's timer (held locks are on it already).
 	s.rearmLocked()
@@ -349,6 +365,11 @@ func (s *session) shutdown() {
 			cl.ch <- reply{err: e}
 		}
 	}
+	for _, cl := range s.reasks {
+		cl.lock.state = failed
+		cl.ch <- reply{err: e}
+	}
+	s.reasks = nil
 	lostErr := &Error{Type: TypeLost, Msg: "client closed", Err: ErrClosed}
 	for id, l := range s.locks {
 		delete(s.locks, id)
@@ -463,6 +484,12 @@ func (s *session) dispatch(p []byte) (bye bool) {
 		if l == nil {
 			// A grant nobody waits for (its request's answer was lost with a
 			// connection): give it back at once.
+			if s.reasking > 0 {
+				if s.forgotten == nil {
+					s.forgotten = map[string]struct{}{}
+				}
+				s.forgotten[string(m.ID)] = struct{}{}
+			}
 			s.forgetLocked(string(m.ID))
 			return false
 		}
@@ -512,6 +539,12 @@ func (s *session) resultLocked(m *protocol.Message) {
 	if cl.probe != nil {
 		s.probedLocked(cl.probe, m)
 		return
+	}
+	if cl.reasked {
+		if m.OK && !cl.abandoned && s.reaskedForgottenLocked(cl, string(m.Payload)) {
+			return
+		}
+		s.reaskDoneLocked()
 	}
 	if !m.OK {
 		if cl.lock != nil {

@@ -62,7 +62,16 @@
 // default), and waiting locks are still granted. Calls in flight when the
 // connection drops fail at once with an Error of Type connection; Ping,
 // Status, Locks, Extend and Unlock are retried once after the reconnect
-// (they are idempotent), Lock, TryLock, Release and ReleaseAll are not.
+// (they are idempotent), Release and ReleaseAll are not. Lock and TryLock
+// are asked again on the next connection, with what is left of their
+// timeout, when a node takes the session at once (another node of a
+// cluster, or the same server reached again); they fail with the connection
+// error when a whole round of dials fails, or after the third connection
+// lost with them in flight. The server may have queued the first request:
+// its grant then arrives for no waiting handle and is given back at once,
+// so the caller holds only what it was answered. (An owner's request asked
+// again may be answered with that first grant, renewed by re-entry: it is
+// the same lock.) A tolerate limit counts that first request while it waits.
 // If the server lost the session (it restarted), held locks are reported
 // lost, and waiting requests, which held nothing, are asked again on the new
 // session with what is left of their timeout: the caller keeps waiting. If

@@ -342,8 +342,9 @@ func TestCloseWithAServerThatDoesNotRead(t *testing.T) {
 	}
 }
 
-// A queue of commands past its limit closes the connection: the calls in
-// flight fail with a connection error and the session reconnects.
+// A queue of commands past its limit closes the connection and the session
+// reconnects. A lock request too long for the queue is asked again on each
+// new connection, and fails with a connection error at the last one.
 func TestOutboxOverflowDropsTheConnection(t *testing.T) {
 	addr, _ := startServer(t, server.Config{}, "")
 	t.Cleanup(mlock.SetMaxPending(4 << 10)) // after the client's Close
@@ -397,4 +398,58 @@ func clientOptions(addr string, o mlock.Options) mlock.Options {
 	o.Host = host
 	o.Port, _ = strconv.Atoi(port)
 	return o
+}
+
+// A lock request whose connection drops before its answer is asked again on
+// the next connection. The server had granted the first request already: that
+// grant is announced on the resumed session for no waiting handle and given
+// back, so the caller ends up holding exactly one lock, the one it was
+// answered, and the resource is free once it unlocks. With an owner the
+// request asked again renews the first grant by re-entry, which is being given
+// back: the request is asked once more.
+func TestLockInFlightWhenTheConnectionDropsIsAskedAgain(t *testing.T) {
+	for _, owner := range []string{"", "worker-1"} {
+		t.Run("owner="+owner, func(t *testing.T) {
+			addr, _ := startServer(t, server.Config{SessionGrace: 5 * time.Second}, "")
+			px := newProxy(t, addr)
+			other := client(t, addr, mlock.Options{})
+			c := client(t, px.addr(), mlock.Options{MaxBackoff: 50 * time.Millisecond, DialTimeout: 500 * time.Millisecond})
+			ctx := ctxT(t)
+			if err := c.Ping(ctx); err != nil {
+				t.Fatal(err)
+			}
+			px.dropBack.Store(true) // the answers are lost
+			g := lockAsync(ctx, c, "inflight", &mlock.LockOptions{TTL: 10 * time.Second, Timeout: 5 * time.Second, Owner: owner})
+			waitQueue(t, other, "inflight", 1) // granted on the server
+			px.cut()
+			px.dropBack.Store(false)
+			var l *mlock.Lock
+			select {
+			case got := <-g:
+				if got.err != nil {
+					t.Fatalf("Lock = %v, want the lock asked again", got.err)
+				}
+				l = got.l
+			case <-time.After(5 * time.Second):
+				t.Fatal("the lock request in flight is neither asked again nor failed")
+			}
+			if l.Deadline().IsZero() {
+				t.Fatal("no deadline")
+			}
+			waitQueue(t, other, "inflight", 1) // the first grant given back, this one held
+			if tl, err := other.TryLock(ctx, "inflight", nil); err == nil {
+				tl.Unlock(ctx)
+				t.Fatal("another client got the lock its holder believes it holds")
+			}
+			if err := l.Unlock(ctx); err != nil {
+				t.Fatalf("Unlock of the lock asked again: %v", err)
+			}
+			waitQueue(t, other, "inflight", 0)
+			tl, err := other.TryLock(ctx, "inflight", nil)
+			if err != nil {
+				t.Fatalf("after Unlock the resource is still held: %v", err)
+			}
+			tl.Unlock(ctx)
+		})
+	}
 }

@@ -144,6 +144,23 @@ func (s *session) rearmLocked() {
 			next, on = at, true
 		}
 	}
+	for i := 0; i < len(s.reasks); {
+		l := s.reasks[i].lock
+		if l.waitEnd == 0 {
+			i++
+			continue
+		}
+		if l.waitEnd <= now {
+			l.state = failed
+			s.reasks[i].ch <- reply{err: &Error{Type: TypeTimeout, Msg: "Lock timeout"}}
+			s.reasks = slices.Delete(s.reasks, i, i+1)
+			continue
+		}
+		if !on || l.waitEnd < next {
+			next, on = l.waitEnd, true
+		}
+		i++
+	}
 	if on {
 		s.armLocked(next)
 	} else {
@@ -239,11 +256,32 @@ func (s *session) reaskLocked(l *Lock, now time.Duration) {
 		l.state = failed
 		return
 	}
+	l.state = waiting
 	if s.box == nil {
-		l.state = failed
-		cl.ch <- reply{err: &Error{Type: TypeConnection, Msg: "connection lost"}}
+		s.reasks = append(s.reasks, cl) // on the next connection
 		return
 	}
+	s.resendLocked(cl, now)
+}
+
+// reaskCallsLocked sends again, on the connection just made, the lock
+// requests whose connection dropped before their result. The server may have
+// queued the first request (in a cluster, the log may hold it although the
+// node that took it died): that request's grant then arrives for no waiting
+// handle and is given back (see dispatch), so the client never believes it
+// holds a grant it did not ask for on a live connection.
+func (s *session) reaskCallsLocked(now time.Duration) {
+	cls := s.reasks
+	s.reasks = nil
+	for _, cl := range cls {
+		s.resendLocked(cl, now)
+	}
+}
+
+// resendLocked queues cl's lock request again, with what is left of its
+// timeout (none left: the wait fails with Type timeout).
+func (s *session) resendLocked(cl *call, now time.Duration) {
+	l := cl.lock
 	if l.verb == protocol.VerbLock && l.timeout > 0 {
 		left := l.waitEnd - s.opts.DialTimeout - now
 		if left < time.Millisecond {
@@ -253,11 +291,51 @@ func (s *session) reaskLocked(l *Lock, now time.Duration) {
 		}
 		l.args[argTimeout] = ms(left)
 	}
-	l.state = waiting
 	s.seq++
-	cl.seq, cl.sent, l.sent = s.seq, now, now
+	cl.seq, cl.sent, cl.reasked = s.seq, now, true
+	l.sent = now
 	s.calls[cl.seq] = cl
+	s.reasking++
 	s.queueLocked(l.verb, cl.seq, l.args[:l.nargs])
+}
+
+// reaskDoneLocked notes the result of a request asked again.
+func (s *session) reaskDoneLocked() {
+	if s.reasking--; s.reasking <= 0 {
+		s.reasking = 0
+		clear(s.forgotten)
+	}
+}
+
+// reaskedForgottenLocked handles the success of a request asked again whose
+// answer names id: if id is a grant this session is giving back (an owner's
+// first request, renewed by re-entry, announced before this answer), the
+// request is asked once more and it reports true.
+func (s *session) reaskedForgottenLocked(cl *call, id string) bool {
+	if _, gone := s.forgotten[id]; !gone {
+		return false
+	}
+	s.reaskDoneLocked()
+	s.resendLocked(cl, monoNow())
+	return true
+}
+
+// roundFailed fails the requests waiting to be asked again once a whole round
+// of dials failed: no node took the session at once, so the client says so
+// rather than wait for the cluster to come back. A refusal is their error if
+// there was one.
+func (s *session) roundFailed(err error, refusal *Error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := refusal
+	if e == nil {
+		e = &Error{Type: TypeConnection, Msg: "connection lost", Err: err}
+	}
+	for _, cl := range s.reasks {
+		cl.lock.state = failed
+		cl.ch <- reply{err: e}
+	}
+	s.reasks = nil
 }
 
 // probeWaitsLocked asks the server about every waiting request after the

@@ -152,6 +152,17 @@ type session struct {
 	// they have had the chance to run.
 	answered bool          // guarded by mu
 	backoff  time.Duration // owned by run
+	// Lock requests whose connection dropped before their result: the
+	// server may or may not have queued them, so they are asked again on
+	// the next connection (see reaskCallsLocked), unless a whole round of
+	// dials fails first (see roundFailed).
+	reasks   []*call // guarded by mu
+	reasking int     // guarded by mu: requests asked again whose result is due on this connection
+	// forgotten: ids of grants nobody waited for, given back while
+	// reasking > 0. An owner's request asked again may be answered with
+	// such a grant (the first request's, renewed by re-entry): it is being
+	// given back, so the request is asked once more.
+	forgotten map[string]struct{} // guarded by mu
 
 	// The safety rule (safety.go). Times are monotonic, since epoch.
 	lastAck     time.Duration // guarded by mu: the latest send time of a request answered on this session, handshakes included: the session's end counts from it
@@ -221,6 +232,8 @@ type call struct {
 	lock      *Lock // lock, trylock: the new handle
 	probe     *Lock // extend of a waiting lock after a resume: answered to the session (see probedLocked)
 	abandoned bool  // guarded by session.mu: nobody waits; give a lock id back
+	reasked   bool  // guarded by session.mu: a lock request asked again (see session.reasks)
+	drops     uint8 // guarded by session.mu: connections lost with this lock request in flight
 }
 
 // reply is a call's answer, decoded by the reader for the call's verb.
@@ -239,7 +252,7 @@ type reply struct {
 var callPool = sync.Pool{New: func() any { return &call{ch: make(chan reply, 1)} }}
 
 func putCall(cl *call) {
-	cl.lock = nil
+	cl.lock, cl.reasked, cl.drops = nil, false, 0
 	callPool.Put(cl)
 }
 
@@ -283,7 +296,7 @@ func (s *session) send(ctx context.Context, l *Lock, v protocol.Verb, args []str
 		s.seq++
 		seq := s.seq
 		cl := callPool.Get().(*call)
-		cl.seq, cl.verb, cl.lock, cl.abandoned, cl.sent = seq, v, l, false, now
+		cl.seq, cl.verb, cl.lock, cl.abandoned, cl.reasked, cl.drops, cl.sent = seq, v, l, false, false, 0, now
 		s.calls[seq] = cl
 		if l != nil {
 			l.state = waiting
@@ -322,6 +335,11 @@ func (s *session) abandon(cl *call) bool {
 	if l := cl.lock; l != nil && l.wait == cl {
 		l.wait = nil
 		s.dropLocked(l)
+		return true
+	}
+	if i := slices.Index(s.reasks, cl); i >= 0 {
+		s.reasks = slices.Delete(s.reasks, i, i+1)
+		cl.lock.state = failed
 		return true
 	}
 	return false

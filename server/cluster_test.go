@@ -338,7 +338,6 @@ func TestClusterLeaderLoss(t *testing.T) {
 func TestClusterGoClient(t *testing.T) {
 	tc := newTestCluster(t, 3, false)
 	l := tc.leader()
-	uri := "mlock://" + strings.Join(tc.addrs, ",")
 	var mu sync.Mutex
 	holding := 0
 	var tokens []uint64
@@ -383,7 +382,6 @@ func TestClusterGoClient(t *testing.T) {
 			}
 		}()
 	}
-	_ = uri
 	time.Sleep(time.Second)
 	tc.stop(l)
 	wg.Wait()
