@@ -303,8 +303,8 @@ func (s *session) serve(c link, i int) (bye bool) {
 			cl.ch <- reply{err: cerr}
 		}
 	}
-	s.reasking = 0
-	clear(s.forgotten)
+	clear(s.giving)
+	clear(s.givingSeq)
 	// A timeout push can be lost with the connection: the waits' backstops
 	// join the session's timer (held locks are on it already).
 	s.rearmLocked()
@@ -484,12 +484,6 @@ func (s *session) dispatch(p []byte) (bye bool) {
 		if l == nil {
 			// A grant nobody waits for (its request's answer was lost with a
 			// connection): give it back at once.
-			if s.reasking > 0 {
-				if s.forgotten == nil {
-					s.forgotten = map[string]struct{}{}
-				}
-				s.forgotten[string(m.ID)] = struct{}{}
-			}
 			s.forgetLocked(string(m.ID))
 			return false
 		}
@@ -531,6 +525,12 @@ func (s *session) resultLocked(m *protocol.Message) {
 	seq, ok := protocol.ParseSeq(m.Req)
 	cl := s.calls[seq]
 	if !ok || cl == nil {
+		if id, ok := s.givingSeq[seq]; ok { // a grant given back
+			delete(s.givingSeq, seq)
+			if s.giving[id] == seq {
+				delete(s.giving, id)
+			}
+		}
 		return
 	}
 	delete(s.calls, seq)
@@ -539,12 +539,6 @@ func (s *session) resultLocked(m *protocol.Message) {
 	if cl.probe != nil {
 		s.probedLocked(cl.probe, m)
 		return
-	}
-	if cl.reasked {
-		if m.OK && !cl.abandoned && s.reaskedForgottenLocked(cl, string(m.Payload)) {
-			return
-		}
-		s.reaskDoneLocked()
 	}
 	if !m.OK {
 		if cl.lock != nil {
@@ -560,6 +554,12 @@ func (s *session) resultLocked(m *protocol.Message) {
 		if cl.abandoned {
 			s.forgetLocked(string(m.Payload))
 			cl.ch <- reply{err: &Error{Type: TypeConnection, Err: ErrClosed}}
+			return
+		}
+		if _, gone := s.giving[string(m.Payload)]; gone {
+			// An owner's request that renewed, by re-entry, a grant this
+			// session is giving back: the unlock that follows frees it.
+			s.resendLocked(cl, monoNow())
 			return
 		}
 		if old := s.locks[string(m.Payload)]; old != nil && old.state == held {

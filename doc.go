@@ -69,9 +69,12 @@
 // error when a whole round of dials fails, or after the third connection
 // lost with them in flight. The server may have queued the first request:
 // its grant then arrives for no waiting handle and is given back at once,
-// so the caller holds only what it was answered. (An owner's request asked
-// again may be answered with that first grant, renewed by re-entry: it is
-// the same lock.) A tolerate limit counts that first request while it waits.
+// so the caller holds only what it was answered. A tolerate limit counts that
+// first request while it waits. The same holds for a grant whose caller gave
+// up (its context ended): it is given back when it arrives. An owner's
+// request answered with a grant the session is giving back (the server
+// renewed it by re-entry just before the unlock) would hold nothing once the
+// unlock is applied: it is asked again.
 // If the server lost the session (it restarted), held locks are reported
 // lost, and waiting requests, which held nothing, are asked again on the new
 // session with what is left of their timeout: the caller keeps waiting. If

@@ -18,6 +18,18 @@ type proxy struct {
 	drop   atomic.Bool // swallow what clients send
 	// dropBack swallows what the server sends.
 	dropBack atomic.Bool
+	// pauseBack, while set, holds what the server sends until it is closed.
+	pauseBack atomic.Pointer[chan struct{}]
+}
+
+// pause holds what the server sends until the returned function is called.
+func (p *proxy) pause() (resume func()) {
+	ch := make(chan struct{})
+	p.pauseBack.Store(&ch)
+	return func() {
+		p.pauseBack.Store(nil)
+		close(ch)
+	}
 }
 
 func newProxy(t *testing.T, target string) *proxy {
@@ -92,6 +104,9 @@ func (p *proxy) copy(dst, src net.Conn) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
+		if ch := p.pauseBack.Load(); ch != nil && n > 0 {
+			<-*ch
+		}
 		if n > 0 && !p.dropBack.Load() {
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return

@@ -453,3 +453,54 @@ func TestLockInFlightWhenTheConnectionDropsIsAskedAgain(t *testing.T) {
 		})
 	}
 }
+
+// A lock request given up by its caller is given back when its grant
+// arrives. If the same owner asked again meanwhile, the server renewed that
+// grant by re-entry for the new request: the new request, answered with the
+// id being given back, is asked again instead of believed held while the
+// unlock frees the resource.
+func TestOwnerRequestRenewingAnAbandonedGrantIsAskedAgain(t *testing.T) {
+	addr, _ := startServer(t, server.Config{}, "")
+	px := newProxy(t, addr)
+	other := client(t, addr, mlock.Options{})
+	c := client(t, px.addr(), mlock.Options{})
+	ctx := ctxT(t)
+	if err := c.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	o := &mlock.LockOptions{TTL: 10 * time.Second, Owner: "job"}
+	resume := px.pause()
+	ctx1, cancel1 := context.WithCancel(ctx)
+	first := lockAsync(ctx1, c, "reentry", o)
+	waitQueue(t, other, "reentry", 1) // granted on the server, the answer held back
+	cancel1()
+	if got := <-first; got.err == nil {
+		t.Fatal("Lock succeeded after its context was cancelled")
+	}
+	second := lockAsync(ctx, c, "reentry", o) // renews the first grant by re-entry
+	time.Sleep(100 * time.Millisecond)
+	resume()
+	var l *mlock.Lock
+	select {
+	case got := <-second:
+		if got.err != nil {
+			t.Fatal(got.err)
+		}
+		l = got.l
+	case <-time.After(5 * time.Second):
+		t.Fatal("the second request is never answered")
+	}
+	waitQueue(t, other, "reentry", 1)
+	if tl, err := other.TryLock(ctx, "reentry", nil); err == nil {
+		tl.Unlock(ctx)
+		t.Fatal("another client got the lock its holder believes it holds")
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock: %v", err)
+	}
+	tl, err := other.TryLock(ctx, "reentry", nil)
+	if err != nil {
+		t.Fatalf("after Unlock the resource is still held: %v", err)
+	}
+	tl.Unlock(ctx)
+}

@@ -292,32 +292,10 @@ func (s *session) resendLocked(cl *call, now time.Duration) {
 		l.args[argTimeout] = ms(left)
 	}
 	s.seq++
-	cl.seq, cl.sent, cl.reasked = s.seq, now, true
+	cl.seq, cl.sent = s.seq, now
 	l.sent = now
 	s.calls[cl.seq] = cl
-	s.reasking++
 	s.queueLocked(l.verb, cl.seq, l.args[:l.nargs])
-}
-
-// reaskDoneLocked notes the result of a request asked again.
-func (s *session) reaskDoneLocked() {
-	if s.reasking--; s.reasking <= 0 {
-		s.reasking = 0
-		clear(s.forgotten)
-	}
-}
-
-// reaskedForgottenLocked handles the success of a request asked again whose
-// answer names id: if id is a grant this session is giving back (an owner's
-// first request, renewed by re-entry, announced before this answer), the
-// request is asked once more and it reports true.
-func (s *session) reaskedForgottenLocked(cl *call, id string) bool {
-	if _, gone := s.forgotten[id]; !gone {
-		return false
-	}
-	s.reaskDoneLocked()
-	s.resendLocked(cl, monoNow())
-	return true
 }
 
 // roundFailed fails the requests waiting to be asked again once a whole round

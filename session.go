@@ -156,13 +156,14 @@ type session struct {
 	// server may or may not have queued them, so they are asked again on
 	// the next connection (see reaskCallsLocked), unless a whole round of
 	// dials fails first (see roundFailed).
-	reasks   []*call // guarded by mu
-	reasking int     // guarded by mu: requests asked again whose result is due on this connection
-	// forgotten: ids of grants nobody waited for, given back while
-	// reasking > 0. An owner's request asked again may be answered with
-	// such a grant (the first request's, renewed by re-entry): it is being
-	// given back, so the request is asked once more.
-	forgotten map[string]struct{} // guarded by mu
+	reasks []*call // guarded by mu
+	// Grants being given back (see forgetLocked): id -> the request id of
+	// its unlock, and back, until the unlock is answered or the connection
+	// drops. A lock request answered with such an id (an owner's request
+	// that renewed it by re-entry before the unlock) holds nothing once the
+	// unlock is applied: it is asked again.
+	giving    map[string]uint64 // guarded by mu
+	givingSeq map[uint64]string // guarded by mu
 
 	// The safety rule (safety.go). Times are monotonic, since epoch.
 	lastAck     time.Duration // guarded by mu: the latest send time of a request answered on this session, handshakes included: the session's end counts from it
@@ -232,7 +233,6 @@ type call struct {
 	lock      *Lock // lock, trylock: the new handle
 	probe     *Lock // extend of a waiting lock after a resume: answered to the session (see probedLocked)
 	abandoned bool  // guarded by session.mu: nobody waits; give a lock id back
-	reasked   bool  // guarded by session.mu: a lock request asked again (see session.reasks)
 	drops     uint8 // guarded by session.mu: connections lost with this lock request in flight
 }
 
@@ -252,7 +252,7 @@ type reply struct {
 var callPool = sync.Pool{New: func() any { return &call{ch: make(chan reply, 1)} }}
 
 func putCall(cl *call) {
-	cl.lock, cl.reasked, cl.drops = nil, false, 0
+	cl.lock, cl.drops = nil, 0
 	callPool.Put(cl)
 }
 
@@ -296,7 +296,7 @@ func (s *session) send(ctx context.Context, l *Lock, v protocol.Verb, args []str
 		s.seq++
 		seq := s.seq
 		cl := callPool.Get().(*call)
-		cl.seq, cl.verb, cl.lock, cl.abandoned, cl.reasked, cl.drops, cl.sent = seq, v, l, false, false, 0, now
+		cl.seq, cl.verb, cl.lock, cl.abandoned, cl.drops, cl.sent = seq, v, l, false, 0, now
 		s.calls[seq] = cl
 		if l != nil {
 			l.state = waiting
@@ -503,6 +503,13 @@ func (s *session) forgetLocked(id string) {
 		return
 	}
 	s.seq++
+	if s.giving == nil {
+		s.giving, s.givingSeq = map[string]uint64{}, map[uint64]string{}
+	}
+	if old, ok := s.giving[id]; ok {
+		delete(s.givingSeq, old)
+	}
+	s.giving[id], s.givingSeq[s.seq] = s.seq, id
 	s.queueLocked(protocol.VerbUnlock, s.seq, []string{id})
 	if !s.answered {
 		s.kick()
