@@ -494,6 +494,20 @@ func (s *Server) applyFramesLocked(tx *core.Tx, m *logCmd) {
 		}
 		at := len(cl.ans)
 		ac.handle(tx, cl.fields)
+		// The command's pushes to its own session (its grant) join its
+		// answer: the node that holds the connection writes them with it,
+		// from the leader's result or from its own apply, whichever comes
+		// first, so a client on a follower is not kept waiting until the
+		// follower learns that the entry is committed.
+		kept := s.pending[:0]
+		for _, p := range s.pending {
+			if p.sess == sess {
+				cl.ans = append(cl.ans, s.pushes[p.start:p.end]...)
+			} else {
+				kept = append(kept, p)
+			}
+		}
+		s.pending = kept
 		if local != nil && local.answered < m.seq {
 			local.write(cl.ans[at:]) // the answer, then its pushes
 		}
