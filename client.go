@@ -498,3 +498,51 @@ func (c *Client) Evict(ctx context.Context, resources string) (int, error) {
 	}
 	return int(r.n), nil
 }
+
+// ClusterJoin adds a voter to the cluster of the connected node: id is the
+// new node's --cluster-id and raftAddr its --raft-addr. The node asked
+// hands the change to the leader and answers once it is committed (at most
+// 15 s; an election in between is waited out). Adding a member that exists
+// with the same address does nothing. Administrators only (else ErrForbidden);
+// ErrNotCluster on a single server; a refused or failed change is an Error
+// of Type request saying why. It is not retried after a connection error.
+//
+// A node started with --cluster-join asks to join by itself: ClusterJoin is
+// for a node started without it.
+func (c *Client) ClusterJoin(ctx context.Context, id, raftAddr string) error {
+	if err := checkWord("node id", id); err != nil {
+		return err
+	}
+	if err := checkWord("raft address", raftAddr); err != nil {
+		return err
+	}
+	_, err := c.s.roundTrip(ctx, nil, protocol.VerbCluster, "join", id, raftAddr)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+// ClusterRemove removes member id (its --cluster-id) from the cluster of the
+// connected node, through the leader; a leader removing itself steps down
+// once the change commits. The removed node's sessions move to other nodes
+// as their connections drop. Like ClusterJoin: administrators only,
+// ErrNotCluster on a single server, at most 15 s, not retried.
+func (c *Client) ClusterRemove(ctx context.Context, id string) error {
+	if err := checkWord("node id", id); err != nil {
+		return err
+	}
+	_, err := c.s.roundTrip(ctx, nil, protocol.VerbCluster, "remove", id)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+// checkWord refuses an empty argument or one the protocol cannot carry.
+func checkWord(what, v string) error {
+	if v == "" || strings.ContainsAny(v, " \r\n\x00") {
+		return &Error{Type: TypeRequest, Msg: "invalid " + what + " " + strconv.Quote(v)}
+	}
+	return nil
+}

@@ -171,6 +171,9 @@ var (
 	// ErrServerFull: a server-wide limit on locks, queue entries or bytes
 	// of names is reached (Type request).
 	ErrServerFull = errors.New("mlock: server is full")
+	// ErrNotCluster: ClusterJoin or ClusterRemove asked of a server that
+	// is not a cluster node (Type request).
+	ErrNotCluster = errors.New("mlock: not a cluster node")
 )
 
 // causeError carries a cause sentinel and the error behind it (a
@@ -227,7 +230,7 @@ var errNotTried = errors.New("no attempt finished yet")
 func sentinel(err error) bool {
 	switch err {
 	case ErrBusy, ErrOwnerConflict, ErrNotHeld, ErrClosed, ErrSessionLost, ErrExpired, ErrReleased,
-		ErrAuth, ErrTLS, ErrRefused, ErrForbidden, ErrRateLimited, ErrServerFull:
+		ErrAuth, ErrTLS, ErrRefused, ErrForbidden, ErrRateLimited, ErrServerFull, ErrNotCluster:
 		return true
 	}
 	return false
@@ -239,6 +242,10 @@ func failure(m *protocol.Message, v protocol.Verb) *Error {
 	switch {
 	case m.Code == protocol.CodeUnknown:
 		e.Msg = m.Detail
+	case m.Code == protocol.CodeClusterChange:
+		if m.Detail != "" {
+			e.Msg += " " + m.Detail
+		}
 	case m.Code.HasDetail():
 		e.Resource = m.Detail
 	}
@@ -256,6 +263,8 @@ func failure(m *protocol.Message, v protocol.Verb) *Error {
 		e.Err = ErrRateLimited
 	case protocol.CodeServerFull:
 		e.Err = ErrServerFull
+	case protocol.CodeNotCluster:
+		e.Err = ErrNotCluster
 	case protocol.CodeLockNotExist:
 		if v == protocol.VerbRenew {
 			e.Err = ErrNotHeld

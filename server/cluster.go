@@ -767,6 +767,7 @@ type item struct {
 	end    bool   // the connection ends after local
 	attach *logCmd
 	bye    bool
+	change *clusterChange // a membership change, run by the pipeline in its turn
 }
 
 func newPipeline() *pipeline {
@@ -867,6 +868,9 @@ func (c *conn) pipeLoop() {
 				if !c.answered_(p.seq, res) {
 					return
 				}
+			case it.change != nil:
+				ans := s.changeMembers(ctx, it.change)
+				s.batch(func(*core.Tx) { c.write(ans) })
 			case it.bye:
 				s.batch(func(*core.Tx) { c.bye() })
 				return
@@ -1042,6 +1046,19 @@ func (c *conn) decide(tx *core.Tx, f [][]byte, payload []byte) (item, bool) {
 			break
 		}
 		return item{frame: append([]byte(nil), payload...)}, false
+	case protocol.VerbCluster:
+		if !p.Admin {
+			s.counters.forbidden++
+			c.failed(req, protocol.CodeForbidden)
+			break
+		}
+		ch, ok := parseClusterChange(f)
+		if !ok {
+			c.failed(req, protocol.CodeMissingArguments)
+			break
+		}
+		ch.req, ch.by = string(req), p.Name
+		return item{change: ch}, false
 	case protocol.VerbLock, protocol.VerbTryLock:
 		if len(f) >= 3 && !p.Admin {
 			for _, r := range s.splitResources(f[2]) {

@@ -3,10 +3,12 @@ package server
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -532,4 +534,59 @@ func replaySM(t *testing.T, id string) *cluster.Dedup {
 	s.corep.Store(c)
 	s.cl.dedup = cluster.NewDedup(&replica{s}, 0)
 	return s.cl.dedup
+}
+
+// Membership changes asked through any node reach the leader: a follower is
+// removed and joins again; removing a stranger fails saying why; a single
+// server answers that it is not a cluster node.
+func TestClusterMembershipThroughAnyNode(t *testing.T) {
+	tc := newTestCluster(t, 3, false)
+	l := tc.leader()
+	via, gone := (l+1)%3, (l+2)%3 // ask a follower to remove the other follower
+	c, err := mlock.New("mlock://" + tc.addrs[via])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	members := func() []string {
+		var ids []string
+		for _, p := range tc.nodes[l].ClusterStatus().Peers {
+			ids = append(ids, p.ID)
+		}
+		slices.Sort(ids)
+		return ids
+	}
+	id := "n" + strconv.Itoa(gone)
+	if err := c.ClusterRemove(ctx, id); err != nil {
+		t.Fatalf("ClusterRemove(%s): %v", id, err)
+	}
+	if got := members(); len(got) != 2 || slices.Contains(got, id) {
+		t.Fatalf("members after removing %s: %v", id, got)
+	}
+	if err := c.ClusterJoin(ctx, id, "raft"+strconv.Itoa(gone)); err != nil {
+		t.Fatalf("ClusterJoin(%s): %v", id, err)
+	}
+	if got := members(); len(got) != 3 || !slices.Contains(got, id) {
+		t.Fatalf("members after %s joined again: %v", id, got)
+	}
+	err = c.ClusterRemove(ctx, "stranger")
+	var me *mlock.Error
+	if !errors.As(err, &me) || me.Type != mlock.TypeRequest || !strings.Contains(err.Error(), `no member "stranger"`) {
+		t.Fatalf("removing a stranger: %v, want a request error naming it", err)
+	}
+	if err := c.ClusterJoin(ctx, "bad id", "x"); err == nil {
+		t.Fatal("a node id with a space was sent")
+	}
+
+	single := start(t, Config{})
+	sc, err := mlock.New("mlock://" + single.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sc.Close()
+	if err := sc.ClusterRemove(ctx, "n1"); !errors.Is(err, mlock.ErrNotCluster) {
+		t.Fatalf("ClusterRemove on a single server: %v, want ErrNotCluster", err)
+	}
 }

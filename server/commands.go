@@ -69,6 +69,8 @@ func (c *conn) handle(tx *core.Tx, f [][]byte) bool {
 		c.locks(tx, req, f)
 	case protocol.VerbEvict:
 		c.evict(tx, req, f)
+	case protocol.VerbCluster:
+		c.failed(req, protocol.CodeNotCluster) // a cluster node decides it in decide
 	case protocol.VerbRelease:
 		if len(f) < 4 || len(f[2]) == 0 || len(f[3]) == 0 {
 			c.failed(req, protocol.CodeMissingArguments)

@@ -24,10 +24,12 @@ import (
 // byte and the request; the leader answers each (in any order) with the id,
 // a status byte and the result. Kinds: fwdPropose (a cluster.DedupCommand:
 // proposed, the answer is its result), fwdJoin ("<id> <raft addr>": add a
-// voter), fwdPing (keeps the connection past the idle timeout).
+// voter), fwdRemove ("<id>": remove a member), fwdPing (keeps the
+// connection past the idle timeout).
 const (
 	fwdPropose byte = 'P'
 	fwdJoin    byte = 'J'
+	fwdRemove  byte = 'R'
 	fwdPing    byte = 'K'
 
 	fwdOK        byte = 0
@@ -118,17 +120,21 @@ func (s *Server) serveForwarded(kind byte, req []byte) (byte, []byte) {
 		default:
 			return fwdFailed, []byte(err.Error())
 		}
-	case fwdJoin:
-		id, addr, ok := strings.Cut(string(req), " ")
-		if !ok {
-			return fwdFailed, []byte("bad join")
+	case fwdJoin, fwdRemove:
+		ch := &clusterChange{join: kind == fwdJoin, by: "a cluster node"}
+		if ch.join {
+			var ok bool
+			if ch.id, ch.addr, ok = strings.Cut(string(req), " "); !ok {
+				return fwdFailed, []byte("bad join")
+			}
+		} else {
+			ch.id = string(req)
 		}
 		ctx, cancel := context.WithTimeout(cl.ctx, 10*time.Second)
 		defer cancel()
-		err := cl.node.Join(ctx, id, addr)
+		err := s.changeHere(ctx, ch)
 		switch {
 		case err == nil:
-			s.log.Info("cluster: node joined", "id", id, "raft", addr)
 			return fwdOK, nil
 		case errors.Is(err, cluster.ErrNotLeader):
 			return fwdNotLeader, []byte(cl.node.LeaderAddr())

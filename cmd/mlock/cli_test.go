@@ -393,3 +393,27 @@ func TestLossText(t *testing.T) {
 		}
 	}
 }
+
+// mlock cluster: its help, usage errors, and a single server, which is no
+// cluster node (status lists it as such and exits 125; join and remove get
+// the server's refusal). A real cluster is exercised in internal/clustertest.
+func TestClusterCommand(t *testing.T) {
+	if stdout, stderr, code := runMlock(t, "cluster", "--help"); code != 0 || stderr != "" || !strings.HasPrefix(stdout, "Usage:\n  mlock cluster status") {
+		t.Errorf("cluster --help: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	for _, args := range [][]string{{"cluster"}, {"cluster", "grow"}, {"cluster", "join", "a"}, {"cluster", "remove"}, {"cluster", "status", "x"}} {
+		if _, stderr, code := runMlock(t, args...); code != exitUsage || strings.Count(stderr, "\n") != 2 {
+			t.Errorf("%v: exit %d, stderr %q", args, code, stderr)
+		}
+	}
+	uri := startServer(t)
+	stdout, stderr, code := runMlock(t, "cluster", "status", "--uri", uri)
+	if code != exitError || !strings.Contains(stdout, "not a cluster node") || !strings.Contains(stdout, "no leader known") ||
+		stderr != "mlock cluster status: no leader known\n" {
+		t.Errorf("cluster status of a single server: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	_, stderr, code = runMlock(t, "cluster", "remove", "--uri", uri, "b")
+	if code != exitError || stderr != "mlock cluster remove: request error: not a cluster node!\n" {
+		t.Errorf("cluster remove on a single server: exit %d, stderr %q", code, stderr)
+	}
+}

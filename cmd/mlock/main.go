@@ -87,6 +87,8 @@ func cli(args []string, stdout, stderr io.Writer) int {
 		return cmdToken(rest, stdout, stderr)
 	case "evict":
 		return cmdEvict(rest, stdout, stderr)
+	case "cluster":
+		return cmdCluster(rest, stdout, stderr)
 	case "version":
 		return cmdVersion(rest, stdout, stderr)
 	case "--version", "-version":
@@ -111,6 +113,7 @@ func usage(w io.Writer) {
   mlock locks [--json] [PREFIX]                  holders and waiters per resource
   mlock bench [flags] [URL]                      load a provider: uncontended, hotkey, shop
   mlock evict RESOURCES                          (admin) revoke whoever holds RESOURCES ("a|b")
+  mlock cluster status|join|remove               a cluster's nodes, lag and members (see "mlock cluster --help")
   mlock token NAME RIGHT...                      a new token and its auth-file line (RIGHT: prefix=P, admin, from=CIDR, cert)
   mlock version                                  this command's version and the server's
 

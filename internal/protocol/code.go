@@ -61,6 +61,10 @@ const (
 	CodeTLSRequired        // "TLS required!": a plain client on a TLS listener
 	CodeInvalidSocketID    // "invalid socketId!": it holds a NUL byte
 
+	// Failures of the cluster command.
+	CodeNotCluster    // "not a cluster node!"
+	CodeClusterChange // "cluster change failed!", followed by why
+
 	numCodes
 )
 
@@ -98,6 +102,8 @@ var codeTexts = [numCodes]string{
 	CodeAuthFailed:         "authentication failed!",
 	CodeAuthNotConfigured:  "authentication is not configured!",
 	CodeProtectedMode:      "protected mode: only loopback clients are accepted without authentication!",
+	CodeNotCluster:         "not a cluster node!",
+	CodeClusterChange:      "cluster change failed!",
 	CodeTooManyFromAddr:    "too many connections from this address!",
 	CodeTooManySessions:    "too many sessions!",
 	CodeIdleTimeout:        "idle timeout!",
@@ -141,9 +147,12 @@ var codeOf = func() map[string]Code {
 }()
 
 // HasDetail reports whether a failure with this code may carry a detail
-// (the resource that is busy or conflicting) after its text. Only the
-// extension reasons do: 1.0 clients compare "can not tolerate!" whole.
-func (c Code) HasDetail() bool { return c == CodeBusy || c == CodeOwnerConflict || c == CodeForbidden }
+// (the resource that is busy or conflicting, or why a cluster change
+// failed) after its text. Only the extension reasons do: 1.0 clients
+// compare "can not tolerate!" whole.
+func (c Code) HasDetail() bool {
+	return c == CodeBusy || c == CodeOwnerConflict || c == CodeForbidden || c == CodeClusterChange
+}
 
 // Class is what a client does with a failure: which error type it reports.
 type Class uint8

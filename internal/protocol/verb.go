@@ -22,6 +22,7 @@ const (
 	VerbRenew                      // renew <req> <owner> <resources> <ttl>
 	VerbBye                        // bye <req>: the client heard "server shutting down!" and dropped its locks
 	VerbEvict                      // evict <req> <resources>: (admin) release the holders of resources, whoever they are
+	VerbCluster                    // cluster <req> join <id> <raftAddr> | remove <id>: (admin) change a cluster's members
 	numVerbs
 )
 
@@ -29,7 +30,7 @@ var verbNames = [numVerbs]string{
 	VerbConnect: "connect", VerbLock: "lock", VerbTryLock: "trylock", VerbExtend: "extend",
 	VerbUnlock: "unlock", VerbPing: "ping", VerbStatus: "status", VerbLocks: "locks",
 	VerbRelease: "release", VerbReleaseAll: "releaseall", VerbRenew: "renew", VerbBye: "bye",
-	VerbEvict: "evict",
+	VerbEvict: "evict", VerbCluster: "cluster",
 }
 
 // String returns the command word as sent (lowercase); "" for a Verb that
@@ -81,6 +82,8 @@ func ParseVerb(b []byte) (Verb, bool) {
 		return VerbBye, true
 	case "evict":
 		return VerbEvict, true
+	case "cluster":
+		return VerbCluster, true
 	}
 	return 0, false
 }

@@ -1,0 +1,244 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/mlock-dev/mlock"
+)
+
+const clusterUsage = `Usage:
+  mlock cluster status [--json] [--uri URI] [--timeout D]   every node's role, term, indexes and lag
+  mlock cluster join [--uri URI] [--timeout D] ID RAFTADDR   (admin) add a voter: its --cluster-id and --raft-addr
+  mlock cluster remove [--uri URI] [--timeout D] ID          (admin) remove a member
+
+--uri names the cluster's nodes (mlock://h1,h2,h3). status asks each of them (and the leader, if it is
+not among them) for its view and prints one line per node: LAG is the leader's commit index less the
+node's applied index. It exits 0 when every node answered and a leader is known, else 125 after the
+table. join and remove go through any node to the leader and return once the change is committed.
+A node started with --cluster-join joins by itself; join is for a node started without it.
+`
+
+func cmdCluster(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, "mlock cluster: missing subcommand: status, join or remove\nRun 'mlock cluster --help' for usage.\n")
+		return exitUsage
+	}
+	switch args[0] {
+	case "status":
+		return cmdClusterStatus(args[1:], stdout, stderr)
+	case "join":
+		fs := newFlagSet("cluster join")
+		inspectUsage(fs, "mlock cluster join [--uri URI] [--timeout D] ID RAFTADDR",
+			"Adds a voter to the cluster: ID is the new node's --cluster-id, RAFTADDR its --raft-addr.\nAdministrators only.\n")
+		return withClient(fs, args[1:], stdout, stderr, 2, 2, func(ctx context.Context, c *mlock.Client, _ string, pos []string) error {
+			if err := c.ClusterJoin(ctx, pos[0], pos[1]); err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "node %s (%s) joined\n", pos[0], pos[1])
+			return nil
+		})
+	case "remove":
+		fs := newFlagSet("cluster remove")
+		inspectUsage(fs, "mlock cluster remove [--uri URI] [--timeout D] ID",
+			"Removes member ID (its --cluster-id) from the cluster; a leader removing itself steps down.\nAdministrators only.\n")
+		return withClient(fs, args[1:], stdout, stderr, 1, 1, func(ctx context.Context, c *mlock.Client, _ string, pos []string) error {
+			if err := c.ClusterRemove(ctx, pos[0]); err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "node %s removed\n", pos[0])
+			return nil
+		})
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(stdout, clusterUsage)
+		return exitOK
+	}
+	fmt.Fprintf(stderr, "mlock cluster: unknown subcommand %q\nRun 'mlock cluster --help' for usage.\n", args[0])
+	return exitUsage
+}
+
+// nodeView is one node's answer to cluster status.
+type nodeView struct {
+	Addr   string               `json:"addr"`
+	Status *mlock.StatusCluster `json:"cluster,omitempty"`
+	Lag    *uint64              `json:"lag,omitempty"` // the leader's commit index less this node's applied index
+	Error  string               `json:"error,omitempty"`
+}
+
+func cmdClusterStatus(args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("cluster status")
+	asJSON := fs.Bool("json", false, "print the nodes' views as JSON")
+	uri := uriFlag(fs, uriServer)
+	timeout := timeoutFlag(fs)
+	inspectUsage(fs, "mlock cluster status [--json] [--uri URI] [--timeout D]",
+		"Asks every node of --uri (and the leader) for its view of the cluster.\n")
+	p := parse(fs, args, stdout, stderr)
+	if p.done {
+		return p.exit
+	}
+	if len(p.pos) > 0 {
+		return usageError(fs, stderr, fmt.Sprintf("unexpected argument %q", p.pos[0]))
+	}
+	if *timeout <= 0 {
+		return usageError(fs, stderr, "--timeout must be positive")
+	}
+	o, err := clientOptions(*uri, *timeout)
+	if err != nil {
+		return fail(fs, stderr, err)
+	}
+	addrs := o.Addrs
+	if len(addrs) == 0 {
+		host, port := o.Host, o.Port
+		if host == "" {
+			host = mlock.DefaultHost
+		}
+		if port == 0 {
+			port = mlock.DefaultPort
+		}
+		addrs = []string{net.JoinHostPort(host, strconv.Itoa(port))}
+	}
+	ctx, stop := signalCtx()
+	defer stop()
+	ctx, cancel := context.WithTimeoutCause(ctx, *timeout, errNoAnswer)
+	defer cancel()
+	views := askNodes(ctx, o, addrs, *timeout)
+	// The leader, if no node of --uri is it.
+	var leader *nodeView
+	for i := range views {
+		if st := views[i].Status; st != nil && st.Role == "leader" {
+			leader = &views[i]
+		}
+	}
+	if leader == nil {
+		for _, v := range views {
+			if st := v.Status; st != nil && st.LeaderAddr != "" && !slices.Contains(addrs, st.LeaderAddr) {
+				views = append(views, askNodes(ctx, o, []string{st.LeaderAddr}, *timeout)...)
+				if st := views[len(views)-1].Status; st != nil && st.Role == "leader" {
+					leader = &views[len(views)-1]
+				}
+				break
+			}
+		}
+	}
+	healthy := leader != nil
+	for i := range views {
+		v := &views[i]
+		if v.Status == nil {
+			healthy = false
+			continue
+		}
+		if leader != nil && leader.Status.CommitIndex >= v.Status.AppliedIndex {
+			lag := leader.Status.CommitIndex - v.Status.AppliedIndex
+			v.Lag = &lag
+		}
+	}
+	if *asJSON {
+		if err := printJSON(stdout, views); err != nil {
+			return fail(fs, stderr, err)
+		}
+	} else {
+		printClusterStatus(stdout, views, leader)
+	}
+	if !healthy {
+		switch {
+		case leader == nil:
+			fmt.Fprintln(stderr, "mlock cluster status: no leader known")
+		default:
+			fmt.Fprintln(stderr, "mlock cluster status: some nodes did not answer")
+		}
+		return exitError
+	}
+	return exitOK
+}
+
+// askNodes asks each address, alone, for its status, concurrently.
+func askNodes(ctx context.Context, o mlock.Options, addrs []string, timeout time.Duration) []nodeView {
+	views := make([]nodeView, len(addrs))
+	var wg sync.WaitGroup
+	for i, a := range addrs {
+		views[i].Addr = a
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			one := o
+			one.Host, one.Port, one.Addrs = "", 0, []string{a}
+			c, err := mlock.NewClient(one)
+			if err != nil {
+				views[i].Error = describe(err)
+				return
+			}
+			defer c.Close()
+			ctx, refused := failFast(ctx, []string{a}, timeout)
+			defer refused()
+			st, err := c.Status(ctx)
+			switch {
+			case err != nil:
+				views[i].Error = describe(explain(ctx, err, []string{a}, timeout))
+			case st.Cluster == nil:
+				views[i].Error = "not a cluster node"
+			default:
+				views[i].Status = st.Cluster
+			}
+		}()
+	}
+	wg.Wait()
+	return views
+}
+
+func printClusterStatus(w io.Writer, views []nodeView, leader *nodeView) {
+	if leader != nil {
+		fmt.Fprintf(w, "leader %s at %s, term %d, commit index %d\n", leader.Status.ID, leader.Addr,
+			leader.Status.Term, leader.Status.CommitIndex)
+	} else {
+		fmt.Fprintln(w, "no leader known")
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tADDRESS\tROLE\tTERM\tLAST\tCOMMIT\tAPPLIED\tLAG\tMEMBER")
+	seen := map[string]bool{}
+	member := func(id string) string {
+		if leader == nil {
+			return "-"
+		}
+		for _, p := range leader.Status.Peers {
+			if p.ID == id {
+				s := strings.ToLower(p.Suffrage)
+				if p.Failing {
+					s += ", failing"
+				}
+				return s
+			}
+		}
+		return "not a member"
+	}
+	for _, v := range views {
+		if v.Status == nil {
+			fmt.Fprintf(tw, "?\t%s\t-\t-\t-\t-\t-\t-\t%s\n", v.Addr, v.Error)
+			continue
+		}
+		st := v.Status
+		seen[st.ID] = true
+		lag := "-"
+		if v.Lag != nil {
+			lag = strconv.FormatUint(*v.Lag, 10)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n", st.ID, v.Addr, st.Role, st.Term, st.LastIndex,
+			st.CommitIndex, st.AppliedIndex, lag, member(st.ID))
+	}
+	if leader != nil {
+		// Members the leader knows that no address of --uri reached.
+		for _, p := range leader.Status.Peers {
+			if !seen[p.ID] {
+				fmt.Fprintf(tw, "%s\t(raft %s)\t-\t-\t-\t-\t-\t-\t%s, not asked\n", p.ID, p.Addr, member(p.ID))
+			}
+		}
+	}
+	tw.Flush()
+}

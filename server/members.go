@@ -1,0 +1,140 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/mlock-dev/mlock/internal/cluster"
+	"github.com/mlock-dev/mlock/internal/protocol"
+)
+
+// clusterChange is one membership change asked with "cluster <req> join
+// <id> <raftAddr>" or "cluster <req> remove <id>" (administrators only).
+type clusterChange struct {
+	join     bool
+	id, addr string // the member; addr: its raft address (join)
+	req      string // the request id to answer
+	by       string // who asked (for the log)
+}
+
+// parseClusterChange reads the arguments of a cluster command.
+func parseClusterChange(f [][]byte) (*clusterChange, bool) {
+	if len(f) < 4 || len(f[3]) == 0 {
+		return nil, false
+	}
+	switch {
+	case protocol.Lower(f[2], "join"):
+		if len(f) < 5 || len(f[4]) == 0 {
+			return nil, false
+		}
+		return &clusterChange{join: true, id: string(f[3]), addr: string(f[4])}, true
+	case protocol.Lower(f[2], "remove"):
+		return &clusterChange{id: string(f[3])}, true
+	}
+	return nil, false
+}
+
+// changeTimeout bounds a membership change, redirects to a new leader included.
+const changeTimeout = 15 * time.Second
+
+// changeMembers runs ch on the leader (this node, or the one it forwards
+// to) and returns the answer frame. It blocks until the change is committed,
+// refused, or changeTimeout passes; it runs on the connection's pipeline, so
+// the connection's later requests are answered after it.
+func (s *Server) changeMembers(ctx context.Context, ch *clusterChange) []byte {
+	ctx, cancel := context.WithTimeout(ctx, changeTimeout)
+	defer cancel()
+	req := []byte(ch.req)
+	err := s.changeAnywhere(ctx, ch)
+	if err == nil {
+		return protocol.AppendOK(nil, req, []byte("done"))
+	}
+	s.log.Warn("cluster: membership change failed", "join", ch.join, "id", ch.id, "by", ch.by, "err", err)
+	return protocol.AppendFailed(nil, req, protocol.CodeClusterChange, oneLine(err.Error()))
+}
+
+// changeAnywhere runs ch here if this node leads, else on the leader,
+// following redirects and waiting out elections until ctx ends.
+func (s *Server) changeAnywhere(ctx context.Context, ch *clusterChange) error {
+	cl := s.cl
+	kind, body := fwdRemove, []byte(ch.id)
+	if ch.join {
+		kind, body = fwdJoin, []byte(ch.id+" "+ch.addr)
+	}
+	for {
+		info, changed := cl.node.Leader()
+		var err error
+		switch {
+		case info.ID == cl.id:
+			err = s.changeHere(ctx, ch)
+		case info.ClientAddr != "":
+			var st byte
+			var res []byte
+			st, res, err = cl.fwd.call(ctx, info.ClientAddr, kind, body, changed)
+			switch {
+			case err != nil:
+			case st == fwdOK:
+				return nil
+			case st == fwdNotLeader:
+				err = cluster.ErrNotLeader
+			default:
+				return errors.New(string(res))
+			}
+		default:
+			err = cluster.ErrNotLeader
+		}
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, cluster.ErrNotLeader) && !errors.Is(err, cluster.ErrUnknownOutcome) {
+			return err
+		}
+		select {
+		case <-changed:
+		case <-time.After(100 * time.Millisecond):
+		case <-ctx.Done():
+			return fmt.Errorf("no leader took the change in time: %w", context.Cause(ctx))
+		case <-cl.ctx.Done():
+			return errClosing
+		}
+	}
+}
+
+// changeHere runs ch on this node, which must lead (else ErrNotLeader).
+func (s *Server) changeHere(ctx context.Context, ch *clusterChange) error {
+	cl := s.cl
+	if ch.join {
+		if ch.id == "" || ch.addr == "" {
+			return errors.New("join needs an id and a raft address")
+		}
+		if err := cl.node.Join(ctx, ch.id, ch.addr); err != nil {
+			return err
+		}
+		s.log.Info("cluster: node joined", "id", ch.id, "raft", ch.addr, "by", ch.by)
+		return nil
+	}
+	known := false
+	for _, p := range cl.node.Status().Peers {
+		known = known || p.ID == ch.id
+	}
+	if !known {
+		return fmt.Errorf("no member %q", ch.id)
+	}
+	if err := cl.node.Remove(ctx, ch.id); err != nil {
+		return err
+	}
+	s.log.Info("cluster: node removed", "id", ch.id, "by", ch.by)
+	return nil
+}
+
+// oneLine keeps the first line of an error text, for a frame.
+func oneLine(s string) string {
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\n' || s[i] == '\r' {
+			return s[:i]
+		}
+	}
+	return s
+}
