@@ -48,8 +48,9 @@ type ClusterConfig struct {
 	// Join is the client address of a member: a new node asks it (or the
 	// leader it names) to add it as a voter. Ignored when Dir holds state.
 	Join string
-	// Secret authenticates forwarded commands and joins between the nodes;
-	// every node has the same (required, at least 16 bytes). It also seeds
+	// Secret authenticates forwarded commands and joins between the nodes,
+	// and every Raft connection of the TCP transport (both ways, before any
+	// RPC); every node has the same (required, at least 16 bytes). It seeds
 	// nothing else: lock ids come from a random seed the first leader puts
 	// in the log.
 	Secret []byte
@@ -146,7 +147,7 @@ func (s *Server) openCluster() error {
 	}
 	window := cc.window()
 	cl.node, err = cluster.Open(cluster.Config{
-		ID: cc.ID, RaftAddr: cc.RaftAddr, ClientAddr: cc.ClientAddr, Dir: cc.Dir, Transport: cc.Transport,
+		ID: cc.ID, RaftAddr: cc.RaftAddr, ClientAddr: cc.ClientAddr, Dir: cc.Dir, Transport: cc.Transport, Secret: cc.Secret,
 		Bootstrap: cc.Bootstrap, Peers: peers, SM: smHook{cl},
 		NextDeadline: func() (int64, bool) { return s.core().NextDeadline() },
 		OnLeader: func(now int64) []byte {

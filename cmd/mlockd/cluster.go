@@ -70,7 +70,7 @@ func addClusterFlags(fs *flag.FlagSet, cfg *server.Config) {
 		cc().Join = v
 		return nil
 	})
-	fs.Func("cluster-secret-file", "cluster: the `file` holding the secret every node shares (at least 16 bytes; authenticates forwarding between nodes)", func(v string) error {
+	fs.Func("cluster-secret-file", "cluster: the `file` holding the secret every node shares (at least 16 bytes; authenticates Raft connections and forwarding between nodes)", func(v string) error {
 		b, err := os.ReadFile(v)
 		if err != nil {
 			return err

@@ -64,6 +64,10 @@ type Config struct {
 	// Transport carries raft RPCs (tests: raft.NewInmemTransport). nil: a TCP transport on RaftAddr,
 	// closed by Close. A given transport is also closed by Close (raft closes transports it is handed).
 	Transport raft.Transport
+	// Secret, when set, authenticates every connection of the TCP transport both ways (an HMAC
+	// challenge over random nonces): a peer that does not know it cannot send or receive a raft RPC.
+	// It does not encrypt the stream. The same on every node.
+	Secret []byte
 
 	// Bootstrap creates a new cluster from Peers (all voters; empty: this node alone) when Dir holds no
 	// raft state yet; it is ignored when the node has state. Every node listed may be bootstrapped with
@@ -281,7 +285,7 @@ func Open(cfg Config) (*Node, error) {
 
 	n.trans = cfg.Transport
 	if n.trans == nil {
-		n.trans, err = newTCPTransport(cfg.RaftAddr, logger)
+		n.trans, err = newTCPTransport(cfg.RaftAddr, cfg.Secret, logger)
 		if err != nil {
 			n.closeStores()
 			return nil, fmt.Errorf("cluster: listen: %w", err)

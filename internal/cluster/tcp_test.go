@@ -57,7 +57,8 @@ func (tc *tcpCluster) open() {
 	tc.nodes, tc.sms = nil, nil
 	for i := range tc.addrs {
 		sm := newLockedSM(true)
-		cfg := Config{ID: peers[i].ID, RaftAddr: tc.addrs[i], Dir: tc.dirs[i], Bootstrap: true, Peers: peers, SM: sm}
+		cfg := Config{ID: peers[i].ID, RaftAddr: tc.addrs[i], Dir: tc.dirs[i], Bootstrap: true, Peers: peers, SM: sm,
+			Secret: []byte("tcp-cluster-test-secret")} // every raft connection authenticated
 		if os.Getenv("CLUSTER_TEST_LOG") != "" {
 			cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil)).With("node", cfg.ID)
 		}
