@@ -4,11 +4,12 @@ import (
 	"context"
 	crand "crypto/rand"
 	"crypto/sha256"
+	"crypto/x509"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/mlock-dev/mlock"
+	"os"
 	"slices"
 	"strconv"
 	"sync"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/mlock-dev/mlock"
 	"github.com/mlock-dev/mlock/internal/auth"
 	"github.com/mlock-dev/mlock/internal/cluster"
 	"github.com/mlock-dev/mlock/internal/core"
@@ -57,6 +59,11 @@ type ClusterConfig struct {
 	// Transport carries Raft's messages (tests: raft.NewInmemTransport).
 	// Nil: TCP on RaftAddr.
 	Transport raft.Transport
+	// CAFile verifies the other nodes' client-port certificates when the
+	// nodes speak TLS (Config.TLSCertFile): a follower forwards to the
+	// leader over TLS, checking the leader's certificate for the host of
+	// its client address. "": the system's roots.
+	CAFile string
 
 	// Raft tuning, passed to internal/cluster (zero: its defaults):
 	// heartbeat 500 ms, election 500 ms, batch window 1 ms, 256 commands
@@ -99,7 +106,8 @@ type clusterState struct {
 	run    string // this run's prefix of connection keys: "<id>/<random>/"
 	node   *cluster.Node
 	dedup  *cluster.Dedup
-	secret [32]byte // sha256 of the secret: what a forwarding connection presents
+	secret [32]byte       // sha256 of the secret: what a forwarding connection presents
+	roots  *x509.CertPool // ClusterConfig.CAFile's; nil: the system's
 	fwd    *forwarder
 	ctx    context.Context // ends at Shutdown
 	cancel context.CancelFunc
@@ -132,6 +140,16 @@ func (s *Server) openCluster() error {
 	cl := &clusterState{cfg: cc, id: cc.ID, run: cc.ID + "/" + hex.EncodeToString(rnd[:]) + "/",
 		secret: sha256.Sum256(append([]byte("mlock cluster forward\x00"), cc.Secret...)),
 		conns:  make(map[string]*conn)}
+	if cc.CAFile != "" {
+		pem, err := os.ReadFile(cc.CAFile)
+		if err != nil {
+			return fmt.Errorf("server: cluster CA: %w", err)
+		}
+		cl.roots = x509.NewCertPool()
+		if !cl.roots.AppendCertsFromPEM(pem) {
+			return fmt.Errorf("server: cluster CA: no certificate in %s", cc.CAFile)
+		}
+	}
 	cl.ctx, cl.cancel = context.WithCancel(context.Background())
 	cl.fwd = newForwarder(s, cl)
 	s.cl = cl

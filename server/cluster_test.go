@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/mlock-dev/mlock"
 	"github.com/mlock-dev/mlock/internal/cluster"
+	"github.com/mlock-dev/mlock/internal/testcert"
 )
 
 // testCluster is an in-process cluster: raft over the in-memory transport,
@@ -31,14 +33,26 @@ type testCluster struct {
 	trans []*raft.InmemTransport
 	nodes []*Server
 	done  []chan error
+	// TLS on the client ports: every node's certificate and the CA file the
+	// nodes verify each other with ("": plain TCP).
+	tlsCert, tlsKey, caFile string
 }
 
 var testSecret = []byte("0123456789abcdef-cluster-test")
 
 func newTestCluster(t *testing.T, n int, onDisk bool) *testCluster {
 	t.Helper()
+	return newTestClusterWith(t, n, onDisk, nil)
+}
+
+// newTestClusterWith is newTestCluster, with setup run before the nodes start.
+func newTestClusterWith(t *testing.T, n int, onDisk bool, setup func(*testCluster)) *testCluster {
+	t.Helper()
 	tc := &testCluster{t: t, n: n, dirs: make([]string, n), addrs: make([]string, n),
 		trans: make([]*raft.InmemTransport, n), nodes: make([]*Server, n), done: make([]chan error, n)}
+	if setup != nil {
+		setup(tc)
+	}
 	for i := range n {
 		if onDisk {
 			tc.dirs[i] = filepath.Join(t.TempDir(), "n"+strconv.Itoa(i))
@@ -99,8 +113,10 @@ func (tc *testCluster) start(i int) {
 		Addr:         tc.addrs[i],
 		SessionGrace: 3 * time.Second,
 		Logger:       logger.With("node", i),
+		TLSCertFile:  tc.tlsCert, TLSKeyFile: tc.tlsKey,
 		Cluster: &ClusterConfig{
-			ID: "n" + strconv.Itoa(i), ClientAddr: tc.addrs[i], Dir: tc.dirs[i], Transport: tr,
+			CAFile: tc.caFile,
+			ID:     "n" + strconv.Itoa(i), ClientAddr: tc.addrs[i], Dir: tc.dirs[i], Transport: tr,
 			Bootstrap: true, Peers: tc.peers(), Secret: testSecret,
 			HeartbeatTimeout: 150 * time.Millisecond, ElectionTimeout: 150 * time.Millisecond,
 			LeaderLeaseTimeout: 75 * time.Millisecond,
@@ -588,5 +604,34 @@ func TestClusterMembershipThroughAnyNode(t *testing.T) {
 	defer sc.Close()
 	if err := sc.ClusterRemove(ctx, "n1"); !errors.Is(err, mlock.ErrNotCluster) {
 		t.Fatalf("ClusterRemove on a single server: %v, want ErrNotCluster", err)
+	}
+}
+
+// With TLS on the client ports, a follower forwards to the leader over TLS,
+// verifying the leader's certificate: a TLS client on a follower locks.
+func TestClusterForwardsOverTLS(t *testing.T) {
+	ca := testcert.New(t)
+	cert, key := ca.Server(t, "127.0.0.1")
+	tc := newTestClusterWith(t, 3, false, func(tc *testCluster) {
+		tc.tlsCert, tc.tlsKey, tc.caFile = cert, key, ca.CertFile()
+	})
+	l := tc.leader()
+	f := (l + 1) % 3
+	c, err := mlock.NewClient(mlock.Options{Addrs: []string{tc.addrs[f]}, TLS: &tls.Config{RootCAs: ca.Pool()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	lk, err := c.Lock(ctx, "over-tls", &mlock.LockOptions{TTL: 5 * time.Second})
+	if err != nil {
+		t.Fatalf("Lock through a follower over TLS: %v", err)
+	}
+	if c.Node() != tc.addrs[f] {
+		t.Fatalf("answered by %s, want the follower %s", c.Node(), tc.addrs[f])
+	}
+	if err := lk.Unlock(ctx); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -4,9 +4,11 @@ import (
 	"bufio"
 	"context"
 	"crypto/subtle"
+	"crypto/tls"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"sync"
@@ -264,7 +266,7 @@ func (f *forwarder) get(addr string) (*fwdConn, error) {
 		return fc, nil
 	}
 	f.mu.Unlock()
-	nc, err := net.DialTimeout("tcp", addr, 2*time.Second)
+	nc, err := f.dial(addr)
 	if err != nil {
 		return nil, err
 	}
@@ -291,6 +293,28 @@ func (f *forwarder) get(addr string) (*fwdConn, error) {
 	go fc.readLoop()
 	go fc.pingLoop()
 	return fc, nil
+}
+
+// dial connects to another node's client port: over TLS, verifying its
+// certificate for the host of addr, when this node speaks TLS.
+func (f *forwarder) dial(addr string) (net.Conn, error) {
+	nc, err := net.DialTimeout("tcp", addr, 2*time.Second)
+	if err != nil || f.s.tlsConf == nil {
+		return nc, err
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	tc := tls.Client(nc, &tls.Config{ServerName: host, RootCAs: f.cl.roots, MinVersion: tls.VersionTLS12})
+	ctx, cancel := context.WithTimeout(f.cl.ctx, 5*time.Second)
+	defer cancel()
+	if err := tc.HandshakeContext(ctx); err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("TLS to %s: %w", addr, err)
+	}
+	return tc, nil
 }
 
 func (fc *fwdConn) readLoop() {

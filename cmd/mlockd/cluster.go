@@ -25,6 +25,7 @@ const defaultRaftDir = "mlockd.raft"
 //	--cluster-join        the client address of a member to join through
 //	--cluster-secret-file the file holding the secret shared by the nodes
 //	--cluster-advertise   the client address the other nodes forward to
+//	--cluster-ca          the CA file verifying the other nodes' TLS certificates
 //	--raft-heartbeat, --raft-election  Raft timeouts (default 500ms each)
 func addClusterFlags(fs *flag.FlagSet, cfg *server.Config) {
 	dirSet := false
@@ -80,6 +81,10 @@ func addClusterFlags(fs *flag.FlagSet, cfg *server.Config) {
 	})
 	fs.Func("cluster-advertise", "cluster: the client `host:port` the other nodes forward commands to (default --listen)", func(v string) error {
 		cc().ClientAddr = v
+		return nil
+	})
+	fs.Func("cluster-ca", "cluster: the CA `file` verifying the other nodes' certificates when the nodes speak TLS (--tls-cert): a\nfollower forwards to the leader over TLS, for the host of its client address (default: the system's roots)", func(v string) error {
+		cc().CAFile = v
 		return nil
 	})
 	fs.Func("raft-heartbeat", "cluster: Raft heartbeat timeout, a `duration` (default 500ms)", func(v string) error {
