@@ -64,3 +64,20 @@ var (
 	// wait behind itself.
 	ErrOwnerConflict = errors.New("locktable: owner holds an overlapping lock")
 )
+
+// Errors of the modes (see Mode).
+var (
+	// ErrInvalidMode: a mode is not exclusive, shared or 1 <= k <= n <=
+	// MaxPermits permits; Request.Modes has neither one mode nor one per
+	// resource; or a resource is named twice with two modes.
+	ErrInvalidMode = errors.New("locktable: invalid mode")
+	// ErrPermitsConflict: the request takes a resource in a shared or
+	// permits mode whose count of permits differs from the one of the
+	// shared or permits entries queued on it (shared counts as unbounded).
+	ErrPermitsConflict = errors.New("locktable: permits do not match")
+	// ErrModeChange: the owner holds exactly these resources, but in other
+	// modes. An upgrade from shared to exclusive would wait for the other
+	// readers, and two readers upgrading at once would wait for each other
+	// forever: release the lock and ask again.
+	ErrModeChange = errors.New("locktable: lock mode can not change")
+)
