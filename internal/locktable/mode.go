@@ -231,3 +231,20 @@ func (t *Table) heldBy(q *queue, owner string) *lock {
 	})
 	return found
 }
+
+// barge is the planted bug plantBarge: n, a new shared or permits entry,
+// jumps ahead of a waiting exclusive entry into the admitted ones when it
+// fits them. It reports whether it did.
+func (t *Table) barge(q *queue, n *node) bool {
+	g := q.gate
+	if t.plant != plantBarge || n.permits == 0 || g == nil || g.permits != 0 || !q.fits(n.permits) {
+		return false
+	}
+	n.q, n.prev, n.next = q, g.prev, g
+	g.prev.next = n // the gate is never the head: the head is admitted
+	g.prev = n
+	q.n++
+	n.l.live++
+	q.admit(n)
+	return true
+}

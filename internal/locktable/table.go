@@ -353,7 +353,17 @@ type Table struct {
 	hold      session
 	holdUntil int64
 	seq       uint64 // arrival number of the last accepted request or detach
+
+	// plant is a bug that the model test plants to show that its checker
+	// catches it (plantBarge, plantLeak); always 0 outside that test.
+	plant uint8
 }
+
+// The bugs a test may plant (Table.plant).
+const (
+	plantBarge uint8 = 1 + iota // a shared entry passes a waiting writer when it fits the holders
+	plantLeak                   // a semaphore entry does not return its permits
+)
 
 // readyLock is a request that became grantable while grants were deferred.
 // id tells whether l is still the same live request when the grants run.
@@ -721,6 +731,9 @@ func (t *Table) enqueue(q *queue, n *node, m Mode) {
 		}
 		q.nshared++
 	}
+	if t.plant != 0 && t.barge(q, n) {
+		return
+	}
 	q.pushBack(n)
 	l.live++
 	if q.gate == nil && q.fits(n.permits) {
@@ -1043,32 +1056,29 @@ func (t *Table) Renew(now int64, owner string, resources []string, ttl time.Dura
 }
 
 // ownerLock returns owner's granted, re-entrant lock that holds exactly
-// resources, or nil.
+// resources, or nil. An owner may hold several shared locks on one
+// resource: each of them is tried.
 func (t *Table) ownerLock(owner string, resources []string) *lock {
 	q := t.queues[resources[0]]
 	if q == nil {
 		return nil
 	}
-	var l *lock
+	k := distinct(resources)
+	var found *lock
 	t.ownerOn(q, owner, func(n *node) bool {
-		if n.l.flags&(flagNoReentry|flagRevoked) == 0 {
-			l = n.l
-			return false
+		l := n.l
+		if l.flags&(flagNoReentry|flagRevoked) != 0 || int(l.live) != k {
+			return true
 		}
-		return true
+		for _, r := range resources[1:] {
+			if q := t.queues[r]; q == nil || l.nodeIn(q) == nil {
+				return true
+			}
+		}
+		found = l
+		return false
 	})
-	if l == nil {
-		return nil
-	}
-	for _, r := range resources[1:] {
-		if q := t.queues[r]; q == nil || l.nodeIn(q) == nil {
-			return nil
-		}
-	}
-	if distinct(resources) != int(l.live) {
-		return nil
-	}
-	return l
+	return found
 }
 
 // Release releases, for each named resource, the owner's granted lock on it.
@@ -1403,7 +1413,9 @@ func (t *Table) unqueue(n *node) {
 	switch {
 	case n.adm:
 		q.nadm--
-		q.used -= uint64(n.permits)
+		if t.plant != plantLeak || q.of == 0 {
+			q.used -= uint64(n.permits)
+		}
 		n.adm = false
 	case q.gate == n:
 		q.gate = n.next
