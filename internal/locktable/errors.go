@@ -3,8 +3,8 @@ package locktable
 import "errors"
 
 // ResourceError is a refusal of Lock that names the resource it was refused
-// for. Err is ErrBusy, ErrTolerate or ErrOwnerConflict; errors.Is(err,
-// ErrBusy) and the like see through it.
+// for. Err is ErrBusy, ErrTolerate, ErrOwnerConflict, ErrPermitsConflict or
+// ErrModeChange; errors.Is(err, ErrBusy) and the like see through it.
 type ResourceError struct {
 	Err      error  // the sentinel
 	Resource string // the first busy, too long or conflicting resource

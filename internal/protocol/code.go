@@ -61,6 +61,11 @@ const (
 	CodeTLSRequired        // "TLS required!": a plain client on a TLS listener
 	CodeInvalidSocketID    // "invalid socketId!": it holds a NUL byte
 
+	// Modes (extension).
+	CodeInvalidMode     // "invalid mode!": a mode is not x, s or k/n, or the modes do not match the resources
+	CodePermitsConflict // "permits do not match!": a semaphore used with another count; followed by the resource
+	CodeModeChange      // "lock mode can not change!": an owner's re-entry in another mode; followed by the resource
+
 	numCodes
 )
 
@@ -103,6 +108,9 @@ var codeTexts = [numCodes]string{
 	CodeIdleTimeout:        "idle timeout!",
 	CodeTLSRequired:        "TLS required!",
 	CodeInvalidSocketID:    "invalid socketId!",
+	CodeInvalidMode:        "invalid mode!",
+	CodePermitsConflict:    "permits do not match!",
+	CodeModeChange:         "lock mode can not change!",
 }
 
 // Text returns the code's wire text; "" for CodeUnknown.
@@ -143,7 +151,9 @@ var codeOf = func() map[string]Code {
 // HasDetail reports whether a failure with this code may carry a detail
 // (the resource that is busy or conflicting) after its text. Only the
 // extension reasons do: 1.0 clients compare "can not tolerate!" whole.
-func (c Code) HasDetail() bool { return c == CodeBusy || c == CodeOwnerConflict || c == CodeForbidden }
+func (c Code) HasDetail() bool {
+	return c == CodeBusy || c == CodeOwnerConflict || c == CodeForbidden || c == CodePermitsConflict || c == CodeModeChange
+}
 
 // Class is what a client does with a failure: which error type it reports.
 type Class uint8
@@ -191,6 +201,9 @@ var engineCodes = [...]struct {
 	{core.ErrSessionLimit, CodeSessionLimit},
 	{core.ErrNotGranted, CodeNotLockedYet},
 	{core.ErrServerFull, CodeServerFull},
+	{core.ErrInvalidMode, CodeInvalidMode},
+	{core.ErrPermitsConflict, CodePermitsConflict},
+	{core.ErrModeChange, CodeModeChange},
 }
 
 // EngineCode returns the code of an engine (or core) error: the sentinel
