@@ -112,15 +112,15 @@ func (c Config) withDefaults() (Config, error) {
 
 // Result is one target's outcome.
 type Result struct {
-	Target     string        `json:"target"`
-	Scenario   string        `json:"scenario"`
-	Workers    int           `json:"workers"`
-	Ops        int64         `json:"ops"` // cycles, grants or orders
-	Elapsed    time.Duration `json:"elapsedNs"`
-	Rate       float64       `json:"opsPerSec"`
-	P50        time.Duration `json:"p50Ns"` // acquire latency (hotkey: wait)
-	P99        time.Duration `json:"p99Ns"`
-	Max        time.Duration `json:"maxNs"`
+	Target   string        `json:"target"`
+	Scenario string        `json:"scenario"`
+	Workers  int           `json:"workers"`
+	Ops      int64         `json:"ops"` // cycles, grants or orders
+	Elapsed  time.Duration `json:"elapsedNs"`
+	Rate     float64       `json:"opsPerSec"`
+	P50      time.Duration `json:"p50Ns"` // acquire latency (hotkey: wait)
+	P99      time.Duration `json:"p99Ns"`
+	Max      time.Duration `json:"maxNs"`
 	// Writes (readheavy) counts the exclusive grants, and WriteP50 to
 	// WriteMax their waits: no writer starvation keeps them bounded.
 	Writes     int64         `json:"writes,omitempty"`
@@ -164,7 +164,7 @@ type run struct {
 	lat      []time.Duration
 	handoff  []time.Duration
 	wlat     []time.Duration // readheavy: waits of the writers
-	grants   []int64 // per worker
+	grants   []int64         // per worker
 	overtake int64
 	waitMu   sync.Mutex
 	waitFrom map[int]time.Time // hotkey: workers waiting, since when
