@@ -49,13 +49,11 @@ func TestRunSharedAndPermits(t *testing.T) {
 
 	// Two permits of 2 at once, a third is skipped.
 	gate2 := filepath.Join(dir, "gate2")
-	var holders []*bytes.Buffer
 	for range 2 {
 		c := mlockCmd("run", "--uri", uri, "--permits", "1/2", "psp", "--", "sh", "-c",
 			`i=0; while [ ! -e `+gate2+` ] && [ $i -lt 1000 ]; do sleep 0.01; i=$((i+1)); done`)
 		var e bytes.Buffer
 		c.Stderr = &e
-		holders = append(holders, &e)
 		if err := c.Start(); err != nil {
 			t.Fatal(err)
 		}
