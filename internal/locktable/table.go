@@ -1746,7 +1746,8 @@ type QueueEntry struct {
 }
 
 // QueueInfo is one resource's queue, head (the holder or the reserving
-// waiter) first.
+// waiter) first; the shared holders of a resource, or its permit holders,
+// come first in arrival order.
 type QueueInfo struct {
 	Resource string
 	Entries  []QueueEntry // the queue, head first; QueuesPage may cut it short
@@ -1759,9 +1760,10 @@ func queueEntry(q *queue, n *node) QueueEntry {
 		Revoked: l.flags&flagRevoked != 0, Token: l.token, Created: l.created, Deadline: l.deadline}
 }
 
-// Head returns the request at the head of resource's queue: its holder, or
-// the waiting request that reserves it. False if nobody holds or waits for
-// resource. It costs O(k), k the request's resources.
+// Head returns the request at the head of resource's queue: its holder
+// (the oldest of its holders, for a resource held shared), or the waiting
+// request that reserves it. False if nobody holds or waits for resource. It
+// costs O(k), k the request's resources.
 func (t *Table) Head(resource string) (LockInfo, bool) {
 	q := t.queues[resource]
 	if q == nil {
