@@ -79,3 +79,36 @@ func TestModesOverTCP(t *testing.T) {
 	c1.send("lock 32 doc 5000 0 0 w1 s")
 	c1.expect("result 32 success " + o) // re-entry in its mode
 }
+
+// TestClusterModes: shared locks through every node of a cluster: readers
+// on two nodes hold together, a writer on the third waits for them and
+// blocks a later reader, which is granted after the writer.
+func TestClusterModes(t *testing.T) {
+	tc := newTestCluster(t, 3, false)
+	tc.leader()
+	var cs []*raw
+	for i := range 3 {
+		c := tc.dial(i, "m"+strconv.Itoa(i))
+		c.expect("connected 1.0 new *")
+		cs = append(cs, c)
+	}
+	r0 := cs[0].lock("1", "doc 10000 0 0  s")
+	cs[0].locked(r0)
+	r1 := cs[1].lock("1", "doc 10000 0 0  s")
+	cs[1].locked(r1)
+	w := cs[2].lock("1", "doc 10000 0 0")
+	r2 := cs[0].lock("2", "doc 10000 0 0  s")
+	cs[2].quiet()
+	cs[0].quiet()
+	cs[1].send("lock 2 doc 10000 0 0  1/2")
+	cs[1].expect("result 2 failed permits do not match! doc")
+	for i, id := range []string{r0, r1} {
+		cs[i].send("unlock 3 " + id)
+		cs[i].expect("result 3 success done")
+	}
+	cs[2].locked(w)
+	cs[0].quiet()
+	cs[2].send("unlock 4 " + w)
+	cs[2].expect("result 4 success done")
+	cs[0].locked(r2)
+}
