@@ -52,6 +52,15 @@ type LockOptions struct {
 	// stop before anyone else may get the lock (a command to kill, say).
 	// Default 0; it must be below half the TTL.
 	Lead time.Duration
+	// Mode takes every resource in this mode: Exclusive (the default),
+	// Shared, or Permits(k, n). See Mode.
+	Mode Mode
+	// Modes, if not nil, gives one mode per resource, in the order of the
+	// resources, instead of Mode: a write lock on one table and read locks
+	// on three others in one request, say, granted all at once. Its length
+	// must be the number of resources; a resource named twice must have one
+	// mode.
+	Modes []Mode
 }
 
 // New returns a Client configured by an mlock:// URI (see ParseURI).
@@ -227,6 +236,10 @@ func (c *Client) lock(ctx context.Context, names []string, o *LockOptions, try b
 	if lo.Lead < 0 || lo.Lead >= lo.TTL/2 {
 		return nil, &Error{Type: TypeRequest, Msg: "lead should be >= 0 and below half the ttl"}
 	}
+	modes, err := modeArg(lo.Mode, lo.Modes, len(names))
+	if err != nil {
+		return nil, err
+	}
 	l := &Lock{s: c.s, c: c, owner: lo.Owner, ttl: lo.TTL, lead: lo.Lead}
 	n := 0
 	add := func(a string) { l.args[n] = a; n++ }
@@ -248,8 +261,11 @@ func (c *Client) lock(ctx context.Context, names []string, o *LockOptions, try b
 		add(strconv.Itoa(max(lo.Tolerate, 0)))
 		l.timeout = lo.Timeout
 	}
-	if lo.Owner != "" {
-		add(lo.Owner)
+	if lo.Owner != "" || modes != "" {
+		add(lo.Owner) // "": no owner
+	}
+	if modes != "" {
+		add(modes)
 	}
 	l.verb, l.nargs = verb, uint8(n)
 	r, rerr := c.s.roundTrip(ctx, l, verb, l.args[:n]...)

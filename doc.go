@@ -16,6 +16,23 @@
 // runs. Every grant carries a fencing token (Lock.Token) that only grows:
 // pass it to the storage you protect and refuse writes with an older one.
 //
+// # Shared locks and semaphores
+//
+//	r, err := c.Lock(ctx, "catalog", &mlock.LockOptions{Mode: mlock.Shared})       // a read lock
+//	p, err := c.Lock(ctx, "psp:calls", &mlock.LockOptions{Mode: mlock.Permits(1, 3)}) // 1 of 3 permits
+//	j, err := c.LockAll(ctx, []string{"orders", "catalog"},                          // write one, read one
+//		&mlock.LockOptions{Modes: []mlock.Mode{mlock.Exclusive, mlock.Shared}})
+//
+// Any number of Shared locks hold a resource together; Permits(k, n) locks
+// hold it together while their permits add up to at most n. The server
+// grants in FIFO order: a waiting exclusive request blocks the shared ones
+// behind it (no writer starvation), and when it leaves, every shared
+// request up to the next exclusive one is granted at once. A request in
+// mixed modes over several resources is granted on all of them at once, as
+// any request. Every user of a semaphore must give the same n
+// (ErrPermitsConflict otherwise), and an owner cannot change the mode of
+// the lock it holds by asking again (ErrModeChange: unlock, then lock).
+//
 // # Credentials and TLS
 //
 //	c, err := mlock.New("mlocks://orders:" + token + "@locks.example:12340?tls-ca=/etc/mlock/ca.pem")

@@ -124,6 +124,15 @@ var (
 	// request without being the same set of resources; queueing would wait
 	// behind itself (Type request; Resource names the resource).
 	ErrOwnerConflict = errors.New("mlock: owner holds an overlapping lock")
+	// ErrPermitsConflict: the request takes a resource as a semaphore of n
+	// permits (or shared) while requests with another n are queued on it
+	// (Type request; Resource names the resource). See Permits.
+	ErrPermitsConflict = errors.New("mlock: permits do not match")
+	// ErrModeChange: the owner holds exactly these resources, in other
+	// modes; a re-entry can not upgrade a shared lock to exclusive (or the
+	// reverse). Unlock it and ask again (Type request; Resource names the
+	// resource).
+	ErrModeChange = errors.New("mlock: lock mode can not change")
 	// ErrNotHeld: Client.Renew found no lock of the owner on exactly those
 	// resources (Type request).
 	ErrNotHeld = errors.New("mlock: owner does not hold the lock")
@@ -229,7 +238,7 @@ var errNotTried = errors.New("no attempt finished yet")
 
 func sentinel(err error) bool {
 	switch err {
-	case ErrBusy, ErrOwnerConflict, ErrNotHeld, ErrClosed, ErrSessionLost, ErrExpired, ErrReleased,
+	case ErrBusy, ErrOwnerConflict, ErrPermitsConflict, ErrModeChange, ErrNotHeld, ErrClosed, ErrSessionLost, ErrExpired, ErrReleased,
 		ErrAuth, ErrTLS, ErrRefused, ErrForbidden, ErrRateLimited, ErrServerFull, ErrNotCluster:
 		return true
 	}
@@ -257,6 +266,10 @@ func failure(m *protocol.Message, v protocol.Verb) *Error {
 		e.Err = ErrBusy
 	case protocol.CodeOwnerConflict:
 		e.Err = ErrOwnerConflict
+	case protocol.CodePermitsConflict:
+		e.Err = ErrPermitsConflict
+	case protocol.CodeModeChange:
+		e.Err = ErrModeChange
 	case protocol.CodeForbidden:
 		e.Err = ErrForbidden
 	case protocol.CodeRateLimited:

@@ -116,3 +116,60 @@ func Example_cron() {
 	// instance-1 generates the report
 	// instance-2 skips: the report is already running
 }
+
+// Readers of a catalogue share it; a writer waits for them, and readers
+// that come after it wait for the writer (no writer starvation).
+func ExampleShared() {
+	addr, stop := exampleServer()
+	defer stop()
+	c, err := mlock.New("mlock://" + addr)
+	if err != nil {
+		panic(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+
+	r1, _ := c.Lock(ctx, "catalog", &mlock.LockOptions{Mode: mlock.Shared})
+	r2, _ := c.Lock(ctx, "catalog", &mlock.LockOptions{Mode: mlock.Shared})
+	_, err = c.TryLock(ctx, "catalog", nil) // exclusive
+	fmt.Println("two readers:", r1.Token() < r2.Token(), "writer:", errors.Is(err, mlock.ErrBusy))
+	// A batch job writes one table and reads two others, in one atomic step.
+	job, err := c.LockAll(ctx, []string{"orders", "catalog", "prices"},
+		&mlock.LockOptions{Modes: []mlock.Mode{mlock.Exclusive, mlock.Shared, mlock.Shared}})
+	fmt.Println("job:", err == nil)
+	for _, l := range []*mlock.Lock{job, r1, r2} {
+		l.Unlock(ctx)
+	}
+	// Output:
+	// two readers: true writer: true
+	// job: true
+}
+
+// A payment provider allows three concurrent calls: a semaphore of 3
+// permits.
+func ExamplePermits() {
+	addr, stop := exampleServer()
+	defer stop()
+	c, err := mlock.New("mlock://" + addr)
+	if err != nil {
+		panic(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+
+	one := &mlock.LockOptions{Mode: mlock.Permits(1, 3)}
+	var calls []*mlock.Lock
+	for range 3 {
+		l, err := c.TryLock(ctx, "psp:calls", one)
+		if err != nil {
+			panic(err)
+		}
+		calls = append(calls, l)
+	}
+	_, err = c.TryLock(ctx, "psp:calls", one)
+	fmt.Println("fourth call:", errors.Is(err, mlock.ErrBusy))
+	for _, l := range calls {
+		l.Unlock(ctx)
+	}
+	// Output: fourth call: true
+}

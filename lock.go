@@ -37,9 +37,10 @@ type Lock struct {
 	timeout time.Duration // the wait's timeout (<= 0: none)
 	lead    time.Duration // LockOptions.Lead: Do and Hold stop the job this long before the Deadline
 	// args are the request's arguments as first sent: resources (prefixed
-	// names joined with '|') ttl [timeout tolerate] [owner]. Only the
-	// timeout changes, guarded by s.mu, when the request is asked again.
-	args [5]string
+	// names joined with '|') ttl [timeout tolerate] [owner [modes]]. Only
+	// the timeout changes, guarded by s.mu, when the request is asked
+	// again.
+	args [6]string
 
 	// All below guarded by s.mu. Times are monotonic, since epoch.
 	id        string

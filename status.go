@@ -127,7 +127,11 @@ type LocksEntry struct {
 	// (servers with authentication; "" for the anonymous principal).
 	// Entries of other principals shown to one that does not administer
 	// have no lock, session, owner or token.
-	Principal     string `json:"principal,omitempty"`
+	Principal string `json:"principal,omitempty"`
+	// Mode is how the entry takes the resource: "x" (exclusive), "s"
+	// (shared) or "k/n" (k of n permits). Several shared or permits
+	// entries of one queue may be held at once.
+	Mode          string `json:"mode"`
 	State         string `json:"state"`    // "held" or "waiting"
 	Position      int    `json:"position"` // 0 is the head of the queue
 	Token         uint64 `json:"token,omitempty"`

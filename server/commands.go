@@ -211,8 +211,9 @@ func (c *conn) connect(tx *core.Tx, f [][]byte) bool {
 	return false
 }
 
-// lock handles "lock <req> <resources> <ttl> <timeout> <tolerate> [owner]"
-// and "trylock <req> <resources> <ttl> [owner]".
+// lock handles "lock <req> <resources> <ttl> <timeout> <tolerate> [owner
+// [modes]]" and "trylock <req> <resources> <ttl> [owner [modes]]". An empty
+// owner is none; absent or empty modes take every resource exclusively.
 func (c *conn) lock(tx *core.Tx, req []byte, f [][]byte, try bool) {
 	s := c.srv
 	arg := func(i int) []byte {
@@ -265,6 +266,11 @@ func (c *conn) lock(tx *core.Tx, req []byte, f [][]byte, try bool) {
 	if !c.may(req, r.Resources) {
 		return
 	}
+	if s.modeBuf, ok = protocol.ParseModes(s.modeBuf[:0], arg(ownerAt+1), len(r.Resources)); !ok {
+		c.failed(req, protocol.CodeInvalidMode)
+		return
+	}
+	r.Modes = s.modeBuf
 	res := tx.Apply(&cmd)
 	if err := res.Err; err != nil {
 		switch {

@@ -54,6 +54,7 @@ type Server struct {
 	pushes     []byte              // guarded by the core: push frames not delivered yet
 	pending    []pendingPush       // guarded by the core: where they go, in order
 	resBuf     []string            // guarded by the core: resources of the request being handled
+	modeBuf    []core.Mode         // guarded by the core: modes of the request being handled
 	counters   counters            // guarded by the core
 	perIP      map[netip.Addr]int  // guarded by the core: open connections by remote IP
 	online     int                 // guarded by the core: sessions with a connection

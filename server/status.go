@@ -152,7 +152,8 @@ func (s *Server) locksJSON(tx *core.Tx, p *auth.Principal, prefix, after string,
 			doc.Truncated = true
 		}
 		for i, e := range q.Entries {
-			le := mlock.LocksEntry{Position: i, AgeMs: (now - e.Created) / int64(time.Millisecond), State: "waiting"}
+			le := mlock.LocksEntry{Position: i, AgeMs: (now - e.Created) / int64(time.Millisecond), State: "waiting",
+				Mode: e.Mode.String()}
 			left := (e.Deadline - now) / int64(time.Millisecond)
 			if e.Granted {
 				le.State, le.TTLLeftMs = "held", &left

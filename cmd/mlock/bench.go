@@ -22,17 +22,21 @@ func cmdBench(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("bench")
 	uri := uriFlag(fs, "target when URL is not given: mlock://, mlocks://, redis://host:port/db (?mode=medusa: Medusa's scripts), etcd://host:port[,host:port], memory:")
 	var cfg bench.Config
-	fs.StringVar(&cfg.Scenario, "scenario", "uncontended", "uncontended, hotkey or shop")
+	fs.StringVar(&cfg.Scenario, "scenario", "uncontended", "uncontended, hotkey, shop or readheavy")
 	fs.IntVar(&cfg.Workers, "workers", 0, "concurrent workers (default 8; shop 32)")
 	fs.DurationVar(&cfg.Duration, "duration", 5*time.Second, "run time per target (at most 10m)")
 	fs.Int64Var(&cfg.Count, "count", 0, "stop after this many operations per target (0: no limit)")
-	fs.DurationVar(&cfg.Hold, "hold", 0, "time each lock is held (default 0; shop 1ms)")
+	fs.DurationVar(&cfg.Hold, "hold", 0, "time each lock is held (default 0; shop and readheavy 1ms)")
+	fs.IntVar(&cfg.HotKeys, "keys", 2, "readheavy: hot keys")
+	fs.Float64Var(&cfg.Reads, "reads", 0.9, "readheavy: share of shared (read) locks")
 	fs.IntVar(&cfg.SKUs, "skus", 1000, "shop: number of SKUs")
 	fs.Float64Var(&cfg.Zipf, "zipf", 1.1, "shop: Zipf exponent of SKU popularity (> 1)")
 	fs.IntVar(&cfg.MaxOrder, "max-order", 5, "shop: most SKUs in one order")
 	fs.DurationVar(&cfg.Timeout, "timeout", 5*time.Second, "longest wait for one lock (counted as a timeout)")
 	fs.DurationVar(&cfg.Round, "round", time.Second, "with --vs: length of one interleaved round")
-	vs := fs.String("vs", "", "a second target (same schemes as URL), run interleaved with the first; ratios are printed")
+	var vs stringList
+	fs.Var(&vs, "vs", "another target (same schemes as URL; may be repeated), run interleaved with the first;\n"+
+		"ratios (first / second) are printed")
 	allowRemote := fs.Bool("allow-remote", false, "allow targets that are not on loopback")
 	asJSON := fs.Bool("json", false, "print the results as JSON")
 	cpuProfile := fs.String("cpu-profile", "", "write the load generator's CPU profile to this file")
@@ -42,6 +46,10 @@ func cmdBench(args []string, stdout, stderr io.Writer) int {
 			"URL defaults to --uri. Targets must be on loopback unless --allow-remote.\n"+
 			"Latencies are the wait to acquire a lock (P50, P99, MAX; hotkey: HANDOFF from release to the next grant);\n"+
 			"on a terminal a progress line shows on stderr.\n"+
+			"readheavy: --workers (8) lock one of --keys (2) hot keys, shared with probability --reads (0.9), else\n"+
+			"exclusive, for --hold (1ms); targets: mlock:// (shared locks), x:mlock:// (the same workload, every lock\n"+
+			"exclusive), redis:// (a read/write lock in Lua, Redisson's layout), memory: (sync.RWMutex).\n"+
+			"WRITE P99 is the writers' wait.\n"+
 			"Exit status: 0 done, 2 usage error, 125 error or a safety violation (two holders of one key).\n\n")
 		fs.PrintDefaults()
 	}
@@ -56,14 +64,16 @@ func cmdBench(args []string, stdout, stderr io.Writer) int {
 	if len(p.pos) > 0 {
 		urls[0] = p.pos[0]
 	}
-	if *vs != "" {
-		urls = append(urls, *vs)
-	}
+	urls = append(urls, vs...)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	var targets []bench.Target
 	for _, u := range urls {
-		t, closeT, err := bench.Open(ctx, u, *allowRemote)
+		open := bench.Open
+		if cfg.Scenario == "readheavy" {
+			open = bench.OpenRW
+		}
+		t, closeT, err := open(ctx, u, *allowRemote)
 		if err != nil {
 			return fail(fs, stderr, err)
 		}
@@ -96,6 +106,13 @@ func cmdBench(args []string, stdout, stderr io.Writer) int {
 		out := map[string]any{"date": time.Now().UTC().Format(time.RFC3339), "results": results}
 		if len(results) == 2 {
 			out["ratios"] = ratios(results[0], results[1])
+		}
+		if len(results) > 2 {
+			var rts []map[string]float64
+			for _, other := range results[1:] {
+				rts = append(rts, ratios(results[0], other))
+			}
+			out["ratios"] = rts
 		}
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
@@ -177,6 +194,14 @@ func printResults(w io.Writer, rs []bench.Result) {
 	tw.Flush()
 	fmt.Fprintln(w)
 	hot := r0.Scenario == "hotkey"
+	if r0.Scenario == "readheavy" {
+		fmt.Fprintln(tw, "TARGET\tWRITES\tWRITE P50\tWRITE P99\tWRITE MAX")
+		for _, r := range rs {
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", r.Target, r.Writes, human(r.WriteP50), human(r.WriteP99), human(r.WriteMax))
+		}
+		tw.Flush()
+		fmt.Fprintln(w)
+	}
 	head := "TARGET"
 	if hot {
 		head += "\tHANDOFF P50\tHANDOFF P99\tJAIN\tFIFO"
@@ -195,9 +220,9 @@ func printResults(w io.Writer, rs []bench.Result) {
 			fmt.Fprintf(w, "%s: first error: %s\n", r.Target, r.FirstError)
 		}
 	}
-	if len(rs) == 2 {
-		rt := ratios(rs[0], rs[1])
-		fmt.Fprintf(w, "ratios (first / second): ops/s %.2fx, p99 %.2fx\n", rt["opsPerSec"], rt["p99"])
+	for _, other := range rs[1:] {
+		rt := ratios(rs[0], other)
+		fmt.Fprintf(w, "ratios (first / %s): ops/s %.2fx, p99 %.2fx\n", other.Target, rt["opsPerSec"], rt["p99"])
 		var cpu []string
 		for _, k := range []struct{ key, label string }{
 			{"serverCpuPerOp", "server"}, {"clientCpuPerOp", "client"}, {"totalCpuPerOp", "client+server"},
@@ -240,3 +265,9 @@ func ratios(a, b bench.Result) map[string]float64 {
 	}
 	return out
 }
+
+// stringList is a repeatable string flag.
+type stringList []string
+
+func (l *stringList) String() string     { return strings.Join(*l, " ") }
+func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }

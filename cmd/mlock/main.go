@@ -476,7 +476,7 @@ func cmdLocks(args []string, stdout, stderr io.Writer) int {
 			return err
 		}
 		w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(w, "RESOURCE\tPOS\tSTATE\tOWNER\tLOCK\tSESSION\tTOKEN\tAGE\tLEFT")
+		fmt.Fprintln(w, "RESOURCE\tPOS\tSTATE\tMODE\tOWNER\tLOCK\tSESSION\tTOKEN\tAGE\tLEFT")
 		ms := func(p *int64) string {
 			if p == nil {
 				return "-"
@@ -492,8 +492,8 @@ func cmdLocks(args []string, stdout, stderr io.Writer) int {
 				if e.State == "held" {
 					token, left = fmt.Sprint(e.Token), ms(e.TTLLeftMs)
 				}
-				fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%v\t%s\n", q.Resource, e.Position, e.State, owner, e.Lock, e.Session,
-					token, time.Duration(e.AgeMs)*time.Millisecond, left)
+				fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%v\t%s\n", q.Resource, e.Position, e.State, modeName(e.Mode),
+					owner, e.Lock, e.Session, token, time.Duration(e.AgeMs)*time.Millisecond, left)
 			}
 		}
 		if err := w.Flush(); err != nil {
@@ -504,6 +504,21 @@ func cmdLocks(args []string, stdout, stderr io.Writer) int {
 		}
 		return nil
 	})
+}
+
+// modeName is how mlock locks shows a mode: exclusive, shared, or "k of n"
+// permits.
+func modeName(mode string) string {
+	switch mode {
+	case "", "x": // "": a server without modes
+		return "exclusive"
+	case "s":
+		return "shared"
+	}
+	if k, n, ok := strings.Cut(mode, "/"); ok {
+		return k + " of " + n
+	}
+	return mode
 }
 
 func cmdEvict(args []string, stdout, stderr io.Writer) int {

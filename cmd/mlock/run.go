@@ -65,6 +65,10 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		"at most ttl/4 (default: 10s or ttl/4, whichever is shorter); with mlock://, kill-after + 200ms\n"+
 		"must also be below the server's session grace less 1 % (15s by default)")
 	owner := fs.String("owner", "", "owner id of the lock (default: host:pid)")
+	shared := fs.Bool("shared", false, "mlock:// only: take the resources shared (a read lock): shared runs go together,\n"+
+		"an exclusive one waits for them and blocks later shared ones")
+	permits := fs.String("permits", "", "mlock:// only: K/N takes K of the N permits of each resource (a semaphore: at most\n"+
+		"N permits held at once; every user of the resource must give the same N)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: mlock run [flags] RESOURCES -- CMD [ARGS...]\n\n"+
 			"Runs CMD while holding every resource of RESOURCES (\"a|b\"), renewing the lease, forwarding signals.\n"+
@@ -121,6 +125,10 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	if *tolerate != 0 && !isMlock {
 		return usageError(fs, stderr, "--tolerate needs an mlock:// server")
 	}
+	mode, err := modeFlags(*shared, *permits, isMlock)
+	if err != nil {
+		return usageError(fs, stderr, err.Error())
+	}
 	out := &progress{w: stderr, on: *verbose, resources: resources, start: time.Now()}
 	if f, ok := stderr.(*os.File); ok && !*quiet && isTerminal(f) {
 		out.on = true
@@ -145,7 +153,8 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		return runCommand(ctx, command, commandEnv(os.Environ(), resources, g), sigc, *killAfter, stderr)
 	}
 
-	r := runner{resources: resources, ttl: *ttl, lead: lead, timeout: *timeout, skip: *skip, owner: *owner, job: job, progress: out}
+	r := runner{resources: resources, ttl: *ttl, lead: lead, timeout: *timeout, skip: *skip, owner: *owner, mode: mode,
+		job: job, progress: out}
 	if isMlock {
 		err = r.mlock(ctx, *uri, *tolerate)
 	} else {
@@ -226,6 +235,7 @@ type runner struct {
 	timeout   time.Duration // 0: no limit
 	skip      bool
 	owner     string
+	mode      mlock.Mode // mlock:// only
 	job       func(context.Context, grant) error
 	progress  *progress
 }
@@ -262,7 +272,7 @@ func (r *runner) mlock(ctx context.Context, uri string, tolerate int) error {
 // restarted) or a broken connection, once the server was reached, is asked
 // again until the timeout: the wait held nothing, so asking again is safe.
 func (r *runner) lockMlock(ctx context.Context, c *mlock.Client, tolerate int) (*mlock.Lock, error) {
-	o := &mlock.LockOptions{TTL: r.ttl, Timeout: -1, Tolerate: tolerate, Owner: r.owner, Lead: r.lead}
+	o := &mlock.LockOptions{TTL: r.ttl, Timeout: -1, Tolerate: tolerate, Owner: r.owner, Lead: r.lead, Mode: r.mode}
 	if r.skip {
 		return c.TryLock(ctx, r.resources, o)
 	}
@@ -549,4 +559,25 @@ func runCommand(ctx context.Context, command []string, env []string, sigc chan o
 			send(syscall.SIGKILL)
 		}
 	}
+}
+
+// modeFlags returns the mode of --shared and --permits K/N.
+func modeFlags(shared bool, permits string, isMlock bool) (mlock.Mode, error) {
+	switch {
+	case (shared || permits != "") && !isMlock:
+		return mlock.Exclusive, errors.New("--shared and --permits need an mlock:// server")
+	case shared && permits != "":
+		return mlock.Exclusive, errors.New("--shared and --permits exclude each other")
+	case shared:
+		return mlock.Shared, nil
+	case permits == "":
+		return mlock.Exclusive, nil
+	}
+	k, n, ok := strings.Cut(permits, "/")
+	ki, err1 := strconv.Atoi(k)
+	ni, err2 := strconv.Atoi(n)
+	if !ok || err1 != nil || err2 != nil || ki < 1 || ki > ni || ni > mlock.MaxPermits {
+		return mlock.Exclusive, fmt.Errorf("--permits %q: want K/N with 1 <= K <= N <= %d, such as 1/5", permits, mlock.MaxPermits)
+	}
+	return mlock.Permits(ki, ni), nil
 }

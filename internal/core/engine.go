@@ -27,10 +27,25 @@ type (
 	// EngineConfig configures the engine: limits, grace, first token, seed.
 	EngineConfig = locktable.Config
 	// ResourceError is a lock refusal (ErrBusy, ErrTolerate,
-	// ErrOwnerConflict) that names the resource it was refused for; find it
-	// with errors.As.
+	// ErrOwnerConflict, ErrPermitsConflict, ErrModeChange) that names the
+	// resource it was refused for; find it with errors.As.
 	ResourceError = locktable.ResourceError
+	// Mode is how a request takes one resource: exclusive, shared or k of
+	// n permits; see locktable.Mode.
+	Mode = locktable.Mode
 )
+
+// The modes; see locktable.Mode.
+var (
+	Exclusive = locktable.Exclusive
+	Shared    = locktable.Shared
+)
+
+// MaxPermits is the largest permit count of a semaphore.
+const MaxPermits = locktable.MaxPermits
+
+// ParseMode parses the wire form of a mode: x, s or k/n.
+var ParseMode = locktable.ParseMode
 
 // Event kinds; see locktable.EventKind.
 const (
@@ -77,6 +92,9 @@ var (
 	ErrNotFound         = locktable.ErrNotFound
 	ErrNotGranted       = locktable.ErrNotGranted
 	ErrOwnerConflict    = locktable.ErrOwnerConflict
+	ErrInvalidMode      = locktable.ErrInvalidMode
+	ErrPermitsConflict  = locktable.ErrPermitsConflict
+	ErrModeChange       = locktable.ErrModeChange
 )
 
 // ParseID parses the 32-hex-digit form of an ID.

@@ -88,7 +88,8 @@ func randomLog(r *rand.Rand, n int) []entry {
 			switch r.IntN(9) {
 			case 0, 1, 2:
 				cmd = Command{Op: OpLock, Request: Request{Session: s, Resources: pick, TTL: time.Duration(1+r.IntN(5)) * 100 * time.Millisecond,
-					Timeout: time.Duration(r.IntN(4)) * 100 * time.Millisecond, Owner: []string{"", "o1", "o2"}[r.IntN(3)]}}
+					Timeout: time.Duration(r.IntN(4)) * 100 * time.Millisecond, Owner: []string{"", "o1", "o2"}[r.IntN(3)],
+					Modes: [][]Mode{nil, {Shared}, {{Permits: 1, Of: 2}}}[r.IntN(3)]}}
 			case 3:
 				cmd = Command{Op: OpDetach, Session: s}
 			case 4:

@@ -1,6 +1,6 @@
 // Package locktable is mlock's lock engine: per-resource FIFO queues, atomic
-// multi-resource grants, leases, wait timeouts, tolerate, owners, sessions and
-// fencing tokens.
+// multi-resource grants in exclusive, shared and permits modes, leases, wait
+// timeouts, tolerate, owners, sessions and fencing tokens.
 //
 // # Basics
 //
@@ -11,6 +11,32 @@
 // share, so no deadlock is possible. A waiting multi-resource request at the
 // head of a queue reserves that resource even while nobody holds it: strict
 // FIFO, no barging.
+//
+// # Modes
+//
+// A request takes each of its resources in a [Mode] (Request.Modes):
+// exclusive (the default), shared, or k of a semaphore's n permits. On
+// each queue the admitted entries are a prefix: the head, and every next
+// entry as long as it and all those ahead of it are compatible (at most one
+// entry, or no exclusive one and no more than n permits); the first entry
+// that does not fit stops the prefix, so no later entry passes a waiting
+// one (no barging, no writer starvation). "At the head of every queue"
+// above becomes "admitted on every queue": a request is granted when it is
+// admitted on all its resources, and an admitted entry of a request that
+// still waits elsewhere reserves its place. When an entry leaves, the
+// entries behind it that now fit are admitted, in order, and those whose
+// requests become admitted everywhere are granted, each with its own
+// token: granting a batch of readers behind a writer costs O(readers ·
+// log n), however long the queue behind the next writer.
+//
+// The shared and permits entries queued on a resource must agree on n
+// (shared counts as unbounded): another n is refused with
+// [ErrPermitsConflict]. An owner's re-entry must name the same resources
+// in the same modes ([ErrModeChange] otherwise: no upgrade). Tolerate
+// counts a queue's waiting entries plus one for its admitted ones.
+// Release releases every granted lock of the owner on each named resource,
+// Evict revokes every holder of each, and try-locks succeed only if the
+// request would be admitted everywhere at once.
 //
 // A granted lock has a lease (ttl). It expires at grant time + ttl unless it is
 // extended (extend counts from now). A waiting request may have a wait timeout.
@@ -130,8 +156,10 @@
 // # Costs
 //
 // Every operation costs O(k log n) or better, where k is the number of
-// resources in the request and n the number of live requests; renewals by
-// owner also fold duplicate names pairwise, O(k²) with k <= MaxResources.
+// resources in the request and n the number of live requests, plus
+// O(log n) per request it grants; renewals by owner also fold duplicate
+// names pairwise, O(k²) with k <= MaxResources. Finding an owner's lock on
+// a resource held shared costs O(min(holders, the owner's locks · k)).
 // Nothing scans all locks or queues. Besides a hash map, queues are kept in
 // a B-tree ordered by name (O(log Q) per queue created or freed), so that
 // [Table.QueuesPage] seeks its first queue and walks on: O(log Q + page)

@@ -3,8 +3,8 @@ package locktable
 import "errors"
 
 // ResourceError is a refusal of Lock that names the resource it was refused
-// for. Err is ErrBusy, ErrTolerate or ErrOwnerConflict; errors.Is(err,
-// ErrBusy) and the like see through it.
+// for. Err is ErrBusy, ErrTolerate, ErrOwnerConflict, ErrPermitsConflict or
+// ErrModeChange; errors.Is(err, ErrBusy) and the like see through it.
 type ResourceError struct {
 	Err      error  // the sentinel
 	Resource string // the first busy, too long or conflicting resource
@@ -63,4 +63,21 @@ var (
 	// request without being exactly the same set of resources; queueing would
 	// wait behind itself.
 	ErrOwnerConflict = errors.New("locktable: owner holds an overlapping lock")
+)
+
+// Errors of the modes (see Mode).
+var (
+	// ErrInvalidMode: a mode is not exclusive, shared or 1 <= k <= n <=
+	// MaxPermits permits; Request.Modes has neither one mode nor one per
+	// resource; or a resource is named twice with two modes.
+	ErrInvalidMode = errors.New("locktable: invalid mode")
+	// ErrPermitsConflict: the request takes a resource in a shared or
+	// permits mode whose count of permits differs from the one of the
+	// shared or permits entries queued on it (shared counts as unbounded).
+	ErrPermitsConflict = errors.New("locktable: permits do not match")
+	// ErrModeChange: the owner holds exactly these resources, but in other
+	// modes. An upgrade from shared to exclusive would wait for the other
+	// readers, and two readers upgrading at once would wait for each other
+	// forever: release the lock and ask again.
+	ErrModeChange = errors.New("locktable: lock mode can not change")
 )

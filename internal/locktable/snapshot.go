@@ -27,7 +27,10 @@ import (
 // where a resource is 0 and its name when the lock heads its queue (it is
 // the queue's oldest entry), else 1 + the number of that queue among the
 // queues named so far; queues list their requests in arrival order, so the
-// order of the locks gives every queue's order. A session is
+// order of the locks gives every queue's order. A lock whose flags have
+// snapModes (version 2) follows each resource with its mode, permits and
+// of as uvarints; without it every resource is exclusive. Which entries
+// are admitted follows from the order and the modes. A session is
 //
 //	id state [graceEnd-now detachSeq] len(locks) slot...
 //
@@ -36,7 +39,7 @@ import (
 // heap, the index of queue names) is derived on Restore.
 const (
 	snapshotMagic   = "mlkt"
-	snapshotVersion = 1
+	snapshotVersion = 2 // 2: modes; version 1 (all exclusive) still restores
 )
 
 // Lock flags in a snapshot.
@@ -46,7 +49,8 @@ const (
 	snapPartial
 	snapRevoked
 	snapTimer // the lock's deadline is pending (an expiry or a wait timeout)
-	snapAll   = snapGranted | snapNoReentry | snapPartial | snapRevoked | snapTimer
+	snapModes // version 2: a resource is followed by its mode
+	snapAll   = snapGranted | snapNoReentry | snapPartial | snapRevoked | snapTimer | snapModes
 )
 
 // Session states in a snapshot.
@@ -113,7 +117,8 @@ func (t *Table) AppendBinary(b []byte) ([]byte, error) {
 		b = append(b, l.id[:]...)
 		b = binary.AppendUvarint(b, l.seq-seq)
 		seq = l.seq
-		b = append(b, t.snapFlags(l))
+		f := t.snapFlags(l)
+		b = append(b, f)
 		b = appendBytes(b, l.owner)
 		b = binary.AppendVarint(b, int64(l.ttl))
 		b = binary.AppendVarint(b, l.created-t.now)
@@ -138,6 +143,11 @@ func (t *Table) AppendBinary(b []byte) ([]byte, error) {
 				nq++
 			default:
 				b = binary.AppendUvarint(b, refs[q]+1)
+			}
+			if f&snapModes != 0 {
+				m := q.mode(n)
+				b = binary.AppendUvarint(b, uint64(m.Permits))
+				b = binary.AppendUvarint(b, uint64(m.Of))
 			}
 		}
 	}
@@ -191,6 +201,12 @@ func (t *Table) snapFlags(l *lock) uint8 {
 	if l.hidx >= 0 {
 		f |= snapTimer
 	}
+	for i := range l.nodes {
+		if l.nodes[i].q != nil && l.nodes[i].permits != 0 {
+			f |= snapModes
+			break
+		}
+	}
 	return f
 }
 
@@ -226,9 +242,11 @@ func Restore(cfg Config, data []byte) (*Table, error) {
 		return nil, fmt.Errorf("%w: not a lock table snapshot", ErrCorruptSnapshot)
 	}
 	d := &decoder{b: data[len(snapshotMagic):]}
-	if v := d.uvarint("version"); d.err == nil && v != snapshotVersion {
-		return nil, fmt.Errorf("locktable: snapshot version %d is not supported (want %d)", v, snapshotVersion)
+	v := d.uvarint("version")
+	if d.err == nil && (v < 1 || v > snapshotVersion) {
+		return nil, fmt.Errorf("locktable: snapshot version %d is not supported (want 1 to %d)", v, snapshotVersion)
 	}
+	d.version = v
 	if err := t.decode(d); err != nil {
 		return nil, err
 	}
@@ -384,7 +402,8 @@ func (t *Table) decodeLock(d *decoder, seq *uint64, queues *[]*queue) error {
 		return d.fail("lock slot")
 	case delta == 0 || *seq+delta < *seq:
 		return d.fail("lock seq")
-	case f&^snapAll != 0, !granted && f&(snapPartial|snapRevoked) != 0, granted && f&snapTimer == 0:
+	case f&^snapAll != 0, !granted && f&(snapPartial|snapRevoked) != 0, granted && f&snapTimer == 0,
+		d.version < 2 && f&snapModes != 0:
 		return d.fail("lock flags")
 	case ttl <= 0, nres == 0:
 		return d.fail("lock")
@@ -422,6 +441,7 @@ func (t *Table) decodeLock(d *decoder, seq *uint64, queues *[]*queue) error {
 		l.flags |= flagRevoked
 	}
 	b := int64(len(owner))
+	shared := false // some resource is not exclusive
 	for i := range l.nodes {
 		var q *queue
 		if ref := d.uvarint("resource"); ref == 0 {
@@ -443,14 +463,23 @@ func (t *Table) decodeLock(d *decoder, seq *uint64, queues *[]*queue) error {
 				return d.fail("resource named twice")
 			}
 		}
+		var m Mode
+		if f&snapModes != 0 {
+			p, of := d.uvarint("mode"), d.uvarint("mode")
+			m = Mode{Permits: uint32(p), Of: uint32(of)}
+			if d.err != nil || p > MaxPermits || of > MaxPermits || !m.Valid() ||
+				m.Permits > 0 && q.nshared > 0 && q.of != m.Of {
+				return d.fail("mode")
+			}
+		}
 		n := &l.nodes[i]
 		n.l = l
-		q.pushBack(n)
-		l.live++
+		t.enqueue(q, n, m)
 		b += int64(len(q.name))
-		if q.head != n {
-			l.waiting++
-		}
+		shared = shared || m.Permits > 0
+	}
+	if f&snapModes != 0 && !shared {
+		return d.fail("modes of an exclusive lock") // one encoding per snapshot
 	}
 	t.entries += int(l.live)
 	t.bytes += b
@@ -472,9 +501,10 @@ func (t *Table) decodeLock(d *decoder, seq *uint64, queues *[]*queue) error {
 // decoder reads a snapshot. Its first error sticks: later reads return
 // zero values.
 type decoder struct {
-	b    []byte
-	err  error
-	hold bool // grants are held
+	b       []byte
+	err     error
+	hold    bool   // grants are held
+	version uint64 // of the snapshot
 }
 
 // fail records that the snapshot is corrupt at what, and returns the error.

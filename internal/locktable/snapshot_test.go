@@ -69,6 +69,7 @@ type snapOp struct {
 	sess, owner    string
 	from           string
 	res            []string
+	modes          []Mode
 	ttl, timeout   time.Duration
 	tolerate       int
 	try, noReentry bool
@@ -94,6 +95,7 @@ func drawSnapOp(rt *rapid.T, now int64, nids int) snapOp {
 		noReentry: rapid.IntRange(0, 4).Draw(rt, "noReentry") == 0,
 		id:        rapid.IntRange(0, nids).Draw(rt, "id"),
 	}
+	op.modes = drawModes(rt, op.res)
 	switch op.kind {
 	case "advance":
 		// Often to a deadline exactly, so that several fall due at once.
@@ -122,7 +124,7 @@ func (op *snapOp) apply(r *replica, ids []ID) []ID {
 		tab.Detach(op.now, op.sess)
 	case "lock":
 		g, err := tab.Lock(op.now, &Request{Session: op.sess, Resources: op.res, TTL: op.ttl, Timeout: op.timeout,
-			Tolerate: op.tolerate, Try: op.try, Owner: op.owner, NoReentry: op.noReentry})
+			Tolerate: op.tolerate, Try: op.try, Owner: op.owner, NoReentry: op.noReentry, Modes: op.modes})
 		if err == nil && !g.Renewed {
 			ids = append(ids, g.ID)
 		}
@@ -247,6 +249,17 @@ func scenario(t testing.TB) *harness {
 	if _, err := tab.Evict(h.now, []string{"d"}); err != nil {
 		t.Fatal(err)
 	}
+	// Readers and a waiting writer behind them; a semaphore with a waiter.
+	for _, m := range []string{"s", "s", "x", "s"} {
+		if _, err := h.lockM("s1", "r", m, false, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, m := range []string{"2/3|s", "1/3|s", "2/3|x"} {
+		if _, err := h.lockM("s2", "p|r2", m, false, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
 	tab.Detach(h.now, "s3")
 	tab.Attach(h.now, "s4")
 	tab.HoldGrants(h.now, h.now+int64(10*time.Millisecond))
@@ -316,10 +329,10 @@ func TestRestoreRejectsCorruptSnapshots(t *testing.T) {
 	if _, err := Restore(Config{}, append(snap[:len(snap):len(snap)], 0)); !errors.Is(err, ErrCorruptSnapshot) {
 		t.Fatalf("trailing byte: %v", err)
 	}
-	v2 := append([]byte(snapshotMagic), 2)
-	if _, err := Restore(Config{}, append(v2, snap[len(v2):]...)); err == nil || errors.Is(err, ErrCorruptSnapshot) ||
-		!strings.Contains(err.Error(), "version 2") {
-		t.Fatalf("version 2: %v", err)
+	v3 := append([]byte(snapshotMagic), snapshotVersion+1)
+	if _, err := Restore(Config{}, append(v3, snap[len(v3):]...)); err == nil || errors.Is(err, ErrCorruptSnapshot) ||
+		!strings.Contains(err.Error(), "version 3") {
+		t.Fatalf("version 3: %v", err)
 	}
 	if _, err := Restore(Config{MaxTTL: -1}, snap); err == nil {
 		t.Fatal("restore with a bad config succeeded")
@@ -344,6 +357,10 @@ func checkRestored(t *testing.T, data []byte) {
 		return
 	}
 	again, err := tab.MarshalBinary()
+	if len(data) > len(snapshotMagic) && data[len(snapshotMagic)] == 1 {
+		data = bytes.Clone(data) // version 1 is written again as the current version
+		data[len(snapshotMagic)] = snapshotVersion
+	}
 	if err != nil || !bytes.Equal(again, data) {
 		t.Fatalf("a restored snapshot does not marshal as it was read (%v)", err)
 	}
@@ -453,5 +470,30 @@ func TestFailover(t *testing.T) {
 	// An until not after the deadlines moves nothing.
 	if n := tab.Failover(h.now, h.now); n != 0 {
 		t.Fatalf("Failover to now moved %d", n)
+	}
+}
+
+// TestRestoreVersion1: a snapshot of the format before modes (version 1,
+// every lock exclusive) still restores, and a version 1 snapshot that
+// carries modes is corrupt.
+func TestRestoreVersion1(t *testing.T) {
+	h := newHarness(t, Config{})
+	h.mustLock("s1", "a|b", time.Second, 0)
+	h.mustLock("s2", "b", time.Second, time.Second)
+	snap := mustMarshal(t, h.tab)
+	v1 := bytes.Clone(snap)
+	v1[len(snapshotMagic)] = 1
+	r, err := Restore(Config{}, v1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(mustMarshal(t, r), snap) {
+		t.Fatal("a version 1 snapshot restores to another state")
+	}
+	h.mustLockM("s3", "c", "s")
+	v1 = mustMarshal(t, h.tab)
+	v1[len(snapshotMagic)] = 1
+	if _, err := Restore(Config{}, v1); !errors.Is(err, ErrCorruptSnapshot) {
+		t.Fatalf("version 1 with modes: %v", err)
 	}
 }

@@ -174,6 +174,11 @@ type Request struct {
 	// Resources to lock, 1..MaxResources names. Duplicates are folded.
 	// Lock does not keep or modify the slice.
 	Resources []string
+	// Modes are the modes the resources are taken in: none (every resource
+	// exclusive, the default), one for every resource, or one per resource
+	// in the order of Resources. A name given twice must have one mode.
+	// Lock does not keep or modify the slice.
+	Modes []Mode
 	// TTL is the lease, > 0 and <= MaxTTL.
 	TTL time.Duration
 	// Timeout is the longest wait; 0 waits without limit.
@@ -242,12 +247,22 @@ type node struct {
 	l          *lock
 	q          *queue // nil when this node is not queued
 	prev, next *node
+	permits    uint32 // the mode: 0 exclusive, else permits of q.of
+	adm        bool   // admitted: compatible with every entry ahead of it
 }
 
+// A queue's admitted entries are a prefix of it: the head, and each next
+// entry while it is compatible with all of them (see Mode). gate is the
+// first entry not admitted; no entry behind it is admitted either.
 type queue struct {
 	name       string
 	head, tail *node
 	n          int
+	gate       *node  // the first entry not admitted, nil if none
+	nadm       int    // admitted entries
+	used       uint64 // permits of the admitted entries
+	nshared    int    // entries in a shared or permits mode
+	of         uint32 // their permit count (0: unbounded); valid while nshared > 0
 }
 
 type lock struct {
@@ -338,7 +353,17 @@ type Table struct {
 	hold      session
 	holdUntil int64
 	seq       uint64 // arrival number of the last accepted request or detach
+
+	// plant is a bug that the model test plants to show that its checker
+	// catches it (plantBarge, plantLeak); always 0 outside that test.
+	plant uint8
 }
+
+// The bugs a test may plant (Table.plant).
+const (
+	plantBarge uint8 = 1 + iota // a shared entry passes a waiting writer when it fits the holders
+	plantLeak                   // a semaphore entry does not return its permits
+)
 
 // readyLock is a request that became grantable while grants were deferred.
 // id tells whether l is still the same live request when the grants run.
@@ -589,7 +614,10 @@ func (t *Table) Lock(now int64, req *Request) (Grant, error) {
 	if !t.checkOwner(req.Owner) {
 		return Grant{}, ErrInvalidOwner
 	}
-	var mine *lock   // the owner's lock found at the head of a queue
+	if err := req.checkModes(); err != nil {
+		return Grant{}, err
+	}
+	var mine *lock   // the owner's lock found holding a queue
 	var mineRes int  // index in req.Resources of the first resource mine holds
 	foreign := false // some resource is not held by mine
 	size := int64(len(req.Owner))
@@ -599,8 +627,16 @@ func (t *Table) Lock(now int64, req *Request) (Grant, error) {
 		}
 		size += int64(len(r))
 		q := t.queues[r]
-		if req.Owner != "" && !req.NoReentry && q != nil {
-			if h := q.head.l; h.state == stateGranted && h.owner == req.Owner && h.flags&flagRevoked == 0 {
+		if q == nil {
+			foreign = true
+			continue
+		}
+		m := req.modeAt(i)
+		if m.Permits > 0 && q.nshared > 0 && q.of != m.Of {
+			return Grant{}, &ResourceError{Err: ErrPermitsConflict, Resource: r}
+		}
+		if req.Owner != "" && !req.NoReentry {
+			if h := t.heldBy(q, req.Owner); h != nil {
 				if mine != nil && mine != h {
 					return Grant{}, &ResourceError{Err: ErrOwnerConflict, Resource: r}
 				}
@@ -611,14 +647,11 @@ func (t *Table) Lock(now int64, req *Request) (Grant, error) {
 			}
 		}
 		foreign = true
-		if q == nil {
-			continue
-		}
-		if req.Try {
+		if req.Try && (q.gate != nil || !q.fits(m.Permits)) {
 			t.stats.Refused++
 			return Grant{}, &ResourceError{Err: ErrBusy, Resource: r}
 		}
-		if req.Tolerate > 0 && q.n > req.Tolerate {
+		if req.Tolerate > 0 && q.tolerateLen() > req.Tolerate {
 			t.stats.Refused++
 			return Grant{}, &ResourceError{Err: ErrTolerate, Resource: r}
 		}
@@ -660,12 +693,8 @@ func (t *Table) Lock(now int64, req *Request) (Grant, error) {
 		}
 		n := &l.nodes[i]
 		n.l = l
-		q.pushBack(n)
-		l.live++
+		t.enqueue(q, n, req.modeAt(i))
 		b += int64(len(r))
-		if q.head != n {
-			l.waiting++
-		}
 	}
 	t.entries += int(l.live)
 	t.bytes += b
@@ -689,6 +718,32 @@ func (t *Table) Lock(now int64, req *Request) (Grant, error) {
 		t.heap.push(deadline{at: l.deadline, l: l})
 	}
 	return Grant{ID: l.id}, nil
+}
+
+// enqueue puts n, a node of a new request, at the tail of q in mode m,
+// and admits it if it is compatible with everything ahead of it.
+func (t *Table) enqueue(q *queue, n *node, m Mode) {
+	l := n.l
+	n.permits = m.Permits
+	if m.Permits > 0 {
+		if q.nshared == 0 {
+			q.of = m.Of
+		}
+		q.nshared++
+	}
+	if t.plant != 0 && t.barge(q, n) {
+		return
+	}
+	q.pushBack(n)
+	l.live++
+	if q.gate == nil && q.fits(n.permits) {
+		q.admit(n)
+		return
+	}
+	if q.gate == nil {
+		q.gate = n
+	}
+	l.waiting++
 }
 
 // checkCaps reports whether a new request of session s, naming k resources
@@ -756,6 +811,13 @@ func (t *Table) reenter(now int64, s *session, l *lock, req *Request) (Grant, er
 	// Every resource of req is held by l; the request must name all of them.
 	if distinct(req.Resources) != int(l.live) {
 		return Grant{}, &ResourceError{Err: ErrOwnerConflict, Resource: req.Resources[0]}
+	}
+	// In the same modes: no upgrade, no downgrade.
+	for i, r := range req.Resources {
+		q := t.queues[r]
+		if q.mode(l.nodeIn(q)) != req.modeAt(i) {
+			return Grant{}, &ResourceError{Err: ErrModeChange, Resource: r}
+		}
 	}
 	from := l.sess
 	own := from == s && s.id != ""
@@ -994,25 +1056,29 @@ func (t *Table) Renew(now int64, owner string, resources []string, ttl time.Dura
 }
 
 // ownerLock returns owner's granted, re-entrant lock that holds exactly
-// resources, or nil.
+// resources, or nil. An owner may hold several shared locks on one
+// resource: each of them is tried.
 func (t *Table) ownerLock(owner string, resources []string) *lock {
 	q := t.queues[resources[0]]
 	if q == nil {
 		return nil
 	}
-	l := q.head.l
-	if l.state != stateGranted || l.owner != owner || l.flags&(flagNoReentry|flagRevoked) != 0 {
-		return nil
-	}
-	for _, r := range resources[1:] {
-		if q := t.queues[r]; q == nil || q.head.l != l {
-			return nil
+	k := distinct(resources)
+	var found *lock
+	t.ownerOn(q, owner, func(n *node) bool {
+		l := n.l
+		if l.flags&(flagNoReentry|flagRevoked) != 0 || int(l.live) != k {
+			return true
 		}
-	}
-	if distinct(resources) != int(l.live) {
-		return nil
-	}
-	return l
+		for _, r := range resources[1:] {
+			if q := t.queues[r]; q == nil || l.nodeIn(q) == nil {
+				return true
+			}
+		}
+		found = l
+		return false
+	})
+	return found
 }
 
 // Release releases, for each named resource, the owner's granted lock on it.
@@ -1037,11 +1103,18 @@ func (t *Table) Release(now int64, owner string, resources []string) bool {
 	cut := t.cut[:0]
 	for _, r := range resources {
 		q := t.queues[r]
-		if q == nil || q.head.l.state != stateGranted || q.head.l.owner != owner {
+		if q == nil {
 			all = false
 			continue
 		}
-		cut = append(cut, q.head)
+		n := len(cut)
+		t.ownerOn(q, owner, func(nd *node) bool {
+			cut = append(cut, nd)
+			return true
+		})
+		if len(cut) == n {
+			all = false
+		}
 	}
 	t.deferring = true
 	for _, n := range cut {
@@ -1156,18 +1229,22 @@ func (t *Table) Evict(now int64, resources []string) (int, error) {
 		if q == nil {
 			continue
 		}
-		l := q.head.l
-		if l.state != stateGranted || l.flags&flagRevoked != 0 {
-			continue
-		}
-		l.flags |= flagRevoked
-		n++
-		t.stats.Evicted++
-		t.emit(Event{Kind: Released, ID: l.id, Session: l.sess.id, Owner: l.owner, Token: l.token})
-		if at < l.deadline {
-			l.deadline = at
-			t.heap[l.hidx].at = at
-			t.heap.fix(int(l.hidx))
+		nd := q.head
+		for range q.nadm {
+			l := nd.l
+			nd = nd.next
+			if l.state != stateGranted || l.flags&flagRevoked != 0 {
+				continue
+			}
+			l.flags |= flagRevoked
+			n++
+			t.stats.Evicted++
+			t.emit(Event{Kind: Released, ID: l.id, Session: l.sess.id, Owner: l.owner, Token: l.token})
+			if at < l.deadline {
+				l.deadline = at
+				t.heap[l.hidx].at = at
+				t.heap.fix(int(l.hidx))
+			}
 		}
 	}
 	return n, nil
@@ -1178,8 +1255,16 @@ func (t *Table) Evict(now int64, resources []string) (int, error) {
 func (t *Table) evictNow(resources []string) int {
 	cut := t.cut[:0]
 	for _, r := range resources {
-		if q := t.queues[r]; q != nil && q.head.l.state == stateGranted {
-			cut = append(cut, q.head)
+		q := t.queues[r]
+		if q == nil {
+			continue
+		}
+		nd := q.head
+		for range q.nadm {
+			if nd.l.state == stateGranted {
+				cut = append(cut, nd)
+			}
+			nd = nd.next
 		}
 	}
 	t.deferring = true
@@ -1320,12 +1405,24 @@ func (t *Table) remove(l *lock) {
 	t.freeLock(l)
 }
 
-// unqueue unlinks n from its queue; if that exposes a new head whose request
-// then heads all its queues, it is granted (or, while deferring, put in
-// ready).
+// unqueue unlinks n from its queue and admits the entries behind it that
+// now fit; each whose request is then admitted in all its queues is
+// granted (or, while deferring, put in ready), in queue order.
 func (t *Table) unqueue(n *node) {
 	q := n.q
-	wasHead := q.head == n
+	switch {
+	case n.adm:
+		q.nadm--
+		if t.plant != plantLeak || q.of == 0 {
+			q.used -= uint64(n.permits)
+		}
+		n.adm = false
+	case q.gate == n:
+		q.gate = n.next
+	}
+	if n.permits > 0 {
+		q.nshared--
+	}
 	q.unlink(n)
 	if q.n == 0 {
 		delete(t.queues, q.name)
@@ -1334,13 +1431,16 @@ func (t *Table) unqueue(n *node) {
 		t.free = append(t.free, q)
 		return
 	}
-	if wasHead {
-		h := q.head.l
+	// Admit what now fits: O(entries admitted).
+	for g := q.gate; g != nil && q.fits(g.permits); g = q.gate {
+		q.admit(g)
+		q.gate = g.next
+		h := g.l
 		h.waiting--
 		if h.waiting == 0 {
 			if t.deferring || t.holding() {
 				t.addReady(h)
-				return
+				continue
 			}
 			t.grantEmit(h)
 		}
@@ -1570,6 +1670,7 @@ type LockInfo struct {
 	Session   string
 	Owner     string
 	Resources []string
+	Modes     []Mode // the modes of Resources, in their order; nil: all exclusive
 	Granted   bool
 	Revoked   bool // evicted: nobody's any more, ends at Deadline (see Evict)
 	Token     uint64
@@ -1584,6 +1685,12 @@ func (t *Table) info(l *lock) LockInfo {
 	for i := range l.nodes {
 		if q := l.nodes[i].q; q != nil {
 			li.Resources = append(li.Resources, q.name)
+			if l.nodes[i].permits != 0 && li.Modes == nil {
+				li.Modes = make([]Mode, len(li.Resources)-1, cap(li.Resources))
+			}
+			if li.Modes != nil {
+				li.Modes = append(li.Modes, q.mode(&l.nodes[i]))
+			}
 		}
 	}
 	return li
@@ -1630,6 +1737,7 @@ type QueueEntry struct {
 	ID       ID
 	Session  string
 	Owner    string
+	Mode     Mode // how it takes the resource
 	Granted  bool
 	Revoked  bool // evicted: nobody's any more, ends at Deadline (see Evict)
 	Token    uint64
@@ -1638,21 +1746,24 @@ type QueueEntry struct {
 }
 
 // QueueInfo is one resource's queue, head (the holder or the reserving
-// waiter) first.
+// waiter) first; the shared holders of a resource, or its permit holders,
+// come first in arrival order.
 type QueueInfo struct {
 	Resource string
 	Entries  []QueueEntry // the queue, head first; QueuesPage may cut it short
 	Len      int          // the queue's full number of entries
 }
 
-func queueEntry(l *lock) QueueEntry {
-	return QueueEntry{ID: l.id, Session: l.sess.id, Owner: l.owner, Granted: l.state == stateGranted,
+func queueEntry(q *queue, n *node) QueueEntry {
+	l := n.l
+	return QueueEntry{ID: l.id, Session: l.sess.id, Owner: l.owner, Mode: q.mode(n), Granted: l.state == stateGranted,
 		Revoked: l.flags&flagRevoked != 0, Token: l.token, Created: l.created, Deadline: l.deadline}
 }
 
-// Head returns the request at the head of resource's queue: its holder, or
-// the waiting request that reserves it. False if nobody holds or waits for
-// resource. It costs O(k), k the request's resources.
+// Head returns the request at the head of resource's queue: its holder
+// (the oldest of its holders, for a resource held shared), or the waiting
+// request that reserves it. False if nobody holds or waits for resource. It
+// costs O(k), k the request's resources.
 func (t *Table) Head(resource string) (LockInfo, bool) {
 	q := t.queues[resource]
 	if q == nil {
@@ -1699,7 +1810,7 @@ func (t *Table) QueuesPage(prefix, after string, maxQueues, maxEntries int, fn f
 	for i, q := range page[:min(len(page), maxQueues)] {
 		start := len(buf)
 		for n := q.head; n != nil && len(buf) < cap(buf); n = n.next {
-			buf = append(buf, queueEntry(n.l))
+			buf = append(buf, queueEntry(q, n))
 		}
 		more := i+1 < len(page)
 		if !fn(QueueInfo{Resource: q.name, Entries: buf[start:len(buf):len(buf)], Len: q.n}) || len(buf) == cap(buf) {

@@ -65,6 +65,11 @@ const (
 	CodeNotCluster    // "not a cluster node!"
 	CodeClusterChange // "cluster change failed!", followed by why
 
+	// Modes (extension).
+	CodeInvalidMode     // "invalid mode!": a mode is not x, s or k/n, or the modes do not match the resources
+	CodePermitsConflict // "permits do not match!": a semaphore used with another count; followed by the resource
+	CodeModeChange      // "lock mode can not change!": an owner's re-entry in another mode; followed by the resource
+
 	numCodes
 )
 
@@ -109,6 +114,9 @@ var codeTexts = [numCodes]string{
 	CodeIdleTimeout:        "idle timeout!",
 	CodeTLSRequired:        "TLS required!",
 	CodeInvalidSocketID:    "invalid socketId!",
+	CodeInvalidMode:        "invalid mode!",
+	CodePermitsConflict:    "permits do not match!",
+	CodeModeChange:         "lock mode can not change!",
 }
 
 // Text returns the code's wire text; "" for CodeUnknown.
@@ -151,7 +159,8 @@ var codeOf = func() map[string]Code {
 // failed) after its text. Only the extension reasons do: 1.0 clients
 // compare "can not tolerate!" whole.
 func (c Code) HasDetail() bool {
-	return c == CodeBusy || c == CodeOwnerConflict || c == CodeForbidden || c == CodeClusterChange
+	return c == CodeBusy || c == CodeOwnerConflict || c == CodeForbidden || c == CodePermitsConflict ||
+		c == CodeModeChange || c == CodeClusterChange
 }
 
 // Class is what a client does with a failure: which error type it reports.
@@ -200,6 +209,9 @@ var engineCodes = [...]struct {
 	{core.ErrSessionLimit, CodeSessionLimit},
 	{core.ErrNotGranted, CodeNotLockedYet},
 	{core.ErrServerFull, CodeServerFull},
+	{core.ErrInvalidMode, CodeInvalidMode},
+	{core.ErrPermitsConflict, CodePermitsConflict},
+	{core.ErrModeChange, CodeModeChange},
 }
 
 // EngineCode returns the code of an engine (or core) error: the sentinel

@@ -10,8 +10,8 @@ type Verb uint8
 // renew, bye, evict), which a 1.0 client never sends. docs/protocol.md specifies each.
 const (
 	VerbConnect    Verb = iota + 1 // connect <socketId> <apiVersion>
-	VerbLock                       // lock <req> <resources> <ttl> <timeout> <tolerate> [<owner>]
-	VerbTryLock                    // trylock <req> <resources> <ttl> [<owner>]
+	VerbLock                       // lock <req> <resources> <ttl> <timeout> <tolerate> [<owner> [<modes>]]
+	VerbTryLock                    // trylock <req> <resources> <ttl> [<owner> [<modes>]]
 	VerbExtend                     // extend <req> <lockId> <ttl>
 	VerbUnlock                     // unlock <req> <lockId>
 	VerbPing                       // ping <req>

@@ -1,6 +1,7 @@
 // Package bench is the load generator behind "mlock bench": three scenarios
 // (uncontended, hotkey, shop) run against any locking provider opened with
-// locking.Open, with latency, fairness, safety and CPU accounting: the
+// locking.Open, and a fourth (readheavy: shared and exclusive locks) against
+// targets opened with OpenRW, with latency, fairness, safety and CPU accounting: the
 // server's CPU and the load generator's own (client) CPU per operation. Two
 // targets can be run interleaved, in rounds, so that a noisy machine affects
 // both alike.
@@ -25,8 +26,10 @@ import (
 type Target struct {
 	// Name labels the target in results (its URL).
 	Name string
-	// Provider takes and releases the locks.
+	// Provider takes and releases the locks (every scenario but readheavy).
 	Provider locking.Provider
+	// RW takes the locks of the readheavy scenario.
+	RW RWLock
 	// ServerCPU returns the lock server's total CPU time so far, or false
 	// when it cannot be known (the in-process memory provider).
 	ServerCPU func(ctx context.Context) (time.Duration, bool)
@@ -34,7 +37,7 @@ type Target struct {
 
 // Config describes a run. Zero fields take the defaults shown.
 type Config struct {
-	Scenario string        // "uncontended", "hotkey" or "shop"
+	Scenario string        // "uncontended", "hotkey", "shop" or "readheavy"
 	Workers  int           // default 8 (shop: 32)
 	Duration time.Duration // per target; default 5 s, at most 10 min
 	Count    int64         // stop after this many operations per target; 0: no limit
@@ -43,6 +46,8 @@ type Config struct {
 	Zipf     float64       // shop: popularity exponent, default 1.1
 	MaxOrder int           // shop: SKUs per order, 1..MaxOrder, default 5
 	Timeout  time.Duration // longest wait for one lock; default 5 s
+	HotKeys  int           // readheavy: keys, each op picks one at random; default 2
+	Reads    float64       // readheavy: share of shared (read) locks, default 0.9
 	Round    time.Duration // length of one interleaved round; default 1 s
 	// Progress, if set, is called about twice a second with the operations
 	// done so far in the current target.
@@ -55,7 +60,7 @@ type Config struct {
 const FIFOSlack = 2 * time.Millisecond
 
 // Scenarios lists the scenario names.
-var Scenarios = []string{"uncontended", "hotkey", "shop"}
+var Scenarios = []string{"uncontended", "hotkey", "shop", "readheavy"}
 
 func (c Config) withDefaults() (Config, error) {
 	if !slices.Contains(Scenarios, c.Scenario) {
@@ -73,8 +78,14 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Duration > 10*time.Minute {
 		return c, errors.New("bench: --duration is capped at 10m")
 	}
-	if c.Hold == 0 && c.Scenario == "shop" {
+	if c.Hold == 0 && (c.Scenario == "shop" || c.Scenario == "readheavy") {
 		c.Hold = time.Millisecond
+	}
+	if c.HotKeys <= 0 {
+		c.HotKeys = 2
+	}
+	if c.Reads <= 0 || c.Reads > 1 {
+		c.Reads = 0.9
 	}
 	if c.Hold < 0 {
 		c.Hold = 0
@@ -101,15 +112,21 @@ func (c Config) withDefaults() (Config, error) {
 
 // Result is one target's outcome.
 type Result struct {
-	Target     string        `json:"target"`
-	Scenario   string        `json:"scenario"`
-	Workers    int           `json:"workers"`
-	Ops        int64         `json:"ops"` // cycles, grants or orders
-	Elapsed    time.Duration `json:"elapsedNs"`
-	Rate       float64       `json:"opsPerSec"`
-	P50        time.Duration `json:"p50Ns"` // acquire latency (hotkey: wait)
-	P99        time.Duration `json:"p99Ns"`
-	Max        time.Duration `json:"maxNs"`
+	Target   string        `json:"target"`
+	Scenario string        `json:"scenario"`
+	Workers  int           `json:"workers"`
+	Ops      int64         `json:"ops"` // cycles, grants or orders
+	Elapsed  time.Duration `json:"elapsedNs"`
+	Rate     float64       `json:"opsPerSec"`
+	P50      time.Duration `json:"p50Ns"` // acquire latency (hotkey: wait)
+	P99      time.Duration `json:"p99Ns"`
+	Max      time.Duration `json:"maxNs"`
+	// Writes (readheavy) counts the exclusive grants, and WriteP50 to
+	// WriteMax their waits: no writer starvation keeps them bounded.
+	Writes     int64         `json:"writes,omitempty"`
+	WriteP50   time.Duration `json:"writeP50Ns,omitempty"`
+	WriteP99   time.Duration `json:"writeP99Ns,omitempty"`
+	WriteMax   time.Duration `json:"writeMaxNs,omitempty"`
 	HandoffP50 time.Duration `json:"handoffP50Ns,omitempty"` // hotkey: release called -> next grant
 	HandoffP99 time.Duration `json:"handoffP99Ns,omitempty"`
 	Jain       float64       `json:"jain,omitempty"` // hotkey: fairness of grants over workers
@@ -135,7 +152,7 @@ type Result struct {
 
 // sample holds one worker's latencies in a round.
 type sample struct {
-	lat, handoff []time.Duration
+	lat, handoff, wlat []time.Duration
 }
 
 // run accumulates one target's rounds.
@@ -146,7 +163,8 @@ type run struct {
 	elapsed  time.Duration
 	lat      []time.Duration
 	handoff  []time.Duration
-	grants   []int64 // per worker
+	wlat     []time.Duration // readheavy: waits of the writers
+	grants   []int64         // per worker
 	overtake int64
 	waitMu   sync.Mutex
 	waitFrom map[int]time.Time // hotkey: workers waiting, since when
@@ -170,10 +188,18 @@ func Run(ctx context.Context, cfg Config, targets ...Target) ([]Result, error) {
 		return nil, err
 	}
 	keys := cfg.SKUs
-	if cfg.Scenario == "uncontended" {
+	switch cfg.Scenario {
+	case "uncontended":
 		keys = cfg.Workers
-	} else if cfg.Scenario == "hotkey" {
+	case "hotkey":
 		keys = 1
+	case "readheavy":
+		keys = cfg.HotKeys
+	}
+	for _, t := range targets {
+		if (cfg.Scenario == "readheavy") != (t.RW != nil) {
+			return nil, fmt.Errorf("bench: target %s does not fit the scenario %s (readheavy targets come from OpenRW)", t.Name, cfg.Scenario)
+		}
 	}
 	runs := make([]*run, len(targets))
 	for i, t := range targets {
@@ -239,6 +265,12 @@ func (r *run) round(ctx context.Context, d time.Duration) error {
 				if r.cfg.Count > 0 && r.ops+ops.Load() >= r.cfg.Count {
 					return
 				}
+				if r.cfg.Scenario == "readheavy" {
+					if r.cycleRW(rctx, w, rng, s) {
+						ops.Add(1)
+					}
+					continue
+				}
 				idx = r.pick(idx[:0], w, rng, zipf)
 				keys = keys[:0]
 				for _, i := range idx {
@@ -280,6 +312,7 @@ func (r *run) round(ctx context.Context, d time.Duration) error {
 	for _, s := range samples {
 		r.lat = append(r.lat, s.lat...)
 		r.handoff = append(r.handoff, s.handoff...)
+		r.wlat = append(r.wlat, s.wlat...)
 	}
 	if r.cpuOK {
 		if cpu1, ok := r.t.ServerCPU(ctx); ok {
@@ -297,6 +330,8 @@ func keyName(scenario string, i int) string {
 		return "bench:hot"
 	case "uncontended":
 		return "bench:own:" + strconv.Itoa(i)
+	case "readheavy":
+		return "bench:rw:" + strconv.Itoa(i)
 	}
 	return "bench:sku:" + strconv.Itoa(i)
 }
@@ -400,6 +435,8 @@ func (r *run) result() Result {
 		res.Rate = float64(r.ops) / r.elapsed.Seconds()
 	}
 	res.P50, res.P99, res.Max = Percentiles(r.lat)
+	res.Writes = int64(len(r.wlat))
+	res.WriteP50, res.WriteP99, res.WriteMax = Percentiles(r.wlat)
 	if r.cfg.Scenario == "hotkey" {
 		res.HandoffP50, res.HandoffP99, _ = Percentiles(r.handoff)
 		res.Jain = Jain(r.grants)
@@ -452,4 +489,56 @@ func Ratio(a, b float64) float64 {
 		return math.NaN()
 	}
 	return a / b
+}
+
+// cycleRW is one readheavy operation: a random hot key, shared with
+// probability Reads, else exclusive; acquire, check, hold, release. A key's
+// holders count in holders: readers up, a writer -1; a writer with anyone
+// else, or a reader with a writer, is a violation.
+func (r *run) cycleRW(ctx context.Context, w int, rng *rand.Rand, s *sample) bool {
+	i := rng.Intn(r.cfg.HotKeys)
+	shared := rng.Float64() < r.cfg.Reads
+	key := keyName("readheavy", i)
+	actx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
+	t0 := time.Now()
+	unlock, err := r.t.RW(actx, key, shared)
+	cancel()
+	wait := time.Since(t0)
+	if err != nil {
+		if ctx.Err() != nil {
+			return false // the round ended
+		}
+		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, locking.ErrTimeout) {
+			atomic.AddInt64(&r.timeout, 1)
+		} else if atomic.AddInt64(&r.errs, 1) == 1 {
+			r.first = err
+		}
+		return false
+	}
+	s.lat = append(s.lat, wait)
+	h := &r.holders[i]
+	if shared {
+		if h.Add(1) <= 0 {
+			atomic.AddInt64(&r.viol, 1)
+		}
+	} else {
+		s.wlat = append(s.wlat, wait)
+		if !h.CompareAndSwap(0, -1) {
+			atomic.AddInt64(&r.viol, 1)
+		}
+	}
+	if r.cfg.Hold > 0 {
+		hold(r.cfg.Hold)
+	}
+	if shared {
+		h.Add(-1)
+	} else {
+		h.CompareAndSwap(-1, 0)
+	}
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.Timeout)
+	if err := unlock(rctx); err != nil && atomic.AddInt64(&r.errs, 1) == 1 {
+		r.first = fmt.Errorf("release: %w", err)
+	}
+	rcancel()
+	return true
 }

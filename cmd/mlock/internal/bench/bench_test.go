@@ -84,7 +84,11 @@ func TestScenariosOnMemory(t *testing.T) {
 	for _, sc := range Scenarios {
 		t.Run(sc, func(t *testing.T) {
 			cfg := Config{Scenario: sc, Workers: 4, Duration: 300 * time.Millisecond, Round: 100 * time.Millisecond}
-			res, err := Run(ctx, cfg, Target{Name: "a", Provider: a}, Target{Name: "b", Provider: b})
+			ta, tb := Target{Name: "a", Provider: a}, Target{Name: "b", Provider: b}
+			if sc == "readheavy" {
+				ta, tb = Target{Name: "a", RW: memoryRW(false)}, Target{Name: "b", RW: memoryRW(true)}
+			}
+			res, err := Run(ctx, cfg, ta, tb)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -291,5 +295,53 @@ func TestHandoffNotAcrossRounds(t *testing.T) {
 		if r.Ops < 20 || r.HandoffP99 > 50*time.Millisecond {
 			t.Fatalf("%s: %d grants, hand-off p99 %v; want hand-offs within a round only", r.Target, r.Ops, r.HandoffP99)
 		}
+	}
+}
+
+// carelessRW grants every lock at once: its readers and writers overlap.
+func carelessRW(context.Context, string, bool) (func(context.Context) error, error) {
+	return func(context.Context) error { return nil }, nil
+}
+
+func TestReadHeavySafetyAndWriters(t *testing.T) {
+	cfg := Config{Scenario: "readheavy", Workers: 8, Duration: 300 * time.Millisecond, Hold: time.Millisecond}
+	res, err := Run(context.Background(), cfg, Target{Name: "careless", RW: carelessRW}, Target{Name: "memory", RW: memoryRW(false)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res[0].Violations == 0 {
+		t.Fatal("overlapping readers and writers went unnoticed")
+	}
+	if m := res[1]; m.Violations != 0 || m.Writes == 0 || m.Writes >= m.Ops || m.WriteP99 < m.WriteP50 {
+		t.Fatalf("memory: %+v", m)
+	}
+	if _, err := Run(context.Background(), cfg, Target{Name: "provider", Provider: locking.NewMemory()}); err == nil {
+		t.Fatal("a provider target in the readheavy scenario")
+	}
+}
+
+func TestOpenRW(t *testing.T) {
+	ctx := context.Background()
+	for _, bad := range []string{"etcd://127.0.0.1:2379", "x:redis://127.0.0.1:6379/0", "mlock://192.0.2.1:12340"} {
+		if _, _, err := OpenRW(ctx, bad, false); err == nil {
+			t.Fatalf("OpenRW(%s) succeeded", bad)
+		}
+	}
+	u := os.Getenv("REDIS_URL")
+	if u == "" {
+		t.Skip("REDIS_URL is not set")
+	}
+	tg, closeT, err := OpenRW(ctx, u, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeT()
+	cfg := Config{Scenario: "readheavy", Workers: 4, Duration: 300 * time.Millisecond, Hold: 200 * time.Microsecond}
+	res, err := Run(ctx, cfg, tg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := res[0]; r.Ops == 0 || r.Errors != 0 || r.Violations != 0 || r.Writes == 0 || !r.CPUKnown {
+		t.Fatalf("redis read/write lock: %+v", r)
 	}
 }
