@@ -513,20 +513,6 @@ func (s *Server) applyFramesLocked(tx *core.Tx, m *logCmd) {
 		}
 		at := len(cl.ans)
 		ac.handle(tx, cl.fields)
-		// The command's pushes to its own session (its grant) join its
-		// answer: the node that holds the connection writes them with it,
-		// from the leader's result or from its own apply, whichever comes
-		// first, so a client on a follower is not kept waiting until the
-		// follower learns that the entry is committed.
-		kept := s.pending[:0]
-		for _, p := range s.pending {
-			if p.sess == sess {
-				cl.ans = append(cl.ans, s.pushes[p.start:p.end]...)
-			} else {
-				kept = append(kept, p)
-			}
-		}
-		s.pending = kept
 		if local != nil && local.answered < m.seq {
 			local.write(cl.ans[at:]) // the answer, then its pushes
 		}
@@ -638,6 +624,13 @@ func (r *replica) Restore(snap []byte) error {
 		}
 		s.cl.genesis = genesis
 		s.corep.Store(c)
+		// The entries the snapshot covers are never applied here: the
+		// answers this node's connections wait for from them would never
+		// be written. Their clients reconnect, resume their sessions and
+		// ask again (none at start-up).
+		for _, lc := range s.cl.conns {
+			lc.finish()
+		}
 	})
 	old.Close()
 	return nil
@@ -844,7 +837,7 @@ func (c *conn) pipeLoop() {
 		if err != nil {
 			return false
 		}
-		return c.answered_(p.seq, res)
+		return c.answered_(res)
 	}
 	for {
 		p.mu.Lock()
@@ -884,7 +877,7 @@ func (c *conn) pipeLoop() {
 				if len(res) > 0 && res[0]&ansAttached != 0 {
 					p.attached = true
 				}
-				if !c.answered_(p.seq, res) {
+				if !c.answered_(res) {
 					return
 				}
 			case it.change != nil:
@@ -912,23 +905,15 @@ func (c *conn) pipeLoop() {
 	}
 }
 
-// answered_ writes the answer res of proposal seq unless this node's apply
-// wrote it already; false if the connection ends.
-func (c *conn) answered_(seq uint64, res []byte) bool {
-	if len(res) == 0 {
-		return true
-	}
-	end := res[0]&ansEnd != 0
-	c.srv.batch(func(*core.Tx) {
-		if c.answered < seq {
-			c.answered = seq
-			c.write(res[1:])
-			if end {
-				c.finish()
-			}
-		}
-	})
-	return !end
+// answered_ handles the result res of a proposal once the leader applied
+// it: false if the connection ends. It writes nothing: the answer (and the
+// pushes of the entries before it) are written by this node's own apply of
+// the entry, in log order. Writing the leader's result at once would let an
+// answer overtake a grant pushed by an earlier entry this node has not
+// applied yet, and a client counts a grant's lease from the send time of
+// the last request answered before it (see the root package's safety rule).
+func (c *conn) answered_(res []byte) bool {
+	return len(res) == 0 || res[0]&ansEnd == 0
 }
 
 // decideFrames is handleFrames in cluster mode: every complete frame is

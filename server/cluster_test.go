@@ -251,6 +251,7 @@ func TestClusterLocksThroughEveryNode(t *testing.T) {
 	c.expect("expired " + id + " *") // partial release
 	c.send("releaseall 9 own")
 	c.expect("result 9 success *")
+	c.expect("expired " + id + " released") // the rest of it, in log order as on one node
 	c.send("status 10")
 	st := c.expect("result 10 success *")
 	if !strings.Contains(strings.Join(st[3:], " "), `"cluster":{"id":"n`) {
@@ -634,4 +635,46 @@ func TestClusterForwardsOverTLS(t *testing.T) {
 	if err := lk.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// A follower writes its clients' answers in log order, with the pushes of
+// the entries before them: an answer the leader has already given never
+// overtakes a grant pushed by an earlier entry the follower has not applied.
+// (A client counts a grant's lease from the send time of the last request
+// answered before it: an answer read first would stretch the lease past the
+// server's expiry.)
+func TestClusterFollowerAnswersInLogOrder(t *testing.T) {
+	tc := newTestCluster(t, 3, false)
+	l := tc.leader()
+	f := (l + 1) % 3
+	holder := tc.dial(l, "holder")
+	holder.expect("connected 1.0 new *")
+	waiter := tc.dial(f, "waiter")
+	waiter.expect("connected 1.0 new *")
+	idH := holder.lock("1", "x 10000 0 0")
+	holder.locked(idH)
+	idW := waiter.lock("1", "x 10000 0 0") // queued; the answer came from the follower's apply
+	waiter.quiet()
+	// The follower stops receiving the log (its forwarding to the leader,
+	// over the client port, goes on).
+	for j := range 3 {
+		if j != f {
+			tc.trans[j].Disconnect(tc.trans[f].LocalAddr())
+			tc.trans[f].Disconnect(tc.trans[j].LocalAddr())
+		}
+	}
+	holder.send("unlock 2 " + idH) // grants x to the waiter in an entry the follower does not apply
+	holder.expect("result 2 success done")
+	waiter.send("releaseall 2 nobody") // replicated; the leader answers it at once
+	if p, err := waiter.next(300 * time.Millisecond); err == nil {
+		t.Fatalf("the follower wrote %q before applying the entries before it", p)
+	}
+	for j := range 3 {
+		if j != f {
+			tc.trans[j].Connect(tc.trans[f].LocalAddr(), tc.trans[f])
+			tc.trans[f].Connect(tc.trans[j].LocalAddr(), tc.trans[j])
+		}
+	}
+	waiter.expect("locked " + idW + " * *")
+	waiter.expect("result 2 success 0")
 }
