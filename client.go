@@ -185,8 +185,8 @@ func ms(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10)
 // it holds gets its held Lock back, renewed. If the server loses the session
 // while the request waits in a queue (it restarted), the request is asked
 // again on the new session with what is left of its timeout, and Lock keeps
-// waiting; a request whose answer had not arrived when the connection broke
-// fails with an Error of Type connection.
+// waiting. A request whose answer had not arrived when the connection broke
+// is asked again on the next connection (see the package documentation).
 func (c *Client) Lock(ctx context.Context, resources string, o *LockOptions) (*Lock, error) {
 	var one [1]string
 	return c.lock(ctx, splitNames(resources, &one), o, false)
@@ -522,6 +522,12 @@ func (c *Client) Evict(ctx context.Context, resources string) (int, error) {
 // with the same address does nothing. Administrators only (else ErrForbidden);
 // ErrNotCluster on a single server; a refused or failed change is an Error
 // of Type request saying why. It is not retried after a connection error.
+//
+// The change runs in its turn among the session's requests: those sent
+// after it on the same session (every Client of the same nodes shares one,
+// unless Options.SocketID differs) are answered after it, so a process that
+// holds locks should make membership changes from a Client with a SocketID
+// of its own (as mlock cluster does, being a process of its own).
 //
 // A node started with --cluster-join asks to join by itself: ClusterJoin is
 // for a node started without it.

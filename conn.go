@@ -540,6 +540,14 @@ func (s *session) resultLocked(m *protocol.Message) {
 		s.probedLocked(cl.probe, m)
 		return
 	}
+	if !m.OK && cl.verb == protocol.VerbTryLock && cl.drops > 0 && !cl.busyRetried &&
+		m.Code == protocol.CodeBusy && len(s.giving) > 0 && !cl.abandoned {
+		// A try-lock asked again after a connection loss, refused by its
+		// own first grant, which this session is giving back: once more.
+		cl.busyRetried = true
+		s.resendLocked(cl, monoNow())
+		return
+	}
 	if !m.OK {
 		if cl.lock != nil {
 			cl.lock.state = failed
@@ -562,7 +570,16 @@ func (s *session) resultLocked(m *protocol.Message) {
 			s.resendLocked(cl, monoNow())
 			return
 		}
-		if old := s.locks[string(m.Payload)]; old != nil && old.state == held {
+		old := s.locks[string(m.Payload)]
+		if old != nil && old != l && (old.unlocking || old.state == waiting) {
+			// An owner's re-entry onto a lock being unlocked here (the
+			// unlock that follows frees it), or onto a waiting request
+			// whose grant has not arrived yet (it comes with the answer of
+			// the request asked again, which then renews the held lock).
+			s.resendLocked(cl, monoNow())
+			return
+		}
+		if old != nil && old.state == held {
 			// An owner's renewal of a lock it holds: the same lock.
 			old.renewedLocked(cl.sent, l.ttl, time.Time{})
 			l.state = released

@@ -52,6 +52,7 @@ type Lock struct {
 	base      time.Duration // held: the lease counts from here (see grantedLocked)
 	waitEnd   time.Duration // waiting with a timeout: when to give up if the timeout push is lost (0: never)
 	wait      *call         // waiting: the caller's call, answered by the grant or the failure
+	unlocking bool          // held: Unlock's unlock is in flight
 	lost      chan struct{} // made on first use; closed when a held lock is lost
 	lostErr   *Error
 }

@@ -504,3 +504,50 @@ func TestOwnerRequestRenewingAnAbandonedGrantIsAskedAgain(t *testing.T) {
 	}
 	tl.Unlock(ctx)
 }
+
+// An owner's Lock answered while the same owner's Unlock of that lock is in
+// flight (the server renewed the lock by re-entry, then unlocked it) is asked
+// again: it must not return the handle being unlocked as held.
+func TestOwnerLockDuringUnlockOfTheSameLockIsAskedAgain(t *testing.T) {
+	addr, _ := startServer(t, server.Config{}, "")
+	px := newProxy(t, addr)
+	other := client(t, addr, mlock.Options{})
+	c := client(t, px.addr(), mlock.Options{})
+	ctx := ctxT(t)
+	o := &mlock.LockOptions{TTL: 10 * time.Second, Owner: "job"}
+	first, err := c.Lock(ctx, "during-unlock", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resume := px.pause()
+	second := lockAsync(ctx, c, "during-unlock", o) // sent first: renews the first lock
+	time.Sleep(50 * time.Millisecond)
+	unlocked := make(chan error, 1)
+	go func() { unlocked <- first.Unlock(ctx) }() // then unlocks it
+	time.Sleep(50 * time.Millisecond)
+	resume()
+	if err := <-unlocked; err != nil {
+		t.Fatalf("Unlock: %v", err)
+	}
+	var l *mlock.Lock
+	select {
+	case got := <-second:
+		if got.err != nil {
+			t.Fatal(got.err)
+		}
+		l = got.l
+	case <-time.After(5 * time.Second):
+		t.Fatal("the second Lock is never answered")
+	}
+	if l.Err() != nil {
+		t.Fatalf("the second Lock returned a lost handle: %v", l.Err())
+	}
+	waitQueue(t, other, "during-unlock", 1)
+	if tl, err := other.TryLock(ctx, "during-unlock", nil); err == nil {
+		tl.Unlock(ctx)
+		t.Fatal("another client got the lock its holder believes it holds")
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

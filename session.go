@@ -234,6 +234,8 @@ type call struct {
 	probe     *Lock // extend of a waiting lock after a resume: answered to the session (see probedLocked)
 	abandoned bool  // guarded by session.mu: nobody waits; give a lock id back
 	drops     uint8 // guarded by session.mu: connections lost with this lock request in flight
+	// busyRetried: a try-lock asked again once more after a busy answer (see resultLocked).
+	busyRetried bool // guarded by session.mu
 }
 
 // reply is a call's answer, decoded by the reader for the call's verb.
@@ -252,7 +254,7 @@ type reply struct {
 var callPool = sync.Pool{New: func() any { return &call{ch: make(chan reply, 1)} }}
 
 func putCall(cl *call) {
-	cl.lock, cl.drops = nil, 0
+	cl.lock, cl.drops, cl.busyRetried = nil, 0, false
 	callPool.Put(cl)
 }
 
@@ -296,7 +298,7 @@ func (s *session) send(ctx context.Context, l *Lock, v protocol.Verb, args []str
 		s.seq++
 		seq := s.seq
 		cl := callPool.Get().(*call)
-		cl.seq, cl.verb, cl.lock, cl.abandoned, cl.drops, cl.sent = seq, v, l, false, 0, now
+		cl.seq, cl.verb, cl.lock, cl.abandoned, cl.drops, cl.busyRetried, cl.sent = seq, v, l, false, 0, false, now
 		s.calls[seq] = cl
 		if l != nil {
 			l.state = waiting
@@ -595,8 +597,12 @@ func (s *session) unlock(ctx context.Context, l *Lock) error {
 	case lost:
 		return lostErr
 	}
+	s.mu.Lock()
+	l.unlocking = true // a re-entry answered meanwhile is not this lock (see resultLocked)
+	s.mu.Unlock()
 	_, err := s.retry(ctx, protocol.VerbUnlock, id)
 	s.mu.Lock()
+	l.unlocking = false
 	if l.state == held {
 		s.dropLocked(l)
 	}
@@ -662,4 +668,12 @@ func (s *session) detach(c *Client) {
 			cl.abandoned = true // the reader gives the lock back when its id arrives
 		}
 	}
+	s.reasks = slices.DeleteFunc(s.reasks, func(cl *call) bool {
+		if cl.lock.c != c {
+			return false
+		}
+		cl.lock.state = failed
+		cl.ch <- reply{err: waitErr}
+		return true
+	})
 }

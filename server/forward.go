@@ -156,7 +156,9 @@ type forwarder struct {
 	conns  map[string]*fwdConn // guarded by mu
 	closed bool                // guarded by mu
 	nextID uint64              // guarded by mu
-	wg     sync.WaitGroup
+	// dialLogged: when a failed dial to each address was last logged.
+	dialLogged map[string]time.Time // guarded by mu
+	wg         sync.WaitGroup
 }
 
 type fwdConn struct {
@@ -201,6 +203,7 @@ func (f *forwarder) propose(ctx context.Context, addr string, cmd []byte, change
 func (f *forwarder) call(ctx context.Context, addr string, kind byte, req []byte, changed <-chan struct{}) (byte, []byte, error) {
 	fc, err := f.get(addr)
 	if err != nil {
+		f.dialFailed(addr, err)
 		return 0, nil, cluster.ErrNotLeader // nothing was sent
 	}
 	ch := make(chan fwdResult, 1)
@@ -240,6 +243,28 @@ func (f *forwarder) call(ctx context.Context, addr string, kind byte, req []byte
 		return 0, nil, cluster.ErrUnknownOutcome
 	case <-ctx.Done():
 		return 0, nil, cluster.ErrUnknownOutcome
+	}
+}
+
+// dialFailed logs a failed connection to the leader at addr, at most every
+// 10 s per address: requests keep waiting and retrying meanwhile, so a
+// misconfiguration (TLS, the secret) must show in the log.
+func (f *forwarder) dialFailed(addr string, err error) {
+	if errors.Is(err, errClosing) {
+		return
+	}
+	f.mu.Lock()
+	now := time.Now()
+	due := now.Sub(f.dialLogged[addr]) >= 10*time.Second
+	if due {
+		if f.dialLogged == nil {
+			f.dialLogged = map[string]time.Time{}
+		}
+		f.dialLogged[addr] = now
+	}
+	f.mu.Unlock()
+	if due {
+		f.s.log.Warn("cluster: cannot reach the leader to forward requests; they wait", "leader", addr, "err", err)
 	}
 }
 

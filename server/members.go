@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/mlock-dev/mlock/internal/cluster"
@@ -36,6 +37,9 @@ func parseClusterChange(f [][]byte) (*clusterChange, bool) {
 	return nil, false
 }
 
+// errNoMember: a remove of an id that is not a member.
+var errNoMember = errors.New("no member")
+
 // changeTimeout bounds a membership change, redirects to a new leader included.
 const changeTimeout = 15 * time.Second
 
@@ -63,12 +67,16 @@ func (s *Server) changeAnywhere(ctx context.Context, ch *clusterChange) error {
 	if ch.join {
 		kind, body = fwdJoin, []byte(ch.id+" "+ch.addr)
 	}
+	maybeDone := false // an earlier attempt's outcome is unknown: it may have been applied
 	for {
 		info, changed := cl.node.Leader()
 		var err error
 		switch {
 		case info.ID == cl.id:
 			err = s.changeHere(ctx, ch)
+			if errors.Is(err, errNoMember) && maybeDone {
+				return nil // removed by the earlier attempt
+			}
 		case info.ClientAddr != "":
 			var st byte
 			var res []byte
@@ -79,6 +87,8 @@ func (s *Server) changeAnywhere(ctx context.Context, ch *clusterChange) error {
 				return nil
 			case st == fwdNotLeader:
 				err = cluster.ErrNotLeader
+			case maybeDone && !ch.join && string(res) == errNoMember.Error()+" "+strconv.Quote(ch.id):
+				return nil // removed by the earlier attempt
 			default:
 				return errors.New(string(res))
 			}
@@ -90,6 +100,9 @@ func (s *Server) changeAnywhere(ctx context.Context, ch *clusterChange) error {
 		}
 		if !errors.Is(err, cluster.ErrNotLeader) && !errors.Is(err, cluster.ErrUnknownOutcome) {
 			return err
+		}
+		if errors.Is(err, cluster.ErrUnknownOutcome) {
+			maybeDone = true
 		}
 		select {
 		case <-changed:
@@ -120,7 +133,7 @@ func (s *Server) changeHere(ctx context.Context, ch *clusterChange) error {
 		known = known || p.ID == ch.id
 	}
 	if !known {
-		return fmt.Errorf("no member %q", ch.id)
+		return fmt.Errorf("%w %q", errNoMember, ch.id)
 	}
 	if err := cl.node.Remove(ctx, ch.id); err != nil {
 		return err
