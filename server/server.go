@@ -218,7 +218,11 @@ func (s *Server) open(clock core.Clock) error {
 		return nil
 	}
 	// The start time is read from the core's clock, so until is on it too.
-	s.quietUntil = c.Apply(&core.Command{Op: core.OpHoldGrants, Until: until.UnixNano()}).ExpiresAt
+	// Set in the batch: quietUntil is guarded by the core, whose timer may
+	// already run a batch that reads it.
+	c.Batch(func(tx *core.Tx) {
+		s.quietUntil = tx.Apply(&core.Command{Op: core.OpHoldGrants, Until: until.UnixNano()}).ExpiresAt
+	})
 	attrs := []any{"until", until.Format(time.RFC3339Nano), "for", until.Sub(s.start).Round(time.Millisecond),
 		"data-dir", s.dir.Path()}
 	if prev := s.dir.Previous(); prev.Ending != datadir.EndingClean && prev.QuietPeriod > cfg.QuietPeriod {
