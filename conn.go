@@ -534,8 +534,14 @@ func (s *session) resultLocked(m *protocol.Message) {
 		return
 	}
 	delete(s.calls, seq)
-	s.lastAck = max(s.lastAck, cl.sent)
-	s.resultAck = max(s.resultAck, cl.sent)
+	if m.OK && cl.verb != protocol.VerbStatus && cl.verb != protocol.VerbLocks {
+		// Status and locks are answered from the state of the node asked
+		// (in a cluster, one that may lag), and a refusal may be answered
+		// before the request reaches the lock table: neither bounds when
+		// the session was alive or when a later grant was made.
+		s.lastAck = max(s.lastAck, cl.sent)
+		s.resultAck = max(s.resultAck, cl.sent)
+	}
 	if cl.probe != nil {
 		s.probedLocked(cl.probe, m)
 		return

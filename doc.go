@@ -141,8 +141,11 @@
 // records when each request is queued (its send time, on the monotonic
 // clock: a lower bound of when the server handled it) and keeps lastAck,
 // the latest send time among the requests the server answered on the
-// session, handshakes included (anything read after an answer was produced
-// after the server handled that request). A held lock's lease counts from
+// session with success, handshakes included, status and locks not (they
+// are answered from the state of the node asked, which in a cluster may
+// lag; a cluster node answers pings through its log). Anything read after
+// an answer was produced after the server handled that request. A held
+// lock's lease counts from
 // its base: at the grant, the later of its request's send time and the
 // latest send time among the requests whose results were read before the
 // grant (not the handshake: a grant the server kept for the session while

@@ -166,8 +166,8 @@ type session struct {
 	givingSeq map[uint64]string // guarded by mu
 
 	// The safety rule (safety.go). Times are monotonic, since epoch.
-	lastAck     time.Duration // guarded by mu: the latest send time of a request answered on this session, handshakes included: the session's end counts from it
-	resultAck   time.Duration // guarded by mu: the latest send time of a request whose result was read: grants count from it
+	lastAck     time.Duration // guarded by mu: the latest send time of a request answered on this session with success (not status, locks), handshakes included: the session's end counts from it
+	resultAck   time.Duration // guarded by mu: the latest send time of a request whose success was read (not status, locks): grants count from it
 	grace       time.Duration // guarded by mu: the session grace the server announced
 	graceMargin time.Duration // guarded by mu: lease.Margin(grace)
 	graceKnown  bool          // guarded by mu: the server announced its grace

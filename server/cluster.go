@@ -1027,7 +1027,14 @@ func (c *conn) decide(tx *core.Tx, f [][]byte, payload []byte) (item, bool) {
 	}
 	switch verb {
 	case protocol.VerbPing:
-		c.ok(req, []byte("pong"))
+		// Through the log: the answer then comes after the pushes of every
+		// entry committed before the ping was sent, and proves the session
+		// attached in the replicated state. A client counts a pong as a
+		// lower bound of when its session was last alive and of when later
+		// grants were made; a pong from this node's own state could be
+		// answered by a node that lags, or that a partition cut off while
+		// the leader already detached the session.
+		return item{frame: append([]byte(nil), payload...)}, false
 	case protocol.VerbStatus:
 		if p.Admin && !s.allowListing(tx, p.Name) {
 			c.failed(req, protocol.CodeRateLimited)

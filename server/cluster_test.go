@@ -639,7 +639,8 @@ func TestClusterForwardsOverTLS(t *testing.T) {
 
 // A follower writes its clients' answers in log order, with the pushes of
 // the entries before them: an answer the leader has already given never
-// overtakes a grant pushed by an earlier entry the follower has not applied.
+// overtakes a grant pushed by an earlier entry the follower has not applied,
+// and neither does a pong (pings go through the log).
 // (A client counts a grant's lease from the send time of the last request
 // answered before it: an answer read first would stretch the lease past the
 // server's expiry.)
@@ -666,6 +667,7 @@ func TestClusterFollowerAnswersInLogOrder(t *testing.T) {
 	holder.send("unlock 2 " + idH) // grants x to the waiter in an entry the follower does not apply
 	holder.expect("result 2 success done")
 	waiter.send("releaseall 2 nobody") // replicated; the leader answers it at once
+	waiter.send("ping 3")              // through the log too: a pong is a bound of when later grants were made
 	if p, err := waiter.next(300 * time.Millisecond); err == nil {
 		t.Fatalf("the follower wrote %q before applying the entries before it", p)
 	}
@@ -677,4 +679,5 @@ func TestClusterFollowerAnswersInLogOrder(t *testing.T) {
 	}
 	waiter.expect("locked " + idW + " * *")
 	waiter.expect("result 2 success 0")
+	waiter.expect("result 3 success pong")
 }
