@@ -25,7 +25,7 @@ export interface MlockOptions {
   timeout?: number;
   /** Default tolerate: N > 0 fails at once when a queue already holds more than N entries; 0: no limit. Default 0. */
   tolerate?: number;
-  /** The session id. Default: 128 random bits. A secret: whoever presents it owns the session's locks. Only the first client of an address chooses it. */
+  /** The session id. Default: 128 random bits, one session shared by the clients of the address. A client that names its own socketId gets a session (and connection) of its own; it stays the same across reconnects. A secret: whoever presents it owns the session's locks. */
   socketId?: string;
   /** Log connection events with console.debug. Default false. */
   debug?: boolean;

@@ -746,6 +746,7 @@ export class Session {
       default:
         this.log(`unknown message from the server: ${text.slice(0, 80)}`);
     }
+    if (this.closed) this.endIfDone();
     this.idleCheck();
     return false;
   }
@@ -769,6 +770,7 @@ export class Session {
       const l = cl.lock!;
       if (cl.abandoned) {
         this.forget(payload);
+        this.endIfDone();
         return;
       }
       const old = this.locks.get(payload);
@@ -1102,7 +1104,13 @@ export class Session {
       w.reject(e);
     }
     this.upWaiters.clear();
+    let pending = 0;
     for (const [seq, cl] of this.calls) {
+      if (cl.lock && cl.abandoned) {
+        // Its lock id is still to come: it is given back when it does.
+        pending++;
+        continue;
+      }
       this.calls.delete(seq);
       cl.reject?.(e);
     }
@@ -1113,31 +1121,38 @@ export class Session {
     const sock = this.sock;
     if (sock) {
       this.flush();
-      sock.end();
-      // A server that does not close its end within a second is cut.
+      if (pending === 0) sock.end();
+      // A server that does not answer (or close its end) within a second is cut.
       setTimeout(() => sock.destroy(), 1000).unref();
     }
+  }
+
+  /** After close: ends the connection once the lock ids still to come are given back. */
+  private endIfDone(): void {
+    if (!this.closed || !this.sock) return;
+    for (const cl of this.calls.values()) if (cl.lock && cl.abandoned) return;
+    this.flush();
+    this.sock.end();
   }
 }
 
 /** The process's sessions, by address set, credentials and TLS. */
 const registry = new Map<string, Session>();
 
-/** Returns the session for o, starting it if needed. */
+/**
+ * Returns the session for o, starting it if needed. Clients of one address
+ * set, credentials and TLS setting share a session; a client that names its
+ * own socketId gets the session of that socketId (a separate connection).
+ */
 export function acquireSession(o: Resolved): Session {
   const addrs = o.addrs.map((a) => a.addr).sort();
-  const key = JSON.stringify([addrs, o.name ?? '', o.tls ? 'tls' : '']);
+  const key = JSON.stringify([addrs, o.name ?? '', o.tls ? 'tls' : '', o.socketId ?? '']);
   let s = registry.get(key);
-  if (s && !s.closed) {
-    if (o.socketId !== undefined && o.socketId !== s.sid) {
-      throw new MlockError(`a client of ${addrs.join(',')} already uses another socketId`, 'request');
-    }
-  } else {
-    if (o.socketId !== undefined) {
-      for (const other of registry.values()) {
-        if (other.sid === o.socketId && other.nodes.some((n) => addrs.includes(n.addr))) {
-          throw new MlockError('a client with other addresses, credentials or TLS settings already uses this socketId', 'request');
-        }
+  if (!s || s.closed) {
+    for (const other of registry.values()) {
+      if (o.socketId !== undefined && other.sid === o.socketId && other.nodes.some((n) => addrs.includes(n.addr))) {
+        // Two sessions of one socketId would take each other over.
+        throw new MlockError('a client with other addresses, credentials or TLS settings already uses this socketId', 'request');
       }
     }
     s = new Session(key, o, o.socketId);
