@@ -1,0 +1,197 @@
+// The client through cut and silent connections (a TCP proxy), server
+// restarts, session resume, and failover between the nodes of a cluster.
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import Client, { type MlockError } from 'mlock';
+import { type Proxy, type Server, sleep, startCluster, startProxy, startServer, until } from './helpers';
+
+let n = 0;
+const r = (name: string) => `${name}-${process.pid}-${++n}`;
+
+describe('a cut connection', () => {
+  let srv: Server;
+  let proxy: Proxy;
+  before(async () => {
+    srv = await startServer(['--session-grace', '5s']);
+    proxy = await startProxy(srv.port);
+  });
+  after(async () => {
+    await proxy.close();
+    await srv.cleanup();
+  });
+
+  test('the session resumes: a held lock stays held, a waiting one is granted after the reconnect', async () => {
+    const c = new Client({ host: '127.0.0.1', port: proxy.port, socketId: `cut-${process.pid}` });
+    const other = new Client({ host: '127.0.0.1', port: srv.port, socketId: `direct-${process.pid}` });
+    try {
+      const [a, b] = [r('held'), r('wait')];
+      const held = await c.acquire(a, { ttl: 5000 });
+      const blocker = await other.acquire(b);
+      const waiting = c.acquire(b, { ttl: 5000 });
+      await sleep(50);
+      let reconnects = 0;
+      c.on('reconnect', (_node: string, resumed: boolean) => {
+        assert.equal(resumed, true);
+        reconnects++;
+      });
+      proxy.cut();
+      // Granted while the connection is down: the push waits for the session.
+      await blocker.unlock();
+      const l = await waiting;
+      assert.ok(l.held);
+      assert.ok(reconnects >= 1);
+      assert.ok(held.held, 'the held lock survived the cut');
+      await held.extend(5000);
+      await assert.rejects(other.tryLock(a));
+      await l.unlock();
+      await held.unlock();
+    } finally {
+      c.destroy();
+      other.destroy();
+    }
+  });
+
+  test('reconnects after every cut, with no retry budget to run out', async () => {
+    const c = new Client({ host: '127.0.0.1', port: proxy.port, socketId: `cuts-${process.pid}` });
+    try {
+      for (let i = 0; i < 12; i++) {
+        assert.equal(await c.ping(), 'pong');
+        proxy.cut();
+      }
+      assert.equal(await c.ping(), 'pong');
+    } finally {
+      c.destroy();
+    }
+  });
+
+  test('a call in flight fails with a connection error when the connection breaks, instead of hanging', async () => {
+    const c = new Client({ host: '127.0.0.1', port: proxy.port, socketId: `inflight-${process.pid}` });
+    try {
+      await c.ping();
+      proxy.blackhole(true);
+      const p = c.release('someone', r('x')); // not retried: it may have been applied
+      await sleep(50);
+      proxy.cut();
+      proxy.blackhole(false);
+      await assert.rejects(p, (e: MlockError) => e.type === 'connection');
+      assert.equal(await c.ping(), 'pong');
+    } finally {
+      proxy.blackhole(false);
+      c.destroy();
+    }
+  });
+
+  test('a silent peer is detected by the keep-alive and the client reconnects', async () => {
+    const c = new Client({ host: '127.0.0.1', port: proxy.port, socketId: `silent-${process.pid}`, pingInterval: 200 });
+    try {
+      await c.ping();
+      let lost = 0;
+      c.on('disconnect', () => lost++);
+      proxy.blackhole(true);
+      await until(() => lost > 0, 10000, 'the dead connection to be noticed');
+      proxy.blackhole(false);
+      assert.equal(await c.ping(), 'pong');
+    } finally {
+      proxy.blackhole(false);
+      c.destroy();
+    }
+  });
+
+  test('a held lock is given up at its deadline when the server stays silent', async () => {
+    const c = new Client({ host: '127.0.0.1', port: proxy.port, socketId: `deadline-${process.pid}`, pingInterval: 60000 });
+    try {
+      const l = await c.acquire(r('silent'), { ttl: 600 });
+      proxy.blackhole(true);
+      proxy.refuse(true);
+      const t0 = Date.now();
+      const e = await l.lost;
+      assert.equal(e.type, 'lost');
+      // Never later than the lease the client can justify.
+      assert.ok(Date.now() - t0 <= 600, `lost after ${Date.now() - t0} ms`);
+    } finally {
+      proxy.blackhole(false);
+      proxy.refuse(false);
+      c.destroy();
+    }
+  });
+});
+
+describe('a server restart', () => {
+  test('held locks are lost (session lost), waiting requests are asked again on the new server', async () => {
+    const srv = await startServer(['--session-grace', '5s', '--shutdown-wait', '0']);
+    const c = new Client({ host: '127.0.0.1', port: srv.port, socketId: `restart-${process.pid}`, maxBackoff: 200 });
+    const c2 = new Client({ host: '127.0.0.1', port: srv.port, socketId: `restart2-${process.pid}`, maxBackoff: 200 });
+    try {
+      const a = r('restart');
+      const held = await c2.acquire(a);
+      const waiting = c.acquire(a, { timeout: 20000 });
+      await sleep(50);
+      await srv.kill();
+      await srv.start();
+      const e = await held.lost;
+      assert.equal(e.type, 'lost');
+      assert.equal(e.reason, 'session lost');
+      const l = await waiting;
+      assert.ok(l.held);
+      assert.ok(l.token > held.token, 'tokens keep increasing across restarts');
+      await l.unlock();
+    } finally {
+      c.destroy();
+      c2.destroy();
+      await srv.cleanup();
+    }
+  });
+
+  test('a clean shutdown: held locks are lost at once and the client reconnects to the restarted server', async () => {
+    const srv = await startServer(['--session-grace', '5s']);
+    const c = new Client({ host: '127.0.0.1', port: srv.port, socketId: `shutdown-${process.pid}`, maxBackoff: 200 });
+    try {
+      const l = await c.acquire(r('shutdown'));
+      const stopped = srv.stop();
+      const e = await l.lost;
+      assert.equal(e.type, 'lost');
+      await stopped;
+      await srv.start();
+      assert.equal(await c.ping(), 'pong');
+    } finally {
+      c.destroy();
+      await srv.cleanup();
+    }
+  });
+});
+
+describe('a cluster of three nodes', () => {
+  test('the session fails over to the next node: the lock stays held, the queue keeps its order', async (t) => {
+    let cl: Awaited<ReturnType<typeof startCluster>>;
+    try {
+      cl = await startCluster();
+    } catch (e) {
+      t.skip(`cluster did not start: ${(e as Error).message}`);
+      return;
+    }
+    const c = new Client(`${cl.uri}?socketId=fo-${process.pid}`);
+    const c2 = new Client(`${cl.uri}?socketId=fo2-${process.pid}`);
+    try {
+      const a = r('failover');
+      // The first lock waits for the cluster's first leader.
+      const l = await c.acquire(a, { ttl: 15000, signal: AbortSignal.timeout(20000) });
+      const first = c.node;
+      assert.ok(first);
+      const waiting = c2.acquire(a, { ttl: 15000 });
+      await sleep(100);
+      const victim = cl.nodes.find((x) => x.addr === first)!;
+      await victim.kill();
+      await until(() => c.node !== '' && c.node !== first, 20000, 'the client to move to another node');
+      await l.extend(15000, { signal: AbortSignal.timeout(20000) });
+      assert.ok(l.held, 'the lock is still held after the failover');
+      await l.unlock({ signal: AbortSignal.timeout(20000) });
+      const l2 = await waiting;
+      assert.ok(l2.token > l.token);
+      await l2.unlock({ signal: AbortSignal.timeout(20000) });
+    } finally {
+      c.destroy();
+      c2.destroy();
+      await cl.cleanup();
+    }
+  });
+});
