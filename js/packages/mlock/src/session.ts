@@ -434,6 +434,7 @@ export class Session {
     this.flush();
     this.log(`connected to ${this.node} (${resumed ? 'resumed' : 'new'} session, grace ${grace} ms)`);
     this.notify(wasUp ? 'reconnect' : 'connect', this.node, resumed);
+    this.idleCheck();
   }
 
   /** The connection to node i ended. */
@@ -456,6 +457,7 @@ export class Session {
     // join the session's timer.
     this.rearm();
     if (this.closed) return;
+    this.idleCheck();
     this.log(`connection to ${addr} lost${err ? `: ${err.message}` : ''}; reconnecting`);
     this.notify('disconnect', addr, err);
     if (bye) {
@@ -506,6 +508,7 @@ export class Session {
       }
       this.upWaiters.clear();
     }
+    this.idleCheck();
     const wait = this.backoff * (0.5 + Math.random() / 2);
     this.log(`connecting to ${this.nodes[i].addr} failed: ${err.message}; retrying in ${Math.round(wait)} ms`);
     this.reconnectTimer = setTimeout(() => this.dial(), wait);
@@ -542,12 +545,14 @@ export class Session {
         timer: setTimeout(() => {
           this.upWaiters.delete(w);
           w.reject(this.unreachable());
+          this.idleCheck();
         }, this.opts.dialTimeout),
       };
       const onAbort = () => {
         clearTimeout(w.timer);
         this.upWaiters.delete(w);
         reject(canceled(signal!));
+        this.idleCheck();
       };
       signal?.addEventListener('abort', onAbort, { once: true });
       this.upWaiters.add(w);
@@ -920,6 +925,7 @@ export class Session {
       if (at < next) next = at;
     }
     if (next < Infinity) this.arm(next);
+    this.idleCheck();
   }
 
   /** Forgets l here, ending it with err if it is held. */
@@ -1032,8 +1038,10 @@ export class Session {
     if (l.state !== 'held') throw new MlockError('lock is not held', 'request');
     let r: Reply;
     try {
-      r = await this.retry('extend', [l._id, String(t)], signal);
+      // A loss meanwhile ends the wait (for a connection, say) at once.
+      r = await this.retry('extend', [l._id, String(t)], signal ? AbortSignal.any([signal, l.signal]) : l.signal);
     } catch (e) {
+      if ((l.state as LockState) === 'lost' && !signal?.aborted) throw l.error!;
       if (e instanceof MlockError && e.reason === 'lock not exist!') {
         this.lose(l, lostErrors.expired());
         throw l.error ?? e;
