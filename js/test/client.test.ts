@@ -130,6 +130,34 @@ describe('the seed README', () => {
     }
   });
 
+  test('cron de-duplication: of two instances running a task, one runs it, the other skips', async () => {
+    const [c1, c2] = sessions(2, '&prefix=task:');
+    try {
+      const task = r('daily-report');
+      let runs = 0;
+      const instance = async (c: Client) => {
+        const l = await c.tryLock(task, { ttl: 60000 }).catch((e: MlockError) => {
+          assert.equal(e.type, 'tolerate');
+          return null;
+        });
+        if (!l) return 'skipped';
+        try {
+          runs++;
+          await sleep(100);
+          return 'ran';
+        } finally {
+          await l.unlock();
+        }
+      };
+      const out = await Promise.all([instance(c1), instance(c2)]);
+      assert.deepEqual(out.sort(), ['ran', 'skipped']);
+      assert.equal(runs, 1);
+    } finally {
+      c1.destroy();
+      c2.destroy();
+    }
+  });
+
   test('connection pool: clients of one address share one session and connection', async () => {
     const c1 = new Client({ host: '127.0.0.1', port: srv.port });
     const c2 = new Client({ host: '127.0.0.1', port: srv.port });
@@ -437,11 +465,11 @@ describe('extensions', () => {
     try {
       const a = r('exec');
       const result = await c1.execute(a, async (signal, lock) => {
-        await sleep(900); // three ttls
+        await sleep(2500); // two and a half ttls
         assert.equal(signal.aborted, false);
         await assert.rejects(c2.tryLock(a), (e: MlockError) => e.type === 'tolerate');
         return lock.token;
-      }, { ttl: 300 });
+      }, { ttl: 1000 });
       assert.equal(typeof result, 'number');
       const l = await c2.tryLock(a);
       await l.unlock();

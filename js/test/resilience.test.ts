@@ -1,6 +1,10 @@
 // The client through cut and silent connections (a TCP proxy), server
 // restarts, session resume, and failover between the nodes of a cluster.
 import { after, before, describe, test } from 'node:test';
+import { createHash, randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import assert from 'node:assert/strict';
 import Client, { type MlockError } from 'mlock';
 import { type Proxy, type Server, sleep, startCluster, startProxy, startServer, until } from './helpers';
@@ -196,6 +200,31 @@ describe('a cluster of three nodes', () => {
       c.destroy();
       c2.destroy();
       await cl.cleanup();
+    }
+  });
+});
+
+describe('credentials', () => {
+  test('auth=name:token: a principal locks under its prefixes only; a wrong token is refused at once', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'mlock-auth-'));
+    const token = randomBytes(24).toString('base64url');
+    const file = join(dir, 'mlockd.auth');
+    writeFileSync(file, `jsuser sha256:${createHash('sha256').update(token).digest('hex')} prefix=job:\n`, { mode: 0o600 });
+    const srv = await startServer(['--auth-file', file]);
+    const c = new Client(`mlock://jsuser:${token}@127.0.0.1:${srv.port}`);
+    const bad = new Client({ host: '127.0.0.1', port: srv.port, name: 'jsuser', token: 'wrong', dialTimeout: 10000 });
+    try {
+      const l = await c.acquire(r('job:x'));
+      await l.unlock();
+      await assert.rejects(c.acquire(r('other:x')), (e: MlockError) => e.type === 'request' && e.reason === 'permission denied!');
+      const t0 = Date.now();
+      await assert.rejects(bad.ping(), (e: MlockError) => e.type === 'connection' && e.reason === 'authentication failed!');
+      assert.ok(Date.now() - t0 < 5000, 'a refusal is reported without waiting for the dial timeout');
+    } finally {
+      c.destroy();
+      bad.destroy();
+      await srv.cleanup();
+      rmSync(dir, { recursive: true, force: true });
     }
   });
 });

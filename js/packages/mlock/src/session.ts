@@ -1,7 +1,7 @@
 import { EventEmitter } from 'node:events';
 import * as net from 'node:net';
 import * as tls from 'node:tls';
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import { Decoder, encode } from './framing';
 import { MlockError, canceled, failure } from './errors';
@@ -1154,7 +1154,10 @@ const registry = new Map<string, Session>();
  */
 export function acquireSession(o: Resolved): Session {
   const addrs = o.addrs.map((a) => a.addr).sort();
-  const key = JSON.stringify([addrs, o.name ?? '', o.tls ? 'tls' : '', o.socketId ?? '']);
+  // The token is part of the key (hashed): a client with other credentials
+  // never rides on another's authenticated session.
+  const cred = o.name === undefined ? '' : `${o.name}:${createHash('sha256').update(o.token ?? '').digest('hex')}`;
+  const key = JSON.stringify([addrs, cred, o.tls ? JSON.stringify(o.tls) : '', o.socketId ?? '']);
   let s = registry.get(key);
   if (!s || s.closed) {
     for (const other of registry.values()) {
