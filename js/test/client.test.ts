@@ -7,7 +7,7 @@ import * as net from 'node:net';
 import Client, { Lock, MlockError, parseURI } from 'mlock';
 import { encode } from 'mlock/dist/framing';
 import { resolve } from 'mlock/dist/options';
-import { type Server, freePort, sleep, startServer, until } from './helpers';
+import { type Server, freePort, queued, sleep, startServer, until } from './helpers';
 
 let srv: Server;
 let uri: string;
@@ -62,7 +62,7 @@ describe('the seed README', () => {
       const id1 = await c1.lock(a);
       let got = false;
       const p = c2.lock(`${a}|${b}|${cc}`).then((id) => ((got = true), id));
-      await sleep(100);
+      await queued(c1, a, 2);
       assert.equal(got, false);
       // Meanwhile b and c are reserved: nobody barges in.
       await assert.rejects(c1.tryLock(b), (e: MlockError) => e.type === 'tolerate' && e.resource === b);
@@ -82,9 +82,9 @@ describe('the seed README', () => {
       const order: string[] = [];
       const id1 = await c1.lock(a);
       const p2 = c2.lock(`${a}|${b}`).then((id) => (order.push('client2'), id));
-      await sleep(50);
+      await queued(c1, a, 2);
       const p3 = c3.lock(`${a}|${b}`).then((id) => (order.push('client3'), id));
-      await sleep(50);
+      await queued(c1, a, 3);
       await c1.unlock(id1);
       const id2 = await p2;
       await sleep(50);
@@ -181,7 +181,7 @@ describe('the seed README', () => {
       const a = r('tol');
       const id = await c1.lock(a);
       const waiting = c2.lock(a); // the queue: holder + 1 waiter
-      await sleep(50);
+      await queued(c1, a, 2);
       await assert.rejects(c2.lock(a, 1000, 0, 1), (e: MlockError) => e.type === 'tolerate' && e.message === 'can not tolerate!');
       await assert.rejects(c2.lock(r('x') + '|' + a, 1000, 100), (e: MlockError) => e.type === 'timeout');
       await c1.unlock(id);

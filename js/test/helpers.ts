@@ -193,3 +193,8 @@ export async function startProxy(target: number): Promise<Proxy> {
   };
   return p;
 }
+
+/** Waits until the server's queue of resource holds n entries (the holder included), asking through c. */
+export async function queued(c: { status(): Promise<Record<string, unknown>> }, resource: string, n: number): Promise<void> {
+  await until(async () => ((await c.status()).queues as Record<string, number>)[resource] === n, 10000, `${n} in the queue of ${resource}`);
+}

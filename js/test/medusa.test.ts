@@ -211,11 +211,11 @@ describe('locking-mlock in @medusajs/locking', () => {
   test('execute renews the lease while the job runs past it', async () => {
     const key = k('renewed');
     const r = await service.execute(key, async (signal) => {
-      await sleep(2500); // 2.5 leases
+      await sleep(3000); // 1.5 leases: renewed at least twice
       assert.equal(signal?.aborted, false);
       await assert.rejects(service.acquire(key, { ownerId: 'intruder' }));
       return 'done';
-    }, { expire: 1 });
+    }, { expire: 2 });
     assert.equal(r, 'done');
     await service.acquire(key, { ownerId: 'intruder', expire: 5 });
     assert.equal(await service.release(key, { ownerId: 'intruder' }), true);

@@ -7,7 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import assert from 'node:assert/strict';
 import Client, { type MlockError } from 'mlock';
-import { type Proxy, type Server, sleep, startCluster, startProxy, startServer, until } from './helpers';
+import { type Proxy, type Server, queued, sleep, startCluster, startProxy, startServer, until } from './helpers';
 
 let n = 0;
 const r = (name: string) => `${name}-${process.pid}-${++n}`;
@@ -32,7 +32,7 @@ describe('a cut connection', () => {
       const held = await c.acquire(a, { ttl: 5000 });
       const blocker = await other.acquire(b);
       const waiting = c.acquire(b, { ttl: 5000 });
-      await sleep(50);
+      await queued(other, b, 2);
       let reconnects = 0;
       c.on('reconnect', (_node: string, resumed: boolean) => {
         assert.equal(resumed, true);
@@ -133,7 +133,7 @@ describe('a server restart', () => {
       const a = r('restart');
       const held = await c2.acquire(a);
       const waiting = c.acquire(a, { timeout: 20000 });
-      await sleep(50);
+      await queued(c2, a, 2);
       await srv.kill();
       await srv.start();
       const e = await held.lost;
@@ -186,7 +186,7 @@ describe('a cluster of three nodes', () => {
       const first = c.node;
       assert.ok(first);
       const waiting = c2.acquire(a, { ttl: 15000 });
-      await sleep(100);
+      await queued(c2, a, 2);
       const victim = cl.nodes.find((x) => x.addr === first)!;
       await victim.kill();
       await until(() => c.node !== '' && c.node !== first, 20000, 'the client to move to another node');
