@@ -119,7 +119,8 @@ export class MlockLockingProvider implements ILockingProvider {
    * error, and releases when the job settles.
    */
   async execute<T>(keys: string | string[], job: (signal?: AbortSignal) => Promise<T>, args?: { timeout?: number; expire?: number }): Promise<T> {
-    const timeout = Math.max(num(args?.timeout) ?? this.waitLockingTimeout, 1);
+    // As locking-redis: at least 1 s; a timeout that is not a number is 1 s.
+    const timeout = args?.timeout === undefined || args?.timeout === null ? Math.max(this.waitLockingTimeout, 1) : Math.max(num(args.timeout) ?? 1, 1);
     const expire = Math.max(num(args?.expire) ?? DEFAULT_LOCK_EXPIRATION, 1);
     const list = this.keys(keys);
     const owner = `execute:${randomUUID()}`;
