@@ -1,6 +1,7 @@
 // The client through cut and silent connections (a TCP proxy), server
 // restarts, session resume, and failover between the nodes of a cluster.
 import { after, before, describe, test } from 'node:test';
+import { execFileSync } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -223,6 +224,41 @@ describe('credentials', () => {
     } finally {
       c.destroy();
       bad.destroy();
+      await srv.cleanup();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('TLS', () => {
+  test('mlocks:// with tls-ca talks to a TLS listener; a plain client is told TLS is required; an unknown CA is refused', async (t) => {
+    const dir = mkdtempSync(join(tmpdir(), 'mlock-tls-'));
+    const f = (name: string) => join(dir, name);
+    try {
+      const ssl = (...args: string[]) => execFileSync('openssl', args, { stdio: 'pipe' });
+      ssl('req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes', '-keyout', f('ca.key'), '-out', f('ca.pem'), '-days', '1', '-subj', '/CN=mlock test CA');
+      ssl('req', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes', '-keyout', f('srv.key'), '-out', f('srv.csr'), '-subj', '/CN=127.0.0.1');
+      writeFileSync(f('ext'), 'subjectAltName=IP:127.0.0.1\n');
+      ssl('x509', '-req', '-in', f('srv.csr'), '-CA', f('ca.pem'), '-CAkey', f('ca.key'), '-CAcreateserial', '-out', f('srv.pem'), '-days', '1', '-extfile', f('ext'));
+    } catch (e) {
+      rmSync(dir, { recursive: true, force: true });
+      t.skip(`openssl could not make a certificate: ${(e as Error).message}`);
+      return;
+    }
+    const srv = await startServer(['--tls-cert', f('srv.pem'), '--tls-key', f('srv.key')]);
+    const c = new Client(`mlocks://127.0.0.1:${srv.port}?tls-ca=${encodeURIComponent(f('ca.pem'))}`);
+    const plain = new Client({ host: '127.0.0.1', port: srv.port, dialTimeout: 10000 });
+    const untrusted = new Client({ uri: `mlocks://127.0.0.1:${srv.port}`, dialTimeout: 1500 });
+    try {
+      const l = await c.acquire(r('tls'));
+      assert.ok(l.token > 0);
+      await l.unlock();
+      await assert.rejects(plain.ping(), (e: MlockError) => e.type === 'connection' && e.reason === 'TLS required!');
+      await assert.rejects(untrusted.ping(), (e: MlockError) => e.type === 'connection' && /certificate/i.test(e.message));
+    } finally {
+      c.destroy();
+      plain.destroy();
+      untrusted.destroy();
       await srv.cleanup();
       rmSync(dir, { recursive: true, force: true });
     }

@@ -1,3 +1,4 @@
+import { readFileSync } from 'node:fs';
 import type { ConnectionOptions } from 'node:tls';
 import { MlockError } from './errors';
 
@@ -9,7 +10,11 @@ export const DEFAULT_PORT = 12340;
  * original client's; every field is optional.
  */
 export interface MlockOptions {
-  /** `mlock://[name:token@]host[:port][,host[:port]...][?ttl=&timeout=&tolerate=&prefix=&socketId=]`; its values win over the fields below. */
+  /**
+   * `mlock://[name:token@]host[:port][,host[:port]...][?ttl=&timeout=&tolerate=&prefix=&socketId=&debug=]`
+   * (`mlocks://`, or `tls=1`, `tls-ca=<file>`, `tls-cert=<file>&tls-key=<file>`, `tls-server-name=`: TLS);
+   * its values win over the fields below.
+   */
   uri?: string;
   /** Server host. Default `localhost`. */
   host?: string;
@@ -165,6 +170,22 @@ export function parseURI(uri: string): MlockOptions {
         else if (v === '0' || v === 'false') delete o.tls;
         else throw bad(`URI parameter tls=${JSON.stringify(v)}: want 1 or 0`);
         break;
+      case 'tls-ca':
+      case 'tls-cert':
+      case 'tls-key': {
+        // PEM files, read now; a tls-* parameter implies TLS.
+        let pem: Buffer;
+        try {
+          pem = readFileSync(v);
+        } catch (e) {
+          throw new MlockError(`URI parameter ${k}: ${(e as Error).message}`, 'request', { cause: e });
+        }
+        o.tls = { ...(o.tls ?? {}), [k === 'tls-ca' ? 'ca' : k === 'tls-cert' ? 'cert' : 'key']: pem };
+        break;
+      }
+      case 'tls-server-name':
+        o.tls = { ...(o.tls ?? {}), servername: v };
+        break;
       default:
         throw bad(`unknown URI parameter ${JSON.stringify(k)}`);
     }
@@ -186,6 +207,7 @@ export function resolve(input: string | MlockOptions): Resolved {
   if ((o.name === undefined) !== (o.token === undefined)) throw bad('name and token go together');
   if (o.name !== undefined && (!o.name || /[:\s]/.test(o.name))) throw bad('invalid name');
   if (o.token !== undefined && (!o.token || /\s/.test(o.token))) throw bad('invalid token');
+  if (o.tls && (o.tls.cert === undefined) !== (o.tls.key === undefined)) throw bad('tls-cert and tls-key go together');
   if (o.socketId !== undefined && (!o.socketId || /[\s\0]/.test(o.socketId))) throw bad('invalid socketId');
   let addrs: Resolved['addrs'];
   const port = o.port ?? DEFAULT_PORT;

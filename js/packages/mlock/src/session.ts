@@ -339,7 +339,7 @@ export class Session {
       sock.write(encode(`connect ${this.sid} 1.0${auth}`));
     };
     const sock: net.Socket = this.opts.tls
-      ? tls.connect({ servername: net.isIP(n.host) ? undefined : n.host, ...this.opts.tls, host: n.host, port: n.port }, onConnect)
+      ? tls.connect({ servername: net.isIP(n.host) ? undefined : n.host, minVersion: 'TLSv1.2', ...this.opts.tls, host: n.host, port: n.port }, onConnect)
       : net.connect({ host: n.host, port: n.port }, onConnect);
     sock.setNoDelay(true);
     sock.setKeepAlive(true, 15000);
