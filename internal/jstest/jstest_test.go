@@ -1,0 +1,79 @@
+//go:build unix
+
+package jstest
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// required reports whether a missing Node.js toolchain fails the test
+// instead of skipping it: in CI (CI=true, or CI_REQUIRE_NODE=1).
+func required() bool {
+	return os.Getenv("CI_REQUIRE_NODE") == "1" || os.Getenv("CI") == "true"
+}
+
+// TestNodePackages runs npm test in js/ against an mlockd built from this
+// repository (MLOCKD_BIN): the client against real servers (single node,
+// restarts, a cut connection, a 3-node cluster) and the Medusa provider in
+// the real @medusajs/locking module, with @medusajs/locking-redis alongside
+// when REDIS_URL is set. Without node, npm or js/node_modules (npm ci in js/)
+// it skips, except in CI.
+func TestNodePackages(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: skipping the Node.js packages' tests")
+	}
+	js, err := filepath.Abs(filepath.Join("..", "..", "js"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var missing string
+	for _, tool := range []string{"node", "npm"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			missing = tool + " not found"
+		}
+	}
+	if _, err := os.Stat(filepath.Join(js, "node_modules")); missing == "" && err != nil {
+		missing = "js/node_modules missing (run npm ci in js/)"
+	}
+	if missing != "" {
+		if required() {
+			t.Fatalf("%s: the Node.js packages' tests are required in CI", missing)
+		}
+		t.Skipf("%s: skipping the Node.js packages' tests", missing)
+	}
+
+	bin := filepath.Join(t.TempDir(), "mlockd")
+	build := exec.Command("go", "build", "-o", bin, "github.com/mlock-dev/mlock/cmd/mlockd")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build mlockd: %v\n%s", err, out)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "npm", "test")
+	cmd.Dir = js
+	cmd.Env = append(os.Environ(), "MLOCKD_BIN="+bin, "NO_COLOR=1")
+	// npm, node and the servers the tests start share a process group: a
+	// timeout ends them all, by the group of the PID started here.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 10 * time.Second
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	cmd.Stderr = &out
+	err = cmd.Run()
+	if ctx.Err() != nil {
+		t.Fatalf("npm test did not finish within the time allowed\n%s", out.Bytes())
+	}
+	if err != nil {
+		t.Fatalf("npm test: %v\n%s", err, out.Bytes())
+	}
+	t.Logf("%s", out.Bytes())
+}

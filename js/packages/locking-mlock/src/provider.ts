@@ -1,0 +1,208 @@
+import { randomUUID } from 'node:crypto';
+import { MedusaError } from '@medusajs/framework/utils';
+import type { ILockingProvider, Logger } from '@medusajs/framework/types';
+import Mlock, { type Lock, MlockError, type MlockOptions } from 'mlock';
+
+/** Options of the provider (the `options` of its entry in medusa-config). */
+export interface MlockLockingOptions {
+  /**
+   * The server: `mlock://host:12340`, several nodes of a cluster
+   * (`mlock://h1:12340,h2:12340,h3:12340`), TLS (`mlocks://`), credentials
+   * (`mlock://name:token@host`). Default `mlock://localhost:12340`.
+   */
+  url?: string;
+  /** Further client options (dialTimeout, tls, ...); `url` wins. */
+  clientOptions?: MlockOptions;
+  /** Put before every key, as locking-redis's namespace. Default `medusa_lock:`. */
+  namespace?: string;
+  /** Seconds `execute` waits for the lock when the call gives no timeout. Default 5. */
+  waitLockingTimeout?: number;
+  /** Seconds an `acquire` without `expire` lasts (mlockd has no endless lease; its --max-ttl caps it). Default 86400. */
+  maxExpire?: number;
+}
+
+/** The lease of `execute` when the call gives no `expire`, seconds (as locking-redis). */
+const DEFAULT_LOCK_EXPIRATION = 60;
+
+/** Keys may hold any character; mlockd names hold no space or `|`. */
+const encodeKey = (k: string) => k.replace(/%/g, '%25').replace(/ /g, '%20').replace(/\|/g, '%7C');
+const decodeKey = (k: string) => k.replace(/%7C/g, '|').replace(/%20/g, ' ').replace(/%25/g, '%');
+
+/** A registration of an awilix cradle, undefined if it has none (the cradle throws). */
+function pick<T, K extends keyof T>(cradle: T, key: K): T[K] | undefined {
+  try {
+    return cradle?.[key];
+  } catch {
+    return undefined;
+  }
+}
+
+function num(v: unknown): number | undefined {
+  return v === undefined || v === null || v === '' || Number.isNaN(+v) ? undefined : +v;
+}
+
+/**
+ * The mlockd locking provider for Medusa's Locking Module. Every call is one
+ * request to mlockd: a multi-key acquisition takes every key or none, in one
+ * step, and waits in the server's FIFO queues (no polling, no deadlock
+ * between callers asking for the same keys in any order); execute renews its
+ * lease every third of it and aborts the job's signal as soon as the lock is
+ * lost. See the package README for every difference from locking-redis.
+ */
+export class MlockLockingProvider implements ILockingProvider {
+  static identifier = 'locking-mlock';
+
+  protected readonly logger_?: Logger;
+  protected readonly options_: MlockLockingOptions;
+  protected readonly prefix: string;
+  protected readonly waitLockingTimeout: number = 5;
+  protected readonly maxExpire: number = 86400;
+  private client_?: Mlock;
+
+  /**
+   * @param cradle the provider's container: its loader registers the
+   * provider's options as `mlockLockingOptions`
+   * @param options used when the container has none (the provider built by hand)
+   */
+  constructor(cradle: { logger?: Logger; mlockLockingOptions?: MlockLockingOptions } = {}, options: MlockLockingOptions = {}) {
+    this.logger_ = pick(cradle, 'logger');
+    this.options_ = pick(cradle, 'mlockLockingOptions') ?? options ?? {};
+    this.prefix = this.options_.namespace ?? 'medusa_lock:';
+    const w = num(this.options_.waitLockingTimeout);
+    if (w !== undefined) this.waitLockingTimeout = w;
+    const m = num(this.options_.maxExpire);
+    if (m !== undefined && m > 0) this.maxExpire = m;
+    // Check the options now, connect on first use (a migration run opens no socket).
+    this.makeClient().destroy();
+  }
+
+  private makeClient(): Mlock {
+    const o: MlockOptions = { ...(this.options_.clientOptions ?? {}), prefix: this.prefix };
+    o.uri = this.options_.url ?? this.options_.clientOptions?.uri ?? 'mlock://localhost:12340';
+    return new Mlock(o);
+  }
+
+  /** The client, made on first use. */
+  protected get client(): Mlock {
+    if (!this.client_) this.client_ = this.makeClient();
+    return this.client_;
+  }
+
+  private keys(keys: string | string[]): string[] {
+    const list = Array.isArray(keys) ? keys : [keys];
+    if (list.length === 0) throw new MedusaError(MedusaError.Types.INVALID_DATA, 'No key to lock.');
+    return list.map((k) => {
+      if (typeof k !== 'string' || k === '') throw new MedusaError(MedusaError.Types.INVALID_DATA, `Invalid lock key ${JSON.stringify(k)}.`);
+      return encodeKey(k);
+    });
+  }
+
+  /** The key a refusal names, without the namespace. */
+  private keyOf(e: MlockError, keys: string[]): string {
+    const r = e.resource && e.resource.startsWith(this.prefix) ? e.resource.slice(this.prefix.length) : keys[0];
+    return decodeKey(r);
+  }
+
+  private conflict(e: unknown, keys: string[]): unknown {
+    if (e instanceof MlockError && (e.reason === 'resource is locked!' || e.reason === 'owner holds an overlapping lock!')) {
+      return new MedusaError(MedusaError.Types.CONFLICT, `Failed to acquire lock for key "${this.keyOf(e, keys)}"`);
+    }
+    return e;
+  }
+
+  /**
+   * Runs job while holding every key: waits at most `timeout` seconds
+   * (default waitLockingTimeout, at least 1) in the keys' queues under an
+   * owner of its own, holds a lease of `expire` seconds (default 60, at least
+   * 1) renewed every third of it while the job runs, aborts the job's signal
+   * (reason: a MedusaError CONFLICT) if the lock is lost and then throws that
+   * error, and releases when the job settles.
+   */
+  async execute<T>(keys: string | string[], job: (signal?: AbortSignal) => Promise<T>, args?: { timeout?: number; expire?: number }): Promise<T> {
+    // As locking-redis: at least 1 s; a timeout that is not a number is 1 s.
+    const timeout = args?.timeout === undefined || args?.timeout === null ? Math.max(this.waitLockingTimeout, 1) : Math.max(num(args.timeout) ?? 1, 1);
+    const expire = Math.max(num(args?.expire) ?? DEFAULT_LOCK_EXPIRATION, 1);
+    const list = this.keys(keys);
+    const owner = `execute:${randomUUID()}`;
+    let lock: Lock;
+    try {
+      lock = await this.client.acquire(list, { owner, ttl: Math.round(expire * 1000), timeout: Math.round(timeout * 1000) });
+    } catch (e) {
+      if (e instanceof MlockError && e.type === 'timeout') throw new MedusaError(MedusaError.Types.CONFLICT, 'Timed-out acquiring lock.');
+      throw this.conflict(e, list);
+    }
+    const names = list.map(decodeKey);
+    const ac = new AbortController();
+    const onLost = (e: MlockError) => {
+      const message = `Lost the lock for key(s) "${names.join('", "')}" while the job was still running: ${e.message}. Increase "expire" if the job is expected to run this long.`;
+      this.logger_?.warn(message);
+      ac.abort(new MedusaError(MedusaError.Types.CONFLICT, message));
+    };
+    lock.once('lost', onLost);
+    const interval = Math.max(Math.floor((expire * 1000) / 3), 250);
+    let timer: NodeJS.Timeout | undefined;
+    let stopped = false;
+    const schedule = () => {
+      timer = setTimeout(async () => {
+        try {
+          await lock.extend();
+        } catch (e) {
+          // A loss fires 'lost'; anything else (the connection) is retried.
+          if (!(e instanceof MlockError && e.type === 'lost') && !stopped) {
+            this.logger_?.warn(`Failed to renew lock for key(s) "${names.join('", "')}": ${(e as Error).message}. Retrying in ${interval}ms.`);
+          }
+        }
+        if (!stopped && lock.held) schedule();
+      }, interval);
+      timer.unref();
+    };
+    schedule();
+    try {
+      const result = await job(ac.signal);
+      if (ac.signal.aborted) throw ac.signal.reason;
+      return result;
+    } finally {
+      stopped = true;
+      clearTimeout(timer);
+      lock.off('lost', onLost);
+      await lock.unlock().catch(() => undefined);
+    }
+  }
+
+  /**
+   * Takes every key or none for ownerId (default `*`, the anonymous owner,
+   * never re-entrant). The same owner asking again for exactly the keys it
+   * holds renews the lease to `expire`. Without awaitQueue a key held by
+   * another owner fails at once with a MedusaError CONFLICT naming it; with
+   * awaitQueue the call waits in the keys' queues until it gets all of them.
+   * Without expire the lock lasts maxExpire (default 24 h).
+   */
+  async acquire(keys: string | string[], args?: { ownerId?: string | null; expire?: number; awaitQueue?: boolean }): Promise<void> {
+    const list = this.keys(keys);
+    const owner = encodeKey(args?.ownerId ?? '*');
+    const e = num(args?.expire);
+    const ttl = Math.round((e ? Math.max(e, 0.001) : this.maxExpire) * 1000);
+    try {
+      if (args?.awaitQueue) await this.client.acquire(list, { owner, ttl });
+      else await this.client.tryLock(list, { owner, ttl });
+    } catch (err) {
+      throw this.conflict(err, list);
+    }
+  }
+
+  /** Releases ownerId's (default `*`) lock on each key; true only if ownerId held every one. */
+  async release(keys: string | string[], args?: { ownerId?: string | null }): Promise<boolean> {
+    return this.client.release(encodeKey(args?.ownerId ?? '*'), this.keys(keys));
+  }
+
+  /** Releases every lock of ownerId (default `*`: the anonymous locks, as locking-redis). */
+  async releaseAll(args?: { ownerId?: string | null }): Promise<void> {
+    await this.client.releaseAll(encodeKey(args?.ownerId ?? '*'));
+  }
+
+  /** Closes the connection (the locks this process holds are released). */
+  async shutdown(): Promise<void> {
+    this.client_?.destroy();
+    this.client_ = undefined;
+  }
+}

@@ -1,0 +1,41 @@
+/** The largest frame the client accepts from a server (16 MiB, the protocol's cap). */
+export const MAX_FRAME = 16 << 20;
+
+/**
+ * Encodes one frame: int32 big-endian L (payload + 5), the UTF-8 payload, and
+ * a newline.
+ */
+export function encode(text: string): Buffer {
+  const n = Buffer.byteLength(text);
+  const b = Buffer.allocUnsafe(n + 5);
+  b.writeInt32BE(n + 5, 0);
+  b.write(text, 4);
+  b[n + 4] = 0x0a;
+  return b;
+}
+
+/**
+ * Decodes frames from a byte stream split in any way. push returns the
+ * payloads of the frames completed by the chunk, in order; a malformed frame
+ * (L < 5, L above the cap, a last byte other than a newline) throws.
+ */
+export class Decoder {
+  private buf: Buffer = Buffer.alloc(0);
+
+  push(chunk: Buffer): string[] {
+    this.buf = this.buf.length === 0 ? chunk : Buffer.concat([this.buf, chunk]);
+    const out: string[] = [];
+    let off = 0;
+    const b = this.buf;
+    while (b.length - off >= 4) {
+      const len = b.readInt32BE(off);
+      if (len < 5 || len > MAX_FRAME + 5) throw new Error(`invalid frame length ${len}`);
+      if (b.length - off < len) break;
+      if (b[off + len - 1] !== 0x0a) throw new Error('invalid frame trailer');
+      out.push(b.toString('utf8', off + 4, off + len - 1));
+      off += len;
+    }
+    this.buf = off === b.length ? Buffer.alloc(0) : b.subarray(off);
+    return out;
+  }
+}

@@ -1,0 +1,1183 @@
+import { EventEmitter } from 'node:events';
+import * as net from 'node:net';
+import * as tls from 'node:tls';
+import { createHash, randomBytes } from 'node:crypto';
+import { performance } from 'node:perf_hooks';
+import { Decoder, encode } from './framing';
+import { MlockError, canceled, failure } from './errors';
+import type { Resolved } from './options';
+
+// The session: one socketId on one server (or on the nodes of one cluster),
+// shared by every client of that address in the process. It owns the one
+// connection at a time (reconnecting, to the next node of a cluster), the
+// calls in flight, and the waiting and held locks.
+//
+// The safety rule: a held lock is believed held only until its deadline,
+// which the client computes with its own monotonic clock from what the server
+// has provably answered: the earlier of (the send time of the request that
+// granted or last extended it + ttl) and (the send time of the last request
+// answered on the session + the session grace the server announced), each less
+// a clock-drift margin (span/100 + 5 ms). At the deadline the lock is lost
+// (its 'lost' event fires), even if the server never said so.
+
+/** Monotonic milliseconds. */
+export const mono = (): number => performance.now();
+
+/** The clock-drift margin of a span, ms. */
+export const margin = (d: number): number => d / 100 + 5;
+
+/** The shortest keep-alive period, ms. */
+const MIN_KEEPALIVE = 5;
+
+/** Where a lock request stands. */
+export type LockState = 'waiting' | 'held' | 'released' | 'failed' | 'lost';
+
+/** A reply to a call. */
+export interface Reply {
+  payload: string;
+  /** When the command was queued (monotonic ms). */
+  sent: number;
+  /** The node that answered. */
+  node: string;
+  /** lock, trylock: the granted lock (a renewal returns the one held). */
+  lock?: Lock;
+}
+
+/** A request in flight. A lock request's call lasts until the grant. */
+interface Call {
+  seq: number;
+  verb: string;
+  sent: number;
+  resolve?: (r: Reply) => void;
+  reject?: (e: MlockError) => void;
+  lock?: Lock;
+  probe?: Lock;
+  abandoned?: boolean;
+}
+
+/** What a Lock needs of the client that asked for it. */
+export interface LockOwner {
+  emit(event: 'lost', err: MlockError, lock: Lock): boolean;
+}
+
+/**
+ * A lock request; a held lock once the client returns it. A held lock is
+ * believed held until its {@link Lock.deadline}; it is lost when the server
+ * says so (expired, released by its owner, even in part), when the session is
+ * lost, or when the deadline passes without word from the server: then the
+ * `'lost'` event fires, {@link Lock.lost} resolves, {@link Lock.signal}
+ * aborts and {@link Lock.error} says why.
+ *
+ * `await using lock = await client.acquire('a|b')` unlocks it at the end of
+ * the block.
+ */
+export class Lock extends EventEmitter {
+  /** @internal */ readonly s: Session;
+  /** @internal */ readonly client: LockOwner;
+  /** @internal */ readonly verb: string;
+  /** @internal */ readonly args: string[];
+  /** @internal */ readonly timeout: number;
+  /** @internal */ state: LockState = 'waiting';
+  /** @internal */ call?: Call;
+  /** @internal */ sent = 0;
+  /** @internal */ base = 0;
+  /** @internal */ waitEnd = 0;
+  /** @internal */ ttlMs: number;
+  /** @internal */ _id = '';
+  /** @internal */ _token = 0;
+  /** @internal */ _expiresAt = 0;
+  /** @internal */ _error?: MlockError;
+  /** @internal */ _lost?: Promise<MlockError>;
+  /** @internal */ _lostResolve?: (e: MlockError) => void;
+  /** @internal */ _ac?: AbortController;
+  /** The owner given to the request, if any. */
+  readonly owner?: string;
+
+  /** @internal */
+  constructor(s: Session, client: LockOwner, verb: string, args: string[], ttl: number, timeout: number, owner?: string) {
+    super();
+    this.s = s;
+    this.client = client;
+    this.verb = verb;
+    this.args = args;
+    this.ttlMs = ttl;
+    this.timeout = timeout;
+    if (owner !== undefined) this.owner = owner;
+  }
+
+  /** The lock id: 32 hex digits, a secret that lets its holder extend and unlock it. */
+  get id(): string {
+    return this._id;
+  }
+  /** The resources as sent, prefix included, joined with `|`. */
+  get resources(): string {
+    return this.args[0];
+  }
+  /** The fencing token of the grant: greater than every token given before by the same server or cluster. Guard writes with it. */
+  get token(): number {
+    return this._token;
+  }
+  /** The end of the lease as the server reported it (grant or last extend), Unix ms on the server's clock. */
+  get expiresAt(): number {
+    return this._expiresAt;
+  }
+  /** The lease of the last grant, extend or renewal, ms. */
+  get ttl(): number {
+    return this.ttlMs;
+  }
+  /** Whether the lock is held (granted, not unlocked, not lost). */
+  get held(): boolean {
+    return this.state === 'held';
+  }
+  /** Why the lock was lost; undefined while held or after a normal unlock. */
+  get error(): MlockError | undefined {
+    return this._error;
+  }
+  /**
+   * Until when (Unix ms, this process's clock) the client believes the lock
+   * held; 0 if it is not held. It moves later as the lock is extended and the
+   * server answers.
+   */
+  get deadline(): number {
+    if (this.state !== 'held') return 0;
+    return Date.now() + (this.s.deadline(this) - mono());
+  }
+  /** Resolves (never rejects) with the loss when the held lock is lost; never if it is unlocked normally. */
+  get lost(): Promise<MlockError> {
+    if (!this._lost) {
+      this._lost = this._error
+        ? Promise.resolve(this._error)
+        : new Promise<MlockError>((r) => {
+            this._lostResolve = r;
+          });
+    }
+    return this._lost;
+  }
+  /** Aborted, with the loss as its reason, when the held lock is lost. */
+  get signal(): AbortSignal {
+    if (!this._ac) {
+      this._ac = new AbortController();
+      if (this._error) this._ac.abort(this._error);
+    }
+    return this._ac.signal;
+  }
+
+  /**
+   * Sets the lease to now + ttl (default: the lock's ttl) and returns the new
+   * expiry (Unix ms, server clock). If the server no longer has the lock the
+   * lock is lost and this throws an MlockError of type `lost`. A connection
+   * error is retried once after a reconnect.
+   */
+  extend(ttl?: number, opts: { signal?: AbortSignal } = {}): Promise<number> {
+    return this.s.extend(this, ttl, opts.signal);
+  }
+
+  /**
+   * Releases the lock (twice is not an error). If the server no longer had it
+   * (it expired) this throws an MlockError of type `lost`.
+   */
+  unlock(opts: { signal?: AbortSignal } = {}): Promise<void> {
+    return this.s.unlock(this, opts.signal);
+  }
+
+  /** Unlocks; a lock already lost is not an error here (its loss was signalled). */
+  async [Symbol.asyncDispose](): Promise<void> {
+    try {
+      await this.unlock();
+    } catch (e) {
+      if (!(e instanceof MlockError && e.type === 'lost')) throw e;
+    }
+  }
+
+  /** @internal Makes a waiting lock held. */
+  granted(token: number, expiresAt: number): void {
+    if (this.state === 'held') {
+      // Announced again after a reconnect: the lease does not move.
+      this._token = token;
+      this._expiresAt = expiresAt;
+      return;
+    }
+    if (this.state !== 'waiting') return;
+    const s = this.s;
+    this.state = 'held';
+    this._token = token;
+    this._expiresAt = expiresAt;
+    // A request that waited was granted after every result read before the
+    // grant; never before it was sent.
+    this.base = Math.max(this.sent, s.resultAck);
+    s.heldLocked(this);
+    const cl = this.call;
+    this.call = undefined;
+    cl?.resolve?.({ payload: this._id, sent: cl.sent, node: s.node, lock: this });
+  }
+
+  /** @internal Moves the lease of a held lock after an extend or renewal sent at sent. */
+  renewed(sent: number, ttl: number, expiresAt: number): void {
+    if (this.state !== 'held') return;
+    this.base = Math.max(this.base, sent);
+    this.ttlMs = ttl;
+    if (expiresAt) this._expiresAt = expiresAt;
+    this.s.heldLocked(this);
+  }
+
+  /** @internal Ends a waiting lock with waitErr or a held one with lostErr. */
+  fail(waitErr: MlockError | undefined, lostErr: MlockError | undefined): void {
+    if (this.state === 'waiting' && waitErr) {
+      this.state = 'failed';
+      const cl = this.call;
+      this.call = undefined;
+      cl?.reject?.(waitErr);
+    } else if (this.state === 'held' && lostErr) {
+      this.state = 'lost';
+      this._error = lostErr;
+      this._lostResolve?.(lostErr);
+      this._ac?.abort(lostErr);
+      this.emit('lost', lostErr);
+      this.client.emit('lost', lostErr, this);
+    }
+  }
+}
+
+/** The errors of a lost lock. */
+export const lostErrors = {
+  expired: () => new MlockError('lock expired, or released by its owner', 'lost', { reason: 'expired' }),
+  released: () => new MlockError('lock released by its owner', 'lost', { reason: 'released' }),
+  session: () => new MlockError('session lost: the server no longer holds its locks', 'lost', { reason: 'session lost' }),
+  shutdown: () => new MlockError('server shutting down', 'lost', { reason: 'session lost' }),
+  deadline: (bySession: boolean) =>
+    bySession
+      ? new MlockError('no answer from the server within its session grace', 'lost', { reason: 'session lost' })
+      : new MlockError('lease ran out without word from the server', 'lost', { reason: 'expired' }),
+  destroyed: () => new MlockError('client destroyed', 'lost', { reason: 'destroyed' }),
+};
+
+const destroyedError = () => new MlockError('client destroyed', 'connection', { reason: 'destroyed' });
+
+interface UpWaiter {
+  resolve: () => void;
+  reject: (e: MlockError) => void;
+  timer: NodeJS.Timeout;
+}
+
+/** Receives the session's connection events (the clients). */
+export interface SessionListener {
+  emit(event: string, ...args: unknown[]): boolean;
+}
+
+/** One session: see the top of this file. */
+export class Session {
+  readonly key: string;
+  readonly nodes: Resolved['addrs'];
+  readonly sid: string;
+  readonly opts: Resolved;
+  refs = 0;
+  closed = false;
+  readonly listeners = new Set<SessionListener>();
+
+  private sock?: net.Socket;
+  node = '';
+  private connected = false;
+  private out: Buffer[] = [];
+  private flushQueued = false;
+  private seq = 0;
+  private readonly calls = new Map<number, Call>();
+  readonly locks = new Map<string, Lock>();
+  private everUp = false;
+  private readonly upWaiters = new Set<UpWaiter>();
+  private refused?: MlockError;
+  private readonly nodeErrs: (Error | undefined)[];
+  private next = 0;
+  private tried = 0;
+  private roundRefusal?: MlockError;
+  private backoff = 0;
+  private reconnectTimer?: NodeJS.Timeout;
+  private refed = true;
+
+  // The safety rule (monotonic ms).
+  lastAck = 0;
+  resultAck = 0;
+  private grace = 0;
+  private graceKnown = false;
+  private clock?: NodeJS.Timeout;
+  private clockAt = 0;
+  private pingTimer?: NodeJS.Timeout;
+  private pingEvery = 0;
+
+  constructor(key: string, opts: Resolved, sid: string | undefined) {
+    this.key = key;
+    this.opts = opts;
+    this.nodes = opts.addrs;
+    this.sid = sid ?? randomBytes(16).toString('hex');
+    this.nodeErrs = new Array(this.nodes.length).fill(undefined);
+    this.dial();
+  }
+
+  private log(msg: string): void {
+    if (this.opts.debug) console.debug(`mlock ${this.nodes.map((n) => n.addr).join(',')}: ${msg}`);
+  }
+
+  private notify(event: string, ...args: unknown[]): void {
+    for (const l of this.listeners) l.emit(event, ...args);
+  }
+
+  // ---- transport ----
+
+  private dial(): void {
+    this.reconnectTimer = undefined;
+    if (this.closed) return;
+    const i = this.next;
+    this.next = (i + 1) % this.nodes.length;
+    const n = this.nodes[i];
+    let sent = 0;
+    let refusal: MlockError | undefined;
+    let lastErr: Error | undefined;
+    let hello = false;
+    let bye = false;
+    const onConnect = () => {
+      sent = mono();
+      const auth = this.opts.name !== undefined ? ` auth=${this.opts.name}:${this.opts.token}` : '';
+      sock.write(encode(`connect ${this.sid} 1.0${auth}`));
+    };
+    const sock: net.Socket = this.opts.tls
+      ? tls.connect({ servername: net.isIP(n.host) ? undefined : n.host, minVersion: 'TLSv1.2', ...this.opts.tls, host: n.host, port: n.port }, onConnect)
+      : net.connect({ host: n.host, port: n.port }, onConnect);
+    sock.setNoDelay(true);
+    sock.setKeepAlive(true, 15000);
+    if (!this.refed) sock.unref();
+    const dialTimer = setTimeout(() => sock.destroy(new Error('connection attempt timed out')), this.opts.dialTimeout);
+    dialTimer.unref();
+    const dec = new Decoder();
+    sock.on('data', (chunk: Buffer) => {
+      let frames: string[];
+      try {
+        frames = dec.push(chunk);
+      } catch (e) {
+        sock.destroy(e as Error);
+        return;
+      }
+      for (const f of frames) {
+        if (!hello) {
+          hello = true;
+          clearTimeout(dialTimer);
+          const w = f.split(' ');
+          if (w[0] === 'connected') {
+            this.attached(sock, i, w, sent);
+            continue;
+          }
+          if (w[0] === 'error') {
+            const text = w.slice(1).join(' ');
+            if (text !== 'server shutting down!') refusal = new MlockError(text, 'connection', { node: n.addr, reason: text });
+            lastErr = new Error(text);
+          } else {
+            lastErr = new Error(`unexpected answer to connect: ${JSON.stringify(f.slice(0, 80))}`);
+          }
+          sock.destroy();
+          return;
+        }
+        if (this.sock !== sock) return;
+        if (this.message(f)) {
+          bye = true;
+          // Every held lock is marked lost: confirm it to the server.
+          this.queue(`bye ${++this.seq}`);
+          this.flush();
+          sock.end();
+          return;
+        }
+      }
+    });
+    sock.on('error', (e: Error) => {
+      lastErr = e;
+    });
+    sock.on('close', () => {
+      clearTimeout(dialTimer);
+      if (this.sock === sock) {
+        this.detached(i, lastErr, bye);
+      } else {
+        this.attemptFailed(i, refusal ?? lastErr ?? new Error('connection closed'), refusal);
+      }
+    });
+  }
+
+  /** The handshake succeeded: `connected 1.0 new|resumed <graceMs>`. */
+  private attached(sock: net.Socket, i: number, w: string[], sent: number): void {
+    if (this.closed) {
+      sock.destroy();
+      return;
+    }
+    const resumed = w[2] === 'resumed';
+    const grace = w[3] !== undefined && /^\d+$/.test(w[3]) ? Number(w[3]) : -1;
+    this.graceKnown = grace >= 0;
+    this.grace = Math.max(grace, 0);
+    // The handshake is an answer on the session: the session's end counts
+    // from its send time (grants do not: see Lock.granted).
+    this.lastAck = !this.everUp || !resumed ? sent : Math.max(this.lastAck, sent);
+    this.sock = sock;
+    this.connected = true;
+    this.node = this.nodes[i].addr;
+    this.refused = undefined;
+    this.tried = 0;
+    this.roundRefusal = undefined;
+    this.backoff = 0;
+    this.nodeErrs.fill(undefined);
+    if (this.everUp && !resumed) this.newSession(mono());
+    else if (this.everUp) this.probeWaits(mono());
+    const wasUp = this.everUp;
+    this.everUp = true;
+    for (const w of this.upWaiters) {
+      clearTimeout(w.timer);
+      w.resolve();
+    }
+    this.upWaiters.clear();
+    this.rearm();
+    this.pingEvery = 0;
+    this.schedulePing();
+    this.flush();
+    this.log(`connected to ${this.node} (${resumed ? 'resumed' : 'new'} session, grace ${grace} ms)`);
+    this.notify(wasUp ? 'reconnect' : 'connect', this.node, resumed);
+    this.idleCheck();
+  }
+
+  /** The connection to node i ended. */
+  private detached(i: number, err: Error | undefined, bye: boolean): void {
+    const addr = this.nodes[i].addr;
+    this.sock = undefined;
+    this.connected = false;
+    this.node = '';
+    this.out = [];
+    clearTimeout(this.pingTimer);
+    const e = this.closed
+      ? destroyedError()
+      : new MlockError('connection lost', 'connection', { node: addr, cause: err });
+    for (const [seq, cl] of this.calls) {
+      this.calls.delete(seq);
+      if (cl.lock) cl.lock.state = 'failed';
+      cl.reject?.(e);
+    }
+    // A timeout push can be lost with the connection: the waits' backstops
+    // join the session's timer.
+    this.rearm();
+    if (this.closed) return;
+    this.idleCheck();
+    this.log(`connection to ${addr} lost${err ? `: ${err.message}` : ''}; reconnecting`);
+    this.notify('disconnect', addr, err);
+    if (bye) {
+      this.attemptFailed(i, new Error('server shutting down'), undefined);
+      return;
+    }
+    // Another node (or the same one again) at once.
+    setImmediate(() => this.dial());
+  }
+
+  /** A connection attempt to node i failed (refusal: the server refused it). */
+  private attemptFailed(i: number, err: Error, refusal: MlockError | undefined): void {
+    if (this.closed) return;
+    this.nodeErrs[i] = err;
+    this.tried++;
+    if (refusal) this.roundRefusal = refusal;
+    if (this.tried < this.nodes.length) {
+      this.log(`connecting to ${this.nodes[i].addr} failed: ${err.message}; trying the next node`);
+      setImmediate(() => this.dial());
+      return;
+    }
+    this.backoff = Math.min(Math.max(2 * this.backoff, 50), this.opts.maxBackoff);
+    const r = this.roundRefusal;
+    this.tried = 0;
+    this.roundRefusal = undefined;
+    if (r) {
+      // Refused: retrying soon will not help, but the server's configuration
+      // may change. Waiting requests will not be granted meanwhile.
+      this.backoff = this.opts.maxBackoff;
+      this.refused = r;
+      for (const w of this.upWaiters) {
+        clearTimeout(w.timer);
+        w.reject(r);
+      }
+      this.upWaiters.clear();
+      for (const [id, l] of this.locks) {
+        if (l.state === 'waiting') {
+          this.locks.delete(id);
+          l.fail(r, undefined);
+        }
+      }
+    } else if (!this.everUp && this.nodeErrs.every((e) => (e as NodeJS.ErrnoException | undefined)?.code === 'ECONNREFUSED')) {
+      // Nothing listens on any node: waiting the whole dial timeout would only hide it.
+      const u = this.unreachable();
+      for (const w of this.upWaiters) {
+        clearTimeout(w.timer);
+        w.reject(u);
+      }
+      this.upWaiters.clear();
+    }
+    this.idleCheck();
+    const wait = this.backoff * (0.5 + Math.random() / 2);
+    this.log(`connecting to ${this.nodes[i].addr} failed: ${err.message}; retrying in ${Math.round(wait)} ms`);
+    this.reconnectTimer = setTimeout(() => this.dial(), wait);
+    if (!this.refed) this.reconnectTimer.unref();
+  }
+
+  private unreachable(): MlockError {
+    if (this.nodes.length === 1) {
+      const err = this.nodeErrs[0];
+      return new MlockError(`server unreachable: ${this.nodes[0].addr}${err ? `: ${err.message}` : ''}`, 'connection', {
+        node: this.nodes[0].addr,
+        cause: err,
+      });
+    }
+    const parts = this.nodes.map((n, i) => `${n.addr}: ${this.nodeErrs[i]?.message ?? 'no attempt finished yet'}`);
+    return new MlockError(`no server reachable: ${parts.join('; ')}`, 'connection');
+  }
+
+  /** Waits until the connection is up, at most dialTimeout. */
+  private waitUp(signal?: AbortSignal): Promise<void> {
+    if (this.closed) return Promise.reject(destroyedError());
+    if (this.connected) return Promise.resolve();
+    if (this.refused) return Promise.reject(this.refused);
+    return new Promise<void>((resolve, reject) => {
+      const w: UpWaiter = {
+        resolve: () => {
+          signal?.removeEventListener('abort', onAbort);
+          resolve();
+        },
+        reject: (e) => {
+          signal?.removeEventListener('abort', onAbort);
+          reject(e);
+        },
+        timer: setTimeout(() => {
+          this.upWaiters.delete(w);
+          w.reject(this.unreachable());
+          this.idleCheck();
+        }, this.opts.dialTimeout),
+      };
+      const onAbort = () => {
+        clearTimeout(w.timer);
+        this.upWaiters.delete(w);
+        reject(canceled(signal!));
+        this.idleCheck();
+      };
+      signal?.addEventListener('abort', onAbort, { once: true });
+      this.upWaiters.add(w);
+      this.ref(true);
+    });
+  }
+
+  /**
+   * Keeps the process alive while anything is in flight, held or waited for;
+   * lets it exit otherwise (a client that is only idle does not hold the
+   * process open).
+   */
+  private ref(on: boolean): void {
+    if (on === this.refed) return;
+    this.refed = on;
+    if (on) {
+      this.sock?.ref();
+      this.reconnectTimer?.ref();
+    } else {
+      this.sock?.unref();
+      this.reconnectTimer?.unref();
+    }
+  }
+
+  private idleCheck(): void {
+    if (this.calls.size === 0 && this.locks.size === 0 && this.upWaiters.size === 0) this.ref(false);
+  }
+
+  private queue(text: string): void {
+    this.out.push(encode(text));
+    if (!this.flushQueued) {
+      this.flushQueued = true;
+      // After the callers woken in this turn have queued their commands:
+      // one write for all of them.
+      process.nextTick(() => this.flush());
+    }
+  }
+
+  private flush(): void {
+    this.flushQueued = false;
+    if (!this.sock || !this.connected || this.out.length === 0) return;
+    const b = this.out.length === 1 ? this.out[0] : Buffer.concat(this.out);
+    this.out = [];
+    this.sock.write(b);
+  }
+
+  // ---- calls ----
+
+  /**
+   * Sends one command and resolves with its answer: its result, or for lock
+   * and trylock (lock set) the grant.
+   */
+  call(verb: string, args: string[], signal?: AbortSignal, lock?: Lock): Promise<Reply> {
+    if (signal?.aborted) return Promise.reject(canceled(signal));
+    if (this.connected && !this.closed) return this.send(verb, args, signal, lock);
+    return this.waitUp(signal).then(() => this.call(verb, args, signal, lock));
+  }
+
+  private send(verb: string, args: string[], signal: AbortSignal | undefined, lock: Lock | undefined): Promise<Reply> {
+    return new Promise<Reply>((resolve, reject) => {
+      const now = mono();
+      const seq = ++this.seq;
+      const cl: Call = { seq, verb, sent: now, lock };
+      if (signal) {
+        const onAbort = () => {
+          if (this.abandon(cl)) reject(canceled(signal));
+        };
+        signal.addEventListener('abort', onAbort, { once: true });
+        cl.resolve = (r) => {
+          signal.removeEventListener('abort', onAbort);
+          resolve(r);
+        };
+        cl.reject = (e) => {
+          signal.removeEventListener('abort', onAbort);
+          reject(e);
+        };
+      } else {
+        cl.resolve = resolve;
+        cl.reject = reject;
+      }
+      this.calls.set(seq, cl);
+      if (lock) {
+        lock.state = 'waiting';
+        lock.sent = now;
+        lock.call = cl;
+        // The server's timeout push can be lost with a connection.
+        if (lock.timeout > 0) lock.waitEnd = now + lock.timeout + this.opts.dialTimeout;
+      }
+      this.ref(true);
+      this.queue(args.length ? `${verb} ${seq} ${args.join(' ')}` : `${verb} ${seq}`);
+    });
+  }
+
+  /** Gives up a call whose caller stopped waiting; false if it is answered already. */
+  private abandon(cl: Call): boolean {
+    if (this.calls.get(cl.seq) === cl) {
+      if (cl.lock) {
+        cl.abandoned = true; // the result gives the lock back
+        cl.lock.state = 'failed';
+      } else this.calls.delete(cl.seq);
+      return true;
+    }
+    const l = cl.lock;
+    if (l && l.call === cl) {
+      l.call = undefined;
+      this.drop(l);
+      return true;
+    }
+    return false;
+  }
+
+  /** Sends a command whose answer nobody waits for. */
+  private fire(verb: string, args: string[]): void {
+    if (!this.connected) return;
+    const seq = ++this.seq;
+    this.calls.set(seq, { seq, verb, sent: mono() });
+    this.queue(`${verb} ${seq} ${args.join(' ')}`);
+  }
+
+  /** Gives a lock id back to the server (best effort). */
+  private forget(id: string): void {
+    this.fire('unlock', [id]);
+  }
+
+  /** call, retried once after a connection error: for idempotent commands. */
+  async retry(verb: string, args: string[], signal?: AbortSignal): Promise<Reply> {
+    try {
+      return await this.call(verb, args, signal);
+    } catch (e) {
+      if (e instanceof MlockError && e.type === 'connection' && e.reason !== 'destroyed' && !signal?.aborted && !this.refused) {
+        return this.call(verb, args, signal);
+      }
+      throw e;
+    }
+  }
+
+  // ---- messages ----
+
+  /** Handles one frame; true if the server said it is shutting down. */
+  private message(text: string): boolean {
+    const sp = text.indexOf(' ');
+    const cmd = (sp < 0 ? text : text.slice(0, sp)).toLowerCase();
+    const rest = sp < 0 ? '' : text.slice(sp + 1);
+    switch (cmd) {
+      case 'result': {
+        const a = rest.indexOf(' ');
+        const b = rest.indexOf(' ', a + 1);
+        const req = rest.slice(0, a);
+        const ok = (b < 0 ? rest.slice(a + 1) : rest.slice(a + 1, b)) === 'success';
+        this.result(Number(req), ok, b < 0 ? '' : rest.slice(b + 1));
+        break;
+      }
+      case 'locked': {
+        const [id, exp, token] = rest.split(' ');
+        const l = this.locks.get(id);
+        if (!l) {
+          // A grant nobody waits for (its request's answer was lost with a
+          // connection, or its caller gave up): give it back at once.
+          this.forget(id);
+          break;
+        }
+        l.granted(token === undefined ? 0 : Number(token), Number(exp));
+        break;
+      }
+      case 'timeout': {
+        const l = this.locks.get(rest);
+        if (l && l.state === 'waiting') {
+          this.locks.delete(rest);
+          l.fail(new MlockError('Lock timeout', 'timeout'), undefined);
+        }
+        break;
+      }
+      case 'expired': {
+        const [id, how] = rest.split(' ');
+        const l = this.locks.get(id);
+        if (!l) break;
+        if (l.state === 'waiting') {
+          // Its grant was lost with a connection and it is over already: it
+          // held nothing here. Ask again.
+          this.locks.delete(id);
+          this.reask(l, mono());
+          break;
+        }
+        this.lose(l, how === 'released' ? lostErrors.released() : lostErrors.expired());
+        break;
+      }
+      case 'error':
+        if (rest === 'server shutting down!') {
+          this.shuttingDown();
+          return true;
+        }
+        // The server closes the connection after an error: the client
+        // reconnects (the original gave up for good).
+        this.log(`server error: ${rest}`);
+        break;
+      default:
+        this.log(`unknown message from the server: ${text.slice(0, 80)}`);
+    }
+    if (this.closed) this.endIfDone();
+    this.idleCheck();
+    return false;
+  }
+
+  private result(seq: number, ok: boolean, payload: string): void {
+    const cl = this.calls.get(seq);
+    if (!cl) return;
+    this.calls.delete(seq);
+    if (cl.sent > this.lastAck) this.lastAck = cl.sent;
+    if (cl.sent > this.resultAck) this.resultAck = cl.sent;
+    if (cl.probe) {
+      this.probed(cl.probe, ok, payload);
+      return;
+    }
+    if (!ok) {
+      if (cl.lock) cl.lock.state = 'failed';
+      cl.reject?.(failure(payload));
+      return;
+    }
+    if (cl.verb === 'lock' || cl.verb === 'trylock') {
+      const l = cl.lock!;
+      if (cl.abandoned) {
+        this.forget(payload);
+        this.endIfDone();
+        return;
+      }
+      const old = this.locks.get(payload);
+      if (old && old.state === 'held') {
+        // An owner's renewal of a lock it holds: the same lock.
+        old.renewed(cl.sent, l.ttlMs, 0);
+        l.state = 'released';
+        cl.resolve?.({ payload, sent: cl.sent, node: this.node, lock: old });
+        return;
+      }
+      // Granted or queued: the locked push (or the failure) that follows
+      // answers the call.
+      l._id = payload;
+      this.locks.set(payload, l);
+      l.call = cl;
+      this.keepAlive(this.keepSpan(l));
+      return;
+    }
+    cl.resolve?.({ payload, sent: cl.sent, node: this.node });
+  }
+
+  // ---- locks ----
+
+  /** When l (held) stops being believed held, monotonic ms. */
+  deadline(l: Lock): number {
+    return this.deadlineOf(l)[0];
+  }
+
+  private deadlineOf(l: Lock): [number, boolean] {
+    const d = l.base + l.ttlMs - margin(l.ttlMs);
+    if (this.graceKnown) {
+      const e = this.lastAck + this.grace - margin(this.grace);
+      if (e < d) return [e, true];
+    }
+    return [d, false];
+  }
+
+  /** A lock became held or its lease moved. */
+  heldLocked(l: Lock): void {
+    const d = this.deadline(l);
+    if (!this.clock || d < this.clockAt) this.arm(d);
+    this.keepAlive(this.keepSpan(l));
+  }
+
+  private keepSpan(l: Lock): number {
+    let span = this.graceKnown ? this.grace : Infinity;
+    if (l.state === 'held') span = Math.min(span, l.ttlMs);
+    return span;
+  }
+
+  private keepAlive(span: number): void {
+    const p = Math.max(span / 3, MIN_KEEPALIVE);
+    if (p < this.pingEvery) {
+      this.pingEvery = p;
+      this.schedulePing();
+    }
+  }
+
+  private pingPeriod(): number {
+    let p = this.opts.pingInterval;
+    for (const l of this.locks.values()) p = Math.min(p, Math.max(this.keepSpan(l) / 3, MIN_KEEPALIVE));
+    return p;
+  }
+
+  private schedulePing(): void {
+    clearTimeout(this.pingTimer);
+    if (!this.connected) return;
+    if (this.pingEvery === 0) this.pingEvery = this.pingPeriod();
+    const wait = this.lastAck + this.pingEvery - mono();
+    this.pingTimer = setTimeout(() => this.pingTick(), Math.max(wait, 0));
+    this.pingTimer.unref();
+  }
+
+  /** Pings when nothing was answered for a keep-alive period; drops a connection whose server does not answer. */
+  private pingTick(): void {
+    if (!this.connected) return;
+    this.pingEvery = this.pingPeriod();
+    const every = this.pingEvery;
+    if (this.lastAck + every - mono() > 0) {
+      this.schedulePing();
+      return;
+    }
+    const sock = this.sock!;
+    const seq = ++this.seq;
+    const timer = setTimeout(() => {
+      this.log('server does not answer pings; reconnecting');
+      this.calls.delete(seq);
+      sock.destroy(new Error('no answer to ping'));
+    }, Math.max(every, 1000));
+    timer.unref();
+    this.calls.set(seq, {
+      seq,
+      verb: 'ping',
+      sent: mono(),
+      resolve: () => {
+        clearTimeout(timer);
+        this.schedulePing();
+      },
+      reject: () => clearTimeout(timer),
+    });
+    this.queue(`ping ${seq}`);
+  }
+
+  private arm(at: number): void {
+    clearTimeout(this.clock);
+    this.clockAt = at;
+    this.clock = setTimeout(() => this.tick(), Math.max(at - mono(), 0));
+    this.clock.unref();
+  }
+
+  private tick(): void {
+    this.clock = undefined;
+    if (!this.closed) this.rearm();
+  }
+
+  /**
+   * Arms the timer for the earliest deadline of the held locks and backstop of
+   * the waits, losing the held locks past their deadline and failing the waits
+   * past their backstop.
+   */
+  private rearm(): void {
+    clearTimeout(this.clock);
+    this.clock = undefined;
+    const now = mono();
+    let next = Infinity;
+    for (const l of this.locks.values()) {
+      let at: number;
+      if (l.state === 'held') {
+        const [d, bySession] = this.deadlineOf(l);
+        if (d <= now + 1) {
+          this.log(`lock on ${l.resources} given up at its deadline`);
+          const id = l._id;
+          this.lose(l, lostErrors.deadline(bySession));
+          this.forget(id);
+          continue;
+        }
+        at = d;
+      } else if (l.state === 'waiting' && l.waitEnd) {
+        if (l.waitEnd <= now) {
+          this.locks.delete(l._id);
+          this.forget(l._id);
+          l.fail(new MlockError('Lock timeout', 'timeout'), undefined);
+          continue;
+        }
+        at = l.waitEnd;
+      } else continue;
+      if (at < next) next = at;
+    }
+    if (next < Infinity) this.arm(next);
+    this.idleCheck();
+  }
+
+  /** Forgets l here, ending it with err if it is held. */
+  lose(l: Lock, err: MlockError): void {
+    if (this.locks.get(l._id) === l) this.locks.delete(l._id);
+    l.fail(undefined, err);
+  }
+
+  /** Forgets l here and on the server: it is released. */
+  private drop(l: Lock): void {
+    if (l._id && this.locks.get(l._id) === l) {
+      this.locks.delete(l._id);
+      this.forget(l._id);
+    }
+    l.state = 'released';
+    this.idleCheck();
+  }
+
+  /**
+   * The server started a new session although the client had one (it
+   * restarted, or the grace passed): held locks are lost; waiting requests
+   * held nothing and are asked again with what is left of their timeout.
+   */
+  private newSession(now: number): void {
+    if (this.locks.size) this.log('the server lost this session; its locks are gone');
+    for (const [id, l] of this.locks) {
+      this.locks.delete(id);
+      if (l.state === 'held') l.fail(undefined, lostErrors.session());
+      else if (l.state === 'waiting') this.reask(l, now);
+    }
+  }
+
+  /** Sends a waiting lock's request again on the current connection. */
+  private reask(l: Lock, now: number): void {
+    const cl = l.call;
+    l.call = undefined;
+    l._id = '';
+    if (!cl) {
+      l.state = 'failed';
+      return;
+    }
+    if (!this.connected) {
+      l.state = 'failed';
+      cl.reject?.(new MlockError('connection lost', 'connection'));
+      return;
+    }
+    if (l.verb === 'lock' && l.timeout > 0) {
+      const left = Math.floor(l.waitEnd - this.opts.dialTimeout - now);
+      if (left < 1) {
+        l.state = 'failed';
+        cl.reject?.(new MlockError('Lock timeout', 'timeout'));
+        return;
+      }
+      l.args[2] = String(left);
+    }
+    l.state = 'waiting';
+    cl.seq = ++this.seq;
+    cl.sent = l.sent = now;
+    l.call = cl;
+    this.calls.set(cl.seq, cl);
+    this.queue(`${l.verb} ${cl.seq} ${l.args.join(' ')}`);
+  }
+
+  /**
+   * After a resume, asks about every waiting request with an extend of its
+   * id: a grant (or timeout) pushed to a connection that died would leave it
+   * waiting forever.
+   */
+  private probeWaits(now: number): void {
+    for (const l of this.locks.values()) {
+      if (l.state !== 'waiting') continue;
+      const seq = ++this.seq;
+      this.calls.set(seq, { seq, verb: 'extend', sent: now, probe: l });
+      this.queue(`extend ${seq} ${l._id} ${l.ttlMs}`);
+    }
+  }
+
+  private probed(l: Lock, ok: boolean, payload: string): void {
+    if (l.state !== 'waiting' || !l._id || this.locks.get(l._id) !== l) return;
+    if (ok) {
+      // Granted, but the grant was never announced: give it back, ask again.
+      this.locks.delete(l._id);
+      this.forget(l._id);
+      this.reask(l, mono());
+    } else if (payload === 'lock not exist!') {
+      this.locks.delete(l._id);
+      this.reask(l, mono());
+    }
+  }
+
+  /** "error server shutting down!": every held lock is gone; waits are asked again on the next session. */
+  private shuttingDown(): void {
+    this.log('the server is shutting down; its locks are gone');
+    for (const [id, l] of this.locks) {
+      if (l.state === 'held') {
+        this.locks.delete(id);
+        l.fail(undefined, lostErrors.shutdown());
+      }
+    }
+  }
+
+  // ---- lock operations ----
+
+  async extend(l: Lock, ttl: number | undefined, signal?: AbortSignal): Promise<number> {
+    if (ttl !== undefined && (!Number.isInteger(ttl) || ttl < 1)) {
+      throw new MlockError('ttl should be a whole number of milliseconds > 0', 'request');
+    }
+    const t = ttl ?? l.ttlMs;
+    if (l.state === 'lost') throw l.error!;
+    if (l.state !== 'held') throw new MlockError('lock is not held', 'request');
+    let r: Reply;
+    try {
+      // A loss meanwhile ends the wait (for a connection, say) at once.
+      r = await this.retry('extend', [l._id, String(t)], signal ? AbortSignal.any([signal, l.signal]) : l.signal);
+    } catch (e) {
+      if ((l.state as LockState) === 'lost' && !signal?.aborted) throw l.error!;
+      if (e instanceof MlockError && e.reason === 'lock not exist!') {
+        this.lose(l, lostErrors.expired());
+        throw l.error ?? e;
+      }
+      throw e;
+    }
+    const exp = Number(r.payload);
+    l.renewed(r.sent, t, exp);
+    return exp;
+  }
+
+  async unlock(l: Lock, signal?: AbortSignal): Promise<void> {
+    switch (l.state) {
+      case 'released':
+      case 'failed':
+        return;
+      case 'lost':
+        throw l.error!;
+      case 'waiting':
+        if (l.call) this.abandon(l.call);
+        return;
+    }
+    try {
+      await this.retry('unlock', [l._id], signal);
+    } catch (e) {
+      if (e instanceof MlockError && e.reason === 'lock not exist!') throw lostErrors.expired();
+      throw e;
+    } finally {
+      if (l.state === 'held') {
+        this.locks.delete(l._id);
+        l.state = 'released';
+        this.idleCheck();
+      }
+    }
+  }
+
+  /**
+   * Ends what client c waits for and holds: its locks are unlocked on the
+   * server (best effort), its held locks lost (client destroyed), its waits
+   * failed.
+   */
+  detach(c: LockOwner): void {
+    for (const [id, l] of this.locks) {
+      if (l.client !== c) continue;
+      this.locks.delete(id);
+      this.forget(id);
+      l.fail(destroyedError(), lostErrors.destroyed());
+    }
+    for (const cl of this.calls.values()) {
+      if (cl.lock && cl.lock.client === c && !cl.abandoned) {
+        cl.abandoned = true;
+        cl.lock.state = 'failed';
+        cl.reject?.(destroyedError());
+      }
+    }
+  }
+
+  /** Closes the session (its last client is gone) after flushing what is queued. */
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    clearTimeout(this.reconnectTimer);
+    clearTimeout(this.clock);
+    clearTimeout(this.pingTimer);
+    const e = destroyedError();
+    for (const w of this.upWaiters) {
+      clearTimeout(w.timer);
+      w.reject(e);
+    }
+    this.upWaiters.clear();
+    let pending = 0;
+    for (const [seq, cl] of this.calls) {
+      if (cl.lock && cl.abandoned) {
+        // Its lock id is still to come: it is given back when it does.
+        pending++;
+        continue;
+      }
+      this.calls.delete(seq);
+      cl.reject?.(e);
+    }
+    for (const [id, l] of this.locks) {
+      this.locks.delete(id);
+      l.fail(e, lostErrors.destroyed());
+    }
+    const sock = this.sock;
+    if (sock) {
+      this.flush();
+      if (pending === 0) sock.end();
+      // A server that does not answer (or close its end) within a second is cut.
+      setTimeout(() => sock.destroy(), 1000).unref();
+    }
+  }
+
+  /** After close: ends the connection once the lock ids still to come are given back. */
+  private endIfDone(): void {
+    if (!this.closed || !this.sock) return;
+    for (const cl of this.calls.values()) if (cl.lock && cl.abandoned) return;
+    this.flush();
+    this.sock.end();
+  }
+}
+
+/** The process's sessions, by address set, credentials and TLS. */
+const registry = new Map<string, Session>();
+
+/**
+ * Returns the session for o, starting it if needed. Clients of one address
+ * set, credentials and TLS setting share a session; a client that names its
+ * own socketId gets the session of that socketId (a separate connection).
+ */
+export function acquireSession(o: Resolved): Session {
+  const addrs = o.addrs.map((a) => a.addr).sort();
+  // The token is part of the key (hashed): a client with other credentials
+  // never rides on another's authenticated session.
+  const cred = o.name === undefined ? '' : `${o.name}:${createHash('sha256').update(o.token ?? '').digest('hex')}`;
+  const key = JSON.stringify([addrs, cred, o.tls ? JSON.stringify(o.tls) : '', o.socketId ?? '']);
+  let s = registry.get(key);
+  if (!s || s.closed) {
+    for (const other of registry.values()) {
+      if (o.socketId !== undefined && other.sid === o.socketId && other.nodes.some((n) => addrs.includes(n.addr))) {
+        // Two sessions of one socketId would take each other over.
+        throw new MlockError('a client with other addresses, credentials or TLS settings already uses this socketId', 'request');
+      }
+    }
+    s = new Session(key, o, o.socketId);
+    registry.set(key, s);
+  }
+  s.refs++;
+  return s;
+}
+
+/** Drops one reference to s; the last one closes it. */
+export function releaseSession(s: Session): void {
+  s.refs--;
+  if (s.refs <= 0) {
+    if (registry.get(s.key) === s) registry.delete(s.key);
+    s.close();
+  }
+}

@@ -1,0 +1,200 @@
+// Test helpers: real mlockd processes on free loopback ports (the binary
+// built from this repository, named by MLOCKD_BIN), stopped by their PID, and
+// a small TCP proxy that can cut or black-hole connections.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import * as net from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+export const BIN = process.env.MLOCKD_BIN ?? '';
+
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = net.createServer();
+    srv.on('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const port = (srv.address() as net.AddressInfo).port;
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+/** Polls cond every 10 ms until it is true, at most ms; throws if it never is. */
+export async function until(cond: () => boolean | Promise<boolean>, ms = 10000, what = 'condition'): Promise<void> {
+  const end = Date.now() + ms;
+  for (;;) {
+    if (await cond()) return;
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await sleep(10);
+  }
+}
+
+function canConnect(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const s = net.connect({ host: '127.0.0.1', port }, () => {
+      s.destroy();
+      resolve(true);
+    });
+    s.on('error', () => resolve(false));
+  });
+}
+
+export interface Server {
+  port: number;
+  addr: string;
+  proc: ChildProcess;
+  /** SIGTERM, wait for exit. */
+  stop(): Promise<void>;
+  /** SIGKILL, wait for exit. */
+  kill(): Promise<void>;
+  /** Start again on the same port and data directory. */
+  start(): Promise<void>;
+  /** Stop and remove the data directory. */
+  cleanup(): Promise<void>;
+}
+
+const servers = new Set<Server>();
+process.on('exit', () => {
+  for (const s of servers) if (s.proc.exitCode === null) s.proc.kill('SIGKILL');
+});
+
+/** Starts mlockd with extra flags on a free loopback port. */
+export async function startServer(extra: string[] = [], port?: number): Promise<Server> {
+  if (!BIN) throw new Error('MLOCKD_BIN is not set');
+  const p = port ?? (await freePort());
+  const dir = mkdtempSync(join(tmpdir(), 'mlockd-js-'));
+  const args = ['--listen', `127.0.0.1:${p}`, '--data-dir', join(dir, 'data'), '--quiet-period', '0', '--log-level', 'warn', ...extra];
+  const s: Server = {
+    port: p,
+    addr: `127.0.0.1:${p}`,
+    proc: undefined as unknown as ChildProcess,
+    async start() {
+      s.proc = spawn(BIN, args, { stdio: ['ignore', 'ignore', 'inherit'] });
+      await until(() => s.proc.exitCode !== null || canConnect(p), 10000, `mlockd on ${p}`);
+      if (s.proc.exitCode !== null) throw new Error(`mlockd exited with ${s.proc.exitCode}`);
+    },
+    async stop() {
+      await signal(s.proc, 'SIGTERM');
+    },
+    async kill() {
+      await signal(s.proc, 'SIGKILL');
+    },
+    async cleanup() {
+      await signal(s.proc, 'SIGKILL');
+      servers.delete(s);
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+  servers.add(s);
+  await s.start();
+  return s;
+}
+
+function signal(proc: ChildProcess, sig: NodeJS.Signals): Promise<void> {
+  if (proc.exitCode !== null || proc.signalCode !== null) return Promise.resolve();
+  return new Promise((resolve) => {
+    proc.once('exit', () => resolve());
+    proc.kill(sig);
+  });
+}
+
+/** A 3-node cluster (see docs/cluster.md), fast Raft timeouts. */
+export async function startCluster(): Promise<{ nodes: Server[]; uri: string; cleanup(): Promise<void> }> {
+  const dir = mkdtempSync(join(tmpdir(), 'mlockd-cluster-'));
+  const secret = join(dir, 'secret');
+  writeFileSync(secret, 'a-secret-shared-by-the-test-nodes-0123456789');
+  const ports = [await freePort(), await freePort(), await freePort()];
+  const raft = [await freePort(), await freePort(), await freePort()];
+  const peers = ['a', 'b', 'c'].map((id, i) => `${id}=127.0.0.1:${raft[i]}`).join(',');
+  const nodes = await Promise.all(
+    ['a', 'b', 'c'].map((id, i) =>
+      startServer(
+        ['--cluster-id', id, '--raft-addr', `127.0.0.1:${raft[i]}`, '--raft-dir', join(dir, id), '--cluster-peers', peers,
+          '--cluster-secret-file', secret, '--raft-heartbeat', '200ms', '--raft-election', '200ms'],
+        ports[i],
+      ),
+    ),
+  );
+  return {
+    nodes,
+    uri: `mlock://${nodes.map((n) => n.addr).join(',')}`,
+    async cleanup() {
+      await Promise.all(nodes.map((n) => n.cleanup()));
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** A TCP proxy to target: cut() closes every connection; blackhole(true) swallows data both ways. */
+export interface Proxy {
+  port: number;
+  addr: string;
+  cut(): void;
+  blackhole(on: boolean): void;
+  /** Stop accepting (new connections are refused) or accept again. */
+  refuse(on: boolean): void;
+  close(): Promise<void>;
+  connections: number;
+}
+
+export async function startProxy(target: number): Promise<Proxy> {
+  const socks = new Set<net.Socket>();
+  let holed = false;
+  let refusing = false;
+  const port = await freePort();
+  const srv = net.createServer((c) => {
+    if (refusing) {
+      c.destroy();
+      return;
+    }
+    p.connections++;
+    const u = net.connect({ host: '127.0.0.1', port: target });
+    socks.add(c);
+    socks.add(u);
+    c.on('data', (d) => {
+      if (!holed) u.write(d);
+    });
+    u.on('data', (d) => {
+      if (!holed) c.write(d);
+    });
+    const end = () => {
+      c.destroy();
+      u.destroy();
+      socks.delete(c);
+      socks.delete(u);
+    };
+    c.on('close', end);
+    u.on('close', end);
+    c.on('error', end);
+    u.on('error', end);
+  });
+  await new Promise<void>((r) => srv.listen(port, '127.0.0.1', () => r()));
+  const p: Proxy = {
+    port,
+    addr: `127.0.0.1:${port}`,
+    connections: 0,
+    cut() {
+      for (const s of socks) s.destroy();
+      socks.clear();
+    },
+    blackhole(on) {
+      holed = on;
+    },
+    refuse(on) {
+      refusing = on;
+    },
+    close() {
+      p.cut();
+      return new Promise((r) => srv.close(() => r()));
+    },
+  };
+  return p;
+}
+
+/** Waits until the server's queue of resource holds n entries (the holder included), asking through c. */
+export async function queued(c: { status(): Promise<Record<string, unknown>> }, resource: string, n: number): Promise<void> {
+  await until(async () => ((await c.status()).queues as Record<string, number>)[resource] === n, 10000, `${n} in the queue of ${resource}`);
+}
