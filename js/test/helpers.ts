@@ -128,12 +128,18 @@ export async function startCluster(): Promise<{ nodes: Server[]; uri: string; cl
   };
 }
 
-/** A TCP proxy to target: cut() closes every connection; blackhole(true) swallows data both ways. */
+/**
+ * A TCP proxy to target: cut() closes every connection; blackhole(true)
+ * swallows data both ways; dropBack(true) swallows what the server sends;
+ * pause() holds what the server sends until the returned resume().
+ */
 export interface Proxy {
   port: number;
   addr: string;
   cut(): void;
   blackhole(on: boolean): void;
+  dropBack(on: boolean): void;
+  pause(): () => void;
   /** Stop accepting (new connections are refused) or accept again. */
   refuse(on: boolean): void;
   close(): Promise<void>;
@@ -143,6 +149,8 @@ export interface Proxy {
 export async function startProxy(target: number): Promise<Proxy> {
   const socks = new Set<net.Socket>();
   let holed = false;
+  let dropping = false;
+  let held: { c: net.Socket; d: Buffer }[] | undefined;
   let refusing = false;
   const port = await freePort();
   const srv = net.createServer((c) => {
@@ -157,8 +165,10 @@ export async function startProxy(target: number): Promise<Proxy> {
     c.on('data', (d) => {
       if (!holed) u.write(d);
     });
-    u.on('data', (d) => {
-      if (!holed) c.write(d);
+    u.on('data', (d: Buffer) => {
+      if (holed || dropping) return;
+      if (held) held.push({ c, d });
+      else c.write(d);
     });
     const end = () => {
       c.destroy();
@@ -183,6 +193,17 @@ export async function startProxy(target: number): Promise<Proxy> {
     blackhole(on) {
       holed = on;
     },
+    dropBack(on) {
+      dropping = on;
+    },
+    pause() {
+      const mine: { c: net.Socket; d: Buffer }[] = [];
+      held = mine;
+      return () => {
+        if (held === mine) held = undefined;
+        for (const { c, d } of mine) if (!c.destroyed) c.write(d);
+      };
+    },
     refuse(on) {
       refusing = on;
     },
@@ -194,7 +215,7 @@ export async function startProxy(target: number): Promise<Proxy> {
   return p;
 }
 
-/** Waits until the server's queue of resource holds n entries (the holder included), asking through c. */
+/** Waits until the server's queue of resource holds n entries (the holder included; 0: not listed), asking through c. */
 export async function queued(c: { status(): Promise<Record<string, unknown>> }, resource: string, n: number): Promise<void> {
-  await until(async () => ((await c.status()).queues as Record<string, number>)[resource] === n, 10000, `${n} in the queue of ${resource}`);
+  await until(async () => (((await c.status()).queues as Record<string, number>)[resource] ?? 0) === n, 10000, `${n} in the queue of ${resource}`);
 }

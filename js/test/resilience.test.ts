@@ -264,3 +264,182 @@ describe('TLS', () => {
     }
   });
 });
+
+/** p, or a failure after ms: a request neither answered nor failed. */
+function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const t = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what}: neither answered nor failed within ${ms} ms`)), ms);
+  });
+  return Promise.race([p, t]).finally(() => clearTimeout(timer));
+}
+
+describe('lock requests asked again', () => {
+  let srv: Server;
+  let proxy: Proxy;
+  let other: Client;
+  before(async () => {
+    // Status is polled to see the server's queues: no rate limit.
+    srv = await startServer(['--session-grace', '5s', '--status-rate', '-1']);
+    proxy = await startProxy(srv.port);
+    other = new Client({ host: '127.0.0.1', port: srv.port, socketId: `again-other-${process.pid}` });
+  });
+  after(async () => {
+    other.destroy();
+    await proxy.close();
+    await srv.cleanup();
+  });
+
+  /** The holder believes it holds a: nobody else gets it; after its unlock, others do. */
+  async function holdsExactly(l: { held: boolean; unlock(): Promise<void> }, a: string): Promise<void> {
+    assert.ok(l.held, 'the lock returned is held');
+    await queued(other, a, 1);
+    await assert.rejects(other.tryLock(a), (e: MlockError) => e.reason === 'resource is locked!', 'another client got the lock its holder believes it holds');
+    await l.unlock();
+    await queued(other, a, 0);
+    const t = await other.tryLock(a);
+    await t.unlock();
+  }
+
+  for (const owner of [undefined, 'worker-1']) {
+    test(`a lock request whose connection drops before its answer is asked again (owner ${owner ?? 'none'})`, async () => {
+      const c = new Client({ host: '127.0.0.1', port: proxy.port, socketId: `inflight-again-${owner ?? ''}-${process.pid}`, maxBackoff: 50, dialTimeout: 500 });
+      try {
+        await c.ping();
+        const a = r('inflight');
+        proxy.dropBack(true); // the answers are lost
+        const g = c.acquire(a, { ttl: 10000, timeout: 5000, owner });
+        await queued(other, a, 1); // granted on the server
+        proxy.cut();
+        proxy.dropBack(false);
+        const l = await within(g, 5000, 'the lock request in flight');
+        assert.ok(l.deadline > 0);
+        // The first grant is given back; only the one answered is held.
+        await holdsExactly(l, a);
+      } finally {
+        proxy.dropBack(false);
+        c.destroy();
+      }
+    });
+  }
+
+  test('a lock request in flight fails with a connection error when a whole round of dials fails', async () => {
+    const c = new Client({ host: '127.0.0.1', port: proxy.port, socketId: `inflight-round-${process.pid}`, maxBackoff: 50, dialTimeout: 500 });
+    try {
+      await c.ping();
+      const a = r('round');
+      proxy.dropBack(true);
+      const g = c.acquire(a, { ttl: 10000, timeout: 5000 });
+      await queued(other, a, 1);
+      proxy.refuse(true);
+      proxy.cut();
+      await assert.rejects(within(g, 5000, 'the lock request in flight'), (e: MlockError) => e.type === 'connection');
+    } finally {
+      proxy.dropBack(false);
+      proxy.refuse(false);
+      c.destroy();
+    }
+  });
+
+  test('a request waiting to be asked again: abandoned through its signal, failed by a destroyed client', async () => {
+    const c = new Client({ host: '127.0.0.1', port: proxy.port, socketId: `inflight-end-${process.pid}`, maxBackoff: 50, dialTimeout: 2000 });
+    try {
+      await c.ping();
+      const [a, b] = [r('abandoned'), r('destroyed')];
+      let lost = 0;
+      c.on('disconnect', () => lost++);
+      proxy.dropBack(true);
+      const ac = new AbortController();
+      const ga = c.acquire(a, { ttl: 10000, signal: ac.signal });
+      const gb = c.acquire(b, { ttl: 10000 });
+      await queued(other, a, 1);
+      await queued(other, b, 1);
+      // The next connection is accepted but never answered: both wait to be asked again.
+      proxy.blackhole(true);
+      proxy.cut();
+      proxy.dropBack(false);
+      await until(() => lost > 0, 5000, 'the cut to be noticed');
+      ac.abort();
+      await assert.rejects(ga, (e: MlockError) => e.type === 'canceled');
+      c.destroy();
+      await assert.rejects(within(gb, 1000, 'the request of a destroyed client'), (e: MlockError) => e.type === 'connection' && e.reason === 'destroyed');
+    } finally {
+      proxy.dropBack(false);
+      proxy.blackhole(false);
+      c.destroy();
+    }
+  });
+
+  test("an owner's request renewing, by re-entry, a grant given back (its request was abandoned) is asked again", async () => {
+    const c = new Client({ host: '127.0.0.1', port: proxy.port, socketId: `reentry-${process.pid}` });
+    let resume: (() => void) | undefined;
+    try {
+      await c.ping();
+      const a = r('reentry');
+      const o = { ttl: 10000, owner: 'job' };
+      resume = proxy.pause();
+      const ac = new AbortController();
+      const first = c.acquire(a, { ...o, signal: ac.signal });
+      await queued(other, a, 1); // granted on the server, the answer held back
+      ac.abort();
+      await assert.rejects(first, (e: MlockError) => e.type === 'canceled');
+      const second = c.acquire(a, o); // renews the first grant by re-entry
+      await sleep(100);
+      resume();
+      const l = await within(second, 5000, 'the second request');
+      await holdsExactly(l, a);
+    } finally {
+      resume?.();
+      c.destroy();
+    }
+  });
+
+  test("an owner's lock answered while its unlock of the same lock is in flight is asked again", async () => {
+    const c = new Client({ host: '127.0.0.1', port: proxy.port, socketId: `during-unlock-${process.pid}` });
+    let resume: (() => void) | undefined;
+    try {
+      const a = r('during-unlock');
+      const o = { ttl: 10000, owner: 'job' };
+      const first = await c.acquire(a, o);
+      resume = proxy.pause();
+      const second = c.acquire(a, o); // sent first: renews the first lock
+      await sleep(50);
+      const unlocked = first.unlock(); // then unlocks it
+      await sleep(50);
+      resume();
+      await unlocked;
+      const l = await within(second, 5000, 'the second request');
+      assert.notEqual(l, first, 'the handle being unlocked was returned');
+      assert.equal(l.error, undefined);
+      await holdsExactly(l, a);
+    } finally {
+      resume?.();
+      c.destroy();
+    }
+  });
+});
+
+describe('the session end counts from successes only', () => {
+  test('a refusal and a status answer do not move a held lock deadline; a ping does', async () => {
+    // A long lease and a 10 s grace: the deadline is bound by the session,
+    // and keep-alive pings come every 3.3 s of silence.
+    const srv = await startServer(['--session-grace', '10s']);
+    const c = new Client({ host: '127.0.0.1', port: srv.port, socketId: `acks-${process.pid}` });
+    try {
+      const l = await c.acquire(r('acks'), { ttl: 60000 });
+      const d0 = l.deadline;
+      await sleep(300);
+      await assert.rejects(c.extend('0'.repeat(32), 1000), (e: MlockError) => e.reason === 'lock not exist!');
+      await c.status();
+      const d1 = l.deadline;
+      assert.ok(d1 - d0 < 100, `the deadline moved ${d1 - d0} ms on a refusal and a status answer`);
+      await c.ping();
+      const d2 = l.deadline;
+      assert.ok(d2 - d0 >= 250, `the deadline moved only ${d2 - d0} ms on a ping answered 300 ms later`);
+      await l.unlock();
+    } finally {
+      c.destroy();
+      await srv.cleanup();
+    }
+  });
+});

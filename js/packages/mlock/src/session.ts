@@ -16,9 +16,14 @@ import type { Resolved } from './options';
 // which the client computes with its own monotonic clock from what the server
 // has provably answered: the earlier of (the send time of the request that
 // granted or last extended it + ttl) and (the send time of the last request
-// answered on the session + the session grace the server announced), each less
-// a clock-drift margin (span/100 + 5 ms). At the deadline the lock is lost
-// (its 'lost' event fires), even if the server never said so.
+// answered with success on the session, status excepted, + the session grace
+// the server announced), each less a clock-drift margin (span/100 + 5 ms). At
+// the deadline the lock is lost (its 'lost' event fires), even if the server
+// never said so. A lock request is never believed granted with an id the
+// session is giving back or unlocking (see result): the server may have
+// renewed that lock by an owner's re-entry just before the unlock frees it.
+// Lock requests whose connection drops before their answer are asked again on
+// the next connection (see detached, reaskCalls).
 
 /** Monotonic milliseconds. */
 export const mono = (): number => performance.now();
@@ -28,6 +33,13 @@ export const margin = (d: number): number => d / 100 + 5;
 
 /** The shortest keep-alive period, ms. */
 const MIN_KEEPALIVE = 5;
+
+/**
+ * How many connections a lock request may lose before its result (it is
+ * asked again after each but the last): a node that drops every connection
+ * fails the request with the connection error instead of keeping it forever.
+ */
+const MAX_DROPS = 3;
 
 /** Where a lock request stands. */
 export type LockState = 'waiting' | 'held' | 'released' | 'failed' | 'lost';
@@ -53,6 +65,12 @@ interface Call {
   lock?: Lock;
   probe?: Lock;
   abandoned?: boolean;
+  /** lock, trylock: connections lost with this request in flight. */
+  drops?: number;
+  /** trylock: asked once more after a busy answer (see Session.result). */
+  busyRetried?: boolean;
+  /** unlock: the id of the grant it gives back (see Session.forget). */
+  giving?: string;
 }
 
 /** What a Lock needs of the client that asked for it. */
@@ -82,6 +100,7 @@ export class Lock extends EventEmitter {
   /** @internal */ sent = 0;
   /** @internal */ base = 0;
   /** @internal */ waitEnd = 0;
+  /** @internal held: unlock()'s unlock is in flight. */ unlocking = false;
   /** @internal */ ttlMs: number;
   /** @internal */ _id = '';
   /** @internal */ _token = 0;
@@ -292,8 +311,22 @@ export class Session {
   private backoff = 0;
   private reconnectTimer?: NodeJS.Timeout;
   private refed = true;
+  // Lock requests whose connection dropped before their result: the server
+  // may or may not have queued them, so they are asked again on the next
+  // connection (see reaskCalls), unless a whole round of dials fails first
+  // (see attemptFailed).
+  private reasks: Call[] = [];
+  // Grants being given back (see forget): id -> the request id of its
+  // unlock, until the unlock is answered or the connection drops. A lock
+  // request answered with such an id (an owner's request that renewed it by
+  // re-entry before the unlock) holds nothing once the unlock is applied: it
+  // is asked again.
+  private readonly giving = new Map<string, number>();
 
-  // The safety rule (monotonic ms).
+  // The safety rule (monotonic ms). lastAck: the latest send time of a
+  // request answered with success (not status), handshakes included: the
+  // session's end counts from it. resultAck: the same, handshakes excepted:
+  // grants count from it.
   lastAck = 0;
   resultAck = 0;
   private grace = 0;
@@ -421,6 +454,7 @@ export class Session {
     this.nodeErrs.fill(undefined);
     if (this.everUp && !resumed) this.newSession(mono());
     else if (this.everUp) this.probeWaits(mono());
+    this.reaskCalls(mono());
     const wasUp = this.everUp;
     this.everUp = true;
     for (const w of this.upWaiters) {
@@ -450,9 +484,16 @@ export class Session {
       : new MlockError('connection lost', 'connection', { node: addr, cause: err });
     for (const [seq, cl] of this.calls) {
       this.calls.delete(seq);
+      if (cl.lock && !cl.abandoned && !this.closed && (cl.drops ?? 0) < MAX_DROPS - 1) {
+        // Its outcome is unknown: asked again on the next connection.
+        cl.drops = (cl.drops ?? 0) + 1;
+        this.reasks.push(cl);
+        continue;
+      }
       if (cl.lock) cl.lock.state = 'failed';
       cl.reject?.(e);
     }
+    this.giving.clear();
     // A timeout push can be lost with the connection: the waits' backstops
     // join the session's timer.
     this.rearm();
@@ -483,6 +524,15 @@ export class Session {
     const r = this.roundRefusal;
     this.tried = 0;
     this.roundRefusal = undefined;
+    // No node took the session at once: the requests waiting to be asked
+    // again fail rather than wait for the server to come back.
+    const reasks = this.reasks;
+    this.reasks = [];
+    for (const cl of reasks) {
+      cl.lock!.state = 'failed';
+      cl.lock!.call = undefined;
+      cl.reject?.(r ?? new MlockError('connection lost', 'connection', { node: this.nodes[i].addr, cause: err }));
+    }
     if (r) {
       // Refused: retrying soon will not help, but the server's configuration
       // may change. Waiting requests will not be granted meanwhile.
@@ -578,7 +628,7 @@ export class Session {
   }
 
   private idleCheck(): void {
-    if (this.calls.size === 0 && this.locks.size === 0 && this.upWaiters.size === 0) this.ref(false);
+    if (this.calls.size === 0 && this.locks.size === 0 && this.upWaiters.size === 0 && this.reasks.length === 0) this.ref(false);
   }
 
   private queue(text: string): void {
@@ -655,6 +705,15 @@ export class Session {
       } else this.calls.delete(cl.seq);
       return true;
     }
+    const i = this.reasks.indexOf(cl);
+    if (i >= 0) {
+      // Waiting to be asked again: never asked on this connection.
+      this.reasks.splice(i, 1);
+      cl.lock!.state = 'failed';
+      cl.lock!.call = undefined;
+      this.idleCheck();
+      return true;
+    }
     const l = cl.lock;
     if (l && l.call === cl) {
       l.call = undefined;
@@ -664,17 +723,26 @@ export class Session {
     return false;
   }
 
-  /** Sends a command whose answer nobody waits for. */
-  private fire(verb: string, args: string[]): void {
-    if (!this.connected) return;
+  /** Sends a command whose answer nobody waits for; returns its call (undefined: not connected). */
+  private fire(verb: string, args: string[]): Call | undefined {
+    if (!this.connected) return undefined;
     const seq = ++this.seq;
-    this.calls.set(seq, { seq, verb, sent: mono() });
+    const cl: Call = { seq, verb, sent: mono() };
+    this.calls.set(seq, cl);
     this.queue(`${verb} ${seq} ${args.join(' ')}`);
+    return cl;
   }
 
-  /** Gives a lock id back to the server (best effort). */
+  /**
+   * Gives a lock id back to the server (best effort), and remembers it as
+   * being given back until the unlock is answered or the connection drops
+   * (see result).
+   */
   private forget(id: string): void {
-    this.fire('unlock', [id]);
+    const cl = this.fire('unlock', [id]);
+    if (!cl) return;
+    cl.giving = id;
+    this.giving.set(id, cl.seq);
   }
 
   /** call, retried once after a connection error: for idempotent commands. */
@@ -760,10 +828,32 @@ export class Session {
     const cl = this.calls.get(seq);
     if (!cl) return;
     this.calls.delete(seq);
-    if (cl.sent > this.lastAck) this.lastAck = cl.sent;
-    if (cl.sent > this.resultAck) this.resultAck = cl.sent;
+    if (cl.giving !== undefined && this.giving.get(cl.giving) === seq) this.giving.delete(cl.giving);
+    if (ok && cl.verb !== 'status' && cl.verb !== 'locks') {
+      // Status and locks are answered from the state of the node asked (in a
+      // cluster, one that may lag), and a refusal may be answered before the
+      // request reaches the lock table: neither bounds when the session was
+      // alive or when a later grant was made.
+      if (cl.sent > this.lastAck) this.lastAck = cl.sent;
+      if (cl.sent > this.resultAck) this.resultAck = cl.sent;
+    }
     if (cl.probe) {
       this.probed(cl.probe, ok, payload);
+      return;
+    }
+    if (
+      !ok &&
+      cl.verb === 'trylock' &&
+      cl.drops &&
+      !cl.busyRetried &&
+      !cl.abandoned &&
+      this.giving.size > 0 &&
+      (payload === 'resource is locked!' || payload.startsWith('resource is locked! '))
+    ) {
+      // A try-lock asked again after a connection loss, refused by its own
+      // first grant, which this session is giving back: once more.
+      cl.busyRetried = true;
+      this.resend(cl, mono());
       return;
     }
     if (!ok) {
@@ -778,7 +868,21 @@ export class Session {
         this.endIfDone();
         return;
       }
+      if (this.giving.has(payload)) {
+        // An owner's request that renewed, by re-entry, a grant this session
+        // is giving back: the unlock that follows frees it.
+        this.resend(cl, mono());
+        return;
+      }
       const old = this.locks.get(payload);
+      if (old && old !== l && (old.unlocking || old.state === 'waiting')) {
+        // An owner's re-entry onto a lock being unlocked here (the unlock
+        // that follows frees it), or onto a waiting request whose grant has
+        // not arrived yet (it comes before the answer of the request asked
+        // again, which then renews the held lock).
+        this.resend(cl, mono());
+        return;
+      }
       if (old && old.state === 'held') {
         // An owner's renewal of a lock it holds: the same lock.
         old.renewed(cl.sent, l.ttlMs, 0);
@@ -924,6 +1028,23 @@ export class Session {
       } else continue;
       if (at < next) next = at;
     }
+    for (let i = 0; i < this.reasks.length; ) {
+      const cl = this.reasks[i];
+      const l = cl.lock!;
+      if (!l.waitEnd) {
+        i++;
+        continue;
+      }
+      if (l.waitEnd <= now) {
+        this.reasks.splice(i, 1);
+        l.state = 'failed';
+        l.call = undefined;
+        cl.reject?.(new MlockError('Lock timeout', 'timeout'));
+        continue;
+      }
+      if (l.waitEnd < next) next = l.waitEnd;
+      i++;
+    }
     if (next < Infinity) this.arm(next);
     this.idleCheck();
   }
@@ -967,15 +1088,41 @@ export class Session {
       l.state = 'failed';
       return;
     }
+    l.state = 'waiting';
+    l.call = cl;
     if (!this.connected) {
-      l.state = 'failed';
-      cl.reject?.(new MlockError('connection lost', 'connection'));
+      this.reasks.push(cl); // on the next connection
+      this.rearm();
       return;
     }
+    this.resend(cl, now);
+  }
+
+  /**
+   * Sends again, on the connection just made, the lock requests whose
+   * connection dropped before their result. The server may have queued the
+   * first request: its grant then arrives for no waiting handle and is given
+   * back (see message), so the client never believes it holds a grant it did
+   * not ask for on a live connection.
+   */
+  private reaskCalls(now: number): void {
+    const cls = this.reasks;
+    this.reasks = [];
+    for (const cl of cls) this.resend(cl, now);
+  }
+
+  /**
+   * Queues cl's lock request again under a new request id, with what is left
+   * of its timeout (none left: the wait fails with type timeout).
+   */
+  private resend(cl: Call, now: number): void {
+    const l = cl.lock!;
+    l.call = cl;
     if (l.verb === 'lock' && l.timeout > 0) {
       const left = Math.floor(l.waitEnd - this.opts.dialTimeout - now);
       if (left < 1) {
         l.state = 'failed';
+        l.call = undefined;
         cl.reject?.(new MlockError('Lock timeout', 'timeout'));
         return;
       }
@@ -984,7 +1131,6 @@ export class Session {
     l.state = 'waiting';
     cl.seq = ++this.seq;
     cl.sent = l.sent = now;
-    l.call = cl;
     this.calls.set(cl.seq, cl);
     this.queue(`${l.verb} ${cl.seq} ${l.args.join(' ')}`);
   }
@@ -1064,12 +1210,15 @@ export class Session {
         if (l.call) this.abandon(l.call);
         return;
     }
+    // A re-entry answered meanwhile is not this lock (see result).
+    l.unlocking = true;
     try {
       await this.retry('unlock', [l._id], signal);
     } catch (e) {
       if (e instanceof MlockError && e.reason === 'lock not exist!') throw lostErrors.expired();
       throw e;
     } finally {
+      l.unlocking = false;
       if (l.state === 'held') {
         this.locks.delete(l._id);
         l.state = 'released';
@@ -1097,6 +1246,13 @@ export class Session {
         cl.reject?.(destroyedError());
       }
     }
+    this.reasks = this.reasks.filter((cl) => {
+      if (cl.lock!.client !== c) return true;
+      cl.lock!.state = 'failed';
+      cl.lock!.call = undefined;
+      cl.reject?.(destroyedError());
+      return false;
+    });
   }
 
   /** Closes the session (its last client is gone) after flushing what is queued. */
@@ -1122,6 +1278,11 @@ export class Session {
       this.calls.delete(seq);
       cl.reject?.(e);
     }
+    for (const cl of this.reasks) {
+      cl.lock!.state = 'failed';
+      cl.reject?.(e);
+    }
+    this.reasks = [];
     for (const [id, l] of this.locks) {
       this.locks.delete(id);
       l.fail(e, lostErrors.destroyed());
