@@ -22,7 +22,7 @@ import (
 // strings and byte strings as a uvarint length and the bytes. A lock is
 //
 //	id (16 bytes) seq-previous seq flags owner ttl created-now deadline-now
-//	token len(resources) resource...
+//	token [granted-now] len(resources) resource...
 //
 // where a resource is 0 and its name when the lock heads its queue (it is
 // the queue's oldest entry), else 1 + the number of that queue among the
@@ -33,10 +33,12 @@ import (
 //
 // with its locks as the slots of their ids, newest in the session first.
 // Everything else (counts, owners, the order of owners' locks, the deadline
-// heap, the index of queue names) is derived on Restore.
+// heap, the index of queue names) is derived on Restore. granted-now, the
+// time a granted lock was granted, is in version 2 only: Restore reads
+// version 1 too, whose granted locks then have no grant time (0).
 const (
 	snapshotMagic   = "mlkt"
-	snapshotVersion = 1
+	snapshotVersion = 2
 )
 
 // Lock flags in a snapshot.
@@ -74,8 +76,13 @@ func (t *Table) MarshalBinary() ([]byte, error) {
 
 // AppendBinary appends the snapshot of MarshalBinary to b.
 func (t *Table) AppendBinary(b []byte) ([]byte, error) {
+	return t.appendVersion(b, snapshotVersion)
+}
+
+// appendVersion appends a snapshot in format version (1 or 2).
+func (t *Table) appendVersion(b []byte, version uint64) ([]byte, error) {
 	b = append(b, snapshotMagic...)
-	b = binary.AppendUvarint(b, snapshotVersion)
+	b = binary.AppendUvarint(b, version)
 	b = binary.AppendVarint(b, t.now)
 	b = binary.AppendUvarint(b, t.next)
 	b = binary.AppendUvarint(b, t.seq)
@@ -119,6 +126,9 @@ func (t *Table) AppendBinary(b []byte) ([]byte, error) {
 		b = binary.AppendVarint(b, l.created-t.now)
 		b = binary.AppendVarint(b, l.deadline-t.now)
 		b = binary.AppendUvarint(b, l.token)
+		if l.state == stateGranted && version >= 2 {
+			b = binary.AppendVarint(b, l.granted-t.now)
+		}
 		b = binary.AppendUvarint(b, uint64(l.live))
 		for i := range l.nodes {
 			n := &l.nodes[i]
@@ -226,8 +236,10 @@ func Restore(cfg Config, data []byte) (*Table, error) {
 		return nil, fmt.Errorf("%w: not a lock table snapshot", ErrCorruptSnapshot)
 	}
 	d := &decoder{b: data[len(snapshotMagic):]}
-	if v := d.uvarint("version"); d.err == nil && v != snapshotVersion {
+	if v := d.uvarint("version"); d.err == nil && v != snapshotVersion && v != 1 {
 		return nil, fmt.Errorf("locktable: snapshot version %d is not supported (want %d)", v, snapshotVersion)
+	} else {
+		d.version = v
 	}
 	if err := t.decode(d); err != nil {
 		return nil, err
@@ -374,9 +386,13 @@ func (t *Table) decodeLock(d *decoder, seq *uint64, queues *[]*queue) error {
 	created := t.now + d.varint("created")
 	dl := t.now + d.varint("deadline")
 	token := d.uvarint("token")
+	granted := f&snapGranted != 0
+	var grantedAt int64
+	if granted && d.version >= 2 {
+		grantedAt = t.now + d.varint("granted")
+	}
 	nres := d.count("resources")
 	idx := slotOf(id)
-	granted := f&snapGranted != 0
 	switch {
 	case d.err != nil:
 		return d.err
@@ -395,7 +411,7 @@ func (t *Table) decodeLock(d *decoder, seq *uint64, queues *[]*queue) error {
 
 	// As newLock, but in the given slot under the given id.
 	l := &lock{id: id, hidx: -1, seq: *seq, owner: owner, token: token, ttl: time.Duration(ttl),
-		created: created, deadline: dl}
+		created: created, granted: grantedAt, deadline: dl}
 	if nres == 1 {
 		l.nodes = l.one[:]
 	} else {
@@ -472,9 +488,10 @@ func (t *Table) decodeLock(d *decoder, seq *uint64, queues *[]*queue) error {
 // decoder reads a snapshot. Its first error sticks: later reads return
 // zero values.
 type decoder struct {
-	b    []byte
-	err  error
-	hold bool // grants are held
+	b       []byte
+	err     error
+	hold    bool   // grants are held
+	version uint64 // of the snapshot
 }
 
 // fail records that the snapshot is corrupt at what, and returns the error.

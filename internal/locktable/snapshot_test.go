@@ -316,10 +316,10 @@ func TestRestoreRejectsCorruptSnapshots(t *testing.T) {
 	if _, err := Restore(Config{}, append(snap[:len(snap):len(snap)], 0)); !errors.Is(err, ErrCorruptSnapshot) {
 		t.Fatalf("trailing byte: %v", err)
 	}
-	v2 := append([]byte(snapshotMagic), 2)
-	if _, err := Restore(Config{}, append(v2, snap[len(v2):]...)); err == nil || errors.Is(err, ErrCorruptSnapshot) ||
-		!strings.Contains(err.Error(), "version 2") {
-		t.Fatalf("version 2: %v", err)
+	v3 := append([]byte(snapshotMagic), 3)
+	if _, err := Restore(Config{}, append(v3, snap[len(v3):]...)); err == nil || errors.Is(err, ErrCorruptSnapshot) ||
+		!strings.Contains(err.Error(), "version 3") {
+		t.Fatalf("version 3: %v", err)
 	}
 	if _, err := Restore(Config{MaxTTL: -1}, snap); err == nil {
 		t.Fatal("restore with a bad config succeeded")

@@ -155,6 +155,11 @@ type Event struct {
 	Token     uint64 // fencing token of a granted lock (Granted, Expired, Released, Dropped held)
 	ExpiresAt int64  // expiry (ns) of a Granted lock
 	Held      bool   // Dropped: whether the request was granted
+	// Since (ns) is when the request was made (Granted, TimedOut, Dropped
+	// waiting: the event's time minus Since is the wait) or granted
+	// (Expired, Released, Dropped held: the hold so far). 0 when unknown: a
+	// lock restored from a snapshot does not keep its grant time.
+	Since int64
 	// Partial (Released only): the lock lost some of its resources and is
 	// still live, holding the rest under the same ID and token. Its holder
 	// no longer holds everything it was granted.
@@ -200,6 +205,9 @@ type Grant struct {
 	Renewed   bool   // an owner's existing lock was renewed (re-entry or Renew); ID is that lock's
 	Token     uint64 // fencing token, when Granted
 	ExpiresAt int64  // expiry in ns, when Granted
+	// Ahead is the most entries ahead of the request in one of the queues
+	// it joined (0 when granted at once or renewed; it counts the holder).
+	Ahead int
 }
 
 // Stats counts what the Table has done since it was created.
@@ -255,6 +263,7 @@ type lock struct {
 	token    uint64
 	ttl      time.Duration
 	created  int64
+	granted  int64 // when it was granted (ns); 0 while waiting, and after a snapshot restore
 	deadline int64 // expiry when granted; wait deadline when waiting (0: none)
 	hidx     int32 // index in the deadline heap, -1 if absent
 	waiting  int32 // queues where this request is not at the head yet
@@ -467,7 +476,7 @@ func (t *Table) dropSession(s *session) {
 	for s.head != nil {
 		l := s.head
 		t.stats.Dropped++
-		t.emit(Event{Kind: Dropped, ID: l.id, Session: s.id, Owner: l.owner, Token: l.token, Held: l.state == stateGranted})
+		t.emit(Event{Kind: Dropped, ID: l.id, Session: s.id, Owner: l.owner, Token: l.token, Held: l.state == stateGranted, Since: l.since()})
 		t.remove(l)
 	}
 	if s.hidx >= 0 {
@@ -651,6 +660,7 @@ func (t *Table) Lock(now int64, req *Request) (Grant, error) {
 		l.flags = flagNoReentry
 	}
 	b := int64(len(req.Owner))
+	ahead := 0
 	for i, r := range req.Resources {
 		q := t.queues[r]
 		if q == nil {
@@ -660,6 +670,7 @@ func (t *Table) Lock(now int64, req *Request) (Grant, error) {
 		}
 		n := &l.nodes[i]
 		n.l = l
+		ahead = max(ahead, q.n)
 		q.pushBack(n)
 		l.live++
 		b += int64(len(r))
@@ -688,7 +699,7 @@ func (t *Table) Lock(now int64, req *Request) (Grant, error) {
 		l.deadline = now + int64(req.Timeout)
 		t.heap.push(deadline{at: l.deadline, l: l})
 	}
-	return Grant{ID: l.id}, nil
+	return Grant{ID: l.id, Ahead: ahead}, nil
 }
 
 // checkCaps reports whether a new request of session s, naming k resources
@@ -768,7 +779,7 @@ func (t *Table) reenter(now int64, s *session, l *lock, req *Request) (Grant, er
 		from.bytes -= b
 		s.add(l)
 		s.bytes += b
-		t.emit(Event{Kind: Released, ID: l.id, Session: from.id, Owner: l.owner, Token: l.token, Moved: true})
+		t.emit(Event{Kind: Released, ID: l.id, Session: from.id, Owner: l.owner, Token: l.token, Moved: true, Since: l.since()})
 	}
 	t.setExpiry(now, l, req.TTL, own)
 	// The answer tells the caller it holds the lock, as it is now, under
@@ -882,11 +893,20 @@ func (t *Table) freeLock(l *lock) {
 	}
 }
 
+// since is when l was granted, or made if it is waiting.
+func (l *lock) since() int64 {
+	if l.state == stateGranted {
+		return l.granted
+	}
+	return l.created
+}
+
 func (t *Table) grant(now int64, l *lock) {
 	if l.hidx >= 0 {
 		t.heap.remove(int(l.hidx))
 	}
 	l.state = stateGranted
+	l.granted = now
 	l.token = t.next
 	t.next++
 	l.deadline = now + int64(l.ttl)
@@ -947,7 +967,7 @@ func (t *Table) Unlock(now int64, id ID, from string) error {
 	}
 	t.stats.Unlocked++
 	if l.state == stateGranted && !t.own(l, from) && l.flags&flagRevoked == 0 {
-		t.emit(Event{Kind: Released, ID: l.id, Session: l.sess.id, Owner: l.owner, Token: l.token})
+		t.emit(Event{Kind: Released, ID: l.id, Session: l.sess.id, Owner: l.owner, Token: l.token, Since: l.since()})
 	}
 	t.remove(l)
 	return nil
@@ -1067,7 +1087,7 @@ func (t *Table) Release(now int64, owner string, resources []string) bool {
 			l.flags |= flagPartial
 		}
 		if l.flags&flagRevoked == 0 {
-			t.emit(Event{Kind: Released, ID: l.id, Session: l.sess.id, Owner: l.owner, Token: l.token, Partial: l.live > 0})
+			t.emit(Event{Kind: Released, ID: l.id, Session: l.sess.id, Owner: l.owner, Token: l.token, Partial: l.live > 0, Since: l.since()})
 		}
 		if l.live == 0 {
 			t.stats.Unlocked++
@@ -1099,7 +1119,7 @@ func (t *Table) ReleaseAll(now int64, owner string) int {
 			n++
 			t.stats.Unlocked++
 			if l.flags&flagRevoked == 0 {
-				t.emit(Event{Kind: Released, ID: l.id, Session: l.sess.id, Owner: l.owner, Token: l.token})
+				t.emit(Event{Kind: Released, ID: l.id, Session: l.sess.id, Owner: l.owner, Token: l.token, Since: l.since()})
 			}
 			t.remove(l)
 		}
@@ -1163,7 +1183,7 @@ func (t *Table) Evict(now int64, resources []string) (int, error) {
 		l.flags |= flagRevoked
 		n++
 		t.stats.Evicted++
-		t.emit(Event{Kind: Released, ID: l.id, Session: l.sess.id, Owner: l.owner, Token: l.token})
+		t.emit(Event{Kind: Released, ID: l.id, Session: l.sess.id, Owner: l.owner, Token: l.token, Since: l.since()})
 		if at < l.deadline {
 			l.deadline = at
 			t.heap[l.hidx].at = at
@@ -1191,7 +1211,7 @@ func (t *Table) evictNow(resources []string) int {
 		}
 		n++
 		t.stats.Evicted++
-		t.emit(Event{Kind: Released, ID: l.id, Session: l.sess.id, Owner: l.owner, Token: l.token})
+		t.emit(Event{Kind: Released, ID: l.id, Session: l.sess.id, Owner: l.owner, Token: l.token, Since: l.since()})
 		t.remove(l)
 	}
 	clear(cut)
@@ -1350,7 +1370,7 @@ func (t *Table) unqueue(n *node) {
 // grantEmit grants the waiting request l at t.now and reports it.
 func (t *Table) grantEmit(l *lock) {
 	t.grant(t.now, l)
-	t.emit(Event{Kind: Granted, ID: l.id, Session: l.sess.id, Owner: l.owner, Token: l.token, ExpiresAt: l.deadline})
+	t.emit(Event{Kind: Granted, ID: l.id, Session: l.sess.id, Owner: l.owner, Token: l.token, ExpiresAt: l.deadline, Since: l.created})
 }
 
 // ---- time ----
@@ -1378,10 +1398,10 @@ func (t *Table) advance(now int64) int64 {
 		l := d.l
 		if l.state == stateGranted {
 			t.stats.Expired++
-			t.emit(Event{Kind: Expired, ID: l.id, Session: l.sess.id, Owner: l.owner, Token: l.token})
+			t.emit(Event{Kind: Expired, ID: l.id, Session: l.sess.id, Owner: l.owner, Token: l.token, Since: l.since()})
 		} else {
 			t.stats.TimedOut++
-			t.emit(Event{Kind: TimedOut, ID: l.id, Session: l.sess.id, Owner: l.owner})
+			t.emit(Event{Kind: TimedOut, ID: l.id, Session: l.sess.id, Owner: l.owner, Since: l.created})
 		}
 		t.remove(l)
 	}
@@ -1575,12 +1595,13 @@ type LockInfo struct {
 	Token     uint64
 	TTL       time.Duration
 	Created   int64
+	GrantedAt int64 // when it was granted (ns); 0 while waiting, and for a lock restored from a snapshot
 	Deadline  int64 // expiry if granted, wait deadline if waiting (0: none)
 }
 
 func (t *Table) info(l *lock) LockInfo {
 	li := LockInfo{ID: l.id, Session: l.sess.id, Owner: l.owner, Granted: l.state == stateGranted,
-		Revoked: l.flags&flagRevoked != 0, Token: l.token, TTL: l.ttl, Created: l.created, Deadline: l.deadline}
+		Revoked: l.flags&flagRevoked != 0, Token: l.token, TTL: l.ttl, Created: l.created, GrantedAt: l.granted, Deadline: l.deadline}
 	for i := range l.nodes {
 		if q := l.nodes[i].q; q != nil {
 			li.Resources = append(li.Resources, q.name)
@@ -1627,14 +1648,15 @@ func (t *Table) SessionLocks(id string, fn func(LockInfo)) {
 
 // QueueEntry is one request in a resource's queue.
 type QueueEntry struct {
-	ID       ID
-	Session  string
-	Owner    string
-	Granted  bool
-	Revoked  bool // evicted: nobody's any more, ends at Deadline (see Evict)
-	Token    uint64
-	Created  int64
-	Deadline int64
+	ID        ID
+	Session   string
+	Owner     string
+	Granted   bool
+	Revoked   bool // evicted: nobody's any more, ends at Deadline (see Evict)
+	Token     uint64
+	Created   int64
+	GrantedAt int64 // when it was granted (ns); 0 while waiting, and for a lock restored from a snapshot
+	Deadline  int64
 }
 
 // QueueInfo is one resource's queue, head (the holder or the reserving
@@ -1647,7 +1669,7 @@ type QueueInfo struct {
 
 func queueEntry(l *lock) QueueEntry {
 	return QueueEntry{ID: l.id, Session: l.sess.id, Owner: l.owner, Granted: l.state == stateGranted,
-		Revoked: l.flags&flagRevoked != 0, Token: l.token, Created: l.created, Deadline: l.deadline}
+		Revoked: l.flags&flagRevoked != 0, Token: l.token, Created: l.created, GrantedAt: l.granted, Deadline: l.deadline}
 }
 
 // Head returns the request at the head of resource's queue: its holder, or
