@@ -81,3 +81,26 @@ func TestRestoreVersion1(t *testing.T) {
 		t.Fatalf("version 2 is %d bytes, version 1 %d: want one more (the grant time)", len(v2), len(v1))
 	}
 }
+
+// The expiry of a lock that Evict revoked says so: its holder was told at
+// the eviction, so its hold ended then.
+func TestExpiredAfterEvictSaysRevoked(t *testing.T) {
+	h := newHarness(t, Config{SessionGrace: time.Second})
+	g := h.mustLock("s1", "x", time.Minute, 0)
+	if n, err := h.tab.Evict(h.now, []string{"x"}); n != 1 || err != nil {
+		t.Fatalf("evict: %d %v", n, err)
+	}
+	h.events = nil
+	h.now += int64(2 * time.Second)
+	h.tab.Advance(h.now)
+	if len(h.events) != 1 || h.events[0].ID != g.ID || h.events[0].Kind != Expired || !h.events[0].Revoked {
+		t.Fatalf("events %+v: want the revoked lock's expiry, Revoked", h.events)
+	}
+	h.events = nil
+	g2 := h.mustLock("s1", "x", time.Second, 0)
+	h.now += int64(2 * time.Second)
+	h.tab.Advance(h.now)
+	if len(h.events) != 1 || h.events[0].ID != g2.ID || h.events[0].Revoked {
+		t.Fatalf("events %+v: want a plain expiry", h.events)
+	}
+}

@@ -164,6 +164,9 @@ type Event struct {
 	// still live, holding the rest under the same ID and token. Its holder
 	// no longer holds everything it was granted.
 	Partial bool
+	// Revoked (Expired only): Evict revoked the lock earlier, and reported
+	// it Released then; its holder was told it lost it at that time.
+	Revoked bool
 	// Moved (Released only): the lock's owner asked for it again from
 	// another session (re-entry), and it moved there, live, under the same
 	// ID and token. Session is the session it left, which no longer holds
@@ -1398,7 +1401,8 @@ func (t *Table) advance(now int64) int64 {
 		l := d.l
 		if l.state == stateGranted {
 			t.stats.Expired++
-			t.emit(Event{Kind: Expired, ID: l.id, Session: l.sess.id, Owner: l.owner, Token: l.token, Since: l.since()})
+			t.emit(Event{Kind: Expired, ID: l.id, Session: l.sess.id, Owner: l.owner, Token: l.token, Since: l.since(),
+				Revoked: l.flags&flagRevoked != 0})
 		} else {
 			t.stats.TimedOut++
 			t.emit(Event{Kind: TimedOut, ID: l.id, Session: l.sess.id, Owner: l.owner, Since: l.created})

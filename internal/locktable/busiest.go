@@ -1,0 +1,106 @@
+package locktable
+
+import (
+	"slices"
+	"strings"
+)
+
+// Busiest calls fn for the n longest queues whose resource starts with
+// prefix, longest first (equal lengths in name order), until fn returns
+// false; each QueueInfo holds at most maxEntries of its queue's entries,
+// head first (Len is the full length). It returns the number of queues
+// that match prefix. n and maxEntries below 1 count as 1.
+//
+// It visits every matching queue: O(Q log n) time for Q matching queues
+// (with a prefix, O(log Q') more to seek it among all Q' queues), and
+// O(n·maxEntries) memory. The Entries slices of different calls of fn do
+// not overlap, so fn may keep them.
+func (t *Table) Busiest(prefix string, n, maxEntries int, fn func(QueueInfo) bool) (matched int) {
+	n, maxEntries = max(n, 1), max(maxEntries, 1)
+	top := make(queueHeap, 0, min(n, len(t.queues)))
+	add := func(q *queue) {
+		matched++
+		switch {
+		case len(top) < n:
+			top.push(q)
+		case longer(q, top[0]):
+			top[0] = q
+			top.down(0)
+		}
+	}
+	if prefix == "" {
+		for _, q := range t.queues {
+			add(q)
+		}
+	} else {
+		t.names.AscendGreaterOrEqual(keyOf(prefix), func(k nameKey) bool {
+			if !strings.HasPrefix(k.name, prefix) {
+				return false
+			}
+			add(t.queues[k.name])
+			return true
+		})
+	}
+	slices.SortFunc(top, func(a, b *queue) int {
+		if longer(a, b) {
+			return -1
+		}
+		return 1
+	})
+	total := 0
+	for _, q := range top {
+		total += min(q.n, maxEntries)
+	}
+	buf := make([]QueueEntry, 0, total)
+	for _, q := range top {
+		start := len(buf)
+		for nd, i := q.head, 0; nd != nil && i < maxEntries; nd, i = nd.next, i+1 {
+			buf = append(buf, queueEntry(nd.l))
+		}
+		if !fn(QueueInfo{Resource: q.name, Entries: buf[start:len(buf):len(buf)], Len: q.n}) {
+			break
+		}
+	}
+	return matched
+}
+
+// longer orders queues by length, then by name: a before b.
+func longer(a, b *queue) bool {
+	if a.n != b.n {
+		return a.n > b.n
+	}
+	return a.name < b.name
+}
+
+// queueHeap is a heap of queues whose root is the one longer puts last.
+type queueHeap []*queue
+
+func (h *queueHeap) push(q *queue) {
+	*h = append(*h, q)
+	s := *h
+	for i := len(s) - 1; i > 0; {
+		p := (i - 1) / 2
+		if !longer(s[p], s[i]) {
+			break
+		}
+		s[p], s[i] = s[i], s[p]
+		i = p
+	}
+}
+
+func (h queueHeap) down(i int) {
+	for {
+		l, m := 2*i+1, i
+		if l < len(h) && longer(h[m], h[l]) {
+			m = l
+		}
+		if r := l + 1; r < len(h) && longer(h[m], h[r]) {
+			m = r
+		}
+		if m == i {
+			return
+		}
+		h[i], h[m] = h[m], h[i]
+		i = m
+	}
+}
