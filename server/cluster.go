@@ -493,7 +493,7 @@ func (s *Server) applyFramesLocked(tx *core.Tx, m *logCmd) {
 			continue
 		}
 		at := len(cl.ans)
-		ac.handle(tx, cl.fields)
+		ac.observeCommand(tx, cl.fields)
 		if local != nil && local.answered < m.seq {
 			local.write(cl.ans[at:]) // the answer, then its pushes
 		}
