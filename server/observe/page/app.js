@@ -71,7 +71,9 @@ function entryRow(e) {
   tr.dataset.state = e.state;
   if (e.owner) tr.dataset.owner = e.owner;
   tr.appendChild(el("td", "state-" + e.state, e.state === "held" ? "held" : "#" + e.position));
-  tr.appendChild(el("td", "mono", e.owner || ""));
+  const owner = el("td", "mono", e.owner || "");
+  owner.title = e.owner || "";
+  tr.appendChild(owner);
   tr.appendChild(el("td", "mono", e.lock || ""));
   tr.appendChild(el("td", "mono", e.session || ""));
   if (e.state === "held") {
@@ -102,8 +104,11 @@ function queueBlock(q, longest) {
   head.appendChild(el("span", "q-len", waiting ? waiting + " waiting" : "no waiters"));
   div.appendChild(head);
   const t = el("table", "entries");
+  const cg = el("colgroup");
+  for (const c of ["state", "owner", "lock", "session", "for", "left", "token"]) cg.appendChild(el("col", "c-" + c));
+  t.appendChild(cg);
   const hr = el("tr");
-  for (const h of ["", "owner", "lock", "session", "for", "", "token"]) hr.appendChild(el("th", null, h));
+  for (const h of ["", "owner", "lock", "session", "for", "", "fencing token"]) hr.appendChild(el("th", null, h));
   t.appendChild(hr);
   for (const e of q.entries) t.appendChild(entryRow(e));
   div.appendChild(t);
@@ -128,6 +133,9 @@ function render(v) {
   setText("token", String(c.lastToken));
 
   const r = v.rates;
+  if (r.at && r.at.length > 1) {
+    for (const e of document.querySelectorAll(".span-label")) e.textContent = "· last " + fmtDur(r.at[r.at.length - 1] - r.at[0]);
+  }
   for (const k of ["grants", "requests", "timeouts", "expiries"]) {
     const vals = r[k] || [];
     plot("plot-" + k, vals);
