@@ -316,7 +316,7 @@ func TestSlowHandoffLogged(t *testing.T) {
 // /readyz is 503 before the lock listener listens, 200 while it serves,
 // and 503 from the start of a shutdown (while it waits for holders).
 func TestReadyz(t *testing.T) {
-	srv, err := New(Config{DataDir: t.TempDir(), QuietPeriod: -1, ShutdownWait: 10 * time.Second})
+	srv, err := New(Config{DataDir: t.TempDir(), ShutdownWait: 10 * time.Second}) // a new directory: no quiet start
 	if err != nil {
 		t.Fatal(err)
 	}
