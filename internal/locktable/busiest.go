@@ -11,15 +11,20 @@ import (
 // head first (Len is the full length). It returns the number of queues
 // that match prefix. n and maxEntries below 1 count as 1.
 //
-// It visits every matching queue: O(Q log n) time for Q matching queues
-// (with a prefix, O(log Q') more to seek it among all Q' queues), and
-// O(n·maxEntries) memory. The Entries slices of different calls of fn do
-// not overlap, so fn may keep them.
+// The Table keeps a list of the queues with two entries or more: Busiest
+// visits those, then queues of one entry in name order until it has n.
+// Without a prefix that is O(C log n + n log Q) time for C contended
+// queues of Q; with a prefix, counting the matching queues adds a walk of
+// them in the ordered index of names, O(M) for M matches (no lookup per
+// queue). Memory is O(n·maxEntries). The Entries slices of different
+// calls of fn do not overlap, so fn may keep them.
 func (t *Table) Busiest(prefix string, n, maxEntries int, fn func(QueueInfo) bool) (matched int) {
 	n, maxEntries = max(n, 1), max(maxEntries, 1)
 	top := make(queueHeap, 0, min(n, len(t.queues)))
-	add := func(q *queue) {
-		matched++
+	for q := t.busy.head; q != nil; q = q.cnext {
+		if !strings.HasPrefix(q.name, prefix) {
+			continue
+		}
 		switch {
 		case len(top) < n:
 			top.push(q)
@@ -28,17 +33,26 @@ func (t *Table) Busiest(prefix string, n, maxEntries int, fn func(QueueInfo) boo
 			top.down(0)
 		}
 	}
+	// Fill with queues of one entry, in name order; count the matches.
+	need := n - len(top)
 	if prefix == "" {
-		for _, q := range t.queues {
-			add(q)
-		}
-	} else {
+		matched = len(t.queues)
+	}
+	if need > 0 || prefix != "" {
 		t.names.AscendGreaterOrEqual(keyOf(prefix), func(k nameKey) bool {
 			if !strings.HasPrefix(k.name, prefix) {
 				return false
 			}
-			add(t.queues[k.name])
-			return true
+			if prefix != "" {
+				matched++
+			}
+			if need > 0 {
+				if q := t.queues[k.name]; q.n == 1 {
+					top.push(q)
+					need--
+				}
+			}
+			return need > 0 || prefix != ""
 		})
 	}
 	slices.SortFunc(top, func(a, b *queue) int {

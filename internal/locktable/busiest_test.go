@@ -53,3 +53,58 @@ func TestBusiestMatchesSorting(t *testing.T) {
 		}
 	})
 }
+
+// The list of contended queues holds exactly the queues of two entries or
+// more, through grants, releases, timeouts and snapshots.
+func TestBusyListMatchesQueues(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		h := newHarness(t, Config{})
+		var ids []ID
+		for range rapid.IntRange(0, 80).Draw(rt, "ops") {
+			switch rapid.IntRange(0, 3).Draw(rt, "op") {
+			case 0, 1:
+				res := rapid.SampledFrom([]string{"a", "b", "c", "a|b", "b|c", "d"}).Draw(rt, "res")
+				if g, err := h.lock(fmt.Sprintf("s%d", rapid.IntRange(1, 3).Draw(rt, "s")), res, time.Minute, time.Duration(rapid.IntRange(0, 3).Draw(rt, "to"))*time.Second); err == nil {
+					ids = append(ids, g.ID)
+				}
+			case 2:
+				if len(ids) > 0 {
+					_ = h.tab.Unlock(h.now, ids[rapid.IntRange(0, len(ids)-1).Draw(rt, "i")], "")
+				}
+			case 3:
+				h.now += int64(time.Second)
+				h.tab.Advance(h.now)
+			}
+		}
+		check := func(tab *Table) {
+			want := map[string]bool{}
+			for name, q := range tab.queues {
+				if q.n >= 2 {
+					want[name] = true
+				}
+			}
+			got := map[string]bool{}
+			for q := tab.busy.head; q != nil; q = q.cnext {
+				if got[q.name] || (q.cnext != nil && q.cnext.cprev != q) {
+					rt.Fatalf("list broken at %s", q.name)
+				}
+				got[q.name] = true
+			}
+			if len(got) != len(want) || tab.busy.n != len(want) {
+				rt.Fatalf("busy list %v (n %d), want %v", got, tab.busy.n, want)
+			}
+			for k := range want {
+				if !got[k] {
+					rt.Fatalf("busy list lacks %s", k)
+				}
+			}
+		}
+		check(h.tab)
+		snap, _ := h.tab.MarshalBinary()
+		r, err := Restore(Config{}, snap)
+		if err != nil {
+			rt.Fatal(err)
+		}
+		check(r)
+	})
+}

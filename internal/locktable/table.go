@@ -259,6 +259,16 @@ type queue struct {
 	name       string
 	head, tail *node
 	n          int
+	// list is the Table's list of the queues with two entries or more
+	// (contended), which cprev and cnext link while q is on it.
+	list         *queueList
+	cprev, cnext *queue
+}
+
+// queueList is a list of queues.
+type queueList struct {
+	head *queue
+	n    int
 }
 
 type lock struct {
@@ -322,6 +332,7 @@ type Table struct {
 	bytes    int64   // name bytes of live requests
 	spare    []*lock // removed lock structs kept for reuse
 	queues   map[string]*queue
+	busy     queueList              // the queues with two entries or more (see Busiest)
 	names    *btree.BTreeG[nameKey] // the keys of queues, in order
 	all      *lock                  // every live request, newest first
 	sessions map[string]*session
@@ -1534,7 +1545,7 @@ func (t *Table) newQueue(name string) *queue {
 	} else {
 		q = new(queue)
 	}
-	q.name = name
+	q.name, q.list = name, &t.busy
 	t.queues[name] = q
 	t.names.ReplaceOrInsert(keyOf(name))
 	return q
@@ -1551,6 +1562,15 @@ func (q *queue) pushBack(n *node) {
 	}
 	q.tail = n
 	q.n++
+	if q.n == 2 {
+		l := q.list
+		q.cprev, q.cnext = nil, l.head
+		if l.head != nil {
+			l.head.cprev = q
+		}
+		l.head = q
+		l.n++
+	}
 }
 
 func (q *queue) unlink(n *node) {
@@ -1566,6 +1586,19 @@ func (q *queue) unlink(n *node) {
 	}
 	n.prev, n.next, n.q = nil, nil, nil
 	q.n--
+	if q.n == 1 {
+		l := q.list
+		if q.cprev != nil {
+			q.cprev.cnext = q.cnext
+		} else {
+			l.head = q.cnext
+		}
+		if q.cnext != nil {
+			q.cnext.cprev = q.cprev
+		}
+		q.cprev, q.cnext = nil, nil
+		l.n--
+	}
 }
 
 // ---- inspection ----

@@ -47,6 +47,10 @@ type Options struct {
 	// History is how long the rates of the page go back. Default 10
 	// minutes, sampled every second.
 	History time.Duration
+	// TopCache is how long a busiest-queues result (a scan of every queue)
+	// is reused by the page, the API and the metrics' longest queue.
+	// Default 1 s; negative: never reused.
+	TopCache time.Duration
 }
 
 // Handler serves the HTTP endpoints of mlockd: /metrics, /healthz,
@@ -87,10 +91,6 @@ type topEntry struct {
 	matched int
 }
 
-// topTTL is how long a Busiest result is reused: the page and the metrics
-// scan the queues at most once a second per view, however many look.
-const topTTL = time.Second
-
 //go:embed page
 var pageFS embed.FS
 
@@ -104,6 +104,9 @@ func New(src Source, opt Options) *Handler {
 	}
 	if opt.History <= 0 {
 		opt.History = 10 * time.Minute
+	}
+	if opt.TopCache == 0 {
+		opt.TopCache = time.Second
 	}
 	h := &Handler{src: src, opt: opt, mux: http.NewServeMux(), stop: make(chan struct{}), done: make(chan struct{}),
 		samples: make([]sample, int(opt.History/time.Second)+1), top: map[topKey]topEntry{}}
@@ -236,7 +239,7 @@ func (h *Handler) busiest(prefix string, n int) ([]mlock.LocksQueue, int) {
 	key := topKey{prefix, n}
 	now := time.Now()
 	h.mu.Lock()
-	if e, ok := h.top[key]; ok && now.Sub(e.at) < topTTL {
+	if e, ok := h.top[key]; ok && now.Sub(e.at) < h.opt.TopCache {
 		h.mu.Unlock()
 		return e.queues, e.matched
 	}
@@ -247,11 +250,11 @@ func (h *Handler) busiest(prefix string, n int) ([]mlock.LocksQueue, int) {
 	}
 	h.mu.Lock()
 	for k, e := range h.top {
-		if now.Sub(e.at) >= topTTL {
+		if now.Sub(e.at) >= h.opt.TopCache {
 			delete(h.top, k)
 		}
 	}
-	if len(h.top) < 64 {
+	if len(h.top) < 64 && h.opt.TopCache > 0 {
 		h.top[key] = topEntry{at: now, queues: queues, matched: matched}
 	}
 	h.mu.Unlock()
