@@ -924,7 +924,7 @@ func (c *conn) decideFrames(buf []byte, fields [][]byte) ([]byte, [][]byte, bool
 			fields = protocol.Split(fields[:0], payload)
 			s.framesIn.Add(1)
 			var it item
-			it, stop = c.decide(tx, fields, payload)
+			it, stop = c.observeDecide(tx, fields, payload)
 			items = append(items, it)
 			off += n
 			if c.forward {

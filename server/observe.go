@@ -103,6 +103,33 @@ func (c *conn) observeCommand(tx *core.Tx, f [][]byte) bool {
 	return stop
 }
 
+// observeDecide decides one frame on a node of a cluster (decide) and
+// counts what the node settles itself: ping, status, locks, a connect, a
+// bye, a refusal. What goes through the log is counted where it is applied
+// (observeCommand, on every node). It runs in a core batch.
+func (c *conn) observeDecide(tx *core.Tx, f [][]byte, payload []byte) (item, bool) {
+	s := c.srv
+	o := &s.obs
+	failed, forbidden := o.failed, s.counters.forbidden
+	it, stop := c.decide(tx, f, payload)
+	if it.frame != nil {
+		return it, stop
+	}
+	v, _ := protocol.ParseVerb(f[0])
+	if int(v) >= observe.MaxVerbs {
+		v = 0
+	}
+	out := observe.OK
+	if o.failed != failed || s.counters.forbidden != forbidden || it.end {
+		out = observe.Failed
+	}
+	o.requests[v][out]++
+	if o.debug {
+		s.logCommand(c, v, f, out)
+	}
+	return it, stop
+}
+
 // logCommand logs one command at debug level: its kind, outcome, session
 // (hashed) and resources, never a lock id or socketId.
 func (s *Server) logCommand(c *conn, v protocol.Verb, f [][]byte, out int) {
