@@ -346,6 +346,14 @@ func (src obsSource) Status() *mlock.Status {
 	return doc
 }
 
+// Cluster is the node's view of its cluster, nil on a single node.
+func (src obsSource) Cluster() *mlock.StatusCluster {
+	if src.s.cl == nil {
+		return nil
+	}
+	return src.s.cl.status.Load()
+}
+
 // Locks is one page of the locks listing, as an administrator sees it.
 func (src obsSource) Locks(prefix, after string, limit int) *mlock.Locks {
 	s := src.s

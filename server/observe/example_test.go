@@ -17,7 +17,8 @@ func (fixed) Snapshot(s *observe.Snapshot) {
 	s.Version, s.Held, s.Waiting, s.Grants = "example", 1, 1, 1
 	s.Wait.Observe(0)
 }
-func (fixed) Status() *mlock.Status { return &mlock.Status{} }
+func (fixed) Status() *mlock.Status         { return &mlock.Status{} }
+func (fixed) Cluster() *mlock.StatusCluster { return nil }
 func (fixed) Locks(prefix, after string, limit int) *mlock.Locks {
 	return &mlock.Locks{Queues: []mlock.LocksQueue{}}
 }

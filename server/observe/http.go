@@ -23,6 +23,9 @@ type Source interface {
 	// Status is the status document of `mlock status`, with the detail an
 	// administrator sees.
 	Status() *mlock.Status
+	// Cluster is the node's view of its cluster (at most 100 ms old), nil
+	// on a single node.
+	Cluster() *mlock.StatusCluster
 	// Locks is one page of the locks listing (as `mlock locks` shows it to
 	// an administrator): queues in name order from after, with prefix.
 	Locks(prefix, after string, limit int) *mlock.Locks
@@ -324,10 +327,9 @@ func (h *Handler) view(w http.ResponseWriter, r *http.Request) {
 	prefix := r.URL.Query().Get("prefix")
 	var s Snapshot
 	h.src.Snapshot(&s)
-	st := h.src.Status()
 	ready, why := h.src.Ready()
 	v := View{Now: time.Now().UnixMilli(), Version: s.Version, StartAt: s.Start.UnixMilli(), Ready: ready, Why: why,
-		Quiet: s.Quiet, Cluster: st.Cluster, Prefix: prefix,
+		Quiet: s.Quiet, Cluster: h.src.Cluster(), Prefix: prefix,
 		Counts: ViewCounts{Held: s.Held, Waiting: s.Waiting, Queues: s.Queues, Entries: s.Entries,
 			Online: s.Online, Grace: max(s.Sessions-s.Online, 0), Conns: s.Conns, Grants: s.Grants,
 			Timeouts: s.Timeouts, Expiries: s.Expiries, Requests: lockRequests(&s), SessionsLost: s.SessionsLost,

@@ -34,8 +34,9 @@ func TestHistogramBuckets(t *testing.T) {
 // counting is a Source whose grants the test sets.
 type counting struct{ grants, busiest int }
 
-func (c *counting) Snapshot(s *Snapshot) { s.Grants = uint64(c.grants) }
-func (*counting) Status() *mlock.Status  { return &mlock.Status{} }
+func (c *counting) Snapshot(s *Snapshot)        { s.Grants = uint64(c.grants) }
+func (*counting) Status() *mlock.Status         { return &mlock.Status{} }
+func (*counting) Cluster() *mlock.StatusCluster { return nil }
 func (*counting) Locks(string, string, int) *mlock.Locks {
 	return &mlock.Locks{}
 }
