@@ -136,6 +136,7 @@ type LocksEntry struct {
 	Position      int    `json:"position"` // 0 is the head of the queue
 	Token         uint64 `json:"token,omitempty"`
 	AgeMs         int64  `json:"ageMs"`                   // since the request arrived
+	HeldMs        *int64 `json:"heldMs,omitempty"`        // held: since the grant (absent when the server does not know it)
 	TTLLeftMs     *int64 `json:"ttlLeftMs,omitempty"`     // held
 	TimeoutLeftMs *int64 `json:"timeoutLeftMs,omitempty"` // waiting with a timeout
 }

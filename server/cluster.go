@@ -512,7 +512,7 @@ func (s *Server) applyFramesLocked(tx *core.Tx, m *logCmd) {
 			continue
 		}
 		at := len(cl.ans)
-		ac.handle(tx, cl.fields)
+		ac.observeCommand(tx, cl.fields)
 		if local != nil && local.answered < m.seq {
 			local.write(cl.ans[at:]) // the answer, then its pushes
 		}
@@ -946,7 +946,7 @@ func (c *conn) decideFrames(buf []byte, fields [][]byte) ([]byte, [][]byte, bool
 			fields = protocol.Split(fields[:0], payload)
 			s.framesIn.Add(1)
 			var it item
-			it, stop = c.decide(tx, fields, payload)
+			it, stop = c.observeDecide(tx, fields, payload)
 			items = append(items, it)
 			off += n
 			if c.forward {

@@ -56,6 +56,7 @@ func (c *conn) handle(tx *core.Tx, f [][]byte) bool {
 			return false
 		}
 		c.ok(req, []byte("done"))
+		s.noteUnlocked(tx.Now())
 	case protocol.VerbPing:
 		c.ok(req, []byte("pong"))
 	case protocol.VerbStatus:
@@ -283,6 +284,7 @@ func (c *conn) lock(tx *core.Tx, req []byte, f [][]byte, try bool) {
 		return
 	}
 	g := res.Grant
+	s.noteAccepted(tx, &g, f[2])
 	s.scratch = protocol.AppendOKID(s.scratch[:0], req, g.ID)
 	c.write(s.scratch)
 	if g.Granted {
@@ -375,11 +377,13 @@ func (c *conn) lockID(tx *core.Tx, b []byte) (core.ID, bool) {
 	if !ok {
 		return id, false
 	}
-	if li, found := tx.Lookup(id); found {
+	li, found := tx.Lookup(id)
+	if found {
 		if p, _ := unscope(li.Session); p != c.sess.p.Name {
 			return id, false
 		}
 	}
+	c.srv.noteLock(&li, c.sess.id)
 	return id, true
 }
 
@@ -505,6 +509,7 @@ func (c *conn) ok(req, payload []byte) {
 // batch.
 func (c *conn) failed(req []byte, code protocol.Code) {
 	s := c.srv
+	s.noteFailure()
 	s.scratch = protocol.AppendFailed(s.scratch[:0], req, code, "")
 	c.write(s.scratch)
 }
@@ -515,6 +520,7 @@ func (c *conn) failed(req []byte, code protocol.Code) {
 // server sends it. It runs in a core batch.
 func (c *conn) failedErr(req []byte, err error) {
 	s := c.srv
+	s.noteFailure()
 	code, detail := protocol.EngineFailure(err)
 	s.scratch = protocol.AppendFailed(s.scratch[:0], req, code, detail)
 	c.write(s.scratch)

@@ -200,6 +200,15 @@ type Config struct {
 	// not wait. Default 2 s; negative: no wait.
 	ShutdownWait time.Duration
 
+	// LogSlowWait: a waiter granted after waiting longer than this is
+	// logged at info level as a slow hand-off (at most one such log every
+	// 10 s, with how many were not logged). Default 1 s; negative: never.
+	LogSlowWait time.Duration
+	// LogLongQueue: a lock request queued behind at least this many
+	// entries is logged at info level as a long queue (rate-limited like
+	// LogSlowWait). Default 100; negative: never.
+	LogLongQueue int
+
 	// Cluster, if set, makes the server one node of a cluster (see
 	// ClusterConfig and docs/cluster.md); DataDir, QuietPeriod and
 	// ShutdownWait are then not used. Nil: a single node.
@@ -281,6 +290,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ShutdownWait == 0 {
 		c.ShutdownWait = DefaultShutdownWait
+	}
+	if c.LogSlowWait == 0 {
+		c.LogSlowWait = DefaultLogSlowWait
+	}
+	if c.LogLongQueue == 0 {
+		c.LogLongQueue = DefaultLogLongQueue
 	}
 	c.MaxConns = core.Limit(c.MaxConns, DefaultMaxConns)
 	c.MaxPendingOutput = core.Limit(c.MaxPendingOutput, DefaultMaxPendingOutput)

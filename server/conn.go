@@ -84,7 +84,9 @@ func (w *sock) Write(b []byte) (int, error) {
 		}
 	}
 	c.srv.writes.Add(1)
-	return c.nc.Write(b)
+	n, err := c.nc.Write(b)
+	c.srv.obs.bytesOut.Add(uint64(n))
+	return n, err
 }
 
 // newConn returns the conn of nc, not registered yet.
@@ -178,6 +180,7 @@ func (c *conn) write(b []byte) {
 		c.finish()
 		return
 	}
+	c.srv.obs.framesOut++
 	if !c.dirty {
 		c.dirty = true
 		c.srv.dirty = append(c.srv.dirty, c)
@@ -285,6 +288,7 @@ func (c *conn) readLoop() {
 		}
 		if n > 0 {
 			s.reads.Add(1)
+			s.obs.bytesIn.Add(uint64(n))
 			now := time.Now()
 			c.lastLive.Store(now.UnixNano())
 			authed := c.authed
@@ -372,7 +376,7 @@ func (c *conn) handleFrames(buf []byte, fields [][]byte) ([]byte, [][]byte, bool
 			}
 			fields = protocol.Split(fields[:0], payload)
 			s.framesIn.Add(1)
-			stop = c.handle(tx, fields)
+			stop = c.observeCommand(tx, fields)
 			s.deliverPushesLocked() // after the command's own answer
 			off += n
 		}

@@ -63,7 +63,8 @@ type Server struct {
 		last    int64
 		dropped int
 	}
-	unauthed int // guarded by the core: connections that have not connected yet
+	unauthed int      // guarded by the core: connections that have not connected yet
+	obs      obsState // metrics and story logs (observe.go)
 
 	auth    atomic.Pointer[auth.Table] // nil: no auth file
 	tlsConf *tls.Config                // nil: plain TCP
@@ -138,6 +139,7 @@ func New(cfg Config) (*Server, error) {
 		listeners: make(map[net.Listener]struct{}),
 	}
 	s.start = time.Unix(0, s.startNs)
+	s.initObs()
 	_, _ = crand.Read(s.hashKey[:])
 	s.warnUnsafe()
 	if err := s.setupSecurity(); err != nil {
@@ -499,6 +501,7 @@ func (s *Server) tellShutdownLocked(tx *core.Tx, c *conn, wait bool) {
 // writes its replies itself) and keeps the token high-water mark ahead of
 // the tokens given (and logs the end of the quiet period).
 func (s *Server) onBatch(tx *core.Tx, events []core.Event) {
+	s.observeEvents(tx, events)
 	for i := range events {
 		s.eventLocked(&events[i])
 	}

@@ -147,34 +147,9 @@ func (s *Server) locksJSON(tx *core.Tx, p *auth.Principal, prefix, after string,
 	now := tx.Now()
 	doc := mlock.Locks{Queues: []mlock.LocksQueue{}}
 	doc.Next = tx.QueuesPage(prefix, after, limit, s.cfg.StatusLimit, func(q core.QueueInfo) bool {
-		lq := mlock.LocksQueue{Resource: q.Resource, Length: q.Len, Entries: make([]mlock.LocksEntry, 0, len(q.Entries))}
+		lq := s.locksQueue(now, p, q)
 		if len(q.Entries) < q.Len {
 			doc.Truncated = true
-		}
-		for i, e := range q.Entries {
-			le := mlock.LocksEntry{Position: i, AgeMs: (now - e.Created) / int64(time.Millisecond), State: "waiting",
-				Mode: e.Mode.String()}
-			left := (e.Deadline - now) / int64(time.Millisecond)
-			if e.Granted {
-				le.State, le.TTLLeftMs = "held", &left
-			} else if e.Deadline != 0 {
-				le.TimeoutLeftMs = &left
-			}
-			principal, _ := unscope(e.Session)
-			if p.Admin || principal == p.Name {
-				_, le.Owner = unscope(e.Owner)
-				le.Lock = e.ID.Short()
-				if e.Granted {
-					le.Token = e.Token
-				}
-				if sess := s.sessions[e.Session]; sess != nil {
-					le.Session = sess.hash
-				}
-				if p.Admin {
-					le.Principal = principal
-				}
-			}
-			lq.Entries = append(lq.Entries, le)
 		}
 		doc.Queues = append(doc.Queues, lq)
 		return true
@@ -185,6 +160,43 @@ func (s *Server) locksJSON(tx *core.Tx, p *auth.Principal, prefix, after string,
 		return []byte("{}")
 	}
 	return b
+}
+
+// locksQueue is one queue in the locks listing for principal p: entries of
+// other principals without owner, token, lock or session unless p
+// administers.
+func (s *Server) locksQueue(now int64, p *auth.Principal, q core.QueueInfo) mlock.LocksQueue {
+	lq := mlock.LocksQueue{Resource: q.Resource, Length: q.Len, Entries: make([]mlock.LocksEntry, 0, len(q.Entries))}
+	for i, e := range q.Entries {
+		le := mlock.LocksEntry{Position: i, AgeMs: (now - e.Created) / int64(time.Millisecond), State: "waiting",
+			Mode: e.Mode.String()}
+		left := (e.Deadline - now) / int64(time.Millisecond)
+		if e.Granted {
+			le.State, le.TTLLeftMs = "held", &left
+			if e.GrantedAt != 0 {
+				held := (now - e.GrantedAt) / int64(time.Millisecond)
+				le.HeldMs = &held
+			}
+		} else if e.Deadline != 0 {
+			le.TimeoutLeftMs = &left
+		}
+		principal, _ := unscope(e.Session)
+		if p.Admin || principal == p.Name {
+			_, le.Owner = unscope(e.Owner)
+			le.Lock = e.ID.Short()
+			if e.Granted {
+				le.Token = e.Token
+			}
+			if sess := s.sessions[e.Session]; sess != nil {
+				le.Session = sess.hash
+			}
+			if p.Admin {
+				le.Principal = principal
+			}
+		}
+		lq.Entries = append(lq.Entries, le)
+	}
+	return lq
 }
 
 // statusText renders the status as the original's plain text: "key: value"

@@ -81,6 +81,8 @@ func cli(args []string, stdout, stderr io.Writer) int {
 		return cmdPing(rest, stdout, stderr)
 	case "locks":
 		return cmdLocks(rest, stdout, stderr)
+	case "top":
+		return cmdTop(rest, stdout, stderr)
 	case "bench":
 		return cmdBench(rest, stdout, stderr)
 	case "token":
@@ -111,6 +113,7 @@ func usage(w io.Writer) {
   mlock status [--json]                          the server's status
   mlock ping [--timeout D]                       check the server
   mlock locks [--json] [PREFIX]                  holders and waiters per resource
+  mlock top [--http URL] [PREFIX]                the busiest resources, refreshed every second
   mlock bench [flags] [URL]                      load a provider: uncontended, hotkey, shop
   mlock evict RESOURCES                          (admin) revoke whoever holds RESOURCES ("a|b")
   mlock cluster status|join|remove               a cluster's nodes, lag and members (see "mlock cluster --help")

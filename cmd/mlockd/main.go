@@ -109,6 +109,7 @@ type options struct {
 	shutdownTimeout           *time.Duration
 	cpuProfile                *string
 	version                   *bool
+	http                      *httpOptions // http.go
 }
 
 // newFlagSet defines every flag of mlockd on a flag set that prints
@@ -158,6 +159,7 @@ func newFlagSet(cfg *server.Config) (*flag.FlagSet, *options) {
 	opt.shutdownTimeout = fs.Duration("shutdown-timeout", 10*time.Second, "how long shutdown may take in all, the wait for holders included")
 	opt.cpuProfile = fs.String("cpu-profile", "", "write a CPU profile to this file until shutdown (for diagnosis)")
 	opt.version = fs.Bool("version", false, "print the version and exit")
+	opt.http = addHTTPFlags(fs, cfg)
 	return fs, &opt
 }
 
@@ -178,6 +180,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	var cfg server.Config
 	fs, opt := newFlagSet(&cfg)
 	addClusterFlags(fs, &cfg) // cluster.go
+	hopt := opt.http
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			printUsage(stdout, fs)
@@ -234,9 +237,19 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if cfg.DataDir == "" {
 		cfg.Logger.Warn("no data directory: every start is quiet, and tokens start at the clock")
 	}
+	logStart(cfg, *hopt.addr)
 	srv, err := server.New(cfg)
 	if err != nil {
 		return err
+	}
+	var hs *httpServer
+	if *hopt.addr != "" {
+		// Before the lock listener: /readyz says "not listening yet" until it listens.
+		if hs, err = startHTTP(*hopt.addr, *hopt.pprof, srv, cfg.Logger); err != nil {
+			srv.Shutdown(context.Background())
+			return err
+		}
+		defer hs.stop(context.Background())
 	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
@@ -281,7 +294,23 @@ wait:
 	if err := <-errc; err != nil && !errors.Is(err, server.ErrServerClosed) {
 		return err
 	}
+	hs.stop(sctx)
+	cfg.Logger.Info("mlockd stopped", "uptime", time.Since(started).Round(time.Millisecond))
 	return nil
+}
+
+// started is when mlockd started, for its last log line.
+var started = time.Now()
+
+// logStart logs what this run is: version, addresses and the main limits.
+func logStart(cfg server.Config, httpAddr string) {
+	attrs := []any{"version", mlock.Version, "go", runtime.Version(), "listen", cfg.Addr, "http", httpAddr,
+		"data-dir", cfg.DataDir, "session-grace", cfg.SessionGrace, "max-conns", cfg.MaxConns, "max-sessions", cfg.MaxSessions,
+		"max-locks", cfg.MaxLocks, "max-queue-len", cfg.MaxQueueLen, "max-ttl", cfg.MaxTTL}
+	if cfg.Cluster != nil {
+		attrs = append(attrs, "cluster-id", cfg.Cluster.ID)
+	}
+	cfg.Logger.Info("mlockd starting", attrs...)
 }
 
 // optDuration is a duration flag whose absence means "the server's
@@ -418,7 +447,7 @@ var configFlags = map[string]string{
 	"MaxResources": "max-resources", "MaxNameLen": "max-name-len", "MaxSocketIDLen": "max-socket-id-len",
 	"MaxLocksPerSession": "max-locks-per-session", "MaxQueueLen": "max-queue-len", "MaxTTL": "max-ttl",
 	"MaxTimeout": "max-timeout", "StatusLimit": "status-limit", "DataDir": "data-dir", "QuietPeriod": "quiet-period",
-	"ShutdownWait": "shutdown-wait",
+	"ShutdownWait": "shutdown-wait", "LogSlowWait": "log-slow-wait", "LogLongQueue": "log-long-queue",
 }
 
 // fieldRE matches a field name of server.Config in an error, with or

@@ -243,7 +243,7 @@ func TestPartialReleaseEvent(t *testing.T) {
 	if !h.tab.Release(h.now, "o1", []string{"a", "c", "a"}) {
 		t.Fatal("release of held resources (one named twice)")
 	}
-	want := Event{Kind: Released, ID: g.ID, Session: "s1", Owner: "o1", Token: g.Token, Partial: true}
+	want := Event{Kind: Released, ID: g.ID, Session: "s1", Owner: "o1", Token: g.Token, Partial: true, Since: h.now}
 	if len(h.events) != 1 || h.events[0] != want {
 		t.Fatalf("events = %+v, want one %+v", h.events, want)
 	}
@@ -259,7 +259,7 @@ func TestPartialReleaseEvent(t *testing.T) {
 	if !h.tab.Release(h.now, "o1", []string{"y", "x"}) {
 		t.Fatal("release x|y")
 	}
-	want = Event{Kind: Released, ID: g2.ID, Session: "s1", Owner: "o1", Token: g2.Token}
+	want = Event{Kind: Released, ID: g2.ID, Session: "s1", Owner: "o1", Token: g2.Token, Since: h.now}
 	if len(h.events) != 1 || h.events[0] != want {
 		t.Fatalf("events = %+v, want one %+v", h.events, want)
 	}
@@ -354,10 +354,12 @@ func TestReentryFromAnotherSessionTellsTheOldOne(t *testing.T) {
 	h := newHarness(t, Config{SessionGrace: time.Second})
 	a := h.ownerLock("s1", "x|y", "o1", time.Hour)
 	h.events = nil
+	before, _ := h.tab.Lookup(a.ID)
 	if r := h.ownerLock("s2", "y|x", "o1", time.Hour); !r.Renewed || r.ID != a.ID || r.Token != a.Token {
 		t.Fatalf("re-entry = %+v", r)
 	}
-	want := []Event{{Kind: Released, ID: a.ID, Session: "s1", Owner: "o1", Token: a.Token, Moved: true}}
+	// Since: the lock lives on, granted when it was.
+	want := []Event{{Kind: Released, ID: a.ID, Session: "s1", Owner: "o1", Token: a.Token, Moved: true, Since: before.GrantedAt}}
 	if !slices.Equal(h.events, want) {
 		t.Fatalf("events = %+v, want %+v", h.events, want)
 	}

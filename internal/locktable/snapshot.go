@@ -36,10 +36,13 @@ import (
 //
 // with its locks as the slots of their ids, newest in the session first.
 // Everything else (counts, owners, the order of owners' locks, the deadline
-// heap, the index of queue names) is derived on Restore.
+// heap, the index of queue names) is derived on Restore. granted-now, the
+// time a granted lock was granted, follows its token in version 2 only:
+// Restore reads version 1 too (every resource exclusive), whose granted
+// locks then have no grant time (0).
 const (
 	snapshotMagic   = "mlkt"
-	snapshotVersion = 2 // 2: modes; version 1 (all exclusive) still restores
+	snapshotVersion = 2 // 2: modes and grant times; version 1 (all exclusive, no grant times) still restores
 )
 
 // Lock flags in a snapshot.
@@ -78,8 +81,14 @@ func (t *Table) MarshalBinary() ([]byte, error) {
 
 // AppendBinary appends the snapshot of MarshalBinary to b.
 func (t *Table) AppendBinary(b []byte) ([]byte, error) {
+	return t.appendVersion(b, snapshotVersion)
+}
+
+// appendVersion appends a snapshot in format version (1 or 2; 1 for tests,
+// and only of a table whose requests are all exclusive).
+func (t *Table) appendVersion(b []byte, version uint64) ([]byte, error) {
 	b = append(b, snapshotMagic...)
-	b = binary.AppendUvarint(b, snapshotVersion)
+	b = binary.AppendUvarint(b, version)
 	b = binary.AppendVarint(b, t.now)
 	b = binary.AppendUvarint(b, t.next)
 	b = binary.AppendUvarint(b, t.seq)
@@ -124,6 +133,9 @@ func (t *Table) AppendBinary(b []byte) ([]byte, error) {
 		b = binary.AppendVarint(b, l.created-t.now)
 		b = binary.AppendVarint(b, l.deadline-t.now)
 		b = binary.AppendUvarint(b, l.token)
+		if l.state == stateGranted && version >= 2 {
+			b = binary.AppendVarint(b, l.granted-t.now)
+		}
 		b = binary.AppendUvarint(b, uint64(l.live))
 		for i := range l.nodes {
 			n := &l.nodes[i]
@@ -392,9 +404,13 @@ func (t *Table) decodeLock(d *decoder, seq *uint64, queues *[]*queue) error {
 	created := t.now + d.varint("created")
 	dl := t.now + d.varint("deadline")
 	token := d.uvarint("token")
+	granted := f&snapGranted != 0
+	var grantedAt int64
+	if granted && d.version >= 2 {
+		grantedAt = t.now + d.varint("granted")
+	}
 	nres := d.count("resources")
 	idx := slotOf(id)
-	granted := f&snapGranted != 0
 	switch {
 	case d.err != nil:
 		return d.err
@@ -414,7 +430,7 @@ func (t *Table) decodeLock(d *decoder, seq *uint64, queues *[]*queue) error {
 
 	// As newLock, but in the given slot under the given id.
 	l := &lock{id: id, hidx: -1, seq: *seq, owner: owner, token: token, ttl: time.Duration(ttl),
-		created: created, deadline: dl}
+		created: created, granted: grantedAt, deadline: dl}
 	if nres == 1 {
 		l.nodes = l.one[:]
 	} else {

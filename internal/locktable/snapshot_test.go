@@ -473,26 +473,26 @@ func TestFailover(t *testing.T) {
 	}
 }
 
-// TestRestoreVersion1: a snapshot of the format before modes (version 1,
-// every lock exclusive) still restores, and a version 1 snapshot that
-// carries modes is corrupt.
-func TestRestoreVersion1(t *testing.T) {
+// TestRestoreVersion1Modes: a snapshot of the format before modes and grant
+// times (version 1, every lock exclusive) still restores to the same state,
+// and a version 1 snapshot that carries modes is corrupt.
+func TestRestoreVersion1Modes(t *testing.T) {
 	h := newHarness(t, Config{})
 	h.mustLock("s1", "a|b", time.Second, 0)
 	h.mustLock("s2", "b", time.Second, time.Second)
-	snap := mustMarshal(t, h.tab)
-	v1 := bytes.Clone(snap)
-	v1[len(snapshotMagic)] = 1
+	v1, err := h.tab.appendVersion(nil, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
 	r, err := Restore(Config{}, v1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Equal(mustMarshal(t, r), snap) {
+	if again, _ := r.appendVersion(nil, 1); !bytes.Equal(again, v1) {
 		t.Fatal("a version 1 snapshot restores to another state")
 	}
 	h.mustLockM("s3", "c", "s")
-	v1 = mustMarshal(t, h.tab)
-	v1[len(snapshotMagic)] = 1
+	v1, _ = h.tab.appendVersion(nil, 1)
 	if _, err := Restore(Config{}, v1); !errors.Is(err, ErrCorruptSnapshot) {
 		t.Fatalf("version 1 with modes: %v", err)
 	}

@@ -155,10 +155,18 @@ type Event struct {
 	Token     uint64 // fencing token of a granted lock (Granted, Expired, Released, Dropped held)
 	ExpiresAt int64  // expiry (ns) of a Granted lock
 	Held      bool   // Dropped: whether the request was granted
+	// Since (ns) is when the request was made (Granted, TimedOut, Dropped
+	// waiting: the event's time minus Since is the wait) or granted
+	// (Expired, Released, Dropped held: the hold so far). 0 when unknown: a
+	// lock restored from a snapshot does not keep its grant time.
+	Since int64
 	// Partial (Released only): the lock lost some of its resources and is
 	// still live, holding the rest under the same ID and token. Its holder
 	// no longer holds everything it was granted.
 	Partial bool
+	// Revoked (Expired only): Evict revoked the lock earlier, and reported
+	// it Released then; its holder was told it lost it at that time.
+	Revoked bool
 	// Moved (Released only): the lock's owner asked for it again from
 	// another session (re-entry), and it moved there, live, under the same
 	// ID and token. Session is the session it left, which no longer holds
@@ -205,6 +213,9 @@ type Grant struct {
 	Renewed   bool   // an owner's existing lock was renewed (re-entry or Renew); ID is that lock's
 	Token     uint64 // fencing token, when Granted
 	ExpiresAt int64  // expiry in ns, when Granted
+	// Ahead is the most entries ahead of the request in one of the queues
+	// it joined (0 when granted at once or renewed; it counts the holder).
+	Ahead int
 }
 
 // Stats counts what the Table has done since it was created.
@@ -263,6 +274,16 @@ type queue struct {
 	used       uint64 // permits of the admitted entries
 	nshared    int    // entries in a shared or permits mode
 	of         uint32 // their permit count (0: unbounded); valid while nshared > 0
+	// list is the Table's list of the queues with two entries or more
+	// (contended), which cprev and cnext link while q is on it.
+	list         *queueList
+	cprev, cnext *queue
+}
+
+// queueList is a list of queues.
+type queueList struct {
+	head *queue
+	n    int
 }
 
 type lock struct {
@@ -270,6 +291,7 @@ type lock struct {
 	token    uint64
 	ttl      time.Duration
 	created  int64
+	granted  int64 // when it was granted (ns); 0 while waiting, and after a snapshot restore
 	deadline int64 // expiry when granted; wait deadline when waiting (0: none)
 	hidx     int32 // index in the deadline heap, -1 if absent
 	waiting  int32 // queues where this request is not at the head yet
@@ -325,6 +347,7 @@ type Table struct {
 	bytes    int64   // name bytes of live requests
 	spare    []*lock // removed lock structs kept for reuse
 	queues   map[string]*queue
+	busy     queueList              // the queues with two entries or more (see Busiest)
 	names    *btree.BTreeG[nameKey] // the keys of queues, in order
 	all      *lock                  // every live request, newest first
 	sessions map[string]*session
@@ -492,7 +515,7 @@ func (t *Table) dropSession(s *session) {
 	for s.head != nil {
 		l := s.head
 		t.stats.Dropped++
-		t.emit(Event{Kind: Dropped, ID: l.id, Session: s.id, Owner: l.owner, Token: l.token, Held: l.state == stateGranted})
+		t.emit(Event{Kind: Dropped, ID: l.id, Session: s.id, Owner: l.owner, Token: l.token, Held: l.state == stateGranted, Since: l.since()})
 		t.remove(l)
 	}
 	if s.hidx >= 0 {
@@ -684,6 +707,7 @@ func (t *Table) Lock(now int64, req *Request) (Grant, error) {
 		l.flags = flagNoReentry
 	}
 	b := int64(len(req.Owner))
+	ahead := 0
 	for i, r := range req.Resources {
 		q := t.queues[r]
 		if q == nil {
@@ -693,6 +717,7 @@ func (t *Table) Lock(now int64, req *Request) (Grant, error) {
 		}
 		n := &l.nodes[i]
 		n.l = l
+		ahead = max(ahead, q.n)
 		t.enqueue(q, n, req.modeAt(i))
 		b += int64(len(r))
 	}
@@ -717,7 +742,7 @@ func (t *Table) Lock(now int64, req *Request) (Grant, error) {
 		l.deadline = now + int64(req.Timeout)
 		t.heap.push(deadline{at: l.deadline, l: l})
 	}
-	return Grant{ID: l.id}, nil
+	return Grant{ID: l.id, Ahead: ahead}, nil
 }
 
 // enqueue puts n, a node of a new request, at the tail of q in mode m,
@@ -830,7 +855,7 @@ func (t *Table) reenter(now int64, s *session, l *lock, req *Request) (Grant, er
 		from.bytes -= b
 		s.add(l)
 		s.bytes += b
-		t.emit(Event{Kind: Released, ID: l.id, Session: from.id, Owner: l.owner, Token: l.token, Moved: true})
+		t.emit(Event{Kind: Released, ID: l.id, Session: from.id, Owner: l.owner, Token: l.token, Moved: true, Since: l.since()})
 	}
 	t.setExpiry(now, l, req.TTL, own)
 	// The answer tells the caller it holds the lock, as it is now, under
@@ -944,11 +969,20 @@ func (t *Table) freeLock(l *lock) {
 	}
 }
 
+// since is when l was granted, or made if it is waiting.
+func (l *lock) since() int64 {
+	if l.state == stateGranted {
+		return l.granted
+	}
+	return l.created
+}
+
 func (t *Table) grant(now int64, l *lock) {
 	if l.hidx >= 0 {
 		t.heap.remove(int(l.hidx))
 	}
 	l.state = stateGranted
+	l.granted = now
 	l.token = t.next
 	t.next++
 	l.deadline = now + int64(l.ttl)
@@ -1009,7 +1043,7 @@ func (t *Table) Unlock(now int64, id ID, from string) error {
 	}
 	t.stats.Unlocked++
 	if l.state == stateGranted && !t.own(l, from) && l.flags&flagRevoked == 0 {
-		t.emit(Event{Kind: Released, ID: l.id, Session: l.sess.id, Owner: l.owner, Token: l.token})
+		t.emit(Event{Kind: Released, ID: l.id, Session: l.sess.id, Owner: l.owner, Token: l.token, Since: l.since()})
 	}
 	t.remove(l)
 	return nil
@@ -1140,7 +1174,7 @@ func (t *Table) Release(now int64, owner string, resources []string) bool {
 			l.flags |= flagPartial
 		}
 		if l.flags&flagRevoked == 0 {
-			t.emit(Event{Kind: Released, ID: l.id, Session: l.sess.id, Owner: l.owner, Token: l.token, Partial: l.live > 0})
+			t.emit(Event{Kind: Released, ID: l.id, Session: l.sess.id, Owner: l.owner, Token: l.token, Partial: l.live > 0, Since: l.since()})
 		}
 		if l.live == 0 {
 			t.stats.Unlocked++
@@ -1172,7 +1206,7 @@ func (t *Table) ReleaseAll(now int64, owner string) int {
 			n++
 			t.stats.Unlocked++
 			if l.flags&flagRevoked == 0 {
-				t.emit(Event{Kind: Released, ID: l.id, Session: l.sess.id, Owner: l.owner, Token: l.token})
+				t.emit(Event{Kind: Released, ID: l.id, Session: l.sess.id, Owner: l.owner, Token: l.token, Since: l.since()})
 			}
 			t.remove(l)
 		}
@@ -1239,7 +1273,7 @@ func (t *Table) Evict(now int64, resources []string) (int, error) {
 			l.flags |= flagRevoked
 			n++
 			t.stats.Evicted++
-			t.emit(Event{Kind: Released, ID: l.id, Session: l.sess.id, Owner: l.owner, Token: l.token})
+			t.emit(Event{Kind: Released, ID: l.id, Session: l.sess.id, Owner: l.owner, Token: l.token, Since: l.since()})
 			if at < l.deadline {
 				l.deadline = at
 				t.heap[l.hidx].at = at
@@ -1276,7 +1310,7 @@ func (t *Table) evictNow(resources []string) int {
 		}
 		n++
 		t.stats.Evicted++
-		t.emit(Event{Kind: Released, ID: l.id, Session: l.sess.id, Owner: l.owner, Token: l.token})
+		t.emit(Event{Kind: Released, ID: l.id, Session: l.sess.id, Owner: l.owner, Token: l.token, Since: l.since()})
 		t.remove(l)
 	}
 	clear(cut)
@@ -1450,7 +1484,7 @@ func (t *Table) unqueue(n *node) {
 // grantEmit grants the waiting request l at t.now and reports it.
 func (t *Table) grantEmit(l *lock) {
 	t.grant(t.now, l)
-	t.emit(Event{Kind: Granted, ID: l.id, Session: l.sess.id, Owner: l.owner, Token: l.token, ExpiresAt: l.deadline})
+	t.emit(Event{Kind: Granted, ID: l.id, Session: l.sess.id, Owner: l.owner, Token: l.token, ExpiresAt: l.deadline, Since: l.created})
 }
 
 // ---- time ----
@@ -1478,10 +1512,11 @@ func (t *Table) advance(now int64) int64 {
 		l := d.l
 		if l.state == stateGranted {
 			t.stats.Expired++
-			t.emit(Event{Kind: Expired, ID: l.id, Session: l.sess.id, Owner: l.owner, Token: l.token})
+			t.emit(Event{Kind: Expired, ID: l.id, Session: l.sess.id, Owner: l.owner, Token: l.token, Since: l.since(),
+				Revoked: l.flags&flagRevoked != 0})
 		} else {
 			t.stats.TimedOut++
-			t.emit(Event{Kind: TimedOut, ID: l.id, Session: l.sess.id, Owner: l.owner})
+			t.emit(Event{Kind: TimedOut, ID: l.id, Session: l.sess.id, Owner: l.owner, Since: l.created})
 		}
 		t.remove(l)
 	}
@@ -1610,7 +1645,7 @@ func (t *Table) newQueue(name string) *queue {
 	} else {
 		q = new(queue)
 	}
-	q.name = name
+	q.name, q.list = name, &t.busy
 	t.queues[name] = q
 	t.names.ReplaceOrInsert(keyOf(name))
 	return q
@@ -1627,6 +1662,15 @@ func (q *queue) pushBack(n *node) {
 	}
 	q.tail = n
 	q.n++
+	if q.n == 2 {
+		l := q.list
+		q.cprev, q.cnext = nil, l.head
+		if l.head != nil {
+			l.head.cprev = q
+		}
+		l.head = q
+		l.n++
+	}
 }
 
 func (q *queue) unlink(n *node) {
@@ -1642,6 +1686,19 @@ func (q *queue) unlink(n *node) {
 	}
 	n.prev, n.next, n.q = nil, nil, nil
 	q.n--
+	if q.n == 1 {
+		l := q.list
+		if q.cprev != nil {
+			q.cprev.cnext = q.cnext
+		} else {
+			l.head = q.cnext
+		}
+		if q.cnext != nil {
+			q.cnext.cprev = q.cprev
+		}
+		q.cprev, q.cnext = nil, nil
+		l.n--
+	}
 }
 
 // ---- inspection ----
@@ -1676,12 +1733,13 @@ type LockInfo struct {
 	Token     uint64
 	TTL       time.Duration
 	Created   int64
+	GrantedAt int64 // when it was granted (ns); 0 while waiting, and for a lock restored from a snapshot
 	Deadline  int64 // expiry if granted, wait deadline if waiting (0: none)
 }
 
 func (t *Table) info(l *lock) LockInfo {
 	li := LockInfo{ID: l.id, Session: l.sess.id, Owner: l.owner, Granted: l.state == stateGranted,
-		Revoked: l.flags&flagRevoked != 0, Token: l.token, TTL: l.ttl, Created: l.created, Deadline: l.deadline}
+		Revoked: l.flags&flagRevoked != 0, Token: l.token, TTL: l.ttl, Created: l.created, GrantedAt: l.granted, Deadline: l.deadline}
 	for i := range l.nodes {
 		if q := l.nodes[i].q; q != nil {
 			li.Resources = append(li.Resources, q.name)
@@ -1734,15 +1792,16 @@ func (t *Table) SessionLocks(id string, fn func(LockInfo)) {
 
 // QueueEntry is one request in a resource's queue.
 type QueueEntry struct {
-	ID       ID
-	Session  string
-	Owner    string
-	Mode     Mode // how it takes the resource
-	Granted  bool
-	Revoked  bool // evicted: nobody's any more, ends at Deadline (see Evict)
-	Token    uint64
-	Created  int64
-	Deadline int64
+	ID        ID
+	Session   string
+	Owner     string
+	Mode      Mode // how it takes the resource
+	Granted   bool
+	Revoked   bool // evicted: nobody's any more, ends at Deadline (see Evict)
+	Token     uint64
+	Created   int64
+	GrantedAt int64 // when it was granted (ns); 0 while waiting, and for a lock restored from a snapshot
+	Deadline  int64
 }
 
 // QueueInfo is one resource's queue, head (the holder or the reserving
@@ -1757,7 +1816,7 @@ type QueueInfo struct {
 func queueEntry(q *queue, n *node) QueueEntry {
 	l := n.l
 	return QueueEntry{ID: l.id, Session: l.sess.id, Owner: l.owner, Mode: q.mode(n), Granted: l.state == stateGranted,
-		Revoked: l.flags&flagRevoked != 0, Token: l.token, Created: l.created, Deadline: l.deadline}
+		Revoked: l.flags&flagRevoked != 0, Token: l.token, Created: l.created, GrantedAt: l.granted, Deadline: l.deadline}
 }
 
 // Head returns the request at the head of resource's queue: its holder

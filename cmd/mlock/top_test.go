@@ -1,0 +1,118 @@
+package main
+
+import (
+	"context"
+	"net"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mlock-dev/mlock"
+	"github.com/mlock-dev/mlock/server"
+	"github.com/mlock-dev/mlock/server/observe"
+)
+
+// startObserved runs a server with its HTTP endpoints; it returns the
+// lock URI and the HTTP base URL.
+func startObserved(t *testing.T) (string, string) {
+	t.Helper()
+	srv, err := server.New(server.Config{StatusRate: -1, QuietPeriod: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { srv.Serve(ln); close(done) }()
+	h := srv.HTTPHandler(observe.Options{})
+	ts := httptest.NewServer(h)
+	t.Cleanup(func() {
+		ts.Close()
+		h.Close()
+		srv.Shutdown(context.Background())
+		<-done
+	})
+	return "mlock://" + ln.Addr().String(), ts.URL
+}
+
+// mlock top shows the busiest resources with their holder and waiters,
+// and the counts, from the JSON API and from the lock protocol alike.
+func TestTop(t *testing.T) {
+	uri, base := startObserved(t)
+	holder(t, uri, "orders:1", "alice")
+	holder(t, uri, "stock:2", "carol")
+	c, err := mlock.New(uri)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	waited := make(chan error, 1)
+	go func() {
+		_, err := c.Lock(ctx, "orders:1", &mlock.LockOptions{Owner: "bob"})
+		waited <- err
+	}()
+	defer func() { cancel(); <-waited }()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		ls, err := c.Locks(context.Background(), "orders:")
+		if err == nil && len(ls.Queues) == 1 && ls.Queues[0].Length == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("bob does not wait")
+		}
+	}
+	for _, args := range [][]string{{"top", "--http", base}, {"top", "--uri", uri}} {
+		out, errOut, code := runMlock(t, args...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, code, errOut)
+		}
+		lines := strings.Split(out, "\n")
+		var orders, stock int
+		for i, l := range lines {
+			f := strings.Fields(l)
+			switch {
+			case len(f) > 2 && f[0] == "orders:1":
+				orders = i
+				if f[1] != "2" || f[2] != "alice" || !strings.Contains(l, "#1 bob") {
+					t.Errorf("%v: orders line %q", args, l)
+				}
+			case len(f) > 2 && f[0] == "stock:2":
+				stock = i
+				if f[1] != "1" || f[2] != "carol" {
+					t.Errorf("%v: stock line %q", args, l)
+				}
+			}
+		}
+		if orders == 0 || stock < orders {
+			t.Errorf("%v: want orders:1 then stock:2 (the longer queue first):\n%s", args, out)
+		}
+		if !strings.Contains(out, "locks: 2 held, 1 waiting") || !strings.Contains(out, "ready") {
+			t.Errorf("%v: counts:\n%s", args, out)
+		}
+	}
+	// A prefix keeps its resources only.
+	out, _, code := runMlock(t, "top", "--http", base, "stock:")
+	if code != 0 || strings.Contains(out, "orders:1") || !strings.Contains(out, "stock:2") {
+		t.Errorf("top stock: exit %d:\n%s", code, out)
+	}
+	// Several refreshes.
+	out, _, code = runMlock(t, "top", "--http", base, "-n", "2", "--interval", "100ms")
+	if code != 0 || strings.Count(out, "the longest queues") != 2 {
+		t.Errorf("top -n 2: exit %d:\n%s", code, out)
+	}
+}
+
+func TestTopErrors(t *testing.T) {
+	if _, errOut, code := runMlock(t, "top", "--http", "http://"+refusedAddr(t)); code != exitError || !strings.Contains(errOut, "mlock top:") {
+		t.Errorf("unreachable: exit %d %q", code, errOut)
+	}
+	for _, args := range [][]string{{"top", "a", "b"}, {"top", "--interval", "1ms"}, {"top", "-n", "-1"}} {
+		if _, _, code := runMlock(t, args...); code != exitUsage {
+			t.Errorf("%v: exit %d, want %d", args, code, exitUsage)
+		}
+	}
+}

@@ -1,0 +1,248 @@
+// Package deploy holds the packaging of mlockd (a Dockerfile, a systemd
+// unit, the container's health probe) and its tests: the Dockerfile
+// parsed and linted with BuildKit's own parser and linter (the checks of
+// "docker build --check"), the unit verified with systemd-analyze, and the
+// binaries built and run as the image runs them.
+package deploy
+
+import (
+	"bytes"
+	"context"
+	"debug/elf"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/moby/buildkit/frontend/dockerfile/instructions"
+	"github.com/moby/buildkit/frontend/dockerfile/linter"
+	"github.com/moby/buildkit/frontend/dockerfile/parser"
+)
+
+// The Dockerfile parses and passes BuildKit's linter without a warning;
+// it is multi-stage, its last stage runs as a non-root user with a
+// HEALTHCHECK on /healthz, and its binaries are built static.
+func TestDockerfile(t *testing.T) {
+	b, err := os.ReadFile("Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := parser.Parse(bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range res.Warnings {
+		t.Errorf("parser: %s", w.Short)
+	}
+	var warns []string
+	lint := linter.New(&linter.Config{Warn: func(rule, _, _, msg string, loc []parser.Range) {
+		warns = append(warns, fmt.Sprintf("%s: %s (line %v)", rule, msg, loc))
+	}})
+	stages, _, err := instructions.Parse(res.AST, lint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range warns {
+		t.Errorf("lint: %s", w)
+	}
+	if len(stages) != 2 {
+		t.Fatalf("%d stages, want 2 (build, then the image)", len(stages))
+	}
+	var user, health, entry, env string
+	for _, c := range stages[1].Commands {
+		switch c := c.(type) {
+		case *instructions.UserCommand:
+			user = c.User
+		case *instructions.HealthCheckCommand:
+			health = strings.Join(c.Health.Test, " ")
+		case *instructions.EntrypointCommand:
+			entry = strings.Join(c.CmdLine, " ")
+		case *instructions.EnvCommand:
+			for _, kv := range c.Env {
+				env += kv.Key + "=" + kv.Value + " "
+			}
+		}
+	}
+	if user == "" || user == "root" || strings.HasPrefix(user, "0:") || user == "0" {
+		t.Errorf("the image runs as %q: want a non-root user", user)
+	}
+	if !strings.Contains(health, "/healthz") {
+		t.Errorf("HEALTHCHECK %q: want a probe of /healthz", health)
+	}
+	if entry != "/usr/local/bin/mlockd" {
+		t.Errorf("ENTRYPOINT %q", entry)
+	}
+	for _, want := range []string{"MLOCK_LISTEN=", "MLOCK_HTTP=", "MLOCK_DATA_DIR=/data"} {
+		if !strings.Contains(env, want) {
+			t.Errorf("ENV lacks %s: %s", want, env)
+		}
+	}
+	static := false
+	for _, c := range stages[0].Commands {
+		if e, ok := c.(*instructions.EnvCommand); ok {
+			for _, kv := range e.Env {
+				static = static || (kv.Key == "CGO_ENABLED" && kv.Value == "0")
+			}
+		}
+	}
+	if !static {
+		t.Error("the build stage does not set CGO_ENABLED=0: the binaries would not be static")
+	}
+}
+
+// built caches goBuild's binaries: package → path.
+var built sync.Map
+
+// TestMain removes the binaries built by the tests.
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "mlock-deploy-test")
+	if err != nil {
+		panic(err)
+	}
+	binDir = dir
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// binDir holds the binaries built by goBuild.
+var binDir string
+
+// goBuild builds pkg as the Dockerfile does (once per test binary).
+func goBuild(t *testing.T, pkg string) string {
+	t.Helper()
+	if p, ok := built.Load(pkg); ok {
+		return p.(string)
+	}
+	out := filepath.Join(binDir, filepath.Base(pkg))
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", out, pkg)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build %s: %v\n%s", pkg, err, b)
+	}
+	built.Store(pkg, out)
+	return out
+}
+
+// freePort returns a loopback address nothing listens on now.
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// The binaries are static, and mlockd configured as the image configures
+// it (MLOCK_* variables, a data directory) passes the image's health
+// probe, which fails once it has stopped.
+func TestImageRuntime(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds binaries")
+	}
+	dir := t.TempDir()
+	mlockd := goBuild(t, "github.com/mlock-dev/mlock/cmd/mlockd")
+	probe := goBuild(t, "github.com/mlock-dev/mlock/deploy/healthcheck")
+	for _, bin := range []string{mlockd, probe} {
+		f, err := elf.Open(bin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range f.Progs {
+			if p.Type == elf.PT_INTERP {
+				t.Errorf("%s has an ELF interpreter: not static", filepath.Base(bin))
+			}
+		}
+		f.Close()
+	}
+	httpAddr := freePort(t)
+	cmd := exec.Command(mlockd)
+	cmd.Env = append(os.Environ(), "MLOCK_LISTEN="+freePort(t), "MLOCK_HTTP="+httpAddr,
+		"MLOCK_DATA_DIR="+filepath.Join(dir, "data"), "MLOCK_LOG_FORMAT=json")
+	var logs bytes.Buffer
+	cmd.Stderr = &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	defer func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	}()
+	url := "http://" + httpAddr + "/healthz"
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	for {
+		if err := exec.CommandContext(ctx, probe, url).Run(); err == nil {
+			break
+		}
+		select {
+		case err := <-exited:
+			t.Fatalf("mlockd exited: %v\n%s", err, logs.String())
+		case <-ctx.Done():
+			t.Fatalf("the probe never passed\n%s", logs.String())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("mlockd after SIGINT: %v\n%s", err, logs.String())
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("mlockd did not stop on SIGINT")
+	}
+	if err := exec.Command(probe, url).Run(); err == nil {
+		t.Error("the probe passes with mlockd stopped")
+	}
+	if !strings.Contains(logs.String(), `"msg":"mlockd starting"`) || !strings.Contains(logs.String(), `"msg":"mlockd stopped"`) {
+		t.Errorf("JSON logs lack the start or the stop:\n%s", logs.String())
+	}
+}
+
+// The systemd unit passes systemd-analyze verify (with ExecStart pointing
+// at a real mlockd). Without systemd-analyze the test skips, unless
+// CI_REQUIRE_SYSTEMD_ANALYZE is set (CI sets it).
+func TestSystemdUnit(t *testing.T) {
+	sa, err := exec.LookPath("systemd-analyze")
+	if err != nil {
+		if os.Getenv("CI_REQUIRE_SYSTEMD_ANALYZE") != "" {
+			t.Fatal("systemd-analyze not found and CI_REQUIRE_SYSTEMD_ANALYZE is set")
+		}
+		t.Skip("systemd-analyze not found")
+	}
+	unit, err := os.ReadFile("mlockd.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(unit, []byte("ExecStart=/usr/local/bin/mlockd ")) {
+		t.Fatal("ExecStart does not run /usr/local/bin/mlockd")
+	}
+	dir := t.TempDir()
+	mlockd := goBuild(t, "github.com/mlock-dev/mlock/cmd/mlockd")
+	path := filepath.Join(dir, "mlockd.service")
+	if err := os.WriteFile(path, bytes.ReplaceAll(unit, []byte("/usr/local/bin/mlockd"), []byte(mlockd)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(sa, "verify", path).CombinedOutput()
+	if err != nil || len(bytes.TrimSpace(out)) > 0 {
+		t.Fatalf("systemd-analyze verify: %v\n%s", err, out)
+	}
+	// The flags it passes exist.
+	if out, err := exec.Command(mlockd, "--data-dir", filepath.Join(dir, "d"), "--http", "127.0.0.1:0", "--version").CombinedOutput(); err != nil {
+		t.Fatalf("mlockd with the unit's flags: %v\n%s", err, out)
+	}
+}
