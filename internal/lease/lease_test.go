@@ -411,11 +411,11 @@ func TestDefaultCause(t *testing.T) {
 // several leases long, and a renewal that never succeeds loses it.
 func TestSystemClock(t *testing.T) {
 	var n atomic.Int32
-	fnErr, lostErr := Run(context.Background(), Options{TTL: 30 * time.Millisecond,
+	fnErr, lostErr := Run(context.Background(), Options{TTL: 200 * time.Millisecond,
 		Renew: func(context.Context) (bool, error) { n.Add(1); return true, nil }},
 		func(ctx context.Context) error {
 			select {
-			case <-time.After(100 * time.Millisecond):
+			case <-time.After(500 * time.Millisecond):
 				return nil
 			case <-ctx.Done():
 				return context.Cause(ctx)
@@ -425,10 +425,10 @@ func TestSystemClock(t *testing.T) {
 		t.Fatalf("Run = %v, %v after %d renewals", fnErr, lostErr, n.Load())
 	}
 	start := time.Now()
-	_, lostErr = Run(context.Background(), Options{TTL: 30 * time.Millisecond,
+	_, lostErr = Run(context.Background(), Options{TTL: 200 * time.Millisecond,
 		Renew: func(context.Context) (bool, error) { return false, errors.New("down") }},
 		func(ctx context.Context) error { <-ctx.Done(); return nil })
-	if lostErr != ErrLost || time.Since(start) < 30*time.Millisecond-Margin(30*time.Millisecond) {
+	if lostErr != ErrLost || time.Since(start) < 200*time.Millisecond-Margin(200*time.Millisecond) {
 		t.Fatalf("lostErr %v after %v", lostErr, time.Since(start))
 	}
 }

@@ -583,25 +583,26 @@ func (r *renewRecorder) Renew(ctx context.Context, keys []string, owner string, 
 }
 
 // Medusa's renewal case, scaled: with expire 30 the lease is renewed at 10
-// and 20 while the job runs, and never after it.
+// and 20 while the job runs, and never after it (here 900 ms, renewals at
+// about 300 ms and 600 ms, a job of 750 ms: wide enough for a busy machine).
 func testRenewalCadence(t *testing.T, p locking.Provider, k func(string) string) {
 	r := &renewRecorder{Provider: p, start: time.Now()}
 	err := locking.Execute(ctx(t), r, []string{k("cadence")}, func(context.Context) error {
-		time.Sleep(250 * time.Millisecond)
+		time.Sleep(750 * time.Millisecond)
 		return nil
-	}, locking.ExecuteOptions{Expire: 300 * time.Millisecond})
+	}, locking.ExecuteOptions{Expire: 900 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(250 * time.Millisecond)
+	time.Sleep(750 * time.Millisecond)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if len(r.renews) != 2 {
-		t.Fatalf("renewals at %v, want 2 (at about 100ms and 200ms)", r.renews)
+		t.Fatalf("renewals at %v, want 2 (at about 300ms and 600ms)", r.renews)
 	}
 	for i, at := range r.renews {
-		want := time.Duration(i+1) * 100 * time.Millisecond
-		if at < want-20*time.Millisecond || at > want+80*time.Millisecond {
+		want := time.Duration(i+1) * 300 * time.Millisecond
+		if at < want-60*time.Millisecond || at > want+140*time.Millisecond {
 			t.Fatalf("renewal %d at %v, want about %v", i, at, want)
 		}
 	}
