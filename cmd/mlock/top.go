@@ -300,9 +300,14 @@ func renderTop(b *strings.Builder, v *topView, where, prefix string, limit, cols
 			break
 		}
 		holder, held, left := "-", "-", "-"
+		holders := 0
 		var waiters []string
 		for _, e := range q.Entries {
 			if e.State == "held" {
+				if holders++; holders > 1 {
+					holder = fmt.Sprintf("%d holders", holders) // shared: the first one's times
+					continue
+				}
 				holder = cmp.Or(e.Owner, "(anonymous)")
 				held = dur(e.AgeMs)
 				if e.HeldMs != nil {

@@ -358,8 +358,9 @@ func checkRestored(t *testing.T, data []byte) {
 	}
 	again, err := tab.MarshalBinary()
 	if len(data) > len(snapshotMagic) && data[len(snapshotMagic)] == 1 {
-		data = bytes.Clone(data) // version 1 is written again as the current version
-		data[len(snapshotMagic)] = snapshotVersion
+		// A version 1 snapshot has no grant times: compare it written again
+		// as version 1.
+		again, err = tab.appendVersion(nil, 1)
 	}
 	if err != nil || !bytes.Equal(again, data) {
 		t.Fatalf("a restored snapshot does not marshal as it was read (%v)", err)

@@ -1216,15 +1216,16 @@ func (t *Table) ReleaseAll(now int64, owner string) int {
 	return n
 }
 
-// Evict revokes, for each named resource whose queue is headed by a granted
-// lock, that whole lock (all its resources), whoever holds it: it reports
-// the lock to its session as Released at once, and sets its expiry to
-// min(expiry, now + SessionGrace). It returns how many locks it newly
-// revoked. A resource that is free, or whose head is a waiting request or
-// an already revoked lock, is left alone; a lock named through several of
-// its resources counts once. It returns ErrInvalidResource or
+// Evict revokes, for each named resource, every granted lock among its
+// queue's admitted entries (the holder, or all the shared holders), each
+// whole (all its resources), whoever holds it: it reports the lock to its
+// session as Released at once, and sets its expiry to min(expiry, now +
+// SessionGrace). It returns how many locks it newly revoked. Admitted
+// entries whose request still waits for another resource, and locks already
+// revoked, are left alone, as is a free resource; a lock named through
+// several of its resources counts once. It returns ErrInvalidResource or
 // ErrTooManyResources for a malformed call, and then changes nothing. It
-// costs O(k log n) for k resources.
+// costs O(a log n) for a admitted entries on the named resources.
 //
 // A revoked lock keeps its resources until that expiry, and then ends as
 // any lock does, reported as Expired; nothing is granted by Evict itself.
