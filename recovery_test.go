@@ -436,20 +436,7 @@ func TestLockInFlightWhenTheConnectionDropsIsAskedAgain(t *testing.T) {
 			if l.Deadline().IsZero() {
 				t.Fatal("no deadline")
 			}
-			waitQueue(t, other, "inflight", 1) // the first grant given back, this one held
-			if tl, err := other.TryLock(ctx, "inflight", nil); err == nil {
-				tl.Unlock(ctx)
-				t.Fatal("another client got the lock its holder believes it holds")
-			}
-			if err := l.Unlock(ctx); err != nil {
-				t.Fatalf("Unlock of the lock asked again: %v", err)
-			}
-			waitQueue(t, other, "inflight", 0)
-			tl, err := other.TryLock(ctx, "inflight", nil)
-			if err != nil {
-				t.Fatalf("after Unlock the resource is still held: %v", err)
-			}
-			tl.Unlock(ctx)
+			heldThenFree(t, other, l, "inflight") // the first grant given back, this one held
 		})
 	}
 }
@@ -490,15 +477,26 @@ func TestOwnerRequestRenewingAnAbandonedGrantIsAskedAgain(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the second request is never answered")
 	}
-	waitQueue(t, other, "reentry", 1)
-	if tl, err := other.TryLock(ctx, "reentry", nil); err == nil {
+	heldThenFree(t, other, l, "reentry")
+}
+
+// heldThenFree checks that l, which its client believes held, is held on
+// the server (other cannot take res), and that res is free once l is
+// unlocked (nothing else of l's session, such as a first grant not given
+// back, holds it).
+func heldThenFree(t *testing.T, other *mlock.Client, l *mlock.Lock, res string) {
+	t.Helper()
+	ctx := ctxT(t)
+	waitQueue(t, other, res, 1)
+	if tl, err := other.TryLock(ctx, res, nil); err == nil {
 		tl.Unlock(ctx)
 		t.Fatal("another client got the lock its holder believes it holds")
 	}
 	if err := l.Unlock(ctx); err != nil {
 		t.Fatalf("Unlock: %v", err)
 	}
-	tl, err := other.TryLock(ctx, "reentry", nil)
+	waitQueue(t, other, res, 0)
+	tl, err := other.TryLock(ctx, res, nil)
 	if err != nil {
 		t.Fatalf("after Unlock the resource is still held: %v", err)
 	}

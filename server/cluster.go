@@ -374,7 +374,7 @@ func (s *Server) applyLocked(tx *core.Tx, b []byte) []byte {
 		tx.Apply(&core.Command{Op: core.OpHoldGrants, Until: m.until})
 	}
 	s.deliverPushesLocked()
-	return append([]byte(nil), cl.ans...)
+	return []byte{cl.ans[0]}
 }
 
 func hasPrefix(s, p string) bool { return len(s) >= len(p) && s[:len(p)] == p }
@@ -837,7 +837,7 @@ func (c *conn) pipeLoop() {
 		if err != nil {
 			return false
 		}
-		return c.answered_(res)
+		return c.goesOn(res)
 	}
 	for {
 		p.mu.Lock()
@@ -877,7 +877,7 @@ func (c *conn) pipeLoop() {
 				if len(res) > 0 && res[0]&ansAttached != 0 {
 					p.attached = true
 				}
-				if !c.answered_(res) {
+				if !c.goesOn(res) {
 					return
 				}
 			case it.change != nil:
@@ -905,14 +905,14 @@ func (c *conn) pipeLoop() {
 	}
 }
 
-// answered_ handles the result res of a proposal once the leader applied
-// it: false if the connection ends. It writes nothing: the answer (and the
+// goesOn reports, from the result res of a proposal the leader applied,
+// whether the connection goes on. It writes nothing: the answer (and the
 // pushes of the entries before it) are written by this node's own apply of
 // the entry, in log order. Writing the leader's result at once would let an
 // answer overtake a grant pushed by an earlier entry this node has not
 // applied yet, and a client counts a grant's lease from the send time of
 // the last request answered before it (see the root package's safety rule).
-func (c *conn) answered_(res []byte) bool {
+func (c *conn) goesOn(res []byte) bool {
 	return len(res) == 0 || res[0]&ansEnd == 0
 }
 

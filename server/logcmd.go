@@ -168,8 +168,11 @@ func decodeLogCmd(p []byte, m *logCmd) error {
 	return nil
 }
 
-// An answer (a command's result in the log) is one flags byte and the
-// frames to write to the proposing connection.
+// A command's result in the log is one flags byte. The frames of its
+// answer are built after it (in clusterState.ans) and written to the
+// proposing connection by the node that holds it, when it applies the
+// command; they are not part of the result (nor of the de-duplication
+// window), which only tells the proposer how the command ended.
 const (
 	ansEnd      byte = 1 << iota // the connection ends after the frames
 	ansAttached                  // an attach succeeded
