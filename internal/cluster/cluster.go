@@ -94,15 +94,18 @@ type Config struct {
 
 	// BatchWindow is how long the leader waits for more commands after the first one of a batch, while
 	// an earlier entry is still being committed (an idle pipeline sends at once). Default 1 ms;
-	// negative: never wait. MaxBatch is the most commands in one entry. Default 256.
+	// negative: never wait. It is also how long the leader waits, idle after an entry, before it
+	// proposes an empty notice entry so that the followers learn the commit index (and can answer
+	// their clients) without waiting for CommitTimeout. MaxBatch is the most commands in one entry.
+	// Default 256.
 	BatchWindow time.Duration
 	MaxBatch    int
 
 	// HeartbeatTimeout (default 500 ms): a follower that hears nothing from the leader for this long
 	// (randomised up to twice) starts an election. ElectionTimeout (default 500 ms): a candidate's wait
 	// before a new election round. LeaderLeaseTimeout (default HeartbeatTimeout/2): a leader that hears
-	// from no quorum for this long steps down. CommitTimeout (default 5 ms): how soon an idle leader
-	// tells followers the commit index (their apply latency). Defaults suit a LAN: a dead leader is
+	// from no quorum for this long steps down. CommitTimeout (default 50 ms): how often raft tells
+	// idle followers the commit index; the leader's notice entries (see BatchWindow) tell them sooner. Defaults suit a LAN: a dead leader is
 	// replaced in about 0.5-1.5 s.
 	HeartbeatTimeout   time.Duration
 	ElectionTimeout    time.Duration
@@ -128,7 +131,7 @@ const (
 	DefaultMaxBatch         = 256
 	DefaultHeartbeatTimeout = 500 * time.Millisecond
 	DefaultElectionTimeout  = 500 * time.Millisecond
-	DefaultCommitTimeout    = 5 * time.Millisecond
+	DefaultCommitTimeout    = 50 * time.Millisecond
 	DefaultSnapshotInterval = 30 * time.Second
 	DefaultMaxAppendEntries = 256
 )

@@ -356,3 +356,38 @@ func TestJoinRemove(t *testing.T) {
 	}
 	tc.converge(0, 1)
 }
+
+// TestFollowersLearnCommitsAtOnce: with CommitTimeout at a minute, raft itself would tell the
+// followers that an entry is committed only with the next entry or a minute later; the leader's
+// notice entry tells them at once, so each follower applies every command while the leader is idle.
+func TestFollowersLearnCommitsAtOnce(t *testing.T) {
+	tc := newInmemCluster(t, 3, false, func(_ int, c *Config) { c.CommitTimeout = time.Minute })
+	li := tc.leader()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for k := range 3 {
+		cmd := fmt.Sprintf("c%d", k)
+		if _, err := tc.nodes[li].Propose(ctx, []byte(cmd)); err != nil {
+			t.Fatal(err)
+		}
+		for i := range tc.nodes {
+			if i == li {
+				continue
+			}
+			deadline := time.Now().Add(5 * time.Second)
+			for {
+				var has bool
+				tc.sms[i].read(func(s *toySM) {
+					has = len(s.Log) > 0 && strings.HasSuffix(s.Log[len(s.Log)-1], " "+cmd)
+				})
+				if has {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("follower %d has not applied %s 5 s after the leader answered it", i, cmd)
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
+	}
+}

@@ -30,8 +30,9 @@ type proposalResult struct {
 
 // pending is one entry handed to raft, with the proposals it carries (in command order).
 type pending struct {
-	f     raft.ApplyFuture
-	props []*proposal
+	f      raft.ApplyFuture
+	props  []*proposal
+	notice bool // an empty entry proposed to tell the followers the commit index (see settle)
 }
 
 // leadership is one term of this node as leader: a barrier, the leader entry, then the batcher
@@ -44,21 +45,27 @@ type leadership struct {
 	ready  chan struct{} // closed once the leader entry is applied
 	exited chan struct{} // closed once every taken proposal is answered and the batcher stopped
 
-	// proposedNow is the time of the last entry handed to raft; owned by the batcher goroutine.
+	// proposedNow is the time of the last entry handed to raft; submitted counts the entries handed
+	// to raft. Both owned by the batcher goroutine.
 	proposedNow int64
+	submitted   uint64
 	// outstanding counts entries handed to raft and not yet answered.
 	outstanding atomic.Int64
+	// settled is signalled by the completer when an entry other than a notice was answered and none
+	// is outstanding (see settle).
+	settled chan struct{}
 }
 
 func newLeadership(n *Node) *leadership {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &leadership{
-		n:      n,
-		ctx:    ctx,
-		cancel: cancel,
-		queue:  make(chan *proposal, 4*n.cfg.MaxBatch),
-		ready:  make(chan struct{}),
-		exited: make(chan struct{}),
+		n:       n,
+		ctx:     ctx,
+		cancel:  cancel,
+		queue:   make(chan *proposal, 4*n.cfg.MaxBatch),
+		ready:   make(chan struct{}),
+		exited:  make(chan struct{}),
+		settled: make(chan struct{}, 1),
 	}
 }
 
@@ -145,6 +152,10 @@ func (l *leadership) loop() {
 	window.Stop()
 	batch := make([]*proposal, 0, n.cfg.MaxBatch)
 	l.armTick(tick)
+	notice := time.NewTimer(time.Hour)
+	notice.Stop()
+	var noticeFrom uint64
+	l.settled <- struct{}{} // the followers learn soon that the leader entry is committed
 	for {
 		select {
 		case <-l.ctx.Done():
@@ -152,18 +163,46 @@ func (l *leadership) loop() {
 		case p := <-l.queue:
 			batch = l.collect(batch[:0], p, window)
 			if len(batch) > 0 {
-				l.submit(batch, inflight)
+				l.submit(batch, false, inflight)
 				batch = make([]*proposal, 0, n.cfg.MaxBatch)
 			}
 		case <-n.fsm.applied:
 			l.armTick(tick)
 		case <-tick.C:
 			if d, ok := l.deadline(); ok && n.cfg.Clock() >= d {
-				l.submit(nil, inflight)
+				l.submit(nil, false, inflight)
 			}
 			l.armTick(tick)
+		case <-l.settled:
+			// An entry proposed within the window carries the commit index itself.
+			noticeFrom = l.submitted
+			notice.Reset(max(n.cfg.BatchWindow, 0))
+		case <-notice.C:
+			if l.submitted == noticeFrom {
+				l.settle(inflight)
+			}
 		}
 	}
+}
+
+// settle proposes a notice (an empty entry, a tick) when the leader has gone idle after an entry:
+// nothing was proposed for a batch window (Config.BatchWindow) after it was answered, nothing is
+// outstanding or queued, and there are followers. A follower learns that entries are committed only
+// from the leader's next AppendEntries, which raft sends for new entries or after CommitTimeout
+// (50 to 100 ms with the default); until then it cannot apply them, and a client connected to it waits
+// for its answer (a follower answers from its own apply, in log order) and for the pushes they cause.
+// The notice carries the commit index; its own commit needs no notice. Under a steady load there is
+// always a next entry within the window and no notice is proposed (a notice at once would put a disk
+// write on the leader ahead of that next entry); after a burst, one.
+func (l *leadership) settle(inflight chan<- *pending) {
+	if l.outstanding.Load() != 0 || len(l.queue) != 0 {
+		return
+	}
+	f := l.n.raft.GetConfiguration()
+	if f.Error() != nil || len(f.Configuration().Servers) < 2 {
+		return
+	}
+	l.submit(nil, true, inflight)
 }
 
 // collect fills a batch starting with first: whatever is queued, and while an earlier entry is still
@@ -209,8 +248,9 @@ func (l *leadership) collect(batch []*proposal, first *proposal, window *time.Ti
 	return batch
 }
 
-// submit hands one entry to raft: the batch's commands (nil: a tick) at max(last entry's time, clock).
-func (l *leadership) submit(batch []*proposal, inflight chan<- *pending) {
+// submit hands one entry to raft: the batch's commands (nil: a tick or, if notice, a notice) at
+// max(last entry's time, clock).
+func (l *leadership) submit(batch []*proposal, notice bool, inflight chan<- *pending) {
 	n := l.n
 	now := max(l.proposedNow, n.cfg.Clock())
 	l.proposedNow = now
@@ -223,7 +263,8 @@ func (l *leadership) submit(batch []*proposal, inflight chan<- *pending) {
 	}
 	data := appendEntry(make([]byte, 0, entrySize(e.cmds)), &e)
 	l.outstanding.Add(1)
-	inflight <- &pending{f: n.raft.ApplyLog(raft.Log{Data: data}, 0), props: batch}
+	l.submitted++
+	inflight <- &pending{f: n.raft.ApplyLog(raft.Log{Data: data}, 0), props: batch, notice: notice}
 }
 
 // complete answers the proposals of each entry once raft resolved it, in order.
@@ -250,7 +291,12 @@ func (l *leadership) complete(inflight <-chan *pending, done chan<- struct{}) {
 				p.done <- proposalResult{val: r.results[i]}
 			}
 		}
-		l.outstanding.Add(-1)
+		if l.outstanding.Add(-1) == 0 && !pe.notice {
+			select {
+			case l.settled <- struct{}{}:
+			default:
+			}
+		}
 	}
 }
 
