@@ -191,10 +191,7 @@ type Node struct {
 	raft  *raft.Raft
 	fsm   *fsm
 	trans raft.Transport
-	wal   *raftwal.WAL // nil when in memory
-	// meta is the WAL's meta store (wal-meta.db, bbolt), closed here: raft-wal v0.4.0's Close leaves
-	// it open, and with it the file lock that a later open in this process would wait on forever.
-	meta *metadb.BoltMetaDB
+	wal   *raftwal.WAL // nil when in memory (closes its meta store too)
 
 	obsCh    chan raft.Observation
 	observer *raft.Observer
@@ -290,10 +287,12 @@ func Open(cfg Config) (*Node, error) {
 		if err := os.MkdirAll(walDir, 0o700); err != nil {
 			return nil, fmt.Errorf("cluster: %w", err)
 		}
-		n.meta = &metadb.BoltMetaDB{}
-		n.wal, err = raftwal.Open(walDir, raftwal.WithMetaStore(n.meta), raftwal.WithLogger(logger.Named("wal")))
+		// Our own meta store (wal-meta.db) so that a failed open closes it (raft-wal leaves it open
+		// then, and with it a file lock a later open in this process would wait on forever).
+		meta := &metadb.BoltMetaDB{}
+		n.wal, err = raftwal.Open(walDir, raftwal.WithMetaStore(meta), raftwal.WithLogger(logger.Named("wal")))
 		if err != nil {
-			n.meta.Close()
+			meta.Close()
 			return nil, fmt.Errorf("cluster: open log %s: %w", walDir, err)
 		}
 		stable = n.wal
@@ -377,16 +376,12 @@ func (n *Node) closeTransport() {
 	}
 }
 
-// closeStores closes the WAL, then its meta store (after raft stopped using them).
+// closeStores closes the WAL (after raft stopped using it).
 func (n *Node) closeStores() error {
 	if n.wal == nil {
 		return nil
 	}
-	err := n.wal.Close()
-	if cerr := n.meta.Close(); err == nil {
-		err = cerr
-	}
-	return err
+	return n.wal.Close()
 }
 
 // checkOldLogStore returns ErrOldLogStore (with what to do) when dir holds raft.db and no wal

@@ -41,17 +41,19 @@
 //
 // # Versions
 //
-// hashicorp/raft v1.8.0 with raft-wal v0.4.0. The log store's write is on every group commit's path,
+// hashicorp/raft v1.8.0 with raft-wal v0.4.1. The log store's write is on every group commit's path,
 // on the leader and then on a follower, one after the other: raft-boltdb (bbolt) writes pages and
 // syncs twice per transaction, 375 µs to store one 600-byte entry on the machine measured against
 // 147 µs for raft-wal's append and single fdatasync (1000 sequential StoreLogs calls each), and the
 // leader spent about 45% of its CPU in it. raft-wal is younger (its authors still call it
 // experimental): each append batch ends with a commit frame holding a CRC of the batch, and
-// recovery drops a torn last batch, which fdatasync never acknowledged. Two of its defects are
-// worked around here: Close leaves wal-meta.db open (Node.Close closes it) and its segment
-// preallocation pulls in etcd v3.3's capnslog, which redirects the standard log package (log.go puts
-// it back). raft v1.8.0 builds with raft-wal and go-metrics v0.7; what it adds (restoring committed
-// logs at start) is off and unused. Pre-vote (since v1.7) is on. It still leaves a future in a
-// buffered apply channel unanswered at shutdown, so BatchApplyCh stays off. No go-metrics sink is
+// recovery drops a torn last batch, which fdatasync never acknowledged. v0.4.1, not v0.4.0: v0.4.0
+// marks a segment cut by a tail truncation (a follower dropping a deposed leader's entries) sealed
+// without writing its index, and the node then fails at every start (TestTruncatedLogRestart);
+// v0.4.1 also closes wal-meta.db on Close. Its segment preallocation pulls in etcd v3.3's capnslog,
+// which redirects the standard log package when the program starts (log.go puts it back).
+// raft v1.8.0 builds with raft-wal and go-metrics v0.7; what it adds (restoring committed logs at
+// start) is off and unused. Pre-vote (since v1.7) is on. It still leaves a future in a buffered
+// apply channel unanswered at shutdown, so BatchApplyCh stays off. No go-metrics sink is
 // configured: raft's metrics calls end in go-metrics' default blackhole sink.
 package cluster

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log"
 	"os"
 	"path/filepath"
@@ -79,6 +80,51 @@ func TestRestartKeepsLogAndTerm(t *testing.T) {
 			t.Fatalf("restores %d, log before restart %q, after %q", s.Restores, beforeLog, s.Log)
 		}
 	})
+}
+
+// TestTruncatedLogRestart: a cut-off leader's uncommitted entry is cut from its log after the heal
+// (a tail truncation of its WAL), then the whole cluster restarts from disk. raft-wal before v0.4.1
+// marked the truncated segment sealed without writing its index, and the node then failed at every
+// start ("sealed segment has no index block").
+func TestTruncatedLogRestart(t *testing.T) {
+	base := t.TempDir()
+	onDisk := func(i int, c *Config) { c.Dir = filepath.Join(base, fmt.Sprintf("n%d", i)) }
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	tc := newInmemCluster(t, 3, false, onDisk)
+	li := tc.leader()
+	if _, err := tc.nodes[li].Propose(ctx, []byte("first")); err != nil {
+		t.Fatal(err)
+	}
+	tc.converge()
+	committed := tc.nodes[li].Status().CommitIndex
+	tc.isolate(li)
+	if _, err := tc.nodes[li].Propose(ctx, []byte("lost")); !errors.Is(err, ErrUnknownOutcome) && !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("Propose on a cut-off leader = %v", err)
+	}
+	if last := tc.nodes[li].Status().LastIndex; last <= committed {
+		t.Fatalf("the cut-off leader's last index %d, commit index %d: nothing to truncate", last, committed)
+	}
+	nl := tc.leader(li)
+	if _, err := tc.nodes[nl].Propose(ctx, []byte("after")); err != nil {
+		t.Fatal(err)
+	}
+	tc.heal(li)
+	if snap := tc.converge(); strings.Contains(string(snap), " lost") {
+		t.Fatal("the cut-off leader's uncommitted command was applied")
+	}
+	tc.close()
+
+	tc = newInmemCluster(t, 3, false, onDisk)
+	nl = tc.leader()
+	if _, err := tc.nodes[nl].Propose(ctx, []byte("restarted")); err != nil {
+		t.Fatal(err)
+	}
+	snap := string(tc.converge())
+	if !strings.Contains(snap, " first") || !strings.Contains(snap, " after") || strings.Contains(snap, " lost") {
+		t.Fatalf("state after the restart: %.300s", snap)
+	}
 }
 
 // TestOldLogStoreRefused: a Dir holding the bbolt raft.db of earlier builds and no wal directory is
