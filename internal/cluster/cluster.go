@@ -11,7 +11,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
-	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	raftwal "github.com/hashicorp/raft-wal"
+	"github.com/hashicorp/raft-wal/metadb"
 )
 
 // StateMachine is the replicated state. The Node calls its methods from one goroutine, in log order,
@@ -58,8 +59,12 @@ type Config struct {
 	// ClientAddr is this node's address for clients. It is replicated when the node becomes leader so
 	// followers can tell clients (or forward) where the leader serves (LeaderInfo.ClientAddr). Optional.
 	ClientAddr string
-	// Dir holds the raft log, stable store (raft.db, bbolt) and snapshots. "" keeps everything in
-	// memory (tests; nothing survives Close).
+	// Dir holds the node's raft state: Dir/wal the log and the stable store (the current term and
+	// vote; github.com/hashicorp/raft-wal: segment files of 64 MiB, preallocated, and wal-meta.db),
+	// Dir/snapshots the last 2 snapshots. It is created (0700) if missing. Open refuses a Dir that
+	// holds raft.db and no wal directory: the raft.db (bbolt) log of earlier development builds,
+	// which this one does not read (ErrOldLogStore). "" keeps everything in memory (tests; nothing
+	// survives Close).
 	Dir string
 	// Transport carries raft RPCs (tests: raft.NewInmemTransport). nil: a TCP transport on RaftAddr,
 	// closed by Close. A given transport is also closed by Close (raft closes transports it is handed).
@@ -147,6 +152,16 @@ var (
 	ErrUnknownOutcome = errors.New("cluster: outcome unknown")
 	// ErrClosed: the Node is closed.
 	ErrClosed = errors.New("cluster: node closed")
+	// ErrOldLogStore: Open found Config.Dir holding raft.db and no wal directory, the log store of
+	// earlier development builds (bbolt), which this build does not read. Nothing was changed in Dir.
+	ErrOldLogStore = errors.New("cluster: the directory holds raft.db, the Raft log of an earlier development build, which this build does not read")
+)
+
+// Names inside Config.Dir.
+const (
+	walDirName   = "wal"     // the raft-wal log and stable store
+	oldLogStore  = "raft.db" // earlier development builds' bbolt log and stable store
+	logCacheSize = 512       // recent entries kept in memory in front of the WAL
 )
 
 // LeaderInfo names the leader as this node knows it.
@@ -179,7 +194,7 @@ type Node struct {
 	raft  *raft.Raft
 	fsm   *fsm
 	trans raft.Transport
-	bolt  *raftboltdb.BoltStore // nil when in memory
+	wal   *raftwal.WAL // nil when in memory (closes its meta store too)
 
 	obsCh    chan raft.Observation
 	observer *raft.Observer
@@ -241,8 +256,8 @@ func Open(cfg Config) (*Node, error) {
 	if rc.MaxAppendEntries <= 0 {
 		rc.MaxAppendEntries = DefaultMaxAppendEntries
 	}
-	// BatchApplyCh stays off: raft v1.7.3 never answers a future still in a buffered apply channel
-	// when it shuts down, and our entries are already batches (see leadership.collect).
+	// BatchApplyCh stays off: raft (v1.8.0 too) never answers a future still in a buffered apply
+	// channel when it shuts down, and our entries are already batches (see leadership.collect).
 	notifyCh := make(chan bool, 16)
 	rc.NotifyCh = notifyCh
 	if err := raft.ValidateConfig(rc); err != nil {
@@ -268,20 +283,31 @@ func Open(cfg Config) (*Node, error) {
 		mem := raft.NewInmemStore()
 		logs, stable, snaps = mem, mem, raft.NewInmemSnapshotStore()
 	} else {
-		if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
+		if err := checkOldLogStore(cfg.Dir); err != nil {
+			return nil, err
+		}
+		walDir := filepath.Join(cfg.Dir, walDirName)
+		if err := os.MkdirAll(walDir, 0o700); err != nil {
 			return nil, fmt.Errorf("cluster: %w", err)
 		}
-		n.bolt, err = raftboltdb.New(raftboltdb.Options{Path: filepath.Join(cfg.Dir, "raft.db")})
+		// Our own meta store (wal-meta.db) so that a failed open closes it (raft-wal leaves it open
+		// then, and with it a file lock a later open in this process would wait on forever).
+		meta := &metadb.BoltMetaDB{}
+		n.wal, err = raftwal.Open(walDir, raftwal.WithMetaStore(meta), raftwal.WithLogger(logger.Named("wal")))
 		if err != nil {
-			return nil, fmt.Errorf("cluster: open log: %w", err)
+			meta.Close()
+			return nil, fmt.Errorf("cluster: open log %s: %w", walDir, err)
 		}
-		stable = n.bolt
-		logs, err = raft.NewLogCache(512, n.bolt)
+		stable = n.wal
+		// The WAL reads an entry back from its segment file (a pread and a decode, each time); the
+		// cache answers the followers' replication and their apply of what they just stored from
+		// memory.
+		logs, err = raft.NewLogCache(logCacheSize, n.wal)
 		if err == nil {
 			snaps, err = raft.NewFileSnapshotStoreWithLogger(cfg.Dir, 2, logger)
 		}
 		if err != nil {
-			n.bolt.Close()
+			n.closeStores()
 			return nil, fmt.Errorf("cluster: %w", err)
 		}
 	}
@@ -353,10 +379,27 @@ func (n *Node) closeTransport() {
 	}
 }
 
-func (n *Node) closeStores() {
-	if n.bolt != nil {
-		n.bolt.Close()
+// closeStores closes the WAL (after raft stopped using it).
+func (n *Node) closeStores() error {
+	if n.wal == nil {
+		return nil
 	}
+	return n.wal.Close()
+}
+
+// checkOldLogStore returns ErrOldLogStore (with what to do) when dir holds raft.db and no wal
+// directory. It creates nothing.
+func checkOldLogStore(dir string) error {
+	if _, err := os.Stat(filepath.Join(dir, oldLogStore)); err != nil {
+		return nil // no raft.db (or unreadable: opening the WAL reports it)
+	}
+	if _, err := os.Stat(filepath.Join(dir, walDirName)); err == nil {
+		return nil // a WAL already: raft.db is a leftover this build never reads
+	}
+	return fmt.Errorf("%w (%s): move the directory away and start this node with an empty one, "+
+		"it catches up from the leader if the other nodes run; if every node has such a directory, "+
+		"start them all with empty ones, a new cluster (its locks and sessions are not kept)",
+		ErrOldLogStore, filepath.Join(dir, oldLogStore))
 }
 
 // Close leaves the cluster's work to the others: it stops raft (without removing this node from the
@@ -372,10 +415,8 @@ func (n *Node) Close() error {
 		n.raft.DeregisterObserver(n.observer)
 		close(n.closing)
 		n.wg.Wait()
-		if n.bolt != nil {
-			if cerr := n.bolt.Close(); err == nil {
-				err = cerr
-			}
+		if cerr := n.closeStores(); err == nil {
+			err = cerr
 		}
 		n.notifyChanged()
 	})
@@ -581,7 +622,7 @@ type Status struct {
 	LastContact time.Time
 	// LastNow is the time of the last applied entry (Unix ns).
 	LastNow int64
-	// Peers is the latest configuration (raft v1.7 exposes no per-peer match index; the leader marks
+	// Peers is the latest configuration (raft v1.8 exposes no per-peer match index; the leader marks
 	// peers whose heartbeats fail).
 	Peers []Peer
 }

@@ -5,9 +5,21 @@ import (
 	"io"
 	"log"
 	"log/slog"
+	"os"
 
 	"github.com/hashicorp/go-hclog"
 )
+
+// raft-wal (v0.4.1) preallocates its segment files with etcd v3.3's fileutil, whose logger (capnslog)
+// takes the standard library's log package over when the program starts: its output (its own
+// format, or the systemd journal when the parent process is pid 1), flags and prefix. Nothing here
+// logs through that package, but net/http and slog's default handler do: put its defaults back.
+// This runs after capnslog's initialisation (a dependency's) and before main.
+func init() {
+	log.SetOutput(os.Stderr)
+	log.SetFlags(log.LstdFlags)
+	log.SetPrefix("")
+}
 
 type hclogLogger = hclog.Logger
 

@@ -148,7 +148,7 @@ func TestTCPRestart(t *testing.T) {
 	}
 	before := tc.converge("r29")
 	tc.close()
-	if _, err := os.Stat(filepath.Join(tc.dirs[0], "raft.db")); err != nil {
+	if _, err := os.Stat(filepath.Join(tc.dirs[0], walDirName, "wal-meta.db")); err != nil {
 		t.Fatal(err)
 	}
 

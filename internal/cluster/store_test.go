@@ -1,0 +1,180 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+func openDiskNode(t *testing.T, dir string, sm *lockedSM) *Node {
+	t.Helper()
+	_, tr := raft.NewInmemTransport("")
+	n, err := Open(Config{ID: "a", Transport: tr, Dir: dir, Bootstrap: true, SM: sm})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestRestartKeepsLogAndTerm: a node reopened on its Dir finds its term and its log in the WAL (no
+// snapshot was taken: the state comes back by replaying the log), and goes on from there.
+func TestRestartKeepsLogAndTerm(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "node")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+
+	sm := newLockedSM(false)
+	n := openDiskNode(t, dir, sm)
+	if _, err := n.WaitLeader(ctx); err != nil {
+		n.Close()
+		t.Fatal(err)
+	}
+	for _, c := range []string{"a", "b", "c"} {
+		if _, err := n.Propose(ctx, []byte(c)); err != nil {
+			n.Close()
+			t.Fatal(err)
+		}
+	}
+	before := n.Status()
+	var beforeLog []string
+	sm.read(func(s *toySM) { beforeLog = slices.Clone(s.Log) })
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{walDirName + "/wal-meta.db", "snapshots"} {
+		if _, err := os.Stat(filepath.Join(dir, p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	segs, _ := filepath.Glob(filepath.Join(dir, walDirName, "*.wal"))
+	if len(segs) == 0 {
+		t.Fatalf("no segment file in %s", filepath.Join(dir, walDirName))
+	}
+
+	sm = newLockedSM(false)
+	n = openDiskNode(t, dir, sm)
+	defer n.Close()
+	if _, err := n.WaitLeader(ctx); err != nil {
+		t.Fatal(err)
+	}
+	res, err := n.Propose(ctx, []byte("d"))
+	if err != nil || string(res) != "4" { // a, b, c replayed from the log before it
+		t.Fatalf("Propose after restart = %q, %v", res, err)
+	}
+	after := n.Status()
+	if after.Term <= before.Term || after.LastIndex <= before.LastIndex {
+		t.Fatalf("before restart term %d, last index %d; after: term %d, last index %d",
+			before.Term, before.LastIndex, after.Term, after.LastIndex)
+	}
+	sm.read(func(s *toySM) {
+		if s.Restores != 0 || len(s.Log) != 4 || !slices.Equal(s.Log[:3], beforeLog) {
+			t.Fatalf("restores %d, log before restart %q, after %q", s.Restores, beforeLog, s.Log)
+		}
+	})
+}
+
+// TestTruncatedLogRestart: a cut-off leader's uncommitted entry is cut from its log after the heal
+// (a tail truncation of its WAL), then the whole cluster restarts from disk. raft-wal before v0.4.1
+// marked the truncated segment sealed without writing its index, and the node then failed at every
+// start ("sealed segment has no index block").
+func TestTruncatedLogRestart(t *testing.T) {
+	base := t.TempDir()
+	onDisk := func(i int, c *Config) { c.Dir = filepath.Join(base, fmt.Sprintf("n%d", i)) }
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	tc := newInmemCluster(t, 3, false, onDisk)
+	li := tc.leader()
+	if _, err := tc.nodes[li].Propose(ctx, []byte("first")); err != nil {
+		t.Fatal(err)
+	}
+	tc.converge()
+	committed := tc.nodes[li].Status().CommitIndex
+	tc.isolate(li)
+	if _, err := tc.nodes[li].Propose(ctx, []byte("lost")); !errors.Is(err, ErrUnknownOutcome) && !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("Propose on a cut-off leader = %v", err)
+	}
+	if last := tc.nodes[li].Status().LastIndex; last <= committed {
+		t.Fatalf("the cut-off leader's last index %d, commit index %d: nothing to truncate", last, committed)
+	}
+	nl := tc.leader(li)
+	if _, err := tc.nodes[nl].Propose(ctx, []byte("after")); err != nil {
+		t.Fatal(err)
+	}
+	tc.heal(li)
+	if snap := tc.converge(); strings.Contains(string(snap), " lost") {
+		t.Fatal("the cut-off leader's uncommitted command was applied")
+	}
+	tc.close()
+
+	tc = newInmemCluster(t, 3, false, onDisk)
+	nl = tc.leader()
+	if _, err := tc.nodes[nl].Propose(ctx, []byte("restarted")); err != nil {
+		t.Fatal(err)
+	}
+	snap := string(tc.converge())
+	if !strings.Contains(snap, " first") || !strings.Contains(snap, " after") || strings.Contains(snap, " lost") {
+		t.Fatalf("state after the restart: %.300s", snap)
+	}
+}
+
+// TestOldLogStoreRefused: a Dir holding the bbolt raft.db of earlier builds and no wal directory is
+// refused, untouched, with an error that says what to do; once a wal directory exists, a raft.db
+// beside it is a leftover that Open ignores.
+func TestOldLogStoreRefused(t *testing.T) {
+	dir := t.TempDir()
+	old := filepath.Join(dir, "raft.db")
+	if err := os.WriteFile(old, []byte("an old bbolt file"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, tr := raft.NewInmemTransport("")
+	n, err := Open(Config{ID: "a", Transport: tr, Dir: dir, Bootstrap: true, SM: newLockedSM(false)})
+	if err == nil {
+		n.Close()
+		t.Fatal("Open accepted a directory with raft.db")
+	}
+	tr.Close()
+	if !errors.Is(err, ErrOldLogStore) || !strings.Contains(err.Error(), old) ||
+		!strings.Contains(err.Error(), "start this node with an empty one") {
+		t.Fatalf("Open = %v", err)
+	}
+	ents, _ := os.ReadDir(dir)
+	if len(ents) != 1 || ents[0].Name() != "raft.db" {
+		t.Fatalf("Open changed the directory: %v", ents)
+	}
+	if b, _ := os.ReadFile(old); string(b) != "an old bbolt file" {
+		t.Fatalf("raft.db changed: %q", b)
+	}
+
+	if err := os.Mkdir(filepath.Join(dir, walDirName), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	sm := newLockedSM(false)
+	n = openDiskNode(t, dir, sm)
+	defer n.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := n.WaitLeader(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := n.Propose(ctx, []byte("x")); err != nil || string(res) != "1" {
+		t.Fatalf("Propose = %q, %v", res, err)
+	}
+}
+
+// TestStdLogKept: importing raft-wal must not leave the standard library's log package redirected
+// (see the init in log.go).
+func TestStdLogKept(t *testing.T) {
+	if log.Writer() != os.Stderr || log.Flags() != log.LstdFlags || log.Prefix() != "" {
+		t.Fatalf("log package: writer %T, flags %d, prefix %q", log.Writer(), log.Flags(), log.Prefix())
+	}
+}
