@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/raft"
 	raftwal "github.com/hashicorp/raft-wal"
 	"github.com/hashicorp/raft-wal/metadb"
+	"github.com/mlock-dev/mlock/internal/datadir"
 )
 
 // StateMachine is the replicated state. The Node calls its methods from one goroutine, in log order,
@@ -195,6 +196,8 @@ type Node struct {
 	fsm   *fsm
 	trans raft.Transport
 	wal   *raftwal.WAL // nil when in memory (closes its meta store too)
+	// dirLock holds the wal directory's lock (datadir.Lock) while wal is open.
+	dirLock *os.File
 
 	obsCh    chan raft.Observation
 	observer *raft.Observer
@@ -290,12 +293,17 @@ func Open(cfg Config) (*Node, error) {
 		if err := os.MkdirAll(walDir, 0o700); err != nil {
 			return nil, fmt.Errorf("cluster: %w", err)
 		}
+		// One process per directory: a second would wait forever on the WAL's meta store.
+		if n.dirLock, err = datadir.Lock(walDir); err != nil {
+			return nil, fmt.Errorf("cluster: raft directory: %w", err)
+		}
 		// Our own meta store (wal-meta.db) so that a failed open closes it (raft-wal leaves it open
 		// then, and with it a file lock a later open in this process would wait on forever).
 		meta := &metadb.BoltMetaDB{}
 		n.wal, err = raftwal.Open(walDir, raftwal.WithMetaStore(meta), raftwal.WithLogger(logger.Named("wal")))
 		if err != nil {
 			meta.Close()
+			n.dirLock.Close()
 			return nil, fmt.Errorf("cluster: open log %s: %w", walDir, err)
 		}
 		stable = n.wal
@@ -379,12 +387,14 @@ func (n *Node) closeTransport() {
 	}
 }
 
-// closeStores closes the WAL (after raft stopped using it).
+// closeStores closes the WAL (after raft stopped using it), then releases the directory.
 func (n *Node) closeStores() error {
 	if n.wal == nil {
 		return nil
 	}
-	return n.wal.Close()
+	err := n.wal.Close()
+	n.dirLock.Close()
+	return err
 }
 
 // checkOldLogStore returns ErrOldLogStore (with what to do) when dir holds raft.db and no wal

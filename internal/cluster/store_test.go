@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/mlock-dev/mlock/internal/datadir"
 )
 
 func openDiskNode(t *testing.T, dir string, sm *lockedSM) *Node {
@@ -177,4 +179,35 @@ func TestStdLogKept(t *testing.T) {
 	if log.Writer() != os.Stderr || log.Flags() != log.LstdFlags || log.Prefix() != "" {
 		t.Fatalf("log package: writer %T, flags %d, prefix %q", log.Writer(), log.Flags(), log.Prefix())
 	}
+}
+
+// TestDirInUseRefused: a second node on the directory of a running one is refused at once, naming
+// the holder, instead of waiting on the log's files; the directory is free again after Close.
+func TestDirInUseRefused(t *testing.T) {
+	dir := t.TempDir()
+	open := func() (*Node, error) {
+		return Open(Config{ID: "n0", RaftAddr: "127.0.0.1:0", Dir: dir, Bootstrap: true,
+			Peers: []Peer{{ID: "n0", Addr: "127.0.0.1:0"}}, SM: newLockedSM(false)})
+	}
+	first, err := open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := open()
+	if err == nil {
+		second.Close()
+		first.Close()
+		t.Fatal("a second node opened the directory of a running one")
+	}
+	if !errors.Is(err, datadir.ErrInUse) || !strings.Contains(err.Error(), fmt.Sprintf("pid %d", os.Getpid())) {
+		t.Fatalf("second Open: %v, want ErrInUse naming pid %d", err, os.Getpid())
+	}
+	if err := first.Close(); err != nil {
+		t.Fatal(err)
+	}
+	again, err := open()
+	if err != nil {
+		t.Fatalf("Open after Close: %v", err)
+	}
+	again.Close()
 }

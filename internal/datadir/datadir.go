@@ -100,20 +100,14 @@ type Dir struct {
 	period     time.Duration // guarded by mu: the period Start was given
 }
 
-// Open opens (creating it with mode 0700, and its parents, if missing) the
-// data directory at path and takes its lock. It returns an error wrapping
-// ErrInUse if another process holds the directory, and an error if the
-// directory cannot be created or locked or if the token mark exists but
-// cannot be read (tokens could go backwards). An unreadable state file is
-// not an error: Previous reports EndingUnknown and Start is quiet. The Dir
-// must be closed to release the lock (the process's exit releases it too).
-func Open(path string) (*Dir, error) {
-	if path == "" {
-		return nil, errors.New("datadir: empty path")
-	}
-	if err := os.MkdirAll(path, 0o700); err != nil {
-		return nil, fmt.Errorf("datadir: %w", err)
-	}
+// Lock takes the exclusive lock of the existing directory path (its file
+// "lock", created 0600, holding this process's pid): a directory is used by
+// one process at a time. It returns an error wrapping ErrInUse, naming the
+// holder's pid, if another process holds it, without waiting. Closing the
+// returned file releases the lock (the process's exit releases it too).
+// Open takes it for a data directory; a cluster node takes it for its Raft
+// directory.
+func Lock(path string) (*os.File, error) {
 	lf, err := os.OpenFile(filepath.Join(path, lockFile), os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("datadir: %w", err)
@@ -129,10 +123,31 @@ func Open(path string) (*Dir, error) {
 		}
 		return nil, fmt.Errorf("datadir: locking %s: %w", lf.Name(), err)
 	}
-	// The pid is for the message of a second server; failing to write it
+	// The pid is for the message of a second process; failing to write it
 	// changes nothing else.
 	if lf.Truncate(0) == nil {
 		_, _ = lf.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	}
+	return lf, nil
+}
+
+// Open opens (creating it with mode 0700, and its parents, if missing) the
+// data directory at path and takes its lock. It returns an error wrapping
+// ErrInUse if another process holds the directory, and an error if the
+// directory cannot be created or locked or if the token mark exists but
+// cannot be read (tokens could go backwards). An unreadable state file is
+// not an error: Previous reports EndingUnknown and Start is quiet. The Dir
+// must be closed to release the lock (the process's exit releases it too).
+func Open(path string) (*Dir, error) {
+	if path == "" {
+		return nil, errors.New("datadir: empty path")
+	}
+	if err := os.MkdirAll(path, 0o700); err != nil {
+		return nil, fmt.Errorf("datadir: %w", err)
+	}
+	lf, err := Lock(path)
+	if err != nil {
+		return nil, err
 	}
 	d := &Dir{path: path, lock: lf}
 	mark, markErr := d.readMark()
