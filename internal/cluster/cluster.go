@@ -61,7 +61,7 @@ type Config struct {
 	// followers can tell clients (or forward) where the leader serves (LeaderInfo.ClientAddr). Optional.
 	ClientAddr string
 	// Dir holds the node's raft state: Dir/wal the log and the stable store (the current term and
-	// vote; github.com/hashicorp/raft-wal: segment files of 64 MiB, preallocated, and wal-meta.db),
+	// vote; github.com/hashicorp/raft-wal: segment files of 8 MiB, preallocated, and wal-meta.db),
 	// Dir/snapshots the last 2 snapshots. It is created (0700) if missing. Open refuses a Dir that
 	// holds raft.db and no wal directory: the raft.db (bbolt) log of earlier development builds,
 	// which this one does not read (ErrOldLogStore). "" keeps everything in memory (tests; nothing
@@ -160,9 +160,10 @@ var (
 
 // Names inside Config.Dir.
 const (
-	walDirName   = "wal"     // the raft-wal log and stable store
-	oldLogStore  = "raft.db" // earlier development builds' bbolt log and stable store
-	logCacheSize = 512       // recent entries kept in memory in front of the WAL
+	walDirName     = "wal"     // the raft-wal log and stable store
+	walSegmentSize = 8 << 20   // bytes per log segment file (see doc.go, Versions)
+	oldLogStore    = "raft.db" // earlier development builds' bbolt log and stable store
+	logCacheSize   = 512       // recent entries kept in memory in front of the WAL
 )
 
 // LeaderInfo names the leader as this node knows it.
@@ -300,7 +301,17 @@ func Open(cfg Config) (*Node, error) {
 		// Our own meta store (wal-meta.db) so that a failed open closes it (raft-wal leaves it open
 		// then, and with it a file lock a later open in this process would wait on forever).
 		meta := &metadb.BoltMetaDB{}
-		n.wal, err = raftwal.Open(walDir, raftwal.WithMetaStore(meta), raftwal.WithLogger(logger.Named("wal")))
+		repaired, err := repairSealedTail(walDir, meta)
+		if err != nil {
+			meta.Close()
+			n.dirLock.Close()
+			return nil, fmt.Errorf("cluster: open log %s: %w", walDir, err)
+		}
+		if repaired {
+			logger.Warn("cluster: the log's last segment was full and sealed but not recorded (a crash during its rotation): recorded now", "dir", walDir)
+		}
+		n.wal, err = raftwal.Open(walDir, raftwal.WithMetaStore(meta), raftwal.WithLogger(logger.Named("wal")),
+			raftwal.WithSegmentSize(walSegmentSize))
 		if err != nil {
 			meta.Close()
 			n.dirLock.Close()

@@ -31,7 +31,7 @@
 // client port already carries everything a forwarded command needs, so it is not done here.
 //
 // Storage: Config.Dir/wal holds the log and the stable store (github.com/hashicorp/raft-wal: an
-// append-only log in preallocated 64 MiB segment files, one fdatasync per write; the current term,
+// append-only log in preallocated 8 MiB segment files, one fsync per write; the current term,
 // the vote and the list of segments in a small bbolt file, wal-meta.db, written only when those
 // change), behind a 512-entry log cache: the WAL reads an entry back from its file (about 4 µs, a
 // pread and a decode), the cache serves what the followers' replication and apply read from memory.
@@ -44,13 +44,18 @@
 // hashicorp/raft v1.8.0 with raft-wal v0.4.1. The log store's write is on every group commit's path,
 // on the leader and then on a follower, one after the other: raft-boltdb (bbolt) writes pages and
 // syncs twice per transaction, 375 µs to store one 600-byte entry on the machine measured against
-// 147 µs for raft-wal's append and single fdatasync (1000 sequential StoreLogs calls each), and the
+// 147 µs for raft-wal's append and single fsync (1000 sequential StoreLogs calls each), and the
 // leader spent about 45% of its CPU in it. raft-wal is younger (its authors still call it
 // experimental): each append batch ends with a commit frame holding a CRC of the batch, and
-// recovery drops a torn last batch, which fdatasync never acknowledged. v0.4.1, not v0.4.0: v0.4.0
+// recovery drops a torn last batch, which fsync never acknowledged. v0.4.1, not v0.4.0: v0.4.0
 // marks a segment cut by a tail truncation (a follower dropping a deposed leader's entries) sealed
 // without writing its index, and the node then fails at every start (TestTruncatedLogRestart);
-// v0.4.1 also closes wal-meta.db on Close. Its segment preallocation pulls in etcd v3.3's capnslog,
+// v0.4.1 also closes wal-meta.db on Close. v0.4.1 still records a segment's rotation in wal-meta.db
+// only after the append that filled the segment sealed its file: a crash in between left the log
+// refusing every append, at every start; Open records such a rotation before the WAL opens
+// (repairSealedTail, TestSealedTailRepaired). Segments are 8 MiB, not raft-wal's 64 MiB: every tail
+// truncation starts a new preallocated segment, and leader changes on a lightly loaded cluster
+// would otherwise leave 64 MiB files until compaction passes them. Its segment preallocation pulls in etcd v3.3's capnslog,
 // which redirects the standard log package when the program starts (log.go puts it back).
 // raft v1.8.0 builds with raft-wal and go-metrics v0.7; what it adds (restoring committed logs at
 // start) is off and unused. Pre-vote (since v1.7) is on. It still leaves a future in a buffered

@@ -49,8 +49,9 @@ type leadership struct {
 	// to raft. Both owned by the batcher goroutine.
 	proposedNow int64
 	submitted   uint64
-	// outstanding counts entries handed to raft and not yet answered.
+	// outstanding counts entries handed to raft and not yet answered; notices, the notices among them.
 	outstanding atomic.Int64
+	notices     atomic.Int64
 	// settled is signalled by the completer when an entry other than a notice was answered and none
 	// is outstanding (see settle).
 	settled chan struct{}
@@ -198,6 +199,12 @@ func (l *leadership) settle(inflight chan<- *pending) {
 	if l.outstanding.Load() != 0 || len(l.queue) != 0 {
 		return
 	}
+	if d, ok := l.deadline(); ok && l.n.cfg.Clock() >= d {
+		// A tick is due (its timer not yet taken): this entry is that tick, and its answer brings
+		// a notice after it, for the grants and expiries it applies.
+		l.submit(nil, false, inflight)
+		return
+	}
 	f := l.n.raft.GetConfiguration()
 	if f.Error() != nil || len(f.Configuration().Servers) < 2 {
 		return
@@ -228,7 +235,8 @@ func (l *leadership) collect(batch []*proposal, first *proposal, window *time.Ti
 			continue
 		default:
 		}
-		if n.cfg.BatchWindow < 0 || l.outstanding.Load() == 0 || len(batch) == 0 {
+		// Nothing but notices on their way counts as idle: they carry no commands to wait for.
+		if n.cfg.BatchWindow < 0 || l.outstanding.Load() == l.notices.Load() || len(batch) == 0 {
 			return batch
 		}
 		if !waiting {
@@ -262,6 +270,9 @@ func (l *leadership) submit(batch []*proposal, notice bool, inflight chan<- *pen
 		}
 	}
 	data := appendEntry(make([]byte, 0, entrySize(e.cmds)), &e)
+	if notice {
+		l.notices.Add(1)
+	}
 	l.outstanding.Add(1)
 	l.submitted++
 	inflight <- &pending{f: n.raft.ApplyLog(raft.Log{Data: data}, 0), props: batch, notice: notice}
@@ -290,6 +301,9 @@ func (l *leadership) complete(inflight <-chan *pending, done chan<- struct{}) {
 			} else {
 				p.done <- proposalResult{val: r.results[i]}
 			}
+		}
+		if pe.notice {
+			l.notices.Add(-1)
 		}
 		if l.outstanding.Add(-1) == 0 && !pe.notice {
 			select {

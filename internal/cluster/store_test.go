@@ -13,6 +13,9 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	raftwal "github.com/hashicorp/raft-wal"
+	"github.com/hashicorp/raft-wal/metadb"
+	"github.com/hashicorp/raft-wal/types"
 
 	"github.com/mlock-dev/mlock/internal/datadir"
 )
@@ -210,4 +213,79 @@ func TestDirInUseRefused(t *testing.T) {
 		t.Fatalf("Open after Close: %v", err)
 	}
 	again.Close()
+}
+
+// failingMeta fails every CommitState once armed, as a crash before the commit would (nothing of it
+// is persisted).
+type failingMeta struct {
+	*metadb.BoltMetaDB
+	armed bool
+}
+
+func (m *failingMeta) CommitState(s types.PersistentState) error {
+	if m.armed {
+		return errors.New("crash before the meta commit")
+	}
+	return m.BoltMetaDB.CommitState(s)
+}
+
+// TestSealedTailRepaired: the append that fills a segment seals its file; the rotation that records
+// that commits to the meta store afterwards. With that commit lost, raft-wal alone refuses every later
+// append, after every restart; repairSealedTail records the rotation, and the log goes on with every
+// entry kept.
+func TestSealedTailRepaired(t *testing.T) {
+	dir := t.TempDir()
+	m := &failingMeta{BoltMetaDB: &metadb.BoltMetaDB{}}
+	w, err := raftwal.Open(dir, raftwal.WithMetaStore(m), raftwal.WithSegmentSize(8192))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.armed = true
+	var last uint64
+	for i := uint64(1); i <= 40; i++ {
+		if err := w.StoreLogs([]*raft.Log{{Index: i, Term: 1, Data: make([]byte, 600)}}); err != nil {
+			break // the rotation's commit failed: the tail is sealed on disk only
+		}
+		last = i
+	}
+	w.Close()
+	if last == 0 || last == 40 {
+		t.Fatalf("stored through %d: the segment did not fill", last)
+	}
+
+	// Without the repair, the reopened log refuses appends.
+	w, err = raftwal.Open(dir, raftwal.WithMetaStore(&metadb.BoltMetaDB{}), raftwal.WithSegmentSize(8192))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.StoreLogs([]*raft.Log{{Index: last + 1, Term: 1, Data: []byte("x")}}); !errors.Is(err, raftwal.ErrSealed) {
+		t.Fatalf("append to the unrepaired log: %v, want ErrSealed (raft-wal fixed it? then drop the repair)", err)
+	}
+	w.Close()
+
+	meta := &metadb.BoltMetaDB{}
+	repaired, err := repairSealedTail(dir, meta)
+	if err != nil || !repaired {
+		t.Fatalf("repairSealedTail = %v, %v", repaired, err)
+	}
+	w, err = raftwal.Open(dir, raftwal.WithMetaStore(meta), raftwal.WithSegmentSize(8192))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.StoreLogs([]*raft.Log{{Index: last + 1, Term: 1, Data: []byte("x")}}); err != nil {
+		t.Fatalf("append after the repair: %v", err)
+	}
+	for i := uint64(1); i <= last+1; i++ {
+		var l raft.Log
+		if err := w.GetLog(i, &l); err != nil || l.Index != i {
+			t.Fatalf("entry %d after the repair: %v (index %d)", i, err, l.Index)
+		}
+	}
+	// A second repair finds nothing to do.
+	w.Close()
+	meta2 := &metadb.BoltMetaDB{}
+	if again, err := repairSealedTail(dir, meta2); err != nil || again {
+		t.Fatalf("second repairSealedTail = %v, %v", again, err)
+	}
+	meta2.Close()
 }
