@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -656,4 +657,94 @@ func FuzzParseURI(f *testing.F) {
 			}
 		}
 	})
+}
+
+// serveHello is a node that answers connect with "connected 1.0 new 15000",
+// naming leader if not "", counts the connects, and answers pings.
+func serveHello(leader *string, connects *sync.Map) func(c net.Conn, r *bufio.Reader) {
+	return func(c net.Conn, r *bufio.Reader) {
+		f, err := readCommand(r)
+		if err != nil || f[0] != "connect" {
+			return
+		}
+		n, _ := connects.LoadOrStore(c.LocalAddr().String(), new(atomic.Int32))
+		n.(*atomic.Int32).Add(1)
+		hello := []string{"1.0", "new", "15000"}
+		if *leader != "" {
+			hello = append(hello, "leader="+*leader)
+		}
+		c.Write(protocol.Append(nil, append([]string{"connected"}, hello...)...))
+		for {
+			f, err := readCommand(r)
+			if err != nil {
+				return
+			}
+			if f[0] == "ping" {
+				c.Write(protocol.Append(nil, "result", f[1], "success", "pong"))
+			}
+		}
+	}
+}
+
+// A follower that names the cluster's leader in its handshake: the session
+// moves to the leader when it is one of its nodes (once: a leader that names
+// another is served), and stays with Options.StayOnNode or when the named
+// leader is not one of its nodes.
+func TestSessionMovesToTheLeaderItIsTold(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		aNames      string // "b", "a", "other" or ""
+		bNames      string
+		stay        bool
+		want        string // "a" or "b"
+		connectsOnA int
+		connectsOnB int
+	}{
+		{name: "moves", aNames: "b", want: "b", connectsOnA: 1, connectsOnB: 1},
+		{name: "stays when asked", aNames: "b", stay: true, want: "a", connectsOnA: 1},
+		{name: "unknown leader", aNames: "other", want: "a", connectsOnA: 1},
+		{name: "on the leader", want: "a", connectsOnA: 1},
+		{name: "moves once", aNames: "b", bNames: "a", want: "b", connectsOnA: 1, connectsOnB: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var connects sync.Map
+			var aNames, bNames string
+			a := newFakeNode(t, serveHello(&aNames, &connects))
+			b := newFakeNode(t, serveHello(&bNames, &connects))
+			name := func(s string) string {
+				switch s {
+				case "a":
+					return a.addr()
+				case "b":
+					return b.addr()
+				case "other":
+					return deadAddr(t)
+				}
+				return ""
+			}
+			aNames, bNames = name(tc.aNames), name(tc.bNames)
+			c, err := mlock.NewClient(mlock.Options{Addrs: []string{a.addr(), b.addr()}, StayOnNode: tc.stay})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := c.Ping(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if got := c.Node(); got != name(tc.want) {
+				t.Fatalf("session on %s, want %s (%s)", got, tc.want, name(tc.want))
+			}
+			count := func(addr string) int {
+				if n, ok := connects.Load(addr); ok {
+					return int(n.(*atomic.Int32).Load())
+				}
+				return 0
+			}
+			if ca, cb := count(a.addr()), count(b.addr()); ca != tc.connectsOnA || cb != tc.connectsOnB {
+				t.Fatalf("connects: %d on a, %d on b; want %d, %d", ca, cb, tc.connectsOnA, tc.connectsOnB)
+			}
+		})
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"runtime"
+	"strings"
 	"sync"
 	"time"
 
@@ -34,6 +35,7 @@ func (s *session) run() {
 	defer close(s.done)
 	tried := 0         // failed attempts in this round
 	var refusal *Error // one of them, if the server refused the connection
+	moved := false     // the last connection was left for the leader it named
 	for {
 		select {
 		case <-s.quit:
@@ -44,6 +46,17 @@ func (s *session) run() {
 		i := s.next
 		s.next = (i + 1) % len(s.nodes)
 		c, err := s.dial(i)
+		if err == nil && !moved {
+			if j := s.leaderNode(c.h.leader, i); j >= 0 {
+				// A follower: move to the leader it named, once (a leader
+				// that names another is served).
+				c.tcp.Close()
+				s.log.Debug("mlock: moving to the cluster's leader", "node", s.nodes[i].addr, "leader", s.nodes[j].addr)
+				s.next, moved = j, true
+				continue
+			}
+		}
+		moved = false
 		if err == nil {
 			tried, refusal = 0, nil
 			if !s.serve(c, i) {
@@ -84,6 +97,22 @@ func (s *session) run() {
 
 var errShuttingDown = errors.New("server shutting down")
 
+// leaderNode returns the index of the node whose address is leader (the
+// client address a follower named in its handshake), or -1: none named, it
+// is node i itself, it is not one of the session's nodes, or
+// Options.StayOnNode.
+func (s *session) leaderNode(leader string, i int) int {
+	if leader == "" || s.opts.StayOnNode {
+		return -1
+	}
+	for j, n := range s.nodes {
+		if j != i && strings.EqualFold(n.addr, leader) {
+			return j
+		}
+	}
+	return -1
+}
+
 // maxDrops is how many connections a lock request may lose before its result
 // (it is asked again after each but the last): a node that drops every
 // connection fails the request with the connection error instead of keeping
@@ -95,6 +124,7 @@ type hello struct {
 	resumed bool          // the server kept the session
 	graceMs int64         // the session grace it announced; -1: none
 	sent    time.Duration // when connect was sent
+	leader  string        // the cluster leader's client address a follower named
 }
 
 // link is one connection to the server, handshake done.
@@ -180,7 +210,7 @@ func (s *session) dial(i int) (link, error) {
 		return link{}, s.ctx.Err()
 	}
 	_ = tcp.SetDeadline(time.Time{})
-	return link{nc: nc, tcp: tcp, r: r, h: hello{resumed: m.Resumed, graceMs: m.GraceMs, sent: sent}}, nil
+	return link{nc: nc, tcp: tcp, r: r, h: hello{resumed: m.Resumed, graceMs: m.GraceMs, sent: sent, leader: m.Leader}}, nil
 }
 
 // looksLikeTLS reports whether the server's first bytes are a TLS record

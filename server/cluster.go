@@ -461,7 +461,7 @@ func (s *Server) applyAttachLocked(tx *core.Tx, m *logCmd) {
 	sess.node, sess.key = m.node, m.conn
 	s.rebindLocked(sess, moved)
 	cl.ans[0] = ansAttached
-	cl.ans = protocol.AppendConnected(cl.ans, resumed, s.graceMs)
+	cl.ans = protocol.AppendConnectedLeader(cl.ans, resumed, s.graceMs, s.leaderHint(local))
 	cl.ans = append(cl.ans, sess.offline...)
 	sess.offline = nil
 	sess.pruned = false
@@ -473,6 +473,23 @@ func (s *Server) applyAttachLocked(tx *core.Tx, m *logCmd) {
 			}
 		})
 	}
+}
+
+// leaderHint is the leader's client address for the connected answer to
+// local, this node's connection (nil: none here): a client may move there
+// and save every request the forwarding hop and the follower's wait for the
+// commit index. "" on the leader, without a local connection, or while no
+// leader is known. Only this node's answer carries it (the replicated
+// result is the flags byte), so it need not be deterministic.
+func (s *Server) leaderHint(local *conn) string {
+	if local == nil {
+		return ""
+	}
+	info, _ := s.cl.node.Leader()
+	if info.ID == "" || info.ID == s.cl.id {
+		return ""
+	}
+	return info.ClientAddr
 }
 
 // answerLocked writes frames to c, the proposing connection, unless its

@@ -208,7 +208,7 @@ func TestClusterLocksThroughEveryNode(t *testing.T) {
 	var cs []*raw
 	for i := range 3 {
 		c := tc.dial(i, "s"+strconv.Itoa(i))
-		c.expect("connected 1.0 new *")
+		c.expect("connected 1.0 new * **")
 		cs = append(cs, c)
 	}
 	// FIFO across nodes: 0 holds, 1 then 2 wait.
@@ -290,16 +290,16 @@ func TestClusterSessionMovesToAnotherNode(t *testing.T) {
 	tc := newTestCluster(t, 3, false)
 	tc.leader()
 	a := tc.dial(0, "mover")
-	a.expect("connected 1.0 new *")
+	a.expect("connected 1.0 new * **")
 	id := a.lock("1", "m 60000 0 0")
 	tok := a.locked(id)
 	w := tc.dial(2, "waiter")
-	w.expect("connected 1.0 new *")
+	w.expect("connected 1.0 new * **")
 	wid := w.lock("1", "m 60000 0 0")
 	// The client moves to node 1: its session resumes there with its lock.
 	a.nc.Close()
 	b := tc.dial(1, "mover")
-	b.expect("connected 1.0 resumed *")
+	b.expect("connected 1.0 resumed * **")
 	b.expect("locked " + id + " * " + tok)
 	w.quiet()
 	// A push for it is now delivered by node 1.
@@ -308,7 +308,7 @@ func TestClusterSessionMovesToAnotherNode(t *testing.T) {
 	w.expect("locked " + wid + " * *")
 	// Takeover across nodes: the old connection is told.
 	c := tc.dial(0, "waiter")
-	c.expect("connected 1.0 resumed *")
+	c.expect("connected 1.0 resumed * **")
 	for {
 		got := w.read()
 		if strings.HasPrefix(got, "error ") {
@@ -326,11 +326,11 @@ func TestClusterLeaderLoss(t *testing.T) {
 	l := tc.leader()
 	f1, f2 := (l+1)%3, (l+2)%3
 	h := tc.dial(f1, "holder")
-	h.expect("connected 1.0 new *")
+	h.expect("connected 1.0 new * **")
 	id := h.lock("1", "x 60000 0 0")
 	tok, _ := strconv.ParseUint(h.locked(id), 10, 64)
 	w := tc.dial(f2, "waiter")
-	w.expect("connected 1.0 new *")
+	w.expect("connected 1.0 new * **")
 	wid := w.lock("1", "x 60000 0 0") // no timeout: waits
 	tc.stop(l)
 	// During the election the unlock waits, and is then applied.
@@ -423,7 +423,7 @@ func TestClusterRestartFromDisk(t *testing.T) {
 	tc := newTestCluster(t, 3, true)
 	tc.leader()
 	a := tc.dial(1, "keeper")
-	a.expect("connected 1.0 new *")
+	a.expect("connected 1.0 new * **")
 	id := a.lock("1", "kept 600000 0 0")
 	tok := a.locked(id)
 	tc.nodes[0].cl.node.Snapshot() // compact once: the restart restores a snapshot, then the log
@@ -438,7 +438,7 @@ func TestClusterRestartFromDisk(t *testing.T) {
 	}
 	tc.leader()
 	b := tc.dial(2, "keeper")
-	if got := b.readWithin(10 * time.Second); !match(got, "connected 1.0 resumed *") {
+	if got := b.readWithin(10 * time.Second); !match(got, "connected 1.0 resumed * **") {
 		t.Fatalf("after the restart: %q", got)
 	}
 	seen := map[string]bool{}
@@ -488,7 +488,7 @@ func TestClusterDeterminism(t *testing.T) {
 	var cs []*raw
 	for i := range 3 {
 		c := tc.dial(i, "d"+strconv.Itoa(i))
-		c.expect("connected 1.0 new *")
+		c.expect("connected 1.0 new * **")
 		cs = append(cs, c)
 	}
 	for k := range 5 {
@@ -649,9 +649,9 @@ func TestClusterFollowerAnswersInLogOrder(t *testing.T) {
 	l := tc.leader()
 	f := (l + 1) % 3
 	holder := tc.dial(l, "holder")
-	holder.expect("connected 1.0 new *")
+	holder.expect("connected 1.0 new * **")
 	waiter := tc.dial(f, "waiter")
-	waiter.expect("connected 1.0 new *")
+	waiter.expect("connected 1.0 new * **")
 	idH := holder.lock("1", "x 10000 0 0")
 	holder.locked(idH)
 	idW := waiter.lock("1", "x 10000 0 0") // queued; the answer came from the follower's apply
@@ -680,4 +680,44 @@ func TestClusterFollowerAnswersInLogOrder(t *testing.T) {
 	waiter.expect("locked " + idW + " * *")
 	waiter.expect("result 2 success 0")
 	waiter.expect("result 3 success pong")
+}
+
+// A follower names the leader in its handshake; the Go client moves there
+// unless told to stay.
+func TestClusterClientMovesToTheLeader(t *testing.T) {
+	tc := newTestCluster(t, 3, false)
+	l := tc.leader()
+	f := (l + 1) % 3
+	c := tc.dial(f, "hint-probe")
+	if got, want := c.readWithin(5*time.Second), "connected 1.0 new * leader="+tc.addrs[l]; !match(got, want) {
+		t.Fatalf("a follower's handshake: %q, want %q", got, want)
+	}
+	lc := tc.dial(l, "hint-probe-2")
+	if got := lc.readWithin(5 * time.Second); !match(got, "connected 1.0 new *") {
+		t.Fatalf("the leader's handshake names a leader: %q", got)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for _, stay := range []bool{false, true} {
+		cl, err := mlock.NewClient(mlock.Options{Addrs: []string{tc.addrs[f], tc.addrs[l]}, StayOnNode: stay,
+			SocketID: fmt.Sprintf("mover-%v", stay)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		lk, err := cl.Lock(ctx, fmt.Sprintf("moved-%v", stay), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := tc.addrs[l]
+		if stay {
+			want = tc.addrs[f]
+		}
+		if got := cl.Node(); got != want {
+			t.Errorf("StayOnNode %v: the session is on %s, want %s", stay, got, want)
+		}
+		if err := lk.Unlock(ctx); err != nil {
+			t.Error(err)
+		}
+		cl.Close()
+	}
 }

@@ -89,7 +89,7 @@ func TestClusterModes(t *testing.T) {
 	var cs []*raw
 	for i := range 3 {
 		c := tc.dial(i, "m"+strconv.Itoa(i))
-		c.expect("connected 1.0 new *")
+		c.expect("connected 1.0 new * **")
 		cs = append(cs, c)
 	}
 	r0 := cs[0].lock("1", "doc 10000 0 0  s")

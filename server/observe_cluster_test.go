@@ -21,7 +21,7 @@ func TestClusterMetricsAndReadyz(t *testing.T) {
 	leader := startHTTP(t, tc.nodes[l])
 	// A command through the follower, so that the log moves.
 	c := tc.dial(f, "metrics")
-	c.expect("connected 1.0 new *")
+	c.expect("connected 1.0 new * **")
 	id := c.lock("1", "m 60000 0 0")
 	c.locked(id)
 

@@ -64,7 +64,7 @@ func TestFailover(t *testing.T) {
 	var wg sync.WaitGroup
 	clients := make([]*mlock.Client, nWorkers)
 	for w := range nWorkers {
-		cl, err := mlock.NewClient(mlock.Options{Addrs: c.addrs(w), Name: fmt.Sprintf("w%d", w),
+		cl, err := mlock.NewClient(mlock.Options{Addrs: c.addrs(w), StayOnNode: w%2 == 1, Name: fmt.Sprintf("w%d", w),
 			Token: mlock.Secret(c.tokens[fmt.Sprintf("w%d", w)]), TTL: leaseTTL, Timeout: waitFor,
 			DialTimeout: 2 * time.Second, MaxBackoff: 300 * time.Millisecond, PingInterval: time.Second})
 		if err != nil {

@@ -74,10 +74,11 @@ func TestClusterFaults(t *testing.T) {
 	h := newHistory()
 
 	// The clients: one principal (one session) each, starting on
-	// different nodes.
+	// different nodes; every other one stays there (a follower's clients:
+	// forwarding), the others move to the leader the node names.
 	clients := make([]*mlock.Client, workers)
 	for i := range workers {
-		cl, err := mlock.NewClient(mlock.Options{Addrs: c.addrs(i), Name: fmt.Sprintf("w%d", i),
+		cl, err := mlock.NewClient(mlock.Options{Addrs: c.addrs(i), StayOnNode: i%2 == 1, Name: fmt.Sprintf("w%d", i),
 			Token: mlock.Secret(c.tokens[fmt.Sprintf("w%d", i)]), TTL: ttl, Timeout: waitLimit,
 			DialTimeout: 2 * time.Second, MaxBackoff: 300 * time.Millisecond, PingInterval: time.Second})
 		if err != nil {

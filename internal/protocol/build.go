@@ -27,6 +27,14 @@ const (
 // outlives the server's last answer to it once its connection is gone. A
 // negative graceMs is left out.
 func AppendConnected(dst []byte, resumed bool, graceMs int64) []byte {
+	return AppendConnectedLeader(dst, resumed, graceMs, "")
+}
+
+// AppendConnectedLeader is AppendConnected with a cluster follower's hint:
+// "connected 1.0 new|resumed <graceMs> leader=<addr>", the client address
+// of the cluster's leader (see Message.Leader). The hint needs graceMs >= 0
+// (its position) and is left out when leader is "".
+func AppendConnectedLeader(dst []byte, resumed bool, graceMs int64, leader string) []byte {
 	dst, st := Begin(dst)
 	if resumed {
 		dst = append(dst, "connected 1.0 resumed"...)
@@ -36,6 +44,10 @@ func AppendConnected(dst []byte, resumed bool, graceMs int64) []byte {
 	if graceMs >= 0 {
 		dst = append(dst, ' ')
 		dst = AppendInt(dst, graceMs)
+		if leader != "" {
+			dst = append(dst, " leader="...)
+			dst = append(dst, leader...)
+		}
 	}
 	return End(dst, st)
 }

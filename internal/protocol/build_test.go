@@ -13,6 +13,8 @@ func TestBuilders(t *testing.T) {
 		{"connected new", AppendConnected(nil, false, 15000), "connected 1.0 new 15000"},
 		{"connected without grace", AppendConnected(nil, false, -1), "connected 1.0 new"},
 		{"connected resumed", AppendConnected(nil, true, 0), "connected 1.0 resumed 0"},
+		{"connected with a leader", AppendConnectedLeader(nil, false, 15000, "h3:12340"), "connected 1.0 new 15000 leader=h3:12340"},
+		{"connected leader without grace", AppendConnectedLeader(nil, false, -1, "h3:12340"), "connected 1.0 new"},
 		{"error", AppendError(nil, CodeTakenOver), "error session taken over by a new connection!"},
 		{"ok", AppendOK(nil, []byte("r1"), []byte("pong")), "result r1 success pong"},
 		{"ok id", AppendOKID(nil, []byte("r1"), id), "result r1 success " + hex},

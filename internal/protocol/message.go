@@ -9,7 +9,7 @@ import (
 type MsgKind uint8
 
 const (
-	MsgConnected MsgKind = iota + 1 // connected <apiVersion> [new|resumed [<graceMs>]]
+	MsgConnected MsgKind = iota + 1 // connected <apiVersion> [new|resumed [<graceMs> [leader=<addr>]]]
 	MsgError                        // error <text>: the server closes the connection
 	MsgResult                       // result <req> success <payload> | result <req> failed <reason>
 	MsgLocked                       // locked <lockId> <expiresAtMs> [<token>]
@@ -43,6 +43,9 @@ type Message struct {
 	// GraceMs is the session grace period the server announced in
 	// "connected 1.0 new|resumed <graceMs>", or -1 if it announced none.
 	GraceMs int64
+	// Leader is the client address of the cluster's leader that a follower
+	// named in "connected 1.0 new|resumed <graceMs> leader=<addr>"; "" if none.
+	Leader string
 	// Released: "expired <id> released": released by its owner, not expired.
 	Released bool
 	// Text is an error message's text.
@@ -112,11 +115,16 @@ func ParseMessage(p []byte) (Message, error) {
 		}
 	case "connected":
 		_, rest, _ := cut(rest)
-		mode, grace, hasGrace := cut(rest)
+		mode, rest, hasGrace := cut(rest)
 		m.Kind, m.Resumed, m.GraceMs = MsgConnected, string(mode) == "resumed", -1
 		if hasGrace {
+			grace, extra, _ := cut(rest)
 			if n, ok := Int(grace); ok && n >= 0 {
 				m.GraceMs = n
+			}
+			if l, ok := bytes.CutPrefix(extra, []byte("leader=")); ok {
+				l, _, _ = cut(l)
+				m.Leader = string(l)
 			}
 		}
 	case "error":
