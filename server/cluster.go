@@ -774,9 +774,12 @@ func (s *Server) watchPeers() {
 
 // pipeline is a connection's commands in cluster mode, in arrival order:
 // the reader decides each frame (and queues it); one goroutine proposes the
-// replicated ones (all that are queued, in one log command, while the
-// previous is on its way) and writes the local answers in between, so
-// answers keep the order of the requests.
+// replicated ones (all that are queued, in one log command) and writes the
+// local answers in between, once every earlier log command is answered, so
+// answers keep the order of the requests. On the leader a log command is
+// queued behind the connection's earlier ones without waiting for them (at
+// most maxInflight on their way); elsewhere it is forwarded once the
+// previous one is answered.
 type pipeline struct {
 	mu     sync.Mutex
 	items  []item // guarded by mu
@@ -826,6 +829,16 @@ func (p *pipeline) close() {
 // maxGroupBytes bounds the frames of one proposal.
 const maxGroupBytes = 256 << 10
 
+// maxInflight bounds a connection's proposals on their way at once on the
+// leader (pipelining: the next is queued while the earlier ones commit).
+const maxInflight = 8
+
+// flight is one of a connection's proposals queued on the leader.
+type flight struct {
+	cmd []byte // the DedupCommand, to propose again after a failure
+	pr  *cluster.Proposal
+}
+
 // pipeLoop is the pipeline goroutine of c.
 func (c *conn) pipeLoop() {
 	s := c.srv
@@ -843,6 +856,42 @@ func (c *conn) pipeLoop() {
 	}()
 	var group [][]byte
 	size := 0
+	// fl: proposals queued on this node's leadership and not yet answered,
+	// oldest first (they are answered in order: raft commits a prefix).
+	var fl []flight
+	// settle waits for the oldest in-flight proposals until at most keep
+	// remain. After a failure (not applied, or outcome unknown: leadership
+	// lost) it waits for every later one, then proposes the failed one and
+	// every later one again, in order, each once applied (those already
+	// applied are answered by the de-duplication window). False: the
+	// connection ends.
+	settle := func(keep int) bool {
+		for len(fl) > keep {
+			res, err := fl[0].pr.Wait(ctx)
+			if err == nil {
+				fl = fl[1:]
+				if !c.goesOn(res) {
+					return false
+				}
+				continue
+			}
+			if ctx.Err() != nil || errors.Is(err, cluster.ErrClosed) {
+				return false
+			}
+			again := fl
+			fl = nil
+			for _, f := range again[1:] {
+				_, _ = f.pr.Wait(ctx)
+			}
+			for _, f := range again {
+				res, err := s.replicate(ctx, f.cmd)
+				if err != nil || !c.goesOn(res) {
+					return false
+				}
+			}
+		}
+		return true
+	}
 	flush := func() bool {
 		if len(group) == 0 {
 			return true
@@ -850,7 +899,23 @@ func (c *conn) pipeLoop() {
 		p.seq++
 		body := appendLogCmd(nil, &logCmd{op: opFrames, node: s.cl.id, conn: c.key, seq: p.seq, session: c.sid, frames: group})
 		group, size = nil, 0
-		res, err := s.replicate(ctx, c.dedupCmd(p.seq, body))
+		cmd := c.dedupCmd(p.seq, body)
+		// On the leader: queued behind the earlier ones of the same
+		// leadership, without waiting for them.
+		var after *cluster.Proposal
+		if len(fl) > 0 {
+			after = fl[len(fl)-1].pr
+		}
+		if pr, err := s.cl.node.ProposeAsync(ctx, cmd, after); err == nil {
+			fl = append(fl, flight{cmd: cmd, pr: pr})
+			return settle(maxInflight)
+		}
+		// Elsewhere (a follower forwards; no ready leader): after
+		// everything on its way, one at a time.
+		if !settle(0) {
+			return false
+		}
+		res, err := s.replicate(ctx, cmd)
 		if err != nil {
 			return false
 		}
@@ -882,6 +947,9 @@ func (c *conn) pipeLoop() {
 			}
 			if !flush() {
 				return
+			}
+			if it.frame == nil && !settle(0) {
+				return // what follows is answered here, after every earlier answer
 			}
 			switch {
 			case it.attach != nil:

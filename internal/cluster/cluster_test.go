@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -389,5 +390,49 @@ func TestFollowersLearnCommitsAtOnce(t *testing.T) {
 				time.Sleep(5 * time.Millisecond)
 			}
 		}
+	}
+}
+
+// TestProposeAsyncKeepsOrder: commands queued one after the other with ProposeAsync are applied in that
+// order (each result, the log length, is one more than the last), while several are on their way; a
+// command queued behind a Proposal of another leadership is refused, and nothing is queued.
+func TestProposeAsyncKeepsOrder(t *testing.T) {
+	tc := newInmemCluster(t, 3, false, nil)
+	ld := tc.nodes[tc.leader()]
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var prs []*Proposal
+	var after *Proposal
+	for k := range 200 {
+		pr, err := ld.ProposeAsync(ctx, fmt.Appendf(nil, "a%d", k), after)
+		if err != nil {
+			t.Fatal(err)
+		}
+		prs, after = append(prs, pr), pr
+	}
+	last := 0
+	for k, pr := range prs {
+		res, err := pr.Wait(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, _ := strconv.Atoi(string(res))
+		if k > 0 && n != last+1 {
+			t.Fatalf("command %d applied at %d, the one before it at %d", k, n, last)
+		}
+		last = n
+	}
+	var entries int
+	tc.sms[tc.leader()].read(func(s *toySM) { entries = s.Entries })
+	if entries >= 200 {
+		t.Fatalf("200 queued commands in %d entries: not batched", entries)
+	}
+	stale := &Proposal{n: ld, l: &leadership{}}
+	if _, err := ld.ProposeAsync(ctx, []byte("stale"), stale); !errors.Is(err, ErrNotSameTerm) {
+		t.Fatalf("behind another leadership's proposal: %v, want ErrNotSameTerm", err)
+	}
+	f := tc.nodes[(tc.leader()+1)%3]
+	if _, err := f.ProposeAsync(ctx, []byte("f"), nil); !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("on a follower: %v, want ErrNotLeader", err)
 	}
 }

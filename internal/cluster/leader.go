@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -362,6 +363,54 @@ func (n *Node) Propose(ctx context.Context, cmd []byte) ([]byte, error) {
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+	pr, err := n.enqueue(ctx, l, cmd)
+	if err != nil {
+		return nil, err
+	}
+	return pr.Wait(ctx)
+}
+
+// Proposal is a command queued by ProposeAsync.
+type Proposal struct {
+	n *Node
+	l *leadership
+	p *proposal
+}
+
+// ErrNotSameTerm: ProposeAsync was asked to queue a command behind a Proposal of a leadership that is
+// no longer this node's current one. Nothing was queued.
+var ErrNotSameTerm = errors.New("cluster: not the leadership of the earlier proposal")
+
+// ProposeAsync queues cmd on this node's ready leadership and returns at once; Wait returns the result
+// (as Propose would). Commands queued on one leadership go into the log in the order of the calls that
+// queued them, and raft commits a prefix of them: if one is applied, so is every command queued before
+// it on the same leadership. To keep that order for a sequence of commands, pass the previous Proposal
+// as after: if this node's leadership is no longer after's, nothing is queued and ErrNotSameTerm is
+// returned. Not the ready leader: *NotLeaderError, nothing queued (ProposeAsync does not wait for a
+// leader entry). ctx bounds only the wait for room in the queue.
+func (n *Node) ProposeAsync(ctx context.Context, cmd []byte, after *Proposal) (*Proposal, error) {
+	n.mu.Lock()
+	l, closed := n.lead, n.closed
+	n.mu.Unlock()
+	if closed {
+		return nil, ErrClosed
+	}
+	if after != nil && after.l != l {
+		return nil, ErrNotSameTerm
+	}
+	if l == nil {
+		return nil, n.notLeader()
+	}
+	select {
+	case <-l.ready:
+	default:
+		return nil, n.notLeader()
+	}
+	return n.enqueue(ctx, l, cmd)
+}
+
+// enqueue puts cmd on l's queue.
+func (n *Node) enqueue(ctx context.Context, l *leadership, cmd []byte) (*Proposal, error) {
 	p := &proposal{cmd: cmd, done: make(chan proposalResult, 1)}
 	select {
 	case l.queue <- p:
@@ -370,6 +419,14 @@ func (n *Node) Propose(ctx context.Context, cmd []byte) ([]byte, error) {
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+	return &Proposal{n: n, l: l, p: p}, nil
+}
+
+// Wait returns the proposal's result, with Propose's errors: once its command was taken into an entry,
+// losing leadership, closing the node or ctx ending give an error matching ErrUnknownOutcome; before
+// that, a *NotLeaderError or ctx.Err() (the command will not be applied, and is skipped). Call it once.
+func (pr *Proposal) Wait(ctx context.Context) ([]byte, error) {
+	n, l, p := pr.n, pr.l, pr.p
 	select {
 	case r := <-p.done:
 		return r.val, r.err
