@@ -2,6 +2,7 @@ package mlock_test
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -659,9 +660,10 @@ func FuzzParseURI(f *testing.F) {
 	})
 }
 
-// serveHello is a node that answers connect with "connected 1.0 new 15000",
-// naming leader if not "", counts the connects, and answers pings.
-func serveHello(leader *string, connects *sync.Map) func(c net.Conn, r *bufio.Reader) {
+// serveHello is a node that answers connect with "connected 1.0 <mode>
+// 15000", naming leader if not "" and the connect asked ("want=leader"),
+// counts the connects, and answers pings.
+func serveHello(leader *string, mode string, connects *sync.Map) func(c net.Conn, r *bufio.Reader) {
 	return func(c net.Conn, r *bufio.Reader) {
 		f, err := readCommand(r)
 		if err != nil || f[0] != "connect" {
@@ -669,11 +671,15 @@ func serveHello(leader *string, connects *sync.Map) func(c net.Conn, r *bufio.Re
 		}
 		n, _ := connects.LoadOrStore(c.LocalAddr().String(), new(atomic.Int32))
 		n.(*atomic.Int32).Add(1)
-		hello := []string{"1.0", "new", "15000"}
-		if *leader != "" {
+		hello := []string{"connected", "1.0", mode, "15000"}
+		if slices.Contains(f, "want=leader") {
+			n, _ := connects.LoadOrStore(c.LocalAddr().String()+" asked", new(atomic.Int32))
+			n.(*atomic.Int32).Add(1)
+		}
+		if *leader != "" && slices.Contains(f, "want=leader") {
 			hello = append(hello, "leader="+*leader)
 		}
-		c.Write(protocol.Append(nil, append([]string{"connected"}, hello...)...))
+		c.Write(protocol.Append(nil, hello...))
 		for {
 			f, err := readCommand(r)
 			if err != nil {
@@ -686,15 +692,19 @@ func serveHello(leader *string, connects *sync.Map) func(c net.Conn, r *bufio.Re
 	}
 }
 
-// A follower that names the cluster's leader in its handshake: the session
-// moves to the leader when it is one of its nodes (once: a leader that names
-// another is served), and stays with Options.StayOnNode or when the named
-// leader is not one of its nodes.
+// A follower that names the cluster's leader in its handshake: a session's
+// first connection moves to the leader when it is one of its nodes (once: a
+// leader that names another is served), and stays with Options.StayOnNode,
+// when the named leader is not one of its nodes, when the follower resumed
+// the session (its answer may carry offline pushes), and, back on the
+// follower, when the leader does not answer.
 func TestSessionMovesToTheLeaderItIsTold(t *testing.T) {
 	for _, tc := range []struct {
 		name        string
 		aNames      string // "b", "a", "other" or ""
 		bNames      string
+		aMode       string // default "new"
+		bDead       bool
 		stay        bool
 		want        string // "a" or "b"
 		connectsOnA int
@@ -705,25 +715,32 @@ func TestSessionMovesToTheLeaderItIsTold(t *testing.T) {
 		{name: "unknown leader", aNames: "other", want: "a", connectsOnA: 1},
 		{name: "on the leader", want: "a", connectsOnA: 1},
 		{name: "moves once", aNames: "b", bNames: "a", want: "b", connectsOnA: 1, connectsOnB: 1},
+		{name: "resumed stays", aNames: "b", aMode: "resumed", want: "a", connectsOnA: 1},
+		{name: "leader down", aNames: "b", bDead: true, want: "a", connectsOnA: 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var connects sync.Map
 			var aNames, bNames string
-			a := newFakeNode(t, serveHello(&aNames, &connects))
-			b := newFakeNode(t, serveHello(&bNames, &connects))
+			mode := cmp.Or(tc.aMode, "new")
+			a := newFakeNode(t, serveHello(&aNames, mode, &connects))
+			b := newFakeNode(t, serveHello(&bNames, "new", &connects))
+			bAddr := b.addr()
+			if tc.bDead {
+				b.stop()
+			}
 			name := func(s string) string {
 				switch s {
 				case "a":
 					return a.addr()
 				case "b":
-					return b.addr()
+					return bAddr
 				case "other":
 					return deadAddr(t)
 				}
 				return ""
 			}
 			aNames, bNames = name(tc.aNames), name(tc.bNames)
-			c, err := mlock.NewClient(mlock.Options{Addrs: []string{a.addr(), b.addr()}, StayOnNode: tc.stay})
+			c, err := mlock.NewClient(mlock.Options{Addrs: []string{a.addr(), bAddr}, StayOnNode: tc.stay})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -742,9 +759,49 @@ func TestSessionMovesToTheLeaderItIsTold(t *testing.T) {
 				}
 				return 0
 			}
-			if ca, cb := count(a.addr()), count(b.addr()); ca != tc.connectsOnA || cb != tc.connectsOnB {
+			if ca, cb := count(a.addr()), count(bAddr); ca != tc.connectsOnA || cb != tc.connectsOnB {
 				t.Fatalf("connects: %d on a, %d on b; want %d, %d", ca, cb, tc.connectsOnA, tc.connectsOnB)
 			}
 		})
+	}
+}
+
+// Only a session's first connection asks for the leader: after a drop the
+// session resumes on the next node without "want=leader" and stays there.
+func TestSessionMovesOnlyOnItsFirstConnection(t *testing.T) {
+	var connects sync.Map
+	var aNames, bNames string
+	a := newFakeNode(t, serveHello(&aNames, "new", &connects))
+	b := newFakeNode(t, serveHello(&bNames, "resumed", &connects))
+	bNames = a.addr() // b would name a, if asked
+	c, err := mlock.NewClient(mlock.Options{Addrs: []string{a.addr(), b.addr()}, MaxBackoff: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.Ping(ctx); err != nil || c.Node() != a.addr() {
+		t.Fatalf("first connection: %v on %q, want a (%s)", err, c.Node(), a.addr())
+	}
+	a.stop()
+	deadline := time.Now().Add(5 * time.Second)
+	for c.Node() != b.addr() {
+		if time.Now().After(deadline) {
+			t.Fatalf("the session is on %q 5 s after its node died, want b (%s)", c.Node(), b.addr())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := c.Ping(ctx); err != nil || c.Node() != b.addr() {
+		t.Fatalf("after the drop: %v on %q, want b (%s)", err, c.Node(), b.addr())
+	}
+	asked := func(addr string) int32 {
+		if n, ok := connects.Load(addr + " asked"); ok {
+			return n.(*atomic.Int32).Load()
+		}
+		return 0
+	}
+	if asked(a.addr()) != 1 || asked(b.addr()) != 0 {
+		t.Fatalf("want=leader sent %d times to a, %d to b; want 1, 0", asked(a.addr()), asked(b.addr()))
 	}
 }

@@ -35,7 +35,8 @@ func (s *session) run() {
 	defer close(s.done)
 	tried := 0         // failed attempts in this round
 	var refusal *Error // one of them, if the server refused the connection
-	moved := false     // the last connection was left for the leader it named
+	moveFrom := -1     // the follower whose connection was left for the leader it named
+	mayMove := true    // false once the leader named did not answer
 	for {
 		select {
 		case <-s.quit:
@@ -45,18 +46,30 @@ func (s *session) run() {
 		}
 		i := s.next
 		s.next = (i + 1) % len(s.nodes)
-		c, err := s.dial(i)
-		if err == nil && !moved {
+		// Only a session's first connection moves, and only from a node
+		// that created it ("new"): nothing of the session is held, waited
+		// for or kept offline yet, so leaving that connection unread loses
+		// nothing (see leaderNode).
+		s.mu.Lock()
+		ask := !s.everUp && mayMove && moveFrom < 0 && len(s.nodes) > 1 && !s.opts.StayOnNode
+		s.mu.Unlock()
+		c, err := s.dial(i, ask)
+		if err == nil && ask && !c.h.resumed {
 			if j := s.leaderNode(c.h.leader, i); j >= 0 {
-				// A follower: move to the leader it named, once (a leader
-				// that names another is served).
 				c.tcp.Close()
 				s.log.Debug("mlock: moving to the cluster's leader", "node", s.nodes[i].addr, "leader", s.nodes[j].addr)
-				s.next, moved = j, true
+				s.next, moveFrom = j, i
 				continue
 			}
 		}
-		moved = false
+		if moveFrom >= 0 && err != nil {
+			// The leader did not answer: back to the follower, to stay.
+			s.dialFailed(i, err, nil)
+			s.log.Warn("mlock: the cluster's leader did not answer; staying on a follower", "leader", s.nodes[i].addr, "err", err)
+			s.next, moveFrom, mayMove = moveFrom, -1, false
+			continue
+		}
+		moveFrom = -1
 		if err == nil {
 			tried, refusal = 0, nil
 			if !s.serve(c, i) {
@@ -98,9 +111,14 @@ func (s *session) run() {
 var errShuttingDown = errors.New("server shutting down")
 
 // leaderNode returns the index of the node whose address is leader (the
-// client address a follower named in its handshake), or -1: none named, it
-// is node i itself, it is not one of the session's nodes, or
-// Options.StayOnNode.
+// client address a follower named in its handshake, asked with
+// "want=leader"), or -1: none named, it is node i itself, it is not one of
+// the session's nodes, or Options.StayOnNode. The session moves there only
+// on its first connection and only from a "new" answer: a resumed session
+// may have offline pushes (a "released" among them) and held locks that
+// the follower's answer carries, and the session's state after a "new"
+// answer is settled by serve; the follower's detach when the connection
+// closes is a no-op once the leader's connect took the session over.
 func (s *session) leaderNode(leader string, i int) int {
 	if leader == "" || s.opts.StayOnNode {
 		return -1
@@ -140,7 +158,7 @@ type link struct {
 // refusal by the server (its "error <text>" answer to connect) is an Error
 // (see refusal); so are TLS failures (see handshakeError). Both name the
 // node.
-func (s *session) dial(i int) (link, error) {
+func (s *session) dial(i int, askLeader bool) (link, error) {
 	addr, tcfg := s.nodes[i].addr, s.tls[i]
 	d := net.Dialer{Timeout: s.opts.DialTimeout, KeepAlive: 15 * time.Second}
 	ctx, cancel := context.WithTimeout(s.ctx, s.opts.DialTimeout)
@@ -166,11 +184,15 @@ func (s *session) dial(i int) (link, error) {
 		nc = tc
 	}
 	sent := monoNow()
-	args := [2]string{"1.0"}
+	args := [3]string{"1.0"}
 	n := 1
 	if s.opts.Name != "" {
-		args[1] = "auth=" + s.opts.Name + ":" + string(s.opts.Token)
-		n = 2
+		args[n] = "auth=" + s.opts.Name + ":" + string(s.opts.Token)
+		n++
+	}
+	if askLeader {
+		args[n] = "want=leader" // a cluster follower names the leader
+		n++
 	}
 	if _, err := nc.Write(protocol.AppendCommand(nil, protocol.VerbConnect, s.sid, args[:n]...)); err != nil {
 		tcp.Close()

@@ -126,14 +126,15 @@
 // below is unchanged (the belief in a lock is bounded by the last answer of
 // any node plus the grace the current node announced). A node answering
 // "connected 1.0 new" has lost the session, as a restarted server has: held
-// locks are lost, waiting requests are asked again. A follower names the
-// leader in its answer to connect; when the leader's address is one of the
-// session's nodes, the session leaves the follower at once and connects to
-// the leader (once per connection attempt; Options.StayOnNode, or
-// stay-on-node=1 in the URI, keeps it on the node it reached): requests on
-// the leader skip the forwarding hop and the follower's wait for the commit
-// index. The move happens before anything is sent on the follower's
-// connection, so it changes nothing of the session but its node.
+// locks are lost, waiting requests are asked again. On a session's first
+// connection the client asks the node to name the cluster's leader; when a
+// follower that created the session ("new") names one of the session's
+// nodes, the session leaves the follower at once, before sending anything,
+// and connects to the leader (Options.StayOnNode, or stay-on-node=1 in the
+// URI, keeps it on the node it reached; a leader that does not answer sends
+// it back to the follower): requests on the leader skip the forwarding hop
+// and the follower's wait for the commit index. Later connections stay on
+// the node they reach.
 // Clients naming the same nodes in any order share one session; Client.Addrs lists them in the
 // order the session dials them, Client.Node names the node of the current
 // connection and Status.AnsweredBy the node that answered a status. With

@@ -100,15 +100,16 @@ type Options struct {
 	// documentation, "Safety"). Default 20 s.
 	PingInterval time.Duration
 	// StayOnNode keeps the session on the node it connected to. By default,
-	// with Addrs, when a node that is a cluster follower names the leader in
-	// its handshake and the leader's address is one of Addrs (compared as
-	// written, letter case aside), the session moves to the leader at once:
-	// every request then saves the follower's forwarding hop and its wait to
-	// learn that the entry is committed (a client on the leader measured 1.5
-	// to 3 times the cycles of one on a follower; docs/cluster.md). A move
-	// is one more connect, never a failure: if the leader does not answer,
-	// the session goes on to the next node as after any failed attempt. Only
-	// the first Client of a session chooses it.
+	// with Addrs, the session's first connection asks the node to name the
+	// cluster's leader ("want=leader"); when a follower that created the
+	// session names one of Addrs (compared as written, letter case aside),
+	// the session moves to the leader at once: every request then saves the
+	// follower's forwarding hop and its wait to learn that the entry is
+	// committed (a client on the leader measured 1.5 to 3 times the cycles
+	// of one on a follower; docs/cluster.md). A move is one more connect,
+	// never a failure: if the leader does not answer, the session goes back
+	// to the follower and stays. Later connections (after a drop) stay on
+	// the node they reach. Only the first Client of a session chooses it.
 	StayOnNode bool
 	// MaxBackoff caps the delay between reconnection attempts (which grows
 	// from 50 ms, doubling, with jitter). Default 5 s.

@@ -476,13 +476,15 @@ func (s *Server) applyAttachLocked(tx *core.Tx, m *logCmd) {
 }
 
 // leaderHint is the leader's client address for the connected answer to
-// local, this node's connection (nil: none here): a client may move there
+// local, this node's connection (nil: none here), if its connect asked for
+// it ("want=leader": a client that reads the hint; an older parser would
+// take the grace word for something else): the client may move there
 // and save every request the forwarding hop and the follower's wait for the
 // commit index. "" on the leader, without a local connection, or while no
 // leader is known. Only this node's answer carries it (the replicated
 // result is the flags byte), so it need not be deterministic.
 func (s *Server) leaderHint(local *conn) string {
-	if local == nil {
+	if local == nil || !local.wantLeader {
 		return ""
 	}
 	info, _ := s.cl.node.Leader()
@@ -955,7 +957,11 @@ func (c *conn) pipeLoop() {
 			case it.attach != nil:
 				p.seq++
 				it.attach.seq = p.seq
-				res, err := s.replicate(ctx, c.dedupCmd(p.seq, appendLogCmd(nil, it.attach)))
+				// Not cut short by the connection's end: whether the
+				// session was attached here must be known, or its detach
+				// (clusterCleanup) would be skipped and the session stay
+				// attached to a dead connection, its grace never starting.
+				res, err := s.replicate(s.cl.ctx, c.dedupCmd(p.seq, appendLogCmd(nil, it.attach)))
 				if err != nil {
 					return
 				}
@@ -1100,6 +1106,7 @@ func (c *conn) decide(tx *core.Tx, f [][]byte, payload []byte) (item, bool) {
 			s.unauthed--
 		}
 		c.authed = true
+		c.wantLeader = hasField(f[3:], "want=leader")
 		return item{attach: &logCmd{op: opAttach, node: s.cl.id, conn: c.key, session: c.sid, principal: p.Name}}, false
 	}
 	var req []byte

@@ -688,11 +688,24 @@ func TestClusterClientMovesToTheLeader(t *testing.T) {
 	tc := newTestCluster(t, 3, false)
 	l := tc.leader()
 	f := (l + 1) % 3
-	c := tc.dial(f, "hint-probe")
+	dial := func(i int, connect string) *raw {
+		nc, err := net.Dial("tcp", tc.addrs[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { nc.Close() })
+		c := &raw{t: t, nc: nc}
+		c.send(connect)
+		return c
+	}
+	c := dial(f, "connect hint-probe 1.0 want=leader")
 	if got, want := c.readWithin(5*time.Second), "connected 1.0 new * leader="+tc.addrs[l]; !match(got, want) {
 		t.Fatalf("a follower's handshake: %q, want %q", got, want)
 	}
-	lc := tc.dial(l, "hint-probe-2")
+	if got := tc.dial(f, "hint-probe-0").readWithin(5 * time.Second); !match(got, "connected 1.0 new *") {
+		t.Fatalf("a follower's handshake without want=leader: %q", got)
+	}
+	lc := dial(l, "connect hint-probe-2 1.0 want=leader")
 	if got := lc.readWithin(5 * time.Second); !match(got, "connected 1.0 new *") {
 		t.Fatalf("the leader's handshake names a leader: %q", got)
 	}

@@ -109,6 +109,16 @@ func (s *Server) principalFor(c *conn, cred []byte, hasCred bool) (*auth.Princip
 	return anyone, 0
 }
 
+// hasField reports whether one of a connect's extension fields is want.
+func hasField(f [][]byte, want string) bool {
+	for _, x := range f {
+		if string(x) == want {
+			return true
+		}
+	}
+	return false
+}
+
 // authField returns the credential of a connect's extension fields
 // (auth=<name>:<token>), and whether there is one. Other fields are
 // ignored.
