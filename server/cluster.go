@@ -541,6 +541,12 @@ func (s *Server) applyFramesLocked(tx *core.Tx, m *logCmd) {
 			if local != nil && local.answered < m.seq {
 				local.finish()
 			}
+			// The connection ends here: its later commands (already on
+			// their way, pipelined) find the session detached and are
+			// ignored, as a single server drops what follows the frame
+			// that closed the connection. The detach its end proposes
+			// finds nothing left to do.
+			s.detachLocked(tx, sess)
 			break
 		}
 	}
@@ -932,8 +938,19 @@ func (c *conn) pipeLoop() {
 			if closed {
 				return
 			}
+			// Idle: the oldest proposal on its way is still checked as
+			// soon as it is answered, so a failed one is proposed again
+			// without waiting for the client's next request.
+			var oldest <-chan struct{}
+			if len(fl) > 0 {
+				oldest = fl[0].pr.Done()
+			}
 			select {
 			case <-p.wake:
+			case <-oldest:
+				if !settle(len(fl) - 1) {
+					return
+				}
 			case <-ctx.Done():
 				return
 			}

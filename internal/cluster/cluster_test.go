@@ -436,3 +436,39 @@ func TestProposeAsyncKeepsOrder(t *testing.T) {
 		t.Fatalf("on a follower: %v, want ErrNotLeader", err)
 	}
 }
+
+// TestAbandonedProposalSkipsItsChain: a proposal queued behind one (ProposeAsync's after) that was
+// abandoned while still queued is skipped too, never taken into an entry: what is applied of a chain is
+// a prefix of it, even when the caller gave up on an earlier command.
+func TestAbandonedProposalSkipsItsChain(t *testing.T) {
+	l := &leadership{n: &Node{cfg: Config{MaxBatch: 16, BatchWindow: -1}}, queue: make(chan *proposal, 16)}
+	newProp := func(cmd string, prev *proposal) *proposal {
+		return &proposal{cmd: []byte(cmd), done: make(chan proposalResult, 1), fin: make(chan struct{}), prev: prev}
+	}
+	p1 := newProp("k", nil)
+	p2 := newProp("k+1", p1)
+	p3 := newProp("k+2", p2)
+	other := newProp("other connection", nil)
+	for _, p := range []*proposal{p2, other, p3} {
+		l.queue <- p
+	}
+	if !p1.state.CompareAndSwap(propQueued, propAbandoned) { // its Wait's ctx ended
+		t.Fatal("p1 not queued")
+	}
+	window := time.NewTimer(time.Hour)
+	defer window.Stop()
+	batch := l.collect(nil, p1, window)
+	if len(batch) != 1 || batch[0] != other {
+		t.Fatalf("batch = %d proposals, want only the other connection's", len(batch))
+	}
+	for _, p := range []*proposal{p2, p3} {
+		select {
+		case <-p.fin:
+			if r := <-p.done; !errors.Is(r.err, ErrSkipped) {
+				t.Fatalf("%s: %v, want ErrSkipped", p.cmd, r.err)
+			}
+		default:
+			t.Fatalf("%s: no result", p.cmd)
+		}
+	}
+}

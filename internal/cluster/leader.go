@@ -22,7 +22,21 @@ type proposal struct {
 	cmd   []byte
 	state atomic.Int32
 	done  chan proposalResult // cap 1
+	fin   chan struct{}       // closed once done holds the result
+	// prev is the proposal this one was queued behind (ProposeAsync's after), nil if none: if prev
+	// was abandoned, this one is skipped too, so that a chain is applied as a prefix.
+	prev *proposal
 }
+
+// answer gives p its result.
+func (p *proposal) answer(r proposalResult) {
+	p.done <- r
+	close(p.fin)
+}
+
+// ErrSkipped: a proposal queued behind another (ProposeAsync's after) that was abandoned before it was
+// taken is skipped too; nothing of it was applied.
+var ErrSkipped = errors.New("cluster: not proposed: the proposal it was queued behind was abandoned")
 
 type proposalResult struct {
 	val []byte
@@ -140,7 +154,7 @@ func (l *leadership) loop() {
 			select {
 			case p := <-l.queue:
 				if p.state.CompareAndSwap(propQueued, propTaken) {
-					p.done <- proposalResult{err: n.notLeader()}
+					p.answer(proposalResult{err: n.notLeader()})
 				}
 			default:
 				return
@@ -218,6 +232,14 @@ func (l *leadership) settle(inflight chan<- *pending) {
 func (l *leadership) collect(batch []*proposal, first *proposal, window *time.Timer) []*proposal {
 	n := l.n
 	take := func(p *proposal) {
+		if p.prev != nil && p.prev.state.Load() == propAbandoned {
+			// Its chain's earlier proposal was skipped (taken in queue order before this one, its
+			// state is final): skip this one too.
+			if p.state.CompareAndSwap(propQueued, propAbandoned) {
+				p.answer(proposalResult{err: ErrSkipped})
+			}
+			return
+		}
 		if p.state.CompareAndSwap(propQueued, propTaken) {
 			batch = append(batch, p)
 		}
@@ -298,9 +320,9 @@ func (l *leadership) complete(inflight <-chan *pending, done chan<- struct{}) {
 		}
 		for i, p := range pe.props {
 			if err != nil {
-				p.done <- proposalResult{err: err}
+				p.answer(proposalResult{err: err})
 			} else {
-				p.done <- proposalResult{val: r.results[i]}
+				p.answer(proposalResult{val: r.results[i]})
 			}
 		}
 		if pe.notice {
@@ -363,7 +385,7 @@ func (n *Node) Propose(ctx context.Context, cmd []byte) ([]byte, error) {
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	pr, err := n.enqueue(ctx, l, cmd)
+	pr, err := n.enqueue(ctx, l, cmd, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -386,7 +408,8 @@ var ErrNotSameTerm = errors.New("cluster: not the leadership of the earlier prop
 // queued them, and raft commits a prefix of them: if one is applied, so is every command queued before
 // it on the same leadership. To keep that order for a sequence of commands, pass the previous Proposal
 // as after: if this node's leadership is no longer after's, nothing is queued and ErrNotSameTerm is
-// returned. Not the ready leader: *NotLeaderError, nothing queued (ProposeAsync does not wait for a
+// returned; if after is abandoned (its Wait's ctx ended) before it is taken into an entry, this one is
+// skipped too (Wait returns ErrSkipped), so what is applied of a chain is always a prefix of it. Not the ready leader: *NotLeaderError, nothing queued (ProposeAsync does not wait for a
 // leader entry). ctx bounds only the wait for room in the queue.
 func (n *Node) ProposeAsync(ctx context.Context, cmd []byte, after *Proposal) (*Proposal, error) {
 	n.mu.Lock()
@@ -406,12 +429,15 @@ func (n *Node) ProposeAsync(ctx context.Context, cmd []byte, after *Proposal) (*
 	default:
 		return nil, n.notLeader()
 	}
-	return n.enqueue(ctx, l, cmd)
+	return n.enqueue(ctx, l, cmd, after)
 }
 
 // enqueue puts cmd on l's queue.
-func (n *Node) enqueue(ctx context.Context, l *leadership, cmd []byte) (*Proposal, error) {
-	p := &proposal{cmd: cmd, done: make(chan proposalResult, 1)}
+func (n *Node) enqueue(ctx context.Context, l *leadership, cmd []byte, after *Proposal) (*Proposal, error) {
+	p := &proposal{cmd: cmd, done: make(chan proposalResult, 1), fin: make(chan struct{})}
+	if after != nil {
+		p.prev = after.p
+	}
 	select {
 	case l.queue <- p:
 	case <-l.exited:
@@ -421,6 +447,10 @@ func (n *Node) enqueue(ctx context.Context, l *leadership, cmd []byte) (*Proposa
 	}
 	return &Proposal{n: n, l: l, p: p}, nil
 }
+
+// Done is closed once the proposal's result is known (Wait then returns at once): applied, failed,
+// skipped, or not proposed because the leadership ended. Never for one abandoned by its Wait's ctx.
+func (pr *Proposal) Done() <-chan struct{} { return pr.p.fin }
 
 // Wait returns the proposal's result, with Propose's errors: once its command was taken into an entry,
 // losing leadership, closing the node or ctx ending give an error matching ErrUnknownOutcome; before
