@@ -301,7 +301,11 @@ func (l *leadership) submit(batch []*proposal, notice bool, inflight chan<- *pen
 	inflight <- &pending{f: n.raft.ApplyLog(raft.Log{Data: data}, 0), props: batch, notice: notice}
 }
 
-// complete answers the proposals of each entry once raft resolved it, in order.
+// complete answers the proposals of each entry once raft resolved it, in order. An entry that failed
+// while the leadership went on would break the prefix rule of ProposeAsync's chains (a later entry may
+// carry the next proposal of a chain); raft fails an entry only when the leadership is lost or the
+// node stops (LeadershipTransfer is called only before the leadership is ready), or if the apply
+// found the leader's own entry corrupt, which would be a bug here, not a condition to recover from.
 func (l *leadership) complete(inflight <-chan *pending, done chan<- struct{}) {
 	defer close(done)
 	for pe := range inflight {
