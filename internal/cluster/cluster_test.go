@@ -462,6 +462,9 @@ func TestAbandonedProposalSkipsItsChain(t *testing.T) {
 		t.Fatalf("batch = %d proposals, want only the other connection's", len(batch))
 	}
 	for _, p := range []*proposal{p2, p3} {
+		if p.prev != nil {
+			t.Fatalf("%s still holds the proposal before it: a chain would hold every command", p.cmd)
+		}
 		select {
 		case <-p.fin:
 			if r := <-p.done; !errors.Is(r.err, ErrSkipped) {

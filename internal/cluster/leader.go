@@ -59,6 +59,8 @@ type leadership struct {
 	queue  chan *proposal
 	ready  chan struct{} // closed once the leader entry is applied
 	exited chan struct{} // closed once every taken proposal is answered and the batcher stopped
+	// stopping is closed when the batcher stops, before it answers what is left in the queue.
+	stopping chan struct{}
 
 	// proposedNow is the time of the last entry handed to raft; submitted counts the entries handed
 	// to raft. Both owned by the batcher goroutine.
@@ -75,13 +77,14 @@ type leadership struct {
 func newLeadership(n *Node) *leadership {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &leadership{
-		n:       n,
-		ctx:     ctx,
-		cancel:  cancel,
-		queue:   make(chan *proposal, 4*n.cfg.MaxBatch),
-		ready:   make(chan struct{}),
-		exited:  make(chan struct{}),
-		settled: make(chan struct{}, 1),
+		n:        n,
+		ctx:      ctx,
+		cancel:   cancel,
+		queue:    make(chan *proposal, 4*n.cfg.MaxBatch),
+		ready:    make(chan struct{}),
+		exited:   make(chan struct{}),
+		stopping: make(chan struct{}),
+		settled:  make(chan struct{}, 1),
 	}
 }
 
@@ -150,6 +153,7 @@ func (l *leadership) loop() {
 	defer func() {
 		close(inflight)
 		<-completerDone
+		close(l.stopping) // a proposal queued from now on is answered by its enqueue
 		for {
 			select {
 			case p := <-l.queue:
@@ -232,7 +236,9 @@ func (l *leadership) settle(inflight chan<- *pending) {
 func (l *leadership) collect(batch []*proposal, first *proposal, window *time.Timer) []*proposal {
 	n := l.n
 	take := func(p *proposal) {
-		if p.prev != nil && p.prev.state.Load() == propAbandoned {
+		prev := p.prev
+		p.prev = nil // the chain is read here only: it must not hold every command it ever had
+		if prev != nil && prev.state.Load() == propAbandoned {
 			// Its chain's earlier proposal was skipped (taken in queue order before this one, its
 			// state is final): skip this one too.
 			if p.state.CompareAndSwap(propQueued, propAbandoned) {
@@ -448,6 +454,15 @@ func (n *Node) enqueue(ctx context.Context, l *leadership, cmd []byte, after *Pr
 		return nil, n.notLeader()
 	case <-ctx.Done():
 		return nil, ctx.Err()
+	}
+	select {
+	case <-l.stopping:
+		// Queued as the batcher stopped, perhaps after it emptied the queue: whichever of this and
+		// its drain takes it first answers it, so Done closes whatever happened.
+		if p.state.CompareAndSwap(propQueued, propTaken) {
+			p.answer(proposalResult{err: n.notLeader()})
+		}
+	default:
 	}
 	return &Proposal{n: n, l: l, p: p}, nil
 }
