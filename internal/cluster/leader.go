@@ -93,7 +93,7 @@ func (l *leadership) run() {
 	defer close(l.exited)
 	n := l.n
 	// Every entry of earlier terms is applied after a barrier, so lastNow is final.
-	for n.raft.Barrier(0).Error() != nil {
+	for l.futureError(n.raft.Barrier(0)) != nil {
 		if !l.pause() {
 			return
 		}
@@ -110,7 +110,7 @@ func (l *leadership) run() {
 	data := appendEntry(nil, &e)
 	for {
 		f := n.raft.ApplyLog(raft.Log{Data: data}, 0)
-		if err := f.Error(); err != nil {
+		if err := l.futureError(f); err != nil {
 			// Usually leadership is lost and ctx ends; if not, the entry was not appended or its
 			// outcome is unknown: proposing it again is harmless (the failover rule extends to the
 			// same time at most).
@@ -307,6 +307,34 @@ func (l *leadership) submit(batch []*proposal, notice bool, inflight chan<- *pen
 	inflight <- &pending{f: n.raft.ApplyLog(raft.Log{Data: data}, 0), props: batch, notice: notice}
 }
 
+// unansweredWait is how long a future may stay unanswered once the leadership ended.
+const unansweredWait = 5 * time.Second
+
+// futureError is f.Error(), bounded once the leadership ends: raft leaves the future of an entry it
+// finds already applied unanswered (raft.go processLogs, "skipping application of old log"), which
+// would hold the leadership's end (and the node's Close) forever. unansweredWait after the end, an
+// unanswered future counts as ErrUnknownOutcome: its proposals are proposed again with the same key.
+func (l *leadership) futureError(f raft.Future) error {
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	select {
+	case err := <-done:
+		return err
+	case <-l.ctx.Done():
+	}
+	t := time.NewTimer(unansweredWait)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-t.C:
+		if lg := l.n.cfg.Logger; lg != nil {
+			lg.Warn("cluster: raft left an entry unanswered after the leadership ended; its outcome is unknown")
+		}
+		return ErrUnknownOutcome
+	}
+}
+
 // complete answers the proposals of each entry once raft resolved it, in order. An entry that failed
 // while the leadership went on would break the prefix rule of ProposeAsync's chains (a later entry may
 // carry the next proposal of a chain); raft fails an entry only when the leadership is lost or the
@@ -315,7 +343,7 @@ func (l *leadership) submit(batch []*proposal, notice bool, inflight chan<- *pen
 func (l *leadership) complete(inflight <-chan *pending, done chan<- struct{}) {
 	defer close(done)
 	for pe := range inflight {
-		err := pe.f.Error()
+		err := l.futureError(pe.f)
 		var r *applyResult
 		if err == nil {
 			r, _ = pe.f.Response().(*applyResult)
