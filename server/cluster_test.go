@@ -175,13 +175,19 @@ func (tc *testCluster) leader() int {
 // dial connects a raw client to node i as sid.
 func (tc *testCluster) dial(i int, sid string) *raw {
 	tc.t.Helper()
+	return tc.dialConnect(i, "connect "+sid+" 1.0")
+}
+
+// dialConnect connects to node i and sends the connect frame given.
+func (tc *testCluster) dialConnect(i int, connect string) *raw {
+	tc.t.Helper()
 	nc, err := net.Dial("tcp", tc.addrs[i])
 	if err != nil {
 		tc.t.Fatal(err)
 	}
 	tc.t.Cleanup(func() { nc.Close() })
 	c := &raw{t: tc.t, nc: nc}
-	c.send("connect " + sid + " 1.0")
+	c.send(connect)
 	return c
 }
 
@@ -688,24 +694,14 @@ func TestClusterClientMovesToTheLeader(t *testing.T) {
 	tc := newTestCluster(t, 3, false)
 	l := tc.leader()
 	f := (l + 1) % 3
-	dial := func(i int, connect string) *raw {
-		nc, err := net.Dial("tcp", tc.addrs[i])
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { nc.Close() })
-		c := &raw{t: t, nc: nc}
-		c.send(connect)
-		return c
-	}
-	c := dial(f, "connect hint-probe 1.0 want=leader")
+	c := tc.dialConnect(f, "connect hint-probe 1.0 want=leader")
 	if got, want := c.readWithin(5*time.Second), "connected 1.0 new * leader="+tc.addrs[l]; !match(got, want) {
 		t.Fatalf("a follower's handshake: %q, want %q", got, want)
 	}
 	if got := tc.dial(f, "hint-probe-0").readWithin(5 * time.Second); !match(got, "connected 1.0 new *") {
 		t.Fatalf("a follower's handshake without want=leader: %q", got)
 	}
-	lc := dial(l, "connect hint-probe-2 1.0 want=leader")
+	lc := tc.dialConnect(l, "connect hint-probe-2 1.0 want=leader")
 	if got := lc.readWithin(5 * time.Second); !match(got, "connected 1.0 new *") {
 		t.Fatalf("the leader's handshake names a leader: %q", got)
 	}
