@@ -269,6 +269,11 @@ func TestFailoverResumesOnAnotherNode(t *testing.T) {
 			}
 			g := lockAsync(ctx, c, "wait", nil)
 			waitQueue(t, other, "wait", 2)
+			// The ping's answer follows the lock request's on the connection:
+			// the client has read which request is waiting before node 1 dies.
+			if err := c.Ping(ctx); err != nil {
+				t.Fatal(err)
+			}
 			token, d0 := l.Token(), l.Deadline()
 			st.mu.Lock()
 			st.held, st.exp, st.token = l.ID(), l.ExpiresAt().UnixMilli(), token
