@@ -375,22 +375,61 @@ func frameBuffered(r *bufio.Reader) bool {
 	return n > 0 || err != nil
 }
 
+// wokenWait bounds the reader's wait for the callers it answered to queue
+// their next commands (see endBatch), for the sessions started afterwards.
+var wokenWait = 20 * time.Microsecond
+
+// Coalescing the callers' next commands (see endBatch).
+const (
+	// After a wait that ran out, the next wokenSkips reads end without
+	// waiting, twice as many after each further one in a row, up to
+	// wokenSkips<<wokenMaxShift: callers that do not send at once (they
+	// hold their locks a while) cost the reader little.
+	wokenSkips    = 8
+	wokenMaxShift = 5
+)
+
 // endBatch ends the handling of what one read brought. The callers it
-// answered have queued their next commands without waking the writer: once
-// they have had the chance to run, the reader writes what they queued
-// itself, if the socket takes it without blocking (a reader blocked in a
-// write could deadlock with a server blocked writing to it); the writer
-// goroutine writes the rest.
+// answered queue their next commands without waking the writer: once they
+// have had the chance to run (the reader yields until each has queued a
+// command, for at most wokenWait), the reader writes what they queued
+// itself, in one write, if the socket takes it without blocking (a reader
+// blocked in a write could deadlock with a server blocked writing to it);
+// the writer goroutine writes the rest.
 func (s *session) endBatch(nc net.Conn, box *protocol.Outbox, try func([]byte) (int, error)) {
 	s.mu.Lock()
-	answered := s.answered
+	answered, wait := s.answered, s.skipWaits == 0
+	if answered && !wait {
+		s.skipWaits--
+	}
 	s.mu.Unlock()
 	if !answered {
 		return
 	}
 	runtime.Gosched()
+	if wait {
+		start := monoNow()
+		for {
+			s.mu.Lock()
+			left := s.woken
+			switch {
+			case left == 0:
+				s.misses = 0
+			case monoNow()-start > s.wokenWait:
+				s.skipWaits = wokenSkips << min(s.misses, wokenMaxShift)
+				s.misses++
+				left = 0
+			}
+			s.mu.Unlock()
+			if left == 0 {
+				break
+			}
+			runtime.Gosched()
+		}
+	}
 	s.mu.Lock()
 	s.answered = false
+	s.woken = 0
 	s.mu.Unlock()
 	if try == nil {
 		s.kick()
@@ -444,6 +483,15 @@ func (s *session) writeLoop(c link, box *protocol.Outbox, stop chan struct{}, wg
 			// Let the callers just woken by the reader queue their next
 			// commands first: they go out in the same write.
 			runtime.Gosched()
+			s.mu.Lock()
+			gathering := s.answered
+			s.mu.Unlock()
+			if gathering {
+				// The reader is handing out the answers of a read: it
+				// writes what is queued once their callers have sent
+				// again (see endBatch), in one write.
+				continue
+			}
 			if _, err := box.Flush(nc); err != nil {
 				c.tcp.Close()
 				return
@@ -611,6 +659,7 @@ func (s *session) resultLocked(m *protocol.Message) {
 			cl.lock.state = failed
 		}
 		cl.ch <- reply{err: failure(m, cl.verb)}
+		s.woken++
 		return
 	}
 	r := reply{sent: cl.sent, node: s.node}
@@ -642,6 +691,7 @@ func (s *session) resultLocked(m *protocol.Message) {
 			old.renewedLocked(cl.sent, l.ttl, time.Time{})
 			l.state = released
 			cl.ch <- reply{lock: old}
+			s.woken++
 			return
 		}
 		// Granted or queued: the call is answered by the locked push (or
@@ -665,6 +715,7 @@ func (s *session) resultLocked(m *protocol.Message) {
 		r.data = append([]byte(nil), m.Payload...)
 	}
 	cl.ch <- r
+	s.woken++
 }
 
 func cutSpace(b []byte) (before, after []byte, found bool) {

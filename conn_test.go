@@ -1,11 +1,16 @@
 package mlock_test
 
 import (
+	"bufio"
+	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/mlock-dev/mlock"
+	"github.com/mlock-dev/mlock/internal/protocol"
 	"github.com/mlock-dev/mlock/server"
 )
 
@@ -55,5 +60,118 @@ func TestCallersAnsweredTogetherSendTogether(t *testing.T) {
 	}
 	if float64(frames) < 1.5*float64(reads) {
 		t.Fatalf("%d frames in %d reads: the callers' commands were not gathered", frames, reads)
+	}
+}
+
+// pingRounds runs callers goroutines that each ping rounds times, sleeping
+// pause(i) before each ping but the first, against a fake server that
+// answers each round of pings in one write. It returns the number of reads
+// that brought each round.
+func pingRounds(t *testing.T, callers, rounds int, pause func(i int) time.Duration) []int {
+	t.Helper()
+	readsPerRound := make(chan []int, 1)
+	addr := fakeServer(t, func(c net.Conn, _ *bufio.Reader) {
+		var buf []byte
+		chunk := make([]byte, 64<<10)
+		reads := 0
+		// next returns the next frame, reading as needed.
+		next := func() ([]string, bool) {
+			for {
+				p, n, _, err := protocol.Next(buf, protocol.MaxFrameLimit)
+				if err != nil {
+					return nil, false
+				}
+				if n > 0 {
+					buf = buf[n:]
+					return strings.Fields(string(p)), true
+				}
+				k, err := c.Read(chunk)
+				if err != nil {
+					return nil, false
+				}
+				reads++
+				buf = append(buf, chunk[:k]...)
+			}
+		}
+		if f, ok := next(); !ok || f[0] != "connect" {
+			readsPerRound <- nil
+			return
+		}
+		c.Write(protocol.Append(nil, "connected", "1.0", "new", "15000"))
+		var counts []int
+		for range rounds {
+			reads = 0
+			var answers []byte
+			for range callers {
+				f, ok := next()
+				if !ok || f[0] != "ping" {
+					readsPerRound <- nil
+					return
+				}
+				answers = protocol.Append(answers, "result", f[1], "success", "pong")
+			}
+			counts = append(counts, reads)
+			c.Write(answers)
+		}
+		readsPerRound <- counts
+	})
+	c := client(t, addr, mlock.Options{})
+	ctx := ctxT(t)
+	var wg sync.WaitGroup
+	for i := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for r := range rounds {
+				if r > 0 {
+					time.Sleep(pause(i))
+				}
+				if err := c.Ping(ctx); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	counts := <-readsPerRound
+	if counts == nil {
+		t.Fatal("the fake server read something else than pings")
+	}
+	return counts
+}
+
+// The reader waits for the callers it answered to send again before it
+// writes: callers answered in one read send their next commands in one
+// write, even if they take a while (here up to 8 ms, with the wait's bound
+// raised to 300 ms).
+func TestReaderWaitsForTheCallersItAnswered(t *testing.T) {
+	defer mlock.SetWokenWait(300 * time.Millisecond)()
+	counts := pingRounds(t, 8, 10, func(i int) time.Duration { return time.Duration(i) * time.Millisecond })
+	// The first round gathers callers that start at different times. The
+	// writer goroutine, woken by a caller of the round before, may write
+	// part of one round just before the reader starts to gather it.
+	split := 0
+	for _, n := range counts[1:] {
+		split += n - 1
+	}
+	if split > 1 {
+		t.Fatalf("the pings of callers answered in one write came in several reads: %v reads per round", counts)
+	}
+}
+
+// The wait is short (20 µs by default): a caller that does not send again
+// at once does not hold back the others.
+func TestReaderDoesNotWaitLong(t *testing.T) {
+	counts := pingRounds(t, 4, 5, func(i int) time.Duration {
+		if i == 0 {
+			return 50 * time.Millisecond
+		}
+		return 0
+	})
+	for i, n := range counts[1:] {
+		if n < 2 {
+			t.Fatalf("round %d: the pings of the callers that sent at once waited for the one that paused 50 ms (all rounds: %v)", i+2, counts)
+		}
 	}
 }

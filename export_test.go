@@ -1,5 +1,7 @@
 package mlock
 
+import "time"
+
 // SetMaxPending sets the most bytes of commands a session queues for one
 // connection, for the sessions started afterwards, and returns a function
 // that restores the default.
@@ -7,4 +9,13 @@ func SetMaxPending(n int) (restore func()) {
 	old := maxPending
 	maxPending = n
 	return func() { maxPending = old }
+}
+
+// SetWokenWait sets how long a session's reader waits for the callers it
+// answered to send again, for the sessions started afterwards, and returns
+// a function that restores the default.
+func SetWokenWait(d time.Duration) (restore func()) {
+	old := wokenWait
+	wokenWait = d
+	return func() { wokenWait = old }
 }

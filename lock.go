@@ -160,6 +160,7 @@ func (l *Lock) grantedLocked(token uint64, expiresAt time.Time) {
 	s.heldLocked(l)
 	if l.wait != nil {
 		l.wait.ch <- reply{lock: l}
+		s.woken++
 		l.wait = nil
 	}
 }

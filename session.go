@@ -150,8 +150,15 @@ type session struct {
 	// answered is set while the reader hands out the answers of one read:
 	// it writes the commands the callers queue meanwhile itself, once
 	// they have had the chance to run.
-	answered bool          // guarded by mu
-	backoff  time.Duration // owned by run
+	answered bool // guarded by mu
+	// woken counts the callers the reader answered in the current read
+	// that have not queued a command since: the reader waits a little for
+	// them (see endBatch), unless the last such wait ran out (skipWaits).
+	woken     int           // guarded by mu
+	skipWaits int           // guarded by mu: reads left to end without waiting
+	misses    int           // guarded by mu: waits in a row that ran out
+	wokenWait time.Duration // the bound of that wait (wokenWait)
+	backoff   time.Duration // owned by run
 	// Lock requests whose connection dropped before their result: the
 	// server may or may not have queued them, so they are asked again on
 	// the next connection (see reaskCallsLocked), unless a whole round of
@@ -196,8 +203,8 @@ func newSession(key string, nodes []node, sid string, o Options) *session {
 	}
 	s := &session{key: key, nodes: nodes, sid: sid, opts: o, log: log, refs: 1,
 		up: make(chan struct{}), failed: make(chan struct{}), calls: map[uint64]*call{}, locks: map[string]*Lock{},
-		nodeErrs: make([]error, len(nodes)),
-		wake:     make(chan struct{}, 1), pingKick: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
+		nodeErrs: make([]error, len(nodes)), wokenWait: wokenWait,
+		wake: make(chan struct{}, 1), pingKick: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.tls = make([]*tls.Config, len(nodes))
 	for i, n := range nodes {
@@ -309,6 +316,9 @@ func (s *session) send(ctx context.Context, l *Lock, v protocol.Verb, args []str
 			}
 		}
 		s.queueLocked(v, seq, args)
+		if s.woken > 0 {
+			s.woken--
+		}
 		kick := !s.answered
 		s.mu.Unlock()
 		// The writer goroutine (or the reader, at the end of the answers
