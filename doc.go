@@ -182,7 +182,8 @@
 // appends a "lock" command to the connection's outbox (internal/protocol),
 // which goes out in one write together with the other callers'
 // commands: the session's reader writes those of the callers it has just
-// answered, a writer goroutine the rest. The server (package server) applies it to the lock service core
+// answered (it yields until each has sent again, for at most 20 µs), a
+// writer goroutine the rest. The server (package server) applies it to the lock service core
 // (internal/core, over the engine internal/locktable) and answers with a
 // result, then a "locked" push once the lock is granted. The session's
 // reader parses both (protocol.ParseMessage), answers the caller's call at
