@@ -7,8 +7,10 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import assert from 'node:assert/strict';
+import * as net from 'node:net';
 import Client, { type MlockError } from 'mlock';
-import { type Proxy, type Server, queued, sleep, startCluster, startProxy, startServer, until } from './helpers';
+import { encode } from 'mlock/dist/framing';
+import { type Proxy, type Server, freePort, queued, sleep, startCluster, startProxy, startServer, until } from './helpers';
 
 let n = 0;
 const r = (name: string) => `${name}-${process.pid}-${++n}`;
@@ -440,6 +442,113 @@ describe('the session end counts from successes only', () => {
     } finally {
       c.destroy();
       await srv.cleanup();
+    }
+  });
+});
+
+// A fake cluster node on real TCP: answers connect with `connected 1.0
+// <mode> 15000` plus, when asked with want=leader, ` leader=<named>`, and
+// every ping with pong. It records the connect frames it read.
+async function fakeNode(mode: 'new' | 'resumed', named?: () => string): Promise<{ port: number; addr: string; connects: string[]; close(): void }> {
+  const port = await freePort();
+  const connects: string[] = [];
+  const socks = new Set<net.Socket>();
+  const srv = net.createServer((s) => {
+    socks.add(s);
+    s.on('close', () => socks.delete(s));
+    s.on('error', () => {});
+    let buf = Buffer.alloc(0);
+    s.on('data', (d) => {
+      buf = Buffer.concat([buf, d]);
+      while (buf.length >= 4 && buf.length >= buf.readInt32BE(0)) {
+        const len = buf.readInt32BE(0);
+        const w = buf.toString('utf8', 4, len - 1).split(' ');
+        buf = buf.subarray(len);
+        if (w[0] === 'connect') {
+          connects.push(w.join(' '));
+          const leader = named && w.includes('want=leader') ? ` leader=${named()}` : '';
+          s.write(encode(`connected 1.0 ${mode} 15000${leader}`));
+        } else if (w[0] === 'ping') {
+          s.write(encode(`result ${w[1]} success pong`));
+        }
+      }
+    });
+  });
+  await new Promise<void>((res) => srv.listen(port, '127.0.0.1', () => res()));
+  return {
+    port,
+    addr: `127.0.0.1:${port}`,
+    connects,
+    close() {
+      srv.close();
+      for (const s of socks) s.destroy();
+    },
+  };
+}
+
+describe('the move to the leader', () => {
+  test('a new session on a follower moves to the leader it names, once; the leader is not asked', async () => {
+    const leader = await fakeNode('new', () => 'should-not-be-asked:1');
+    const follower = await fakeNode('new', () => leader.addr.toUpperCase());
+    const c = new Client({ addrs: [follower.addr, leader.addr] });
+    try {
+      await c.ping({ signal: AbortSignal.timeout(5000) });
+      assert.equal(c.node, leader.addr);
+      assert.equal(follower.connects.length, 1);
+      assert.match(follower.connects[0], / want=leader$/);
+      assert.equal(leader.connects.length, 1);
+      assert.doesNotMatch(leader.connects[0], /want=leader/);
+    } finally {
+      c.destroy();
+      leader.close();
+      follower.close();
+    }
+  });
+
+  test('it stays: stay-on-node=1, a leader not among its addresses, a resumed session, a single address', async () => {
+    const leader = await fakeNode('new');
+    const follower = await fakeNode('new', () => leader.addr);
+    const stranger = await fakeNode('new', () => '127.0.0.1:1');
+    const resumed = await fakeNode('resumed', () => leader.addr);
+    const cases: [string, Client, { connects: string[] }, boolean][] = [
+      ['stay-on-node', new Client(`mlock://${follower.addr},${leader.addr}?stay-on-node=1&socketId=s1-${process.pid}`), follower, false],
+      ['unknown leader', new Client({ addrs: [stranger.addr, leader.addr], socketId: `s2-${process.pid}` }), stranger, true],
+      ['resumed', new Client({ addrs: [resumed.addr, leader.addr], socketId: `s3-${process.pid}` }), resumed, true],
+    ];
+    try {
+      for (const [name, c, node, asked] of cases) {
+        await c.ping({ signal: AbortSignal.timeout(5000) });
+        assert.notEqual(c.node, leader.addr, name);
+        assert.equal(node.connects.length, 1, name);
+        assert.equal(node.connects[0].endsWith(' want=leader'), asked, name);
+      }
+      assert.equal(leader.connects.length, 0);
+      const single = new Client({ host: '127.0.0.1', port: follower.port, socketId: `s4-${process.pid}` });
+      try {
+        await single.ping({ signal: AbortSignal.timeout(5000) });
+        assert.doesNotMatch(follower.connects[1], /want=leader/);
+      } finally {
+        single.destroy();
+      }
+    } finally {
+      for (const [, c] of cases) c.destroy();
+      for (const x of [leader, follower, stranger, resumed]) x.close();
+    }
+  });
+
+  test('a leader that does not answer: back to the follower, to stay', async () => {
+    const deadPort = await freePort(); // nothing listens there
+    const follower = await fakeNode('new', () => `127.0.0.1:${deadPort}`);
+    const c = new Client({ addrs: [follower.addr, `127.0.0.1:${deadPort}`] });
+    try {
+      await c.ping({ signal: AbortSignal.timeout(5000) });
+      assert.equal(c.node, follower.addr);
+      assert.equal(follower.connects.length, 2);
+      assert.match(follower.connects[0], / want=leader$/);
+      assert.doesNotMatch(follower.connects[1], /want=leader/);
+    } finally {
+      c.destroy();
+      follower.close();
     }
   });
 });

@@ -11,7 +11,7 @@ export const DEFAULT_PORT = 12340;
  */
 export interface MlockOptions {
   /**
-   * `mlock://[name:token@]host[:port][,host[:port]...][?ttl=&timeout=&tolerate=&prefix=&socketId=&debug=]`
+   * `mlock://[name:token@]host[:port][,host[:port]...][?ttl=&timeout=&tolerate=&prefix=&socketId=&debug=&stay-on-node=]`
    * (`mlocks://`, or `tls=1`, `tls-ca=<file>`, `tls-cert=<file>&tls-key=<file>`, `tls-server-name=`: TLS);
    * its values win over the fields below.
    */
@@ -46,6 +46,18 @@ export interface MlockOptions {
   pingInterval?: number;
   /** Longest delay between reconnection rounds, ms. Default 5000. */
   maxBackoff?: number;
+  /**
+   * Keep the session on the node it connects to. By default, with several
+   * addresses, the session's first connection asks the node to name the
+   * cluster's leader (`want=leader`); when a follower that created the session
+   * names one of the addresses (compared as written, letter case aside), the
+   * session moves to the leader at once: every request then saves the
+   * follower's forwarding hop. A move is one more connect, never a failure:
+   * if the leader does not answer, the session goes back to the follower and
+   * stays. Later connections stay on the node they reach. URI:
+   * `stay-on-node=1`. Default false.
+   */
+  stayOnNode?: boolean;
 }
 
 /** Options with defaults applied. */
@@ -63,6 +75,7 @@ export interface Resolved {
   dialTimeout: number;
   pingInterval: number;
   maxBackoff: number;
+  stayOnNode: boolean;
 }
 
 function bad(msg: string): MlockError {
@@ -165,6 +178,11 @@ export function parseURI(uri: string): MlockOptions {
       case 'debug':
         o.debug = v === '1' || v === 'true';
         break;
+      case 'stay-on-node':
+        if (v === '1' || v === 'true') o.stayOnNode = true;
+        else if (v === '0' || v === 'false') o.stayOnNode = false;
+        else throw bad(`URI parameter stay-on-node=${JSON.stringify(v)}: want 1 or 0`);
+        break;
       case 'tls':
         if (v === '1' || v === 'true') o.tls = o.tls ?? {};
         else if (v === '0' || v === 'false') delete o.tls;
@@ -237,5 +255,6 @@ export function resolve(input: string | MlockOptions): Resolved {
     dialTimeout: o.dialTimeout === undefined ? 5000 : Math.max(1, parseMs('dialTimeout', o.dialTimeout)),
     pingInterval: o.pingInterval === undefined ? 20000 : Math.max(1, parseMs('pingInterval', o.pingInterval)),
     maxBackoff: o.maxBackoff === undefined ? 5000 : Math.max(1, parseMs('maxBackoff', o.maxBackoff)),
+    stayOnNode: !!o.stayOnNode,
   };
 }

@@ -322,6 +322,11 @@ export class Session {
   // re-entry before the unlock) holds nothing once the unlock is applied: it
   // is asked again.
   private readonly giving = new Map<string, number>();
+  // The move to the cluster's leader (see dial): the follower whose
+  // connection was left for the leader it named (-1: none), and false once
+  // the leader named did not answer.
+  private moveFrom = -1;
+  private mayMove = true;
 
   // The safety rule (monotonic ms). lastAck: the latest send time of a
   // request answered with success (not status), handshakes included: the
@@ -366,10 +371,17 @@ export class Session {
     let lastErr: Error | undefined;
     let hello = false;
     let bye = false;
+    let moved = false;
+    // Only a session's first connection moves, and only from a node that
+    // created it ("new"): nothing of the session is held, waited for or
+    // kept offline yet, so leaving that connection unread loses nothing
+    // (see leaderNode).
+    const ask = !this.everUp && this.mayMove && this.moveFrom < 0 && this.nodes.length > 1 && !this.opts.stayOnNode;
     const onConnect = () => {
       sent = mono();
       const auth = this.opts.name !== undefined ? ` auth=${this.opts.name}:${this.opts.token}` : '';
-      sock.write(encode(`connect ${this.sid} 1.0${auth}`));
+      // With want=leader a cluster follower names the leader.
+      sock.write(encode(`connect ${this.sid} 1.0${auth}${ask ? ' want=leader' : ''}`));
     };
     const sock: net.Socket = this.opts.tls
       ? tls.connect({ servername: net.isIP(n.host) ? undefined : n.host, minVersion: 'TLSv1.2', ...this.opts.tls, host: n.host, port: n.port }, onConnect)
@@ -394,6 +406,15 @@ export class Session {
           clearTimeout(dialTimer);
           const w = f.split(' ');
           if (w[0] === 'connected') {
+            const j = ask && w[2] === 'new' ? this.leaderNode(w, i) : -1;
+            if (j >= 0) {
+              this.log(`moving to the cluster's leader ${this.nodes[j].addr} (named by ${n.addr})`);
+              moved = true;
+              this.next = j;
+              this.moveFrom = i;
+              sock.destroy();
+              return;
+            }
             this.attached(sock, i, w, sent);
             continue;
           }
@@ -425,10 +446,36 @@ export class Session {
       clearTimeout(dialTimer);
       if (this.sock === sock) {
         this.detached(i, lastErr, bye);
+      } else if (moved) {
+        if (!this.closed) this.dial(); // the leader
+      } else if (this.moveFrom >= 0 && !this.closed) {
+        // The leader did not answer: back to the follower, to stay.
+        const err = refusal ?? lastErr ?? new Error('connection closed');
+        this.nodeErrs[i] = err;
+        this.log(`the cluster's leader ${n.addr} did not answer (${err.message}); staying on a follower`);
+        this.next = this.moveFrom;
+        this.moveFrom = -1;
+        this.mayMove = false;
+        this.dial();
       } else {
         this.attemptFailed(i, refusal ?? lastErr ?? new Error('connection closed'), refusal);
       }
     });
+  }
+
+  /**
+   * The index of the node a follower named as the cluster's leader in its
+   * answer w (`connected 1.0 new <grace> leader=<host:port>`, asked with
+   * want=leader), or -1: none named, node i itself, or not one of the
+   * session's nodes (compared as written, letter case aside). A resumed
+   * session never moves: the follower's answer carries its offline pushes
+   * and held locks, which must be read.
+   */
+  private leaderNode(w: string[], i: number): number {
+    const word = w.slice(4).find((x) => x.startsWith('leader='));
+    if (!word) return -1;
+    const leader = word.slice('leader='.length).toLowerCase();
+    return this.nodes.findIndex((n, j) => j !== i && n.addr.toLowerCase() === leader);
   }
 
   /** The handshake succeeded: `connected 1.0 new|resumed <graceMs>`. */
@@ -447,6 +494,7 @@ export class Session {
     this.sock = sock;
     this.connected = true;
     this.node = this.nodes[i].addr;
+    this.moveFrom = -1;
     this.refused = undefined;
     this.tried = 0;
     this.roundRefusal = undefined;
