@@ -338,6 +338,7 @@ func (s *session) serve(c link, i int) (bye bool) {
 	s.mu.Lock()
 	s.box, s.nc, s.node = nil, nil, ""
 	s.answered = false // the next connection's callers wake its writer
+	s.woken = 0        // a read cut short (bye, a bad frame) left it
 	s.up = make(chan struct{})
 	cerr := &Error{Type: TypeConnection, Msg: "connection lost", Node: addr, Err: err}
 	if s.closed {
@@ -391,15 +392,18 @@ const (
 
 // endBatch ends the handling of what one read brought. The callers it
 // answered queue their next commands without waking the writer: once they
-// have had the chance to run (the reader yields until each has queued a
-// command, for at most wokenWait), the reader writes what they queued
-// itself, in one write, if the socket takes it without blocking (a reader
-// blocked in a write could deadlock with a server blocked writing to it);
-// the writer goroutine writes the rest.
+// have had the chance to run (the reader yields until as many commands as
+// callers it answered have been queued, for at most s.wokenWait), the
+// reader writes what they queued itself, in one write, if the socket takes
+// it without blocking (a reader blocked in a write could deadlock with a
+// server blocked writing to it); the writer goroutine writes the rest.
+// Reads that answered no waiting caller neither wait nor count in the
+// back-off (skipWaits, misses).
 func (s *session) endBatch(nc net.Conn, box *protocol.Outbox, try func([]byte) (int, error)) {
 	s.mu.Lock()
-	answered, wait := s.answered, s.skipWaits == 0
-	if answered && !wait {
+	answered, woken := s.answered, s.woken > 0
+	wait := woken && s.skipWaits == 0
+	if woken && !wait {
 		s.skipWaits--
 	}
 	s.mu.Unlock()
@@ -480,8 +484,8 @@ func (s *session) writeLoop(c link, box *protocol.Outbox, stop chan struct{}, wg
 	for {
 		select {
 		case <-s.wake:
-			// Let the callers just woken by the reader queue their next
-			// commands first: they go out in the same write.
+			// Let other callers queue their commands first: they go out
+			// in the same write.
 			runtime.Gosched()
 			s.mu.Lock()
 			gathering := s.answered

@@ -66,8 +66,8 @@ func TestCallersAnsweredTogetherSendTogether(t *testing.T) {
 // pingRounds runs callers goroutines that each ping rounds times, sleeping
 // pause(i) before each ping but the first, against a fake server that
 // answers each round of pings in one write. It returns the number of reads
-// that brought each round.
-func pingRounds(t *testing.T, callers, rounds int, pause func(i int) time.Duration) []int {
+// that brought each round, and the client (closed when the test ends).
+func pingRounds(t *testing.T, callers, rounds int, pause func(i int) time.Duration) ([]int, *mlock.Client) {
 	t.Helper()
 	readsPerRound := make(chan []int, 1)
 	addr := fakeServer(t, func(c net.Conn, _ *bufio.Reader) {
@@ -138,7 +138,7 @@ func pingRounds(t *testing.T, callers, rounds int, pause func(i int) time.Durati
 	if counts == nil {
 		t.Fatal("the fake server read something else than pings")
 	}
-	return counts
+	return counts, c
 }
 
 // The reader waits for the callers it answered to send again before it
@@ -147,7 +147,7 @@ func pingRounds(t *testing.T, callers, rounds int, pause func(i int) time.Durati
 // raised to 300 ms).
 func TestReaderWaitsForTheCallersItAnswered(t *testing.T) {
 	defer mlock.SetWokenWait(300 * time.Millisecond)()
-	counts := pingRounds(t, 8, 10, func(i int) time.Duration { return time.Duration(i) * time.Millisecond })
+	counts, _ := pingRounds(t, 8, 10, func(i int) time.Duration { return time.Duration(i) * time.Millisecond })
 	// The first round gathers callers that start at different times. The
 	// writer goroutine, woken by a caller of the round before, may write
 	// part of one round just before the reader starts to gather it.
@@ -160,10 +160,11 @@ func TestReaderWaitsForTheCallersItAnswered(t *testing.T) {
 	}
 }
 
-// The wait is short (20 µs by default): a caller that does not send again
-// at once does not hold back the others.
+// A guard on the default bound of the wait (20 µs): a caller that does not
+// send again at once does not hold back the others for long (here 50 ms;
+// a bound of 100 ms would fail).
 func TestReaderDoesNotWaitLong(t *testing.T) {
-	counts := pingRounds(t, 4, 5, func(i int) time.Duration {
+	counts, _ := pingRounds(t, 4, 5, func(i int) time.Duration {
 		if i == 0 {
 			return 50 * time.Millisecond
 		}
@@ -173,5 +174,26 @@ func TestReaderDoesNotWaitLong(t *testing.T) {
 		if n < 2 {
 			t.Fatalf("round %d: the pings of the callers that sent at once waited for the one that paused 50 ms (all rounds: %v)", i+2, counts)
 		}
+	}
+}
+
+// After a wait that ran out, the next 8 reads that answered callers end
+// without waiting, and after another one in a row 16: a caller that
+// pauses before it sends again (it holds its lock a while) costs the
+// reader one wait per 8, 16, ... 256 reads.
+func TestReaderBacksOff(t *testing.T) {
+	defer mlock.SetWokenWait(time.Millisecond)()
+	// Caller 1 pauses 20 ms before each ping: every wait for it runs out.
+	// Round 1's wait runs out (8 skips), rounds 2-9 skip, round 10's wait
+	// runs out again (16 skips).
+	_, c := pingRounds(t, 2, 10, func(i int) time.Duration { return time.Duration(i) * 20 * time.Millisecond })
+	// The reader may still be in round 10's wait when the callers return.
+	skip, misses := c.Backoff()
+	for end := time.Now().Add(2 * time.Second); misses < 2 && time.Now().Before(end); {
+		time.Sleep(time.Millisecond)
+		skip, misses = c.Backoff()
+	}
+	if misses != 2 || skip != 16 {
+		t.Fatalf("after 10 rounds whose waits ran out or were skipped: %d reads to skip, %d misses in a row; want 16 and 2", skip, misses)
 	}
 }

@@ -19,3 +19,11 @@ func SetWokenWait(d time.Duration) (restore func()) {
 	wokenWait = d
 	return func() { wokenWait = old }
 }
+
+// Backoff returns the state of the reader's back-off (see endBatch): the
+// reads left to end without waiting, and the waits in a row that ran out.
+func (c *Client) Backoff() (skipWaits, misses int) {
+	c.s.mu.Lock()
+	defer c.s.mu.Unlock()
+	return c.s.skipWaits, c.s.misses
+}

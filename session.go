@@ -149,7 +149,8 @@ type session struct {
 	failed   chan struct{} // guarded by mu: closed, and made anew, at each failed attempt
 	// answered is set while the reader hands out the answers of one read:
 	// it writes the commands the callers queue meanwhile itself, once
-	// they have had the chance to run.
+	// they have had the chance to run (callers do not kick the writer, and
+	// a writer kicked meanwhile leaves the write to the reader).
 	answered bool // guarded by mu
 	// woken counts the callers the reader answered in the current read
 	// that have not queued a command since: the reader waits a little for
