@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -72,8 +73,16 @@ type Config struct {
 	Transport raft.Transport
 	// Secret, when set, authenticates every connection of the TCP transport both ways (an HMAC
 	// challenge over random nonces): a peer that does not know it cannot send or receive a raft RPC.
-	// It does not encrypt the stream. The same on every node.
+	// It does not encrypt the stream (TLS does). The same on every node.
 	Secret []byte
+	// TLS, when set, makes every connection of the TCP transport speak TLS (1.2 at least; the Secret's
+	// handshake then runs inside it). An accepted connection is served the certificate of
+	// TLS.Certificates or TLS.GetCertificate (so a reloaded certificate serves the next connections);
+	// a dialed one verifies the peer's certificate against TLS.RootCAs (nil: the system's roots) for
+	// the host of the peer's raft address (ServerName is set for each dial). nil: plain TCP. Every
+	// node needs it or none: a node with TLS and one without cannot talk, and each logs why. Ignored
+	// with Transport. The Node uses a copy.
+	TLS *tls.Config
 
 	// Bootstrap creates a new cluster from Peers (all voters; empty: this node alone) when Dir holds no
 	// raft state yet; it is ignored when the node has state. Every node listed may be bootstrapped with
@@ -333,7 +342,7 @@ func Open(cfg Config) (*Node, error) {
 
 	n.trans = cfg.Transport
 	if n.trans == nil {
-		n.trans, err = newTCPTransport(cfg.RaftAddr, cfg.Secret, logger)
+		n.trans, err = newTCPTransport(cfg.RaftAddr, cfg.Secret, cfg.TLS, logger)
 		if err != nil {
 			n.closeStores()
 			return nil, fmt.Errorf("cluster: listen: %w", err)

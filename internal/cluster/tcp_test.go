@@ -21,6 +21,7 @@ type tcpCluster struct {
 	addrs []string
 	nodes []*Node
 	sms   []*lockedSM
+	mod   func(i int, c *Config) // nil, or changes node i's configuration
 }
 
 // freeAddrs reserves n loopback ports (listen, note, close).
@@ -38,7 +39,12 @@ func freeAddrs(t *testing.T, n int) []string {
 }
 
 func newTCPCluster(t *testing.T, n int) *tcpCluster {
-	tc := &tcpCluster{t: t, addrs: freeAddrs(t, n)}
+	return newTCPClusterWith(t, n, nil)
+}
+
+// newTCPClusterWith is newTCPCluster, with mod changing each node's configuration.
+func newTCPClusterWith(t *testing.T, n int, mod func(i int, c *Config)) *tcpCluster {
+	tc := &tcpCluster{t: t, addrs: freeAddrs(t, n), mod: mod}
 	base := t.TempDir()
 	for i := range n {
 		tc.dirs = append(tc.dirs, filepath.Join(base, fmt.Sprintf("n%d", i)))
@@ -59,6 +65,9 @@ func (tc *tcpCluster) open() {
 		sm := newLockedSM(true)
 		cfg := Config{ID: peers[i].ID, RaftAddr: tc.addrs[i], Dir: tc.dirs[i], Bootstrap: true, Peers: peers, SM: sm,
 			Secret: []byte("tcp-cluster-test-secret")} // every raft connection authenticated
+		if tc.mod != nil {
+			tc.mod(i, &cfg)
+		}
 		if os.Getenv("CLUSTER_TEST_LOG") != "" {
 			cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil)).With("node", cfg.ID)
 		}

@@ -4,7 +4,9 @@ import (
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
+	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"sync"
@@ -15,9 +17,10 @@ import (
 
 // newTCPTransport returns raft's network transport over a TCP stream layer that closes every
 // connection, accepted or dialed, when the transport closes (raft's own TCP layer leaves accepted
-// connections to the peers, which keeps their handler goroutines alive after Close). With a secret,
-// every connection is authenticated both ways first (see handshake).
-func newTCPTransport(addr string, secret []byte, logger hclogLogger) (raft.Transport, error) {
+// connections to the peers, which keeps their handler goroutines alive after Close). With a TLS
+// configuration every connection speaks TLS (see newStreamLayer); with a secret, every connection is
+// authenticated both ways first (see handshake), inside TLS if there is TLS.
+func newTCPTransport(addr string, secret []byte, tlsConf *tls.Config, logger hclogLogger) (raft.Transport, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
@@ -26,7 +29,7 @@ func newTCPTransport(addr string, secret []byte, logger hclogLogger) (raft.Trans
 		ln.Close()
 		return nil, errors.New("cluster: RaftAddr must be an address peers can dial, not " + ln.Addr().String())
 	}
-	s := newStreamLayer(ln, secret)
+	s := newStreamLayer(ln, secret, tlsConf)
 	return raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream:  s,
 		MaxPool: 4,
@@ -39,6 +42,9 @@ func newTCPTransport(addr string, secret []byte, logger hclogLogger) (raft.Trans
 type streamLayer struct {
 	ln  net.Listener
 	key []byte // nil: no authentication
+	// tls serves accepted connections and, cloned with the peer's host as ServerName, verifies the
+	// peers of dialed ones; nil: plain TCP.
+	tls *tls.Config
 
 	mu sync.Mutex
 	// conns are the open connections; guarded by mu.
@@ -48,23 +54,24 @@ type streamLayer struct {
 }
 
 type trackedConn struct {
-	net.Conn
-	s    *streamLayer
-	once sync.Once
-	// An accepted connection is authenticated by its first Read or Write (in the goroutine raft
-	// gives the connection, so a silent peer never holds up Accept).
+	net.Conn          // raw, or the TLS connection over it
+	raw      net.Conn // the TCP connection
+	s        *streamLayer
+	once     sync.Once
+	// An accepted connection is secured (TLS handshake, then authentication) by its first Read or
+	// Write, in the goroutine raft gives the connection, so a silent peer never holds up Accept.
 	authOnce sync.Once
 	authErr  error
 	accepted bool
 }
 
 func (c *trackedConn) auth() error {
-	if !c.accepted || c.s.key == nil {
+	if !c.accepted || (c.s.key == nil && c.s.tls == nil) {
 		return nil
 	}
 	c.authOnce.Do(func() {
-		if c.authErr = c.s.handshake(c.Conn, false); c.authErr != nil {
-			c.Conn.Close()
+		if c.authErr = c.s.secureAccepted(c); c.authErr != nil {
+			c.raw.Close()
 		}
 	})
 	return c.authErr
@@ -85,64 +92,148 @@ func (c *trackedConn) Write(p []byte) (int, error) {
 }
 
 // newStreamLayer returns a stream layer on ln; with a secret its connections are authenticated.
-func newStreamLayer(ln net.Listener, secret []byte) *streamLayer {
+// With tlsConf they speak TLS (1.2 at least): an accepted connection is a tls.Server with tlsConf's
+// certificate, a dialed one a tls.Client that verifies the peer's certificate against tlsConf.RootCAs
+// (nil: the system's roots) for the host of the address dialed.
+func newStreamLayer(ln net.Listener, secret []byte, tlsConf *tls.Config) *streamLayer {
 	s := &streamLayer{ln: ln, conns: make(map[*trackedConn]struct{})}
 	if len(secret) > 0 {
 		k := sha256.Sum256(append([]byte("mlock cluster raft\x00"), secret...))
 		s.key = k[:]
+	}
+	if tlsConf != nil {
+		s.tls = tlsConf.Clone()
+		s.tls.MinVersion = max(s.tls.MinVersion, tls.VersionTLS12)
 	}
 	return s
 }
 
 func (c *trackedConn) Close() error {
 	err := c.Conn.Close()
+	c.untrack()
+	return err
+}
+
+// abort closes the TCP connection (without a TLS close_notify) and forgets it.
+func (c *trackedConn) abort() {
+	c.raw.Close()
+	c.untrack()
+}
+
+func (c *trackedConn) untrack() {
 	c.once.Do(func() {
 		c.s.mu.Lock()
 		delete(c.s.conns, c)
 		c.s.mu.Unlock()
 	})
-	return err
 }
 
-func (s *streamLayer) track(c net.Conn, accepted bool) (*trackedConn, error) {
-	tc := &trackedConn{Conn: c, s: s, accepted: accepted}
+// track registers the connection raw (used as conn: raw or TLS over it).
+func (s *streamLayer) track(raw, conn net.Conn, accepted bool) (*trackedConn, error) {
+	tc := &trackedConn{Conn: conn, raw: raw, s: s, accepted: accepted}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		c.Close()
+		raw.Close()
 		return nil, net.ErrClosed
 	}
 	s.conns[tc] = struct{}{}
 	return tc, nil
 }
 
-// Dial connects to a peer.
+// Dial connects to a peer; the TLS handshake, if any, ends within timeout, then the authentication
+// within handshakeTimeout.
 func (s *streamLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
-	d := net.Dialer{Timeout: timeout}
-	c, err := d.Dial("tcp", string(addr))
-	if err != nil {
-		return nil, err
-	}
-	tc, err := s.track(c, false)
-	if err != nil {
-		return nil, err
-	}
-	if s.key != nil {
-		if err := s.handshake(c, true); err != nil {
-			tc.Close()
+	deadline := time.Now().Add(timeout)
+	var conn *tls.Conn
+	var cfg *tls.Config
+	if s.tls != nil {
+		host, _, err := net.SplitHostPort(string(addr))
+		if err != nil {
 			return nil, err
 		}
+		cfg = s.tls.Clone()
+		cfg.ServerName = host
+	}
+	d := net.Dialer{Deadline: deadline}
+	raw, err := d.Dial("tcp", string(addr))
+	if err != nil {
+		return nil, err
+	}
+	var c net.Conn = raw
+	if cfg != nil {
+		conn = tls.Client(raw, cfg)
+		c = conn
+	}
+	tc, err := s.track(raw, c, false)
+	if err != nil {
+		return nil, err
+	}
+	if conn != nil {
+		if err := raw.SetDeadline(deadline); err != nil {
+			tc.abort()
+			return nil, err
+		}
+		if err := conn.Handshake(); err != nil {
+			tc.abort()
+			return nil, fmt.Errorf("cluster: TLS handshake with raft peer %s: %w (does it speak TLS on its raft port, with a certificate the cluster CA verifies for that host?)", addr, err)
+		}
+	}
+	if s.key != nil {
+		err := raw.SetDeadline(time.Now().Add(handshakeTimeout))
+		if err == nil {
+			err = s.handshake(c, true)
+		}
+		if err != nil {
+			tc.abort()
+			if errors.Is(err, errRaftNoAnswer) {
+				err = &peerError{kind: errRaftAuth, msg: fmt.Sprintf("cluster: raft peer %s closed the connection without answering the handshake "+
+					"(does it speak TLS on its raft port, and this node not?)", addr)}
+			}
+			return nil, err
+		}
+	}
+	if err := raw.SetDeadline(time.Time{}); err != nil {
+		tc.abort()
+		return nil, err
 	}
 	return tc, nil
 }
 
+// secureAccepted runs the TLS handshake (if any), then the authentication (if any), of an accepted
+// connection, together within handshakeTimeout.
+func (s *streamLayer) secureAccepted(c *trackedConn) error {
+	if err := c.raw.SetDeadline(time.Now().Add(handshakeTimeout)); err != nil {
+		return err
+	}
+	if conn, ok := c.Conn.(*tls.Conn); ok {
+		if err := conn.Handshake(); err != nil {
+			return fmt.Errorf("cluster: TLS handshake with raft peer %s: %w (does it speak TLS on its raft port?)", c.raw.RemoteAddr(), err)
+		}
+	}
+	if s.key != nil {
+		if err := s.handshake(c.Conn, false); err != nil {
+			if errors.Is(err, errRaftPeerTLS) {
+				err = &peerError{kind: errRaftPeerTLS, msg: fmt.Sprintf("cluster: raft peer %s speaks TLS on the raft port and this node does not "+
+					"(give every node a certificate, or none)", c.raw.RemoteAddr())}
+			}
+			return err
+		}
+	}
+	return c.raw.SetDeadline(time.Time{})
+}
+
 // Accept waits for a peer's connection.
 func (s *streamLayer) Accept() (net.Conn, error) {
-	c, err := s.ln.Accept()
+	raw, err := s.ln.Accept()
 	if err != nil {
 		return nil, err
 	}
-	return s.track(c, true)
+	c := raw
+	if s.tls != nil {
+		c = tls.Server(raw, s.tls)
+	}
+	return s.track(raw, c, true)
 }
 
 // Close closes the listener and every open connection.
@@ -154,7 +245,7 @@ func (s *streamLayer) Close() error {
 	s.conns = nil
 	s.mu.Unlock()
 	for c := range conns {
-		c.Conn.Close()
+		c.raw.Close()
 	}
 	return err
 }
@@ -165,16 +256,33 @@ func (s *streamLayer) Addr() net.Addr { return s.ln.Addr() }
 // The handshake of an authenticated raft connection. The dialer sends raftMagic and a random nonce;
 // the acceptor answers with its own nonce and the MAC of both under the key ("accept"); the dialer
 // checks it and sends its MAC ("dial"). Each side thus proves it knows the cluster secret without
-// sending it, before any raft RPC, within handshakeTimeout. (It authenticates the peer; it does not
-// encrypt the stream: see docs/cluster.md.)
+// sending it, before any raft RPC, within handshakeTimeout. It authenticates the peer; TLS, when the
+// nodes have certificates, encrypts the stream (the handshake then runs inside it): see
+// docs/cluster.md.
 const (
 	raftMagic        = "MLRAFT1\n"
 	nonceLen         = 32
 	handshakeTimeout = 5 * time.Second
 )
 
-// errRaftAuth: the peer did not prove it knows the cluster secret.
-var errRaftAuth = errors.New("cluster: raft peer failed authentication (a different cluster secret?)")
+var (
+	// errRaftAuth: the peer did not prove it knows the cluster secret.
+	errRaftAuth = errors.New("cluster: raft peer failed authentication (a different cluster secret?)")
+	// errRaftPeerTLS: a node without TLS received a TLS ClientHello instead of the handshake.
+	errRaftPeerTLS = errors.New("cluster: the raft peer speaks TLS and this node does not")
+	// errRaftNoAnswer: the dialer's peer closed the connection without answering (Dial explains).
+	errRaftNoAnswer = errors.New("cluster: the raft peer did not answer the handshake")
+)
+
+// peerError is a failed handshake with a peer, explained: its message, and the error it matches
+// (errors.Is).
+type peerError struct {
+	msg  string
+	kind error
+}
+
+func (e *peerError) Error() string { return e.msg }
+func (e *peerError) Unwrap() error { return e.kind }
 
 func (s *streamLayer) mac(role string, dialNonce, acceptNonce []byte) []byte {
 	m := hmac.New(sha256.New, s.key)
@@ -184,10 +292,8 @@ func (s *streamLayer) mac(role string, dialNonce, acceptNonce []byte) []byte {
 	return m.Sum(nil)
 }
 
+// handshake authenticates c (as the dialer or the acceptor); the caller bounds it with a deadline.
 func (s *streamLayer) handshake(c net.Conn, dialer bool) error {
-	if err := c.SetDeadline(time.Now().Add(handshakeTimeout)); err != nil {
-		return err
-	}
 	var dn, an [nonceLen]byte
 	if dialer {
 		rand.Read(dn[:])
@@ -195,7 +301,10 @@ func (s *streamLayer) handshake(c net.Conn, dialer bool) error {
 			return err
 		}
 		var in [nonceLen + sha256.Size]byte
-		if _, err := io.ReadFull(c, in[:]); err != nil {
+		if n, err := io.ReadFull(c, in[:]); err != nil {
+			if n == 0 && !isTimeout(err) {
+				return errRaftNoAnswer
+			}
 			return errRaftAuth
 		}
 		copy(an[:], in[:nonceLen])
@@ -205,20 +314,28 @@ func (s *streamLayer) handshake(c net.Conn, dialer bool) error {
 		if _, err := c.Write(s.mac("dial", dn[:], an[:])); err != nil {
 			return err
 		}
-	} else {
-		var in [len(raftMagic) + nonceLen]byte
-		if _, err := io.ReadFull(c, in[:]); err != nil || string(in[:len(raftMagic)]) != raftMagic {
-			return errRaftAuth
-		}
-		copy(dn[:], in[len(raftMagic):])
-		rand.Read(an[:])
-		if _, err := c.Write(append(an[:], s.mac("accept", dn[:], an[:])...)); err != nil {
-			return err
-		}
-		var m [sha256.Size]byte
-		if _, err := io.ReadFull(c, m[:]); err != nil || !hmac.Equal(m[:], s.mac("dial", dn[:], an[:])) {
-			return errRaftAuth
-		}
+		return nil
 	}
-	return c.SetDeadline(time.Time{})
+	var in [len(raftMagic) + nonceLen]byte
+	if n, err := io.ReadFull(c, in[:]); err != nil || string(in[:len(raftMagic)]) != raftMagic {
+		if n >= 2 && in[0] == 0x16 && in[1] == 0x03 { // a TLS handshake record
+			return errRaftPeerTLS
+		}
+		return errRaftAuth
+	}
+	copy(dn[:], in[len(raftMagic):])
+	rand.Read(an[:])
+	if _, err := c.Write(append(an[:], s.mac("accept", dn[:], an[:])...)); err != nil {
+		return err
+	}
+	var m [sha256.Size]byte
+	if _, err := io.ReadFull(c, m[:]); err != nil || !hmac.Equal(m[:], s.mac("dial", dn[:], an[:])) {
+		return errRaftAuth
+	}
+	return nil
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }

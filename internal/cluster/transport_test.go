@@ -17,7 +17,7 @@ func newLayer(t *testing.T, secret string) *streamLayer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := newStreamLayer(ln, []byte(secret))
+	s := newStreamLayer(ln, []byte(secret), nil)
 	t.Cleanup(func() { s.Close() })
 	return s
 }
