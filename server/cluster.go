@@ -4,6 +4,7 @@ import (
 	"context"
 	crand "crypto/rand"
 	"crypto/sha256"
+	"crypto/tls"
 	"crypto/x509"
 	"encoding/binary"
 	"encoding/hex"
@@ -57,12 +58,15 @@ type ClusterConfig struct {
 	// in the log.
 	Secret []byte
 	// Transport carries Raft's messages (tests: raft.NewInmemTransport).
-	// Nil: TCP on RaftAddr.
+	// Nil: TCP on RaftAddr, which speaks TLS when the server does
+	// (Config.TLSCertFile: the same certificate, reloaded with it; the
+	// peers' verified against CAFile).
 	Transport raft.Transport
-	// CAFile verifies the other nodes' client-port certificates when the
-	// nodes speak TLS (Config.TLSCertFile): a follower forwards to the
-	// leader over TLS, checking the leader's certificate for the host of
-	// its client address. "": the system's roots.
+	// CAFile verifies the other nodes' certificates when the nodes speak
+	// TLS (Config.TLSCertFile): a follower forwards to the leader over TLS,
+	// checking the leader's certificate for the host of its client address,
+	// and a node dialing a peer's Raft port checks the peer's certificate
+	// for the host of its Raft address. "": the system's roots.
 	CAFile string
 
 	// Raft tuning, passed to internal/cluster (zero: its defaults):
@@ -164,8 +168,13 @@ func (s *Server) openCluster() error {
 		peers[i] = cluster.Peer{ID: p.ID, Addr: p.Addr}
 	}
 	window := cc.window()
+	var raftTLS *tls.Config // the Raft port speaks TLS when the clients' port does, with its certificate
+	if s.certs != nil {
+		raftTLS = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: s.certs.GetCertificate, RootCAs: cl.roots}
+	}
 	cl.node, err = cluster.Open(cluster.Config{
 		ID: cc.ID, RaftAddr: cc.RaftAddr, ClientAddr: cc.ClientAddr, Dir: cc.Dir, Transport: cc.Transport, Secret: cc.Secret,
+		TLS:       raftTLS,
 		Bootstrap: cc.Bootstrap, Peers: peers, SM: smHook{cl},
 		NextDeadline: func() (int64, bool) { return s.core().NextDeadline() },
 		OnLeader: func(now int64) []byte {

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -36,6 +38,9 @@ type testCluster struct {
 	// TLS on the client ports: every node's certificate and the CA file the
 	// nodes verify each other with ("": plain TCP).
 	tlsCert, tlsKey, caFile string
+	// raftAddrs, when set, are the nodes' Raft addresses: Raft over TCP
+	// (with TLS when tlsCert is set) instead of the in-memory transport.
+	raftAddrs []string
 }
 
 var testSecret = []byte("0123456789abcdef-cluster-test")
@@ -72,7 +77,11 @@ func newTestClusterWith(t *testing.T, n int, onDisk bool, setup func(*testCluste
 func (tc *testCluster) peers() []ClusterPeer {
 	var p []ClusterPeer
 	for i := range tc.n {
-		p = append(p, ClusterPeer{ID: "n" + strconv.Itoa(i), Addr: "raft" + strconv.Itoa(i)})
+		addr := "raft" + strconv.Itoa(i)
+		if tc.raftAddrs != nil {
+			addr = tc.raftAddrs[i]
+		}
+		p = append(p, ClusterPeer{ID: "n" + strconv.Itoa(i), Addr: addr})
 	}
 	return p
 }
@@ -81,12 +90,18 @@ func (tc *testCluster) peers() []ClusterPeer {
 func (tc *testCluster) start(i int) {
 	t := tc.t
 	t.Helper()
-	_, tr := raft.NewInmemTransport(raft.ServerAddress("raft" + strconv.Itoa(i)))
-	tc.trans[i] = tr
-	for j := range tc.n {
-		if j != i && tc.trans[j] != nil {
-			tr.Connect(tc.trans[j].LocalAddr(), tc.trans[j])
-			tc.trans[j].Connect(tr.LocalAddr(), tr)
+	var transport raft.Transport // nil: TCP on raftAddrs[i]
+	raftAddr := ""
+	if tc.raftAddrs != nil {
+		raftAddr = tc.raftAddrs[i]
+	} else {
+		_, tr := raft.NewInmemTransport(raft.ServerAddress("raft" + strconv.Itoa(i)))
+		tc.trans[i], transport = tr, tr
+		for j := range tc.n {
+			if j != i && tc.trans[j] != nil {
+				tr.Connect(tc.trans[j].LocalAddr(), tc.trans[j])
+				tc.trans[j].Connect(tr.LocalAddr(), tr)
+			}
 		}
 	}
 	addr := tc.addrs[i]
@@ -116,7 +131,7 @@ func (tc *testCluster) start(i int) {
 		TLSCertFile:  tc.tlsCert, TLSKeyFile: tc.tlsKey,
 		Cluster: &ClusterConfig{
 			CAFile: tc.caFile,
-			ID:     "n" + strconv.Itoa(i), ClientAddr: tc.addrs[i], Dir: tc.dirs[i], Transport: tr,
+			ID:     "n" + strconv.Itoa(i), ClientAddr: tc.addrs[i], Dir: tc.dirs[i], Transport: transport, RaftAddr: raftAddr,
 			Bootstrap: true, Peers: tc.peers(), Secret: testSecret,
 			HeartbeatTimeout: 150 * time.Millisecond, ElectionTimeout: 150 * time.Millisecond,
 			LeaderLeaseTimeout: 75 * time.Millisecond,
@@ -140,7 +155,7 @@ func (tc *testCluster) stop(i int) {
 	}
 	tc.nodes[i] = nil
 	for j := range tc.n {
-		if j != i && tc.trans[j] != nil {
+		if j != i && tc.trans[j] != nil && tc.trans[i] != nil {
 			tc.trans[j].Disconnect(tc.trans[i].LocalAddr())
 		}
 	}
@@ -640,6 +655,74 @@ func TestClusterForwardsOverTLS(t *testing.T) {
 	}
 	if err := lk.Unlock(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// With TLS on the client ports, the Raft ports over TCP speak TLS too, with
+// the node's certificate (reloaded with it): a 3-node cluster elects a
+// leader and a TLS client on a follower locks.
+func TestClusterRaftOverTLS(t *testing.T) {
+	ca := testcert.New(t)
+	cert, key := ca.Server(t, "127.0.0.1")
+	var raftAddrs []string
+	for range 3 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		raftAddrs = append(raftAddrs, l.Addr().String())
+		l.Close()
+	}
+	tc := newTestClusterWith(t, 3, false, func(tc *testCluster) {
+		tc.tlsCert, tc.tlsKey, tc.caFile, tc.raftAddrs = cert, key, ca.CertFile(), raftAddrs
+	})
+	l := tc.leader()
+	f := (l + 1) % 3
+	c, err := mlock.NewClient(mlock.Options{Addrs: []string{tc.addrs[f]}, TLS: &tls.Config{RootCAs: ca.Pool()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	lk, err := c.Lock(ctx, "raft-over-tls", &mlock.LockOptions{TTL: 5 * time.Second})
+	if err != nil {
+		t.Fatalf("Lock through a follower: %v", err)
+	}
+	if err := lk.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// raftLeaf is the certificate node i serves on its Raft port, verified
+	// against the CA for 127.0.0.1.
+	raftLeaf := func(i int) *x509.Certificate {
+		t.Helper()
+		d := tls.Dialer{NetDialer: &net.Dialer{Timeout: 2 * time.Second}, Config: &tls.Config{RootCAs: ca.Pool(), ServerName: "127.0.0.1"}}
+		nc, err := d.Dial("tcp", tc.raftAddrs[i])
+		if err != nil {
+			t.Fatalf("TLS to node %d's Raft port: %v", i, err)
+		}
+		defer nc.Close()
+		return nc.(*tls.Conn).ConnectionState().PeerCertificates[0]
+	}
+	before := raftLeaf(0)
+	// A new certificate in the same files, reloaded (as on SIGHUP), serves
+	// the next Raft connections.
+	newCert, newKey := ca.Server(t, "127.0.0.1")
+	for _, cp := range [][2]string{{newCert, cert}, {newKey, key}} {
+		b, err := os.ReadFile(cp[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(cp[1], b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tc.nodes[0].Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if after := raftLeaf(0); after.SerialNumber.Cmp(before.SerialNumber) == 0 {
+		t.Fatal("the Raft port serves the certificate of before the reload")
 	}
 }
 

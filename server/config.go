@@ -67,8 +67,9 @@ type Config struct {
 	Insecure bool
 	// TLSCertFile and TLSKeyFile, both or neither, make every listener
 	// speak TLS (1.2 at least, Go's default cipher suites) with this
-	// certificate. Reload reads them again; connections keep their
-	// session.
+	// certificate, and so does a cluster node's Raft port (see
+	// ClusterConfig.CAFile). Reload reads them again; connections keep
+	// their session.
 	TLSCertFile, TLSKeyFile string
 	// TLSClientCAFile verifies client certificates against these CAs
 	// (PEM). A client may present one (it must then verify); its name
