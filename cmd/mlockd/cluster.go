@@ -25,7 +25,7 @@ const defaultRaftDir = "mlockd.raft"
 //	--cluster-join        the client address of a member to join through
 //	--cluster-secret-file the file holding the secret shared by the nodes
 //	--cluster-advertise   the client address the other nodes forward to
-//	--cluster-ca          the CA file verifying the other nodes' TLS certificates
+//	--cluster-ca          the CA file verifying the other nodes' TLS certificates (forwarding, Raft)
 //	--raft-heartbeat, --raft-election  Raft timeouts (default 500ms each)
 //	--raft-commit-timeout how often raft tells idle followers the commit index (default 50ms)
 func addClusterFlags(fs *flag.FlagSet, cfg *server.Config) {
@@ -84,7 +84,9 @@ func addClusterFlags(fs *flag.FlagSet, cfg *server.Config) {
 		cc().ClientAddr = v
 		return nil
 	})
-	fs.Func("cluster-ca", "cluster: the CA `file` verifying the other nodes' certificates when the nodes speak TLS (--tls-cert): a\nfollower forwards to the leader over TLS, for the host of its client address (default: the system's roots)", func(v string) error {
+	fs.Func("cluster-ca", "cluster: the CA `file` verifying the other nodes' certificates when the nodes speak TLS (--tls-cert): a\n"+
+		"follower forwards to the leader over TLS, for the host of its client address, and the Raft port speaks TLS,\n"+
+		"a peer's certificate verified for the host of its Raft address (default: the system's roots)", func(v string) error {
 		cc().CAFile = v
 		return nil
 	})

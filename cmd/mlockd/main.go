@@ -123,7 +123,7 @@ func newFlagSet(cfg *server.Config) (*flag.FlagSet, *options) {
 	fs.StringVar(&cfg.Addr, "listen", server.DefaultAddr, "TCP address to listen on; beyond loopback it needs credentials (--auth-file or --tls-client-ca) or --insecure")
 	fs.StringVar(&cfg.AuthFile, "auth-file", "", "auth file: principals, hashed tokens and rights (see docs/security.md); reloaded on SIGHUP. Without it: protected mode, loopback clients only")
 	fs.BoolVar(&cfg.Insecure, "insecure", false, "without credentials, accept clients from any address anyway (anyone who reaches the server can take, release and list every lock)")
-	fs.StringVar(&cfg.TLSCertFile, "tls-cert", "", "TLS certificate file (PEM): every connection speaks TLS 1.2+; reloaded on SIGHUP")
+	fs.StringVar(&cfg.TLSCertFile, "tls-cert", "", "TLS certificate file (PEM): every connection speaks TLS 1.2+, a cluster node's Raft port included; reloaded on SIGHUP")
 	fs.StringVar(&cfg.TLSKeyFile, "tls-key", "", "TLS private key file (PEM), with --tls-cert")
 	fs.StringVar(&cfg.TLSClientCAFile, "tls-client-ca", "", "CA file (PEM) verifying client certificates (mTLS); a verified certificate's name is the client's principal")
 	fs.IntVar(&cfg.MaxConnsPerIP, "max-conns-per-ip", server.DefaultMaxConnsPerIP, "most simultaneous connections from one IP address (an IPv6 /64 counts as one; loopback is not limited)")
