@@ -141,9 +141,12 @@ func (s *streamLayer) track(raw, conn net.Conn, accepted bool) (*trackedConn, er
 	return tc, nil
 }
 
-// Dial connects to a peer; the TLS handshake, if any, ends within timeout, then the authentication
-// within handshakeTimeout.
+// Dial connects to a peer; the connection and the TLS handshake, if any, end within timeout (0:
+// handshakeTimeout), then the authentication within handshakeTimeout.
 func (s *streamLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	if timeout <= 0 {
+		timeout = handshakeTimeout
+	}
 	deadline := time.Now().Add(timeout)
 	var conn *tls.Conn
 	var cfg *tls.Config
