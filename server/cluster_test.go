@@ -45,6 +45,16 @@ type testCluster struct {
 
 var testSecret = []byte("0123456789abcdef-cluster-test")
 
+// raftTimeout is the nodes' heartbeat and election timeout: 150 ms in
+// memory, 500 ms over TCP (real sockets and TLS handshakes on a busy
+// machine).
+func (tc *testCluster) raftTimeout() time.Duration {
+	if tc.raftAddrs != nil {
+		return 500 * time.Millisecond
+	}
+	return 150 * time.Millisecond
+}
+
 func newTestCluster(t *testing.T, n int, onDisk bool) *testCluster {
 	t.Helper()
 	return newTestClusterWith(t, n, onDisk, nil)
@@ -133,8 +143,8 @@ func (tc *testCluster) start(i int) {
 			CAFile: tc.caFile,
 			ID:     "n" + strconv.Itoa(i), ClientAddr: tc.addrs[i], Dir: tc.dirs[i], Transport: transport, RaftAddr: raftAddr,
 			Bootstrap: true, Peers: tc.peers(), Secret: testSecret,
-			HeartbeatTimeout: 150 * time.Millisecond, ElectionTimeout: 150 * time.Millisecond,
-			LeaderLeaseTimeout: 75 * time.Millisecond,
+			HeartbeatTimeout: tc.raftTimeout(), ElectionTimeout: tc.raftTimeout(),
+			LeaderLeaseTimeout: tc.raftTimeout() / 2,
 		},
 	})
 	if err != nil {

@@ -46,6 +46,10 @@ type streamLayer struct {
 	// peers of dialed ones; nil: plain TCP.
 	tls *tls.Config
 
+	// handshakes holds a token per accepted connection in its handshake: at most maxHandshakes at
+	// once, a connection beyond that is closed (a peer's own connections are few, and pooled).
+	handshakes chan struct{}
+
 	mu sync.Mutex
 	// conns are the open connections; guarded by mu.
 	conns map[*trackedConn]struct{}
@@ -96,7 +100,7 @@ func (c *trackedConn) Write(p []byte) (int, error) {
 // certificate, a dialed one a tls.Client that verifies the peer's certificate against tlsConf.RootCAs
 // (nil: the system's roots) for the host of the address dialed.
 func newStreamLayer(ln net.Listener, secret []byte, tlsConf *tls.Config) *streamLayer {
-	s := &streamLayer{ln: ln, conns: make(map[*trackedConn]struct{})}
+	s := &streamLayer{ln: ln, conns: make(map[*trackedConn]struct{}), handshakes: make(chan struct{}, maxHandshakes)}
 	if len(secret) > 0 {
 		k := sha256.Sum256(append([]byte("mlock cluster raft\x00"), secret...))
 		s.key = k[:]
@@ -104,12 +108,18 @@ func newStreamLayer(ln net.Listener, secret []byte, tlsConf *tls.Config) *stream
 	if tlsConf != nil {
 		s.tls = tlsConf.Clone()
 		s.tls.MinVersion = max(s.tls.MinVersion, tls.VersionTLS12)
+		// Peers are always verified against RootCAs, whatever the caller's configuration says.
+		s.tls.InsecureSkipVerify = false
+		s.tls.VerifyPeerCertificate = nil
 	}
 	return s
 }
 
+// Close closes the TCP connection. A TLS connection goes without its close_notify: raft's messages
+// are framed, so it would say nothing, and tls.Conn.Close may wait up to 5 s to send it to a peer
+// that reads nothing, while raft holds its connection pool's lock.
 func (c *trackedConn) Close() error {
-	err := c.Conn.Close()
+	err := c.raw.Close()
 	c.untrack()
 	return err
 }
@@ -206,6 +216,12 @@ func (s *streamLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.
 // secureAccepted runs the TLS handshake (if any), then the authentication (if any), of an accepted
 // connection, together within handshakeTimeout.
 func (s *streamLayer) secureAccepted(c *trackedConn) error {
+	select {
+	case s.handshakes <- struct{}{}:
+		defer func() { <-s.handshakes }()
+	default:
+		return fmt.Errorf("cluster: raft connection from %s refused: %d handshakes under way already", c.raw.RemoteAddr(), maxHandshakes)
+	}
 	if err := c.raw.SetDeadline(time.Now().Add(handshakeTimeout)); err != nil {
 		return err
 	}
@@ -266,6 +282,9 @@ const (
 	raftMagic        = "MLRAFT1\n"
 	nonceLen         = 32
 	handshakeTimeout = 5 * time.Second
+	// maxHandshakes bounds the accepted connections in their handshake at once (TLS costs the
+	// acceptor a signature before the secret is checked).
+	maxHandshakes = 64
 )
 
 var (
@@ -287,16 +306,38 @@ type peerError struct {
 func (e *peerError) Error() string { return e.msg }
 func (e *peerError) Unwrap() error { return e.kind }
 
-func (s *streamLayer) mac(role string, dialNonce, acceptNonce []byte) []byte {
+func (s *streamLayer) mac(role string, dialNonce, acceptNonce, binding []byte) []byte {
 	m := hmac.New(sha256.New, s.key)
 	m.Write([]byte(role))
 	m.Write(dialNonce)
 	m.Write(acceptNonce)
+	m.Write(binding)
 	return m.Sum(nil)
 }
 
+// bindingLabel labels the keying material a TLS connection exports for the handshake (RFC 5705).
+const bindingLabel = "EXPORTER-mlock-raft-auth"
+
+// binding returns what ties the handshake to c's TLS session: keying material both ends of that one
+// TLS session derive, and nobody else (nil on a plain connection). A relay that holds a certificate
+// the cluster CA accepts ends two TLS sessions with different material, so the MACs it forwards do
+// not verify.
+func binding(c net.Conn) ([]byte, error) {
+	tc, ok := c.(*tls.Conn)
+	if !ok {
+		return nil, nil
+	}
+	st := tc.ConnectionState()
+	return st.ExportKeyingMaterial(bindingLabel, nil, 32)
+}
+
 // handshake authenticates c (as the dialer or the acceptor); the caller bounds it with a deadline.
+// On a TLS connection the MACs also cover the session's exported keying material (see binding).
 func (s *streamLayer) handshake(c net.Conn, dialer bool) error {
+	bind, err := binding(c)
+	if err != nil {
+		return fmt.Errorf("cluster: raft handshake: %w", err)
+	}
 	var dn, an [nonceLen]byte
 	if dialer {
 		rand.Read(dn[:])
@@ -311,10 +352,10 @@ func (s *streamLayer) handshake(c net.Conn, dialer bool) error {
 			return errRaftAuth
 		}
 		copy(an[:], in[:nonceLen])
-		if !hmac.Equal(in[nonceLen:], s.mac("accept", dn[:], an[:])) {
+		if !hmac.Equal(in[nonceLen:], s.mac("accept", dn[:], an[:], bind)) {
 			return errRaftAuth
 		}
-		if _, err := c.Write(s.mac("dial", dn[:], an[:])); err != nil {
+		if _, err := c.Write(s.mac("dial", dn[:], an[:], bind)); err != nil {
 			return err
 		}
 		return nil
@@ -328,11 +369,11 @@ func (s *streamLayer) handshake(c net.Conn, dialer bool) error {
 	}
 	copy(dn[:], in[len(raftMagic):])
 	rand.Read(an[:])
-	if _, err := c.Write(append(an[:], s.mac("accept", dn[:], an[:])...)); err != nil {
+	if _, err := c.Write(append(an[:], s.mac("accept", dn[:], an[:], bind)...)); err != nil {
 		return err
 	}
 	var m [sha256.Size]byte
-	if _, err := io.ReadFull(c, m[:]); err != nil || !hmac.Equal(m[:], s.mac("dial", dn[:], an[:])) {
+	if _, err := io.ReadFull(c, m[:]); err != nil || !hmac.Equal(m[:], s.mac("dial", dn[:], an[:], bind)) {
 		return errRaftAuth
 	}
 	return nil

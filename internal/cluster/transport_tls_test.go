@@ -358,3 +358,73 @@ func TestTCPClusterOverTLS(t *testing.T) {
 		c.Close()
 	}
 }
+
+// Under valid TLS the secret still decides: a node with another secret is
+// refused both ways.
+func TestRaftTLSWrongSecretRefused(t *testing.T) {
+	ca := testcert.New(t)
+	a := newTLSLayer(t, "the-cluster-secret", tlsFor(t, ca, ca.Pool()))
+	b := newTLSLayer(t, "another-cluster-secret", tlsFor(t, ca, ca.Pool()))
+	got := accepted(b)
+	c, err := a.Dial(raft.ServerAddress(b.Addr().String()), 2*time.Second)
+	if err == nil {
+		c.Close()
+		t.Fatal("a node with another secret was accepted")
+	}
+	if !errors.Is(err, errRaftAuth) {
+		t.Fatalf("dial: %v, want errRaftAuth", err)
+	}
+	if err := <-got; !errors.Is(err, errRaftAuth) {
+		t.Fatalf("acceptor: %v, want errRaftAuth", err)
+	}
+}
+
+// The secret's handshake is bound to the TLS session: a relay that holds a
+// certificate the cluster CA accepts for the dialed host, and forwards the
+// handshake bytes unchanged between two TLS sessions of its own, fails it.
+func TestRaftTLSRelayRefused(t *testing.T) {
+	ca := testcert.New(t)
+	a := newTLSLayer(t, "the-cluster-secret", tlsFor(t, ca, ca.Pool()))
+	b := newTLSLayer(t, "the-cluster-secret", tlsFor(t, ca, ca.Pool()))
+	got := accepted(b)
+	relayConf := tlsFor(t, ca, ca.Pool())
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", relayConf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		in, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer in.Close()
+		out, err := tls.Dial("tcp", b.Addr().String(), &tls.Config{RootCAs: ca.Pool(), ServerName: "127.0.0.1"})
+		if err != nil {
+			return
+		}
+		defer out.Close()
+		done := make(chan struct{}, 2)
+		pipe := func(dst, src net.Conn) { io.Copy(dst, src); dst.Close(); done <- struct{}{} }
+		go pipe(out, in)
+		go pipe(in, out)
+		<-done
+		<-done
+	}()
+	c, err := a.Dial(raft.ServerAddress(ln.Addr().String()), 2*time.Second)
+	if err == nil {
+		c.Close()
+		t.Fatal("a relay between two TLS sessions passed the handshake")
+	}
+	if !errors.Is(err, errRaftAuth) {
+		t.Fatalf("dial through the relay: %v, want errRaftAuth", err)
+	}
+	if err := <-got; !errors.Is(err, errRaftAuth) && !errors.Is(err, io.EOF) {
+		t.Fatalf("acceptor: %v, want errRaftAuth", err)
+	}
+	ln.Close()
+	wg.Wait()
+}
