@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"runtime"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/mlock-dev/mlock/internal/lease"
 	"github.com/mlock-dev/mlock/internal/protocol"
+	"github.com/mlock-dev/mlock/internal/rawio"
 )
 
 // The session's transport: the reconnect loop, one TCP connection at a time
@@ -150,6 +152,7 @@ type link struct {
 	nc  net.Conn // reads and writes: the TLS connection over tcp, or tcp
 	tcp net.Conn // closing it breaks nc at once, whatever blocks on it
 	r   *bufio.Reader
+	w   io.Writer // writes nc: raw system calls on plain TCP
 	h   hello
 }
 
@@ -198,7 +201,16 @@ func (s *session) dial(i int, askLeader bool) (link, error) {
 		tcp.Close()
 		return link{}, err
 	}
-	r := bufio.NewReaderSize(nc, 32<<10)
+	// Plain TCP is read and written with raw system calls (see
+	// internal/rawio): no wake-up of the runtime's monitor per round trip.
+	var rd io.Reader = nc
+	var w io.Writer = nc
+	if tcfg == nil {
+		if raw, ok := rawio.New(tcp); ok {
+			rd, w = raw, raw
+		}
+	}
+	r := bufio.NewReaderSize(rd, 32<<10)
 	var m protocol.Message
 	if tcfg == nil && looksLikeTLS(r) {
 		err = &Error{Type: TypeConnection, Msg: "the server " + addr + " speaks TLS: use mlocks:// or Options.TLS", Node: addr, Err: ErrTLS, fatal: true}
@@ -232,7 +244,7 @@ func (s *session) dial(i int, askLeader bool) (link, error) {
 		return link{}, s.ctx.Err()
 	}
 	_ = tcp.SetDeadline(time.Time{})
-	return link{nc: nc, tcp: tcp, r: r, h: hello{resumed: m.Resumed, graceMs: m.GraceMs, sent: sent, leader: m.Leader}}, nil
+	return link{nc: nc, tcp: tcp, r: r, w: w, h: hello{resumed: m.Resumed, graceMs: m.GraceMs, sent: sent, leader: m.Leader}}, nil
 }
 
 // looksLikeTLS reports whether the server's first bytes are a TLS record
@@ -324,7 +336,7 @@ func (s *session) serve(c link, i int) (bye bool) {
 		s.queueLocked(protocol.VerbBye, s.seq, nil)
 		s.mu.Unlock()
 		_ = nc.SetWriteDeadline(time.Now().Add(time.Second))
-		_, _ = box.Flush(nc) // or the flush under way writes it
+		_, _ = box.Flush(c.w) // or the flush under way writes it
 	}
 	close(stop)
 	ccancel() // a ping in flight
@@ -480,7 +492,7 @@ func (s *session) shutdown() {
 // callers into one write, and flushes on shutdown.
 func (s *session) writeLoop(c link, box *protocol.Outbox, stop chan struct{}, wg *sync.WaitGroup) {
 	defer wg.Done()
-	nc := c.nc
+	nc, w := c.nc, c.w
 	for {
 		select {
 		case <-s.wake:
@@ -496,7 +508,7 @@ func (s *session) writeLoop(c link, box *protocol.Outbox, stop chan struct{}, wg
 				// again (see endBatch), in one write.
 				continue
 			}
-			if _, err := box.Flush(nc); err != nil {
+			if _, err := box.Flush(w); err != nil {
 				c.tcp.Close()
 				return
 			}
@@ -504,7 +516,7 @@ func (s *session) writeLoop(c link, box *protocol.Outbox, stop chan struct{}, wg
 			return
 		case <-s.quit:
 			_ = nc.SetWriteDeadline(time.Now().Add(time.Second))
-			_, _ = box.Flush(nc)
+			_, _ = box.Flush(w)
 			nc.Close()
 			return
 		}

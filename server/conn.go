@@ -15,6 +15,7 @@ import (
 	"github.com/mlock-dev/mlock/internal/auth"
 	"github.com/mlock-dev/mlock/internal/core"
 	"github.com/mlock-dev/mlock/internal/protocol"
+	"github.com/mlock-dev/mlock/internal/rawio"
 )
 
 // conn is one client connection.
@@ -61,6 +62,9 @@ type conn struct {
 	// (set before the attach is queued, read by its apply).
 	wantLeader bool
 
+	// raw reads and writes nc with raw system calls (plain TCP; nil: TLS).
+	raw *rawio.Conn
+
 	wake     chan struct{} // cap 1: output is waiting
 	done     chan struct{} // closed when the connection ends
 	doneOnce sync.Once
@@ -87,7 +91,13 @@ func (w *sock) Write(b []byte) (int, error) {
 		}
 	}
 	c.srv.writes.Add(1)
-	n, err := c.nc.Write(b)
+	var n int
+	var err error
+	if c.raw != nil {
+		n, err = c.raw.Write(b)
+	} else {
+		n, err = c.nc.Write(b)
+	}
 	c.srv.obs.bytesOut.Add(uint64(n))
 	return n, err
 }
@@ -160,6 +170,8 @@ func (s *Server) accept(nc net.Conn) {
 	}
 	if s.tlsConf != nil {
 		c.nc = tls.Server(nc, s.tlsConf)
+	} else {
+		c.raw, _ = rawio.New(nc)
 	}
 	go c.readLoop()
 	go c.writeLoop()
@@ -280,7 +292,13 @@ func (c *conn) readLoop() {
 			copy(nb, buf)
 			buf = nb
 		}
-		n, err := c.nc.Read(buf[len(buf):cap(buf)])
+		var n int
+		var err error
+		if c.raw != nil {
+			n, err = c.raw.Read(buf[len(buf):cap(buf)])
+		} else {
+			n, err = c.nc.Read(buf[len(buf):cap(buf)])
+		}
 		buf = buf[:len(buf)+n]
 		if first && len(buf) > 0 {
 			first = false

@@ -24,8 +24,8 @@ func layerOf(rel string) (int, bool) {
 		return 0, true // leaves: they import no other package of the module
 	case rel == "internal/core":
 		return 1, true
-	case rel == "internal/protocol":
-		return 2, true
+	case rel == "internal/protocol", rel == "internal/rawio":
+		return 2, true // the wire: frames, and the socket's raw reads and writes
 	case rel == "" || rel == "server" || strings.HasPrefix(rel, "server/"):
 		return 3, true // the root package is the client
 	case rel == "locking" || strings.HasPrefix(rel, "locking/"):

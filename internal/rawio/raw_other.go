@@ -1,0 +1,10 @@
+//go:build !unix
+
+package rawio
+
+import "syscall"
+
+const supported = false
+
+func rawRead(uintptr, []byte) (int, syscall.Errno)  { return 0, syscall.EINVAL }
+func rawWrite(uintptr, []byte) (int, syscall.Errno) { return 0, syscall.EINVAL }
