@@ -9,8 +9,11 @@
 // bookkeeping; waiting for the socket still goes through the runtime's
 // network poller (syscall.RawConn), deadlines included.
 //
-// Conn wraps a plain TCP connection (not TLS) on unix systems; elsewhere New
-// reports false and callers use the connection itself.
+// Conn wraps a plain TCP connection (not TLS) on Linux and the BSDs whose Go
+// port makes raw system calls (FreeBSD, NetBSD, DragonFly); elsewhere New
+// reports false and callers use the connection itself. Under the race
+// detector the calls go through the runtime's syscall path (syscall.Read and
+// Write), so that the detector sees the ordering a socket gives.
 package rawio
 
 import (
@@ -20,12 +23,72 @@ import (
 	"syscall"
 )
 
-// Conn reads and writes the socket of a net.Conn with raw system calls.
-// Its methods are safe for concurrent use as the connection's are (one
-// reader and one writer at a time). Close the net.Conn to end it.
+// Conn reads and writes the socket of a net.Conn with raw system calls. One
+// Read and one Write (or TryWrite) may run at a time, concurrently, as on
+// the connection. Close the net.Conn to end it.
 type Conn struct {
 	nc net.Conn
 	rc syscall.RawConn
+	r  readOp
+	w  writeOp
+}
+
+// maxIO bounds one system call (a raw call holds its P: a long copy would
+// delay preemption and the garbage collector).
+const maxIO = 256 << 10
+
+// readOp and writeOp are the state of the one read and the one write under
+// way, kept in the Conn so that a call allocates nothing.
+type readOp struct {
+	p     []byte
+	n     int
+	errno syscall.Errno
+	fn    func(fd uintptr) bool // the RawConn callback: readOp.do
+}
+
+func (op *readOp) do(fd uintptr) bool {
+	for {
+		op.n, op.errno = rawRead(fd, op.p)
+		switch op.errno {
+		case syscall.EINTR:
+			continue
+		case syscall.EAGAIN:
+			return false // wait until the socket is readable
+		}
+		return true
+	}
+}
+
+type writeOp struct {
+	p       []byte
+	written int
+	errno   syscall.Errno
+	wait    bool                  // Write: wait for the socket; TryWrite: never
+	fn      func(fd uintptr) bool // the RawConn callback: writeOp.do
+}
+
+func (op *writeOp) do(fd uintptr) bool {
+	for op.written < len(op.p) {
+		chunk := op.p[op.written:]
+		if len(chunk) > maxIO {
+			chunk = chunk[:maxIO]
+		}
+		n, errno := rawWrite(fd, chunk)
+		switch {
+		case errno == 0 && n > 0:
+			op.written += n
+		case errno == 0:
+			op.errno = syscall.EIO // a write of 0 bytes without an error: never loop on it
+			return true
+		case errno == syscall.EINTR:
+		case errno == syscall.EAGAIN:
+			return !op.wait // wait until the socket is writable (Write), or return (TryWrite)
+		default:
+			op.errno = errno
+			return true
+		}
+	}
+	return true
 }
 
 // New returns a Conn for nc, or false if nc has no socket of its own (TLS,
@@ -42,7 +105,9 @@ func New(nc net.Conn) (*Conn, bool) {
 	if err != nil {
 		return nil, false
 	}
-	return &Conn{nc: nc, rc: rc}, true
+	c := &Conn{nc: nc, rc: rc}
+	c.r.fn, c.w.fn = c.r.do, c.w.do
+	return c, true
 }
 
 // Read reads into p like net.Conn.Read: it waits for data (until the read
@@ -53,20 +118,14 @@ func (c *Conn) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	var n int
-	var errno syscall.Errno
-	err := c.rc.Read(func(fd uintptr) bool {
-		for {
-			n, errno = rawRead(fd, p)
-			switch errno {
-			case syscall.EINTR:
-				continue
-			case syscall.EAGAIN:
-				return false // wait until the socket is readable
-			}
-			return true
-		}
-	})
+	if len(p) > maxIO {
+		p = p[:maxIO]
+	}
+	op := &c.r
+	op.p, op.n, op.errno = p, 0, 0
+	err := c.rc.Read(op.fn)
+	n, errno := op.n, op.errno
+	op.p = nil // keep no caller's buffer
 	switch {
 	case err != nil:
 		return 0, err
@@ -79,59 +138,24 @@ func (c *Conn) Read(p []byte) (int, error) {
 }
 
 // Write writes all of p like net.Conn.Write, waiting for the socket to take
-// it (until the write deadline).
-func (c *Conn) Write(p []byte) (int, error) {
-	written := 0
-	var errno syscall.Errno
-	err := c.rc.Write(func(fd uintptr) bool {
-		for written < len(p) {
-			var n int
-			n, errno = rawWrite(fd, p[written:])
-			switch errno {
-			case 0:
-				written += n
-			case syscall.EINTR:
-			case syscall.EAGAIN:
-				errno = 0
-				return false // wait until the socket is writable
-			default:
-				return true
-			}
-		}
-		return true
-	})
+// it (until the write deadline). It returns the bytes written, with the
+// error that stopped it.
+func (c *Conn) Write(p []byte) (int, error) { return c.write(p, true) }
+
+// TryWrite writes a prefix of p without waiting: as much as the socket
+// takes now (0 when it is full).
+func (c *Conn) TryWrite(p []byte) (int, error) { return c.write(p, false) }
+
+func (c *Conn) write(p []byte, wait bool) (int, error) {
+	op := &c.w
+	op.p, op.written, op.errno, op.wait = p, 0, 0, wait
+	err := c.rc.Write(op.fn)
+	written, errno := op.written, op.errno
+	op.p = nil
 	if err != nil {
 		return written, err
 	}
 	if errno != 0 {
-		return written, c.opError("write", errno)
-	}
-	return written, nil
-}
-
-// TryWrite writes a prefix of p without waiting: as much as the socket
-// takes now (0 when it is full).
-func (c *Conn) TryWrite(p []byte) (int, error) {
-	written := 0
-	var errno syscall.Errno
-	err := c.rc.Write(func(fd uintptr) bool {
-		for written < len(p) {
-			var n int
-			n, errno = rawWrite(fd, p[written:])
-			switch errno {
-			case 0:
-				written += n
-			case syscall.EINTR:
-			default:
-				return true // EAGAIN included: never wait
-			}
-		}
-		return true
-	})
-	if err != nil {
-		return written, err
-	}
-	if errno != 0 && errno != syscall.EAGAIN {
 		return written, c.opError("write", errno)
 	}
 	return written, nil

@@ -168,3 +168,37 @@ func TestNewOnlyPlainTCP(t *testing.T) {
 		t.Fatal("New accepted a TLS connection")
 	}
 }
+
+// A write waiting for a full socket ends with net.ErrClosed when the
+// connection is closed, and TryWrite writes a prefix of what it is given.
+func TestWriteWaitingThenClosed(t *testing.T) {
+	a, b := pair(t)
+	ra := raw(t, a)
+	a.(*net.TCPConn).SetWriteBuffer(4096)
+	b.(*net.TCPConn).SetReadBuffer(4096)
+	big := make([]byte, 8<<20)
+	n, err := ra.TryWrite(big)
+	if err != nil || n == 0 || n >= len(big) {
+		t.Fatalf("TryWrite on an empty socket: %d of %d bytes, %v; want a prefix", n, len(big), err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := ra.Write(big)
+		done <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	select {
+	case err := <-done:
+		t.Fatalf("a write to a full socket returned: %v", err)
+	default:
+	}
+	a.Close()
+	select {
+	case err := <-done:
+		if !errors.Is(err, net.ErrClosed) {
+			t.Fatalf("write when the connection closed: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close did not end a waiting write")
+	}
+}

@@ -1,4 +1,4 @@
-//go:build unix
+//go:build (linux || freebsd || netbsd || dragonfly) && !race
 
 package rawio
 
@@ -9,6 +9,8 @@ import (
 
 const supported = true
 
+// rawRead and rawWrite are read(2) and write(2) as raw system calls: the
+// socket is non-blocking, so they never block.
 func rawRead(fd uintptr, p []byte) (int, syscall.Errno) {
 	r, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
 	if e != 0 {
@@ -18,9 +20,6 @@ func rawRead(fd uintptr, p []byte) (int, syscall.Errno) {
 }
 
 func rawWrite(fd uintptr, p []byte) (int, syscall.Errno) {
-	if len(p) == 0 {
-		return 0, 0
-	}
 	r, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
 	if e != 0 {
 		return 0, e
