@@ -674,8 +674,7 @@ func (s *session) resultLocked(m *protocol.Message) {
 		if cl.lock != nil {
 			cl.lock.state = failed
 		}
-		cl.ch <- reply{err: failure(m, cl.verb)}
-		s.woken++
+		s.answerLocked(cl, reply{err: failure(m, cl.verb)})
 		return
 	}
 	r := reply{sent: cl.sent, node: s.node}
@@ -706,8 +705,7 @@ func (s *session) resultLocked(m *protocol.Message) {
 			// An owner's renewal of a lock it holds: the same lock.
 			old.renewedLocked(cl.sent, l.ttl, time.Time{})
 			l.state = released
-			cl.ch <- reply{lock: old}
-			s.woken++
+			s.answerLocked(cl, reply{lock: old})
 			return
 		}
 		// Granted or queued: the call is answered by the locked push (or
@@ -730,6 +728,12 @@ func (s *session) resultLocked(m *protocol.Message) {
 	case protocol.VerbStatus, protocol.VerbLocks:
 		r.data = append([]byte(nil), m.Payload...)
 	}
+	s.answerLocked(cl, r)
+}
+
+// answerLocked gives the reader's answer to the caller waiting on cl, who
+// counts among the callers the reader waits for (see endBatch).
+func (s *session) answerLocked(cl *call, r reply) {
 	cl.ch <- r
 	s.woken++
 }

@@ -159,8 +159,7 @@ func (l *Lock) grantedLocked(token uint64, expiresAt time.Time) {
 	l.base = max(l.sent, s.resultAck)
 	s.heldLocked(l)
 	if l.wait != nil {
-		l.wait.ch <- reply{lock: l}
-		s.woken++
+		s.answerLocked(l.wait, reply{lock: l})
 		l.wait = nil
 	}
 }

@@ -639,6 +639,19 @@ func TestClusterMembershipThroughAnyNode(t *testing.T) {
 	}
 }
 
+// tlsClientOnFollower returns a TLS client (trusting ca) of a follower, and
+// the follower's index; the client is closed when the test ends.
+func (tc *testCluster) tlsClientOnFollower(ca *testcert.CA) (*mlock.Client, int) {
+	tc.t.Helper()
+	f := (tc.leader() + 1) % tc.n
+	c, err := mlock.NewClient(mlock.Options{Addrs: []string{tc.addrs[f]}, TLS: &tls.Config{RootCAs: ca.Pool()}})
+	if err != nil {
+		tc.t.Fatal(err)
+	}
+	tc.t.Cleanup(func() { c.Close() })
+	return c, f
+}
+
 // With TLS on the client ports, a follower forwards to the leader over TLS,
 // verifying the leader's certificate: a TLS client on a follower locks.
 func TestClusterForwardsOverTLS(t *testing.T) {
@@ -647,13 +660,7 @@ func TestClusterForwardsOverTLS(t *testing.T) {
 	tc := newTestClusterWith(t, 3, false, func(tc *testCluster) {
 		tc.tlsCert, tc.tlsKey, tc.caFile = cert, key, ca.CertFile()
 	})
-	l := tc.leader()
-	f := (l + 1) % 3
-	c, err := mlock.NewClient(mlock.Options{Addrs: []string{tc.addrs[f]}, TLS: &tls.Config{RootCAs: ca.Pool()}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c, f := tc.tlsClientOnFollower(ca)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	lk, err := c.Lock(ctx, "over-tls", &mlock.LockOptions{TTL: 5 * time.Second})
@@ -686,13 +693,7 @@ func TestClusterRaftOverTLS(t *testing.T) {
 	tc := newTestClusterWith(t, 3, false, func(tc *testCluster) {
 		tc.tlsCert, tc.tlsKey, tc.caFile, tc.raftAddrs = cert, key, ca.CertFile(), raftAddrs
 	})
-	l := tc.leader()
-	f := (l + 1) % 3
-	c, err := mlock.NewClient(mlock.Options{Addrs: []string{tc.addrs[f]}, TLS: &tls.Config{RootCAs: ca.Pool()}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c, _ := tc.tlsClientOnFollower(ca)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	lk, err := c.Lock(ctx, "raft-over-tls", &mlock.LockOptions{TTL: 5 * time.Second})

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/tls"
 	"errors"
+	"io"
 	"net"
 	"net/netip"
 	"os"
@@ -62,8 +63,9 @@ type conn struct {
 	// (set before the attach is queued, read by its apply).
 	wantLeader bool
 
-	// raw reads and writes nc with raw system calls (plain TCP; nil: TLS).
-	raw *rawio.Conn
+	// rw reads and writes the connection: nc, or on plain TCP its raw
+	// system calls (internal/rawio).
+	rw io.ReadWriter
 
 	wake     chan struct{} // cap 1: output is waiting
 	done     chan struct{} // closed when the connection ends
@@ -91,13 +93,7 @@ func (w *sock) Write(b []byte) (int, error) {
 		}
 	}
 	c.srv.writes.Add(1)
-	var n int
-	var err error
-	if c.raw != nil {
-		n, err = c.raw.Write(b)
-	} else {
-		n, err = c.nc.Write(b)
-	}
+	n, err := c.rw.Write(b)
 	c.srv.obs.bytesOut.Add(uint64(n))
 	return n, err
 }
@@ -168,10 +164,12 @@ func (s *Server) accept(nc net.Conn) {
 		nc.Close()
 		return
 	}
+	c.rw = nc
 	if s.tlsConf != nil {
 		c.nc = tls.Server(nc, s.tlsConf)
-	} else {
-		c.raw, _ = rawio.New(nc)
+		c.rw = c.nc
+	} else if raw, ok := rawio.New(nc); ok {
+		c.rw = raw
 	}
 	go c.readLoop()
 	go c.writeLoop()
@@ -292,13 +290,7 @@ func (c *conn) readLoop() {
 			copy(nb, buf)
 			buf = nb
 		}
-		var n int
-		var err error
-		if c.raw != nil {
-			n, err = c.raw.Read(buf[len(buf):cap(buf)])
-		} else {
-			n, err = c.nc.Read(buf[len(buf):cap(buf)])
-		}
+		n, err := c.rw.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]
 		if first && len(buf) > 0 {
 			first = false

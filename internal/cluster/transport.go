@@ -120,22 +120,12 @@ func newStreamLayer(ln net.Listener, secret []byte, tlsConf *tls.Config) *stream
 // that reads nothing, while raft holds its connection pool's lock.
 func (c *trackedConn) Close() error {
 	err := c.raw.Close()
-	c.untrack()
-	return err
-}
-
-// abort closes the TCP connection (without a TLS close_notify) and forgets it.
-func (c *trackedConn) abort() {
-	c.raw.Close()
-	c.untrack()
-}
-
-func (c *trackedConn) untrack() {
 	c.once.Do(func() {
 		c.s.mu.Lock()
 		delete(c.s.conns, c)
 		c.s.mu.Unlock()
 	})
+	return err
 }
 
 // track registers the connection raw (used as conn: raw or TLS over it).
@@ -184,11 +174,11 @@ func (s *streamLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.
 	}
 	if conn != nil {
 		if err := raw.SetDeadline(deadline); err != nil {
-			tc.abort()
+			tc.Close()
 			return nil, err
 		}
 		if err := conn.Handshake(); err != nil {
-			tc.abort()
+			tc.Close()
 			return nil, fmt.Errorf("cluster: TLS handshake with raft peer %s: %w (does it speak TLS on its raft port, with a certificate the cluster CA verifies for that host?)", addr, err)
 		}
 	}
@@ -198,7 +188,7 @@ func (s *streamLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.
 			err = s.handshake(c, true)
 		}
 		if err != nil {
-			tc.abort()
+			tc.Close()
 			if errors.Is(err, errRaftNoAnswer) {
 				err = &peerError{kind: errRaftAuth, msg: fmt.Sprintf("cluster: raft peer %s closed the connection without answering the handshake "+
 					"(does it speak TLS on its raft port, and this node not?)", addr)}
@@ -207,7 +197,7 @@ func (s *streamLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.
 		}
 	}
 	if err := raw.SetDeadline(time.Time{}); err != nil {
-		tc.abort()
+		tc.Close()
 		return nil, err
 	}
 	return tc, nil
