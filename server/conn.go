@@ -100,7 +100,7 @@ func (w *sock) Write(b []byte) (int, error) {
 
 // newConn returns the conn of nc, not registered yet.
 func (s *Server) newConn(nc net.Conn, remote string) *conn {
-	c := &conn{srv: s, nc: nc, remote: remote, accepted: time.Now(),
+	c := &conn{srv: s, nc: nc, rw: nc, remote: remote, accepted: time.Now(),
 		out:  protocol.NewOutbox(s.cfg.MaxPendingOutput),
 		wake: make(chan struct{}, 1), done: make(chan struct{})}
 	c.sock.c = c
@@ -164,7 +164,6 @@ func (s *Server) accept(nc net.Conn) {
 		nc.Close()
 		return
 	}
-	c.rw = nc
 	if s.tlsConf != nil {
 		c.nc = tls.Server(nc, s.tlsConf)
 		c.rw = c.nc
