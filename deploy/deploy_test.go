@@ -162,9 +162,15 @@ func TestImageRuntime(t *testing.T) {
 		}
 		f.Close()
 	}
-	httpAddr := freePort(t)
+	httpAddr, listenAddr := freePort(t), freePort(t)
+	for range 100 {
+		if listenAddr != httpAddr {
+			break
+		}
+		listenAddr = freePort(t) // the kernel may hand out a port just closed again
+	}
 	cmd := exec.Command(mlockd)
-	cmd.Env = append(os.Environ(), "MLOCK_LISTEN="+freePort(t), "MLOCK_HTTP="+httpAddr,
+	cmd.Env = append(os.Environ(), "MLOCK_LISTEN="+listenAddr, "MLOCK_HTTP="+httpAddr,
 		"MLOCK_DATA_DIR="+filepath.Join(dir, "data"), "MLOCK_LOG_FORMAT=json")
 	var logs bytes.Buffer
 	cmd.Stderr = &logs

@@ -681,13 +681,19 @@ func TestClusterForwardsOverTLS(t *testing.T) {
 func TestClusterRaftOverTLS(t *testing.T) {
 	ca := testcert.New(t)
 	cert, key := ca.Server(t, "127.0.0.1")
+	// Three distinct free ports: each listener stays open until all three
+	// are chosen, or the kernel may hand out a port just closed again.
 	var raftAddrs []string
+	var ls []net.Listener
 	for range 3 {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
 		}
+		ls = append(ls, l)
 		raftAddrs = append(raftAddrs, l.Addr().String())
+	}
+	for _, l := range ls {
 		l.Close()
 	}
 	tc := newTestClusterWith(t, 3, false, func(tc *testCluster) {

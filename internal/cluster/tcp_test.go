@@ -24,16 +24,24 @@ type tcpCluster struct {
 	mod   func(i int, c *Config) // nil, or changes node i's configuration
 }
 
-// freeAddrs reserves n loopback ports (listen, note, close).
+// freeAddrs returns n distinct loopback addresses that were free a moment
+// ago: every listener stays open until all n are chosen, or the kernel may
+// hand out a port just closed again.
 func freeAddrs(t *testing.T, n int) []string {
 	var out []string
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
 	for range n {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
 		}
+		ls = append(ls, l)
 		out = append(out, l.Addr().String())
-		l.Close()
 	}
 	return out
 }

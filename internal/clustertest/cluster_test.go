@@ -49,15 +49,33 @@ func cleanEnv() []string {
 	return env
 }
 
-// freeAddr returns a loopback host:port that was free a moment ago.
+// handedOut holds the addresses freeAddr returned: the kernel may hand out
+// a port just closed again, and two nodes given one port fail to start.
+var handedOut = struct {
+	sync.Mutex
+	m map[string]bool
+}{m: map[string]bool{}}
+
+// freeAddr returns a loopback host:port that was free a moment ago and was
+// not returned before in this test binary.
 func freeAddr(t testing.TB) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	for range 100 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := ln.Addr().String()
+		ln.Close()
+		if !handedOut.m[a] {
+			handedOut.m[a] = true
+			return a
+		}
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	t.Fatal("no new free port in 100 tries")
+	return ""
 }
 
 // token returns a random token and its auth file credential.
