@@ -159,6 +159,21 @@ func (c *conn) connect(tx *core.Tx, f [][]byte) bool {
 	}
 	id := scope(p, string(f[1]))
 	sess := s.sessions[id]
+	if sess != nil && sess.c == nil {
+		// The session's grace may be over while the deadline timer has
+		// not run yet: process what is due, and if the engine closed the
+		// session, this connect starts a new one. The old one's events
+		// of this batch, its end included, stay its own (eventLocked).
+		tx.Apply(&core.Command{Op: core.OpTick})
+		if !tx.HasSession(id) {
+			delete(s.sessions, id)
+			if s.ended == nil {
+				s.ended = make(map[string]*session)
+			}
+			s.ended[id] = sess
+			sess = nil
+		}
+	}
 	resumed := sess != nil
 	if sess == nil {
 		if len(s.sessions) >= s.cfg.MaxSessions {
