@@ -215,10 +215,16 @@ func (c *conn) connect(tx *core.Tx, f [][]byte) bool {
 	sess.pruned = false
 	if resumed {
 		// A push written to the old connection just before it died is lost;
-		// announce the session's held locks again. Clients ignore a locked
-		// for a lock they already hold or do not wait for.
+		// announce the session's held locks again, and tell again of those
+		// evicted: an evicted lock ends at the eviction plus the grace,
+		// which the answers of the new connection would let its holder
+		// outlive. Clients ignore a locked for a lock they already hold or
+		// do not wait for, and an expired for a lock they do not hold.
 		tx.SessionLocks(id, func(li core.LockInfo) {
-			if li.Granted {
+			switch {
+			case li.Revoked:
+				s.push(sess, protocol.PushReleased, li.ID)
+			case li.Granted:
 				s.pushLocked(sess, li.ID, li.Deadline, li.Token)
 			}
 		})

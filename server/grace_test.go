@@ -68,3 +68,30 @@ func TestConnectAtTheEndOfTheGrace(t *testing.T) {
 	c.send("unlock 3 " + old)
 	c.expect("result 3 failed lock not exist!")
 }
+
+// TestResumeRetellsAnEviction: the notice of an eviction written to a
+// connection that then dies (half-open: its client never reads it) is
+// told again when the session resumes, never announced as a held lock.
+// The evicted lock ends at the eviction plus the grace, which covers what
+// the holder could believe from its answers up to the eviction; once it
+// resumes, new answers would let it believe in the lock up to its lease,
+// past the time the waiter gets it.
+func TestResumeRetellsAnEviction(t *testing.T) {
+	srv := start(t, Config{SessionGrace: 10 * time.Second})
+	a := connected(t, srv, "holder")
+	id := a.lock("1", "x 60000 0 0")
+	a.locked(id)
+	ops := connected(t, srv, "ops")
+	if got := ops.ask("1", "evict 1 x"); got != "1" {
+		t.Fatalf("evict answered %q", got)
+	}
+	// a's client never reads its old connection: it connects again.
+	nw := dialRaw(t, srv)
+	nw.send("connect holder 1.0")
+	nw.expect("connected 1.0 resumed 10000")
+	nw.expect("expired " + id + " released")
+	nw.send("ping 2")
+	nw.expect("result 2 success pong") // and nothing else: no locked push for it
+	nw.send("extend 3 " + id + " 60000")
+	nw.expect("result 3 failed lock not exist!")
+}
