@@ -159,6 +159,21 @@ func (c *conn) connect(tx *core.Tx, f [][]byte) bool {
 	}
 	id := scope(p, string(f[1]))
 	sess := s.sessions[id]
+	if sess != nil && sess.c == nil {
+		// The session's grace may be over while the deadline timer has
+		// not run yet: process what is due, and if the engine closed the
+		// session, this connect starts a new one. The old one's events
+		// of this batch, its end included, stay its own (eventLocked).
+		tx.Apply(&core.Command{Op: core.OpTick})
+		if !tx.HasSession(id) {
+			delete(s.sessions, id)
+			if s.ended == nil {
+				s.ended = make(map[string]*session)
+			}
+			s.ended[id] = sess
+			sess = nil
+		}
+	}
 	resumed := sess != nil
 	if sess == nil {
 		if len(s.sessions) >= s.cfg.MaxSessions {
@@ -200,10 +215,16 @@ func (c *conn) connect(tx *core.Tx, f [][]byte) bool {
 	sess.pruned = false
 	if resumed {
 		// A push written to the old connection just before it died is lost;
-		// announce the session's held locks again. Clients ignore a locked
-		// for a lock they already hold or do not wait for.
+		// announce the session's held locks again, and tell again of those
+		// evicted: an evicted lock ends at the eviction plus the grace,
+		// which the answers of the new connection would let its holder
+		// outlive. Clients ignore a locked for a lock they already hold or
+		// do not wait for, and an expired for a lock they do not hold.
 		tx.SessionLocks(id, func(li core.LockInfo) {
-			if li.Granted {
+			switch {
+			case li.Revoked:
+				s.push(sess, protocol.PushReleased, li.ID)
+			case li.Granted:
 				s.pushLocked(sess, li.ID, li.Deadline, li.Token)
 			}
 		})

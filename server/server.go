@@ -65,6 +65,10 @@ type Server struct {
 	}
 	unauthed int      // guarded by the core: connections that have not connected yet
 	obs      obsState // metrics and story logs (observe.go)
+	// ended: guarded by the core: sessions whose grace ended in the running
+	// batch and that a connect replaced by a new one of the same id, until
+	// their SessionClosed event (eventLocked)
+	ended map[string]*session
 
 	auth    atomic.Pointer[auth.Table] // nil: no auth file
 	tlsConf *tls.Config                // nil: plain TCP
@@ -543,6 +547,15 @@ func (s *Server) onBatch(tx *core.Tx, events []core.Event) {
 // it.
 func (s *Server) eventLocked(e *core.Event) {
 	sess := s.sessions[e.Session]
+	if old := s.ended[e.Session]; old != nil {
+		// The events up to its end are the old session's.
+		if e.Kind == core.SessionClosed {
+			delete(s.ended, e.Session)
+			s.log.Debug("session closed after its grace period", "session", old.hash)
+			return
+		}
+		sess = old
+	}
 	if sess == nil {
 		return
 	}

@@ -163,7 +163,7 @@ func Lower(b []byte, s string) bool {
 // Int parses a strict decimal integer with an optional '-'. It reports false
 // for anything else, including an empty field, "1.5", "1e3" and overflow.
 func Int(b []byte) (int64, bool) {
-	if len(b) == 0 || len(b) > 19 {
+	if len(b) == 0 || len(b) > 20 {
 		return 0, false
 	}
 	neg := b[0] == '-'
@@ -178,7 +178,11 @@ func Int(b []byte) (int64, bool) {
 		if c < '0' || c > '9' {
 			return 0, false
 		}
-		n = n*10 + int64(c-'0')
+		d := int64(c - '0')
+		if n > (1<<63-1-d)/10 {
+			return 0, false // past the range: never wrapped to the other sign
+		}
+		n = n*10 + d
 	}
 	if neg {
 		n = -n

@@ -81,6 +81,9 @@ func TestInt(t *testing.T) {
 		{"0", 0, true}, {"5000", 5000, true}, {"-1", -1, true}, {"", 0, false}, {"-", 0, false},
 		{"1.5", 0, false}, {"1000abc", 0, false}, {"1e3", 0, false}, {"undefined", 0, false},
 		{"99999999999999999999", 0, false}, {"9223372036854775807", 9223372036854775807, true},
+		// 19 digits past the range: no wrap-around to a number of the other sign.
+		{"9223372036854775808", 0, false}, {"9999999999999999999", 0, false},
+		{"-9223372036854775807", -9223372036854775807, true}, {"-9999999999999999999", 0, false},
 	}
 	for _, tc := range tests {
 		n, ok := Int([]byte(tc.in))
