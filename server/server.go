@@ -509,6 +509,9 @@ func (s *Server) onBatch(tx *core.Tx, events []core.Event) {
 	for i := range events {
 		s.eventLocked(&events[i])
 	}
+	// An ended session's SessionClosed comes in the batch that ended it;
+	// whatever is left would steer the new session's events to the old.
+	clear(s.ended)
 	s.deliverPushesLocked()
 	for _, c := range s.dirty {
 		c.dirty = false
