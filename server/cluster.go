@@ -510,7 +510,7 @@ func (s *Server) answerLocked(c *conn, seq uint64, frames []byte, end bool) {
 	if c == nil || c.answered >= seq {
 		return
 	}
-	c.answered = seq
+	c.setAnswered(seq)
 	c.write(frames)
 	if end {
 		c.finish()
@@ -560,9 +560,22 @@ func (s *Server) applyFramesLocked(tx *core.Tx, m *logCmd) {
 		}
 	}
 	if local != nil && local.answered < m.seq {
-		local.answered = m.seq
+		local.setAnswered(m.seq)
 	}
 	ac.capture = nil
+}
+
+// setAnswered records that this node's apply wrote the answer to the
+// connection's proposal seq (under the core's lock), and wakes its pipeline
+// if it waits for it (see pipeline.applied).
+func (c *conn) setAnswered(seq uint64) {
+	c.answered = seq
+	if c.pipe != nil {
+		select {
+		case c.pipe.applied <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // Snapshot layout: "MLSS" 1, genesis byte, uvarint sessions, each: id,
@@ -802,8 +815,11 @@ type pipeline struct {
 	items  []item // guarded by mu
 	closed bool   // guarded by mu: the reader ended
 	wake   chan struct{}
-	done   chan struct{} // closed when the pipeline goroutine ends
-	seq    uint64        // pipeline goroutine only: the last proposal
+	// applied (cap 1) is poked when this node's apply writes an answer to
+	// one of the connection's proposals (conn.answered moves).
+	applied chan struct{}
+	done    chan struct{} // closed when the pipeline goroutine ends
+	seq     uint64        // pipeline goroutine only: the last proposal
 	// attached: an attach of this connection was applied (its detach is
 	// due when it ends). Pipeline goroutine, then cleanup.
 	attached bool
@@ -820,7 +836,7 @@ type item struct {
 }
 
 func newPipeline() *pipeline {
-	return &pipeline{wake: make(chan struct{}, 1), done: make(chan struct{})}
+	return &pipeline{wake: make(chan struct{}, 1), applied: make(chan struct{}, 1), done: make(chan struct{})}
 }
 
 func (p *pipeline) push(items []item) {
@@ -909,6 +925,27 @@ func (c *conn) pipeLoop() {
 		}
 		return true
 	}
+	// applied waits until this node has applied the connection's last
+	// proposal, which writes its answer: the leader answers a follower's
+	// forwarded command before the follower applies it, and an answer
+	// written here (status, locks, a refusal, bye, a membership change)
+	// must not overtake it. On the leader it is so already. False: the
+	// connection ends (its proposal found the session gone, or a snapshot
+	// replaced the entries: the connection was closed).
+	applied := func() bool {
+		for {
+			done := false
+			s.batch(func(*core.Tx) { done = c.answered >= p.seq })
+			if done {
+				return true
+			}
+			select {
+			case <-p.applied:
+			case <-ctx.Done():
+				return false
+			}
+		}
+	}
 	flush := func() bool {
 		if len(group) == 0 {
 			return true
@@ -978,6 +1015,9 @@ func (c *conn) pipeLoop() {
 			}
 			if it.frame == nil && !settle(0) {
 				return // what follows is answered here, after every earlier answer
+			}
+			if it.frame == nil && it.attach == nil && !applied() {
+				return // ... and after this node's apply wrote them
 			}
 			switch {
 			case it.attach != nil:

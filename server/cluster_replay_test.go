@@ -1,0 +1,169 @@
+package server
+
+import (
+	"bytes"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/mlock-dev/mlock/internal/cluster"
+)
+
+// replayEntry is one log entry for a replayed state machine.
+type replayEntry struct {
+	now  int64
+	cmds [][]byte
+}
+
+// replayLog builds a log by hand, as nodes "x" and "y" would propose it:
+// genesis, sessions that lock, wait, detach with pushes going to their
+// offline buffers, a failover, expiries and a session that comes back.
+func replayLog() []replayEntry {
+	const ms = int64(time.Millisecond)
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
+	var log []replayEntry
+	add := func(at int64, cmds ...[]byte) { log = append(log, replayEntry{t0 + at, cmds}) }
+	seqs := map[string]uint64{}
+	cmd := func(m *logCmd) []byte {
+		seqs[m.conn]++
+		m.seq = seqs[m.conn]
+		return cluster.DedupCommand(m.conn, m.seq, appendLogCmd(nil, m))
+	}
+	attach := func(node, conn, sess string) []byte {
+		return cmd(&logCmd{op: opAttach, node: node, conn: conn, session: sess})
+	}
+	frames := func(node, conn, sess string, fr ...string) []byte {
+		m := &logCmd{op: opFrames, node: node, conn: conn, session: sess}
+		for _, f := range fr {
+			m.frames = append(m.frames, []byte(f))
+		}
+		return cmd(m)
+	}
+	detach := func(node, conn, sess string) []byte {
+		seqs[conn]++
+		return cluster.DedupCommand(conn, seqs[conn], appendLogCmd(nil, &logCmd{op: opDetach, node: node, conn: conn, session: sess}))
+	}
+	add(0, cluster.DedupCommand("", 0, append(appendGenesis(nil, t0), []byte{}...)))
+	add(1*ms, attach("x", "x/1/1", "s1"), attach("y", "y/1/1", "s2"), attach("y", "y/1/2", "s3"))
+	add(2*ms, frames("x", "x/1/1", "s1", "lock 1 a 400 0 0 o1", "lock 2 c 300 0 0 o1"))
+	add(3*ms, frames("y", "y/1/1", "s2", "lock 1 a 500 2000 0 o2"), frames("y", "y/1/2", "s3", "lock 1 c 500 100 0 o3"))
+	add(4*ms, detach("y", "y/1/1", "s2"), detach("y", "y/1/2", "s3"))
+	add(50*ms, frames("x", "x/1/1", "s1", "renew 3 o1 c 900", "release 4 o1 zz"))
+	add(103 * ms)                                              // s3's wait times out: offline
+	add(200*ms, frames("x", "x/1/1", "s1", "releaseall 5 o1")) // s2 granted a: offline
+	add(250*ms, cluster.DedupCommand("", 0, appendLogCmd(nil, &logCmd{op: opFailover, until: t0 + 1500*ms})))
+	add(260*ms, frames("x", "x/1/1", "s1", "lock 6 d 100 0 0 o1"))
+	add(1500 * ms) // expiries moved to the failover's end
+	add(1600*ms, attach("x", "x/1/2", "s2"))
+	add(1700*ms, frames("x", "x/1/2", "s2", "lock 1 e 200 0 0 o2", "ping 2"))
+	// A repeat of an applied command: answered from the window.
+	add(1800*ms, cluster.DedupCommand("x/1/2", seqs["x/1/2"], appendLogCmd(nil, &logCmd{op: opFrames, node: "x", conn: "x/1/2", seq: seqs["x/1/2"], session: "s2", frames: [][]byte{[]byte("lock 1 e 200 0 0 o2"), []byte("ping 2")}})))
+	add(2000 * ms)
+	add(6000 * ms) // s3's grace ends
+	return log
+}
+
+// TestClusterReplayRestoreMidway: a state restored from a snapshot taken
+// anywhere in the log, then applying the rest of the log, ends byte for byte
+// like the state that applied the whole log, and answers alike.
+func TestClusterReplayRestoreMidway(t *testing.T) {
+	log := replayLog()
+	full := replaySM(t, "r")
+	var want [][][]byte
+	for _, e := range log {
+		want = append(want, full.Apply(e.now, e.cmds))
+	}
+	end, err := full.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := 1; k < len(log); k++ {
+		a := replaySM(t, "a"+strconv.Itoa(k))
+		for _, e := range log[:k] {
+			a.Apply(e.now, e.cmds)
+		}
+		snap, err := a.Snapshot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := replaySM(t, "b"+strconv.Itoa(k))
+		if err := b.Restore(snap); err != nil {
+			t.Fatal(err)
+		}
+		for i, e := range log[k:] {
+			got := b.Apply(e.now, e.cmds)
+			for j := range got {
+				if !bytes.Equal(got[j], want[k+i][j]) {
+					t.Errorf("restored at %d: entry %d command %d answered %v, want %v", k, k+i, j, got[j], want[k+i][j])
+				}
+			}
+		}
+		got, err := b.Snapshot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, end) {
+			t.Errorf("restored at entry %d: final snapshot differs (%d bytes, want %d)", k, len(got), len(end))
+		}
+	}
+}
+
+// cutRaft cuts node f off the others' Raft messages (its forwarding to the
+// leader, over the client port, goes on); heal undoes it.
+func (tc *testCluster) cutRaft(f int, heal bool) {
+	for j := range tc.n {
+		if j == f || tc.trans[j] == nil {
+			continue
+		}
+		if heal {
+			tc.trans[j].Connect(tc.trans[f].LocalAddr(), tc.trans[f])
+			tc.trans[f].Connect(tc.trans[j].LocalAddr(), tc.trans[j])
+		} else {
+			tc.trans[j].Disconnect(tc.trans[f].LocalAddr())
+			tc.trans[f].Disconnect(tc.trans[j].LocalAddr())
+		}
+	}
+}
+
+// A request answered on the node itself (status, locks, a refusal) comes
+// after the answers of the connection's earlier requests, which a follower
+// writes when it applies their entry: never before them, even when the
+// leader has already answered the forwarded command.
+func TestClusterFollowerLocalAnswerKeepsOrder(t *testing.T) {
+	tc := newTestCluster(t, 3, false)
+	l := tc.leader()
+	f := (l + 1) % 3
+	c := tc.dial(f, "waiter")
+	c.expect("connected 1.0 new * **")
+	c.locked(c.lock("1", "x 10000 0 0"))
+	tc.cutRaft(f, false)
+	c.send("releaseall 2 nobody") // replicated: the leader answers it at once
+	c.send("locks 3")             // answered by the follower itself
+	c.send("bogus 4")             // refused by the follower itself
+	if p, err := c.next(300 * time.Millisecond); err == nil {
+		t.Fatalf("the follower wrote %q before applying the entry of the request before it", p)
+	}
+	tc.cutRaft(f, true)
+	c.expect("result 2 success 0")
+	c.expect("result 3 success *")
+	c.expect("result 4 failed invalid message!")
+}
+
+// A connect on a follower is answered before the requests that follow it,
+// even those the follower answers itself.
+func TestClusterFollowerConnectAnsweredFirst(t *testing.T) {
+	tc := newTestCluster(t, 3, false)
+	l := tc.leader()
+	f := (l + 1) % 3
+	warm := tc.dial(f, "warm") // the follower knows the leader's address
+	warm.expect("connected 1.0 new * **")
+	tc.cutRaft(f, false)
+	c := tc.dial(f, "late")
+	c.send("locks 1")
+	if p, err := c.next(300 * time.Millisecond); err == nil {
+		t.Fatalf("the follower wrote %q before applying the connect", p)
+	}
+	tc.cutRaft(f, true)
+	c.expect("connected 1.0 new * **")
+	c.expect("result 1 success *")
+}
