@@ -13,6 +13,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -758,15 +759,34 @@ func (s *Server) detachOwnPast() {
 
 // watchPeers runs on every node and acts while it leads: the sessions
 // attached to a node the leader has not heard from for the failover window
-// are detached (their grace starts), as if their connections dropped.
+// are detached (their grace starts), as if their connections dropped; so
+// are, after the window too, those attached to a node that is no longer a
+// member (removed: it is never heard from again, and no longer watched).
 func (s *Server) watchPeers() {
 	cl := s.cl
 	defer cl.bg.Done()
 	window := cl.cfg.window()
 	done := map[string]bool{}
+	// gone: nodes that sessions are attached to and that are not members,
+	// since when this leader knows it; members: the members gone was last
+	// computed for ("" : not since this node leads).
+	gone := map[string]time.Time{}
+	members := ""
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
 	var n uint64
+	detach := func(node string, since time.Time, why string) bool {
+		n++
+		cmd := cluster.DedupCommand(cl.run+"lost/"+strconv.FormatUint(n, 10), 0,
+			appendLogCmd(nil, &logCmd{op: opDetachNode, node: node}))
+		ctx, cancel := context.WithTimeout(cl.ctx, window)
+		defer cancel()
+		if _, err := cl.node.Propose(ctx, cmd); err != nil {
+			return false
+		}
+		s.log.Warn("cluster: "+why+": its sessions detached", "node", node, "since", since)
+		return true
+	}
 	cl.status.Store(s.clusterStatus())
 	for {
 		select {
@@ -777,9 +797,12 @@ func (s *Server) watchPeers() {
 		cl.status.Store(s.clusterStatus())
 		if !cl.node.IsLeader() {
 			clear(done)
+			clear(gone)
+			members = ""
 			continue
 		}
-		for _, p := range cl.node.Status().Peers {
+		peers := cl.node.Status().Peers
+		for _, p := range peers {
 			if !p.Failing {
 				delete(done, p.ID)
 				continue
@@ -787,15 +810,38 @@ func (s *Server) watchPeers() {
 			if done[p.ID] || time.Since(p.FailingSince) < window {
 				continue
 			}
-			n++
-			cmd := cluster.DedupCommand(cl.run+"lost/"+strconv.FormatUint(n, 10), 0,
-				appendLogCmd(nil, &logCmd{op: opDetachNode, node: p.ID}))
-			ctx, cancel := context.WithTimeout(cl.ctx, window)
-			if _, err := cl.node.Propose(ctx, cmd); err == nil {
+			if detach(p.ID, p.FailingSince, "node lost") {
 				done[p.ID] = true
-				s.log.Warn("cluster: node lost: its sessions detached", "node", p.ID, "since", p.FailingSince)
 			}
-			cancel()
+		}
+		ids := make([]string, 0, len(peers))
+		for _, p := range peers {
+			ids = append(ids, p.ID)
+		}
+		slices.Sort(ids)
+		if key := strings.Join(ids, "\x00") + "\x00"; key != members {
+			// The members changed (or this node just took the lead): which
+			// nodes do sessions hang on that are none of them?
+			members = key
+			now := time.Now()
+			s.batch(func(*core.Tx) {
+				for _, sess := range s.sessions {
+					if sess.node != "" && !slices.Contains(ids, sess.node) {
+						if _, ok := gone[sess.node]; !ok {
+							gone[sess.node] = now
+						}
+					}
+				}
+			})
+		}
+		for id, since := range gone {
+			if slices.Contains(ids, id) {
+				delete(gone, id) // a member again
+				continue
+			}
+			if time.Since(since) >= window && detach(id, since, "node no longer a member") {
+				delete(gone, id)
+			}
 		}
 	}
 }

@@ -2,11 +2,13 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/mlock-dev/mlock/internal/cluster"
+	"github.com/mlock-dev/mlock/internal/core"
 )
 
 // replayEntry is one log entry for a replayed state machine.
@@ -166,4 +168,48 @@ func TestClusterFollowerConnectAnsweredFirst(t *testing.T) {
 	tc.cutRaft(f, true)
 	c.expect("connected 1.0 new * **")
 	c.expect("result 1 success *")
+}
+
+// sessionNode returns the node session sid is attached to in node i's
+// replicated state ("" detached), and whether the session exists.
+func (tc *testCluster) sessionNode(i int, sid string) (node string, ok bool) {
+	s := tc.nodes[i]
+	s.batch(func(*core.Tx) {
+		if sess := s.sessions[sid]; sess != nil {
+			node, ok = sess.node, true
+		}
+	})
+	return node, ok
+}
+
+// The sessions attached to a node that is removed from the cluster while
+// cut off from it are detached (their grace starts), as those of a node
+// the leader lost: a removed node is never heard from again.
+func TestClusterRemovedNodeSessionsDetached(t *testing.T) {
+	tc := newTestCluster(t, 3, false)
+	l := tc.leader()
+	g := (l + 1) % 3
+	c := tc.dial(g, "orphan")
+	c.expect("connected 1.0 new * **")
+	c.locked(c.lock("1", "x 600000 0 0"))
+	if node, _ := tc.sessionNode(l, "orphan"); node != "n"+strconv.Itoa(g) {
+		t.Fatalf("session attached to %q", node)
+	}
+	tc.cutRaft(g, false)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := tc.nodes[l].changeHere(ctx, &clusterChange{id: "n" + strconv.Itoa(g)}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		node, ok := tc.sessionNode(l, "orphan")
+		if !ok || node == "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the session is still attached to the removed node %s", node)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
