@@ -126,7 +126,21 @@ type clusterState struct {
 	ans     []byte                        // guarded by the core: the answer being built
 
 	bg sync.WaitGroup // background goroutines (detach of a lost node, ...)
+
+	// paramsDiffer is how this node's settings differ from those of the
+	// leader whose opParams was applied last ("" : they do not).
+	paramsDiffer textValue
 }
+
+// textValue is a string read and written atomically.
+type textValue struct{ v atomic.Value }
+
+func (t *textValue) Load() string {
+	s, _ := t.v.Load().(string)
+	return s
+}
+
+func (t *textValue) Store(s string) { t.v.Store(s) }
 
 // openCluster opens the node; it runs in New, before the server is shared.
 func (s *Server) openCluster() error {
@@ -382,9 +396,53 @@ func (s *Server) applyLocked(tx *core.Tx, b []byte) []byte {
 		s.log.Debug("cluster: failover", "until", time.Unix(0, m.until), "deadlines-moved", n)
 	case opHoldGrants:
 		tx.Apply(&core.Command{Op: core.OpHoldGrants, Until: m.until})
+	case opParams:
+		s.checkParamsLocked(m.params)
 	}
 	s.deliverPushesLocked()
 	return []byte{cl.ans[0]}
+}
+
+// stateParams is the canonical text of this node's settings that applying
+// the log depends on (limits, grace, default TTL): every node must have the
+// same, or the same log gives different states and answers.
+func (s *Server) stateParams() string {
+	c := &s.cfg
+	return fmt.Sprintf("default-ttl=%s max-entries=%d max-locks=%d max-locks-per-session=%d max-name-bytes=%d "+
+		"max-name-len=%d max-offline-bytes=%d max-queue-len=%d max-resources=%d max-session-bytes=%d "+
+		"max-sessions=%d max-timeout=%s max-ttl=%s session-grace=%s",
+		c.DefaultTTL, c.MaxEntries, c.MaxLocks, c.MaxLocksPerSession, c.MaxNameBytes,
+		c.MaxNameLen, c.MaxOfflineBytes, c.MaxQueueLen, c.MaxResources, c.MaxSessionBytes,
+		c.MaxSessions, c.MaxTimeout, c.MaxTTL, c.SessionGrace)
+}
+
+// checkParamsLocked compares the leader's settings (an opParams command)
+// with this node's and reports the differences (an error in the log, once
+// for each new difference; Server.paramsDiffer).
+func (s *Server) checkParamsLocked(leader string) {
+	cl := s.cl
+	mine := strings.Fields(s.stateParams())
+	theirs := strings.Fields(leader)
+	var diff []string
+	for _, kv := range mine {
+		if !slices.Contains(theirs, kv) {
+			name, _, _ := strings.Cut(kv, "=")
+			other := "unset"
+			for _, o := range theirs {
+				if n, v, _ := strings.Cut(o, "="); n == name {
+					other = v
+				}
+			}
+			diff = append(diff, kv+" (leader: "+other+")")
+		}
+	}
+	msg := strings.Join(diff, ", ")
+	if msg != "" && msg != cl.paramsDiffer.Load() {
+		s.log.Error("cluster: this node's settings differ from the leader's: every node must run with the same "+
+			"limits, grace and default TTL, or it applies the log to another state and answers its clients from it",
+			"differ", msg)
+	}
+	cl.paramsDiffer.Store(msg)
 }
 
 func hasPrefix(s, p string) bool { return len(s) >= len(p) && s[:len(p)] == p }
@@ -757,6 +815,9 @@ func (s *Server) detachOwnPast() {
 	}
 }
 
+// paramsEvery is how often a leader proposes its settings again (opParams).
+const paramsEvery = time.Minute
+
 // watchPeers runs on every node and acts while it leads: the sessions
 // attached to a node the leader has not heard from for the failover window
 // are detached (their grace starts), as if their connections dropped; so
@@ -772,6 +833,7 @@ func (s *Server) watchPeers() {
 	// computed for ("" : not since this node leads).
 	gone := map[string]time.Time{}
 	members := ""
+	var paramsAt time.Time // when this leader last proposed its settings
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
 	var n uint64
@@ -799,7 +861,17 @@ func (s *Server) watchPeers() {
 			clear(done)
 			clear(gone)
 			members = ""
+			paramsAt = time.Time{}
 			continue
+		}
+		if time.Since(paramsAt) >= paramsEvery {
+			// Every node checks its settings against this leader's: at once,
+			// and again now and then for the nodes that restarted since.
+			ctx, cancel := context.WithTimeout(cl.ctx, window)
+			if _, err := cl.node.Propose(ctx, cluster.DedupCommand("", 0, appendLogCmd(nil, &logCmd{op: opParams, params: s.stateParams()}))); err == nil {
+				paramsAt = time.Now()
+			}
+			cancel()
 		}
 		peers := cl.node.Status().Peers
 		for _, p := range peers {

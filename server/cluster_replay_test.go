@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -211,5 +212,42 @@ func TestClusterRemovedNodeSessionsDetached(t *testing.T) {
 			t.Fatalf("the session is still attached to the removed node %s", node)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// A node whose limits differ from the leader's applies the log to another
+// state (a lock the leader grants, it refuses): it says so in its log and
+// its status as soon as the leader's limits are applied.
+func TestClusterLimitsDifferFromTheLeader(t *testing.T) {
+	odd := -1
+	tc := newTestClusterWith(t, 3, false, func(tc *testCluster) {
+		tc.configure = func(i int, c *Config) {
+			if i == odd {
+				c.MaxTTL = time.Minute
+			}
+		}
+	})
+	l := tc.leader()
+	f := (l + 1) % 3
+	for i := range 3 {
+		if tc.nodes[i].cl.paramsDiffer.Load() != "" {
+			t.Fatalf("n%d: limits reported different from the leader's while they are the same", i)
+		}
+	}
+	odd = f
+	tc.stop(f)
+	tc.start(f)
+	deadline := time.Now().Add(10 * time.Second)
+	for tc.nodes[f].cl.paramsDiffer.Load() == "" {
+		if time.Now().After(deadline) {
+			t.Fatal("the follower with another max TTL did not report it")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := tc.nodes[f].cl.paramsDiffer.Load(); !strings.Contains(got, "max-ttl") {
+		t.Fatalf("reported %q, want the max TTL named", got)
+	}
+	if tc.nodes[l].cl.paramsDiffer.Load() != "" {
+		t.Fatal("the leader reported its own limits as different")
 	}
 }
