@@ -397,7 +397,7 @@ func (s *Server) applyLocked(tx *core.Tx, b []byte) []byte {
 	case opHoldGrants:
 		tx.Apply(&core.Command{Op: core.OpHoldGrants, Until: m.until})
 	case opParams:
-		s.checkParamsLocked(m.params)
+		s.checkParamsLocked(m.params, tx.Now())
 	}
 	s.deliverPushesLocked()
 	return []byte{cl.ans[0]}
@@ -416,10 +416,12 @@ func (s *Server) stateParams() string {
 		c.MaxSessions, c.MaxTimeout, c.MaxTTL, c.SessionGrace)
 }
 
-// checkParamsLocked compares the leader's settings (an opParams command)
-// with this node's and reports the differences (an error in the log, once
-// for each new difference; Server.paramsDiffer).
-func (s *Server) checkParamsLocked(leader string) {
+// checkParamsLocked compares the leader's settings (an opParams command
+// applied at time at) with this node's and reports the differences (an
+// error in the log, once for each new difference, unless the command is
+// older than two rounds of them: a log replayed after every node's settings
+// changed; clusterState.paramsDiffer).
+func (s *Server) checkParamsLocked(leader string, at int64) {
 	cl := s.cl
 	mine := strings.Fields(s.stateParams())
 	theirs := strings.Fields(leader)
@@ -437,10 +439,10 @@ func (s *Server) checkParamsLocked(leader string) {
 		}
 	}
 	msg := strings.Join(diff, ", ")
-	if msg != "" && msg != cl.paramsDiffer.Load() {
+	if msg != "" && msg != cl.paramsDiffer.Load() && time.Since(time.Unix(0, at)) < 2*paramsEvery {
 		s.log.Error("cluster: this node's settings differ from the leader's: every node must run with the same "+
 			"limits, grace and default TTL, or it applies the log to another state and answers its clients from it",
-			"differ", msg)
+			"differ", msg, "proposed", time.Unix(0, at))
 	}
 	cl.paramsDiffer.Store(msg)
 }

@@ -251,3 +251,60 @@ func TestClusterLimitsDifferFromTheLeader(t *testing.T) {
 		t.Fatal("the leader reported its own limits as different")
 	}
 }
+
+// sessionLocks counts the locks (granted or waiting) of session sid in node
+// i's state.
+func (tc *testCluster) sessionLocks(i int, sid string) int {
+	n := 0
+	tc.nodes[i].batch(func(tx *core.Tx) {
+		tx.SessionLocks(sid, func(core.LockInfo) { n++ })
+	})
+	return n
+}
+
+// A client on the leader pipelines locks while the leader is cut off: the
+// commands on their way are proposed again through the new leader, each is
+// applied once, and the answers come in order once the old leader has
+// caught up.
+func TestClusterLeaderCutWithCommandsOnTheirWay(t *testing.T) {
+	tc := newTestCluster(t, 3, false)
+	l := tc.leader()
+	c := tc.dial(l, "busy")
+	c.expect("connected 1.0 new * **")
+	const n = 40
+	var b []byte
+	for i := 1; i <= n; i++ {
+		b = append(b, frame("lock "+strconv.Itoa(i)+" r"+strconv.Itoa(i)+" 60000 0 0")...)
+	}
+	c.write(b)
+	tc.cutRaft(l, false)
+	nl := -1
+	deadline := time.Now().Add(10 * time.Second)
+	for nl < 0 {
+		for i, s := range tc.nodes {
+			if i != l && s.cl.node.IsLeader() {
+				nl = i
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no new leader")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond) // the old leader's retries reach the new one
+	tc.cutRaft(l, true)
+	next := 1
+	for next <= n {
+		got := c.readWithin(10 * time.Second)
+		if strings.HasPrefix(got, "locked ") {
+			continue
+		}
+		if !match(got, "result "+strconv.Itoa(next)+" success *") {
+			t.Fatalf("got %q, want the result of request %d", got, next)
+		}
+		next++
+	}
+	if got := tc.sessionLocks(nl, "busy"); got != n {
+		t.Fatalf("the session has %d locks, want %d", got, n)
+	}
+}
