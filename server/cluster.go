@@ -892,6 +892,9 @@ func (s *Server) watchPeers() {
 		for _, p := range peers {
 			ids = append(ids, p.ID)
 		}
+		if !slices.Contains(ids, cl.id) {
+			continue // the configuration is not known (a leader is in its own)
+		}
 		slices.Sort(ids)
 		if key := strings.Join(ids, "\x00") + "\x00"; key != members {
 			// The members changed (or this node just took the lead): which
