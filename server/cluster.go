@@ -10,6 +10,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
+	"net/netip"
 	"os"
 	"slices"
 	"strconv"
@@ -154,6 +156,12 @@ func (s *Server) openCluster() error {
 	if cc.ClientAddr == "" {
 		cc.ClientAddr = s.cfg.Addr
 	}
+	if host, _, err := net.SplitHostPort(cc.ClientAddr); err != nil || host == "" || isUnspecified(host) {
+		// The other nodes forward to it, and clients are told it: a
+		// wildcard would send them to their own machine.
+		return fmt.Errorf("server: the cluster client address %q (--cluster-advertise; default: the listen address) "+
+			"must be one the other nodes can dial, not a wildcard", cc.ClientAddr)
+	}
 	var rnd [6]byte
 	_, _ = crand.Read(rnd[:])
 	cl := &clusterState{cfg: cc, id: cc.ID, run: cc.ID + "/" + hex.EncodeToString(rnd[:]) + "/",
@@ -220,6 +228,12 @@ func (s *Server) openCluster() error {
 		go s.joinCluster()
 	}
 	return nil
+}
+
+// isUnspecified reports whether host is a wildcard IP address (0.0.0.0, ::).
+func isUnspecified(host string) bool {
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsUnspecified()
 }
 
 // newCore returns the core of a cluster node, in manual mode: empty (with

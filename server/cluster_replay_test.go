@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/raft"
+
 	"github.com/mlock-dev/mlock/internal/cluster"
 	"github.com/mlock-dev/mlock/internal/core"
 )
@@ -306,5 +308,21 @@ func TestClusterLeaderCutWithCommandsOnTheirWay(t *testing.T) {
 	}
 	if got := tc.sessionLocks(nl, "busy"); got != n {
 		t.Fatalf("the session has %d locks, want %d", got, n)
+	}
+}
+
+// A cluster node refuses to start with a wildcard client address: the
+// other nodes would forward to their own machine, and clients would be
+// sent there.
+func TestClusterWildcardClientAddrRefused(t *testing.T) {
+	for _, c := range []struct{ listen, advertise string }{
+		{"0.0.0.0:12340", ""}, {":12340", ""}, {"[::]:12340", ""}, {"127.0.0.1:12340", "0.0.0.0:12340"},
+	} {
+		_, tr := raft.NewInmemTransport("raft0")
+		_, err := New(Config{Addr: c.listen, Cluster: &ClusterConfig{ID: "n0", Transport: tr, Bootstrap: true,
+			Secret: testSecret, ClientAddr: c.advertise}})
+		if err == nil || !strings.Contains(err.Error(), "wildcard") {
+			t.Errorf("listen %q, advertise %q: %v, want a refusal", c.listen, c.advertise, err)
+		}
 	}
 }
