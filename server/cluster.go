@@ -129,6 +129,10 @@ type clusterState struct {
 
 	bg sync.WaitGroup // background goroutines (detach of a lost node, ...)
 
+	// removed: this node is not in the cluster's latest configuration (it
+	// was removed): it serves no client (see watchPeers).
+	removed atomic.Bool
+
 	// paramsDiffer is how this node's settings differ from those of the
 	// leader whose opParams was applied last ("" : they do not).
 	paramsDiffer textValue
@@ -831,6 +835,39 @@ func (s *Server) detachOwnPast() {
 	}
 }
 
+// watchRemoved follows whether this node is still a member. A node removed
+// from the cluster (while it runs, or before it restarted) is never sent the
+// log again: it could answer none of its clients. Its connections are closed
+// without a word, and later ones too once they connect, so that their
+// clients move to another node (the leader detaches their sessions). A node
+// that has no configuration yet (joining) is not removed.
+func (s *Server) watchRemoved(st *ClusterStatus) {
+	cl := s.cl
+	removed := len(st.Peers) > 0
+	for _, p := range st.Peers {
+		if p.ID == cl.id {
+			removed = false
+		}
+	}
+	if removed == cl.removed.Load() {
+		return
+	}
+	cl.removed.Store(removed)
+	if !removed {
+		s.log.Info("cluster: this node is a member again: it serves clients")
+		return
+	}
+	s.log.Warn("cluster: this node is no longer a member of the cluster: it closes its clients' connections " +
+		"and serves none until it is added again (mlock cluster join)")
+	s.batch(func(*core.Tx) {
+		for c := range s.conns {
+			if !c.forward {
+				c.finish()
+			}
+		}
+	})
+}
+
 // paramsEvery is how often a leader proposes its settings again (opParams).
 const paramsEvery = time.Minute
 
@@ -872,7 +909,9 @@ func (s *Server) watchPeers() {
 			return
 		case <-t.C:
 		}
-		cl.status.Store(s.clusterStatus())
+		st := s.clusterStatus()
+		cl.status.Store(st)
+		s.watchRemoved(st)
 		if !cl.node.IsLeader() {
 			clear(done)
 			clear(gone)
@@ -1291,6 +1330,8 @@ func (c *conn) decide(tx *core.Tx, f [][]byte, payload []byte) (item, bool) {
 			c.sendError(protocol.CodeInvalidSocketID)
 		case s.closing:
 			c.sendError(protocol.CodeShuttingDown)
+		case s.cl.removed.Load():
+			c.finish() // not a member: its client goes to another node (see watchRemoved)
 		}
 		if c.ended {
 			return local()

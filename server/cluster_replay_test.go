@@ -326,3 +326,34 @@ func TestClusterWildcardClientAddrRefused(t *testing.T) {
 		}
 	}
 }
+
+// A node removed from the cluster while it runs is never sent the log
+// again: it closes its clients' connections and those that connect later,
+// so that the clients move to another node; added again, it serves.
+func TestClusterRemovedNodeClosesItsClients(t *testing.T) {
+	tc := newTestCluster(t, 3, false)
+	l := tc.leader()
+	g := (l + 1) % 3
+	c := tc.dial(g, "x")
+	c.expect("connected 1.0 new * **")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	id := "n" + strconv.Itoa(g)
+	if err := tc.nodes[l].changeHere(ctx, &clusterChange{id: id}); err != nil {
+		t.Fatal(err)
+	}
+	c.closed()
+	tc.dial(g, "y").closed()
+	if err := tc.nodes[l].changeHere(ctx, &clusterChange{join: true, id: id, addr: "raft" + strconv.Itoa(g)}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for tc.nodes[g].cl.removed.Load() {
+		if time.Now().After(deadline) {
+			t.Fatal("the node added again still counts itself removed")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	d := tc.dial(g, "y")
+	d.expect("connected 1.0 * * **")
+}
