@@ -357,3 +357,32 @@ func TestClusterRemovedNodeClosesItsClients(t *testing.T) {
 	d := tc.dial(g, "y")
 	d.expect("connected 1.0 * * **")
 }
+
+// A join naming a member at another address, or another member's address,
+// is refused: raft would move the member there (a mistyped address cuts it
+// off), or give one address two ids. A join of a member at its own address
+// does nothing.
+func TestClusterJoinMistakesRefused(t *testing.T) {
+	tc := newTestCluster(t, 3, false)
+	l := tc.leader()
+	g := (l + 1) % 3
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	id := "n" + strconv.Itoa(g)
+	for _, ch := range []*clusterChange{
+		{join: true, id: id, addr: "raft-elsewhere"},
+		{join: true, id: "n9", addr: "raft" + strconv.Itoa(g)},
+	} {
+		if err := tc.nodes[l].changeHere(ctx, ch); err == nil {
+			t.Errorf("join %s at %s accepted", ch.id, ch.addr)
+		}
+	}
+	for _, p := range tc.nodes[l].cl.node.Status().Peers {
+		if want := "raft" + strings.TrimPrefix(p.ID, "n"); p.Addr != want {
+			t.Errorf("member %s at %s, want %s", p.ID, p.Addr, want)
+		}
+	}
+	if err := tc.nodes[l].changeHere(ctx, &clusterChange{join: true, id: id, addr: "raft" + strconv.Itoa(g)}); err != nil {
+		t.Errorf("join of a member at its own address: %v", err)
+	}
+}
