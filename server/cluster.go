@@ -422,14 +422,19 @@ func (s *Server) applyLocked(tx *core.Tx, b []byte) []byte {
 }
 
 // stateParams is the canonical text of this node's settings that applying
-// the log depends on (limits, grace, default TTL): every node must have the
-// same, or the same log gives different states and answers.
+// the log depends on (limits, grace, default TTL, the de-duplication
+// window): every node must have the same, or the same log gives different
+// states and answers.
 func (s *Server) stateParams() string {
 	c := &s.cfg
-	return fmt.Sprintf("default-ttl=%s max-entries=%d max-locks=%d max-locks-per-session=%d max-name-bytes=%d "+
+	dedup := cluster.DefaultDedupWindow
+	if s.cl != nil && s.cl.cfg.DedupWindow > 0 {
+		dedup = s.cl.cfg.DedupWindow
+	}
+	return fmt.Sprintf("dedup-window=%d default-ttl=%s max-entries=%d max-locks=%d max-locks-per-session=%d max-name-bytes=%d "+
 		"max-name-len=%d max-offline-bytes=%d max-queue-len=%d max-resources=%d max-session-bytes=%d "+
 		"max-sessions=%d max-timeout=%s max-ttl=%s session-grace=%s",
-		c.DefaultTTL, c.MaxEntries, c.MaxLocks, c.MaxLocksPerSession, c.MaxNameBytes,
+		dedup, c.DefaultTTL, c.MaxEntries, c.MaxLocks, c.MaxLocksPerSession, c.MaxNameBytes,
 		c.MaxNameLen, c.MaxOfflineBytes, c.MaxQueueLen, c.MaxResources, c.MaxSessionBytes,
 		c.MaxSessions, c.MaxTimeout, c.MaxTTL, c.SessionGrace)
 }

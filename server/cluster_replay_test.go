@@ -226,6 +226,7 @@ func TestClusterLimitsDifferFromTheLeader(t *testing.T) {
 		tc.configure = func(i int, c *Config) {
 			if i == odd {
 				c.MaxTTL = time.Minute
+				c.Cluster.DedupWindow = 1000
 			}
 		}
 	})
@@ -246,8 +247,9 @@ func TestClusterLimitsDifferFromTheLeader(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if got := tc.nodes[f].cl.paramsDiffer.Load(); !strings.Contains(got, "max-ttl") {
-		t.Fatalf("reported %q, want the max TTL named", got)
+	if got := tc.nodes[f].cl.paramsDiffer.Load(); !strings.Contains(got, "max-ttl=1m0s (leader: 24h0m0s)") ||
+		!strings.Contains(got, "dedup-window=1000") {
+		t.Fatalf("reported %q, want the max TTL and the de-duplication window named", got)
 	}
 	if tc.nodes[l].cl.paramsDiffer.Load() != "" {
 		t.Fatal("the leader reported its own limits as different")
