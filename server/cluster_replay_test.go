@@ -388,3 +388,58 @@ func TestClusterJoinMistakesRefused(t *testing.T) {
 		t.Errorf("join of a member at its own address: %v", err)
 	}
 }
+
+// A follower that missed entries the leader has compacted away installs
+// the leader's snapshot: a detached session's offline pushes come with it,
+// and its client resuming on that follower gets them.
+func TestClusterSnapshotInstallKeepsOfflinePushes(t *testing.T) {
+	tc := newTestClusterWith(t, 3, false, func(tc *testCluster) {
+		tc.configure = func(i int, c *Config) {
+			c.Cluster.TrailingLogs = 1
+			c.Cluster.SnapshotThreshold = 1 << 30 // only when asked
+		}
+	})
+	l := tc.leader()
+	f := (l + 1) % 3
+	h := tc.dial(l, "holder")
+	h.expect("connected 1.0 new * **")
+	id := h.lock("1", "x 60000 0 0")
+	h.locked(id)
+	w := tc.dial(l, "waiter")
+	w.expect("connected 1.0 new * **")
+	wid := w.lock("1", "x 60000 0 0")
+	w.nc.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for node, _ := tc.sessionNode(l, "waiter"); node != ""; node, _ = tc.sessionNode(l, "waiter") {
+		if time.Now().After(deadline) {
+			t.Fatal("the waiter's session is not detached")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	tc.cutRaft(f, false)
+	h.send("unlock 2 " + id) // grants x to the detached waiter: an offline push
+	h.expect("result 2 success done")
+	for k := 3; k < 8; k++ {
+		h.send("ping " + strconv.Itoa(k))
+		h.expect("result " + strconv.Itoa(k) + " success pong")
+	}
+	if err := tc.nodes[l].cl.node.Snapshot(); err != nil {
+		t.Fatal(err)
+	}
+	before := tc.nodes[f].cl.node.Status().AppliedIndex
+	tc.cutRaft(f, true)
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		st, lst := tc.nodes[f].cl.node.Status(), tc.nodes[l].cl.node.Status()
+		if st.AppliedIndex >= lst.CommitIndex && st.AppliedIndex > before {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the follower did not catch up: applied %d, leader's commit %d", st.AppliedIndex, lst.CommitIndex)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	r := tc.dial(f, "waiter")
+	r.expect("connected 1.0 resumed * **")
+	r.expect("locked " + wid + " * *")
+}
