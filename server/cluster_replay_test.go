@@ -443,3 +443,40 @@ func TestClusterSnapshotInstallKeepsOfflinePushes(t *testing.T) {
 	r.expect("connected 1.0 resumed * **")
 	r.expect("locked " + wid + " * *")
 }
+
+// A session taken over on a follower while its connection on the leader has
+// commands on their way: the old connection is answered for exactly the
+// commands applied before the takeover (the others find the session gone),
+// then told; the session keeps exactly those locks.
+func TestClusterTakeoverWithCommandsOnTheirWay(t *testing.T) {
+	tc := newTestCluster(t, 3, false)
+	l := tc.leader()
+	f := (l + 1) % 3
+	a := tc.dial(l, "moving")
+	a.expect("connected 1.0 new * **")
+	const n = 200
+	for i := 1; i <= n; i++ {
+		a.write(frame("lock " + strconv.Itoa(i) + " r" + strconv.Itoa(i) + " 60000 0 0"))
+	}
+	b := tc.dial(f, "moving")
+	b.expect("connected 1.0 resumed * **")
+	answered := 0
+	for {
+		got, err := a.next(5 * time.Second)
+		if err != nil {
+			break
+		}
+		switch {
+		case strings.HasPrefix(got, "locked "):
+		case match(got, "result "+strconv.Itoa(answered+1)+" success *"):
+			answered++
+		case strings.HasPrefix(got, "error "):
+		default:
+			t.Fatalf("old connection got %q after %d results", got, answered)
+		}
+	}
+	if got := tc.sessionLocks(l, "moving"); got != answered {
+		t.Fatalf("the session holds %d locks, the old connection was answered %d", got, answered)
+	}
+	t.Logf("%d of %d answered before the takeover", answered, n)
+}
