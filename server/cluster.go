@@ -132,6 +132,9 @@ type clusterState struct {
 	// removed: this node is not in the cluster's latest configuration (it
 	// was removed): it serves no client (see watchPeers).
 	removed atomic.Bool
+	// wasMember: this node has been in the configuration in this run
+	// (watchPeers only).
+	wasMember bool
 
 	// paramsDiffer is how this node's settings differ from those of the
 	// leader whose opParams was applied last ("" : they do not).
@@ -845,15 +848,17 @@ func (s *Server) detachOwnPast() {
 // log again: it could answer none of its clients. Its connections are closed
 // without a word, and later ones too once they connect, so that their
 // clients move to another node (the leader detaches their sessions). A node
-// that has no configuration yet (joining) is not removed.
+// that has not been a member yet in this run (joining) is not removed.
 func (s *Server) watchRemoved(st *ClusterStatus) {
 	cl := s.cl
-	removed := len(st.Peers) > 0
+	member := false
 	for _, p := range st.Peers {
-		if p.ID == cl.id {
-			removed = false
-		}
+		member = member || p.ID == cl.id
 	}
+	// Only a node that was a member in this run: one that joins stores the
+	// configurations before the one that adds it first.
+	cl.wasMember = cl.wasMember || member
+	removed := cl.wasMember && !member && len(st.Peers) > 0
 	if removed == cl.removed.Load() {
 		return
 	}
