@@ -467,7 +467,8 @@ func (s *Server) checkParamsLocked(leader string, at int64) {
 	msg := strings.Join(diff, ", ")
 	if msg != "" && msg != cl.paramsDiffer.Load() && time.Since(time.Unix(0, at)) < 2*paramsEvery {
 		s.log.Error("cluster: this node's settings differ from the leader's: every node must run with the same "+
-			"limits, grace and default TTL, or it applies the log to another state and answers its clients from it",
+			"limits, grace, default TTL and de-duplication window, or it applies the log to another state and "+
+			"answers its clients from it",
 			"differ", msg, "proposed", time.Unix(0, at))
 	}
 	cl.paramsDiffer.Store(msg)
@@ -844,8 +845,8 @@ func (s *Server) detachOwnPast() {
 }
 
 // watchRemoved follows whether this node is still a member. A node removed
-// from the cluster (while it runs, or before it restarted) is never sent the
-// log again: it could answer none of its clients. Its connections are closed
+// from the cluster while it runs is never sent the log again: it could
+// answer none of its clients. Its connections are closed
 // without a word, and later ones too once they connect, so that their
 // clients move to another node (the leader detaches their sessions). A node
 // that has not been a member yet in this run (joining) is not removed.
