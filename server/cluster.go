@@ -10,9 +10,12 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
+	"net/netip"
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -125,7 +128,28 @@ type clusterState struct {
 	ans     []byte                        // guarded by the core: the answer being built
 
 	bg sync.WaitGroup // background goroutines (detach of a lost node, ...)
+
+	// removed: this node is not in the cluster's latest configuration (it
+	// was removed): it serves no client (see watchPeers).
+	removed atomic.Bool
+	// wasMember: this node has been in the configuration in this run
+	// (watchPeers only).
+	wasMember bool
+
+	// paramsDiffer is how this node's settings differ from those of the
+	// leader whose opParams was applied last ("" : they do not).
+	paramsDiffer textValue
 }
+
+// textValue is a string read and written atomically.
+type textValue struct{ v atomic.Value }
+
+func (t *textValue) Load() string {
+	s, _ := t.v.Load().(string)
+	return s
+}
+
+func (t *textValue) Store(s string) { t.v.Store(s) }
 
 // openCluster opens the node; it runs in New, before the server is shared.
 func (s *Server) openCluster() error {
@@ -138,6 +162,12 @@ func (s *Server) openCluster() error {
 	}
 	if cc.ClientAddr == "" {
 		cc.ClientAddr = s.cfg.Addr
+	}
+	if host, _, err := net.SplitHostPort(cc.ClientAddr); err != nil || host == "" || isUnspecified(host) {
+		// The other nodes forward to it, and clients are told it: a
+		// wildcard would send them to their own machine.
+		return fmt.Errorf("server: the cluster client address %q (--cluster-advertise; default: the listen address) "+
+			"must be one the other nodes can dial, not a wildcard", cc.ClientAddr)
 	}
 	var rnd [6]byte
 	_, _ = crand.Read(rnd[:])
@@ -205,6 +235,12 @@ func (s *Server) openCluster() error {
 		go s.joinCluster()
 	}
 	return nil
+}
+
+// isUnspecified reports whether host is a wildcard IP address (0.0.0.0, ::).
+func isUnspecified(host string) bool {
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsUnspecified()
 }
 
 // newCore returns the core of a cluster node, in manual mode: empty (with
@@ -381,9 +417,61 @@ func (s *Server) applyLocked(tx *core.Tx, b []byte) []byte {
 		s.log.Debug("cluster: failover", "until", time.Unix(0, m.until), "deadlines-moved", n)
 	case opHoldGrants:
 		tx.Apply(&core.Command{Op: core.OpHoldGrants, Until: m.until})
+	case opParams:
+		s.checkParamsLocked(m.params, tx.Now())
 	}
 	s.deliverPushesLocked()
 	return []byte{cl.ans[0]}
+}
+
+// stateParams is the canonical text of this node's settings that applying
+// the log depends on (limits, grace, default TTL, the de-duplication
+// window): every node must have the same, or the same log gives different
+// states and answers.
+func (s *Server) stateParams() string {
+	c := &s.cfg
+	dedup := cluster.DefaultDedupWindow
+	if s.cl != nil && s.cl.cfg.DedupWindow > 0 {
+		dedup = s.cl.cfg.DedupWindow
+	}
+	return fmt.Sprintf("dedup-window=%d default-ttl=%s max-entries=%d max-locks=%d max-locks-per-session=%d max-name-bytes=%d "+
+		"max-name-len=%d max-offline-bytes=%d max-queue-len=%d max-resources=%d max-session-bytes=%d "+
+		"max-sessions=%d max-timeout=%s max-ttl=%s session-grace=%s",
+		dedup, c.DefaultTTL, c.MaxEntries, c.MaxLocks, c.MaxLocksPerSession, c.MaxNameBytes,
+		c.MaxNameLen, c.MaxOfflineBytes, c.MaxQueueLen, c.MaxResources, c.MaxSessionBytes,
+		c.MaxSessions, c.MaxTimeout, c.MaxTTL, c.SessionGrace)
+}
+
+// checkParamsLocked compares the leader's settings (an opParams command
+// applied at time at) with this node's and reports the differences (an
+// error in the log, once for each new difference, unless the command is
+// older than two rounds of them: a log replayed after every node's settings
+// changed; clusterState.paramsDiffer).
+func (s *Server) checkParamsLocked(leader string, at int64) {
+	cl := s.cl
+	mine := strings.Fields(s.stateParams())
+	theirs := strings.Fields(leader)
+	var diff []string
+	for _, kv := range mine {
+		if !slices.Contains(theirs, kv) {
+			name, _, _ := strings.Cut(kv, "=")
+			other := "unset"
+			for _, o := range theirs {
+				if n, v, _ := strings.Cut(o, "="); n == name {
+					other = v
+				}
+			}
+			diff = append(diff, kv+" (leader: "+other+")")
+		}
+	}
+	msg := strings.Join(diff, ", ")
+	if msg != "" && msg != cl.paramsDiffer.Load() && time.Since(time.Unix(0, at)) < 2*paramsEvery {
+		s.log.Error("cluster: this node's settings differ from the leader's: every node must run with the same "+
+			"limits, grace, default TTL and de-duplication window, or it applies the log to another state and "+
+			"answers its clients from it",
+			"differ", msg, "proposed", time.Unix(0, at))
+	}
+	cl.paramsDiffer.Store(msg)
 }
 
 func hasPrefix(s, p string) bool { return len(s) >= len(p) && s[:len(p)] == p }
@@ -510,7 +598,7 @@ func (s *Server) answerLocked(c *conn, seq uint64, frames []byte, end bool) {
 	if c == nil || c.answered >= seq {
 		return
 	}
-	c.answered = seq
+	c.setAnswered(seq)
 	c.write(frames)
 	if end {
 		c.finish()
@@ -560,9 +648,22 @@ func (s *Server) applyFramesLocked(tx *core.Tx, m *logCmd) {
 		}
 	}
 	if local != nil && local.answered < m.seq {
-		local.answered = m.seq
+		local.setAnswered(m.seq)
 	}
 	ac.capture = nil
+}
+
+// setAnswered records that this node's apply wrote the answer to the
+// connection's proposal seq (under the core's lock), and wakes its pipeline
+// if it waits for it (see pipeline.applied).
+func (c *conn) setAnswered(seq uint64) {
+	c.answered = seq
+	if c.pipe != nil {
+		select {
+		case c.pipe.applied <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // Snapshot layout: "MLSS" 1, genesis byte, uvarint sessions, each: id,
@@ -743,17 +844,75 @@ func (s *Server) detachOwnPast() {
 	}
 }
 
+// watchRemoved follows whether this node is still a member. A node removed
+// from the cluster while it runs is never sent the log again: it could
+// answer none of its clients. Its connections are closed
+// without a word, and later ones too once they connect, so that their
+// clients move to another node (the leader detaches their sessions). A node
+// that has not been a member yet in this run (joining) is not removed.
+func (s *Server) watchRemoved(st *ClusterStatus) {
+	cl := s.cl
+	member := false
+	for _, p := range st.Peers {
+		member = member || p.ID == cl.id
+	}
+	// Only a node that was a member in this run: one that joins stores the
+	// configurations before the one that adds it first.
+	cl.wasMember = cl.wasMember || member
+	removed := cl.wasMember && !member && len(st.Peers) > 0
+	if removed == cl.removed.Load() {
+		return
+	}
+	cl.removed.Store(removed)
+	if !removed {
+		s.log.Info("cluster: this node is a member again: it serves clients")
+		return
+	}
+	s.log.Warn("cluster: this node is no longer a member of the cluster: it closes its clients' connections " +
+		"and serves none until it is added again (mlock cluster join)")
+	s.batch(func(*core.Tx) {
+		for c := range s.conns {
+			if !c.forward {
+				c.finish()
+			}
+		}
+	})
+}
+
+// paramsEvery is how often a leader proposes its settings again (opParams).
+const paramsEvery = time.Minute
+
 // watchPeers runs on every node and acts while it leads: the sessions
 // attached to a node the leader has not heard from for the failover window
-// are detached (their grace starts), as if their connections dropped.
+// are detached (their grace starts), as if their connections dropped; so
+// are, after the window too, those attached to a node that is no longer a
+// member (removed: it is never heard from again, and no longer watched).
 func (s *Server) watchPeers() {
 	cl := s.cl
 	defer cl.bg.Done()
 	window := cl.cfg.window()
 	done := map[string]bool{}
+	// gone: nodes that sessions are attached to and that are not members,
+	// since when this leader knows it; members: the members gone was last
+	// computed for ("" : not since this node leads).
+	gone := map[string]time.Time{}
+	members := ""
+	var paramsAt time.Time // when this leader last proposed its settings
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
 	var n uint64
+	detach := func(node string, since time.Time, why string) bool {
+		n++
+		cmd := cluster.DedupCommand(cl.run+"lost/"+strconv.FormatUint(n, 10), 0,
+			appendLogCmd(nil, &logCmd{op: opDetachNode, node: node}))
+		ctx, cancel := context.WithTimeout(cl.ctx, window)
+		defer cancel()
+		if _, err := cl.node.Propose(ctx, cmd); err != nil {
+			return false
+		}
+		s.log.Warn("cluster: "+why+": its sessions detached", "node", node, "since", since)
+		return true
+	}
 	cl.status.Store(s.clusterStatus())
 	for {
 		select {
@@ -761,12 +920,27 @@ func (s *Server) watchPeers() {
 			return
 		case <-t.C:
 		}
-		cl.status.Store(s.clusterStatus())
+		st := s.clusterStatus()
+		cl.status.Store(st)
+		s.watchRemoved(st)
 		if !cl.node.IsLeader() {
 			clear(done)
+			clear(gone)
+			members = ""
+			paramsAt = time.Time{}
 			continue
 		}
-		for _, p := range cl.node.Status().Peers {
+		if time.Since(paramsAt) >= paramsEvery {
+			// Every node checks its settings against this leader's: at once,
+			// and again now and then for the nodes that restarted since.
+			ctx, cancel := context.WithTimeout(cl.ctx, window)
+			if _, err := cl.node.Propose(ctx, cluster.DedupCommand("", 0, appendLogCmd(nil, &logCmd{op: opParams, params: s.stateParams()}))); err == nil {
+				paramsAt = time.Now()
+			}
+			cancel()
+		}
+		peers := cl.node.Status().Peers
+		for _, p := range peers {
 			if !p.Failing {
 				delete(done, p.ID)
 				continue
@@ -774,15 +948,41 @@ func (s *Server) watchPeers() {
 			if done[p.ID] || time.Since(p.FailingSince) < window {
 				continue
 			}
-			n++
-			cmd := cluster.DedupCommand(cl.run+"lost/"+strconv.FormatUint(n, 10), 0,
-				appendLogCmd(nil, &logCmd{op: opDetachNode, node: p.ID}))
-			ctx, cancel := context.WithTimeout(cl.ctx, window)
-			if _, err := cl.node.Propose(ctx, cmd); err == nil {
+			if detach(p.ID, p.FailingSince, "node lost") {
 				done[p.ID] = true
-				s.log.Warn("cluster: node lost: its sessions detached", "node", p.ID, "since", p.FailingSince)
 			}
-			cancel()
+		}
+		ids := make([]string, 0, len(peers))
+		for _, p := range peers {
+			ids = append(ids, p.ID)
+		}
+		if !slices.Contains(ids, cl.id) {
+			continue // the configuration is not known (a leader is in its own)
+		}
+		slices.Sort(ids)
+		if key := strings.Join(ids, "\x00") + "\x00"; key != members {
+			// The members changed (or this node just took the lead): which
+			// nodes do sessions hang on that are none of them?
+			members = key
+			now := time.Now()
+			s.batch(func(*core.Tx) {
+				for _, sess := range s.sessions {
+					if sess.node != "" && !slices.Contains(ids, sess.node) {
+						if _, ok := gone[sess.node]; !ok {
+							gone[sess.node] = now
+						}
+					}
+				}
+			})
+		}
+		for id, since := range gone {
+			if slices.Contains(ids, id) {
+				delete(gone, id) // a member again
+				continue
+			}
+			if time.Since(since) >= window && detach(id, since, "node no longer a member") {
+				delete(gone, id)
+			}
 		}
 	}
 }
@@ -802,8 +1002,11 @@ type pipeline struct {
 	items  []item // guarded by mu
 	closed bool   // guarded by mu: the reader ended
 	wake   chan struct{}
-	done   chan struct{} // closed when the pipeline goroutine ends
-	seq    uint64        // pipeline goroutine only: the last proposal
+	// applied (cap 1) is poked when this node's apply writes an answer to
+	// one of the connection's proposals (conn.answered moves).
+	applied chan struct{}
+	done    chan struct{} // closed when the pipeline goroutine ends
+	seq     uint64        // pipeline goroutine only: the last proposal
 	// attached: an attach of this connection was applied (its detach is
 	// due when it ends). Pipeline goroutine, then cleanup.
 	attached bool
@@ -820,7 +1023,7 @@ type item struct {
 }
 
 func newPipeline() *pipeline {
-	return &pipeline{wake: make(chan struct{}, 1), done: make(chan struct{})}
+	return &pipeline{wake: make(chan struct{}, 1), applied: make(chan struct{}, 1), done: make(chan struct{})}
 }
 
 func (p *pipeline) push(items []item) {
@@ -909,6 +1112,27 @@ func (c *conn) pipeLoop() {
 		}
 		return true
 	}
+	// applied waits until this node has applied the connection's last
+	// proposal, which writes its answer: the leader answers a follower's
+	// forwarded command before the follower applies it, and an answer
+	// written here (status, locks, a refusal, bye, a membership change)
+	// must not overtake it. On the leader it is so already. False: the
+	// connection ends (its proposal found the session gone, or a snapshot
+	// replaced the entries: the connection was closed).
+	applied := func() bool {
+		for {
+			done := false
+			s.batch(func(*core.Tx) { done = c.answered >= p.seq })
+			if done {
+				return true
+			}
+			select {
+			case <-p.applied:
+			case <-ctx.Done():
+				return false
+			}
+		}
+	}
 	flush := func() bool {
 		if len(group) == 0 {
 			return true
@@ -978,6 +1202,9 @@ func (c *conn) pipeLoop() {
 			}
 			if it.frame == nil && !settle(0) {
 				return // what follows is answered here, after every earlier answer
+			}
+			if it.frame == nil && it.attach == nil && !applied() {
+				return // ... and after this node's apply wrote them
 			}
 			switch {
 			case it.attach != nil:
@@ -1114,6 +1341,8 @@ func (c *conn) decide(tx *core.Tx, f [][]byte, payload []byte) (item, bool) {
 			c.sendError(protocol.CodeInvalidSocketID)
 		case s.closing:
 			c.sendError(protocol.CodeShuttingDown)
+		case s.cl.removed.Load():
+			c.finish() // not a member: its client goes to another node (see watchRemoved)
 		}
 		if c.ended {
 			return local()

@@ -41,6 +41,8 @@ type testCluster struct {
 	// raftAddrs, when set, are the nodes' Raft addresses: Raft over TCP
 	// (with TLS when tlsCert is set) instead of the in-memory transport.
 	raftAddrs []string
+	// configure, when set, changes node i's configuration before it starts.
+	configure func(i int, c *Config)
 }
 
 var testSecret = []byte("0123456789abcdef-cluster-test")
@@ -134,7 +136,7 @@ func (tc *testCluster) start(i int) {
 	if testing.Verbose() {
 		logger = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	}
-	srv, err := New(Config{
+	cfg := Config{
 		Addr:         tc.addrs[i],
 		SessionGrace: 3 * time.Second,
 		Logger:       logger.With("node", i),
@@ -146,7 +148,11 @@ func (tc *testCluster) start(i int) {
 			HeartbeatTimeout: tc.raftTimeout(), ElectionTimeout: tc.raftTimeout(),
 			LeaderLeaseTimeout: tc.raftTimeout() / 2,
 		},
-	})
+	}
+	if tc.configure != nil {
+		tc.configure(i, &cfg)
+	}
+	srv, err := New(cfg)
 	if err != nil {
 		ln.Close()
 		t.Fatal(err)

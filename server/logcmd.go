@@ -36,6 +36,11 @@ const (
 	opFailover byte = 5
 	// opHoldGrants: until. Nothing is granted before until.
 	opHoldGrants byte = 6
+	// opParams: params. The leader's settings that the state machine
+	// applies the log with (see stateParams): a node whose own differ
+	// reports it. Changes nothing in the replicated state. (7 is the
+	// genesis, opGenesis.)
+	opParams byte = 8
 )
 
 // errBadCommand is the error of a log command that does not decode.
@@ -51,6 +56,7 @@ type logCmd struct {
 	principal string   // attach
 	until     int64    // failover, holdgrants: Unix ns
 	frames    [][]byte // frames: payloads, in order
+	params    string   // params
 }
 
 // appendLogCmd encodes m onto dst.
@@ -82,6 +88,8 @@ func appendLogCmd(dst []byte, m *logCmd) []byte {
 		dst = appendStr(dst, m.conn)
 	case opFailover, opHoldGrants:
 		dst = binary.AppendVarint(dst, m.until)
+	case opParams:
+		dst = appendStr(dst, m.params)
 	}
 	return dst
 }
@@ -159,6 +167,8 @@ func decodeLogCmd(p []byte, m *logCmd) error {
 		m.node, m.conn = d.str(), d.str()
 	case opFailover, opHoldGrants:
 		m.until = d.varint()
+	case opParams:
+		m.params = d.str()
 	default:
 		return errBadCommand
 	}

@@ -122,6 +122,19 @@ func (s *Server) changeHere(ctx context.Context, ch *clusterChange) error {
 		if ch.id == "" || ch.addr == "" {
 			return errors.New("join needs an id and a raft address")
 		}
+		if !cl.node.IsLeader() {
+			return cl.node.Join(ctx, ch.id, ch.addr) // its *cluster.NotLeaderError
+		}
+		for _, p := range cl.node.Status().Peers {
+			// Raft would move a member to the address given, or give one
+			// address two ids: a mistyped join would cut a member off.
+			switch {
+			case p.ID == ch.id && p.Addr != ch.addr:
+				return fmt.Errorf("%q is a member at %s: remove it first to move it", ch.id, p.Addr)
+			case p.ID != ch.id && p.Addr == ch.addr:
+				return fmt.Errorf("%s is the address of member %q", ch.addr, p.ID)
+			}
+		}
 		if err := cl.node.Join(ctx, ch.id, ch.addr); err != nil {
 			return err
 		}
