@@ -333,7 +333,14 @@ func ExecuteLease(ctx context.Context, p Provider, keys []string, job func(ctx c
 	}
 	l, err := p.Acquire(actx, keys, AcquireOptions{OwnerID: owner, Expire: expire, AwaitQueue: !opts.NoWait})
 	if err != nil {
-		release() // owner-checked: frees only what this call may have taken
+		// Owner-checked: frees only what this call may have taken (a grant
+		// landing as the wait gives up, or what a non-atomic provider took
+		// before a conflict). A refusal under the caller's own owner took
+		// nothing, and that owner may hold some of the keys from before
+		// (the overlap is the refusal): those are not this call's to free.
+		if opts.OwnerID == "" || !errors.Is(err, ErrConflict) {
+			release()
+		}
 		if ctx.Err() == nil && actx.Err() != nil && !errors.Is(err, ErrTimeout) {
 			return timeoutError(actx.Err())
 		}

@@ -254,8 +254,10 @@ var (
 	// none). Reply {1, token} when taken; {2, token} when the owner
 	// already held exactly these keys (a renewal: the lease is renewed and
 	// token is the lock's original one, or a new one if the keys did not
-	// share one token); {0, i} when key i is held by someone else (or by
-	// the owner, but not all of them). A token key mirrors its lock key's
+	// share one token); {0, i} when key i is held by someone else; {3, i}
+	// when the owner holds key i but not all of the keys (refused at once,
+	// also with AwaitQueue: waiting would wait behind itself, as on the
+	// other providers). A token key mirrors its lock key's
 	// TTL. A new token is the counter raised to Redis's TIME in
 	// microseconds if below it, plus one: it never goes backwards, even
 	// after Redis lost the counter (TIME before writes is allowed: scripts
@@ -276,7 +278,7 @@ for i = 1, n do
   end
 end
 if own > 0 and own < n then
-  return {0, first_own}
+  return {3, first_own}
 end
 local token, kind = false, 1
 if own == n then
@@ -529,6 +531,9 @@ func (p *Provider) Acquire(ctx context.Context, keys []string, opts locking.Acqu
 				return locking.Lease{}, provider.WaitError(ctx)
 			}
 			return locking.Lease{}, err
+		}
+		if res[0] == 3 {
+			return locking.Lease{}, provider.ConflictError(keys[res[1]-1])
 		}
 		if res[0] != 0 {
 			l := locking.Lease{Token: uint64(res[1]), Sent: sent}
