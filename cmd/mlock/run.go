@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -514,9 +515,12 @@ func runCommand(ctx context.Context, command []string, env []string, sigc chan o
 	// group reading it would be stopped by the terminal; there the command
 	// shares mlock's group and the terminal's signals reach all of it.
 	group := !isTerminal(os.Stdin)
-	if group {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: group}
+	dieWithParent(cmd.SysProcAttr)
+	// The kernel's parent-death signal follows the thread that started the
+	// command: keep this goroutine on it until the command is reaped.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	if err := cmd.Start(); err != nil {
 		return startError(command[0], err)
 	}
