@@ -65,7 +65,9 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	killAfter := fs.Duration("kill-after", defaultKillAfter, "after a lost lock, SIGKILL the command this long after SIGTERM;\n"+
 		"at most ttl/4 (default: 10s or ttl/4, whichever is shorter); with mlock://, kill-after + 200ms\n"+
 		"must also be below the server's session grace less 1 % (15s by default)")
-	owner := fs.String("owner", "", "owner id of the lock (default: host:pid)")
+	owner := fs.String("owner", "", "owner id of the lock (default: host:pid); give every run its own: an owner's lock is\n"+
+		"re-entrant, so a run asking with the owner of a running one is given its lock, even with --skip-if-locked,\n"+
+		"and the two commands run at once (the first is stopped on mlock://)")
 	shared := fs.Bool("shared", false, "mlock:// only: take the resources shared (a read lock): shared runs go together,\n"+
 		"an exclusive one waits for them and blocks later shared ones")
 	permits := fs.String("permits", "", "mlock:// only: K/N takes K of the N permits of each resource (a semaphore: at most\n"+
