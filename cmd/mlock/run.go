@@ -17,10 +17,12 @@ import (
 	"syscall"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/mlock-dev/mlock"
 	"github.com/mlock-dev/mlock/internal/lease"
 	"github.com/mlock-dev/mlock/locking"
-	_ "github.com/mlock-dev/mlock/locking/etcd"   // etcd:// for locking.Open
+	"github.com/mlock-dev/mlock/locking/etcd"     // etcd:// for locking.Open
 	_ "github.com/mlock-dev/mlock/locking/mlockd" // mlock:// for locking.Open
 	_ "github.com/mlock-dev/mlock/locking/redis"  // redis:// for locking.Open
 )
@@ -382,6 +384,11 @@ func (r *runner) provider(ctx context.Context, uri string) error {
 		return err
 	}
 	defer p.Close()
+	// A server that refuses the connection is unreachable (exit 125), not a
+	// lock held for longer than --timeout: say so at once.
+	if refused := probeRefused(ctx, providerAddrs(uri), probeTimeout); refused != nil {
+		return refused
+	}
 	timeout := r.timeout
 	if timeout <= 0 {
 		timeout = -1
@@ -394,6 +401,27 @@ func (r *runner) provider(ctx context.Context, uri string) error {
 	return locking.ExecuteLease(ctx, p, strings.Split(r.resources, "|"), func(ctx context.Context, l locking.Lease) error {
 		return r.job(ctx, grant{token: l.Token, expiresAt: l.ExpiresAt})
 	}, locking.ExecuteOptions{Timeout: timeout, Expire: r.ttl, Lead: r.lead, OwnerID: r.owner, NoWait: r.skip})
+}
+
+// probeTimeout bounds the probe of a provider's addresses (see
+// probeRefused): an address that does not answer in time is left to the
+// provider.
+const probeTimeout = 3 * time.Second
+
+// providerAddrs returns the TCP addresses of a redis:// or etcd:// URI;
+// none for other providers.
+func providerAddrs(uri string) []string {
+	switch {
+	case strings.HasPrefix(uri, "redis://"):
+		if o, err := goredis.ParseURL(uri); err == nil && o.Network == "tcp" {
+			return []string{o.Addr}
+		}
+	case strings.HasPrefix(uri, "etcd://"):
+		if addrs, err := etcd.Endpoints(uri); err == nil {
+			return addrs
+		}
+	}
+	return nil
 }
 
 // exitOptions are what exitStatus needs of the flags.
