@@ -398,9 +398,15 @@ func (r *runner) provider(ctx context.Context, uri string) error {
 		defer stop()
 		go r.progress.watch(wctx, nil, r.owner)
 	}
-	return locking.ExecuteLease(ctx, p, strings.Split(r.resources, "|"), func(ctx context.Context, l locking.Lease) error {
-		return r.job(ctx, grant{token: l.Token, expiresAt: l.ExpiresAt})
+	var jobErr error
+	err = locking.ExecuteLease(ctx, p, strings.Split(r.resources, "|"), func(ctx context.Context, l locking.Lease) error {
+		jobErr = r.job(ctx, grant{token: l.Token, expiresAt: l.ExpiresAt})
+		return jobErr
 	}, locking.ExecuteOptions{Timeout: timeout, Expire: r.ttl, Lead: r.lead, OwnerID: r.owner, NoWait: r.skip})
+	if errors.Is(err, locking.ErrLost) && errors.Is(jobErr, errLostLock) {
+		return jobErr // the command was stopped for the loss, which it named
+	}
+	return err
 }
 
 // probeTimeout bounds the probe of a provider's addresses (see
