@@ -588,6 +588,12 @@ func runCommand(ctx context.Context, command []string, env []string, sigc chan o
 			}
 			return err
 		case sig := <-sigc:
+			if !group && (sig == syscall.SIGINT || sig == syscall.SIGQUIT) && inForeground(os.Stdin) {
+				// The terminal's ^C or ^\: it reached the whole foreground
+				// group, the command too; a second one could make it stop
+				// abruptly (many programs take it so).
+				continue
+			}
 			send(sig)
 		case <-ended:
 			ended = nil
