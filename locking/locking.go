@@ -141,7 +141,11 @@ type ExecuteOptions struct {
 	// 0: 60 s.
 	Expire time.Duration
 	// OwnerID is the owner of the lock; empty: a new random owner per call
-	// ("execute:<hex>"), so nothing else can release it.
+	// ("execute:<hex>"), so nothing else can release it. Under OwnerID a
+	// refusal (ErrConflict) releases nothing afterwards: the owner may hold
+	// some of the keys from before (so a provider that keeps part of a
+	// refused multi-key acquisition, the Redis provider's Medusa mode,
+	// keeps it until its expiry, as Medusa does).
 	OwnerID string
 	// NoWait fails at once with ErrConflict if a key is held, instead of
 	// waiting (Medusa has no such option).
