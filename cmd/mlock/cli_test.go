@@ -234,6 +234,13 @@ func TestPingRefusedAndTimeout(t *testing.T) {
 			t.Fatalf("run --uri %s: exit %d, stderr %q", uri, code, stderr)
 		}
 	}
+	// bench says so too, rather than blaming the CPU probe.
+	for _, uri := range []string{"mlock://" + addr, "redis://" + addr + "/0", "etcd://" + addr} {
+		_, stderr, code = runMlock(t, "bench", "--duration", "100ms", uri)
+		if code != exitError || !strings.Contains(stderr, "server unreachable") || !strings.Contains(stderr, "connection refused") {
+			t.Fatalf("bench %s: exit %d, stderr %q", uri, code, stderr)
+		}
+	}
 	// A server that accepts and never answers.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
