@@ -145,7 +145,11 @@ type ExecuteOptions struct {
 	// refusal (ErrConflict) releases nothing afterwards: the owner may hold
 	// some of the keys from before (so a provider that keeps part of a
 	// refused multi-key acquisition, the Redis provider's Medusa mode,
-	// keeps it until its expiry, as Medusa does).
+	// keeps it until its expiry, as Medusa does). Give every Execute that
+	// may run at the same time its own OwnerID: two under one owner share
+	// the lock (re-entry), and the first to end releases it while the
+	// other's job still runs (on mlockd that job is cancelled at once; on
+	// the other providers at its next renewal at the latest).
 	OwnerID string
 	// NoWait fails at once with ErrConflict if a key is held, instead of
 	// waiting (Medusa has no such option).
