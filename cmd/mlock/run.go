@@ -141,21 +141,36 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	sigc := make(chan os.Signal, 8)
 	signal.Notify(sigc, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2)
 	defer signal.Stop(sigc)
-	// Until the command starts, SIGINT and SIGTERM abandon the wait.
+	// Until the command starts, a signal abandons the wait.
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	waiting := make(chan struct{})
+	waiting, handed := make(chan struct{}), make(chan struct{})
 	go func() {
+		defer close(handed)
 		select {
-		case <-sigc:
-			cancel()
+		case sig := <-sigc:
+			select {
+			case <-waiting:
+				// The command is about to start: the signal is its own
+				// (runCommand forwards it).
+				select {
+				case sigc <- sig:
+				default:
+				}
+			default:
+				cancel()
+			}
 		case <-waiting:
 		}
 	}()
-	job := func(ctx context.Context, g grant) error {
+	job := func(jctx context.Context, g grant) error {
 		close(waiting)
+		<-handed // from here on signals are the command's
+		if ctx.Err() != nil {
+			return ctx.Err() // interrupted as the lock came: the command is not run
+		}
 		out.got(g)
-		return runCommand(ctx, command, commandEnv(os.Environ(), resources, g), sigc, *killAfter, stderr)
+		return runCommand(jctx, command, commandEnv(os.Environ(), resources, g), sigc, *killAfter, stderr)
 	}
 
 	r := runner{resources: resources, ttl: *ttl, lead: lead, timeout: *timeout, skip: *skip, owner: *owner, mode: mode,
@@ -557,6 +572,13 @@ func runCommand(ctx context.Context, command []string, env []string, sigc chan o
 	// command: keep this goroutine on it until the command is reaped.
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
+	if ctx.Err() != nil {
+		// Lost before the start (declared lost while mlock run got
+		// ready): starting the command only to stop it could cut it in
+		// the middle of its work.
+		fmt.Fprintf(stderr, "mlock run: lock lost: %s; not running the command\n", lossText(context.Cause(ctx)))
+		return &lostError{cause: context.Cause(ctx)}
+	}
 	if err := cmd.Start(); err != nil {
 		return startError(command[0], err)
 	}

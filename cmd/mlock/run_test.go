@@ -440,3 +440,24 @@ func TestRunProviderLossSaidOnce(t *testing.T) {
 		t.Fatalf("stderr %q, want one line that says the loss and the stop", got)
 	}
 }
+
+// A lock lost before the command starts (its lease declared lost while
+// mlock run got ready, say) does not start the command only to stop it:
+// the command never runs, and the loss is said and returned.
+func TestRunCommandNotStartedAfterLoss(t *testing.T) {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	loss := errors.New("test: the lease ran out")
+	cancel(loss)
+	marker := filepath.Join(t.TempDir(), "ran")
+	var stderr bytes.Buffer
+	err := runCommand(ctx, []string{"touch", marker}, os.Environ(), make(chan os.Signal, 1), time.Second, &stderr)
+	if !errors.Is(err, errLostLock) || !errors.Is(err, loss) {
+		t.Fatalf("runCommand = %v; want errLostLock wrapping %v", err, loss)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("the command ran after the lock was lost")
+	}
+	if got := stderr.String(); got != "mlock run: lock lost: "+loss.Error()+"; not running the command\n" {
+		t.Fatalf("stderr %q", got)
+	}
+}
