@@ -91,6 +91,8 @@ func TestRunExitCodes(t *testing.T) {
 		{"memory provider", []string{"run", "--uri", "memory:", "x", "--", "touch", marker}, "", 0, true},
 		{"skip with --skip-exit", []string{"run", "--uri", uri, "--skip-if-locked", "--skip-exit", "3", "job:busy4", "--", "touch", marker}, "job:busy4", 3, false},
 		{"no command", []string{"run", "--uri", uri, "job:a"}, "", exitUsage, false},
+		{"resource with a space", []string{"run", "--uri", uri, "job:a b", "--", "touch", marker}, "", exitUsage, false},
+		{"empty resource", []string{"run", "--uri", "memory:", "job:a||job:b", "--", "touch", marker}, "", exitUsage, false},
 		{"bad flag", []string{"run", "--uri", uri, "--frobnicate", "job:a", "--", "touch", marker}, "", exitUsage, false},
 		{"--skip-exit without --skip-if-locked", []string{"run", "--uri", uri, "--skip-exit", "3", "job:a", "--", "touch", marker}, "", exitUsage, false},
 		{"command not found", []string{"run", "--uri", uri, "job:a", "--", filepath.Join(dir, "nope")}, "", exitNotFound, false},

@@ -24,7 +24,8 @@ import (
 	"github.com/mlock-dev/mlock/locking"
 	"github.com/mlock-dev/mlock/locking/etcd"     // etcd:// for locking.Open
 	_ "github.com/mlock-dev/mlock/locking/mlockd" // mlock:// for locking.Open
-	_ "github.com/mlock-dev/mlock/locking/redis"  // redis:// for locking.Open
+	"github.com/mlock-dev/mlock/locking/provider"
+	_ "github.com/mlock-dev/mlock/locking/redis" // redis:// for locking.Open
 )
 
 // exitCode carries the command's exit status out of the job.
@@ -96,6 +97,9 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	resources, command, err := splitCommand(p.pos)
 	if err != nil {
 		return usageError(fs, stderr, err.Error())
+	}
+	if _, err := provider.Keys(strings.Split(resources, "|")); err != nil {
+		return usageError(fs, stderr, "RESOURCES: "+strings.TrimPrefix(err.Error(), "invalid key "))
 	}
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
