@@ -112,6 +112,8 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		return usageError(fs, stderr, "--skip-exit needs --skip-if-locked")
 	case *quiet && *verbose:
 		return usageError(fs, stderr, "--quiet and --verbose exclude each other")
+	case strings.ContainsAny(*owner, " |"):
+		return usageError(fs, stderr, fmt.Sprintf("--owner %q: no spaces, no '|'", *owner))
 	}
 	lead, err := leadOf(*ttl, killAfter, given["kill-after"])
 	if err != nil {
