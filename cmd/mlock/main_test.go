@@ -92,6 +92,7 @@ func TestRunExitCodes(t *testing.T) {
 		{"skip with --skip-exit", []string{"run", "--uri", uri, "--skip-if-locked", "--skip-exit", "3", "job:busy4", "--", "touch", marker}, "job:busy4", 3, false},
 		{"no command", []string{"run", "--uri", uri, "job:a"}, "", exitUsage, false},
 		{"resource with a space", []string{"run", "--uri", uri, "job:a b", "--", "touch", marker}, "", exitUsage, false},
+		{"negative timeout", []string{"run", "--uri", uri, "--timeout", "-1s", "job:a", "--", "touch", marker}, "", exitUsage, false},
 		{"owner with a space", []string{"run", "--uri", uri, "--owner", "cron 1", "job:a", "--", "touch", marker}, "", exitUsage, false},
 		{"empty resource", []string{"run", "--uri", "memory:", "job:a||job:b", "--", "touch", marker}, "", exitUsage, false},
 		{"bad flag", []string{"run", "--uri", uri, "--frobnicate", "job:a", "--", "touch", marker}, "", exitUsage, false},

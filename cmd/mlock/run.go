@@ -106,6 +106,8 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	switch {
 	case *ttl < time.Millisecond:
 		return usageError(fs, stderr, "--ttl must be at least 1ms")
+	case *timeout < 0:
+		return usageError(fs, stderr, "--timeout must not be negative (0: no limit)")
 	case *skipExit < 0 || *skipExit > 255:
 		return usageError(fs, stderr, fmt.Sprintf("--skip-exit %d: want 0 to 255", *skipExit))
 	case given["skip-exit"] && !*skip:
