@@ -357,7 +357,14 @@ func ExecuteLease(ctx context.Context, p Provider, keys []string, job func(ctx c
 	lo.Renew = func(rctx context.Context) (bool, error) { return p.Renew(rctx, keys, owner, expire) }
 	lo.Lost, lo.Deadline, lo.Start = l.Lost, l.Deadline, l.Sent
 	lo.Cause = func() error { return &Error{Kind: ErrLost, Keys: keys} }
+	returned := false
+	defer func() {
+		if !returned {
+			release() // job panicked: the lock goes as when it returns, and the panic goes on up
+		}
+	}()
 	ferr, lost := lease.Run(ctx, lo, func(jctx context.Context) error { return job(jctx, l) })
+	returned = true
 	if !release() && lost == nil {
 		// Nobody said so while the job ran (a Redis that lost its data
 		// between two checks, say), but the job did not end under the lock:
