@@ -239,3 +239,25 @@ func TestExecuteDeadlineSentAndLead(t *testing.T) {
 		}
 	}
 }
+
+// A job that panics (the panic recovered further up, as a server does per
+// request) releases its keys as a job that returns does, as Medusa's execute
+// releases in its finally; the watchdog stops with it (see internal/lease),
+// or it would renew the lock for as long as ctx lives.
+func TestExecutePanicReleases(t *testing.T) {
+	m := locking.NewMemory()
+	defer m.Close()
+	func() {
+		defer func() {
+			if r := recover(); r != "job panicked" {
+				t.Fatalf("recovered %v, want the job's panic", r)
+			}
+		}()
+		locking.Execute(context.Background(), m, []string{"panic-key"}, func(context.Context) error {
+			panic("job panicked")
+		}, locking.ExecuteOptions{})
+	}()
+	if _, err := m.Acquire(context.Background(), []string{"panic-key"}, locking.AcquireOptions{OwnerID: "next"}); err != nil {
+		t.Fatalf("the keys of a job that panicked are still held: %v", err)
+	}
+}

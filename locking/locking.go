@@ -141,7 +141,15 @@ type ExecuteOptions struct {
 	// 0: 60 s.
 	Expire time.Duration
 	// OwnerID is the owner of the lock; empty: a new random owner per call
-	// ("execute:<hex>"), so nothing else can release it.
+	// ("execute:<hex>"), so nothing else can release it. Under OwnerID a
+	// refusal (ErrConflict) releases nothing afterwards: the owner may hold
+	// some of the keys from before (so a provider that keeps part of a
+	// refused multi-key acquisition, the Redis provider's Medusa mode,
+	// keeps it until its expiry, as Medusa does). Give every Execute that
+	// may run at the same time its own OwnerID: two under one owner share
+	// the lock (re-entry), and the first to end releases it while the
+	// other's job still runs (on mlockd that job is cancelled at once; on
+	// the other providers at its next renewal at the latest).
 	OwnerID string
 	// NoWait fails at once with ErrConflict if a key is held, instead of
 	// waiting (Medusa has no such option).
@@ -333,7 +341,14 @@ func ExecuteLease(ctx context.Context, p Provider, keys []string, job func(ctx c
 	}
 	l, err := p.Acquire(actx, keys, AcquireOptions{OwnerID: owner, Expire: expire, AwaitQueue: !opts.NoWait})
 	if err != nil {
-		release() // owner-checked: frees only what this call may have taken
+		// Owner-checked: frees only what this call may have taken (a grant
+		// landing as the wait gives up, or what a non-atomic provider took
+		// before a conflict). A refusal under the caller's own owner took
+		// nothing, and that owner may hold some of the keys from before
+		// (the overlap is the refusal): those are not this call's to free.
+		if opts.OwnerID == "" || !errors.Is(err, ErrConflict) {
+			release()
+		}
 		if ctx.Err() == nil && actx.Err() != nil && !errors.Is(err, ErrTimeout) {
 			return timeoutError(actx.Err())
 		}
@@ -342,7 +357,14 @@ func ExecuteLease(ctx context.Context, p Provider, keys []string, job func(ctx c
 	lo.Renew = func(rctx context.Context) (bool, error) { return p.Renew(rctx, keys, owner, expire) }
 	lo.Lost, lo.Deadline, lo.Start = l.Lost, l.Deadline, l.Sent
 	lo.Cause = func() error { return &Error{Kind: ErrLost, Keys: keys} }
+	returned := false
+	defer func() {
+		if !returned {
+			release() // job panicked: the lock goes as when it returns, and the panic goes on up
+		}
+	}()
 	ferr, lost := lease.Run(ctx, lo, func(jctx context.Context) error { return job(jctx, l) })
+	returned = true
 	if !release() && lost == nil {
 		// Nobody said so while the job ran (a Redis that lost its data
 		// between two checks, say), but the job did not end under the lock:

@@ -225,6 +225,22 @@ func TestPingRefusedAndTimeout(t *testing.T) {
 	if code != exitError || stderr != "mlock run: server unreachable: "+addr+": connection refused\n" {
 		t.Fatalf("run: exit %d, stderr %q", code, stderr)
 	}
+	// So do the Redis and etcd providers, also with a --timeout shorter than
+	// their clients' own retries: unreachable (125) in one line, not a lock
+	// not taken in time (124), and nothing from the clients' own logs.
+	for _, uri := range []string{"redis://" + addr + "/0", "etcd://" + addr} {
+		_, stderr, code = runMlock(t, "run", "--uri", uri, "--timeout", "300ms", "x", "--", "true")
+		if code != exitError || stderr != "mlock run: server unreachable: "+addr+": connection refused\n" {
+			t.Fatalf("run --uri %s: exit %d, stderr %q", uri, code, stderr)
+		}
+	}
+	// bench says so too, rather than blaming the CPU probe.
+	for _, uri := range []string{"mlock://" + addr, "redis://" + addr + "/0", "etcd://" + addr} {
+		_, stderr, code = runMlock(t, "bench", "--duration", "100ms", uri)
+		if code != exitError || !strings.Contains(stderr, "server unreachable") || !strings.Contains(stderr, "connection refused") {
+			t.Fatalf("bench %s: exit %d, stderr %q", uri, code, stderr)
+		}
+	}
 	// A server that accepts and never answers.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -39,6 +39,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/mlock-dev/mlock"
 )
 
@@ -63,8 +65,17 @@ const (
 )
 
 func main() {
+	// The Redis client's own log lines (a refused dial, retried) would
+	// reach stderr, which cron mails: the errors that matter come back
+	// from the calls, and are printed once.
+	goredis.SetLogger(quietLog{})
 	os.Exit(cli(os.Args[1:], os.Stdout, os.Stderr))
 }
+
+// quietLog drops the Redis client's log lines.
+type quietLog struct{}
+
+func (quietLog) Printf(context.Context, string, ...any) {}
 
 func cli(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
@@ -338,28 +349,39 @@ func failFast(ctx context.Context, addrs []string, timeout time.Duration) (_ con
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		errs := make([]error, len(addrs))
-		ch := make(chan int, len(addrs))
-		d := net.Dialer{Timeout: timeout}
-		for i, a := range addrs {
-			go func() {
-				nc, err := d.DialContext(ctx, "tcp", a)
-				if err == nil {
-					nc.Close()
-				}
-				errs[i] = err
-				ch <- i
-			}()
+		if r := probeRefused(ctx, addrs, timeout); r != nil {
+			cancel(r)
 		}
-		for range addrs {
-			i := <-ch
-			if !errors.Is(errs[i], syscall.ECONNREFUSED) {
-				return // reachable, or not refused: the client tells
-			}
-		}
-		cancel(&refusedError{addrs: addrs, errs: errs})
 	}()
 	return ctx, func() { cancel(nil); <-done }
+}
+
+// probeRefused probes every address with a plain TCP connection (closed at
+// once) and returns a *refusedError if every one refused it; nil as soon as
+// one did not (reachable, or not refused: the caller's own calls tell).
+func probeRefused(ctx context.Context, addrs []string, timeout time.Duration) *refusedError {
+	if len(addrs) == 0 {
+		return nil
+	}
+	errs := make([]error, len(addrs))
+	ch := make(chan int, len(addrs))
+	d := net.Dialer{Timeout: timeout}
+	for i, a := range addrs {
+		go func() {
+			nc, err := d.DialContext(ctx, "tcp", a)
+			if err == nil {
+				nc.Close()
+			}
+			errs[i] = err
+			ch <- i
+		}()
+	}
+	for range addrs {
+		if i := <-ch; !errors.Is(errs[i], syscall.ECONNREFUSED) {
+			return nil
+		}
+	}
+	return &refusedError{addrs: addrs, errs: errs}
 }
 
 func printJSON(w io.Writer, v any) error {

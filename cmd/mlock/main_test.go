@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -90,6 +91,10 @@ func TestRunExitCodes(t *testing.T) {
 		{"memory provider", []string{"run", "--uri", "memory:", "x", "--", "touch", marker}, "", 0, true},
 		{"skip with --skip-exit", []string{"run", "--uri", uri, "--skip-if-locked", "--skip-exit", "3", "job:busy4", "--", "touch", marker}, "job:busy4", 3, false},
 		{"no command", []string{"run", "--uri", uri, "job:a"}, "", exitUsage, false},
+		{"resource with a space", []string{"run", "--uri", uri, "job:a b", "--", "touch", marker}, "", exitUsage, false},
+		{"negative timeout", []string{"run", "--uri", uri, "--timeout", "-1s", "job:a", "--", "touch", marker}, "", exitUsage, false},
+		{"owner with a space", []string{"run", "--uri", uri, "--owner", "cron 1", "job:a", "--", "touch", marker}, "", exitUsage, false},
+		{"empty resource", []string{"run", "--uri", "memory:", "job:a||job:b", "--", "touch", marker}, "", exitUsage, false},
 		{"bad flag", []string{"run", "--uri", uri, "--frobnicate", "job:a", "--", "touch", marker}, "", exitUsage, false},
 		{"--skip-exit without --skip-if-locked", []string{"run", "--uri", uri, "--skip-exit", "3", "job:a", "--", "touch", marker}, "", exitUsage, false},
 		{"command not found", []string{"run", "--uri", uri, "job:a", "--", filepath.Join(dir, "nope")}, "", exitNotFound, false},
@@ -295,5 +300,45 @@ func TestBenchCommand(t *testing.T) {
 	}
 	if code := cli([]string{"bench", "--uri", "mlock://192.0.2.1:12340"}, &out, &errb); code != exitError {
 		t.Fatal("a remote target needs --allow-remote")
+	}
+}
+
+// A run killed outright (SIGKILL, the OOM killer) takes its command with
+// it: the lock is no longer renewed, so the command must not outlive it and
+// run beside the next holder.
+func TestRunKilledTakesTheCommandWithIt(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the parent-death signal is Linux's")
+	}
+	uri := startServer(t)
+	admin, _ := holder(t, uri, "unrelated", "")
+	pidFile := filepath.Join(t.TempDir(), "cmd.pid")
+	cmd := mlockCmd("run", "--uri", uri, "killed", "--", "sh", "-c", `echo $$ > `+pidFile+`; exec sleep 30`)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitHeld(t, admin, "killed")
+	var pid int
+	for deadline := time.Now().Add(5 * time.Second); pid == 0; {
+		if b, err := os.ReadFile(pidFile); err == nil {
+			pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the command did not start")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		if err != nil || strings.Contains(string(b), ") Z ") {
+			return
+		}
+		if time.Now().After(deadline) {
+			syscall.Kill(pid, syscall.SIGKILL)
+			t.Fatalf("the command %d outlived the killed mlock run", pid)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -11,17 +11,21 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/mlock-dev/mlock"
 	"github.com/mlock-dev/mlock/internal/lease"
 	"github.com/mlock-dev/mlock/locking"
-	_ "github.com/mlock-dev/mlock/locking/etcd"   // etcd:// for locking.Open
+	"github.com/mlock-dev/mlock/locking/etcd"     // etcd:// for locking.Open
 	_ "github.com/mlock-dev/mlock/locking/mlockd" // mlock:// for locking.Open
-	_ "github.com/mlock-dev/mlock/locking/redis"  // redis:// for locking.Open
+	"github.com/mlock-dev/mlock/locking/provider"
+	_ "github.com/mlock-dev/mlock/locking/redis" // redis:// for locking.Open
 )
 
 // exitCode carries the command's exit status out of the job.
@@ -64,7 +68,9 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	killAfter := fs.Duration("kill-after", defaultKillAfter, "after a lost lock, SIGKILL the command this long after SIGTERM;\n"+
 		"at most ttl/4 (default: 10s or ttl/4, whichever is shorter); with mlock://, kill-after + 200ms\n"+
 		"must also be below the server's session grace less 1 % (15s by default)")
-	owner := fs.String("owner", "", "owner id of the lock (default: host:pid)")
+	owner := fs.String("owner", "", "owner id of the lock (default: host:pid); give every run its own: an owner's lock is\n"+
+		"re-entrant, so a run asking with the owner of a running one is given its lock, even with --skip-if-locked,\n"+
+		"and the two commands run at once (the first is stopped on mlock://)")
 	shared := fs.Bool("shared", false, "mlock:// only: take the resources shared (a read lock): shared runs go together,\n"+
 		"an exclusive one waits for them and blocks later shared ones")
 	permits := fs.String("permits", "", "mlock:// only: K/N takes K of the N permits of each resource (a semaphore: at most\n"+
@@ -92,17 +98,24 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return usageError(fs, stderr, err.Error())
 	}
+	if _, err := provider.Keys(strings.Split(resources, "|")); err != nil {
+		return usageError(fs, stderr, "RESOURCES: "+strings.TrimPrefix(err.Error(), "invalid key "))
+	}
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	switch {
 	case *ttl < time.Millisecond:
 		return usageError(fs, stderr, "--ttl must be at least 1ms")
+	case *timeout < 0:
+		return usageError(fs, stderr, "--timeout must not be negative (0: no limit)")
 	case *skipExit < 0 || *skipExit > 255:
 		return usageError(fs, stderr, fmt.Sprintf("--skip-exit %d: want 0 to 255", *skipExit))
 	case given["skip-exit"] && !*skip:
 		return usageError(fs, stderr, "--skip-exit needs --skip-if-locked")
 	case *quiet && *verbose:
 		return usageError(fs, stderr, "--quiet and --verbose exclude each other")
+	case strings.ContainsAny(*owner, " |"):
+		return usageError(fs, stderr, fmt.Sprintf("--owner %q: no spaces, no '|'", *owner))
 	}
 	lead, err := leadOf(*ttl, killAfter, given["kill-after"])
 	if err != nil {
@@ -136,21 +149,36 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	sigc := make(chan os.Signal, 8)
 	signal.Notify(sigc, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2)
 	defer signal.Stop(sigc)
-	// Until the command starts, SIGINT and SIGTERM abandon the wait.
+	// Until the command starts, a signal abandons the wait.
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	waiting := make(chan struct{})
+	waiting, handed := make(chan struct{}), make(chan struct{})
 	go func() {
+		defer close(handed)
 		select {
-		case <-sigc:
-			cancel()
+		case sig := <-sigc:
+			select {
+			case <-waiting:
+				// The command is about to start: the signal is its own
+				// (runCommand forwards it).
+				select {
+				case sigc <- sig:
+				default:
+				}
+			default:
+				cancel()
+			}
 		case <-waiting:
 		}
 	}()
-	job := func(ctx context.Context, g grant) error {
+	job := func(jctx context.Context, g grant) error {
 		close(waiting)
+		<-handed // from here on signals are the command's
+		if ctx.Err() != nil {
+			return ctx.Err() // interrupted as the lock came: the command is not run
+		}
 		out.got(g)
-		return runCommand(ctx, command, commandEnv(os.Environ(), resources, g), sigc, *killAfter, stderr)
+		return runCommand(jctx, command, commandEnv(os.Environ(), resources, g), sigc, *killAfter, stderr)
 	}
 
 	r := runner{resources: resources, ttl: *ttl, lead: lead, timeout: *timeout, skip: *skip, owner: *owner, mode: mode,
@@ -379,6 +407,11 @@ func (r *runner) provider(ctx context.Context, uri string) error {
 		return err
 	}
 	defer p.Close()
+	// A server that refuses the connection is unreachable (exit 125), not a
+	// lock held for longer than --timeout: say so at once.
+	if refused := probeRefused(ctx, providerAddrs(uri), probeTimeout); refused != nil {
+		return refused
+	}
 	timeout := r.timeout
 	if timeout <= 0 {
 		timeout = -1
@@ -388,9 +421,36 @@ func (r *runner) provider(ctx context.Context, uri string) error {
 		defer stop()
 		go r.progress.watch(wctx, nil, r.owner)
 	}
-	return locking.ExecuteLease(ctx, p, strings.Split(r.resources, "|"), func(ctx context.Context, l locking.Lease) error {
-		return r.job(ctx, grant{token: l.Token, expiresAt: l.ExpiresAt})
+	var jobErr error
+	err = locking.ExecuteLease(ctx, p, strings.Split(r.resources, "|"), func(ctx context.Context, l locking.Lease) error {
+		jobErr = r.job(ctx, grant{token: l.Token, expiresAt: l.ExpiresAt})
+		return jobErr
 	}, locking.ExecuteOptions{Timeout: timeout, Expire: r.ttl, Lead: r.lead, OwnerID: r.owner, NoWait: r.skip})
+	if errors.Is(err, locking.ErrLost) && errors.Is(jobErr, errLostLock) {
+		return jobErr // the command was stopped for the loss, which it named
+	}
+	return err
+}
+
+// probeTimeout bounds the probe of a provider's addresses (see
+// probeRefused): an address that does not answer in time is left to the
+// provider.
+const probeTimeout = 3 * time.Second
+
+// providerAddrs returns the TCP addresses of a redis:// or etcd:// URI;
+// none for other providers.
+func providerAddrs(uri string) []string {
+	switch {
+	case strings.HasPrefix(uri, "redis://"):
+		if o, err := goredis.ParseURL(uri); err == nil && o.Network == "tcp" {
+			return []string{o.Addr}
+		}
+	case strings.HasPrefix(uri, "etcd://"):
+		if addrs, err := etcd.Endpoints(uri); err == nil {
+			return addrs
+		}
+	}
+	return nil
 }
 
 // exitOptions are what exitStatus needs of the flags.
@@ -514,8 +574,18 @@ func runCommand(ctx context.Context, command []string, env []string, sigc chan o
 	// group reading it would be stopped by the terminal; there the command
 	// shares mlock's group and the terminal's signals reach all of it.
 	group := !isTerminal(os.Stdin)
-	if group {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: group}
+	dieWithParent(cmd.SysProcAttr)
+	// The kernel's parent-death signal follows the thread that started the
+	// command: keep this goroutine on it until the command is reaped.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if ctx.Err() != nil {
+		// Lost before the start (declared lost while mlock run got
+		// ready): starting the command only to stop it could cut it in
+		// the middle of its work.
+		fmt.Fprintf(stderr, "mlock run: lock lost: %s; not running the command\n", lossText(context.Cause(ctx)))
+		return &lostError{cause: context.Cause(ctx)}
 	}
 	if err := cmd.Start(); err != nil {
 		return startError(command[0], err)
@@ -548,6 +618,12 @@ func runCommand(ctx context.Context, command []string, env []string, sigc chan o
 			}
 			return err
 		case sig := <-sigc:
+			if !group && (sig == syscall.SIGINT || sig == syscall.SIGQUIT) && inForeground(os.Stdin) {
+				// The terminal's ^C or ^\: it reached the whole foreground
+				// group, the command too; a second one could make it stop
+				// abruptly (many programs take it so).
+				continue
+			}
 			send(sig)
 		case <-ended:
 			ended = nil

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/mlock-dev/mlock"
 	"github.com/mlock-dev/mlock/server"
 	"github.com/mlock-dev/mlock/server/servertest"
@@ -395,5 +397,67 @@ func TestRunCommandNamesTheLoss(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the command was not stopped")
+	}
+}
+
+// A lock lost on a provider (here Redis: the key deleted under the run) is
+// said once on stderr, when the command is stopped, as on mlock://.
+func TestRunProviderLossSaidOnce(t *testing.T) {
+	u := os.Getenv("REDIS_URL")
+	if u == "" {
+		t.Skip("REDIS_URL is not set: no Redis to lose a lock on")
+	}
+	o, err := goredis.ParseURL(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := goredis.NewClient(o)
+	defer rdb.Close()
+	key := "mlock-cli-loss-" + strconv.Itoa(os.Getpid())
+	cmd := mlockCmd("run", "--uri", u, "--ttl", "3s", key, "--", "sleep", "30")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		if n, _ := rdb.Exists(ctx, "medusa_lock:"+key).Result(); n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			t.Fatal("the lock was never taken")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	rdb.Del(ctx, "medusa_lock:"+key)
+	if code := exitCodeOf(t, cmd.Wait()); code != exitLost {
+		t.Fatalf("exit %d, want %d; stderr: %s", code, exitLost, stderr.String())
+	}
+	if got := stderr.String(); strings.Count(got, "\n") != 1 || !strings.HasPrefix(got, "mlock run: lock lost: ") ||
+		!strings.HasSuffix(got, "; stopping the command\n") {
+		t.Fatalf("stderr %q, want one line that says the loss and the stop", got)
+	}
+}
+
+// A lock lost before the command starts (its lease declared lost while
+// mlock run got ready, say) does not start the command only to stop it:
+// the command never runs, and the loss is said and returned.
+func TestRunCommandNotStartedAfterLoss(t *testing.T) {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	loss := errors.New("test: the lease ran out")
+	cancel(loss)
+	marker := filepath.Join(t.TempDir(), "ran")
+	var stderr bytes.Buffer
+	err := runCommand(ctx, []string{"touch", marker}, os.Environ(), make(chan os.Signal, 1), time.Second, &stderr)
+	if !errors.Is(err, errLostLock) || !errors.Is(err, loss) {
+		t.Fatalf("runCommand = %v; want errLostLock wrapping %v", err, loss)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("the command ran after the lock was lost")
+	}
+	if got := stderr.String(); got != "mlock run: lock lost: "+loss.Error()+"; not running the command\n" {
+		t.Fatalf("stderr %q", got)
 	}
 }

@@ -10,3 +10,7 @@ func isTerminal(f *os.File) bool {
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
+
+// inForeground reports whether this process's group is the terminal's
+// foreground group; not known here: false (signals are forwarded).
+func inForeground(*os.File) bool { return false }

@@ -174,7 +174,17 @@ func run(ctx context.Context, o Options, fn func(context.Context) error, clk clo
 		base = o.Start
 	}
 	go func() { lost <- w.watch(ctx, base, done, cancel) }()
+	returned := false
+	defer func() {
+		if !returned {
+			// fn panicked: the watchdog stops all the same, and the panic
+			// goes on up.
+			close(done)
+			<-lost
+		}
+	}()
 	fnErr = fn(jctx)
+	returned = true
 	close(done)
 	return fnErr, <-lost
 }

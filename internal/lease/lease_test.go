@@ -634,3 +634,23 @@ func TestStartIsTheBase(t *testing.T) {
 		t.Fatalf("lostErr %v", lostErr)
 	}
 }
+
+// A job that panics ends the watchdog as a job that returns does: the
+// panic goes on up (a server recovers it per request, say), and nothing
+// keeps renewing the lease for as long as the parent context lives.
+func TestPanicStopsTheWatchdog(t *testing.T) {
+	others := goleak.IgnoreCurrent()
+	clk := newFakeClock()
+	renew := func(context.Context) (bool, error) { return true, nil }
+	func() {
+		defer func() {
+			if r := recover(); r != "job panicked" {
+				t.Fatalf("recovered %v, want the job's panic", r)
+			}
+		}()
+		run(context.Background(), Options{TTL: 3 * time.Second, Renew: renew}, func(context.Context) error {
+			panic("job panicked")
+		}, clk)
+	}()
+	goleak.VerifyNone(t, others)
+}

@@ -500,6 +500,33 @@ describe('extensions', () => {
     }
   });
 
+  test("executes of one owner share its lock: the first to end does not unlock it under the other's job", async () => {
+    const [c1, c2] = sessions(2);
+    try {
+      const a = r('exec-owner');
+      let bStarted!: () => void;
+      const started = new Promise<void>((res) => (bStarted = res));
+      const first = c1.execute(a, async () => {
+        await started;
+        return 'first';
+      }, { owner: `w-${n}`, ttl: 5000 });
+      const second = c1.execute(a, async (signal, lock) => {
+        bStarted();
+        assert.equal(await first, 'first');
+        // The first execute has ended: the second still holds the lock.
+        assert.equal(lock.held, true);
+        assert.equal(signal.aborted, false);
+        await assert.rejects(c2.tryLock(a), (e: MlockError) => e.type === 'tolerate');
+        return 'second';
+      }, { owner: `w-${n}`, ttl: 5000 });
+      assert.equal(await second, 'second');
+      await (await c2.tryLock(a)).unlock(); // unlocked once the last one ended
+    } finally {
+      c1.destroy();
+      c2.destroy();
+    }
+  });
+
   test('execute rethrows the job error and releases', async () => {
     const [c] = sessions(1);
     try {

@@ -110,7 +110,10 @@ type Options struct {
 	Endpoints []string
 	// Prefix is put before every key. Default "mlock/".
 	Prefix string
-	// DialTimeout bounds the connection to etcd. Default 5 s.
+	// DialTimeout bounds the connection to etcd, and the steps of an
+	// acquisition that do not wait for a lock (its lease grant, its owner
+	// record): an etcd that cannot be reached fails the acquisition after
+	// it. Default 5 s.
 	DialTimeout time.Duration
 	// Username and Password authenticate to etcd, if set.
 	Username, Password string
@@ -119,9 +122,10 @@ type Options struct {
 // Provider implements locking.Provider on etcd. Create it with Open,
 // OpenURL or New; it is safe for concurrent use.
 type Provider struct {
-	cli    *clientv3.Client
-	owned  bool
-	prefix string
+	cli         *clientv3.Client
+	owned       bool
+	prefix      string
+	dialTimeout time.Duration // bounds the calls that only wait for etcd (see short)
 
 	mu      sync.Mutex
 	closed  bool                          // guarded by mu
@@ -158,7 +162,7 @@ func Open(o Options) (*Provider, error) {
 		return nil, fmt.Errorf("etcd provider: %w", err)
 	}
 	p := New(cli, o.Prefix)
-	p.owned = true
+	p.owned, p.dialTimeout = true, o.DialTimeout
 	return p, nil
 }
 
@@ -234,8 +238,19 @@ func New(cli *clientv3.Client, prefix string) *Provider {
 	if prefix == "" {
 		prefix = DefaultPrefix
 	}
-	return &Provider{cli: cli, prefix: prefix, owners: map[string]*session{}, free: map[int64][]*session{},
-		spare: map[int64][]*session{}, byLease: map[clientv3.LeaseID]*session{}}
+	return &Provider{cli: cli, prefix: prefix, dialTimeout: DefaultDialTimeout, owners: map[string]*session{},
+		free: map[int64][]*session{}, spare: map[int64][]*session{}, byLease: map[clientv3.LeaseID]*session{}}
+}
+
+// errNoAnswer is the cause of a short call's deadline (see short).
+var errNoAnswer = errors.New("no answer")
+
+// short bounds a call that never waits for a lock (a lease grant, an owner
+// record) by the dial timeout: the etcd client waits for a connection as
+// long as the call's context allows, so an etcd that cannot be reached
+// would keep an acquisition without a deadline waiting for ever.
+func (p *Provider) short(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeoutCause(ctx, p.dialTimeout, errNoAnswer)
 }
 
 func (p *Provider) lockPrefix(key string) string { return p.prefix + "lock/" + key }
@@ -304,11 +319,16 @@ func (p *Provider) bind(ctx context.Context, owner string, ttl int64) (*session,
 		return s, nil
 	}
 	p.mu.Unlock()
-	// The grant obeys ctx; the keep-alive lives as long as the client.
-	g, err := p.cli.Grant(ctx, ttl)
+	// The grant obeys ctx (and the dial timeout); the keep-alive lives as
+	// long as the client.
+	gctx, cancel := p.short(ctx)
+	g, err := p.cli.Grant(gctx, ttl)
 	if err != nil {
-		return nil, p.callError(ctx, err)
+		err = p.shortError(ctx, gctx, err)
+		cancel()
+		return nil, err
 	}
+	cancel()
 	cs, err := concurrency.NewSession(p.cli, concurrency.WithLease(g.ID), concurrency.WithTTL(int(ttl)))
 	if err != nil {
 		return nil, p.callError(ctx, err)
@@ -515,8 +535,14 @@ func (p *Provider) Acquire(ctx context.Context, keys []string, opts locking.Acqu
 	} else if owned > 0 {
 		return locking.Lease{}, provider.ConflictError(first)
 	}
-	if err := p.record(ctx, s); err != nil {
-		return locking.Lease{}, p.callError(ctx, err)
+	rctx, cancel := p.short(ctx)
+	err = p.record(rctx, s)
+	if err != nil {
+		err = p.shortError(ctx, rctx, err)
+	}
+	cancel()
+	if err != nil {
+		return locking.Lease{}, err
 	}
 	for i, k := range keys {
 		m := concurrency.NewMutex(s.s, p.lockPrefix(k))
@@ -560,6 +586,16 @@ func (p *Provider) callError(ctx context.Context, err error) error {
 		return closedError()
 	}
 	return fmt.Errorf("etcd provider: %w", err)
+}
+
+// shortError is callError for a call made under sctx (see short): its
+// deadline says that etcd did not answer within the dial timeout.
+func (p *Provider) shortError(ctx, sctx context.Context, err error) error {
+	if ctx.Err() == nil && errors.Is(context.Cause(sctx), errNoAnswer) {
+		return fmt.Errorf("etcd provider: no answer from %s within %v (etcd unreachable?): %w",
+			strings.Join(p.cli.Endpoints(), ", "), p.dialTimeout, err)
+	}
+	return p.callError(ctx, err)
 }
 
 func (p *Provider) isClosed() bool {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"os"
 	"slices"
 	"strings"
@@ -341,5 +342,30 @@ func TestOverlappingSetsStress(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Error(err)
+	}
+}
+
+// An etcd that cannot be reached fails an acquisition within the dial
+// timeout, with an error that says so, instead of keeping the caller
+// waiting for the connection as long as its context allows (a cron job
+// without a deadline would wait for ever).
+func TestUnreachableFailsWithinDialTimeout(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now: every dial is refused
+	p, err := etcd.Open(etcd.Options{Endpoints: []string{addr}, DialTimeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	for _, await := range []bool{false, true} {
+		_, err := p.Acquire(ctx(t), []string{"k"}, locking.AcquireOptions{AwaitQueue: await})
+		if err == nil || errors.Is(err, locking.ErrTimeout) || !strings.Contains(err.Error(), addr) {
+			t.Fatalf("AwaitQueue=%v: Acquire against an unreachable etcd: %v, want an error naming %s before the context's deadline",
+				await, err, addr)
+		}
 	}
 }

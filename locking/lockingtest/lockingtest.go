@@ -63,6 +63,7 @@ func Run(t *testing.T, h Harness) {
 		{"ReentryRenewsExpire", testReentryRenewsExpire},
 		{"InvalidKeys", testInvalidKeys},
 		{"PartialReleaseEndsRenewal", testPartialRelease},
+		{"OwnerOverlapKeepsHeldLock", testOwnerOverlap},
 	}
 	type test = struct {
 		name string
@@ -398,6 +399,44 @@ func testScopedReleaseAll(t *testing.T, p locking.Provider, k func(string) strin
 		t.Fatal("owner_b's key was released")
 	}
 	p.Release(c, []string{mine}, locking.ReleaseOptions{OwnerID: "owner_c"})
+}
+
+// An owner asking for keys that only overlap what it holds is refused at
+// once, with and without AwaitQueue, and an Execute under that owner fails
+// without running its job and leaves the owner's lock held: the cleanup of
+// the failed acquisition must not release what the owner held before.
+func testOwnerOverlap(t *testing.T, p locking.Provider, k func(string) string) {
+	c := ctx(t)
+	a, b := k("ov_a"), k("ov_b")
+	if _, err := p.Acquire(c, []string{a}, locking.AcquireOptions{OwnerID: "ov_owner", Expire: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	for _, await := range []bool{false, true} {
+		wctx, cancel := context.WithTimeout(c, 5*time.Second)
+		_, err := p.Acquire(wctx, []string{a, b}, locking.AcquireOptions{OwnerID: "ov_owner", Expire: time.Minute, AwaitQueue: await})
+		cancel()
+		if !errors.Is(err, locking.ErrConflict) {
+			t.Fatalf("AwaitQueue=%v: the owner's overlapping acquire: %v, want a conflict at once", await, err)
+		}
+	}
+	for _, noWait := range []bool{true, false} {
+		ran := false
+		err := locking.Execute(c, p, []string{a, b}, func(context.Context) error { ran = true; return nil },
+			locking.ExecuteOptions{OwnerID: "ov_owner", NoWait: noWait, Timeout: 5 * time.Second})
+		if err == nil || ran {
+			t.Fatalf("NoWait=%v: Execute over an overlapping lock of its owner: ran %v, err %v", noWait, ran, err)
+		}
+		if _, err := p.Acquire(c, []string{a}, locking.AcquireOptions{OwnerID: "someone_else"}); !errors.Is(err, locking.ErrConflict) {
+			t.Fatalf("NoWait=%v: the owner's lock on %s was released by the failed Execute: %v", noWait, a, err)
+		}
+	}
+	if ok, err := p.Release(c, []string{a}, locking.ReleaseOptions{OwnerID: "ov_owner"}); !ok || err != nil {
+		t.Fatalf("the owner's release = %v, %v", ok, err)
+	}
+	if _, err := p.Acquire(c, []string{b}, locking.AcquireOptions{OwnerID: "someone_else"}); err != nil {
+		t.Fatalf("%s left held: %v", b, err)
+	}
+	p.Release(c, []string{b}, locking.ReleaseOptions{OwnerID: "someone_else"})
 }
 
 func testAtomicMultiKey(t *testing.T, p locking.Provider, k func(string) string) {

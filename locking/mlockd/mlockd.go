@@ -19,9 +19,12 @@
 // its job as soon as the client learns the lock is gone; Renew (the
 // server's renew-by-owner) also moves the lease of that handle.
 //
-// Caveats: a lock acquired without Expire lasts the server's longest lease
-// (24 h by default), and ends earlier if the process's session ends (its
-// connection stays down past the server's grace period).
+// Caveats: a lock acquired without Expire (or with a longer one) asks for
+// MaxExpire, 24 h, the server's default longest lease: a server started
+// with a shorter --max-ttl refuses it (ttl should be integer!), so give such
+// a server's users an Expire within it. A lock also ends earlier if the
+// process's session ends (its connection stays down past the server's grace
+// period).
 package mlockd
 
 import (
@@ -42,7 +45,8 @@ func init() {
 	locking.RegisterScheme("mlocks", open) // TLS
 }
 
-// MaxExpire stands for "no expiry": the server's default longest lease.
+// MaxExpire stands for "no expiry", and caps Expire: the server's default
+// longest lease (a server with a shorter --max-ttl refuses it).
 const MaxExpire = 24 * time.Hour
 
 // Provider implements locking.Provider over an mlock.Client. It is safe for

@@ -37,9 +37,10 @@
 //
 // Caveats: waiters are not served in FIFO order (each retries when woken);
 // tokens are large numbers (the microseconds of Redis's clock, then one more
-// per lock); all keys of one call must be in one hash slot on Redis Cluster
-// (use hash tags); a lock acquired without Expire never expires, as in
-// Medusa.
+// per lock); on Redis Cluster (a goredis.ClusterClient given to New) every
+// key needs a hash tag, the same for the keys of one call ({cart:1}:a and
+// {cart:1}:b), and tokens grow per hash tag (a counter in each tag's slot);
+// a lock acquired without Expire never expires, as in Medusa.
 package redis
 
 import (
@@ -119,8 +120,9 @@ type Provider struct {
 	rdb     goredis.UniversalClient
 	owned   bool
 	opts    Options
-	fence   string // counter key for fencing tokens
+	fence   string // counter key for fencing tokens (on Redis Cluster: one per hash tag, see fenceKey)
 	channel string // release notifications
+	cluster bool   // rdb is a Redis Cluster client: every call's keys need one hash tag
 
 	mu      sync.Mutex
 	wake    chan struct{} // guarded by mu: closed and replaced on every release message
@@ -222,7 +224,48 @@ func New(rdb goredis.UniversalClient, o Options) (*Provider, error) {
 	if c, single := rdb.(*goredis.Client); single && !o.Medusa {
 		p.watch = newRunWatch(func(ctx context.Context) (string, error) { return runID(ctx, c) })
 	}
+	_, p.cluster = rdb.(*goredis.ClusterClient)
 	return p, nil
+}
+
+// hashTag returns what Redis Cluster hashes of key k: the text between its
+// first '{' and the first '}' after it, if not empty; "" if k has none.
+func hashTag(k string) string {
+	if i := strings.IndexByte(k, '{'); i >= 0 {
+		if j := strings.IndexByte(k[i+1:], '}'); j > 0 {
+			return k[i+1 : i+1+j]
+		}
+	}
+	return ""
+}
+
+// clusterTag returns, on Redis Cluster, the one hash tag of the Redis keys
+// of keys, which every script of a call needs (its token keys and fencing
+// counter go in that slot with them); an error if a key has none or the
+// keys have several. "" when not on Redis Cluster.
+func (p *Provider) clusterTag(keys []string) (string, error) {
+	if !p.cluster {
+		return "", nil
+	}
+	tag := hashTag(p.opts.Namespace + keys[0])
+	for _, k := range keys {
+		if t := hashTag(p.opts.Namespace + k); t == "" || t != tag {
+			return "", fmt.Errorf("redis provider: on Redis Cluster the keys of one call need one hash tag, "+
+				"such as {cart:1}:a and {cart:1}:b: %q", k)
+		}
+	}
+	return tag, nil
+}
+
+// fenceKey is the fencing counter of the keys whose hash tag is tag: the
+// provider's one counter, or on Redis Cluster one per hash tag, in the
+// keys' slot (tokens then grow per hash tag, which is all that fencing a
+// key needs).
+func (p *Provider) fenceKey(tag string) string {
+	if tag == "" {
+		return p.fence
+	}
+	return "{" + tag + "}" + p.fence
 }
 
 // Backoff is Medusa's retry delay: each wait is a uniform draw in
@@ -254,8 +297,10 @@ var (
 	// none). Reply {1, token} when taken; {2, token} when the owner
 	// already held exactly these keys (a renewal: the lease is renewed and
 	// token is the lock's original one, or a new one if the keys did not
-	// share one token); {0, i} when key i is held by someone else (or by
-	// the owner, but not all of them). A token key mirrors its lock key's
+	// share one token); {0, i} when key i is held by someone else; {3, i}
+	// when the owner holds key i but not all of the keys (refused at once,
+	// also with AwaitQueue: waiting would wait behind itself, as on the
+	// other providers). A token key mirrors its lock key's
 	// TTL. A new token is the counter raised to Redis's TIME in
 	// microseconds if below it, plus one: it never goes backwards, even
 	// after Redis lost the counter (TIME before writes is allowed: scripts
@@ -276,7 +321,7 @@ for i = 1, n do
   end
 end
 if own > 0 and own < n then
-  return {0, first_own}
+  return {3, first_own}
 end
 local token, kind = false, 1
 if own == n then
@@ -508,7 +553,11 @@ func (p *Provider) Acquire(ctx context.Context, keys []string, opts locking.Acqu
 	if p.opts.Medusa {
 		return locking.Lease{}, p.acquireMedusa(ctx, keys, owner, opts, b)
 	}
-	rkeys := append(p.lockKeys(keys, 1), p.fence)
+	tag, err := p.clusterTag(keys)
+	if err != nil {
+		return locking.Lease{}, err
+	}
+	rkeys := append(p.lockKeys(keys, 1), p.fenceKey(tag))
 	ttl := ttlMs(opts.Expire)
 	for {
 		var wake <-chan struct{}
@@ -529,6 +578,9 @@ func (p *Provider) Acquire(ctx context.Context, keys []string, opts locking.Acqu
 				return locking.Lease{}, provider.WaitError(ctx)
 			}
 			return locking.Lease{}, err
+		}
+		if res[0] == 3 {
+			return locking.Lease{}, provider.ConflictError(keys[res[1]-1])
 		}
 		if res[0] != 0 {
 			l := locking.Lease{Token: uint64(res[1]), Sent: sent}
@@ -611,6 +663,9 @@ func (p *Provider) Renew(ctx context.Context, keys []string, owner string, expir
 		}
 		return !slices.Contains(res, 0), nil
 	}
+	if _, err := p.clusterTag(keys); err != nil {
+		return false, err
+	}
 	sent := time.Now()
 	n, err := renewScript.Run(ctx, p.rdb, p.lockKeys(keys, 0), owner, ttlMs(expire)).Int64()
 	if err != nil || p.watch == nil {
@@ -639,6 +694,9 @@ func (p *Provider) Release(ctx context.Context, keys []string, opts locking.Rele
 		}
 		return !slices.Contains(res, 0), nil
 	}
+	if _, err := p.clusterTag(keys); err != nil {
+		return false, err
+	}
 	n, err := releaseScript.Run(ctx, p.rdb, p.lockKeys(keys, 0), owner, p.channel).Int64()
 	if p.watch != nil {
 		p.watch.forget(owner, keys)
@@ -647,25 +705,35 @@ func (p *Provider) Release(ctx context.Context, keys []string, opts locking.Rele
 }
 
 // ReleaseAll releases every key of the namespace held by the owner
-// (without owner: the anonymous "*" locks): SCAN, then, in one pipeline per
-// batch, the release script (owner check and UNLINK in one atomic step) on
-// each key.
+// (without owner: the anonymous "*" locks): SCAN (on every master of a
+// Redis Cluster), then, in one pipeline per batch, the release script
+// (owner check and UNLINK in one atomic step) on each key.
 func (p *Provider) ReleaseAll(ctx context.Context, opts locking.ReleaseOptions) error {
 	owner := provider.Owner(opts.OwnerID)
 	if p.watch != nil {
 		p.watch.forget(owner, nil)
 	}
+	if c, ok := p.rdb.(*goredis.ClusterClient); ok {
+		return c.ForEachMaster(ctx, func(ctx context.Context, node *goredis.Client) error {
+			return p.releaseAllOn(ctx, node, owner)
+		})
+	}
+	return p.releaseAllOn(ctx, p.rdb, owner)
+}
+
+// releaseAllOn is ReleaseAll over the keys that node's SCAN finds.
+func (p *Provider) releaseAllOn(ctx context.Context, node goredis.Cmdable, owner string) error {
 	match := globEscape(p.opts.Namespace) + "*"
 	var cursor uint64
 	for {
-		keys, next, err := p.rdb.Scan(ctx, cursor, match, 100).Result()
+		keys, next, err := node.Scan(ctx, cursor, match, 100).Result()
 		if err != nil {
 			return err
 		}
 		var groups [][]string
 		for _, k := range keys {
 			switch {
-			case strings.HasPrefix(k, tokenPrefix) || k == p.fence:
+			case strings.HasPrefix(k, tokenPrefix) || k == p.fence || strings.HasSuffix(k, "}"+p.fence):
 			case p.opts.Medusa:
 				groups = append(groups, []string{k})
 			default:

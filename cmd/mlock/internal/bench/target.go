@@ -135,6 +135,9 @@ func serverCPU(ctx context.Context, u *url.URL, rawURL string, nodes []string) (
 		}
 		rdb := goredis.NewClient(ro)
 		closeCPU = rdb.Close
+		if ro.Network == "tcp" {
+			nodes = []string{ro.Addr}
+		}
 		cpu = func(ctx context.Context) (time.Duration, bool) { return redisCPU(ctx, rdb) }
 	case "etcd":
 		hc := &http.Client{Timeout: 5 * time.Second}
@@ -154,9 +157,27 @@ func serverCPU(ctx context.Context, u *url.URL, rawURL string, nodes []string) (
 		return nil, func() {}, nil
 	}
 	if _, ok := cpu(ctx); !ok {
-		return nil, nil, errors.Join(fmt.Errorf("bench: %s does not report its CPU time", u.Redacted()), closeCPU())
+		err := fmt.Errorf("bench: %s does not report its CPU time", u.Redacted())
+		if derr := reach(ctx, nodes); derr != nil {
+			err = fmt.Errorf("bench: %s: server unreachable: %w", u.Redacted(), derr)
+		}
+		return nil, nil, errors.Join(err, closeCPU())
 	}
 	return cpu, func() { _ = closeCPU() }, nil
+}
+
+// reach dials every address once (the connection closed at once) and
+// returns the first failure: why a server did not answer its CPU probe.
+func reach(ctx context.Context, addrs []string) error {
+	d := net.Dialer{Timeout: 3 * time.Second}
+	for _, a := range addrs {
+		nc, err := d.DialContext(ctx, "tcp", a)
+		if err != nil {
+			return err
+		}
+		nc.Close()
+	}
+	return nil
 }
 
 // redisCPU reads used_cpu_sys + used_cpu_user from INFO cpu.

@@ -17,7 +17,10 @@ export interface MlockLockingOptions {
   namespace?: string;
   /** Seconds `execute` waits for the lock when the call gives no timeout. Default 5. */
   waitLockingTimeout?: number;
-  /** Seconds an `acquire` without `expire` lasts (mlockd has no endless lease; its --max-ttl caps it). Default 86400. */
+  /**
+   * Seconds an `acquire` without `expire` lasts (mlockd has no endless lease). It must be within
+   * mlockd's --max-ttl (24 h by default): a longer lease is refused. Default 86400.
+   */
   maxExpire?: number;
 }
 

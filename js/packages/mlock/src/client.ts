@@ -46,6 +46,15 @@ export interface Renewal {
   token: number;
 }
 
+/**
+ * How many execute calls run on each lock: an owner's execute that re-enters
+ * a lock held by another execute of this process gets the same handle, and
+ * the lock is unlocked only when the last of them ends (the first to end
+ * would otherwise unlock it under the others' jobs, which would run on
+ * without the lock and without being told).
+ */
+const executing = new WeakMap<Lock, number>();
+
 function request(msg: string): MlockError {
   return new MlockError(msg, 'request');
 }
@@ -200,10 +209,12 @@ export class Mlock extends EventEmitter {
    * ttl/3 while fn runs, aborts fn's signal (reason: the loss) as soon as the
    * lock is lost or at its deadline, and unlocks when fn settles. Returns fn's
    * result; throws fn's error, or the loss (type `lost`) if the lock was lost
-   * even if fn returned.
+   * even if fn returned. Executes of one owner that re-enter the same lock in
+   * this process share it: it is unlocked when the last of them settles.
    */
   async execute<T>(resources: string | string[], fn: (signal: AbortSignal, lock: Lock) => Promise<T> | T, opts: ExecuteOptions = {}): Promise<T> {
     const lock = await this.acquire(resources, opts);
+    executing.set(lock, (executing.get(lock) ?? 0) + 1);
     let timer: NodeJS.Timeout | undefined;
     let done = false;
     const renew = () => {
@@ -232,8 +243,12 @@ export class Mlock extends EventEmitter {
     } finally {
       done = true;
       clearTimeout(timer);
+      const others = (executing.get(lock) ?? 1) - 1;
+      if (others > 0) executing.set(lock, others);
+      else executing.delete(lock);
       try {
-        await lock.unlock();
+        // Another execute still runs on this lock: it unlocks when it ends.
+        if (others === 0) await lock.unlock();
       } catch (e) {
         // The lease ran out just as fn returned: it did not hold the lock throughout.
         if (!failed && e instanceof MlockError && e.type === 'lost') throw e;
