@@ -28,6 +28,11 @@ type Client struct {
 	ttl       string // opts.TTL in ms, formatted once
 	timeout   string // opts.Timeout in ms
 	closeOnce sync.Once
+	// closed is set, and done closed, by Close (under the session's mu):
+	// the Client's calls waiting for the connection fail, and no command
+	// of it is queued any more.
+	closed bool // guarded by s.mu
+	done   chan struct{}
 }
 
 // LockOptions tunes one lock request. A nil *LockOptions, and every zero
@@ -85,14 +90,15 @@ func NewClient(o Options) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{opts: o, s: s, ttl: ms(o.TTL), timeout: ms(o.Timeout)}, nil
+	return &Client{opts: o, s: s, ttl: ms(o.TTL), timeout: ms(o.Timeout), done: make(chan struct{})}, nil
 }
 
 // Close releases this Client: its waiting and held locks are unlocked (best
 // effort, without waiting for answers), its waits fail with an Error of Type
 // connection wrapping ErrClosed, and its held locks are lost for their
 // holders (Type lost wrapping ErrClosed: Lost closes, the jobs of Do and Hold
-// are cancelled).
+// are cancelled). Its calls waiting for the connection, and its later calls,
+// fail with ErrClosed.
 // The shared session closes with the last Client of its address; other
 // Clients' calls are not disturbed. Close is idempotent.
 func (c *Client) Close() error {
@@ -268,7 +274,7 @@ func (c *Client) lock(ctx context.Context, names []string, o *LockOptions, try b
 		add(modes)
 	}
 	l.verb, l.nargs = verb, uint8(n)
-	r, rerr := c.s.roundTrip(ctx, l, verb, l.args[:n]...)
+	r, rerr := c.s.roundTrip(ctx, c, l, verb, l.args[:n]...)
 	if rerr != nil {
 		return nil, rerr
 	}
@@ -359,7 +365,7 @@ func (c *Client) Release(ctx context.Context, owner, resources string) (bool, er
 	if err := checkOwner(owner); err != nil {
 		return false, err
 	}
-	r, rerr := c.s.roundTrip(ctx, nil, protocol.VerbRelease, owner, res)
+	r, rerr := c.s.roundTrip(ctx, c, nil, protocol.VerbRelease, owner, res)
 	if rerr != nil {
 		return false, rerr
 	}
@@ -372,7 +378,7 @@ func (c *Client) ReleaseAll(ctx context.Context, owner string) (int, error) {
 	if err := checkOwner(owner); err != nil {
 		return 0, err
 	}
-	r, err := c.s.roundTrip(ctx, nil, protocol.VerbReleaseAll, owner)
+	r, err := c.s.roundTrip(ctx, c, nil, protocol.VerbReleaseAll, owner)
 	if err != nil {
 		return 0, err
 	}
@@ -403,7 +409,7 @@ func (c *Client) Renew(ctx context.Context, owner string, resources []string, tt
 	if ttl < time.Millisecond || ttl%time.Millisecond != 0 {
 		return time.Time{}, 0, &Error{Type: TypeRequest, Msg: "ttl should be whole milliseconds > 0"}
 	}
-	r, rerr := c.s.retry(ctx, protocol.VerbRenew, owner, res, ms(ttl))
+	r, rerr := c.s.retry(ctx, c, protocol.VerbRenew, owner, res, ms(ttl))
 	if rerr != nil {
 		return time.Time{}, 0, rerr
 	}
@@ -417,7 +423,7 @@ func (c *Client) Renew(ctx context.Context, owner string, resources []string, tt
 // Ping checks the server (of a cluster: the node connected to; see
 // Client.Node). A connection error is retried once.
 func (c *Client) Ping(ctx context.Context) error {
-	if _, err := c.s.retry(ctx, protocol.VerbPing); err != nil {
+	if _, err := c.s.retry(ctx, c, protocol.VerbPing); err != nil {
 		return err
 	}
 	return nil
@@ -427,7 +433,7 @@ func (c *Client) Ping(ctx context.Context) error {
 // answered, named by Status.AnsweredBy). A connection error is retried
 // once.
 func (c *Client) Status(ctx context.Context) (*Status, error) {
-	r, err := c.s.retry(ctx, protocol.VerbStatus)
+	r, err := c.s.retry(ctx, c, protocol.VerbStatus)
 	if err != nil {
 		return nil, err
 	}
@@ -484,7 +490,7 @@ func (c *Client) LocksPage(ctx context.Context, prefix string, limit int, after 
 	if after != "" {
 		args[2], n = after, 3
 	}
-	r, err := c.s.retry(ctx, protocol.VerbLocks, args[:n]...)
+	r, err := c.s.retry(ctx, c, protocol.VerbLocks, args[:n]...)
 	if err != nil {
 		return nil, err
 	}
@@ -508,7 +514,7 @@ func (c *Client) Evict(ctx context.Context, resources string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	r, rerr := c.s.roundTrip(ctx, nil, protocol.VerbEvict, res)
+	r, rerr := c.s.roundTrip(ctx, c, nil, protocol.VerbEvict, res)
 	if rerr != nil {
 		return 0, rerr
 	}
@@ -538,7 +544,7 @@ func (c *Client) ClusterJoin(ctx context.Context, id, raftAddr string) error {
 	if err := checkWord("raft address", raftAddr); err != nil {
 		return err
 	}
-	_, err := c.s.roundTrip(ctx, nil, protocol.VerbCluster, "join", id, raftAddr)
+	_, err := c.s.roundTrip(ctx, c, nil, protocol.VerbCluster, "join", id, raftAddr)
 	if err != nil {
 		return err
 	}
@@ -554,7 +560,7 @@ func (c *Client) ClusterRemove(ctx context.Context, id string) error {
 	if err := checkWord("node id", id); err != nil {
 		return err
 	}
-	_, err := c.s.roundTrip(ctx, nil, protocol.VerbCluster, "remove", id)
+	_, err := c.s.roundTrip(ctx, c, nil, protocol.VerbCluster, "remove", id)
 	if err != nil {
 		return err
 	}

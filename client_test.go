@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"reflect"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -435,6 +436,56 @@ func TestClosingOneClientDoesNotDisturbAnother(t *testing.T) {
 	}
 	if err := a.Ping(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A call waiting for the connection when its Client is closed fails at once
+// with ErrClosed: it is not sent once the connection is back (another Client
+// keeps the session up), and it does not wait out the DialTimeout when the
+// session ends with it.
+func TestCloseEndsACallWaitingForTheConnection(t *testing.T) {
+	for _, shared := range []bool{false, true} {
+		t.Run("shared="+strconv.FormatBool(shared), func(t *testing.T) {
+			addr, stop := startServer(t, server.Config{SessionGrace: 5 * time.Second}, "")
+			a := client(t, addr, mlock.Options{MaxBackoff: 20 * time.Millisecond, DialTimeout: 2 * time.Second})
+			if shared {
+				b, err := mlock.NewClient(a.Options())
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { b.Close() })
+			}
+			ctx := ctxT(t)
+			if err := a.Ping(ctx); err != nil {
+				t.Fatal(err)
+			}
+			stop()
+			for i := 0; a.Node() != ""; i++ { // the session saw the server go
+				if i == 500 {
+					t.Fatal("still connected")
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			errc := make(chan error, 1)
+			go func() {
+				l, err := a.Lock(ctx, "cw", nil)
+				if err == nil {
+					err = fmt.Errorf("granted %s to a closed client", l.ID())
+				}
+				errc <- err
+			}()
+			time.Sleep(50 * time.Millisecond) // the call waits for the connection
+			a.Close()
+			if shared {
+				startServer(t, server.Config{SessionGrace: 5 * time.Second}, addr)
+			}
+			if err := <-errc; !errors.Is(err, mlock.ErrClosed) {
+				t.Fatalf("the closed client's call: %v", err)
+			}
+			if err := a.Ping(ctx); !errors.Is(err, mlock.ErrClosed) {
+				t.Fatalf("a call of the closed client: %v", err)
+			}
+		})
 	}
 }
 

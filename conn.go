@@ -558,7 +558,7 @@ func (s *session) pingLoop(ctx context.Context, nc net.Conn, stop chan struct{},
 			continue
 		}
 		pctx, cancel := context.WithTimeout(ctx, max(every, time.Second))
-		_, err := s.roundTrip(pctx, nil, protocol.VerbPing)
+		_, err := s.roundTrip(pctx, nil, nil, protocol.VerbPing)
 		cancel()
 		if err != nil && err.Type == TypeTimeout {
 			s.log.Warn("mlock: server does not answer pings; reconnecting")

@@ -268,10 +268,11 @@ func putCall(cl *call) {
 
 // ---- calls ----
 
-// roundTrip sends one command and waits for its answer: its result, or for
-// lock and trylock (l not nil) the grant.
-func (s *session) roundTrip(ctx context.Context, l *Lock, v protocol.Verb, args ...string) (reply, *Error) {
-	cl, err := s.send(ctx, l, v, args)
+// roundTrip sends one command of client c (nil: the session's own) and
+// waits for its answer: its result, or for lock and trylock (l not nil) the
+// grant.
+func (s *session) roundTrip(ctx context.Context, c *Client, l *Lock, v protocol.Verb, args ...string) (reply, *Error) {
+	cl, err := s.send(ctx, c, l, v, args)
 	if err != nil {
 		return reply{}, err
 	}
@@ -290,15 +291,22 @@ func (s *session) roundTrip(ctx context.Context, l *Lock, v protocol.Verb, args 
 }
 
 // send registers a call and queues its command once the connection is up.
-func (s *session) send(ctx context.Context, l *Lock, v protocol.Verb, args []string) (*call, *Error) {
+// A closed Client's command is not sent: it fails with ErrClosed.
+func (s *session) send(ctx context.Context, c *Client, l *Lock, v protocol.Verb, args []string) (*call, *Error) {
 	for {
-		if err := s.waitUp(ctx); err != nil {
+		if err := s.waitUp(ctx, c); err != nil {
 			return nil, err
 		}
 		// The send time: before the command is queued, so a lower bound
 		// of when the server handles it.
 		now := monoNow()
 		s.mu.Lock()
+		if c != nil && c.closed {
+			// Closed while the call waited for the connection: detach
+			// (Close) has ended what the Client waits for and holds.
+			s.mu.Unlock()
+			return nil, &Error{Type: TypeConnection, Err: ErrClosed}
+		}
 		if s.box == nil {
 			s.mu.Unlock()
 			continue // went down again
@@ -358,10 +366,15 @@ func (s *session) abandon(cl *call) bool {
 	return false
 }
 
-// waitUp waits until the connection is up, at most DialTimeout. While the
-// server refuses the connection (see permanent) it fails at once with the
-// refusal. Its errors name the node, or the nodes, that failed.
-func (s *session) waitUp(ctx context.Context) *Error {
+// waitUp waits until the connection is up, at most DialTimeout, or until
+// client c (if not nil) is closed. While the server refuses the connection
+// (see permanent) it fails at once with the refusal. Its errors name the
+// node, or the nodes, that failed.
+func (s *session) waitUp(ctx context.Context, c *Client) *Error {
+	var cdone chan struct{}
+	if c != nil {
+		cdone = c.done
+	}
 	var t *time.Timer
 	for {
 		s.mu.Lock()
@@ -397,6 +410,8 @@ func (s *session) waitUp(ctx context.Context) *Error {
 			s.mu.Unlock()
 		case <-ctx.Done():
 			return ctxError(ctx)
+		case <-cdone:
+			return &Error{Type: TypeConnection, Err: ErrClosed}
 		case <-t.C:
 			s.mu.Lock()
 			defer s.mu.Unlock()
@@ -578,7 +593,7 @@ func (s *session) extend(ctx context.Context, l *Lock, ttl time.Duration) (time.
 	default:
 		return time.Time{}, &Error{Type: TypeRequest, Msg: "lock is not held"}
 	}
-	r, err := s.retry(ctx, protocol.VerbExtend, id, ms(ttl))
+	r, err := s.retry(ctx, l.c, protocol.VerbExtend, id, ms(ttl))
 	if err != nil {
 		if err.code.Class() == protocol.ClassNotFound {
 			lerr := &Error{Type: TypeLost, Msg: "lock expired", Err: ErrExpired}
@@ -611,7 +626,7 @@ func (s *session) unlock(ctx context.Context, l *Lock) error {
 	s.mu.Lock()
 	l.unlocking = true // a re-entry answered meanwhile is not this lock (see resultLocked)
 	s.mu.Unlock()
-	_, err := s.retry(ctx, protocol.VerbUnlock, id)
+	_, err := s.retry(ctx, l.c, protocol.VerbUnlock, id)
 	s.mu.Lock()
 	l.unlocking = false
 	if l.state == held {
@@ -629,10 +644,10 @@ func (s *session) unlock(ctx context.Context, l *Lock) error {
 
 // retry is roundTrip for idempotent commands: a connection error is retried
 // once, after the connection is back.
-func (s *session) retry(ctx context.Context, v protocol.Verb, args ...string) (reply, *Error) {
-	r, err := s.roundTrip(ctx, nil, v, args...)
+func (s *session) retry(ctx context.Context, c *Client, v protocol.Verb, args ...string) (reply, *Error) {
+	r, err := s.roundTrip(ctx, c, nil, v, args...)
 	if err != nil && err.Type == TypeConnection && err.Err != ErrClosed && ctx.Err() == nil {
-		r, err = s.roundTrip(ctx, nil, v, args...)
+		r, err = s.roundTrip(ctx, c, nil, v, args...)
 	}
 	return r, err
 }
@@ -664,6 +679,8 @@ func (s *session) loseLocked(l *Lock, err *Error) {
 func (s *session) detach(c *Client) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	c.closed = true
+	close(c.done) // its calls waiting for the connection fail
 	waitErr := &Error{Type: TypeConnection, Err: ErrClosed}
 	lostErr := &Error{Type: TypeLost, Msg: "client closed", Err: ErrClosed}
 	for id, l := range s.locks {
