@@ -489,6 +489,40 @@ func TestCloseEndsACallWaitingForTheConnection(t *testing.T) {
 	}
 }
 
+// Unlock sends one unlock: the server's answer ends the lock, nothing is
+// given back after it.
+func TestUnlockSendsOneCommand(t *testing.T) {
+	addr, _ := startServer(t, server.Config{}, "")
+	c := client(t, addr, mlock.Options{})
+	admin := client(t, "localhost:"+strings.Split(addr, ":")[1], mlock.Options{}) // another session
+	ctx := ctxT(t)
+	if err := c.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st0, err := admin.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := c.Lock(ctx, "once", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Ping(ctx); err != nil { // after anything queued by the unlock
+		t.Fatal(err)
+	}
+	st1, err := admin.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// lock, unlock, ping, and the second status.
+	if n := st1.FramesIn - st0.FramesIn; n != 4 {
+		t.Fatalf("%d frames for lock, unlock, ping and status, want 4", n)
+	}
+}
+
 // A handle must never claim resources it no longer holds: releasing part of
 // a multi-resource lock by owner loses the whole handle.
 func TestPartialReleaseLosesTheHandle(t *testing.T) {

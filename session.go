@@ -627,10 +627,18 @@ func (s *session) unlock(ctx context.Context, l *Lock) error {
 	l.unlocking = true // a re-entry answered meanwhile is not this lock (see resultLocked)
 	s.mu.Unlock()
 	_, err := s.retry(ctx, l.c, protocol.VerbUnlock, id)
+	gone := err == nil || err.code.Class() == protocol.ClassNotFound // the server holds it no more
 	s.mu.Lock()
 	l.unlocking = false
 	if l.state == held {
-		s.dropLocked(l)
+		if gone {
+			if s.locks[id] == l {
+				delete(s.locks, id)
+			}
+			l.state = released
+		} else {
+			s.dropLocked(l) // asked again when the connection allows
+		}
 	}
 	s.mu.Unlock()
 	if err != nil {
