@@ -121,7 +121,9 @@ func (l *Lock) Err() error {
 // Extend sets the lease to now + ttl (ttl 0: the lock's current ttl) and
 // returns the new expiry from the server. The Deadline then counts from
 // when the extend was sent. If the lock is gone it returns an Error of Type
-// lost and the lock counts as lost. A connection error is retried once
+// lost and the lock counts as lost; so it does if the lock was lost while
+// the extend was on its way (its Deadline passed first), whatever the server
+// answered. A connection error is retried once
 // after a reconnect: extending twice is harmless.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) (time.Time, error) {
 	if ttl < 0 || ttl%time.Millisecond != 0 {

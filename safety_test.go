@@ -365,3 +365,33 @@ func TestKeepAlivePingsOfAnIdleHolder(t *testing.T) {
 		t.Fatalf("%d pings in 1 s without locks", n)
 	}
 }
+
+// An Extend whose answer arrives after the lock was lost (its Deadline
+// passed while the answer was on its way, and the client gave the lock up)
+// reports the loss: the lock is not held, whatever the server answered.
+func TestExtendAnsweredAfterTheLossReportsIt(t *testing.T) {
+	addr, _ := startServer(t, server.Config{SessionGrace: 5 * time.Second}, "")
+	px := newProxy(t, addr)
+	c := client(t, px.addr(), mlock.Options{})
+	ctx := ctxT(t)
+	l, err := c.Lock(ctx, "late-extend", &mlock.LockOptions{TTL: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resume := px.pause() // the server's answers wait
+	errc := make(chan error, 1)
+	go func() { _, err := l.Extend(ctx, time.Minute); errc <- err }()
+	select {
+	case <-l.Lost(): // the Deadline passed: given up
+	case <-time.After(5 * time.Second):
+		resume()
+		t.Fatal("the lock was not lost at its Deadline")
+	}
+	resume()
+	if err := <-errc; !errors.Is(err, mlock.ErrLost) {
+		t.Fatalf("Extend answered after the loss = %v, want the loss", err)
+	}
+	if !l.Deadline().IsZero() {
+		t.Fatalf("Deadline %v after the loss", l.Deadline())
+	}
+}

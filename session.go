@@ -607,8 +607,18 @@ func (s *session) extend(ctx context.Context, l *Lock, ttl time.Duration) (time.
 	}
 	exp := time.UnixMilli(r.n)
 	s.mu.Lock()
-	l.renewedLocked(r.sent, ttl, exp)
-	s.mu.Unlock()
+	defer s.mu.Unlock()
+	switch l.state {
+	case held:
+		l.renewedLocked(r.sent, ttl, exp)
+	case lost:
+		// Lost while the extend was on its way (its Deadline passed, or
+		// the server said so): the client gave it up, whatever the
+		// server answered.
+		return time.Time{}, l.lostErr
+	default:
+		return time.Time{}, &Error{Type: TypeRequest, Msg: "lock is not held"} // unlocked meanwhile
+	}
 	return exp, nil
 }
 
