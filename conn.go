@@ -682,7 +682,12 @@ func (s *session) resultLocked(m *protocol.Message) {
 	case protocol.VerbLock, protocol.VerbTryLock:
 		l := cl.lock
 		if cl.abandoned {
-			s.forgetLocked(string(m.Payload))
+			// Nobody waits for it: give it back, unless the answer names a
+			// lock another handle of the session holds or waits for (an
+			// owner's re-entry): that lock stays theirs.
+			if id := string(m.Payload); s.locks[id] == nil {
+				s.forgetLocked(id)
+			}
 			cl.ch <- reply{err: &Error{Type: TypeConnection, Err: ErrClosed}}
 			return
 		}

@@ -549,3 +549,111 @@ func TestOwnerLockDuringUnlockOfTheSameLockIsAskedAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// framesSeen waits until the server has received n frames since st0 besides
+// the status requests of this wait itself.
+func framesSeen(t *testing.T, admin *mlock.Client, st0 *mlock.Status, n uint64) {
+	t.Helper()
+	ctx := ctxT(t)
+	for polls := uint64(1); ; polls++ {
+		st, err := admin.Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.FramesIn-st0.FramesIn >= n+polls {
+			return
+		}
+		if polls%200 == 0 {
+			t.Logf("frames %d polls %d", st.FramesIn-st0.FramesIn, polls)
+		}
+		if polls == 1000 {
+			t.Fatalf("the server received %d frames, want %d", st.FramesIn-st0.FramesIn-polls, n)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// An owner's second request for a lock its session holds (or waits for),
+// given up (its context cancelled, or its Client closed) before its answer
+// arrived, is answered with the first handle's lock: that lock stays held
+// (or waiting) for the first handle, it is not given back.
+func TestAbandonedReentryLeavesTheFirstHandleItsLock(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		waiting  bool // the first handle waits in the queue
+		closeCli bool // the second request's Client is closed (else its context is cancelled)
+	}{{"held/canceled", false, false}, {"waiting/canceled", true, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			addr, _ := startServer(t, server.Config{}, "")
+			px := newProxy(t, addr)
+			c := client(t, px.addr(), mlock.Options{})
+			other := client(t, addr, mlock.Options{})
+			ctx := ctxT(t)
+			lo := &mlock.LockOptions{Owner: "w", TTL: 30 * time.Second}
+			var blocker *mlock.Lock
+			var first <-chan grant
+			if tc.waiting {
+				var err error
+				if blocker, err = other.Lock(ctx, "re", nil); err != nil {
+					t.Fatal(err)
+				}
+				first = lockAsync(ctx, c, "re", lo)
+				waitQueue(t, other, "re", 2)
+			} else {
+				first = lockAsync(ctx, c, "re", lo)
+				waitQueue(t, other, "re", 1)
+			}
+			c2 := c
+			if tc.closeCli {
+				var err error
+				if c2, err = mlock.NewClient(c.Options()); err != nil { // the same session
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { c2.Close() })
+			}
+			st0, err := other.Status(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resume := px.pause() // the answer waits
+			cctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			second := make(chan error, 1)
+			go func() { _, err := c2.Lock(cctx, "re", lo); second <- err }()
+			framesSeen(t, other, st0, 1) // the server has the second request
+			if tc.closeCli {
+				c2.Close()
+			} else {
+				cancel()
+			}
+			err = <-second
+			resume()
+			t.Logf("second: %v", err)
+			if err == nil {
+				t.Fatal("the second request succeeded")
+			}
+			if err := c.Ping(ctx); err != nil { // the answer was read
+				t.Fatal(err)
+			}
+			if tc.waiting {
+				if err := blocker.Unlock(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var l *mlock.Lock
+			select {
+			case g := <-first:
+				if g.err != nil {
+					t.Fatal(g.err)
+				}
+				l = g.l
+			case <-time.After(5 * time.Second):
+				t.Fatal("the first request is never granted")
+			}
+			if l.Err() != nil {
+				t.Fatalf("the first handle lost its lock: %v", l.Err())
+			}
+			heldThenFree(t, other, l, "re")
+		})
+	}
+}
