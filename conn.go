@@ -739,8 +739,10 @@ func (s *session) resultLocked(m *protocol.Message) {
 // answerLocked gives the reader's answer to the caller waiting on cl, who
 // counts among the callers the reader waits for (see endBatch).
 func (s *session) answerLocked(cl *call, r reply) {
+	if !cl.abandoned { // read first: once answered, the call may be reused
+		s.woken++
+	}
 	cl.ch <- r
-	s.woken++
 }
 
 func cutSpace(b []byte) (before, after []byte, found bool) {

@@ -563,9 +563,6 @@ func framesSeen(t *testing.T, admin *mlock.Client, st0 *mlock.Status, n uint64) 
 		if st.FramesIn-st0.FramesIn >= n+polls {
 			return
 		}
-		if polls%200 == 0 {
-			t.Logf("frames %d polls %d", st.FramesIn-st0.FramesIn, polls)
-		}
 		if polls == 1000 {
 			t.Fatalf("the server received %d frames, want %d", st.FramesIn-st0.FramesIn-polls, n)
 		}
@@ -582,7 +579,7 @@ func TestAbandonedReentryLeavesTheFirstHandleItsLock(t *testing.T) {
 		name     string
 		waiting  bool // the first handle waits in the queue
 		closeCli bool // the second request's Client is closed (else its context is cancelled)
-	}{{"held/canceled", false, false}, {"waiting/canceled", true, false}} {
+	}{{"held/canceled", false, false}, {"held/closed", false, true}, {"waiting/canceled", true, false}} {
 		t.Run(tc.name, func(t *testing.T) {
 			addr, _ := startServer(t, server.Config{}, "")
 			px := newProxy(t, addr)
@@ -656,4 +653,50 @@ func TestAbandonedReentryLeavesTheFirstHandleItsLock(t *testing.T) {
 			heldThenFree(t, other, l, "re")
 		})
 	}
+}
+
+// Close answers the Client's calls in flight at once with ErrClosed, even
+// while the server's answers are slow: a lock request's grant that arrives
+// later is given back, and the other Clients of the session go on.
+func TestCloseEndsCallsInFlight(t *testing.T) {
+	addr, _ := startServer(t, server.Config{}, "")
+	px := newProxy(t, addr)
+	a := client(t, px.addr(), mlock.Options{})
+	b, err := mlock.NewClient(a.Options()) // the same session
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	other := client(t, addr, mlock.Options{})
+	ctx := ctxT(t)
+	if err := a.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st0, err := other.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	resume := px.pause() // the answers wait
+	t.Cleanup(func() { once.Do(resume) })
+	errs := make(chan error, 2)
+	go func() { _, err := b.Lock(ctx, "inflight", nil); errs <- err }()
+	go func() { _, err := b.Status(ctx); errs <- err }()
+	framesSeen(t, other, st0, 2) // the server has both
+	b.Close()
+	for range 2 {
+		select {
+		case err := <-errs:
+			if !errors.Is(err, mlock.ErrClosed) {
+				t.Fatalf("a call of the closed client: %v", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("a call of the closed client waits for its answer")
+		}
+	}
+	once.Do(resume)
+	if err := a.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitQueue(t, other, "inflight", 0) // the grant was given back
 }

@@ -238,10 +238,11 @@ type call struct {
 	seq       uint64
 	sent      time.Duration // when the command was queued (monotonic, since epoch)
 	verb      protocol.Verb
-	lock      *Lock // lock, trylock: the new handle
-	probe     *Lock // extend of a waiting lock after a resume: answered to the session (see probedLocked)
-	abandoned bool  // guarded by session.mu: nobody waits; give a lock id back
-	drops     uint8 // guarded by session.mu: connections lost with this lock request in flight
+	c         *Client // whose call it is (nil: the session's own)
+	lock      *Lock   // lock, trylock: the new handle
+	probe     *Lock   // extend of a waiting lock after a resume: answered to the session (see probedLocked)
+	abandoned bool    // guarded by session.mu: nobody waits; give a lock id back
+	drops     uint8   // guarded by session.mu: connections lost with this lock request in flight
 	// busyRetried: a try-lock asked again once more after a busy answer (see resultLocked).
 	busyRetried bool // guarded by session.mu
 }
@@ -262,7 +263,7 @@ type reply struct {
 var callPool = sync.Pool{New: func() any { return &call{ch: make(chan reply, 1)} }}
 
 func putCall(cl *call) {
-	cl.lock, cl.drops, cl.busyRetried = nil, 0, false
+	cl.lock, cl.c, cl.drops, cl.busyRetried = nil, nil, 0, false
 	callPool.Put(cl)
 }
 
@@ -315,6 +316,7 @@ func (s *session) send(ctx context.Context, c *Client, l *Lock, v protocol.Verb,
 		seq := s.seq
 		cl := callPool.Get().(*call)
 		cl.seq, cl.verb, cl.lock, cl.abandoned, cl.drops, cl.busyRetried, cl.sent = seq, v, l, false, 0, false, now
+		cl.c = c
 		s.calls[seq] = cl
 		if l != nil {
 			l.state = waiting
@@ -692,8 +694,9 @@ func (s *session) loseLocked(l *Lock, err *Error) {
 // detach ends what client c waits for and holds: its locks are unlocked
 // on the server (best effort, without waiting for answers), its held locks
 // are lost for their holders (Type lost, ErrClosed: Lost closes, Do's and
-// Hold's jobs are cancelled) and its waits fail with ErrClosed. Other
-// Clients of the session are not disturbed.
+// Hold's jobs are cancelled) and its calls and waits fail with ErrClosed
+// at once (a lock granted later is given back). Other Clients of the
+// session are not disturbed.
 func (s *session) detach(c *Client) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -709,10 +712,20 @@ func (s *session) detach(c *Client) {
 		s.forgetLocked(id)
 		l.failLocked(waitErr, lostErr)
 	}
-	for _, cl := range s.calls {
-		if cl.lock != nil && cl.lock.c == c {
-			cl.abandoned = true // the reader gives the lock back when its id arrives
+	for seq, cl := range s.calls {
+		if cl.c != c || cl.probe != nil {
+			continue
 		}
+		if cl.lock != nil {
+			// The reader gives the lock back when its id arrives: it
+			// answers a stand-in, the caller is answered now.
+			s.calls[seq] = &call{ch: make(chan reply, 1), seq: seq, sent: cl.sent, verb: cl.verb,
+				lock: cl.lock, abandoned: true, drops: cl.drops, busyRetried: cl.busyRetried}
+			cl.lock.state = failed
+		} else {
+			delete(s.calls, seq) // its answer is ignored
+		}
+		cl.ch <- reply{err: waitErr}
 	}
 	s.reasks = slices.DeleteFunc(s.reasks, func(cl *call) bool {
 		if cl.lock.c != c {
