@@ -32,7 +32,8 @@ var maxPending = 32 << 20
 // nodes in turn: after a connection to a node drops, or an attempt fails,
 // the next one; the backoff applies only once every node has failed in
 // turn since the last connection (a round), never between the nodes of a
-// round. A node shutting down counts as a failed attempt.
+// round, and after a connection that dropped within stableConn of its
+// handshake. A node shutting down counts as a failed attempt.
 func (s *session) run() {
 	defer close(s.done)
 	tried := 0         // failed attempts in this round
@@ -74,8 +75,20 @@ func (s *session) run() {
 		moveFrom = -1
 		if err == nil {
 			tried, refusal = 0, nil
+			start := monoNow()
 			if !s.serve(c, i) {
-				s.backoff = 0
+				if monoNow()-start >= stableConn {
+					s.backoff = 0
+					continue
+				}
+				// Dropped soon after the handshake (a server that closes
+				// every connection at once): reconnecting at once would
+				// hammer it; the backoff grows as after a failed round.
+				s.backoff = min(max(2*s.backoff, 50*time.Millisecond), s.opts.MaxBackoff)
+				if !s.sleep(time.Duration(float64(s.backoff) * (0.5 + rand.Float64()/2))) {
+					s.shutdown()
+					return
+				}
 				continue
 			}
 			// The server said it is shutting down: another node, or later.
@@ -101,12 +114,27 @@ func (s *session) run() {
 		tried, refusal = 0, nil
 		wait := time.Duration(float64(s.backoff) * (0.5 + rand.Float64()/2))
 		s.log.Warn("mlock: connecting failed; retrying", "node", s.nodes[i].addr, "err", err, "in", wait)
-		select {
-		case <-s.quit:
+		if !s.sleep(wait) {
 			s.shutdown()
 			return
-		case <-time.After(wait):
 		}
+	}
+}
+
+// stableConn is how long a connection must last for the next one to be
+// made at once when it drops; one that drops sooner is followed by the
+// backoff, which grows while connections keep dropping that soon.
+const stableConn = time.Second
+
+// sleep waits for d, or until the session closes: then it reports false.
+func (s *session) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-s.quit:
+		return false
+	case <-t.C:
+		return true
 	}
 }
 

@@ -700,3 +700,39 @@ func TestCloseEndsCallsInFlight(t *testing.T) {
 	}
 	waitQueue(t, other, "inflight", 0) // the grant was given back
 }
+
+// A server that closes every connection right after its handshake is not
+// reconnected to in a tight loop: the backoff grows as after failed
+// attempts (a connection that lasts resets it).
+func TestConnectionsDroppedAtOnceBackOff(t *testing.T) {
+	var connects sync.WaitGroup
+	n := 0
+	var mu sync.Mutex
+	connects.Add(1)
+	addr := fakeServer(t, func(c net.Conn, r *bufio.Reader) {
+		f, err := readCommand(r)
+		if err != nil || f[0] != "connect" {
+			return
+		}
+		mu.Lock()
+		n++
+		if n == 1 {
+			connects.Done()
+		}
+		mu.Unlock()
+		c.Write(protocol.Append(nil, "connected", "1.0", "new", "15000"))
+	})
+	c, err := mlock.NewClient(clientOptions(addr, mlock.Options{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	connects.Wait()
+	time.Sleep(time.Second)
+	c.Close()
+	mu.Lock()
+	defer mu.Unlock()
+	// 50 ms doubling with jitter: about 5 in a second; at once: thousands.
+	if n > 20 {
+		t.Fatalf("%d connections in a second", n)
+	}
+}
