@@ -102,7 +102,9 @@
 // at once, the client confirms with "bye" and closes the connection,
 // reconnects with backoff, and waiting requests are asked again of the next
 // server. Client.Close loses the Client's held locks for their holders
-// (ErrClosed; Do's and Hold's jobs are cancelled) and unlocks them.
+// (ErrClosed; Do's and Hold's jobs are cancelled) and unlocks them; its
+// calls in flight or waiting for the connection fail with ErrClosed at once
+// (a grant that arrives later is given back).
 //
 // # Several servers
 //
@@ -119,7 +121,9 @@
 // down), it dials the next address, in turn from the one after the node
 // that failed, and resumes the session there ("connected 1.0 resumed"). The
 // backoff applies between rounds (once every node has failed in turn),
-// never between the nodes of a round; a refusal fails the waiting calls
+// never between the nodes of a round, and after a connection that dropped
+// within a second of its handshake (it grows while connections keep
+// dropping that soon); a refusal fails the waiting calls
 // only when no node of the round accepted the connection. A resumed session
 // is what a reconnect to the same server is: held locks are kept (the node
 // announces them again), waiting requests are probed, and the safety rule
