@@ -299,13 +299,19 @@ func (c *Client) Do(ctx context.Context, resources string, o *LockOptions, fn fu
 // (the server says so, its Deadline passed: no extension succeeded in time,
 // or nothing was answered on the session for the server's grace; or the
 // Client was closed) or no longer held, the Lead of the LockOptions l was
-// asked with before its Deadline, and unlocks l when fn returns.
+// asked with before its Deadline, and unlocks l when fn returns. If l is
+// not held when Hold is called, fn is not run: Hold returns l's loss (an
+// Error of Type lost), or an Error of Type request if l was unlocked.
 func (c *Client) Hold(ctx context.Context, l *Lock, fn func(context.Context) error) error {
 	v := l.s.view(l)
-	var start time.Time
-	if v.state == held {
-		start = epoch.Add(v.base)
+	switch v.state {
+	case held:
+	case lost:
+		return v.lostErr
+	default: // unlocked, or never granted: nothing would protect fn
+		return &Error{Type: TypeRequest, Msg: "lock is not held"}
 	}
+	start := epoch.Add(v.base)
 	fnErr, lostErr := lease.Run(ctx, lease.Options{
 		TTL:      v.ttl,
 		Lead:     l.lead,

@@ -688,3 +688,36 @@ func TestNothingListeningFailsFast(t *testing.T) {
 		t.Fatalf("got %q, want %q", err.Error(), want)
 	}
 }
+
+// Hold of a lock that is not held (unlocked, or lost) does not run the job:
+// nothing protects it.
+func TestHoldOfALockNotHeld(t *testing.T) {
+	addr, _ := startServer(t, server.Config{}, "")
+	c := client(t, addr, mlock.Options{})
+	ctx := ctxT(t)
+	unlocked, err := c.Lock(ctx, "hold-not-held", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unlocked.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lost, err := c.Lock(ctx, "hold-lost", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Evict(ctx, "hold-lost"); err != nil {
+		t.Fatal(err)
+	}
+	<-lost.Lost()
+	for name, l := range map[string]*mlock.Lock{"unlocked": unlocked, "lost": lost} {
+		ran := false
+		err := c.Hold(ctx, l, func(context.Context) error { ran = true; return nil })
+		if ran || err == nil {
+			t.Errorf("Hold of a lock %s: the job ran %v, error %v", name, ran, err)
+		}
+		if name == "lost" && !errors.Is(err, mlock.ErrLost) {
+			t.Errorf("Hold of a lost lock: %v", err)
+		}
+	}
+}
