@@ -134,7 +134,9 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) (time.Time, error)
 
 // Unlock releases the lock. Unlocking twice is not an error. If the server
 // no longer had the lock (it expired) Unlock returns an Error of Type lost.
-// A connection error is retried once after a reconnect.
+// A connection error is retried once after a reconnect; if the lock is gone
+// then while its Deadline has not passed, the first unlock (whose answer was
+// lost) freed it, and Unlock succeeds.
 func (l *Lock) Unlock(ctx context.Context) error { return l.s.unlock(ctx, l) }
 
 // ---- state changes, by the session, under s.mu ----

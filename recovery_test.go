@@ -736,3 +736,32 @@ func TestConnectionsDroppedAtOnceBackOff(t *testing.T) {
 		t.Fatalf("%d connections in a second", n)
 	}
 }
+
+// An Unlock whose answer was lost with the connection is asked again; the
+// server no longer has the lock, because the first unlock freed it: that is
+// no loss of the lock (which its Deadline still covered), Unlock succeeds.
+func TestUnlockAnsweredOnlyAfterAReconnectSucceeds(t *testing.T) {
+	addr, _ := startServer(t, server.Config{SessionGrace: 5 * time.Second}, "")
+	px := newProxy(t, addr)
+	c := client(t, px.addr(), mlock.Options{MaxBackoff: 50 * time.Millisecond})
+	other := client(t, addr, mlock.Options{})
+	ctx := ctxT(t)
+	l, err := c.Lock(ctx, "unlock-retried", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st0, err := other.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	px.dropBack.Store(true) // the unlock's answer is lost
+	errc := make(chan error, 1)
+	go func() { errc <- l.Unlock(ctx) }()
+	framesSeen(t, other, st0, 1) // the server has the unlock
+	waitQueue(t, other, "unlock-retried", 0)
+	px.cut()
+	px.dropBack.Store(false)
+	if err := <-errc; err != nil {
+		t.Fatalf("Unlock = %v", err)
+	}
+}

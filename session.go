@@ -638,9 +638,23 @@ func (s *session) unlock(ctx context.Context, l *Lock) error {
 	s.mu.Lock()
 	l.unlocking = true // a re-entry answered meanwhile is not this lock (see resultLocked)
 	s.mu.Unlock()
-	_, err := s.retry(ctx, l.c, protocol.VerbUnlock, id)
+	_, err := s.roundTrip(ctx, l.c, nil, protocol.VerbUnlock, id)
+	retried := false
+	if err != nil && err.Type == TypeConnection && err.Err != ErrClosed && ctx.Err() == nil {
+		// Its outcome is unknown: asked again once the connection is back.
+		retried = true
+		_, err = s.roundTrip(ctx, l.c, nil, protocol.VerbUnlock, id)
+	}
 	gone := err == nil || err.code.Class() == protocol.ClassNotFound // the server holds it no more
 	s.mu.Lock()
+	if retried && err != nil && l.state == held && err.code.Class() == protocol.ClassNotFound {
+		if d, _ := s.deadlineLocked(l); monoNow() < d {
+			// The lease had not run out when the server answered (it
+			// ends no earlier than the Deadline): the first unlock, whose
+			// answer was lost with the connection, freed the lock.
+			err = nil
+		}
+	}
 	l.unlocking = false
 	if l.state == held {
 		if gone {
