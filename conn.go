@@ -678,11 +678,13 @@ func (s *session) resultLocked(m *protocol.Message) {
 		return
 	}
 	delete(s.calls, seq)
-	if m.OK && cl.verb != protocol.VerbStatus && cl.verb != protocol.VerbLocks {
+	if m.OK && cl.verb != protocol.VerbStatus && cl.verb != protocol.VerbLocks && cl.verb != protocol.VerbCluster {
 		// Status and locks are answered from the state of the node asked
-		// (in a cluster, one that may lag), and a refusal may be answered
-		// before the request reaches the lock table: neither bounds when
-		// the session was alive or when a later grant was made.
+		// (in a cluster, one that may lag), a membership change once the
+		// leader committed it (before the node asked applied the entries
+		// ahead of it, whose grants it pushes later), and a refusal may be
+		// answered before the request reaches the lock table: none bounds
+		// when the session was alive or when a later grant was made.
 		s.lastAck = max(s.lastAck, cl.sent)
 		s.resultAck = max(s.resultAck, cl.sent)
 	}

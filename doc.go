@@ -155,7 +155,9 @@
 // the latest send time among the requests the server answered on the
 // session with success, handshakes included, status and locks not (they
 // are answered from the state of the node asked, which in a cluster may
-// lag; a cluster node answers pings through its log). Anything read after
+// lag; a cluster node answers pings through its log), nor membership
+// changes (a node answers them once the leader committed them, ahead of
+// its own log). Anything read after
 // an answer was produced after the server handled that request. A held
 // lock's lease counts from
 // its base: at the grant, the later of its request's send time and the
