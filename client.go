@@ -274,6 +274,13 @@ func (c *Client) lock(ctx context.Context, names []string, o *LockOptions, try b
 		add(modes)
 	}
 	l.verb, l.nargs = verb, uint8(n)
+	if lo.Owner != "" {
+		// A re-entry renews the owner's held lock to this ttl.
+		now := monoNow()
+		c.s.mu.Lock()
+		c.s.shortenOwnedLocked(lo.Owner, res, now, lo.TTL)
+		c.s.mu.Unlock()
+	}
 	r, rerr := c.s.roundTrip(ctx, c, l, verb, l.args[:n]...)
 	if rerr != nil {
 		return nil, rerr
@@ -415,6 +422,10 @@ func (c *Client) Renew(ctx context.Context, owner string, resources []string, tt
 	if ttl < time.Millisecond || ttl%time.Millisecond != 0 {
 		return time.Time{}, 0, &Error{Type: TypeRequest, Msg: "ttl should be whole milliseconds > 0"}
 	}
+	now := monoNow()
+	c.s.mu.Lock()
+	c.s.shortenOwnedLocked(owner, res, now, ttl)
+	c.s.mu.Unlock()
 	r, rerr := c.s.retry(ctx, c, protocol.VerbRenew, owner, res, ms(ttl))
 	if rerr != nil {
 		return time.Time{}, 0, rerr

@@ -715,8 +715,12 @@ func (s *session) resultLocked(m *protocol.Message) {
 			// Nobody waits for it: give it back, unless the answer names a
 			// lock another handle of the session holds or waits for (an
 			// owner's re-entry): that lock stays theirs.
-			if id := string(m.Payload); s.locks[id] == nil {
+			id := string(m.Payload)
+			switch old := s.locks[id]; {
+			case old == nil:
 				s.forgetLocked(id)
+			case old.state == held:
+				old.renewedLocked(cl.sent, l.ttl, time.Time{}) // renewed by the re-entry
 			}
 			cl.ch <- reply{err: &Error{Type: TypeConnection, Err: ErrClosed}}
 			return

@@ -166,7 +166,11 @@
 // it was away, or announces again after a reconnect, is read after the
 // handshake but was made before it); then the send time of the last
 // successful Extend (or Client.Renew of exactly its owner, resources and
-// fencing token). The session's end is lastAck plus
+// fencing token, or an owner's re-entry). A renewal to a shorter lease
+// (an Extend, Renew or re-entry with a smaller ttl) may be applied although
+// its answer never arrives: from its send time until a renewal sent at or
+// after it is answered, the lease also ends at its send time plus its ttl.
+// The session's end is lastAck plus
 // the session grace the server announces in its handshake (a server that
 // announces none: only the lease counts). Lock.Deadline is the earlier of
 // base + ttl and lastAck + grace, each less the clock-drift margin span/100

@@ -53,8 +53,13 @@ type Lock struct {
 	waitEnd   time.Duration // waiting with a timeout: when to give up if the timeout push is lost (0: never)
 	wait      *call         // waiting: the caller's call, answered by the grant or the failure
 	unlocking bool          // held: Unlock's unlock is in flight
-	lost      chan struct{} // made on first use; closed when a held lock is lost
-	lostErr   *Error
+	// A renewal to a shorter lease whose outcome is not known yet (in
+	// flight, or its answer lost) bounds the Deadline: capAt, until a
+	// renewal sent at or after capSent is answered (0: none; see
+	// shortenLocked).
+	capAt, capSent time.Duration
+	lost           chan struct{} // made on first use; closed when a held lock is lost
+	lostErr        *Error
 }
 
 // argTimeout is the index of a lock request's timeout among its arguments.
@@ -176,6 +181,9 @@ func (l *Lock) renewedLocked(sent, ttl time.Duration, expiresAt time.Time) {
 	}
 	l.base = max(l.base, sent)
 	l.ttl = ttl
+	if l.capAt != 0 && sent >= l.capSent {
+		l.capAt, l.capSent = 0, 0 // the server's lease is this renewal's, or a later one's
+	}
 	if !expiresAt.IsZero() {
 		l.expiresAt = expiresAt
 	}

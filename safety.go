@@ -39,6 +39,9 @@ const clockSlack = time.Millisecond
 // session's end is the earlier.
 func (s *session) deadlineLocked(l *Lock) (d time.Duration, bySession bool) {
 	d = l.base + l.ttl - lease.Margin(l.ttl)
+	if l.capAt != 0 && l.capAt < d {
+		d = l.capAt
+	}
 	if s.graceKnown {
 		if e := s.lastAck + s.grace - s.graceMargin; e < d {
 			return e, true
@@ -56,6 +59,45 @@ func (s *session) heldLocked(l *Lock) {
 		s.armLocked(d)
 	}
 	s.keepAliveLocked(s.keepSpanLocked(l))
+}
+
+// shortenLocked notes a request about to be sent (at now or later) that
+// renews held lock l to ttl from when the server handles it: an extend, an
+// owner's re-entry or a renew by owner. If that lease may end before the
+// one l is believed to hold, the Deadline is bounded by it at once: the
+// answer may never arrive (the connection drops, the caller gives up) while
+// the server applied it. The bound goes when a renewal sent at or after
+// the request is answered (see renewedLocked).
+func (s *session) shortenLocked(l *Lock, now, ttl time.Duration) {
+	if l.state != held {
+		return
+	}
+	c := now + ttl - lease.Margin(ttl)
+	if c >= l.base+l.ttl-lease.Margin(l.ttl) {
+		return // no shorter than the lease believed
+	}
+	if l.capAt == 0 || c < l.capAt {
+		l.capAt = c
+	}
+	l.capSent = max(l.capSent, now)
+	s.heldLocked(l)
+}
+
+// shortenOwnedLocked is shortenLocked for every held handle of owner on
+// exactly the resources res (as renewedByOwnerLocked finds them).
+func (s *session) shortenOwnedLocked(owner, res string, now, ttl time.Duration) {
+	var set []string
+	for _, l := range s.locks {
+		if l.state != held || l.owner != owner {
+			continue
+		}
+		if set == nil {
+			set = nameSet(res)
+		}
+		if slices.Equal(set, nameSet(l.Resources())) {
+			s.shortenLocked(l, now, ttl)
+		}
+	}
 }
 
 // keepSpanLocked returns the span within which the session must be answered

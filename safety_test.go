@@ -395,3 +395,53 @@ func TestExtendAnsweredAfterTheLossReportsIt(t *testing.T) {
 		t.Fatalf("Deadline %v after the loss", l.Deadline())
 	}
 }
+
+// A renewal of a held lock to a shorter lease (Extend, an owner's re-entry,
+// Renew by owner) whose answer never arrives (lost with the connection, or
+// given up through its context) may have been applied: the Deadline is
+// bounded by it at once, so the holder never believes the lock held after
+// the server may have freed it.
+func TestUnansweredShorteningRenewalBoundsTheDeadline(t *testing.T) {
+	const short = 500 * time.Millisecond
+	for _, how := range []string{"extend", "reentry", "renew"} {
+		t.Run(how, func(t *testing.T) {
+			addr, _ := startServer(t, server.Config{}, "")
+			px := newProxy(t, addr)
+			c := client(t, px.addr(), mlock.Options{})
+			other := client(t, addr, mlock.Options{})
+			ctx := ctxT(t)
+			res := "shorten-" + how
+			l, err := c.Lock(ctx, res, &mlock.LockOptions{TTL: time.Minute, Owner: "o"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			px.dropBack.Store(true) // the answer is lost
+			start := time.Now()
+			rctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+			switch how {
+			case "extend":
+				_, err = l.Extend(rctx, short)
+			case "reentry":
+				_, err = c.Lock(rctx, res, &mlock.LockOptions{TTL: short, Owner: "o"})
+			case "renew":
+				_, _, err = c.Renew(rctx, "o", []string{res}, short)
+			}
+			cancel()
+			if err == nil {
+				t.Fatal("the renewal was answered")
+			}
+			px.dropBack.Store(false)
+			if d := l.Deadline(); d.After(start.Add(short)) {
+				t.Errorf("Deadline %v after the renewal was sent, beyond its ttl", d.Sub(start))
+			}
+			tl, err := other.Lock(ctx, res, nil) // the server freed it after the shortened lease
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tl.Unlock(ctx)
+			if d := l.Deadline(); d.After(time.Now()) {
+				t.Fatalf("another client holds the lock; its first holder believes it for %v more", time.Until(d))
+			}
+		})
+	}
+}

@@ -582,11 +582,13 @@ var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); retu
 
 // extend renews l's lease to now + ttl on the server.
 func (s *session) extend(ctx context.Context, l *Lock, ttl time.Duration) (time.Time, error) {
+	now := monoNow() // before the extend is sent
 	s.mu.Lock()
 	if ttl == 0 {
 		ttl = l.ttl
 	}
 	id, st, lostErr := l.id, l.state, l.lostErr
+	s.shortenLocked(l, now, ttl)
 	s.mu.Unlock()
 	switch st {
 	case lost:
