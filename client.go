@@ -368,7 +368,9 @@ func (c *Client) Hold(ctx context.Context, l *Lock, fn func(context.Context) err
 // owner holds on it, and reports whether every one was held by owner. Other
 // owners' locks are untouched. A lock released only in part is lost for its
 // holder's handle (its Lost channel closes). It is not retried after a
-// connection error.
+// connection error; if it was sent but not answered (the connection
+// dropped, or ctx ended), this session's held handles of owner on any of
+// the resources are lost at once (ErrReleased): it may have freed them.
 func (c *Client) Release(ctx context.Context, owner, resources string) (bool, error) {
 	var one [1]string
 	res, err := c.join(splitNames(resources, &one))
@@ -378,21 +380,28 @@ func (c *Client) Release(ctx context.Context, owner, resources string) (bool, er
 	if err := checkOwner(owner); err != nil {
 		return false, err
 	}
-	r, rerr := c.s.roundTrip(ctx, c, nil, protocol.VerbRelease, owner, res)
+	r, rerr, sent := c.s.exchange(ctx, c, nil, protocol.VerbRelease, []string{owner, res})
 	if rerr != nil {
+		if sent && unanswered(rerr) {
+			c.s.mayBeReleased(owner, res)
+		}
 		return false, rerr
 	}
 	return r.n == 1, nil
 }
 
 // ReleaseAll releases every lock owner holds and returns how many. It is
-// not retried after a connection error.
+// not retried after a connection error; if it was sent but not answered,
+// this session's held handles of owner are lost at once (ErrReleased).
 func (c *Client) ReleaseAll(ctx context.Context, owner string) (int, error) {
 	if err := checkOwner(owner); err != nil {
 		return 0, err
 	}
-	r, err := c.s.roundTrip(ctx, c, nil, protocol.VerbReleaseAll, owner)
+	r, err, sent := c.s.exchange(ctx, c, nil, protocol.VerbReleaseAll, []string{owner})
 	if err != nil {
+		if sent && unanswered(err) {
+			c.s.mayBeReleased(owner, "")
+		}
 		return 0, err
 	}
 	return int(r.n), nil

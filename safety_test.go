@@ -445,3 +445,54 @@ func TestUnansweredShorteningRenewalBoundsTheDeadline(t *testing.T) {
 		})
 	}
 }
+
+// A Release or ReleaseAll whose answer never arrives (lost with the
+// connection, or given up through its context) may have freed the session's
+// own held locks, and the server's word of it is lost too: the handles it
+// may have freed are lost at once (and given back), their holders do not
+// go on believing them held. (An eviction keeps the lock for the session
+// grace, which bounds the holder's belief.)
+func TestUnansweredReleaseLosesTheHandles(t *testing.T) {
+	for _, how := range []string{"release", "releaseall"} {
+		t.Run(how, func(t *testing.T) {
+			addr, _ := startServer(t, server.Config{}, "")
+			px := newProxy(t, addr)
+			c := client(t, px.addr(), mlock.Options{})
+			other := client(t, addr, mlock.Options{})
+			ctx := ctxT(t)
+			res := "release-" + how
+			l, err := c.Lock(ctx, res+"|"+res+"-b", &mlock.LockOptions{TTL: time.Minute, Owner: "o"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			kept, err := c.Lock(ctx, "kept-"+how, &mlock.LockOptions{TTL: time.Minute, Owner: "p"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			px.dropBack.Store(true) // the answer and the expiry push are lost
+			rctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+			switch how {
+			case "release":
+				_, err = c.Release(rctx, "o", res)
+			case "releaseall":
+				_, err = c.ReleaseAll(rctx, "o")
+			}
+			cancel()
+			if err == nil {
+				t.Fatal("answered")
+			}
+			if !errors.Is(l.Err(), mlock.ErrLost) {
+				t.Errorf("the handle it may have freed: Err %v, Deadline in %v", l.Err(), time.Until(l.Deadline()))
+			}
+			if kept.Err() != nil {
+				t.Errorf("a handle it could not free was lost: %v", kept.Err())
+			}
+			px.dropBack.Store(false)
+			tl, err := other.Lock(ctx, res, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tl.Unlock(ctx)
+		})
+	}
+}

@@ -273,21 +273,62 @@ func putCall(cl *call) {
 // waits for its answer: its result, or for lock and trylock (l not nil) the
 // grant.
 func (s *session) roundTrip(ctx context.Context, c *Client, l *Lock, v protocol.Verb, args ...string) (reply, *Error) {
+	r, err, _ := s.exchange(ctx, c, l, v, args)
+	return r, err
+}
+
+// exchange is roundTrip; sent reports that the command was queued (the
+// server may have applied it even if err is not its answer).
+func (s *session) exchange(ctx context.Context, c *Client, l *Lock, v protocol.Verb, args []string) (r reply, err *Error, sent bool) {
 	cl, err := s.send(ctx, c, l, v, args)
 	if err != nil {
-		return reply{}, err
+		return reply{}, err, false
 	}
 	select {
 	case r := <-cl.ch:
 		putCall(cl)
-		return r, r.err
+		return r, r.err, true
 	case <-ctx.Done():
 		if s.abandon(cl) {
-			return reply{}, ctxError(ctx)
+			return reply{}, ctxError(ctx), true
 		}
 		r := <-cl.ch // answered meanwhile
 		putCall(cl)
-		return r, r.err
+		return r, r.err, true
+	}
+}
+
+// unanswered reports that err is not the server's answer (the connection
+// dropped, or the caller gave up): the command's outcome is unknown.
+func unanswered(err *Error) bool {
+	return err.Type == TypeConnection || err.Type == TypeTimeout || err.Type == TypeCanceled
+}
+
+// mayBeReleased loses the held handles of owner that a release by owner
+// of the resources res (all of owner's, if res is "") may have freed,
+// although its answer, and the server's word of the release, never
+// arrived: their holders must not go on believing them held. They are
+// given back, in case the release was not applied.
+func (s *session) mayBeReleased(owner, res string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var set []string
+	if res != "" {
+		set = nameSet(res)
+	}
+	e := &Error{Type: TypeLost, Msg: "a release by its owner may have freed it (its answer was lost)", Err: ErrReleased}
+	for id, l := range s.locks {
+		if l.state != held || l.owner != owner {
+			continue
+		}
+		if set != nil && !slices.ContainsFunc(nameSet(l.Resources()), func(n string) bool {
+			_, found := slices.BinarySearch(set, n)
+			return found
+		}) {
+			continue
+		}
+		s.loseLocked(l, e)
+		s.forgetLocked(id)
 	}
 }
 
