@@ -274,15 +274,17 @@ func (c *Client) lock(ctx context.Context, names []string, o *LockOptions, try b
 		add(modes)
 	}
 	l.verb, l.nargs = verb, uint8(n)
+	var bounds []shortened
 	if lo.Owner != "" {
 		// A re-entry renews the owner's held lock to this ttl.
 		now := monoNow()
 		c.s.mu.Lock()
-		c.s.shortenOwnedLocked(lo.Owner, res, now, lo.TTL)
+		bounds = c.s.shortenOwnedLocked(lo.Owner, res, now, lo.TTL)
 		c.s.mu.Unlock()
 	}
 	r, rerr := c.s.roundTrip(ctx, c, l, verb, l.args[:n]...)
 	if rerr != nil {
+		c.s.notShortened(bounds, rerr)
 		return nil, rerr
 	}
 	return r.lock, nil
@@ -433,10 +435,11 @@ func (c *Client) Renew(ctx context.Context, owner string, resources []string, tt
 	}
 	now := monoNow()
 	c.s.mu.Lock()
-	c.s.shortenOwnedLocked(owner, res, now, ttl)
+	bounds := c.s.shortenOwnedLocked(owner, res, now, ttl)
 	c.s.mu.Unlock()
 	r, rerr := c.s.retry(ctx, c, protocol.VerbRenew, owner, res, ms(ttl))
 	if rerr != nil {
+		c.s.notShortened(bounds, rerr)
 		return time.Time{}, 0, rerr
 	}
 	exp := time.UnixMilli(r.n)

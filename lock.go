@@ -2,6 +2,7 @@ package mlock
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/mlock-dev/mlock/internal/protocol"
@@ -53,14 +54,18 @@ type Lock struct {
 	waitEnd   time.Duration // waiting with a timeout: when to give up if the timeout push is lost (0: never)
 	wait      *call         // waiting: the caller's call, answered by the grant or the failure
 	unlocking bool          // held: Unlock's unlock is in flight
-	// A renewal to a shorter lease whose outcome is not known yet (in
-	// flight, or its answer lost) bounds the Deadline: capAt, until a
-	// renewal sent at or after capSent is answered (0: none; see
-	// shortenLocked).
-	capAt, capSent time.Duration
-	lost           chan struct{} // made on first use; closed when a held lock is lost
-	lostErr        *Error
+	lost      chan struct{} // made on first use; closed when a held lock is lost
+	lostErr   *Error
+	// Renewals to a shorter lease whose outcome is not known yet (in
+	// flight, or their answers lost): each bounds the Deadline until a
+	// renewal sent at or after it is answered (see shortenLocked).
+	shorts []*shortening
 }
+
+// shortening is a renewal of a held lock to a shorter lease, sent at sent
+// or later: if the server applied it, the lease ends at at (its drift
+// margin applied) or later.
+type shortening struct{ at, sent time.Duration }
 
 // argTimeout is the index of a lock request's timeout among its arguments.
 const argTimeout = 2
@@ -181,8 +186,9 @@ func (l *Lock) renewedLocked(sent, ttl time.Duration, expiresAt time.Time) {
 	}
 	l.base = max(l.base, sent)
 	l.ttl = ttl
-	if l.capAt != 0 && sent >= l.capSent {
-		l.capAt, l.capSent = 0, 0 // the server's lease is this renewal's, or a later one's
+	if len(l.shorts) > 0 {
+		// The server's lease is this renewal's, or a later one's.
+		l.shorts = slices.DeleteFunc(l.shorts, func(sh *shortening) bool { return sh.sent <= sent })
 	}
 	if !expiresAt.IsZero() {
 		l.expiresAt = expiresAt

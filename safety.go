@@ -39,8 +39,8 @@ const clockSlack = time.Millisecond
 // session's end is the earlier.
 func (s *session) deadlineLocked(l *Lock) (d time.Duration, bySession bool) {
 	d = l.base + l.ttl - lease.Margin(l.ttl)
-	if l.capAt != 0 && l.capAt < d {
-		d = l.capAt
+	for _, sh := range l.shorts {
+		d = min(d, sh.at)
 	}
 	if s.graceKnown {
 		if e := s.lastAck + s.grace - s.graceMargin; e < d {
@@ -67,26 +67,40 @@ func (s *session) heldLocked(l *Lock) {
 // one l is believed to hold, the Deadline is bounded by it at once: the
 // answer may never arrive (the connection drops, the caller gives up) while
 // the server applied it. The bound goes when a renewal sent at or after
-// the request is answered (see renewedLocked).
-func (s *session) shortenLocked(l *Lock, now, ttl time.Duration) {
+// the request is answered (see renewedLocked), or when the server refuses
+// the request (see unshortenLocked). It returns the bound, or nil.
+func (s *session) shortenLocked(l *Lock, now, ttl time.Duration) *shortening {
 	if l.state != held {
-		return
+		return nil
 	}
-	c := now + ttl - lease.Margin(ttl)
-	if c >= l.base+l.ttl-lease.Margin(l.ttl) {
-		return // no shorter than the lease believed
+	at := now + ttl - lease.Margin(ttl)
+	if at >= l.base+l.ttl-lease.Margin(l.ttl) {
+		return nil // no shorter than the lease believed
 	}
-	if l.capAt == 0 || c < l.capAt {
-		l.capAt = c
-	}
-	l.capSent = max(l.capSent, now)
+	sh := &shortening{at: at, sent: now}
+	l.shorts = append(l.shorts, sh)
 	s.heldLocked(l)
+	return sh
+}
+
+// unshortenLocked drops the bound sh of l: the server refused its request.
+func (s *session) unshortenLocked(l *Lock, sh *shortening) {
+	if sh != nil {
+		l.shorts = slices.DeleteFunc(l.shorts, func(x *shortening) bool { return x == sh })
+	}
+}
+
+// shortened is a bound shortenOwnedLocked set.
+type shortened struct {
+	l  *Lock
+	sh *shortening
 }
 
 // shortenOwnedLocked is shortenLocked for every held handle of owner on
 // exactly the resources res (as renewedByOwnerLocked finds them).
-func (s *session) shortenOwnedLocked(owner, res string, now, ttl time.Duration) {
+func (s *session) shortenOwnedLocked(owner, res string, now, ttl time.Duration) []shortened {
 	var set []string
+	var out []shortened
 	for _, l := range s.locks {
 		if l.state != held || l.owner != owner {
 			continue
@@ -95,8 +109,24 @@ func (s *session) shortenOwnedLocked(owner, res string, now, ttl time.Duration) 
 			set = nameSet(res)
 		}
 		if slices.Equal(set, nameSet(l.Resources())) {
-			s.shortenLocked(l, now, ttl)
+			if sh := s.shortenLocked(l, now, ttl); sh != nil {
+				out = append(out, shortened{l, sh})
+			}
 		}
+	}
+	return out
+}
+
+// notShortened drops the bounds shortenOwnedLocked set for a request that err
+// shows the server refused (its answer: it was not applied).
+func (s *session) notShortened(bounds []shortened, err *Error) {
+	if len(bounds) == 0 || err == nil || unanswered(err) {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, b := range bounds {
+		s.unshortenLocked(b.l, b.sh)
 	}
 }
 

@@ -496,3 +496,22 @@ func TestUnansweredReleaseLosesTheHandles(t *testing.T) {
 		})
 	}
 }
+
+// A shorter renewal the server refuses (its answer says so: it was not
+// applied) leaves the lease as it was.
+func TestRefusedShorteningRenewalLeavesTheDeadline(t *testing.T) {
+	addr, _ := startServer(t, server.Config{}, "")
+	c := client(t, addr, mlock.Options{})
+	ctx := ctxT(t)
+	l, err := c.Lock(ctx, "refused-short", &mlock.LockOptions{TTL: time.Minute, Owner: "o"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A re-entry in another mode.
+	if _, err := c.Lock(ctx, "refused-short", &mlock.LockOptions{TTL: time.Second, Owner: "o", Mode: mlock.Shared}); !errors.Is(err, mlock.ErrModeChange) {
+		t.Fatalf("re-entry in another mode: %v", err)
+	}
+	if d := time.Until(l.Deadline()); d < 10*time.Second {
+		t.Fatalf("Deadline in %v after a refused renewal", d)
+	}
+}

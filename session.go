@@ -629,7 +629,7 @@ func (s *session) extend(ctx context.Context, l *Lock, ttl time.Duration) (time.
 		ttl = l.ttl
 	}
 	id, st, lostErr := l.id, l.state, l.lostErr
-	s.shortenLocked(l, now, ttl)
+	sh := s.shortenLocked(l, now, ttl)
 	s.mu.Unlock()
 	switch st {
 	case lost:
@@ -647,6 +647,11 @@ func (s *session) extend(ctx context.Context, l *Lock, ttl time.Duration) (time.
 			lerr = l.lostErr // it may have been lost otherwise meanwhile
 			s.mu.Unlock()
 			return time.Time{}, lerr
+		}
+		if !unanswered(err) { // refused: not applied
+			s.mu.Lock()
+			s.unshortenLocked(l, sh)
+			s.mu.Unlock()
 		}
 		return time.Time{}, err
 	}
