@@ -28,6 +28,11 @@ type Client struct {
 	ttl       string // opts.TTL in ms, formatted once
 	timeout   string // opts.Timeout in ms
 	closeOnce sync.Once
+	// closed is set, and done closed, by Close (under the session's mu):
+	// the Client's calls waiting for the connection fail, and no command
+	// of it is queued any more.
+	closed bool // guarded by s.mu
+	done   chan struct{}
 }
 
 // LockOptions tunes one lock request. A nil *LockOptions, and every zero
@@ -85,14 +90,15 @@ func NewClient(o Options) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{opts: o, s: s, ttl: ms(o.TTL), timeout: ms(o.Timeout)}, nil
+	return &Client{opts: o, s: s, ttl: ms(o.TTL), timeout: ms(o.Timeout), done: make(chan struct{})}, nil
 }
 
 // Close releases this Client: its waiting and held locks are unlocked (best
 // effort, without waiting for answers), its waits fail with an Error of Type
 // connection wrapping ErrClosed, and its held locks are lost for their
 // holders (Type lost wrapping ErrClosed: Lost closes, the jobs of Do and Hold
-// are cancelled).
+// are cancelled). Its calls waiting for the connection, and its later calls,
+// fail with ErrClosed.
 // The shared session closes with the last Client of its address; other
 // Clients' calls are not disturbed. Close is idempotent.
 func (c *Client) Close() error {
@@ -268,8 +274,17 @@ func (c *Client) lock(ctx context.Context, names []string, o *LockOptions, try b
 		add(modes)
 	}
 	l.verb, l.nargs = verb, uint8(n)
-	r, rerr := c.s.roundTrip(ctx, l, verb, l.args[:n]...)
+	var bounds []shortened
+	if lo.Owner != "" {
+		// A re-entry renews the owner's held lock to this ttl.
+		now := monoNow()
+		c.s.mu.Lock()
+		bounds = c.s.shortenOwnedLocked(lo.Owner, res, now, lo.TTL)
+		c.s.mu.Unlock()
+	}
+	r, rerr := c.s.roundTrip(ctx, c, l, verb, l.args[:n]...)
 	if rerr != nil {
+		c.s.notShortened(bounds, rerr)
 		return nil, rerr
 	}
 	return r.lock, nil
@@ -293,13 +308,19 @@ func (c *Client) Do(ctx context.Context, resources string, o *LockOptions, fn fu
 // (the server says so, its Deadline passed: no extension succeeded in time,
 // or nothing was answered on the session for the server's grace; or the
 // Client was closed) or no longer held, the Lead of the LockOptions l was
-// asked with before its Deadline, and unlocks l when fn returns.
+// asked with before its Deadline, and unlocks l when fn returns. If l is
+// not held when Hold is called, fn is not run: Hold returns l's loss (an
+// Error of Type lost), or an Error of Type request if l was unlocked.
 func (c *Client) Hold(ctx context.Context, l *Lock, fn func(context.Context) error) error {
 	v := l.s.view(l)
-	var start time.Time
-	if v.state == held {
-		start = epoch.Add(v.base)
+	switch v.state {
+	case held:
+	case lost:
+		return v.lostErr
+	default: // unlocked, or never granted: nothing would protect fn
+		return &Error{Type: TypeRequest, Msg: "lock is not held"}
 	}
+	start := epoch.Add(v.base)
 	fnErr, lostErr := lease.Run(ctx, lease.Options{
 		TTL:      v.ttl,
 		Lead:     l.lead,
@@ -349,7 +370,9 @@ func (c *Client) Hold(ctx context.Context, l *Lock, fn func(context.Context) err
 // owner holds on it, and reports whether every one was held by owner. Other
 // owners' locks are untouched. A lock released only in part is lost for its
 // holder's handle (its Lost channel closes). It is not retried after a
-// connection error.
+// connection error; if it was sent but not answered (the connection
+// dropped, or ctx ended), this session's held handles of owner on any of
+// the resources are lost at once (ErrReleased): it may have freed them.
 func (c *Client) Release(ctx context.Context, owner, resources string) (bool, error) {
 	var one [1]string
 	res, err := c.join(splitNames(resources, &one))
@@ -359,21 +382,28 @@ func (c *Client) Release(ctx context.Context, owner, resources string) (bool, er
 	if err := checkOwner(owner); err != nil {
 		return false, err
 	}
-	r, rerr := c.s.roundTrip(ctx, nil, protocol.VerbRelease, owner, res)
+	r, rerr, sent := c.s.exchange(ctx, c, nil, protocol.VerbRelease, []string{owner, res})
 	if rerr != nil {
+		if sent && unanswered(rerr) {
+			c.s.mayBeReleased(owner, res)
+		}
 		return false, rerr
 	}
 	return r.n == 1, nil
 }
 
 // ReleaseAll releases every lock owner holds and returns how many. It is
-// not retried after a connection error.
+// not retried after a connection error; if it was sent but not answered,
+// this session's held handles of owner are lost at once (ErrReleased).
 func (c *Client) ReleaseAll(ctx context.Context, owner string) (int, error) {
 	if err := checkOwner(owner); err != nil {
 		return 0, err
 	}
-	r, err := c.s.roundTrip(ctx, nil, protocol.VerbReleaseAll, owner)
+	r, err, sent := c.s.exchange(ctx, c, nil, protocol.VerbReleaseAll, []string{owner})
 	if err != nil {
+		if sent && unanswered(err) {
+			c.s.mayBeReleased(owner, "")
+		}
 		return 0, err
 	}
 	return int(r.n), nil
@@ -403,8 +433,13 @@ func (c *Client) Renew(ctx context.Context, owner string, resources []string, tt
 	if ttl < time.Millisecond || ttl%time.Millisecond != 0 {
 		return time.Time{}, 0, &Error{Type: TypeRequest, Msg: "ttl should be whole milliseconds > 0"}
 	}
-	r, rerr := c.s.retry(ctx, protocol.VerbRenew, owner, res, ms(ttl))
+	now := monoNow()
+	c.s.mu.Lock()
+	bounds := c.s.shortenOwnedLocked(owner, res, now, ttl)
+	c.s.mu.Unlock()
+	r, rerr := c.s.retry(ctx, c, protocol.VerbRenew, owner, res, ms(ttl))
 	if rerr != nil {
+		c.s.notShortened(bounds, rerr)
 		return time.Time{}, 0, rerr
 	}
 	exp := time.UnixMilli(r.n)
@@ -417,7 +452,7 @@ func (c *Client) Renew(ctx context.Context, owner string, resources []string, tt
 // Ping checks the server (of a cluster: the node connected to; see
 // Client.Node). A connection error is retried once.
 func (c *Client) Ping(ctx context.Context) error {
-	if _, err := c.s.retry(ctx, protocol.VerbPing); err != nil {
+	if _, err := c.s.retry(ctx, c, protocol.VerbPing); err != nil {
 		return err
 	}
 	return nil
@@ -427,7 +462,7 @@ func (c *Client) Ping(ctx context.Context) error {
 // answered, named by Status.AnsweredBy). A connection error is retried
 // once.
 func (c *Client) Status(ctx context.Context) (*Status, error) {
-	r, err := c.s.retry(ctx, protocol.VerbStatus)
+	r, err := c.s.retry(ctx, c, protocol.VerbStatus)
 	if err != nil {
 		return nil, err
 	}
@@ -484,7 +519,7 @@ func (c *Client) LocksPage(ctx context.Context, prefix string, limit int, after 
 	if after != "" {
 		args[2], n = after, 3
 	}
-	r, err := c.s.retry(ctx, protocol.VerbLocks, args[:n]...)
+	r, err := c.s.retry(ctx, c, protocol.VerbLocks, args[:n]...)
 	if err != nil {
 		return nil, err
 	}
@@ -508,7 +543,7 @@ func (c *Client) Evict(ctx context.Context, resources string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	r, rerr := c.s.roundTrip(ctx, nil, protocol.VerbEvict, res)
+	r, rerr := c.s.roundTrip(ctx, c, nil, protocol.VerbEvict, res)
 	if rerr != nil {
 		return 0, rerr
 	}
@@ -538,7 +573,7 @@ func (c *Client) ClusterJoin(ctx context.Context, id, raftAddr string) error {
 	if err := checkWord("raft address", raftAddr); err != nil {
 		return err
 	}
-	_, err := c.s.roundTrip(ctx, nil, protocol.VerbCluster, "join", id, raftAddr)
+	_, err := c.s.roundTrip(ctx, c, nil, protocol.VerbCluster, "join", id, raftAddr)
 	if err != nil {
 		return err
 	}
@@ -554,7 +589,7 @@ func (c *Client) ClusterRemove(ctx context.Context, id string) error {
 	if err := checkWord("node id", id); err != nil {
 		return err
 	}
-	_, err := c.s.roundTrip(ctx, nil, protocol.VerbCluster, "remove", id)
+	_, err := c.s.roundTrip(ctx, c, nil, protocol.VerbCluster, "remove", id)
 	if err != nil {
 		return err
 	}

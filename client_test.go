@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"reflect"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -438,6 +439,90 @@ func TestClosingOneClientDoesNotDisturbAnother(t *testing.T) {
 	}
 }
 
+// A call waiting for the connection when its Client is closed fails at once
+// with ErrClosed: it is not sent once the connection is back (another Client
+// keeps the session up), and it does not wait out the DialTimeout when the
+// session ends with it.
+func TestCloseEndsACallWaitingForTheConnection(t *testing.T) {
+	for _, shared := range []bool{false, true} {
+		t.Run("shared="+strconv.FormatBool(shared), func(t *testing.T) {
+			addr, stop := startServer(t, server.Config{SessionGrace: 5 * time.Second}, "")
+			a := client(t, addr, mlock.Options{MaxBackoff: 20 * time.Millisecond, DialTimeout: 2 * time.Second})
+			if shared {
+				b, err := mlock.NewClient(a.Options())
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { b.Close() })
+			}
+			ctx := ctxT(t)
+			if err := a.Ping(ctx); err != nil {
+				t.Fatal(err)
+			}
+			stop()
+			for i := 0; a.Node() != ""; i++ { // the session saw the server go
+				if i == 500 {
+					t.Fatal("still connected")
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			errc := make(chan error, 1)
+			go func() {
+				l, err := a.Lock(ctx, "cw", nil)
+				if err == nil {
+					err = fmt.Errorf("granted %s to a closed client", l.ID())
+				}
+				errc <- err
+			}()
+			time.Sleep(50 * time.Millisecond) // the call waits for the connection
+			a.Close()
+			if shared {
+				startServer(t, server.Config{SessionGrace: 5 * time.Second}, addr)
+			}
+			if err := <-errc; !errors.Is(err, mlock.ErrClosed) {
+				t.Fatalf("the closed client's call: %v", err)
+			}
+			if err := a.Ping(ctx); !errors.Is(err, mlock.ErrClosed) {
+				t.Fatalf("a call of the closed client: %v", err)
+			}
+		})
+	}
+}
+
+// Unlock sends one unlock: the server's answer ends the lock, nothing is
+// given back after it.
+func TestUnlockSendsOneCommand(t *testing.T) {
+	addr, _ := startServer(t, server.Config{}, "")
+	c := client(t, addr, mlock.Options{})
+	admin := client(t, "localhost:"+strings.Split(addr, ":")[1], mlock.Options{}) // another session
+	ctx := ctxT(t)
+	if err := c.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st0, err := admin.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := c.Lock(ctx, "once", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Ping(ctx); err != nil { // after anything queued by the unlock
+		t.Fatal(err)
+	}
+	st1, err := admin.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// lock, unlock, ping, and the second status.
+	if n := st1.FramesIn - st0.FramesIn; n != 4 {
+		t.Fatalf("%d frames for lock, unlock, ping and status, want 4", n)
+	}
+}
+
 // A handle must never claim resources it no longer holds: releasing part of
 // a multi-resource lock by owner loses the whole handle.
 func TestPartialReleaseLosesTheHandle(t *testing.T) {
@@ -601,5 +686,38 @@ func TestNothingListeningFailsFast(t *testing.T) {
 	want := "mlock: connection error at " + addr + ": server unreachable: connect: connection refused"
 	if err.Error() != want {
 		t.Fatalf("got %q, want %q", err.Error(), want)
+	}
+}
+
+// Hold of a lock that is not held (unlocked, or lost) does not run the job:
+// nothing protects it.
+func TestHoldOfALockNotHeld(t *testing.T) {
+	addr, _ := startServer(t, server.Config{}, "")
+	c := client(t, addr, mlock.Options{})
+	ctx := ctxT(t)
+	unlocked, err := c.Lock(ctx, "hold-not-held", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unlocked.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lost, err := c.Lock(ctx, "hold-lost", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Evict(ctx, "hold-lost"); err != nil {
+		t.Fatal(err)
+	}
+	<-lost.Lost()
+	for name, l := range map[string]*mlock.Lock{"unlocked": unlocked, "lost": lost} {
+		ran := false
+		err := c.Hold(ctx, l, func(context.Context) error { ran = true; return nil })
+		if ran || err == nil {
+			t.Errorf("Hold of a lock %s: the job ran %v, error %v", name, ran, err)
+		}
+		if name == "lost" && !errors.Is(err, mlock.ErrLost) {
+			t.Errorf("Hold of a lost lock: %v", err)
+		}
 	}
 }

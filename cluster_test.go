@@ -810,3 +810,56 @@ func TestSessionMovesOnlyOnItsFirstConnection(t *testing.T) {
 		t.Fatalf("want=leader sent %d times to a, %d to b; want 1, 0", asked(a.addr()), asked(b.addr()))
 	}
 }
+
+// A cluster node answers a membership change once the leader committed it,
+// without waiting for its own log to catch up: a grant of an earlier entry
+// may be pushed after that answer. The lease of such a grant does not count
+// from the membership change's send time (nor does the session's end).
+func TestClusterChangeAnswerDoesNotMoveTheLease(t *testing.T) {
+	const ttl = 10 * time.Second
+	id := strings.Repeat("cd", 16)
+	queued := make(chan struct{}, 1)
+	addr := fakeServer(t, func(c net.Conn, r *bufio.Reader) {
+		f, err := readCommand(r)
+		if err != nil || f[0] != "connect" {
+			return
+		}
+		c.Write(protocol.Append(nil, "connected", "1.0", "new", "60000"))
+		for {
+			f, err := readCommand(r)
+			if err != nil {
+				return
+			}
+			switch f[0] {
+			case "lock": // queued
+				c.Write(protocol.Append(nil, "result", f[1], "success", id))
+				queued <- struct{}{}
+			case "cluster": // answered before this node applies the grant of an earlier entry
+				c.Write(protocol.Append(nil, "result", f[1], "success", "done"))
+				c.Write(protocol.Append(nil, "locked", id, ms(time.Now().Add(ttl)), "7"))
+			case "unlock":
+				c.Write(protocol.Append(nil, "result", f[1], "success", "done"))
+			}
+		}
+	})
+	c, err := mlock.NewClient(clientOptions(addr, mlock.Options{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := ctxT(t)
+	g := lockAsync(ctx, c, "change", &mlock.LockOptions{TTL: ttl})
+	<-queued
+	before := time.Now() // after the lock request was sent
+	time.Sleep(50 * time.Millisecond)
+	if err := c.ClusterJoin(ctx, "n4", "10.0.0.4:7000"); err != nil {
+		t.Fatal(err)
+	}
+	got := <-g
+	if got.err != nil {
+		t.Fatal(got.err)
+	}
+	if limit := before.Add(ttl - (ttl/100 + 5*time.Millisecond)); got.l.Deadline().After(limit) {
+		t.Fatalf("Deadline %v after the lock request's send time plus the ttl less its margin", got.l.Deadline().Sub(limit))
+	}
+}

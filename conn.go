@@ -32,7 +32,8 @@ var maxPending = 32 << 20
 // nodes in turn: after a connection to a node drops, or an attempt fails,
 // the next one; the backoff applies only once every node has failed in
 // turn since the last connection (a round), never between the nodes of a
-// round. A node shutting down counts as a failed attempt.
+// round, and after a connection that dropped within stableConn of its
+// handshake. A node shutting down counts as a failed attempt.
 func (s *session) run() {
 	defer close(s.done)
 	tried := 0         // failed attempts in this round
@@ -74,8 +75,20 @@ func (s *session) run() {
 		moveFrom = -1
 		if err == nil {
 			tried, refusal = 0, nil
+			start := monoNow()
 			if !s.serve(c, i) {
-				s.backoff = 0
+				if monoNow()-start >= stableConn {
+					s.backoff = 0
+					continue
+				}
+				// Dropped soon after the handshake (a server that closes
+				// every connection at once): reconnecting at once would
+				// hammer it; the backoff grows as after a failed round.
+				s.backoff = min(max(2*s.backoff, 50*time.Millisecond), s.opts.MaxBackoff)
+				if !s.sleep(time.Duration(float64(s.backoff) * (0.5 + rand.Float64()/2))) {
+					s.shutdown()
+					return
+				}
 				continue
 			}
 			// The server said it is shutting down: another node, or later.
@@ -101,12 +114,27 @@ func (s *session) run() {
 		tried, refusal = 0, nil
 		wait := time.Duration(float64(s.backoff) * (0.5 + rand.Float64()/2))
 		s.log.Warn("mlock: connecting failed; retrying", "node", s.nodes[i].addr, "err", err, "in", wait)
-		select {
-		case <-s.quit:
+		if !s.sleep(wait) {
 			s.shutdown()
 			return
-		case <-time.After(wait):
 		}
+	}
+}
+
+// stableConn is how long a connection must last for the next one to be
+// made at once when it drops; one that drops sooner is followed by the
+// backoff, which grows while connections keep dropping that soon.
+const stableConn = time.Second
+
+// sleep waits for d, or until the session closes: then it reports false.
+func (s *session) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-s.quit:
+		return false
+	case <-t.C:
+		return true
 	}
 }
 
@@ -558,7 +586,7 @@ func (s *session) pingLoop(ctx context.Context, nc net.Conn, stop chan struct{},
 			continue
 		}
 		pctx, cancel := context.WithTimeout(ctx, max(every, time.Second))
-		_, err := s.roundTrip(pctx, nil, protocol.VerbPing)
+		_, err := s.roundTrip(pctx, nil, nil, protocol.VerbPing)
 		cancel()
 		if err != nil && err.Type == TypeTimeout {
 			s.log.Warn("mlock: server does not answer pings; reconnecting")
@@ -650,11 +678,13 @@ func (s *session) resultLocked(m *protocol.Message) {
 		return
 	}
 	delete(s.calls, seq)
-	if m.OK && cl.verb != protocol.VerbStatus && cl.verb != protocol.VerbLocks {
+	if m.OK && cl.verb != protocol.VerbStatus && cl.verb != protocol.VerbLocks && cl.verb != protocol.VerbCluster {
 		// Status and locks are answered from the state of the node asked
-		// (in a cluster, one that may lag), and a refusal may be answered
-		// before the request reaches the lock table: neither bounds when
-		// the session was alive or when a later grant was made.
+		// (in a cluster, one that may lag), a membership change once the
+		// leader committed it (before the node asked applied the entries
+		// ahead of it, whose grants it pushes later), and a refusal may be
+		// answered before the request reaches the lock table: none bounds
+		// when the session was alive or when a later grant was made.
 		s.lastAck = max(s.lastAck, cl.sent)
 		s.resultAck = max(s.resultAck, cl.sent)
 	}
@@ -682,7 +712,16 @@ func (s *session) resultLocked(m *protocol.Message) {
 	case protocol.VerbLock, protocol.VerbTryLock:
 		l := cl.lock
 		if cl.abandoned {
-			s.forgetLocked(string(m.Payload))
+			// Nobody waits for it: give it back, unless the answer names a
+			// lock another handle of the session holds or waits for (an
+			// owner's re-entry): that lock stays theirs.
+			id := string(m.Payload)
+			switch old := s.locks[id]; {
+			case old == nil:
+				s.forgetLocked(id)
+			case old.state == held:
+				old.renewedLocked(cl.sent, l.ttl, time.Time{}) // renewed by the re-entry
+			}
 			cl.ch <- reply{err: &Error{Type: TypeConnection, Err: ErrClosed}}
 			return
 		}
@@ -734,8 +773,10 @@ func (s *session) resultLocked(m *protocol.Message) {
 // answerLocked gives the reader's answer to the caller waiting on cl, who
 // counts among the callers the reader waits for (see endBatch).
 func (s *session) answerLocked(cl *call, r reply) {
+	if !cl.abandoned { // read first: once answered, the call may be reused
+		s.woken++
+	}
 	cl.ch <- r
-	s.woken++
 }
 
 func cutSpace(b []byte) (before, after []byte, found bool) {

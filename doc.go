@@ -102,7 +102,9 @@
 // at once, the client confirms with "bye" and closes the connection,
 // reconnects with backoff, and waiting requests are asked again of the next
 // server. Client.Close loses the Client's held locks for their holders
-// (ErrClosed; Do's and Hold's jobs are cancelled) and unlocks them.
+// (ErrClosed; Do's and Hold's jobs are cancelled) and unlocks them; its
+// calls in flight or waiting for the connection fail with ErrClosed at once
+// (a grant that arrives later is given back).
 //
 // # Several servers
 //
@@ -119,7 +121,9 @@
 // down), it dials the next address, in turn from the one after the node
 // that failed, and resumes the session there ("connected 1.0 resumed"). The
 // backoff applies between rounds (once every node has failed in turn),
-// never between the nodes of a round; a refusal fails the waiting calls
+// never between the nodes of a round, and after a connection that dropped
+// within a second of its handshake (it grows while connections keep
+// dropping that soon); a refusal fails the waiting calls
 // only when no node of the round accepted the connection. A resumed session
 // is what a reconnect to the same server is: held locks are kept (the node
 // announces them again), waiting requests are probed, and the safety rule
@@ -151,7 +155,9 @@
 // the latest send time among the requests the server answered on the
 // session with success, handshakes included, status and locks not (they
 // are answered from the state of the node asked, which in a cluster may
-// lag; a cluster node answers pings through its log). Anything read after
+// lag; a cluster node answers pings through its log), nor membership
+// changes (a node answers them once the leader committed them, ahead of
+// its own log). Anything read after
 // an answer was produced after the server handled that request. A held
 // lock's lease counts from
 // its base: at the grant, the later of its request's send time and the
@@ -160,7 +166,11 @@
 // it was away, or announces again after a reconnect, is read after the
 // handshake but was made before it); then the send time of the last
 // successful Extend (or Client.Renew of exactly its owner, resources and
-// fencing token). The session's end is lastAck plus
+// fencing token, or an owner's re-entry). A renewal to a shorter lease
+// (an Extend, Renew or re-entry with a smaller ttl) may be applied although
+// its answer never arrives: from its send time until a renewal sent at or
+// after it is answered, the lease also ends at its send time plus its ttl.
+// The session's end is lastAck plus
 // the session grace the server announces in its handshake (a server that
 // announces none: only the lease counts). Lock.Deadline is the earlier of
 // base + ttl and lastAck + grace, each less the clock-drift margin span/100

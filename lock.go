@@ -2,6 +2,7 @@ package mlock
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/mlock-dev/mlock/internal/protocol"
@@ -55,7 +56,16 @@ type Lock struct {
 	unlocking bool          // held: Unlock's unlock is in flight
 	lost      chan struct{} // made on first use; closed when a held lock is lost
 	lostErr   *Error
+	// Renewals to a shorter lease whose outcome is not known yet (in
+	// flight, or their answers lost): each bounds the Deadline until a
+	// renewal sent at or after it is answered (see shortenLocked).
+	shorts []*shortening
 }
+
+// shortening is a renewal of a held lock to a shorter lease, sent at sent
+// or later: if the server applied it, the lease ends at at (its drift
+// margin applied) or later.
+type shortening struct{ at, sent time.Duration }
 
 // argTimeout is the index of a lock request's timeout among its arguments.
 const argTimeout = 2
@@ -121,7 +131,9 @@ func (l *Lock) Err() error {
 // Extend sets the lease to now + ttl (ttl 0: the lock's current ttl) and
 // returns the new expiry from the server. The Deadline then counts from
 // when the extend was sent. If the lock is gone it returns an Error of Type
-// lost and the lock counts as lost. A connection error is retried once
+// lost and the lock counts as lost; so it does if the lock was lost while
+// the extend was on its way (its Deadline passed first), whatever the server
+// answered. A connection error is retried once
 // after a reconnect: extending twice is harmless.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) (time.Time, error) {
 	if ttl < 0 || ttl%time.Millisecond != 0 {
@@ -132,7 +144,9 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) (time.Time, error)
 
 // Unlock releases the lock. Unlocking twice is not an error. If the server
 // no longer had the lock (it expired) Unlock returns an Error of Type lost.
-// A connection error is retried once after a reconnect.
+// A connection error is retried once after a reconnect; if the lock is gone
+// then while its Deadline has not passed, the first unlock (whose answer was
+// lost) freed it, and Unlock succeeds.
 func (l *Lock) Unlock(ctx context.Context) error { return l.s.unlock(ctx, l) }
 
 // ---- state changes, by the session, under s.mu ----
@@ -172,6 +186,10 @@ func (l *Lock) renewedLocked(sent, ttl time.Duration, expiresAt time.Time) {
 	}
 	l.base = max(l.base, sent)
 	l.ttl = ttl
+	if len(l.shorts) > 0 {
+		// The server's lease is this renewal's, or a later one's.
+		l.shorts = slices.DeleteFunc(l.shorts, func(sh *shortening) bool { return sh.sent <= sent })
+	}
 	if !expiresAt.IsZero() {
 		l.expiresAt = expiresAt
 	}

@@ -549,3 +549,219 @@ func TestOwnerLockDuringUnlockOfTheSameLockIsAskedAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// framesSeen waits until the server has received n frames since st0 besides
+// the status requests of this wait itself.
+func framesSeen(t *testing.T, admin *mlock.Client, st0 *mlock.Status, n uint64) {
+	t.Helper()
+	ctx := ctxT(t)
+	for polls := uint64(1); ; polls++ {
+		st, err := admin.Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.FramesIn-st0.FramesIn >= n+polls {
+			return
+		}
+		if polls == 1000 {
+			t.Fatalf("the server received %d frames, want %d", st.FramesIn-st0.FramesIn-polls, n)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// An owner's second request for a lock its session holds (or waits for),
+// given up (its context cancelled, or its Client closed) before its answer
+// arrived, is answered with the first handle's lock: that lock stays held
+// (or waiting) for the first handle, it is not given back.
+func TestAbandonedReentryLeavesTheFirstHandleItsLock(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		waiting  bool // the first handle waits in the queue
+		closeCli bool // the second request's Client is closed (else its context is cancelled)
+	}{{"held/canceled", false, false}, {"held/closed", false, true}, {"waiting/canceled", true, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			addr, _ := startServer(t, server.Config{}, "")
+			px := newProxy(t, addr)
+			c := client(t, px.addr(), mlock.Options{})
+			other := client(t, addr, mlock.Options{})
+			ctx := ctxT(t)
+			lo := &mlock.LockOptions{Owner: "w", TTL: 30 * time.Second}
+			var blocker *mlock.Lock
+			var first <-chan grant
+			if tc.waiting {
+				var err error
+				if blocker, err = other.Lock(ctx, "re", nil); err != nil {
+					t.Fatal(err)
+				}
+				first = lockAsync(ctx, c, "re", lo)
+				waitQueue(t, other, "re", 2)
+			} else {
+				first = lockAsync(ctx, c, "re", lo)
+				waitQueue(t, other, "re", 1)
+			}
+			c2 := c
+			if tc.closeCli {
+				var err error
+				if c2, err = mlock.NewClient(c.Options()); err != nil { // the same session
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { c2.Close() })
+			}
+			st0, err := other.Status(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resume := px.pause() // the answer waits
+			cctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			second := make(chan error, 1)
+			go func() { _, err := c2.Lock(cctx, "re", lo); second <- err }()
+			framesSeen(t, other, st0, 1) // the server has the second request
+			if tc.closeCli {
+				c2.Close()
+			} else {
+				cancel()
+			}
+			err = <-second
+			resume()
+			t.Logf("second: %v", err)
+			if err == nil {
+				t.Fatal("the second request succeeded")
+			}
+			if err := c.Ping(ctx); err != nil { // the answer was read
+				t.Fatal(err)
+			}
+			if tc.waiting {
+				if err := blocker.Unlock(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var l *mlock.Lock
+			select {
+			case g := <-first:
+				if g.err != nil {
+					t.Fatal(g.err)
+				}
+				l = g.l
+			case <-time.After(5 * time.Second):
+				t.Fatal("the first request is never granted")
+			}
+			if l.Err() != nil {
+				t.Fatalf("the first handle lost its lock: %v", l.Err())
+			}
+			heldThenFree(t, other, l, "re")
+		})
+	}
+}
+
+// Close answers the Client's calls in flight at once with ErrClosed, even
+// while the server's answers are slow: a lock request's grant that arrives
+// later is given back, and the other Clients of the session go on.
+func TestCloseEndsCallsInFlight(t *testing.T) {
+	addr, _ := startServer(t, server.Config{}, "")
+	px := newProxy(t, addr)
+	a := client(t, px.addr(), mlock.Options{})
+	b, err := mlock.NewClient(a.Options()) // the same session
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	other := client(t, addr, mlock.Options{})
+	ctx := ctxT(t)
+	if err := a.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st0, err := other.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	resume := px.pause() // the answers wait
+	t.Cleanup(func() { once.Do(resume) })
+	errs := make(chan error, 2)
+	go func() { _, err := b.Lock(ctx, "inflight", nil); errs <- err }()
+	go func() { _, err := b.Status(ctx); errs <- err }()
+	framesSeen(t, other, st0, 2) // the server has both
+	b.Close()
+	for range 2 {
+		select {
+		case err := <-errs:
+			if !errors.Is(err, mlock.ErrClosed) {
+				t.Fatalf("a call of the closed client: %v", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("a call of the closed client waits for its answer")
+		}
+	}
+	once.Do(resume)
+	if err := a.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitQueue(t, other, "inflight", 0) // the grant was given back
+}
+
+// A server that closes every connection right after its handshake is not
+// reconnected to in a tight loop: the backoff grows as after failed
+// attempts (a connection that lasts resets it).
+func TestConnectionsDroppedAtOnceBackOff(t *testing.T) {
+	var connects sync.WaitGroup
+	n := 0
+	var mu sync.Mutex
+	connects.Add(1)
+	addr := fakeServer(t, func(c net.Conn, r *bufio.Reader) {
+		f, err := readCommand(r)
+		if err != nil || f[0] != "connect" {
+			return
+		}
+		mu.Lock()
+		n++
+		if n == 1 {
+			connects.Done()
+		}
+		mu.Unlock()
+		c.Write(protocol.Append(nil, "connected", "1.0", "new", "15000"))
+	})
+	c, err := mlock.NewClient(clientOptions(addr, mlock.Options{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	connects.Wait()
+	time.Sleep(time.Second)
+	c.Close()
+	mu.Lock()
+	defer mu.Unlock()
+	// 50 ms doubling with jitter: about 5 in a second; at once: thousands.
+	if n > 20 {
+		t.Fatalf("%d connections in a second", n)
+	}
+}
+
+// An Unlock whose answer was lost with the connection is asked again; the
+// server no longer has the lock, because the first unlock freed it: that is
+// no loss of the lock (which its Deadline still covered), Unlock succeeds.
+func TestUnlockAnsweredOnlyAfterAReconnectSucceeds(t *testing.T) {
+	addr, _ := startServer(t, server.Config{SessionGrace: 5 * time.Second}, "")
+	px := newProxy(t, addr)
+	c := client(t, px.addr(), mlock.Options{MaxBackoff: 50 * time.Millisecond})
+	other := client(t, addr, mlock.Options{})
+	ctx := ctxT(t)
+	l, err := c.Lock(ctx, "unlock-retried", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st0, err := other.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	px.dropBack.Store(true) // the unlock's answer is lost
+	errc := make(chan error, 1)
+	go func() { errc <- l.Unlock(ctx) }()
+	framesSeen(t, other, st0, 1) // the server has the unlock
+	waitQueue(t, other, "unlock-retried", 0)
+	px.cut()
+	px.dropBack.Store(false)
+	if err := <-errc; err != nil {
+		t.Fatalf("Unlock = %v", err)
+	}
+}

@@ -39,6 +39,9 @@ const clockSlack = time.Millisecond
 // session's end is the earlier.
 func (s *session) deadlineLocked(l *Lock) (d time.Duration, bySession bool) {
 	d = l.base + l.ttl - lease.Margin(l.ttl)
+	for _, sh := range l.shorts {
+		d = min(d, sh.at)
+	}
 	if s.graceKnown {
 		if e := s.lastAck + s.grace - s.graceMargin; e < d {
 			return e, true
@@ -56,6 +59,75 @@ func (s *session) heldLocked(l *Lock) {
 		s.armLocked(d)
 	}
 	s.keepAliveLocked(s.keepSpanLocked(l))
+}
+
+// shortenLocked notes a request about to be sent (at now or later) that
+// renews held lock l to ttl from when the server handles it: an extend, an
+// owner's re-entry or a renew by owner. If that lease may end before the
+// one l is believed to hold, the Deadline is bounded by it at once: the
+// answer may never arrive (the connection drops, the caller gives up) while
+// the server applied it. The bound goes when a renewal sent at or after
+// the request is answered (see renewedLocked), or when the server refuses
+// the request (see unshortenLocked). It returns the bound, or nil.
+func (s *session) shortenLocked(l *Lock, now, ttl time.Duration) *shortening {
+	if l.state != held {
+		return nil
+	}
+	at := now + ttl - lease.Margin(ttl)
+	if at >= l.base+l.ttl-lease.Margin(l.ttl) {
+		return nil // no shorter than the lease believed
+	}
+	sh := &shortening{at: at, sent: now}
+	l.shorts = append(l.shorts, sh)
+	s.heldLocked(l)
+	return sh
+}
+
+// unshortenLocked drops the bound sh of l: the server refused its request.
+func (s *session) unshortenLocked(l *Lock, sh *shortening) {
+	if sh != nil {
+		l.shorts = slices.DeleteFunc(l.shorts, func(x *shortening) bool { return x == sh })
+	}
+}
+
+// shortened is a bound shortenOwnedLocked set.
+type shortened struct {
+	l  *Lock
+	sh *shortening
+}
+
+// shortenOwnedLocked is shortenLocked for every held handle of owner on
+// exactly the resources res (as renewedByOwnerLocked finds them).
+func (s *session) shortenOwnedLocked(owner, res string, now, ttl time.Duration) []shortened {
+	var set []string
+	var out []shortened
+	for _, l := range s.locks {
+		if l.state != held || l.owner != owner {
+			continue
+		}
+		if set == nil {
+			set = nameSet(res)
+		}
+		if slices.Equal(set, nameSet(l.Resources())) {
+			if sh := s.shortenLocked(l, now, ttl); sh != nil {
+				out = append(out, shortened{l, sh})
+			}
+		}
+	}
+	return out
+}
+
+// notShortened drops the bounds shortenOwnedLocked set for a request that err
+// shows the server refused (its answer: it was not applied).
+func (s *session) notShortened(bounds []shortened, err *Error) {
+	if len(bounds) == 0 || err == nil || unanswered(err) {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, b := range bounds {
+		s.unshortenLocked(b.l, b.sh)
+	}
 }
 
 // keepSpanLocked returns the span within which the session must be answered

@@ -365,3 +365,153 @@ func TestKeepAlivePingsOfAnIdleHolder(t *testing.T) {
 		t.Fatalf("%d pings in 1 s without locks", n)
 	}
 }
+
+// An Extend whose answer arrives after the lock was lost (its Deadline
+// passed while the answer was on its way, and the client gave the lock up)
+// reports the loss: the lock is not held, whatever the server answered.
+func TestExtendAnsweredAfterTheLossReportsIt(t *testing.T) {
+	addr, _ := startServer(t, server.Config{SessionGrace: 5 * time.Second}, "")
+	px := newProxy(t, addr)
+	c := client(t, px.addr(), mlock.Options{})
+	ctx := ctxT(t)
+	l, err := c.Lock(ctx, "late-extend", &mlock.LockOptions{TTL: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resume := px.pause() // the server's answers wait
+	errc := make(chan error, 1)
+	go func() { _, err := l.Extend(ctx, time.Minute); errc <- err }()
+	select {
+	case <-l.Lost(): // the Deadline passed: given up
+	case <-time.After(5 * time.Second):
+		resume()
+		t.Fatal("the lock was not lost at its Deadline")
+	}
+	resume()
+	if err := <-errc; !errors.Is(err, mlock.ErrLost) {
+		t.Fatalf("Extend answered after the loss = %v, want the loss", err)
+	}
+	if !l.Deadline().IsZero() {
+		t.Fatalf("Deadline %v after the loss", l.Deadline())
+	}
+}
+
+// A renewal of a held lock to a shorter lease (Extend, an owner's re-entry,
+// Renew by owner) whose answer never arrives (lost with the connection, or
+// given up through its context) may have been applied: the Deadline is
+// bounded by it at once, so the holder never believes the lock held after
+// the server may have freed it.
+func TestUnansweredShorteningRenewalBoundsTheDeadline(t *testing.T) {
+	const short = 500 * time.Millisecond
+	for _, how := range []string{"extend", "reentry", "renew"} {
+		t.Run(how, func(t *testing.T) {
+			addr, _ := startServer(t, server.Config{}, "")
+			px := newProxy(t, addr)
+			c := client(t, px.addr(), mlock.Options{})
+			other := client(t, addr, mlock.Options{})
+			ctx := ctxT(t)
+			res := "shorten-" + how
+			l, err := c.Lock(ctx, res, &mlock.LockOptions{TTL: time.Minute, Owner: "o"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			px.dropBack.Store(true) // the answer is lost
+			start := time.Now()
+			rctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+			switch how {
+			case "extend":
+				_, err = l.Extend(rctx, short)
+			case "reentry":
+				_, err = c.Lock(rctx, res, &mlock.LockOptions{TTL: short, Owner: "o"})
+			case "renew":
+				_, _, err = c.Renew(rctx, "o", []string{res}, short)
+			}
+			cancel()
+			if err == nil {
+				t.Fatal("the renewal was answered")
+			}
+			px.dropBack.Store(false)
+			if d := l.Deadline(); d.After(start.Add(short)) {
+				t.Errorf("Deadline %v after the renewal was sent, beyond its ttl", d.Sub(start))
+			}
+			tl, err := other.Lock(ctx, res, nil) // the server freed it after the shortened lease
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tl.Unlock(ctx)
+			if d := l.Deadline(); d.After(time.Now()) {
+				t.Fatalf("another client holds the lock; its first holder believes it for %v more", time.Until(d))
+			}
+		})
+	}
+}
+
+// A Release or ReleaseAll whose answer never arrives (lost with the
+// connection, or given up through its context) may have freed the session's
+// own held locks, and the server's word of it is lost too: the handles it
+// may have freed are lost at once (and given back), their holders do not
+// go on believing them held. (An eviction keeps the lock for the session
+// grace, which bounds the holder's belief.)
+func TestUnansweredReleaseLosesTheHandles(t *testing.T) {
+	for _, how := range []string{"release", "releaseall"} {
+		t.Run(how, func(t *testing.T) {
+			addr, _ := startServer(t, server.Config{}, "")
+			px := newProxy(t, addr)
+			c := client(t, px.addr(), mlock.Options{})
+			other := client(t, addr, mlock.Options{})
+			ctx := ctxT(t)
+			res := "release-" + how
+			l, err := c.Lock(ctx, res+"|"+res+"-b", &mlock.LockOptions{TTL: time.Minute, Owner: "o"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			kept, err := c.Lock(ctx, "kept-"+how, &mlock.LockOptions{TTL: time.Minute, Owner: "p"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			px.dropBack.Store(true) // the answer and the expiry push are lost
+			rctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+			switch how {
+			case "release":
+				_, err = c.Release(rctx, "o", res)
+			case "releaseall":
+				_, err = c.ReleaseAll(rctx, "o")
+			}
+			cancel()
+			if err == nil {
+				t.Fatal("answered")
+			}
+			if !errors.Is(l.Err(), mlock.ErrLost) {
+				t.Errorf("the handle it may have freed: Err %v, Deadline in %v", l.Err(), time.Until(l.Deadline()))
+			}
+			if kept.Err() != nil {
+				t.Errorf("a handle it could not free was lost: %v", kept.Err())
+			}
+			px.dropBack.Store(false)
+			tl, err := other.Lock(ctx, res, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tl.Unlock(ctx)
+		})
+	}
+}
+
+// A shorter renewal the server refuses (its answer says so: it was not
+// applied) leaves the lease as it was.
+func TestRefusedShorteningRenewalLeavesTheDeadline(t *testing.T) {
+	addr, _ := startServer(t, server.Config{}, "")
+	c := client(t, addr, mlock.Options{})
+	ctx := ctxT(t)
+	l, err := c.Lock(ctx, "refused-short", &mlock.LockOptions{TTL: time.Minute, Owner: "o"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A re-entry in another mode.
+	if _, err := c.Lock(ctx, "refused-short", &mlock.LockOptions{TTL: time.Second, Owner: "o", Mode: mlock.Shared}); !errors.Is(err, mlock.ErrModeChange) {
+		t.Fatalf("re-entry in another mode: %v", err)
+	}
+	if d := time.Until(l.Deadline()); d < 10*time.Second {
+		t.Fatalf("Deadline in %v after a refused renewal", d)
+	}
+}

@@ -238,10 +238,11 @@ type call struct {
 	seq       uint64
 	sent      time.Duration // when the command was queued (monotonic, since epoch)
 	verb      protocol.Verb
-	lock      *Lock // lock, trylock: the new handle
-	probe     *Lock // extend of a waiting lock after a resume: answered to the session (see probedLocked)
-	abandoned bool  // guarded by session.mu: nobody waits; give a lock id back
-	drops     uint8 // guarded by session.mu: connections lost with this lock request in flight
+	c         *Client // whose call it is (nil: the session's own)
+	lock      *Lock   // lock, trylock: the new handle
+	probe     *Lock   // extend of a waiting lock after a resume: answered to the session (see probedLocked)
+	abandoned bool    // guarded by session.mu: nobody waits; give a lock id back
+	drops     uint8   // guarded by session.mu: connections lost with this lock request in flight
 	// busyRetried: a try-lock asked again once more after a busy answer (see resultLocked).
 	busyRetried bool // guarded by session.mu
 }
@@ -262,43 +263,92 @@ type reply struct {
 var callPool = sync.Pool{New: func() any { return &call{ch: make(chan reply, 1)} }}
 
 func putCall(cl *call) {
-	cl.lock, cl.drops, cl.busyRetried = nil, 0, false
+	cl.lock, cl.c, cl.drops, cl.busyRetried = nil, nil, 0, false
 	callPool.Put(cl)
 }
 
 // ---- calls ----
 
-// roundTrip sends one command and waits for its answer: its result, or for
-// lock and trylock (l not nil) the grant.
-func (s *session) roundTrip(ctx context.Context, l *Lock, v protocol.Verb, args ...string) (reply, *Error) {
-	cl, err := s.send(ctx, l, v, args)
+// roundTrip sends one command of client c (nil: the session's own) and
+// waits for its answer: its result, or for lock and trylock (l not nil) the
+// grant.
+func (s *session) roundTrip(ctx context.Context, c *Client, l *Lock, v protocol.Verb, args ...string) (reply, *Error) {
+	r, err, _ := s.exchange(ctx, c, l, v, args)
+	return r, err
+}
+
+// exchange is roundTrip; sent reports that the command was queued (the
+// server may have applied it even if err is not its answer).
+func (s *session) exchange(ctx context.Context, c *Client, l *Lock, v protocol.Verb, args []string) (r reply, err *Error, sent bool) {
+	cl, err := s.send(ctx, c, l, v, args)
 	if err != nil {
-		return reply{}, err
+		return reply{}, err, false
 	}
 	select {
 	case r := <-cl.ch:
 		putCall(cl)
-		return r, r.err
+		return r, r.err, true
 	case <-ctx.Done():
 		if s.abandon(cl) {
-			return reply{}, ctxError(ctx)
+			return reply{}, ctxError(ctx), true
 		}
 		r := <-cl.ch // answered meanwhile
 		putCall(cl)
-		return r, r.err
+		return r, r.err, true
+	}
+}
+
+// unanswered reports that err is not the server's answer (the connection
+// dropped, or the caller gave up): the command's outcome is unknown.
+func unanswered(err *Error) bool {
+	return err.Type == TypeConnection || err.Type == TypeTimeout || err.Type == TypeCanceled
+}
+
+// mayBeReleased loses the held handles of owner that a release by owner
+// of the resources res (all of owner's, if res is "") may have freed,
+// although its answer, and the server's word of the release, never
+// arrived: their holders must not go on believing them held. They are
+// given back, in case the release was not applied.
+func (s *session) mayBeReleased(owner, res string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var set []string
+	if res != "" {
+		set = nameSet(res)
+	}
+	e := &Error{Type: TypeLost, Msg: "a release by its owner may have freed it (its answer was lost)", Err: ErrReleased}
+	for id, l := range s.locks {
+		if l.state != held || l.owner != owner {
+			continue
+		}
+		if set != nil && !slices.ContainsFunc(nameSet(l.Resources()), func(n string) bool {
+			_, found := slices.BinarySearch(set, n)
+			return found
+		}) {
+			continue
+		}
+		s.loseLocked(l, e)
+		s.forgetLocked(id)
 	}
 }
 
 // send registers a call and queues its command once the connection is up.
-func (s *session) send(ctx context.Context, l *Lock, v protocol.Verb, args []string) (*call, *Error) {
+// A closed Client's command is not sent: it fails with ErrClosed.
+func (s *session) send(ctx context.Context, c *Client, l *Lock, v protocol.Verb, args []string) (*call, *Error) {
 	for {
-		if err := s.waitUp(ctx); err != nil {
+		if err := s.waitUp(ctx, c); err != nil {
 			return nil, err
 		}
 		// The send time: before the command is queued, so a lower bound
 		// of when the server handles it.
 		now := monoNow()
 		s.mu.Lock()
+		if c != nil && c.closed {
+			// Closed while the call waited for the connection: detach
+			// (Close) has ended what the Client waits for and holds.
+			s.mu.Unlock()
+			return nil, &Error{Type: TypeConnection, Err: ErrClosed}
+		}
 		if s.box == nil {
 			s.mu.Unlock()
 			continue // went down again
@@ -307,6 +357,7 @@ func (s *session) send(ctx context.Context, l *Lock, v protocol.Verb, args []str
 		seq := s.seq
 		cl := callPool.Get().(*call)
 		cl.seq, cl.verb, cl.lock, cl.abandoned, cl.drops, cl.busyRetried, cl.sent = seq, v, l, false, 0, false, now
+		cl.c = c
 		s.calls[seq] = cl
 		if l != nil {
 			l.state = waiting
@@ -358,10 +409,15 @@ func (s *session) abandon(cl *call) bool {
 	return false
 }
 
-// waitUp waits until the connection is up, at most DialTimeout. While the
-// server refuses the connection (see permanent) it fails at once with the
-// refusal. Its errors name the node, or the nodes, that failed.
-func (s *session) waitUp(ctx context.Context) *Error {
+// waitUp waits until the connection is up, at most DialTimeout, or until
+// client c (if not nil) is closed. While the server refuses the connection
+// (see permanent) it fails at once with the refusal. Its errors name the
+// node, or the nodes, that failed.
+func (s *session) waitUp(ctx context.Context, c *Client) *Error {
+	var cdone chan struct{}
+	if c != nil {
+		cdone = c.done
+	}
 	var t *time.Timer
 	for {
 		s.mu.Lock()
@@ -397,6 +453,8 @@ func (s *session) waitUp(ctx context.Context) *Error {
 			s.mu.Unlock()
 		case <-ctx.Done():
 			return ctxError(ctx)
+		case <-cdone:
+			return &Error{Type: TypeConnection, Err: ErrClosed}
 		case <-t.C:
 			s.mu.Lock()
 			defer s.mu.Unlock()
@@ -565,11 +623,13 @@ var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); retu
 
 // extend renews l's lease to now + ttl on the server.
 func (s *session) extend(ctx context.Context, l *Lock, ttl time.Duration) (time.Time, error) {
+	now := monoNow() // before the extend is sent
 	s.mu.Lock()
 	if ttl == 0 {
 		ttl = l.ttl
 	}
 	id, st, lostErr := l.id, l.state, l.lostErr
+	sh := s.shortenLocked(l, now, ttl)
 	s.mu.Unlock()
 	switch st {
 	case lost:
@@ -578,7 +638,7 @@ func (s *session) extend(ctx context.Context, l *Lock, ttl time.Duration) (time.
 	default:
 		return time.Time{}, &Error{Type: TypeRequest, Msg: "lock is not held"}
 	}
-	r, err := s.retry(ctx, protocol.VerbExtend, id, ms(ttl))
+	r, err := s.retry(ctx, l.c, protocol.VerbExtend, id, ms(ttl))
 	if err != nil {
 		if err.code.Class() == protocol.ClassNotFound {
 			lerr := &Error{Type: TypeLost, Msg: "lock expired", Err: ErrExpired}
@@ -588,12 +648,27 @@ func (s *session) extend(ctx context.Context, l *Lock, ttl time.Duration) (time.
 			s.mu.Unlock()
 			return time.Time{}, lerr
 		}
+		if !unanswered(err) { // refused: not applied
+			s.mu.Lock()
+			s.unshortenLocked(l, sh)
+			s.mu.Unlock()
+		}
 		return time.Time{}, err
 	}
 	exp := time.UnixMilli(r.n)
 	s.mu.Lock()
-	l.renewedLocked(r.sent, ttl, exp)
-	s.mu.Unlock()
+	defer s.mu.Unlock()
+	switch l.state {
+	case held:
+		l.renewedLocked(r.sent, ttl, exp)
+	case lost:
+		// Lost while the extend was on its way (its Deadline passed, or
+		// the server said so): the client gave it up, whatever the
+		// server answered.
+		return time.Time{}, l.lostErr
+	default:
+		return time.Time{}, &Error{Type: TypeRequest, Msg: "lock is not held"} // unlocked meanwhile
+	}
 	return exp, nil
 }
 
@@ -611,11 +686,33 @@ func (s *session) unlock(ctx context.Context, l *Lock) error {
 	s.mu.Lock()
 	l.unlocking = true // a re-entry answered meanwhile is not this lock (see resultLocked)
 	s.mu.Unlock()
-	_, err := s.retry(ctx, protocol.VerbUnlock, id)
+	_, err := s.roundTrip(ctx, l.c, nil, protocol.VerbUnlock, id)
+	retried := false
+	if err != nil && err.Type == TypeConnection && err.Err != ErrClosed && ctx.Err() == nil {
+		// Its outcome is unknown: asked again once the connection is back.
+		retried = true
+		_, err = s.roundTrip(ctx, l.c, nil, protocol.VerbUnlock, id)
+	}
+	gone := err == nil || err.code.Class() == protocol.ClassNotFound // the server holds it no more
 	s.mu.Lock()
+	if retried && err != nil && l.state == held && err.code.Class() == protocol.ClassNotFound {
+		if d, _ := s.deadlineLocked(l); monoNow() < d {
+			// The lease had not run out when the server answered (it
+			// ends no earlier than the Deadline): the first unlock, whose
+			// answer was lost with the connection, freed the lock.
+			err = nil
+		}
+	}
 	l.unlocking = false
 	if l.state == held {
-		s.dropLocked(l)
+		if gone {
+			if s.locks[id] == l {
+				delete(s.locks, id)
+			}
+			l.state = released
+		} else {
+			s.dropLocked(l) // asked again when the connection allows
+		}
 	}
 	s.mu.Unlock()
 	if err != nil {
@@ -629,10 +726,10 @@ func (s *session) unlock(ctx context.Context, l *Lock) error {
 
 // retry is roundTrip for idempotent commands: a connection error is retried
 // once, after the connection is back.
-func (s *session) retry(ctx context.Context, v protocol.Verb, args ...string) (reply, *Error) {
-	r, err := s.roundTrip(ctx, nil, v, args...)
+func (s *session) retry(ctx context.Context, c *Client, v protocol.Verb, args ...string) (reply, *Error) {
+	r, err := s.roundTrip(ctx, c, nil, v, args...)
 	if err != nil && err.Type == TypeConnection && err.Err != ErrClosed && ctx.Err() == nil {
-		r, err = s.roundTrip(ctx, nil, v, args...)
+		r, err = s.roundTrip(ctx, c, nil, v, args...)
 	}
 	return r, err
 }
@@ -659,11 +756,14 @@ func (s *session) loseLocked(l *Lock, err *Error) {
 // detach ends what client c waits for and holds: its locks are unlocked
 // on the server (best effort, without waiting for answers), its held locks
 // are lost for their holders (Type lost, ErrClosed: Lost closes, Do's and
-// Hold's jobs are cancelled) and its waits fail with ErrClosed. Other
-// Clients of the session are not disturbed.
+// Hold's jobs are cancelled) and its calls and waits fail with ErrClosed
+// at once (a lock granted later is given back). Other Clients of the
+// session are not disturbed.
 func (s *session) detach(c *Client) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	c.closed = true
+	close(c.done) // its calls waiting for the connection fail
 	waitErr := &Error{Type: TypeConnection, Err: ErrClosed}
 	lostErr := &Error{Type: TypeLost, Msg: "client closed", Err: ErrClosed}
 	for id, l := range s.locks {
@@ -674,10 +774,20 @@ func (s *session) detach(c *Client) {
 		s.forgetLocked(id)
 		l.failLocked(waitErr, lostErr)
 	}
-	for _, cl := range s.calls {
-		if cl.lock != nil && cl.lock.c == c {
-			cl.abandoned = true // the reader gives the lock back when its id arrives
+	for seq, cl := range s.calls {
+		if cl.c != c || cl.probe != nil {
+			continue
 		}
+		if cl.lock != nil {
+			// The reader gives the lock back when its id arrives: it
+			// answers a stand-in, the caller is answered now.
+			s.calls[seq] = &call{ch: make(chan reply, 1), seq: seq, sent: cl.sent, verb: cl.verb,
+				lock: cl.lock, abandoned: true, drops: cl.drops, busyRetried: cl.busyRetried}
+			cl.lock.state = failed
+		} else {
+			delete(s.calls, seq) // its answer is ignored
+		}
+		cl.ch <- reply{err: waitErr}
 	}
 	s.reasks = slices.DeleteFunc(s.reasks, func(cl *call) bool {
 		if cl.lock.c != c {
