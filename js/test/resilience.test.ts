@@ -449,7 +449,11 @@ describe('the session end counts from successes only', () => {
 // A fake cluster node on real TCP: answers connect with `connected 1.0
 // <mode> 15000` plus, when asked with want=leader, ` leader=<named>`, and
 // every ping with pong. It records the connect frames it read.
-async function fakeNode(mode: 'new' | 'resumed', named?: () => string): Promise<{ port: number; addr: string; connects: string[]; close(): void }> {
+async function fakeNode(
+  mode: 'new' | 'resumed',
+  named?: () => string,
+  dropAfterConnect = false,
+): Promise<{ port: number; addr: string; connects: string[]; close(): void }> {
   const port = await freePort();
   const connects: string[] = [];
   const socks = new Set<net.Socket>();
@@ -468,6 +472,7 @@ async function fakeNode(mode: 'new' | 'resumed', named?: () => string): Promise<
           connects.push(w.join(' '));
           const leader = named && w.includes('want=leader') ? ` leader=${named()}` : '';
           s.write(encode(`connected 1.0 ${mode} 15000${leader}`));
+          if (dropAfterConnect) s.destroy();
         } else if (w[0] === 'ping') {
           s.write(encode(`result ${w[1]} success pong`));
         }
@@ -485,6 +490,25 @@ async function fakeNode(mode: 'new' | 'resumed', named?: () => string): Promise<
     },
   };
 }
+
+describe('a server that drops every connection after its handshake', () => {
+  test('is dialled again with a growing backoff, not at once (a few times in a second, not thousands)', async () => {
+    const node = await fakeNode('new', undefined, true);
+    const c = new Client({ host: '127.0.0.1', port: node.port, socketId: `storm-${process.pid}` });
+    try {
+      await c.ping({ signal: AbortSignal.timeout(1000) }).catch(() => {});
+      await sleep(1000);
+      // About 2 s: backoffs of 50, 100, 200, 400, 800 ms (each jittered
+      // to at least half) allow at most 7 connections; reconnecting at
+      // once gives thousands.
+      assert.ok(node.connects.length >= 2, `${node.connects.length} connections: the client did not reconnect`);
+      assert.ok(node.connects.length <= 15, `${node.connects.length} connections in about a second`);
+    } finally {
+      c.destroy();
+      node.close();
+    }
+  });
+});
 
 describe('the move to the leader', () => {
   test('a new session on a follower moves to the leader it names, once; the leader is not asked', async () => {

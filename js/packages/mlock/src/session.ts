@@ -41,6 +41,13 @@ const MIN_KEEPALIVE = 5;
  */
 const MAX_DROPS = 3;
 
+/**
+ * How long (ms) a connection must last for the next one to be made at once
+ * when it drops; one that drops sooner is followed by the backoff, which
+ * grows while connections keep dropping that soon.
+ */
+const STABLE_CONN = 1000;
+
 /** Where a lock request stands. */
 export type LockState = 'waiting' | 'held' | 'released' | 'failed' | 'lost';
 
@@ -309,6 +316,7 @@ export class Session {
   private tried = 0;
   private roundRefusal?: MlockError;
   private backoff = 0;
+  private upAt = 0; // mono() of the last handshake
   private reconnectTimer?: NodeJS.Timeout;
   private refed = true;
   // Lock requests whose connection dropped before their result: the server
@@ -498,7 +506,7 @@ export class Session {
     this.refused = undefined;
     this.tried = 0;
     this.roundRefusal = undefined;
-    this.backoff = 0;
+    this.upAt = mono();
     this.nodeErrs.fill(undefined);
     if (this.everUp && !resumed) this.newSession(mono());
     else if (this.everUp) this.probeWaits(mono());
@@ -549,12 +557,24 @@ export class Session {
     this.idleCheck();
     this.log(`connection to ${addr} lost${err ? `: ${err.message}` : ''}; reconnecting`);
     this.notify('disconnect', addr, err);
+    const stable = mono() - this.upAt >= STABLE_CONN;
+    if (stable) this.backoff = 0;
     if (bye) {
       this.attemptFailed(i, new Error('server shutting down'), undefined);
       return;
     }
-    // Another node (or the same one again) at once.
-    setImmediate(() => this.dial());
+    if (stable) {
+      // Another node (or the same one again) at once.
+      setImmediate(() => this.dial());
+      return;
+    }
+    // Dropped soon after the handshake (a server that closes every
+    // connection at once): reconnecting at once would hammer it; the backoff
+    // grows as after a failed round.
+    this.backoff = Math.min(Math.max(2 * this.backoff, 50), this.opts.maxBackoff);
+    const wait = this.backoff * (0.5 + Math.random() / 2);
+    this.reconnectTimer = setTimeout(() => this.dial(), wait);
+    if (!this.refed) this.reconnectTimer.unref();
   }
 
   /** A connection attempt to node i failed (refusal: the server refused it). */
