@@ -293,8 +293,9 @@ func (c *Client) lock(ctx context.Context, names []string, o *LockOptions, try b
 // Do runs fn while holding the lock: it acquires resources, extends the
 // lease every ttl/3 while fn runs, cancels fn's context if the lock is lost
 // (context.Cause is then the loss) or at the lock's Deadline at the latest
-// (LockOptions.Lead earlier), and unlocks when fn returns. It returns fn's error, or the loss (an Error
-// of Type lost) if the lock was lost.
+// (LockOptions.Lead earlier), and unlocks when fn returns (or panics: the
+// panic goes on once the lock is given back). It returns fn's error, or the
+// loss (an Error of Type lost) if the lock was lost.
 func (c *Client) Do(ctx context.Context, resources string, o *LockOptions, fn func(context.Context) error) error {
 	l, err := c.Lock(ctx, resources, o)
 	if err != nil {
@@ -308,7 +309,8 @@ func (c *Client) Do(ctx context.Context, resources string, o *LockOptions, fn fu
 // (the server says so, its Deadline passed: no extension succeeded in time,
 // or nothing was answered on the session for the server's grace; or the
 // Client was closed) or no longer held, the Lead of the LockOptions l was
-// asked with before its Deadline, and unlocks l when fn returns. If l is
+// asked with before its Deadline, and unlocks l when fn returns (or
+// panics: the panic goes on once l is unlocked). If l is
 // not held when Hold is called, fn is not run: Hold returns l's loss (an
 // Error of Type lost), or an Error of Type request if l was unlocked.
 func (c *Client) Hold(ctx context.Context, l *Lock, fn func(context.Context) error) error {
@@ -320,6 +322,16 @@ func (c *Client) Hold(ctx context.Context, l *Lock, fn func(context.Context) err
 	default: // unlocked, or never granted: nothing would protect fn
 		return &Error{Type: TypeRequest, Msg: "lock is not held"}
 	}
+	// A job that panics (or calls runtime.Goexit) gives the lock back as
+	// one that returns; the panic goes on.
+	returned := false
+	defer func() {
+		if !returned {
+			uctx, ucancel := context.WithTimeout(context.WithoutCancel(ctx), c.opts.DialTimeout)
+			_ = l.Unlock(uctx)
+			ucancel()
+		}
+	}()
 	start := epoch.Add(v.base)
 	fnErr, lostErr := lease.Run(ctx, lease.Options{
 		TTL:      v.ttl,
@@ -342,6 +354,7 @@ func (c *Client) Hold(ctx context.Context, l *Lock, fn func(context.Context) err
 		Lost:  l.Lost(),
 		Cause: func() error { return l.s.lossOf(l) },
 	}, fn)
+	returned = true
 	if lostErr != nil {
 		// The lock is gone for this holder (its Deadline passed, or the
 		// server said so): give it up without waiting for the server.

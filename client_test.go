@@ -721,3 +721,29 @@ func TestHoldOfALockNotHeld(t *testing.T) {
 		}
 	}
 }
+
+// A job that panics gives its lock back as one that returns: another
+// client gets it at once, and the panic reaches Do's caller.
+func TestDoPanicUnlocks(t *testing.T) {
+	addr, _ := startServer(t, server.Config{}, "")
+	c := client(t, addr, mlock.Options{})
+	other := client(t, addr, mlock.Options{})
+	ctx := ctxT(t)
+	got := func() (p any) {
+		defer func() { p = recover() }()
+		_ = c.Do(ctx, "do-panic", &mlock.LockOptions{TTL: time.Minute}, func(context.Context) error {
+			panic("job failed")
+		})
+		return nil
+	}()
+	if got != "job failed" {
+		t.Fatalf("recovered %v, want the job's panic", got)
+	}
+	l, err := other.TryLock(ctx, "do-panic", nil)
+	if err != nil {
+		t.Fatalf("the lock of a job that panicked is still held: %v", err)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
