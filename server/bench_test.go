@@ -175,3 +175,61 @@ func BenchmarkServerHandoff(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPingUnderFlood: one connection floods the server with pipelined
+// requests (512 frames per write, its answers drained), while another
+// measures ping round trips: one op is one ping. The flooder's kinds are a
+// ping and the counters-only status a client without rights gets. p50, p99
+// and max are reported in µs: one busy client must not stall the others.
+func BenchmarkPingUnderFlood(b *testing.B) {
+	for _, kind := range []string{"ping", "status"} {
+		b.Run("flood="+kind, func(b *testing.B) {
+			addr := benchServer(b)
+			flood := benchDial(b, addr, "flood")
+			var burst []byte
+			for i := range 512 {
+				burst = protocol.Append(burst, fmt.Sprintf("%s %d", kind, i+1))
+			}
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			wg.Add(2)
+			go func() { // drain the flooder's answers
+				defer wg.Done()
+				_, _ = io.Copy(io.Discard, flood.nc)
+			}()
+			go func() {
+				defer wg.Done()
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					if _, err := flood.nc.Write(burst); err != nil {
+						return
+					}
+				}
+			}()
+			c := benchDial(b, addr, "pinger")
+			lat := make([]time.Duration, 0, b.N)
+			b.ResetTimer()
+			for i := range b.N {
+				t0 := time.Now()
+				c.send(fmt.Sprintf("ping %d", i+1))
+				if r := c.recv(); !strings.HasSuffix(r, "pong") {
+					b.Fatalf("ping answered %q", r)
+				}
+				lat = append(lat, time.Since(t0))
+			}
+			b.StopTimer()
+			close(stop)
+			flood.nc.Close()
+			wg.Wait()
+			c.nc.Close()
+			slices.Sort(lat)
+			b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+			b.ReportMetric(float64(lat[len(lat)-1].Microseconds()), "max-µs")
+		})
+	}
+}
