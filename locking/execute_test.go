@@ -261,3 +261,32 @@ func TestExecutePanicReleases(t *testing.T) {
 		t.Fatalf("the keys of a job that panicked are still held: %v", err)
 	}
 }
+
+// A provider whose lease in force is shorter than the Expire asked for
+// (etcd: an owner's later acquisitions share the lease of its first) says
+// so in Lease.TTL: the watchdog counts the lock's end from that lease, not
+// from Expire, and a Lead not below its half is dropped. Here the renewals
+// fail: the job is ended at the end of the 300 ms lease, not of the minute
+// asked for.
+func TestExecuteKeepsToTheLeaseInForce(t *testing.T) {
+	for _, lead := range []time.Duration{0, 20 * time.Second} {
+		s := &scripted{lease: locking.Lease{TTL: 300 * time.Millisecond},
+			renew: func() (bool, error) { return false, errors.New("unreachable") }}
+		start := time.Now()
+		var took time.Duration
+		err := locking.Execute(context.Background(), s, []string{"k"}, func(ctx context.Context) error {
+			select {
+			case <-ctx.Done():
+			case <-time.After(10 * time.Second):
+			}
+			took = time.Since(start)
+			return nil
+		}, locking.ExecuteOptions{Expire: time.Minute, Lead: lead})
+		if !errors.Is(err, locking.ErrLost) || took > 5*time.Second {
+			t.Fatalf("lead %v: Execute = %v after %v, want ErrLost by the end of the 300 ms lease", lead, err, took)
+		}
+		if took < 200*time.Millisecond {
+			t.Fatalf("lead %v: the job ended after %v, well before its 300 ms lease", lead, took)
+		}
+	}
+}

@@ -184,6 +184,12 @@ type Lease struct {
 	// acquisition (on the server's clock for mlockd; the send time plus
 	// Expire on the local clock for Redis); zero if unknown or none.
 	ExpiresAt time.Time
+	// TTL, if not zero, is the length of the lease the provider keeps on
+	// each renewal when it is not the Expire asked for (etcd: an owner's
+	// acquisitions share the lease of its first one, and its TTL). Execute
+	// then renews every third of the shorter of the two and counts the
+	// lock's end from it.
+	TTL time.Duration
 	// Sent, if not zero, is when the request that took the lock was sent,
 	// on the local clock: the lease runs from no earlier than this.
 	// Execute counts the first lease from it (zero: from when Acquire
@@ -353,6 +359,14 @@ func ExecuteLease(ctx context.Context, p Provider, keys []string, job func(ctx c
 			return timeoutError(actx.Err())
 		}
 		return err
+	}
+	if l.TTL > 0 && l.TTL < expire {
+		// The lease in force is shorter than asked: the watchdog keeps to
+		// it. A Lead that is not below its half is dropped.
+		lo.TTL = l.TTL
+		if lo.Check() != nil {
+			lo.Lead = 0
+		}
 	}
 	lo.Renew = func(rctx context.Context) (bool, error) { return p.Renew(rctx, keys, owner, expire) }
 	lo.Lost, lo.Deadline, lo.Start = l.Lost, l.Deadline, l.Sent

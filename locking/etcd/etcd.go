@@ -26,7 +26,8 @@
 // share a lease: a concurrency.Mutex takes whoever has the lease as its
 // holder). The owner's first acquisition picks the session, and so the TTL:
 // later acquisitions by the same owner use the same lease while it holds
-// anything. A session whose owner holds nothing is kept for the owner's next
+// anything (their Lease.TTL says so when it is shorter than their Expire,
+// and locking.Execute's watchdog keeps to it). A session whose owner holds nothing is kept for the owner's next
 // acquisition and given to another owner once 64 such are idle. Anonymous
 // acquisitions (no owner: "*", never re-entrant) each get a session of
 // their own. Sessions beside the locks, each session records its owner
@@ -515,8 +516,8 @@ func (p *Provider) Acquire(ctx context.Context, keys []string, opts locking.Acqu
 	}
 	p.mu.Unlock()
 	lease := func(token int64) locking.Lease {
-		return locking.Lease{Token: uint64(token), Lost: s.s.Done(), Sent: sent,
-			ExpiresAt: sent.Add(time.Duration(s.ttl) * time.Second)}
+		ttl := time.Duration(s.ttl) * time.Second
+		return locking.Lease{Token: uint64(token), Lost: s.s.Done(), Sent: sent, TTL: ttl, ExpiresAt: sent.Add(ttl)}
 	}
 	if owned == len(keys) {
 		ok, err := p.renew(ctx, keys, []clientv3.LeaseID{s.s.Lease()})

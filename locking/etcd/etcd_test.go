@@ -369,3 +369,30 @@ func TestUnreachableFailsWithinDialTimeout(t *testing.T) {
 		}
 	}
 }
+
+// An owner's later acquisition shares the lease of its first, and so its
+// TTL: its Lease says so when that is shorter than the Expire asked for
+// (locking.Execute's watchdog keeps to it), and nothing when it is not.
+func TestOwnerLeaseInForce(t *testing.T) {
+	p := open(t, prefix())
+	defer p.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	first, err := p.Acquire(ctx, []string{"a"}, locking.AcquireOptions{OwnerID: "o", Expire: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.TTL != 2*time.Second {
+		t.Fatalf("first acquisition: TTL %v, want 2s", first.TTL)
+	}
+	later, err := p.Acquire(ctx, []string{"b"}, locking.AcquireOptions{OwnerID: "o", Expire: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if later.TTL != 2*time.Second {
+		t.Fatalf("a later acquisition of the owner asking 30s: TTL %v, want the 2s of the owner's lease", later.TTL)
+	}
+	if err := p.ReleaseAll(ctx, locking.ReleaseOptions{OwnerID: "o"}); err != nil {
+		t.Fatal(err)
+	}
+}
