@@ -207,7 +207,12 @@ func (s *Server) openCluster() error {
 		ID: cc.ID, RaftAddr: cc.RaftAddr, ClientAddr: cc.ClientAddr, Dir: cc.Dir, Transport: cc.Transport, Secret: cc.Secret,
 		TLS:       raftTLS,
 		Bootstrap: cc.Bootstrap, Peers: peers, SM: smHook{cl},
-		NextDeadline: func() (int64, bool) { return s.core().NextDeadline() },
+		NextDeadline: func() (int64, bool) {
+			if testHoldTicks.Load() {
+				return 0, false
+			}
+			return s.core().NextDeadline()
+		},
 		OnLeader: func(now int64) []byte {
 			fresh := false
 			s.batch(func(*core.Tx) { fresh = !cl.genesis })
@@ -295,6 +300,10 @@ func appendGenesis(dst []byte, now int64, params string) []byte {
 
 // testApplyHook, if set (tests), sees every entry a node applies.
 var testApplyHook func(node string, now int64, cmds [][]byte)
+
+// testHoldTicks, if set (tests), keeps a leader from proposing ticks: a
+// deadline is processed by the next entry, whatever it is.
+var testHoldTicks atomic.Bool
 
 // smHook is the state machine the node drives: the de-duplication window
 // around the replica, and the tests' hook.
@@ -587,6 +596,23 @@ func (s *Server) applyAttachLocked(tx *core.Tx, m *logCmd) {
 	cl := s.cl
 	local := s.localConn(m)
 	sess := s.sessions[m.session]
+	if sess != nil && sess.node == "" {
+		// The session's grace may be over at the entry's time while no tick
+		// processed it yet (the entry came first): process what is due, and
+		// if the engine closed the session, this attach starts a new one.
+		// The old one's events of this batch, its end included, stay its
+		// own (eventLocked). Every node applies the same entry at the same
+		// time: every node decides alike.
+		tx.Apply(&core.Command{Op: core.OpTick})
+		if !tx.HasSession(m.session) {
+			delete(s.sessions, m.session)
+			if s.ended == nil {
+				s.ended = make(map[string]*session)
+			}
+			s.ended[m.session] = sess
+			sess = nil
+		}
+	}
 	resumed := sess != nil
 	if sess == nil {
 		if len(s.sessions) >= s.set.MaxSessions {
