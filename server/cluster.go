@@ -637,8 +637,14 @@ func (s *Server) applyAttachLocked(tx *core.Tx, m *logCmd) {
 	sess.pruned = false
 	s.answerLocked(local, m.seq, cl.ans[1:], false)
 	if resumed {
+		// As connect: the held locks announced again, and those evicted
+		// told again (an evicted lock ends at the eviction plus the grace,
+		// which the new connection's answers would let its holder outlive).
 		tx.SessionLocks(m.session, func(li core.LockInfo) {
-			if li.Granted {
+			switch {
+			case li.Revoked:
+				s.push(sess, protocol.PushReleased, li.ID)
+			case li.Granted:
 				s.pushLocked(sess, li.ID, li.Deadline, li.Token)
 			}
 		})

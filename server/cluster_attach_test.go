@@ -74,3 +74,32 @@ func TestClusterAttachAtTheEndOfTheGrace(t *testing.T) {
 		}
 	}
 }
+
+// A resumed session is told again of its evicted locks (expired <id>
+// released), never told they are held: the notice of the eviction written
+// to a connection that then dies is lost, and the evicted lock ends at the
+// eviction plus the grace, which the answers of the new connection would
+// let its holder outlive.
+func TestClusterResumeRetellsAnEviction(t *testing.T) {
+	tc := newTestCluster(t, 3, false)
+	l := tc.leader()
+	f := (l + 1) % 3
+	a := tc.dial(f, "holder")
+	a.expect("connected 1.0 new * **")
+	id := a.lock("1", "x 60000 0 0")
+	a.locked(id)
+	ops := tc.dial(l, "ops")
+	ops.expect("connected 1.0 new * **")
+	if got := ops.ask("1", "evict 1 x"); got != "1" {
+		t.Fatalf("evict answered %q", got)
+	}
+	// a's client never reads its old connection: it connects again, on
+	// another node.
+	nw := tc.dial(l, "holder")
+	nw.expect("connected 1.0 resumed 3000 **")
+	nw.expect("expired " + id + " released")
+	nw.send("ping 2")
+	nw.expect("result 2 success pong") // and nothing else: no locked push for it
+	nw.send("extend 3 " + id + " 60000")
+	nw.expect("result 3 failed lock not exist!")
+}
