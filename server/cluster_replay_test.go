@@ -224,9 +224,9 @@ func TestClusterRemovedNodeSessionsDetached(t *testing.T) {
 	}
 }
 
-// A node whose limits differ from the leader's applies the log to another
-// state (a lock the leader grants, it refuses): it says so in its log and
-// its status as soon as the leader's limits are applied.
+// A node whose limits differ from the leader's says so in its log as soon
+// as the leader's are applied (they are in force on it: see
+// TestClusterLeaderSettingsInForce).
 func TestClusterLimitsDifferFromTheLeader(t *testing.T) {
 	odd := -1
 	tc := newTestClusterWith(t, 3, false, func(tc *testCluster) {
