@@ -77,7 +77,8 @@ type StatusClusterNode struct {
 
 // StatusLimits describes the server's limits in Status: the current use,
 // the refusals since the start, and the configured caps (the flags of the
-// same names; 0 or negative: no limit, for those that allow it).
+// same names; 0 or negative: no limit, for those that allow it; on a
+// cluster node, those in force: the leader's).
 type StatusLimits struct {
 	Entries   int   `json:"entries"`   // queue entries (a request counts once per distinct resource)
 	NameBytes int64 `json:"nameBytes"` // bytes of names held: len(resource) per queue entry, plus len(owner) per request

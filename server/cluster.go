@@ -82,7 +82,8 @@ type ClusterConfig struct {
 	BatchWindow                                                          time.Duration
 	MaxBatch                                                             int
 	// DedupWindow is how many recent answers are kept to answer a retried
-	// proposal (default 65536).
+	// proposal (default 65536). Like the limits and the session grace, the
+	// leader's is in force on every node (see docs/cluster.md).
 	DedupWindow int
 }
 
@@ -187,7 +188,7 @@ func (s *Server) openCluster() error {
 	cl.ctx, cl.cancel = context.WithCancel(context.Background())
 	cl.fwd = newForwarder(s, cl)
 	s.cl = cl
-	c, err := s.newCore(nil, nil, 0)
+	c, err := s.newCore(s.set, nil, nil, 0)
 	if err != nil {
 		return err
 	}
@@ -206,12 +207,17 @@ func (s *Server) openCluster() error {
 		ID: cc.ID, RaftAddr: cc.RaftAddr, ClientAddr: cc.ClientAddr, Dir: cc.Dir, Transport: cc.Transport, Secret: cc.Secret,
 		TLS:       raftTLS,
 		Bootstrap: cc.Bootstrap, Peers: peers, SM: smHook{cl},
-		NextDeadline: func() (int64, bool) { return s.core().NextDeadline() },
+		NextDeadline: func() (int64, bool) {
+			if testHoldTicks.Load() {
+				return 0, false
+			}
+			return s.core().NextDeadline()
+		},
 		OnLeader: func(now int64) []byte {
 			fresh := false
 			s.batch(func(*core.Tx) { fresh = !cl.genesis })
 			if fresh {
-				return cluster.DedupCommand("", 0, appendGenesis(nil, now))
+				return cluster.DedupCommand("", 0, appendGenesis(nil, now, s.stateParams()))
 			}
 			return cluster.DedupCommand("", 0, appendLogCmd(nil, &logCmd{op: opFailover, until: now + int64(window)}))
 		},
@@ -243,15 +249,16 @@ func isUnspecified(host string) bool {
 	return err == nil && ip.IsUnspecified()
 }
 
-// newCore returns the core of a cluster node, in manual mode: empty (with
-// the lock-id seed and first token of a genesis command; before it, a zero
-// seed that no lock is ever made with) or the core of a snapshot.
-func (s *Server) newCore(snapshot []byte, seed *[32]byte, first uint64) (*core.Core, error) {
+// newCore returns the core of a cluster node, in manual mode, with the
+// engine's limits and grace of set: empty (with the lock-id seed and first
+// token of a genesis command; before it, a zero seed that no lock is ever
+// made with) or the core of a snapshot.
+func (s *Server) newCore(set settings, snapshot []byte, seed *[32]byte, first uint64) (*core.Core, error) {
 	if seed == nil {
 		seed = new([32]byte)
 	}
 	var me *core.Core
-	ecfg := s.cfg.engineConfig()
+	ecfg := set.engineConfig()
 	ecfg.FirstToken, ecfg.Seed = max(first, 1), seed
 	ccfg := core.Config{
 		Engine: ecfg,
@@ -273,22 +280,30 @@ func (s *Server) newCore(snapshot []byte, seed *[32]byte, first uint64) (*core.C
 }
 
 // opGenesis (the first leader's first command): seed (32 bytes), first
-// token (uvarint). It gives the replicated lock table its secret seed of
-// lock ids and its first fencing token (the time in µs, as a single node).
+// token (uvarint), settings (string, settings.String; absent in the logs
+// of earlier versions). It gives the replicated lock table its secret seed
+// of lock ids and its first fencing token (the time in µs, as a single
+// node), and puts the leader's settings in force: a new cluster's log
+// determines its state from its first entry on.
 const opGenesis byte = 7
 
-func appendGenesis(dst []byte, now int64) []byte {
+func appendGenesis(dst []byte, now int64, params string) []byte {
 	var seed [32]byte
 	_, _ = crand.Read(seed[:])
 	dst = append(dst, opGenesis)
 	dst = append(dst, seed[:]...)
-	return binary.AppendUvarint(dst, uint64(now/int64(time.Microsecond)))
+	dst = binary.AppendUvarint(dst, uint64(now/int64(time.Microsecond)))
+	return appendStr(dst, params)
 }
 
 // ---- the replicated state machine ----
 
 // testApplyHook, if set (tests), sees every entry a node applies.
 var testApplyHook func(node string, now int64, cmds [][]byte)
+
+// testHoldTicks, if set (tests), keeps a leader from proposing ticks: a
+// deadline is processed by the next entry, whatever it is.
+var testHoldTicks atomic.Bool
 
 // smHook is the state machine the node drives: the de-duplication window
 // around the replica, and the tests' hook.
@@ -349,7 +364,9 @@ func (r *replica) Apply(now int64, cmds [][]byte) [][]byte {
 }
 
 // applyGenesis replaces the empty core of a new cluster with one seeded by
-// the command (once: a repeat does nothing).
+// the command, with the settings it carries in force (once: a repeat does
+// nothing). A genesis of an earlier version, without settings, keeps the
+// node's own in force until the first opParams.
 func (s *Server) applyGenesis(now int64, b []byte) {
 	cl := s.cl
 	if len(b) < 1+32+1 {
@@ -357,27 +374,53 @@ func (s *Server) applyGenesis(now int64, b []byte) {
 	}
 	var seed [32]byte
 	copy(seed[:], b[1:33])
-	first, n := binary.Uvarint(b[33:])
-	if n <= 0 {
+	d := decoder{p: b[33:]}
+	first := d.uvarint()
+	if d.bad {
 		return
+	}
+	var params string
+	hasParams := len(d.p) > 0
+	if hasParams {
+		params = d.str()
+		if d.bad || len(d.p) != 0 {
+			s.log.Error("cluster: genesis: the settings do not decode: the node's own stay in force")
+			hasParams = false
+		}
 	}
 	old := s.core()
 	fresh := false
-	old.Batch(func(*core.Tx) { fresh = !cl.genesis })
+	var set settings
+	old.Batch(func(*core.Tx) { fresh, set = !cl.genesis, s.set })
 	if !fresh {
 		return
 	}
-	c, err := s.newCore(nil, &seed, first)
+	if hasParams {
+		st, err := parseSettings(params, set)
+		if err != nil {
+			s.log.Error("cluster: genesis: the leader's settings do not apply: the node's own stay in force", "err", err)
+		} else {
+			set = st
+		}
+	}
+	c, err := s.newCore(set, nil, &seed, first)
 	if err != nil {
 		s.log.Error("cluster: genesis", "err", err)
 		return
 	}
 	c.BatchAt(now, func(*core.Tx) {})
+	changed := false
 	old.Batch(func(*core.Tx) {
 		cl.genesis = true
+		changed = s.set != set
+		s.set = set
+		cl.dedup.SetWindow(set.DedupWindow)
 		s.corep.Store(c)
 	})
 	old.Close()
+	if changed {
+		s.log.Info("cluster: settings in force (the first leader's)", "settings", set.String())
+	}
 }
 
 // applyLocked applies one log command and returns its answer.
@@ -418,35 +461,48 @@ func (s *Server) applyLocked(tx *core.Tx, b []byte) []byte {
 	case opHoldGrants:
 		tx.Apply(&core.Command{Op: core.OpHoldGrants, Until: m.until})
 	case opParams:
-		s.checkParamsLocked(m.params, tx.Now())
+		s.applyParamsLocked(tx, m.params)
 	}
 	s.deliverPushesLocked()
 	return []byte{cl.ans[0]}
 }
 
-// stateParams is the canonical text of this node's settings that applying
-// the log depends on (limits, grace, default TTL, the de-duplication
-// window): every node must have the same, or the same log gives different
-// states and answers.
+// stateParams is the canonical text of this node's own settings that
+// applying the log depends on (limits, grace, default TTL, the
+// de-duplication window): what it proposes while it leads (the genesis,
+// opParams), and so puts in force on every node.
 func (s *Server) stateParams() string {
-	c := &s.cfg
-	dedup := cluster.DefaultDedupWindow
-	if s.cl != nil && s.cl.cfg.DedupWindow > 0 {
-		dedup = s.cl.cfg.DedupWindow
+	return settingsOf(&s.cfg).String()
+}
+
+// applyParamsLocked applies an opParams command: the leader's settings are
+// in force from the next command on, on every node, this one's own flags
+// aside (the engine's limits and grace, the handlers' limits, the
+// de-duplication window). Settings that do not parse or are out of range
+// change nothing (on every node alike).
+func (s *Server) applyParamsLocked(tx *core.Tx, text string) {
+	st, err := parseSettings(text, s.set)
+	switch {
+	case err != nil:
+		s.log.Error("cluster: the leader's settings do not apply: the ones in force stay", "err", err, "in-force", s.set.String())
+	case st != s.set:
+		if err := tx.SetLimits(st.engineConfig()); err != nil { // validated: not expected
+			s.log.Error("cluster: the leader's settings do not apply: the ones in force stay", "err", err)
+			break
+		}
+		s.set = st
+		s.cl.dedup.SetWindow(st.DedupWindow)
+		s.log.Info("cluster: settings in force (the leader's)", "settings", st.String(), "proposed", time.Unix(0, tx.Now()))
 	}
-	return fmt.Sprintf("dedup-window=%d default-ttl=%s max-entries=%d max-locks=%d max-locks-per-session=%d max-name-bytes=%d "+
-		"max-name-len=%d max-offline-bytes=%d max-queue-len=%d max-resources=%d max-session-bytes=%d "+
-		"max-sessions=%d max-timeout=%s max-ttl=%s session-grace=%s",
-		dedup, c.DefaultTTL, c.MaxEntries, c.MaxLocks, c.MaxLocksPerSession, c.MaxNameBytes,
-		c.MaxNameLen, c.MaxOfflineBytes, c.MaxQueueLen, c.MaxResources, c.MaxSessionBytes,
-		c.MaxSessions, c.MaxTimeout, c.MaxTTL, c.SessionGrace)
+	s.checkParamsLocked(text, tx.Now())
 }
 
 // checkParamsLocked compares the leader's settings (an opParams command
-// applied at time at) with this node's and reports the differences (an
-// error in the log, once for each new difference, unless the command is
-// older than two rounds of them: a log replayed after every node's settings
-// changed; clusterState.paramsDiffer).
+// applied at time at) with this node's own flags and reports the
+// differences: the leader's are in force, this node's would be only while
+// it leads (an error in the log, once for each new difference, unless the
+// command is older than two rounds of them: a log replayed after every
+// node's settings changed; clusterState.paramsDiffer).
 func (s *Server) checkParamsLocked(leader string, at int64) {
 	cl := s.cl
 	mine := strings.Fields(s.stateParams())
@@ -466,9 +522,9 @@ func (s *Server) checkParamsLocked(leader string, at int64) {
 	}
 	msg := strings.Join(diff, ", ")
 	if msg != "" && msg != cl.paramsDiffer.Load() && time.Since(time.Unix(0, at)) < 2*paramsEvery {
-		s.log.Error("cluster: this node's settings differ from the leader's: every node must run with the same "+
-			"limits, grace, default TTL and de-duplication window, or it applies the log to another state and "+
-			"answers its clients from it",
+		s.log.Error("cluster: this node's settings differ from the leader's: the leader's are in force on every "+
+			"node; this node's flags count only while it leads, and then change the limits, grace, default TTL and "+
+			"de-duplication window of the whole cluster: give every node the same",
 			"differ", msg, "proposed", time.Unix(0, at))
 	}
 	cl.paramsDiffer.Store(msg)
@@ -540,9 +596,26 @@ func (s *Server) applyAttachLocked(tx *core.Tx, m *logCmd) {
 	cl := s.cl
 	local := s.localConn(m)
 	sess := s.sessions[m.session]
+	if sess != nil && sess.node == "" {
+		// The session's grace may be over at the entry's time while no tick
+		// processed it yet (the entry came first): process what is due, and
+		// if the engine closed the session, this attach starts a new one.
+		// The old one's events of this batch, its end included, stay its
+		// own (eventLocked). Every node applies the same entry at the same
+		// time: every node decides alike.
+		tx.Apply(&core.Command{Op: core.OpTick})
+		if !tx.HasSession(m.session) {
+			delete(s.sessions, m.session)
+			if s.ended == nil {
+				s.ended = make(map[string]*session)
+			}
+			s.ended[m.session] = sess
+			sess = nil
+		}
+	}
 	resumed := sess != nil
 	if sess == nil {
-		if len(s.sessions) >= s.cfg.MaxSessions {
+		if len(s.sessions) >= s.set.MaxSessions {
 			s.counters.sessionsRefused++
 			cl.ans = protocol.AppendError(cl.ans, protocol.CodeTooManySessions)
 			cl.ans[0] = ansEnd
@@ -558,14 +631,20 @@ func (s *Server) applyAttachLocked(tx *core.Tx, m *logCmd) {
 	sess.node, sess.key = m.node, m.conn
 	s.rebindLocked(sess, moved)
 	cl.ans[0] = ansAttached
-	cl.ans = protocol.AppendConnectedLeader(cl.ans, resumed, s.graceMs, s.leaderHint(local))
+	cl.ans = protocol.AppendConnectedLeader(cl.ans, resumed, s.set.graceMs(), s.leaderHint(local))
 	cl.ans = append(cl.ans, sess.offline...)
 	sess.offline = nil
 	sess.pruned = false
 	s.answerLocked(local, m.seq, cl.ans[1:], false)
 	if resumed {
+		// As connect: the held locks announced again, and those evicted
+		// told again (an evicted lock ends at the eviction plus the grace,
+		// which the new connection's answers would let its holder outlive).
 		tx.SessionLocks(m.session, func(li core.LockInfo) {
-			if li.Granted {
+			switch {
+			case li.Revoked:
+				s.push(sess, protocol.PushReleased, li.ID)
+			case li.Granted:
 				s.pushLocked(sess, li.ID, li.Deadline, li.Token)
 			}
 		})
@@ -666,10 +745,15 @@ func (c *conn) setAnswered(seq uint64) {
 	}
 }
 
-// Snapshot layout: "MLSS" 1, genesis byte, uvarint sessions, each: id,
-// principal, node, key, offline (length-prefixed), pruned byte; in id
-// order; then the core's snapshot.
-const sessionsMagic = "MLSS\x01"
+// Snapshot layout: "MLSS" 2, genesis byte, the settings in force (string,
+// settings.String), uvarint sessions, each: id, principal, node, key,
+// offline (length-prefixed), pruned byte; in id order; then the core's
+// snapshot. Version 1 has no settings: it restores with the node's own,
+// until the next opParams.
+const (
+	sessionsMagic   = "MLSS\x02"
+	sessionsMagicV1 = "MLSS\x01"
+)
 
 func (r *replica) Snapshot() ([]byte, error) {
 	s := r.s
@@ -680,6 +764,7 @@ func (r *replica) Snapshot() ([]byte, error) {
 		} else {
 			b = append(b, 0)
 		}
+		b = appendStr(b, s.set.String())
 		ids := make([]string, 0, len(s.sessions))
 		for id := range s.sessions {
 			ids = append(ids, id)
@@ -710,11 +795,24 @@ func (r *replica) Snapshot() ([]byte, error) {
 
 func (r *replica) Restore(snap []byte) error {
 	s := r.s
-	if len(snap) < len(sessionsMagic)+1 || string(snap[:len(sessionsMagic)]) != sessionsMagic {
+	if len(snap) < len(sessionsMagic)+1 || string(snap[:len(sessionsMagic)]) != sessionsMagic &&
+		string(snap[:len(sessionsMagicV1)]) != sessionsMagicV1 {
 		return errors.New("server: not a cluster snapshot")
 	}
 	genesis := snap[len(sessionsMagic)] == 1
 	d := decoder{p: snap[len(sessionsMagic)+1:]}
+	set := settingsOf(&s.cfg) // an older snapshot's: the node's own
+	if string(snap[:len(sessionsMagic)]) == sessionsMagic {
+		text := d.str()
+		if d.bad {
+			return errBadCommand
+		}
+		st, err := parseSettings(text, set)
+		if err != nil {
+			return fmt.Errorf("server: cluster snapshot: %w", err)
+		}
+		set = st
+	}
 	n := d.uvarint()
 	if d.bad || n > uint64(len(d.p)) {
 		return errBadCommand
@@ -733,11 +831,12 @@ func (r *replica) Restore(snap []byte) error {
 		}
 		restored[sess.id] = sess
 	}
-	c, err := s.newCore(d.p, nil, 0)
+	c, err := s.newCore(set, d.p, nil, 0)
 	if err != nil {
 		return err
 	}
 	old := s.core()
+	changed := false
 	old.Batch(func(*core.Tx) {
 		for id, o := range s.sessions {
 			if n := restored[id]; n != nil {
@@ -758,6 +857,8 @@ func (r *replica) Restore(snap []byte) error {
 			s.rebindLocked(sess, false)
 		}
 		s.cl.genesis = genesis
+		changed = s.set != set
+		s.set = set
 		s.corep.Store(c)
 		// The entries the snapshot covers are never applied here: the
 		// answers this node's connections wait for from them would never
@@ -768,6 +869,9 @@ func (r *replica) Restore(snap []byte) error {
 		}
 	})
 	old.Close()
+	if changed {
+		s.log.Info("cluster: settings in force (the snapshot's)", "settings", set.String())
+	}
 	return nil
 }
 

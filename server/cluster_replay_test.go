@@ -20,6 +20,13 @@ type replayEntry struct {
 	cmds [][]byte
 }
 
+// replaySettings are the settings the log of replayLog puts in force (its
+// genesis carries them): replaySM's own.
+var replaySettings = func() settings {
+	cfg := Config{SessionGrace: 3 * time.Second, Cluster: &ClusterConfig{}}.withDefaults()
+	return settingsOf(&cfg)
+}()
+
 // replayLog builds a log by hand, as nodes "x" and "y" would propose it:
 // genesis, sessions that lock, wait, detach with pushes going to their
 // offline buffers, a failover, expiries and a session that comes back.
@@ -48,7 +55,7 @@ func replayLog() []replayEntry {
 		seqs[conn]++
 		return cluster.DedupCommand(conn, seqs[conn], appendLogCmd(nil, &logCmd{op: opDetach, node: node, conn: conn, session: sess}))
 	}
-	add(0, cluster.DedupCommand("", 0, append(appendGenesis(nil, t0), []byte{}...)))
+	add(0, cluster.DedupCommand("", 0, appendGenesis(nil, t0, replaySettings.String())))
 	add(1*ms, attach("x", "x/1/1", "s1"), attach("y", "y/1/1", "s2"), attach("y", "y/1/2", "s3"))
 	add(2*ms, frames("x", "x/1/1", "s1", "lock 1 a 400 0 0 o1", "lock 2 c 300 0 0 o1"))
 	add(3*ms, frames("y", "y/1/1", "s2", "lock 1 a 500 2000 0 o2"), frames("y", "y/1/2", "s3", "lock 1 c 500 100 0 o3"))
@@ -217,9 +224,9 @@ func TestClusterRemovedNodeSessionsDetached(t *testing.T) {
 	}
 }
 
-// A node whose limits differ from the leader's applies the log to another
-// state (a lock the leader grants, it refuses): it says so in its log and
-// its status as soon as the leader's limits are applied.
+// A node whose limits differ from the leader's says so in its log as soon
+// as the leader's are applied (they are in force on it: see
+// TestClusterLeaderSettingsInForce).
 func TestClusterLimitsDifferFromTheLeader(t *testing.T) {
 	odd := -1
 	tc := newTestClusterWith(t, 3, false, func(tc *testCluster) {

@@ -577,17 +577,31 @@ func TestClusterDeterminism(t *testing.T) {
 // replaySM returns a state machine of a server that is no node: for
 // replaying a log.
 func replaySM(t *testing.T, id string) *cluster.Dedup {
-	cfg := Config{SessionGrace: 3 * time.Second}.withDefaults()
+	return replaySMWith(t, id, nil)
+}
+
+// replaySMWith is replaySM with its own flags: configure changes them.
+func replaySMWith(t *testing.T, id string, configure func(*Config)) *cluster.Dedup {
+	return replayServer(t, id, configure).cl.dedup
+}
+
+// replayServer is the server of replaySMWith.
+func replayServer(t *testing.T, id string, configure func(*Config)) *Server {
+	cfg := Config{SessionGrace: 3 * time.Second, Cluster: &ClusterConfig{}}
+	if configure != nil {
+		configure(&cfg)
+	}
+	cfg = cfg.withDefaults()
 	s := &Server{cfg: cfg, log: cfg.Logger, sessions: map[string]*session{}, conns: map[*conn]struct{}{},
-		perIP: nil, buckets: map[string]*bucket{}, graceMs: 3000}
+		perIP: nil, buckets: map[string]*bucket{}, set: settingsOf(&cfg)}
 	s.cl = &clusterState{id: id, conns: map[string]*conn{}}
-	c, err := s.newCore(nil, nil, 0)
+	c, err := s.newCore(s.set, nil, nil, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	s.corep.Store(c)
-	s.cl.dedup = cluster.NewDedup(&replica{s}, 0)
-	return s.cl.dedup
+	s.cl.dedup = cluster.NewDedup(&replica{s}, cfg.Cluster.DedupWindow)
+	return s
 }
 
 // Membership changes asked through any node reach the leader: a follower is

@@ -176,7 +176,7 @@ func (c *conn) connect(tx *core.Tx, f [][]byte) bool {
 	}
 	resumed := sess != nil
 	if sess == nil {
-		if len(s.sessions) >= s.cfg.MaxSessions {
+		if len(s.sessions) >= s.set.MaxSessions {
 			s.counters.sessionsRefused++
 			s.logRefusal(tx.Now(), "connect refused: too many sessions", "remote", c.remote, "sessions", len(s.sessions))
 			c.sendError(protocol.CodeTooManySessions)
@@ -206,7 +206,7 @@ func (c *conn) connect(tx *core.Tx, f [][]byte) bool {
 		s.unauthed--
 	}
 	c.authed = true // the reader sets the idle deadline
-	s.scratch = protocol.AppendConnected(s.scratch[:0], resumed, s.graceMs)
+	s.scratch = protocol.AppendConnected(s.scratch[:0], resumed, s.set.graceMs())
 	c.write(s.scratch)
 	if len(sess.offline) > 0 {
 		c.write(sess.offline)
@@ -257,7 +257,7 @@ func (c *conn) lock(tx *core.Tx, req []byte, f [][]byte, try bool) {
 		to := arg(4)
 		if !protocol.Unset(to) {
 			n, ok := protocol.Int(to)
-			if !ok || n < 0 || n > int64(s.cfg.MaxTimeout/time.Millisecond) {
+			if !ok || n < 0 || n > int64(s.set.MaxTimeout/time.Millisecond) {
 				c.failed(req, protocol.CodeInvalidTimeout)
 				return
 			}
@@ -495,10 +495,10 @@ func (c *conn) locks(tx *core.Tx, req []byte, f [][]byte) {
 // ttlArg parses a ttl in ms; a missing one is the default.
 func (s *Server) ttlArg(b []byte) (time.Duration, bool) {
 	if protocol.Unset(b) {
-		return s.cfg.DefaultTTL, true
+		return s.set.DefaultTTL, true
 	}
 	n, ok := protocol.Int(b)
-	if !ok || n <= 0 || n > int64(s.cfg.MaxTTL/time.Millisecond) {
+	if !ok || n <= 0 || n > int64(s.set.MaxTTL/time.Millisecond) {
 		return 0, false
 	}
 	return time.Duration(n) * time.Millisecond, true

@@ -36,10 +36,11 @@ const (
 	opFailover byte = 5
 	// opHoldGrants: until. Nothing is granted before until.
 	opHoldGrants byte = 6
-	// opParams: params. The leader's settings that the state machine
-	// applies the log with (see stateParams): a node whose own differ
-	// reports it. Changes nothing in the replicated state. (7 is the
-	// genesis, opGenesis.)
+	// opParams: params. The leader's settings (settings.String), put in
+	// force on every node for the commands that follow: the state machine
+	// applies the log with them, whatever the node's own flags (a node
+	// whose own differ reports it). A leader proposes it when it takes
+	// over and every minute. (7 is the genesis, opGenesis.)
 	opParams byte = 8
 )
 

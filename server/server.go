@@ -43,7 +43,10 @@ type Server struct {
 	corep   atomic.Pointer[core.Core] // the core; replaced only by a cluster's snapshot restore (see batch)
 	cl      *clusterState             // nil: a single node
 	dir     *datadir.Dir              // nil: no data directory
-	graceMs int64                     // the session grace announced in the handshake
+	// set: guarded by the core: the settings commands are applied with
+	// (limits, session grace): the node's own (Config's); in a cluster the
+	// replicated ones, the leader's (see settings).
+	set settings
 
 	sessions   map[string]*session // guarded by the core
 	conns      map[*conn]struct{}  // guarded by the core
@@ -135,7 +138,7 @@ func New(cfg Config) (*Server, error) {
 		cfg:       cfg,
 		log:       cfg.Logger,
 		startNs:   clock.Now(),
-		graceMs:   max(cfg.SessionGrace, 0).Milliseconds(),
+		set:       settingsOf(&cfg),
 		sessions:  make(map[string]*session),
 		conns:     make(map[*conn]struct{}),
 		perIP:     make(map[netip.Addr]int),
@@ -622,7 +625,7 @@ func (s *Server) deliver(sess *session, frame []byte) {
 	if sess.node != "" {
 		return // cluster: attached to a connection elsewhere, whose node delivers it
 	}
-	if len(sess.offline)+len(frame) > s.cfg.MaxOfflineBytes {
+	if len(sess.offline)+len(frame) > s.set.MaxOfflineBytes {
 		if isLocked(frame) {
 			return
 		}

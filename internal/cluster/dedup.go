@@ -43,6 +43,7 @@ func ParseDedupCommand(p []byte) (client string, seq uint64, cmd []byte, err err
 type Dedup struct {
 	sm     StateMachine
 	window int
+	base   int // NewDedup's window: the one an older snapshot, without its window, restores with
 
 	results map[dedupKey][]byte
 	order   []dedupKey // ring of the remembered keys, oldest at head
@@ -59,7 +60,35 @@ func NewDedup(sm StateMachine, window int) *Dedup {
 	if window <= 0 {
 		window = DefaultDedupWindow
 	}
-	return &Dedup{sm: sm, window: window, results: make(map[dedupKey][]byte)}
+	return &Dedup{sm: sm, window: window, base: window, results: make(map[dedupKey][]byte)}
+}
+
+// Window returns the window in force.
+func (d *Dedup) Window() int { return d.window }
+
+// SetWindow changes the window (<= 0: DefaultDedupWindow) for the results
+// that come next; a smaller one forgets the oldest results beyond it at
+// once. A replicated state machine calls it from its Apply (the Node's
+// goroutine) when a command of the log changes it, at the same point on
+// every node. The window is part of the snapshot.
+func (d *Dedup) SetWindow(window int) {
+	if window <= 0 {
+		window = DefaultDedupWindow
+	}
+	if window == d.window {
+		return
+	}
+	order := make([]dedupKey, 0, min(len(d.order), window))
+	n := len(d.order)
+	for i := range n {
+		k := d.order[(d.head+i)%n]
+		if n-i > window {
+			delete(d.results, k)
+			continue
+		}
+		order = append(order, k)
+	}
+	d.window, d.order, d.head = window, order, 0
 }
 
 // Apply applies the new commands of the batch (in one call of the wrapped Apply, even when none is
@@ -124,9 +153,13 @@ func (d *Dedup) remember(k dedupKey, r []byte) {
 	d.results[k] = r
 }
 
-// Snapshot layout: magic "MLDD" 1, uvarint count, count × (client, uvarint seq, result with a
-// uvarint len+1 prefix, 0 = nil), oldest first, then the wrapped snapshot to the end.
-const dedupMagic = "MLDD\x01"
+// Snapshot layout: magic "MLDD" 2, uvarint window, uvarint count, count × (client, uvarint seq,
+// result with a uvarint len+1 prefix, 0 = nil), oldest first, then the wrapped snapshot to the end.
+// Version 1 has no window: it restores with NewDedup's.
+const (
+	dedupMagic   = "MLDD\x02"
+	dedupMagicV1 = "MLDD\x01"
+)
 
 // Snapshot returns the window and the wrapped state machine's snapshot.
 func (d *Dedup) Snapshot() ([]byte, error) {
@@ -134,7 +167,8 @@ func (d *Dedup) Snapshot() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := append([]byte(dedupMagic), binary.AppendUvarint(nil, uint64(len(d.order)))...)
+	b := binary.AppendUvarint([]byte(dedupMagic), uint64(d.window))
+	b = binary.AppendUvarint(b, uint64(len(d.order)))
 	for i := range d.order {
 		k := d.order[(d.head+i)%len(d.order)]
 		b = appendBytes(b, []byte(k.client))
@@ -150,20 +184,31 @@ func (d *Dedup) Snapshot() ([]byte, error) {
 	return append(b, inner...), nil
 }
 
-// Restore replaces the window and the wrapped state with a snapshot's. A window larger than this
-// Dedup's keeps only the newest keys.
+// Restore replaces the window, its size included, and the wrapped state with a snapshot's. An
+// older snapshot, without its size, restores with NewDedup's and keeps only the newest keys that fit.
 func (d *Dedup) Restore(snap []byte) error {
-	if len(snap) < len(dedupMagic) || string(snap[:len(dedupMagic)]) != dedupMagic {
+	var window int
+	var p []byte
+	switch {
+	case len(snap) >= len(dedupMagic) && string(snap[:len(dedupMagic)]) == dedupMagic:
+		p = snap[len(dedupMagic):]
+		w, k := binary.Uvarint(p)
+		if k <= 0 || w == 0 || w > 1<<40 {
+			return errCorrupt
+		}
+		window, p = int(w), p[k:]
+	case len(snap) >= len(dedupMagicV1) && string(snap[:len(dedupMagicV1)]) == dedupMagicV1:
+		window, p = d.base, snap[len(dedupMagicV1):]
+	default:
 		return errors.New("cluster: not a Dedup snapshot")
 	}
-	p := snap[len(dedupMagic):]
 	n, k := binary.Uvarint(p)
 	if k <= 0 || n > uint64(len(p)) {
 		return errCorrupt
 	}
 	p = p[k:]
-	results := make(map[dedupKey][]byte, min(int(n), d.window))
-	order := make([]dedupKey, 0, min(int(n), d.window))
+	results := make(map[dedupKey][]byte, min(int(n), window))
+	order := make([]dedupKey, 0, min(int(n), window))
 	for range n {
 		c, rest, ok := readBytes(p)
 		if !ok {
@@ -192,7 +237,7 @@ func (d *Dedup) Restore(snap []byte) error {
 		results[key] = r
 		p = rest
 	}
-	if drop := len(order) - d.window; drop > 0 {
+	if drop := len(order) - window; drop > 0 {
 		for _, key := range order[:drop] {
 			delete(results, key)
 		}
@@ -201,6 +246,6 @@ func (d *Dedup) Restore(snap []byte) error {
 	if err := d.sm.Restore(p); err != nil {
 		return err
 	}
-	d.results, d.order, d.head = results, order, 0
+	d.results, d.order, d.head, d.window = results, order, 0, window
 	return nil
 }

@@ -48,9 +48,20 @@ func TestDedupApply(t *testing.T) {
 			t.Fatalf("after restore: %q", str(res))
 		}
 	}
-	// A smaller window keeps the newest keys of a larger snapshot.
+	// The snapshot carries the window's size: a Dedup made with another
+	// restores the snapshot's.
+	d4 := NewDedup(&toySM{}, 1)
+	if err := d4.Restore(snap); err != nil {
+		t.Fatal(err)
+	}
+	if d4.Window() != 3 {
+		t.Fatalf("restored window %d, want the snapshot's 3", d4.Window())
+	}
+	// An older snapshot, without the size, restores with NewDedup's: a
+	// smaller window keeps the newest keys of a larger snapshot.
+	v1 := append([]byte(dedupMagicV1), snap[len(dedupMagic)+1:]...) // the size 3 is one byte
 	d3 := NewDedup(&toySM{}, 1)
-	if err := d3.Restore(snap); err != nil {
+	if err := d3.Restore(v1); err != nil {
 		t.Fatal(err)
 	}
 	if res := d3.Apply(6, [][]byte{cmd("a", 1, "x"), cmd("b", 2, "y")}); string(res[0]) != "7" || string(res[1]) != "8" {
@@ -58,6 +69,32 @@ func TestDedupApply(t *testing.T) {
 	}
 	if err := d3.Restore([]byte("junk")); err == nil {
 		t.Fatal("Restore(junk) succeeded")
+	}
+}
+
+// SetWindow changes the size from the next result on: a smaller one
+// forgets the oldest at once, and the size goes with the snapshot.
+func TestDedupSetWindow(t *testing.T) {
+	cmd := func(client string, seq uint64) []byte { return DedupCommand(client, seq, []byte("x")) }
+	d := NewDedup(&toySM{}, 3)
+	d.Apply(1, [][]byte{cmd("a", 1), cmd("a", 2), cmd("a", 3)})
+	d.SetWindow(1)
+	if res := d.Apply(2, [][]byte{cmd("a", 3), cmd("a", 2)}); string(res[0]) != "3" || string(res[1]) != "4" {
+		t.Fatalf("after shrinking to 1: %q (want (a,3) answered from the window, (a,2) applied again)", str(res))
+	}
+	d.SetWindow(4)
+	d.Apply(3, [][]byte{cmd("b", 1), cmd("b", 2), cmd("b", 3)})
+	if res := d.Apply(4, [][]byte{cmd("a", 2), cmd("b", 1)}); string(res[0]) != "4" || string(res[1]) != "5" {
+		t.Fatalf("after growing to 4: %q", str(res))
+	}
+	snap, _ := d.Snapshot()
+	d2 := NewDedup(&toySM{}, 2)
+	if err := d2.Restore(snap); err != nil {
+		t.Fatal(err)
+	}
+	snap2, _ := d2.Snapshot()
+	if d2.Window() != 4 || !bytes.Equal(snap, snap2) {
+		t.Fatalf("restored window %d, snapshots equal %v", d2.Window(), bytes.Equal(snap, snap2))
 	}
 }
 

@@ -266,6 +266,19 @@ func (tx *Tx) Apply(cmd *Command) Result {
 	return r
 }
 
+// SetLimits puts cfg's limits and session grace in force for the commands
+// that follow, in this batch and later ones (see locktable.Table.SetLimits:
+// what is live is left as it is). Its other fields are ignored. A
+// replicated log applies it as a command, at the same point on every
+// replica. It returns cfg's error and then changes nothing; it panics when
+// called from OnBatch.
+func (tx *Tx) SetLimits(cfg EngineConfig) error {
+	if tx.ending {
+		panic("core: Tx.SetLimits called from OnBatch")
+	}
+	return tx.c.tab.SetLimits(cfg)
+}
+
 // Stats returns the engine's counters and sizes.
 func (tx *Tx) Stats() Stats { return tx.c.tab.Stats() }
 

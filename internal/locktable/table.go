@@ -421,37 +421,53 @@ func newTable(cfg Config) (*Table, error) {
 		return nil, err
 	}
 	t := &Table{
-		cfg:        cfg,
-		maxRes:     Limit(cfg.MaxResources, DefaultMaxResources),
-		maxName:    Limit(cfg.MaxNameLen, DefaultMaxNameLen),
-		maxPerSess: Limit(cfg.MaxLocksPerSession, DefaultMaxLocksPerSession),
-		maxQueue:   Limit(cfg.MaxQueueLen, DefaultMaxQueueLen),
-		maxLocks:   Limit(cfg.MaxLocks, DefaultMaxLocks),
-		maxEntries: Limit(cfg.MaxEntries, DefaultMaxEntries),
-		maxBytes:   int64(Limit(cfg.MaxNameBytes, DefaultMaxNameBytes)),
-		maxSessB:   int64(Limit(cfg.MaxSessionBytes, DefaultMaxSessionBytes)),
-		maxTTL:     cfg.MaxTTL,
-		maxTimeout: cfg.MaxTimeout,
-		queues:     make(map[string]*queue),
-		names:      btree.NewG(nameDegree, nameLess),
-		sessions:   make(map[string]*session),
-		owners:     make(map[string]*ownerList),
-		next:       cfg.FirstToken,
+		cfg:      cfg,
+		queues:   make(map[string]*queue),
+		names:    btree.NewG(nameDegree, nameLess),
+		sessions: make(map[string]*session),
+		owners:   make(map[string]*ownerList),
+		next:     cfg.FirstToken,
 	}
-	if t.cfg.SessionGrace == 0 {
-		t.cfg.SessionGrace = DefaultSessionGrace
-	}
-	if t.maxTTL == 0 {
-		t.maxTTL = DefaultMaxTTL
-	}
-	if t.maxTimeout == 0 {
-		t.maxTimeout = DefaultMaxTimeout
-	}
+	t.setLimits(&cfg)
 	if t.next == 0 {
 		t.next = 1
 	}
 	t.hold.hidx = -1
 	return t, nil
+}
+
+// setLimits puts cfg's limits and session grace in force (cfg is valid).
+func (t *Table) setLimits(cfg *Config) {
+	t.maxRes = Limit(cfg.MaxResources, DefaultMaxResources)
+	t.maxName = Limit(cfg.MaxNameLen, DefaultMaxNameLen)
+	t.maxPerSess = Limit(cfg.MaxLocksPerSession, DefaultMaxLocksPerSession)
+	t.maxQueue = Limit(cfg.MaxQueueLen, DefaultMaxQueueLen)
+	t.maxLocks = Limit(cfg.MaxLocks, DefaultMaxLocks)
+	t.maxEntries = Limit(cfg.MaxEntries, DefaultMaxEntries)
+	t.maxBytes = int64(Limit(cfg.MaxNameBytes, DefaultMaxNameBytes))
+	t.maxSessB = int64(Limit(cfg.MaxSessionBytes, DefaultMaxSessionBytes))
+	t.maxTTL = cmp.Or(cfg.MaxTTL, DefaultMaxTTL)
+	t.maxTimeout = cmp.Or(cfg.MaxTimeout, DefaultMaxTimeout)
+	t.cfg.MaxResources, t.cfg.MaxNameLen, t.cfg.MaxLocksPerSession = cfg.MaxResources, cfg.MaxNameLen, cfg.MaxLocksPerSession
+	t.cfg.MaxQueueLen, t.cfg.MaxLocks, t.cfg.MaxEntries = cfg.MaxQueueLen, cfg.MaxLocks, cfg.MaxEntries
+	t.cfg.MaxNameBytes, t.cfg.MaxSessionBytes = cfg.MaxNameBytes, cfg.MaxSessionBytes
+	t.cfg.MaxTTL, t.cfg.MaxTimeout = cfg.MaxTTL, cfg.MaxTimeout
+	t.cfg.SessionGrace = cmp.Or(cfg.SessionGrace, DefaultSessionGrace)
+}
+
+// SetLimits puts in force, from the next call on, the limits (MaxResources
+// to MaxTimeout) and the session grace of cfg; its other fields are
+// ignored. What is live stays as it is: a request above a lowered cap
+// stays, a grace period already running keeps its end, an expiry its time;
+// the new limits count for the requests, detaches and evictions that come
+// next. A replicated log changes them at the same point on every replica.
+// It returns cfg's error (see Config.Validate) and then changes nothing.
+func (t *Table) SetLimits(cfg Config) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	t.setLimits(&cfg)
+	return nil
 }
 
 // SessionGrace returns the grace period in force.
