@@ -583,6 +583,12 @@ func (p *Provider) callError(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
 		return provider.WaitError(ctx)
 	}
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+		// The deadline passed but ctx's timer has not run yet: etcd, which
+		// the client gave the deadline, answered first ("request timed
+		// out").
+		return provider.TimeoutError(context.DeadlineExceeded)
+	}
 	if p.isClosed() {
 		return closedError()
 	}

@@ -396,3 +396,21 @@ func TestOwnerLeaseInForce(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// lateCtx is a context whose deadline has passed while its timer has not
+// run yet (on a busy machine, for a moment): Err is still nil.
+type lateCtx struct{ context.Context }
+
+func (lateCtx) Deadline() (time.Time, bool) { return time.Now().Add(-time.Millisecond), true }
+
+// A call whose deadline passed before its context's timer ran (etcd, given
+// the deadline, answers "request timed out" first) is a timeout, as the
+// end of the context is, not a failure of etcd.
+func TestDeadlinePassedIsATimeout(t *testing.T) {
+	p := open(t, prefix())
+	defer p.Close()
+	_, err := p.Acquire(lateCtx{context.Background()}, []string{"late"}, locking.AcquireOptions{Expire: 2 * time.Second})
+	if !errors.Is(err, locking.ErrTimeout) {
+		t.Fatalf("Acquire past its deadline: %v, want a timeout", err)
+	}
+}

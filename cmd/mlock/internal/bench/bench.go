@@ -382,7 +382,7 @@ func (r *run) cycle(ctx context.Context, w int, owner string, idx []int, keys []
 		r.waitMu.Unlock()
 	}
 	if err != nil {
-		if ctx.Err() != nil {
+		if ended(ctx) {
 			return false // the round ended
 		}
 		if errors.Is(err, locking.ErrTimeout) {
@@ -505,7 +505,7 @@ func (r *run) cycleRW(ctx context.Context, w int, rng *rand.Rand, s *sample) boo
 	cancel()
 	wait := time.Since(t0)
 	if err != nil {
-		if ctx.Err() != nil {
+		if ended(ctx) {
 			return false // the round ended
 		}
 		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, locking.ErrTimeout) {
@@ -541,4 +541,15 @@ func (r *run) cycleRW(ctx context.Context, w int, rng *rand.Rand, s *sample) boo
 	}
 	rcancel()
 	return true
+}
+
+// ended reports whether the round of ctx ended: ctx is done, or its
+// deadline passed and its timer has not run yet (a server given the
+// deadline may answer first).
+func ended(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	dl, ok := ctx.Deadline()
+	return ok && !time.Now().Before(dl)
 }
