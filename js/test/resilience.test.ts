@@ -576,3 +576,72 @@ describe('the move to the leader', () => {
     }
   });
 });
+
+describe('answers lost on the way', () => {
+  let srv: Server;
+  let proxy: Proxy;
+  let other: Client;
+  before(async () => {
+    srv = await startServer(['--session-grace', '5s']);
+    proxy = await startProxy(srv.port);
+    other = new Client({ host: '127.0.0.1', port: srv.port, socketId: `lost-other-${process.pid}` });
+  });
+  after(async () => {
+    other.destroy();
+    await proxy.close();
+    await srv.cleanup();
+  });
+  const client = (name: string, o: Record<string, unknown> = {}) =>
+    new Client({ host: '127.0.0.1', port: proxy.port, socketId: `${name}-${process.pid}-${++n}`, pingInterval: 60000, ...o });
+  /** Waits until another session can take name (the server freed it), and gives it back. */
+  const freed = (name: string) =>
+    until(
+      async () => {
+        try {
+          await (await other.tryLock(name)).unlock();
+          return true;
+        } catch {
+          return false;
+        }
+      },
+      15000,
+      `${name} to be free`,
+    );
+
+  test("a destroyed client's calls waiting for the connection or in flight fail at once; nothing of it is granted later", async () => {
+    const sid = `destroy-${process.pid}-${++n}`;
+    const c1 = new Client({ host: '127.0.0.1', port: proxy.port, socketId: sid, dialTimeout: 30000, maxBackoff: 100 });
+    const c2 = new Client({ host: '127.0.0.1', port: proxy.port, socketId: sid });
+    try {
+      const name = r('destroy');
+      await c1.ping();
+      // In flight: never answered.
+      proxy.blackhole(true);
+      const ping = c1.ping();
+      await sleep(50);
+      const down = new Promise<void>((res) => c2.once('disconnect', () => res()));
+      proxy.refuse(true);
+      proxy.cut();
+      proxy.blackhole(false);
+      await down;
+      // Waiting for the connection.
+      const waiting = c1.acquire(name);
+      const pinging = c1.ping();
+      const outcome = (p: Promise<unknown>) => p.then(() => 'resolved', (e: MlockError) => `${e.type}/${e.reason}`);
+      const all = Promise.all([outcome(ping), outcome(waiting), outcome(pinging)]);
+      await sleep(50);
+      c1.destroy();
+      const first = await Promise.race([all, sleep(5000).then(() => undefined)]);
+      proxy.refuse(false);
+      assert.deepEqual(first, ['connection/destroyed', 'connection/destroyed', 'connection/destroyed']);
+      await c2.ping();
+      await c2.ping();
+      await (await other.tryLock(name)).unlock();
+    } finally {
+      proxy.refuse(false);
+      proxy.blackhole(false);
+      c1.destroy();
+      c2.destroy();
+    }
+  });
+});

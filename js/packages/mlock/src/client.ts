@@ -106,8 +106,13 @@ export class Mlock extends EventEmitter {
     return this.s.node;
   }
 
-  private names(resources: string | string[]): string {
+  /** Throws if this client is destroyed. */
+  private check(): void {
     if (this.destroyed) throw new MlockError('client destroyed', 'connection', { reason: 'destroyed' });
+  }
+
+  private names(resources: string | string[]): string {
+    this.check();
     const list = Array.isArray(resources) ? resources : String(resources).split('|');
     if (list.length === 0) throw request('no resource');
     const p = this.options.prefix;
@@ -191,9 +196,10 @@ export class Mlock extends EventEmitter {
   async extend(lockId: string, ttl?: number, opts: { signal?: AbortSignal } = {}): Promise<number> {
     const l = this.s.locks.get(lockId);
     if (l) return l.extend(ttl, opts);
+    this.check();
     const t = ttl ?? this.options.ttl;
     checkInt('ttl', t, 1);
-    const r = await this.s.retry('extend', [lockId, String(t)], opts.signal);
+    const r = await this.s.retry('extend', [lockId, String(t)], opts.signal, { client: this });
     return Number(r.payload);
   }
 
@@ -201,7 +207,8 @@ export class Mlock extends EventEmitter {
   async unlock(lockId: string, opts: { signal?: AbortSignal } = {}): Promise<void> {
     const l = this.s.locks.get(lockId);
     if (l) return l.unlock(opts);
-    await this.s.retry('unlock', [lockId], opts.signal);
+    this.check();
+    await this.s.retry('unlock', [lockId], opts.signal, { client: this });
   }
 
   /**
@@ -264,15 +271,15 @@ export class Mlock extends EventEmitter {
   async release(owner: string, resources: string | string[], opts: { signal?: AbortSignal } = {}): Promise<boolean> {
     const res = this.names(resources);
     checkOwner(owner);
-    const r = await this.s.call('release', [owner, res], opts.signal);
+    const r = await this.s.call('release', [owner, res], opts.signal, undefined, { client: this });
     return r.payload === 'true';
   }
 
   /** Releases every lock owner holds; returns how many. */
   async releaseAll(owner: string, opts: { signal?: AbortSignal } = {}): Promise<number> {
-    if (this.destroyed) throw new MlockError('client destroyed', 'connection', { reason: 'destroyed' });
+    this.check();
     checkOwner(owner);
-    const r = await this.s.call('releaseall', [owner], opts.signal);
+    const r = await this.s.call('releaseall', [owner], opts.signal, undefined, { client: this });
     return Number(r.payload);
   }
 
@@ -287,7 +294,7 @@ export class Mlock extends EventEmitter {
     checkOwner(owner);
     const t = ttl ?? this.options.ttl;
     checkInt('ttl', t, 1);
-    const r = await this.s.retry('renew', [owner, res, String(t)], opts.signal);
+    const r = await this.s.retry('renew', [owner, res, String(t)], opts.signal, { client: this });
     const [exp, tok] = r.payload.split(' ');
     const out = { expiresAt: Number(exp), token: Number(tok) };
     const set = [...new Set(res.split('|'))].sort().join('|');
@@ -301,15 +308,15 @@ export class Mlock extends EventEmitter {
 
   /** Pings the server; resolves `'pong'`. */
   async ping(opts: { signal?: AbortSignal } = {}): Promise<'pong'> {
-    if (this.destroyed) throw new MlockError('client destroyed', 'connection', { reason: 'destroyed' });
-    await this.s.retry('ping', [], opts.signal);
+    this.check();
+    await this.s.retry('ping', [], opts.signal, { client: this });
     return 'pong';
   }
 
   /** The server's status (of the node that answered). */
   async status(opts: { signal?: AbortSignal } = {}): Promise<Status> {
-    if (this.destroyed) throw new MlockError('client destroyed', 'connection', { reason: 'destroyed' });
-    const r = await this.s.retry('status', [], opts.signal);
+    this.check();
+    const r = await this.s.retry('status', [], opts.signal, { client: this });
     try {
       return JSON.parse(r.payload) as Status;
     } catch (e) {

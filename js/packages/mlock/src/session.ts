@@ -78,6 +78,16 @@ interface Call {
   busyRetried?: boolean;
   /** unlock: the id of the grant it gives back (see Session.forget). */
   giving?: string;
+  /** The client that made the call (its destroy fails the call at once). */
+  client?: LockOwner;
+}
+
+/** What a caller tells Session.call and learns from it. */
+export interface CallCtx {
+  /** The client making the call: its destroy fails the call at once. */
+  client?: LockOwner;
+  /** Set once the command is queued on a connection: the server may apply it even if its answer never arrives. */
+  sent?: boolean;
 }
 
 /** What a Lock needs of the client that asked for it. */
@@ -280,6 +290,7 @@ export const lostErrors = {
 const destroyedError = () => new MlockError('client destroyed', 'connection', { reason: 'destroyed' });
 
 interface UpWaiter {
+  client?: LockOwner;
   resolve: () => void;
   reject: (e: MlockError) => void;
   timer: NodeJS.Timeout;
@@ -646,12 +657,13 @@ export class Session {
   }
 
   /** Waits until the connection is up, at most dialTimeout. */
-  private waitUp(signal?: AbortSignal): Promise<void> {
+  private waitUp(signal?: AbortSignal, client?: LockOwner): Promise<void> {
     if (this.closed) return Promise.reject(destroyedError());
     if (this.connected) return Promise.resolve();
     if (this.refused) return Promise.reject(this.refused);
     return new Promise<void>((resolve, reject) => {
       const w: UpWaiter = {
+        client,
         resolve: () => {
           signal?.removeEventListener('abort', onAbort);
           resolve();
@@ -723,17 +735,18 @@ export class Session {
    * Sends one command and resolves with its answer: its result, or for lock
    * and trylock (lock set) the grant.
    */
-  call(verb: string, args: string[], signal?: AbortSignal, lock?: Lock): Promise<Reply> {
+  call(verb: string, args: string[], signal?: AbortSignal, lock?: Lock, ctx?: CallCtx): Promise<Reply> {
     if (signal?.aborted) return Promise.reject(canceled(signal));
-    if (this.connected && !this.closed) return this.send(verb, args, signal, lock);
-    return this.waitUp(signal).then(() => this.call(verb, args, signal, lock));
+    if (this.connected && !this.closed) return this.send(verb, args, signal, lock, ctx);
+    return this.waitUp(signal, ctx?.client ?? lock?.client).then(() => this.call(verb, args, signal, lock, ctx));
   }
 
-  private send(verb: string, args: string[], signal: AbortSignal | undefined, lock: Lock | undefined): Promise<Reply> {
+  private send(verb: string, args: string[], signal: AbortSignal | undefined, lock: Lock | undefined, ctx: CallCtx | undefined): Promise<Reply> {
     return new Promise<Reply>((resolve, reject) => {
       const now = mono();
       const seq = ++this.seq;
-      const cl: Call = { seq, verb, sent: now, lock };
+      const cl: Call = { seq, verb, sent: now, lock, client: ctx?.client ?? lock?.client };
+      if (ctx) ctx.sent = true;
       if (signal) {
         const onAbort = () => {
           if (this.abandon(cl)) reject(canceled(signal));
@@ -814,12 +827,12 @@ export class Session {
   }
 
   /** call, retried once after a connection error: for idempotent commands. */
-  async retry(verb: string, args: string[], signal?: AbortSignal): Promise<Reply> {
+  async retry(verb: string, args: string[], signal?: AbortSignal, ctx?: CallCtx): Promise<Reply> {
     try {
-      return await this.call(verb, args, signal);
+      return await this.call(verb, args, signal, undefined, ctx);
     } catch (e) {
       if (e instanceof MlockError && e.type === 'connection' && e.reason !== 'destroyed' && !signal?.aborted && !this.refused) {
-        return this.call(verb, args, signal);
+        return this.call(verb, args, signal, undefined, ctx);
       }
       throw e;
     }
@@ -1253,7 +1266,7 @@ export class Session {
     let r: Reply;
     try {
       // A loss meanwhile ends the wait (for a connection, say) at once.
-      r = await this.retry('extend', [l._id, String(t)], signal ? AbortSignal.any([signal, l.signal]) : l.signal);
+      r = await this.retry('extend', [l._id, String(t)], signal ? AbortSignal.any([signal, l.signal]) : l.signal, { client: l.client });
     } catch (e) {
       if ((l.state as LockState) === 'lost' && !signal?.aborted) throw l.error!;
       if (e instanceof MlockError && e.reason === 'lock not exist!') {
@@ -1281,7 +1294,7 @@ export class Session {
     // A re-entry answered meanwhile is not this lock (see result).
     l.unlocking = true;
     try {
-      await this.retry('unlock', [l._id], signal);
+      await this.retry('unlock', [l._id], signal, { client: l.client });
     } catch (e) {
       if (e instanceof MlockError && e.reason === 'lock not exist!') throw lostErrors.expired();
       throw e;
@@ -1307,12 +1320,23 @@ export class Session {
       this.forget(id);
       l.fail(destroyedError(), lostErrors.destroyed());
     }
-    for (const cl of this.calls.values()) {
+    for (const [seq, cl] of this.calls) {
       if (cl.lock && cl.lock.client === c && !cl.abandoned) {
+        // Its grant, if it comes, is given back (see result).
         cl.abandoned = true;
         cl.lock.state = 'failed';
         cl.reject?.(destroyedError());
+      } else if (!cl.lock && cl.client === c) {
+        // Its answer is not waited for.
+        this.calls.delete(seq);
+        cl.reject?.(destroyedError());
       }
+    }
+    for (const w of this.upWaiters) {
+      if (w.client !== c) continue;
+      clearTimeout(w.timer);
+      this.upWaiters.delete(w);
+      w.reject(destroyedError());
     }
     this.reasks = this.reasks.filter((cl) => {
       if (cl.lock!.client !== c) return true;
