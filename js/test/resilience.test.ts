@@ -608,6 +608,110 @@ describe('answers lost on the way', () => {
       `${name} to be free`,
     );
 
+  test('a shorter extend bounds the deadline from its send, even when its answer never arrives', async () => {
+    const c = client('short-extend');
+    try {
+      const name = r('short-extend');
+      const l = await c.acquire(name, { ttl: 60000 });
+      proxy.dropBack(true);
+      const ac = new AbortController();
+      const before = Date.now();
+      const p = l.extend(400, { signal: ac.signal });
+      assert.ok(l.deadline <= Date.now() + 400, `deadline ${l.deadline - before} ms ahead after a 400 ms extend was sent`);
+      await sleep(50);
+      ac.abort();
+      await assert.rejects(p, (e: MlockError) => e.type === 'canceled');
+      // The server may have applied it: the holder never believes past it.
+      assert.ok(l.deadline <= before + 400 + 50, `deadline ${l.deadline - before} ms after the send of a 400 ms extend`);
+      await freed(name); // it was applied
+      await until(() => !l.held, 5000, 'the holder to give the lock up');
+    } finally {
+      proxy.dropBack(false);
+      c.destroy();
+    }
+  });
+
+  test("an owner's shorter re-entry bounds the held lock's deadline; an abandoned one does not give the held lock back", async () => {
+    const c = client('short-reentry');
+    try {
+      const name = r('short-reentry');
+      const l = await c.acquire(name, { ttl: 60000, owner: 'o1' });
+      // Abandoned at once, answered: the held lock stays held, on the server too.
+      const ac = new AbortController();
+      const p = c.acquire(name, { ttl: 60000, owner: 'o1', signal: ac.signal });
+      ac.abort();
+      await assert.rejects(p, (e: MlockError) => e.type === 'canceled');
+      await c.ping();
+      await c.ping();
+      assert.ok(l.held);
+      await assert.rejects(other.tryLock(name), (e: MlockError) => e.type === 'tolerate', 'the lock its holder believes held is taken by another session');
+      // A shorter re-entry whose answer is lost: the deadline is bounded from its send.
+      proxy.dropBack(true);
+      const ac2 = new AbortController();
+      const before = Date.now();
+      const p2 = c.acquire(name, { ttl: 400, owner: 'o1', signal: ac2.signal });
+      await sleep(50);
+      ac2.abort();
+      await assert.rejects(p2, (e: MlockError) => e.type === 'canceled');
+      assert.ok(l.deadline <= before + 400 + 50, `deadline ${l.deadline - before} ms after the send of a 400 ms re-entry`);
+      await freed(name);
+      await until(() => !l.held, 5000, 'the holder to give the lock up');
+    } finally {
+      proxy.dropBack(false);
+      c.destroy();
+    }
+  });
+
+  test('a refused shorter renewal does not bound the deadline; an answered later one lifts the bound', async () => {
+    // A server that grants every lock and refuses every extend (its answer: not applied).
+    const port = await freePort();
+    const socks = new Set<net.Socket>();
+    const fake = net.createServer((s) => {
+      socks.add(s);
+      s.on('close', () => socks.delete(s));
+      s.on('error', () => {});
+      let buf = Buffer.alloc(0);
+      s.on('data', (d) => {
+        buf = Buffer.concat([buf, d]);
+        while (buf.length >= 4 && buf.length >= buf.readInt32BE(0)) {
+          const len = buf.readInt32BE(0);
+          const w = buf.toString('utf8', 4, len - 1).split(' ');
+          buf = buf.subarray(len);
+          if (w[0] === 'connect') s.write(encode('connected 1.0 new 60000'));
+          else if (w[0] === 'lock') {
+            const id = randomBytes(16).toString('hex');
+            s.write(encode(`result ${w[1]} success ${id}`));
+            s.write(encode(`locked ${id} ${Date.now() + Number(w[3])} 1`));
+          } else if (w[0] === 'extend') s.write(encode(`result ${w[1]} failed can not tolerate!`));
+          else s.write(encode(`result ${w[1]} success pong`));
+        }
+      });
+    });
+    await new Promise<void>((res) => fake.listen(port, '127.0.0.1', () => res()));
+    const c = new Client({ host: '127.0.0.1', port, socketId: `short-refused-${process.pid}`, pingInterval: 60000 });
+    try {
+      const l = await c.acquire(r('short-refused'), { ttl: 60000 });
+      await assert.rejects(l.extend(400), (e: MlockError) => e.reason === 'can not tolerate!');
+      assert.ok(l.deadline > Date.now() + 30000, 'a refused extend bounds the deadline');
+    } finally {
+      c.destroy();
+      fake.close();
+      for (const s of socks) s.destroy();
+    }
+    const c2 = client('short-lifted');
+    try {
+      const name = r('short-lifted');
+      const l = await c2.acquire(name, { ttl: 60000, owner: 'o2' });
+      await c2.renew('o2', name, 400);
+      assert.ok(l.deadline <= Date.now() + 400);
+      await l.extend(60000);
+      assert.ok(l.deadline > Date.now() + 3000, 'an answered longer extend lifts the bound');
+      await l.unlock();
+    } finally {
+      c2.destroy();
+    }
+  });
+
   test("a destroyed client's calls waiting for the connection or in flight fail at once; nothing of it is granted later", async () => {
     const sid = `destroy-${process.pid}-${++n}`;
     const c1 = new Client({ host: '127.0.0.1', port: proxy.port, socketId: sid, dialTimeout: 30000, maxBackoff: 100 });

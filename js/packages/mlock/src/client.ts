@@ -1,7 +1,7 @@
 import { EventEmitter } from 'node:events';
 import { MlockError } from './errors';
 import { resolve, type MlockOptions, type Resolved } from './options';
-import { Lock, Session, acquireSession, releaseSession } from './session';
+import { Lock, Session, acquireSession, mono, nameSet, releaseSession } from './session';
 
 /** Options of one lock request; every field defaults to the client's. */
 export interface LockOptions {
@@ -144,7 +144,15 @@ export class Mlock extends EventEmitter {
         args.push(o.owner);
       }
       const l = new Lock(this.s, this, verb, args, ttl, timeout, o.owner);
-      return this.s.call(verb, args, o.signal, l).then((r) => r.lock!);
+      // An owner's re-entry renews its held lock to this ttl.
+      const bounds = o.owner !== undefined ? this.s.shortenOwned(o.owner, res, mono(), ttl) : [];
+      return this.s.call(verb, args, o.signal, l).then(
+        (r) => r.lock!,
+        (e: unknown) => {
+          this.s.unshorten(bounds, e);
+          throw e;
+        },
+      );
     } catch (e) {
       return Promise.reject(e);
     }
@@ -294,12 +302,19 @@ export class Mlock extends EventEmitter {
     checkOwner(owner);
     const t = ttl ?? this.options.ttl;
     checkInt('ttl', t, 1);
-    const r = await this.s.retry('renew', [owner, res, String(t)], opts.signal, { client: this });
+    const bounds = this.s.shortenOwned(owner, res, mono(), t);
+    let r;
+    try {
+      r = await this.s.retry('renew', [owner, res, String(t)], opts.signal, { client: this });
+    } catch (e) {
+      this.s.unshorten(bounds, e);
+      throw e;
+    }
     const [exp, tok] = r.payload.split(' ');
     const out = { expiresAt: Number(exp), token: Number(tok) };
-    const set = [...new Set(res.split('|'))].sort().join('|');
+    const set = nameSet(res);
     for (const l of this.s.locks.values()) {
-      if (l.held && l.owner === owner && l.token === out.token && [...new Set(l.resources.split('|'))].sort().join('|') === set) {
+      if (l.held && l.owner === owner && l.token === out.token && nameSet(l.resources) === set) {
         l.renewed(r.sent, t, out.expiresAt);
       }
     }

@@ -90,6 +90,25 @@ export interface CallCtx {
   sent?: boolean;
 }
 
+/**
+ * A renewal of a held lock to a shorter lease, sent at sent or later: if the
+ * server applied it, the lease ends at at (its drift margin applied) or later.
+ */
+export interface Shortening {
+  at: number;
+  sent: number;
+}
+
+/** Whether e is not the server's answer (the connection dropped, or the caller gave up): the command's outcome is unknown. */
+export function unanswered(e: unknown): boolean {
+  return !(e instanceof MlockError) || e.type === 'connection' || e.type === 'timeout' || e.type === 'canceled';
+}
+
+/** The set of names of resources a|b (sorted, without repeats), as a key. */
+export function nameSet(res: string): string {
+  return [...new Set(res.split('|'))].sort().join('|');
+}
+
 /** What a Lock needs of the client that asked for it. */
 export interface LockOwner {
   emit(event: 'lost', err: MlockError, lock: Lock): boolean;
@@ -126,6 +145,12 @@ export class Lock extends EventEmitter {
   /** @internal */ _lost?: Promise<MlockError>;
   /** @internal */ _lostResolve?: (e: MlockError) => void;
   /** @internal */ _ac?: AbortController;
+  /**
+   * @internal Renewals to a shorter lease whose outcome is not known yet (in
+   * flight, or their answers lost): each bounds the deadline until a renewal
+   * sent at or after it is answered (see Session.shorten).
+   */
+  shorts: Shortening[] = [];
   /** The owner given to the request, if any. */
   readonly owner?: string;
 
@@ -252,6 +277,8 @@ export class Lock extends EventEmitter {
     if (this.state !== 'held') return;
     this.base = Math.max(this.base, sent);
     this.ttlMs = ttl;
+    // The server's lease is this renewal's, or a later one's.
+    if (this.shorts.length) this.shorts = this.shorts.filter((sh) => sh.sent > sent);
     if (expiresAt) this._expiresAt = expiresAt;
     this.s.heldLocked(this);
   }
@@ -945,7 +972,12 @@ export class Session {
     if (cl.verb === 'lock' || cl.verb === 'trylock') {
       const l = cl.lock!;
       if (cl.abandoned) {
-        this.forget(payload);
+        // Nobody waits for it: give it back, unless the answer names a lock
+        // another handle of the session holds or waits for (an owner's
+        // re-entry): that lock stays theirs, its lease renewed if held.
+        const old = this.locks.get(payload);
+        if (!old) this.forget(payload);
+        else if (old.state === 'held') old.renewed(cl.sent, l.ttlMs, 0);
         this.endIfDone();
         return;
       }
@@ -990,7 +1022,8 @@ export class Session {
   }
 
   private deadlineOf(l: Lock): [number, boolean] {
-    const d = l.base + l.ttlMs - margin(l.ttlMs);
+    let d = l.base + l.ttlMs - margin(l.ttlMs);
+    for (const sh of l.shorts) d = Math.min(d, sh.at);
     if (this.graceKnown) {
       const e = this.lastAck + this.grace - margin(this.grace);
       if (e < d) return [e, true];
@@ -1003,6 +1036,44 @@ export class Session {
     const d = this.deadline(l);
     if (!this.clock || d < this.clockAt) this.arm(d);
     this.keepAlive(this.keepSpan(l));
+  }
+
+  /**
+   * Notes a request about to be sent (at now or later) that renews held lock
+   * l to ttl from when the server handles it: an extend, an owner's re-entry
+   * or a renew by owner. If that lease may end before the one l is believed
+   * to hold, the deadline is bounded by it at once: the answer may never
+   * arrive (the connection drops, the caller gives up) while the server
+   * applied it. The bound goes when a renewal sent at or after the request
+   * is answered (see Lock.renewed), or when the server refuses the request
+   * (see unshorten). Returns the bound, or undefined.
+   */
+  shorten(l: Lock, now: number, ttl: number): Shortening | undefined {
+    if (l.state !== 'held') return undefined;
+    const at = now + ttl - margin(ttl);
+    if (at >= l.base + l.ttlMs - margin(l.ttlMs)) return undefined; // no shorter than the lease believed
+    const sh = { at, sent: now };
+    l.shorts.push(sh);
+    this.heldLocked(l);
+    return sh;
+  }
+
+  /** Drops the bounds of requests the server refused (err is its answer: they were not applied). */
+  unshorten(bounds: [Lock, Shortening][], err: unknown): void {
+    if (unanswered(err)) return;
+    for (const [l, sh] of bounds) l.shorts = l.shorts.filter((x) => x !== sh);
+  }
+
+  /** shorten for every held handle of owner on exactly the resources res. */
+  shortenOwned(owner: string, res: string, now: number, ttl: number): [Lock, Shortening][] {
+    const out: [Lock, Shortening][] = [];
+    const set = nameSet(res);
+    for (const l of this.locks.values()) {
+      if (l.state !== 'held' || l.owner !== owner || nameSet(l.resources) !== set) continue;
+      const sh = this.shorten(l, now, ttl);
+      if (sh) out.push([l, sh]);
+    }
+    return out;
   }
 
   private keepSpan(l: Lock): number {
@@ -1263,6 +1334,7 @@ export class Session {
     const t = ttl ?? l.ttlMs;
     if (l.state === 'lost') throw l.error!;
     if (l.state !== 'held') throw new MlockError('lock is not held', 'request');
+    const sh = this.shorten(l, mono(), t);
     let r: Reply;
     try {
       // A loss meanwhile ends the wait (for a connection, say) at once.
@@ -1273,6 +1345,7 @@ export class Session {
         this.lose(l, lostErrors.expired());
         throw l.error ?? e;
       }
+      if (sh) this.unshorten([[l, sh]], e);
       throw e;
     }
     const exp = Number(r.payload);
