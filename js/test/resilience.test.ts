@@ -712,6 +712,39 @@ describe('answers lost on the way', () => {
     }
   });
 
+  test('a release by owner whose answer is lost loses the held handles it may have freed', async () => {
+    const c = client('release-lost');
+    try {
+      const [a, b] = [r('rel-a'), r('rel-b')];
+      const la = await c.acquire(a, { owner: 'o3' });
+      const lb = await c.acquire(b, { owner: 'o3' });
+      const lc = await c.acquire(r('rel-c'), { owner: 'o4' });
+      proxy.dropBack(true);
+      const p = c.release('o3', a);
+      await freed(a); // applied
+      proxy.cut();
+      proxy.dropBack(false);
+      await assert.rejects(p, (e: MlockError) => e.type === 'connection');
+      assert.equal(la.held, false, 'released on the server, believed held');
+      assert.equal(la.error?.type, 'lost');
+      assert.ok(lb.held && lc.held, 'other resources and owners are untouched');
+      await c.ping(); // connected again
+      proxy.dropBack(true);
+      const ac = new AbortController();
+      const p2 = c.releaseAll('o3', { signal: ac.signal });
+      await freed(b);
+      ac.abort();
+      await assert.rejects(p2, (e: MlockError) => e.type === 'canceled');
+      assert.equal(lb.held, false, 'released on the server, believed held');
+      assert.ok(lc.held);
+      proxy.dropBack(false);
+      await lc.unlock();
+    } finally {
+      proxy.dropBack(false);
+      c.destroy();
+    }
+  });
+
   test("a destroyed client's calls waiting for the connection or in flight fail at once; nothing of it is granted later", async () => {
     const sid = `destroy-${process.pid}-${++n}`;
     const c1 = new Client({ host: '127.0.0.1', port: proxy.port, socketId: sid, dialTimeout: 30000, maxBackoff: 100 });

@@ -1,7 +1,7 @@
 import { EventEmitter } from 'node:events';
 import { MlockError } from './errors';
 import { resolve, type MlockOptions, type Resolved } from './options';
-import { Lock, Session, acquireSession, mono, nameSet, releaseSession } from './session';
+import { Lock, Session, acquireSession, mono, nameSet, releaseSession, unanswered, type CallCtx } from './session';
 
 /** Options of one lock request; every field defaults to the client's. */
 export interface LockOptions {
@@ -279,16 +279,30 @@ export class Mlock extends EventEmitter {
   async release(owner: string, resources: string | string[], opts: { signal?: AbortSignal } = {}): Promise<boolean> {
     const res = this.names(resources);
     checkOwner(owner);
-    const r = await this.s.call('release', [owner, res], opts.signal, undefined, { client: this });
-    return r.payload === 'true';
+    const ctx: CallCtx = { client: this };
+    try {
+      const r = await this.s.call('release', [owner, res], opts.signal, undefined, ctx);
+      return r.payload === 'true';
+    } catch (e) {
+      // Sent but not answered: it may have freed this session's held locks of
+      // owner, and the server's word of it was lost with the answer.
+      if (ctx.sent && unanswered(e)) this.s.mayBeReleased(owner, res);
+      throw e;
+    }
   }
 
   /** Releases every lock owner holds; returns how many. */
   async releaseAll(owner: string, opts: { signal?: AbortSignal } = {}): Promise<number> {
     this.check();
     checkOwner(owner);
-    const r = await this.s.call('releaseall', [owner], opts.signal, undefined, { client: this });
-    return Number(r.payload);
+    const ctx: CallCtx = { client: this };
+    try {
+      const r = await this.s.call('releaseall', [owner], opts.signal, undefined, ctx);
+      return Number(r.payload);
+    } catch (e) {
+      if (ctx.sent && unanswered(e)) this.s.mayBeReleased(owner, undefined);
+      throw e;
+    }
   }
 
   /**

@@ -312,6 +312,7 @@ export const lostErrors = {
       ? new MlockError('no answer from the server within its session grace', 'lost', { reason: 'session lost' })
       : new MlockError('lease ran out without word from the server', 'lost', { reason: 'expired' }),
   destroyed: () => new MlockError('client destroyed', 'lost', { reason: 'destroyed' }),
+  mayBeReleased: () => new MlockError('a release by its owner may have freed it (its answer was lost)', 'lost', { reason: 'released' }),
 };
 
 const destroyedError = () => new MlockError('client destroyed', 'connection', { reason: 'destroyed' });
@@ -1074,6 +1075,24 @@ export class Session {
       if (sh) out.push([l, sh]);
     }
     return out;
+  }
+
+  /**
+   * Loses the held handles of owner that a release by owner of the resources
+   * res (all of owner's, if res is undefined) may have freed, although its
+   * answer, and the server's word of the release, never arrived: their
+   * holders must not go on believing them held. They are given back, in case
+   * the release was not applied.
+   */
+  mayBeReleased(owner: string, res: string | undefined): void {
+    const names = res === undefined ? undefined : new Set(res.split('|'));
+    for (const [id, l] of this.locks) {
+      if (l.state !== 'held' || l.owner !== owner) continue;
+      if (names && !l.resources.split('|').some((x) => names.has(x))) continue;
+      this.lose(l, lostErrors.mayBeReleased());
+      this.forget(id);
+    }
+    this.idleCheck();
   }
 
   private keepSpan(l: Lock): number {
