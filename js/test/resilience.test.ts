@@ -745,6 +745,40 @@ describe('answers lost on the way', () => {
     }
   });
 
+  test('an unlock asked again after its answer was lost succeeds when the first one freed the lock', async () => {
+    const c = client('unlock-lost');
+    try {
+      const name = r('unlock-lost');
+      const l = await c.acquire(name, { ttl: 60000 });
+      proxy.dropBack(true);
+      const p = l.unlock();
+      await freed(name);
+      proxy.cut();
+      proxy.dropBack(false);
+      await p;
+      assert.equal(l.held, false);
+      assert.equal(l.error, undefined);
+    } finally {
+      proxy.dropBack(false);
+      c.destroy();
+    }
+  });
+
+  test('an extend answered after its lock was lost reports the loss', async () => {
+    const c = client('extend-late');
+    try {
+      const l = await c.acquire(r('extend-late'), { ttl: 500 });
+      const resume = proxy.pause();
+      const p = l.extend(60000);
+      await l.lost;
+      resume();
+      await assert.rejects(p, (e: MlockError) => e.type === 'lost');
+      assert.equal(l.held, false);
+    } finally {
+      c.destroy();
+    }
+  });
+
   test("a destroyed client's calls waiting for the connection or in flight fail at once; nothing of it is granted later", async () => {
     const sid = `destroy-${process.pid}-${++n}`;
     const c1 = new Client({ host: '127.0.0.1', port: proxy.port, socketId: sid, dialTimeout: 30000, maxBackoff: 100 });

@@ -1367,6 +1367,10 @@ export class Session {
       if (sh) this.unshorten([[l, sh]], e);
       throw e;
     }
+    // Lost while the extend was on its way (its deadline passed, or the
+    // server said so): given up, whatever the server answered.
+    if ((l.state as LockState) === 'lost') throw l.error!;
+    if ((l.state as LockState) !== 'held') throw new MlockError('lock is not held', 'request'); // unlocked meanwhile
     const exp = Number(r.payload);
     l.renewed(r.sent, t, exp);
     return exp;
@@ -1385,10 +1389,27 @@ export class Session {
     }
     // A re-entry answered meanwhile is not this lock (see result).
     l.unlocking = true;
+    const id = l._id;
+    let retried = false;
     try {
-      await this.retry('unlock', [l._id], signal, { client: l.client });
+      try {
+        await this.call('unlock', [id], signal, undefined, { client: l.client });
+      } catch (e) {
+        if (!(e instanceof MlockError && e.type === 'connection' && e.reason !== 'destroyed' && !signal?.aborted && !this.refused)) throw e;
+        // Its outcome is unknown: asked again once the connection is back.
+        retried = true;
+        await this.call('unlock', [id], signal, undefined, { client: l.client });
+      }
     } catch (e) {
-      if (e instanceof MlockError && e.reason === 'lock not exist!') throw lostErrors.expired();
+      if (e instanceof MlockError && e.reason === 'lock not exist!') {
+        // The lease had not run out when the server answered (it ends no
+        // earlier than the deadline): the first unlock, whose answer was
+        // lost with the connection, freed the lock.
+        if (retried && l.state === 'held' && mono() < this.deadline(l)) return;
+        throw lostErrors.expired();
+      }
+      // Not known to be freed: given back when the connection allows.
+      if (l.state === 'held' && this.locks.get(id) === l) this.forget(id);
       throw e;
     } finally {
       l.unlocking = false;
