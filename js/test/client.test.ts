@@ -538,6 +538,31 @@ describe('extensions', () => {
     }
   });
 
+  test('a lock whose deadline passed while the event loop was blocked is not believed held', async () => {
+    const [c] = sessions(1);
+    try {
+      const l = await c.acquire(r('blocked'), { ttl: 300 });
+      const d = l.deadline;
+      // A synchronous job past the deadline: no timer could run meanwhile.
+      for (let i = 0; i < 1e9 && Date.now() <= d + 50; i++);
+      assert.equal(l.held, false, 'believed held past its deadline');
+      assert.equal(l.error?.type, 'lost');
+      assert.equal(l.signal.aborted, true);
+      // execute reports it for a job that blocked past the deadline.
+      const a = r('blocked-exec');
+      await assert.rejects(
+        c.execute(a, (_s, lock) => {
+          const end = lock.deadline;
+          for (let i = 0; i < 1e9 && Date.now() <= end + 50; i++);
+          return 1;
+        }, { ttl: 300 }),
+        (e: MlockError) => e.type === 'lost',
+      );
+    } finally {
+      c.destroy();
+    }
+  });
+
   test('await using unlocks at the end of the block', async () => {
     const [c1, c2] = sessions(2);
     try {

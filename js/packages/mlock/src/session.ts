@@ -186,12 +186,18 @@ export class Lock extends EventEmitter {
   get ttl(): number {
     return this.ttlMs;
   }
-  /** Whether the lock is held (granted, not unlocked, not lost). */
+  /**
+   * Whether the lock is held (granted, not unlocked, not lost). Past its
+   * deadline it is lost, even if the timer that loses it could not run yet
+   * (the event loop was busy): asking loses it then.
+   */
   get held(): boolean {
+    this.s.overdue(this);
     return this.state === 'held';
   }
   /** Why the lock was lost; undefined while held or after a normal unlock. */
   get error(): MlockError | undefined {
+    this.s.overdue(this);
     return this._error;
   }
   /**
@@ -200,11 +206,13 @@ export class Lock extends EventEmitter {
    * server answers.
    */
   get deadline(): number {
+    this.s.overdue(this);
     if (this.state !== 'held') return 0;
     return Date.now() + (this.s.deadline(this) - mono());
   }
   /** Resolves (never rejects) with the loss when the held lock is lost; never if it is unlocked normally. */
   get lost(): Promise<MlockError> {
+    this.s.overdue(this);
     if (!this._lost) {
       this._lost = this._error
         ? Promise.resolve(this._error)
@@ -216,6 +224,7 @@ export class Lock extends EventEmitter {
   }
   /** Aborted, with the loss as its reason, when the held lock is lost. */
   get signal(): AbortSignal {
+    this.s.overdue(this);
     if (!this._ac) {
       this._ac = new AbortController();
       if (this._error) this._ac.abort(this._error);
@@ -1030,6 +1039,14 @@ export class Session {
       if (e < d) return [e, true];
     }
     return [d, false];
+  }
+
+  /**
+   * Loses l (and every held lock) at once if its deadline passed although
+   * the timer that loses it has not run yet: the event loop was busy.
+   */
+  overdue(l: Lock): void {
+    if (l.state === 'held' && !this.closed && this.deadline(l) <= mono()) this.rearm();
   }
 
   /** A lock became held or its lease moved. */
