@@ -228,6 +228,17 @@ describe('locking-mlock in @medusajs/locking', () => {
     assert.equal(await service.release(key, { ownerId: 'owner with space' }), true);
   });
 
+  test('execute throws a CONFLICT error when its job kept the event loop busy past the lease', async () => {
+    const key = k('blocked');
+    const p = service.execute(key, async () => {
+      // Synchronous work past the lease (1 s, counted from before the job started): no timer runs meanwhile.
+      const end = Date.now() + 1100;
+      for (let i = 0; i < 1e9 && Date.now() <= end; i++);
+      return 'finished';
+    }, { expire: 1 });
+    await assert.rejects(p, (e: Error & { type?: string }) => e.type === 'conflict' && /Lost the lock/.test(e.message));
+  });
+
   test('execute aborts the job when the lock is lost, and throws a CONFLICT error', async () => {
     // A provider of its own, through a proxy that goes silent.
     const lossy = await loadLocking({ resolve: LOCKING_MLOCK, id: 'locking-mlock', options: { url: `mlock://${proxy.addr}` } });

@@ -162,7 +162,9 @@ export class MlockLockingProvider implements ILockingProvider {
     schedule();
     try {
       const result = await job(ac.signal);
-      if (ac.signal.aborted) throw ac.signal.reason;
+      // A job that kept the event loop busy past the lock's deadline: the
+      // timer that loses it could not run; reading held loses it ('lost').
+      if (!lock.held || ac.signal.aborted) throw ac.signal.reason;
       return result;
     } finally {
       stopped = true;
