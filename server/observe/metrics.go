@@ -142,7 +142,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(dRequests, s.Requests[v][Failed], s.VerbNames[v], "failed")
 	}
 	hist := func(d *prometheus.Desc, h *hist, scale float64, exported []float64) {
-		ch <- prometheus.MustNewConstHistogram(d, h.n, float64(h.sum)*scale, h.cumulative(exported))
+		ch <- prometheus.MustNewConstHistogram(d, h.n, h.sum*scale, h.cumulative(exported))
 	}
 	hist(dWait, &s.Wait.h, 1e-9, DurationBuckets)
 	hist(dHold, &s.Hold.h, 1e-9, DurationBuckets)
