@@ -389,7 +389,7 @@ func (src obsSource) Busiest(prefix string, n, entries int) ([]mlock.LocksQueue,
 }
 
 // Ready reports whether the server serves locks: it listens and is not
-// shutting down; in a cluster, a leader is known and this node has applied
+// shutting down; in a cluster, it is a member, a leader is known and this node has applied
 // the log to within readyLag entries of what is committed. A quiet start
 // is ready: requests queue and are granted when it ends.
 func (src obsSource) Ready() (bool, string) {
@@ -404,6 +404,8 @@ func (src obsSource) Ready() (bool, string) {
 		return false, "not listening yet"
 	case s.cl == nil:
 		return true, ""
+	case s.cl.removed.Load():
+		return false, "removed from the cluster: serves no client until added again"
 	}
 	st := s.cl.node.Status()
 	switch {
