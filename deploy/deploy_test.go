@@ -234,7 +234,7 @@ func TestSystemdUnit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Contains(unit, []byte("ExecStart=/usr/local/bin/mlockd ")) {
+	if !bytes.Contains(unit, []byte("ExecStart=/usr/local/bin/mlockd\n")) {
 		t.Fatal("ExecStart does not run /usr/local/bin/mlockd")
 	}
 	dir := t.TempDir()
@@ -247,8 +247,46 @@ func TestSystemdUnit(t *testing.T) {
 	if err != nil || len(bytes.TrimSpace(out)) > 0 {
 		t.Fatalf("systemd-analyze verify: %v\n%s", err, out)
 	}
-	// The flags it passes exist.
+	// The flags of the variables it sets exist.
 	if out, err := exec.Command(mlockd, "--data-dir", filepath.Join(dir, "d"), "--http", "127.0.0.1:0", "--version").CombinedOutput(); err != nil {
 		t.Fatalf("mlockd with the unit's flags: %v\n%s", err, out)
+	}
+}
+
+// The unit's own settings are Environment= defaults, not flags: a flag on
+// mlockd's command line wins over its MLOCK_* variable, so a flag in
+// ExecStart would silently ignore the same setting in
+// /etc/mlockd/mlockd.env, where the unit tells operators to put them
+// (systemd lets EnvironmentFile= override Environment=).
+func TestSystemdUnitSettingsYieldToTheEnvFile(t *testing.T) {
+	unit, err := os.ReadFile("mlockd.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]bool{}
+	execStart := ""
+	for _, line := range strings.Split(string(unit), "\n") {
+		if v, ok := strings.CutPrefix(line, "ExecStart="); ok {
+			execStart = v
+		}
+		if v, ok := strings.CutPrefix(line, "Environment="); ok {
+			for _, kv := range strings.Fields(v) {
+				name, _, _ := strings.Cut(strings.Trim(kv, `"`), "=")
+				env[name] = true
+			}
+		}
+	}
+	if !strings.Contains(string(unit), "EnvironmentFile=-/etc/mlockd/mlockd.env") {
+		t.Fatal("the unit reads no /etc/mlockd/mlockd.env")
+	}
+	for _, arg := range strings.Fields(execStart) {
+		if strings.HasPrefix(arg, "-") {
+			t.Errorf("ExecStart passes %s: the same MLOCK_* setting in the env file would be ignored", arg)
+		}
+	}
+	for _, name := range []string{"MLOCK_HTTP", "MLOCK_DATA_DIR"} {
+		if !env[name] {
+			t.Errorf("the unit sets no default %s", name)
+		}
 	}
 }
