@@ -71,8 +71,8 @@ func TestDockerfile(t *testing.T) {
 	if user == "" || user == "root" || strings.HasPrefix(user, "0:") || user == "0" {
 		t.Errorf("the image runs as %q: want a non-root user", user)
 	}
-	if !strings.Contains(health, "/healthz") {
-		t.Errorf("HEALTHCHECK %q: want a probe of /healthz", health)
+	if health != "CMD /usr/local/bin/healthcheck" {
+		t.Errorf("HEALTHCHECK %q: want the probe without an argument (it probes /healthz at $MLOCK_HTTP)", health)
 	}
 	if entry != "/usr/local/bin/mlockd" {
 		t.Errorf("ENTRYPOINT %q", entry)
@@ -185,11 +185,17 @@ func TestImageRuntime(t *testing.T) {
 			<-exited
 		}
 	}()
-	url := "http://" + httpAddr + "/healthz"
+	// The probe as the image runs it: no argument, the address from the
+	// image's MLOCK_HTTP, whatever it is.
+	probeCmd := func(ctx context.Context) *exec.Cmd {
+		c := exec.CommandContext(ctx, probe)
+		c.Env = append(os.Environ(), "MLOCK_HTTP="+httpAddr)
+		return c
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	for {
-		if err := exec.CommandContext(ctx, probe, url).Run(); err == nil {
+		if err := probeCmd(ctx).Run(); err == nil {
 			break
 		}
 		select {
@@ -211,7 +217,7 @@ func TestImageRuntime(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatal("mlockd did not stop on SIGINT")
 	}
-	if err := exec.Command(probe, url).Run(); err == nil {
+	if err := probeCmd(context.Background()).Run(); err == nil {
 		t.Error("the probe passes with mlockd stopped")
 	}
 	if !strings.Contains(logs.String(), `"msg":"mlockd starting"`) || !strings.Contains(logs.String(), `"msg":"mlockd stopped"`) {
