@@ -39,6 +39,9 @@ type topView struct {
 	// partial: the protocol's listing stopped at the server's status
 	// limit, so the longest queues are those of its first resources.
 	partial bool
+	// queuesAtLeast: the protocol's status listed queues up to the
+	// server's status limit, so Counts.Queues is a lower bound.
+	queuesAtLeast bool
 }
 
 type topCounts struct {
@@ -210,6 +213,7 @@ func fetchProtocol(ctx context.Context, c *mlock.Client, prefix string) (*topVie
 		Grace: max(st.Sessions-st.SocketCount, 0), Conns: st.Connections, Grants: st.LockedCount,
 		Timeouts: st.TimeoutCount, Expiries: st.ExpiredCount, Requests: st.LockCount}
 	v.Counts.Queues = len(st.Queues)
+	v.queuesAtLeast = st.Truncated
 	if st.Cluster != nil {
 		v.Ready = st.Cluster.Leader != ""
 		if !v.Ready {
@@ -268,8 +272,12 @@ func renderTop(b *strings.Builder, v *topView, where, prefix string, limit, cols
 	line("mlockd %s at %s · up %s · %s · %s", v.Version, where, dur(v.Now-v.StartAt), state,
 		time.UnixMilli(v.Now).Format("15:04:05"))
 	c := v.Counts
-	line("locks: %d held, %d waiting on %d resources · sessions: %d online, %d in grace · connections: %d",
-		c.Held, c.Waiting, c.Queues, c.Online, c.Grace, c.Conns)
+	queues := strconv.Itoa(c.Queues)
+	if v.queuesAtLeast {
+		queues = "at least " + queues
+	}
+	line("locks: %d held, %d waiting on %s resources · sessions: %d online, %d in grace · connections: %d",
+		c.Held, c.Waiting, queues, c.Online, c.Grace, c.Conns)
 	last := func(r []float64) string {
 		if len(r) == 0 {
 			return "-"

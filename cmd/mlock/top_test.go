@@ -17,7 +17,15 @@ import (
 // lock URI and the HTTP base URL.
 func startObserved(t *testing.T) (string, string) {
 	t.Helper()
-	srv, err := server.New(server.Config{StatusRate: -1, QuietPeriod: -1})
+	return startObservedWith(t, server.Config{})
+}
+
+// startObservedWith is startObserved with cfg (status rate and quiet
+// period off).
+func startObservedWith(t *testing.T, cfg server.Config) (string, string) {
+	t.Helper()
+	cfg.StatusRate, cfg.QuietPeriod = -1, -1
+	srv, err := server.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,5 +122,26 @@ func TestTopErrors(t *testing.T) {
 		if _, _, code := runMlock(t, args...); code != exitUsage {
 			t.Errorf("%v: exit %d, want %d", args, code, exitUsage)
 		}
+	}
+}
+
+// From the lock protocol, whose status lists at most --status-limit
+// resources, mlock top does not show that many as the number of resources
+// held or waited for: it says "at least".
+func TestTopProtocolCountsPastTheStatusLimit(t *testing.T) {
+	uri, base := startObservedWith(t, server.Config{StatusLimit: 2})
+	for _, r := range []string{"a", "b", "c", "d"} {
+		holder(t, uri, r, "o-"+r)
+	}
+	out, errOut, code := runMlock(t, "top", "--uri", uri)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if !strings.Contains(out, "4 held, 0 waiting on at least 2 resources") {
+		t.Fatalf("mlock top --uri with 4 resources held and a status limit of 2:\n%s", out)
+	}
+	out, errOut, code = runMlock(t, "top", "--http", base)
+	if code != 0 || !strings.Contains(out, "4 held, 0 waiting on 4 resources") {
+		t.Fatalf("mlock top --http: exit %d\n%s%s", code, out, errOut)
 	}
 }
