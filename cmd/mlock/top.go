@@ -91,18 +91,25 @@ func cmdTop(args []string, stdout, stderr io.Writer) int {
 		prefix = p.pos[0]
 	}
 	tty := false
+	var out *os.File
 	if f, ok := stdout.(*os.File); ok {
-		tty = isTerminal(f)
+		tty, out = isTerminal(f), f
 	}
 	n := *iterations
 	if n == 0 && !tty {
 		n = 1
 	}
-	rows, cols := termSize(tty)
-	show := *limit
-	if show == 0 {
-		show = max(10, rows-8)
+	var show, cols int
+	// fit reads the terminal's size again: it may have been resized.
+	fit := func() {
+		var rows int
+		rows, cols = termSize(out, tty)
+		show = *limit
+		if show == 0 {
+			show = max(10, rows-8)
+		}
 	}
+	fit()
 	var fetch func(ctx context.Context) (*topView, error)
 	where := *uri
 	if *httpURL != "" {
@@ -148,6 +155,7 @@ func cmdTop(args []string, stdout, stderr io.Writer) int {
 			case <-time.After(*interval):
 			}
 		}
+		fit()
 		fctx, cancel := context.WithTimeout(ctx, *timeout)
 		v, err := fetch(fctx)
 		cancel()
@@ -236,9 +244,10 @@ func (v *topView) ratesSince(prev *topView, d time.Duration) {
 	v.Rates.Expiries = r(prev.Counts.Expiries, v.Counts.Expiries)
 }
 
-// termSize returns the terminal's rows and columns ($LINES and $COLUMNS,
-// else 24×100); not on a terminal, lines are not cut (0 columns).
-func termSize(tty bool) (int, int) {
+// termSize returns the terminal's rows and columns (as the terminal f
+// tells, else $LINES and $COLUMNS, else 24×100); not on a terminal, lines
+// are not cut (0 columns).
+func termSize(f *os.File, tty bool) (int, int) {
 	rows, cols := 24, 100
 	if n, err := strconv.Atoi(os.Getenv("LINES")); err == nil && n > 0 {
 		rows = n
@@ -247,7 +256,10 @@ func termSize(tty bool) (int, int) {
 		cols = n
 	}
 	if !tty {
-		cols = 0
+		return rows, 0
+	}
+	if r, c, ok := winSize(f); ok {
+		rows, cols = r, c
 	}
 	return rows, cols
 }
