@@ -325,8 +325,12 @@ func (src obsSource) Snapshot(snap *observe.Snapshot) {
 	st := s.cl.node.Status()
 	cs := &observe.ClusterSnapshot{Role: string(st.Role), Term: st.Term, LastIndex: st.LastIndex,
 		CommitIndex: st.CommitIndex, AppliedIndex: st.AppliedIndex, LeaderKnown: st.Leader.ID != ""}
-	if !st.LastContact.IsZero() {
-		cs.LastContact = time.Since(st.LastContact)
+	if st.Role != "leader" {
+		heard := st.LastContact
+		if heard.IsZero() {
+			heard = s.start // not heard from a leader in this run: not "just now"
+		}
+		cs.LastContact = time.Since(heard)
 	}
 	for _, p := range st.Peers {
 		cs.Peers = append(cs.Peers, observe.Peer{ID: p.ID, Failing: p.Failing})

@@ -110,3 +110,31 @@ func TestClusterRemovedNodeNotReady(t *testing.T) {
 		}
 	}
 }
+
+// A node that has not heard from a leader since it started counts the
+// time since its start as the time since it last heard from one: 0 would
+// read as "just heard from the leader", and an alert on
+// mlock_cluster_leader_contact_seconds would never fire for a node cut
+// off from its start.
+func TestClusterLeaderContactNeverHeard(t *testing.T) {
+	tc := newTestCluster(t, 3, false)
+	for i := range 3 {
+		tc.stop(i)
+	}
+	tc.start(0) // alone: no leader can be elected
+	base := startHTTP(t, tc.nodes[0])
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		code, body := get(t, base+"/readyz")
+		if code == http.StatusServiceUnavailable && strings.Contains(body, "no known leader") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a node alone is still %d %q", code, body)
+		}
+	}
+	fams := scrape(t, base)
+	if value(t, fams, "mlock_cluster_leader_known") != 0 || value(t, fams, "mlock_cluster_leader_contact_seconds") <= 0 {
+		_, body := get(t, base+"/metrics")
+		t.Fatalf("a node that never heard from a leader:\n%s", grepLines(body, "mlock_cluster"))
+	}
+}

@@ -56,7 +56,7 @@ type Snapshot struct {
 type ClusterSnapshot struct {
 	Role                                       string // follower, candidate, leader, shutdown
 	Term, LastIndex, CommitIndex, AppliedIndex uint64
-	LastContact                                time.Duration // a follower's time since it heard from the leader; 0 on the leader
+	LastContact                                time.Duration // a follower's time since it heard from the leader (or started); 0 on the leader
 	LeaderKnown                                bool
 	Peers                                      []Peer
 }
@@ -108,7 +108,7 @@ var (
 	dTerm     = prometheus.NewDesc("mlock_cluster_term", "The node's current Raft term.", nil, nil)
 	dIndex    = prometheus.NewDesc("mlock_cluster_index", "The node's Raft log indexes: last (stored), commit, applied.", []string{"index"}, nil)
 	dLag      = prometheus.NewDesc("mlock_cluster_apply_lag", "Committed log entries this node has not applied yet.", nil, nil)
-	dContact  = prometheus.NewDesc("mlock_cluster_leader_contact_seconds", "On a follower, the time since it last heard from the leader (0 on the leader).", nil, nil)
+	dContact  = prometheus.NewDesc("mlock_cluster_leader_contact_seconds", "On a follower, the time since it last heard from the leader, or since it started if it has not yet (0 on the leader).", nil, nil)
 	dLeader   = prometheus.NewDesc("mlock_cluster_leader_known", "1 if this node knows a leader.", nil, nil)
 	dPeers    = prometheus.NewDesc("mlock_cluster_peers", "Members of the cluster configuration.", nil, nil)
 	dFailing  = prometheus.NewDesc("mlock_cluster_peer_failing", "On the leader, 1 for a member whose heartbeats fail (label: the member's id, bounded by the cluster's size).", []string{"peer"}, nil)
