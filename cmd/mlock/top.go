@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -60,7 +61,7 @@ type topCounts struct {
 func cmdTop(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("top")
 	httpURL := fs.String("http", os.Getenv("MLOCK_HTTP"), "read mlockd's JSON API at this URL (its --http address, e.g. http://127.0.0.1:12341;\n"+
-		"default $MLOCK_HTTP); without it, the lock protocol at --uri")
+		"default $MLOCK_HTTP, unless --uri is given); without it, the lock protocol at --uri")
 	interval := fs.Duration("interval", time.Second, "time between refreshes")
 	iterations := fs.Int("n", 0, "refresh this many times, then exit (0: until interrupted; 1 when stdout is not a terminal)")
 	limit := fs.Int("limit", 0, "resources shown (default: what fits the terminal, at least 10)")
@@ -75,6 +76,14 @@ func cmdTop(args []string, stdout, stderr io.Writer) int {
 	p := parse(fs, args, stdout, stderr)
 	if p.done {
 		return p.exit
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	switch {
+	case given["uri"] && given["http"]:
+		return usageError(fs, stderr, "give --http or --uri, not both")
+	case given["uri"]:
+		*httpURL = "" // $MLOCK_HTTP is only --http's default
 	}
 	switch {
 	case len(p.pos) > 1:

@@ -145,3 +145,21 @@ func TestTopProtocolCountsPastTheStatusLimit(t *testing.T) {
 		t.Fatalf("mlock top --http: exit %d\n%s%s", code, out, errOut)
 	}
 }
+
+// An explicit --uri is what mlock top reads, even with $MLOCK_HTTP set
+// (the image sets it for mlockd): the variable is only a default for
+// --http. Both flags at once are a usage error.
+func TestTopExplicitURIWinsOverMLOCK_HTTP(t *testing.T) {
+	uri, base := startObserved(t)
+	holder(t, uri, "orders:1", "alice")
+	cmd := mlockCmd("top", "--uri", uri)
+	cmd.Env = append(cmd.Env, "MLOCK_HTTP=http://"+refusedAddr(t))
+	var out, errb strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if code := exitCodeOf(t, cmd.Run()); code != 0 || !strings.Contains(out.String(), "at "+uri) || !strings.Contains(out.String(), "orders:1") {
+		t.Fatalf("mlock top --uri with MLOCK_HTTP set: exit %d\n%s%s", code, out.String(), errb.String())
+	}
+	if _, _, code := runMlock(t, "top", "--uri", uri, "--http", base); code != exitUsage {
+		t.Errorf("--uri and --http: exit %d, want %d", code, exitUsage)
+	}
+}
