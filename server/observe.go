@@ -227,7 +227,13 @@ func (s *Server) observeEvents(tx *core.Tx, events []core.Event) {
 				o.lostWait++
 			}
 		case core.SessionClosed:
-			o.lost++
+			// A session that held and waited for nothing lost nothing: every
+			// client that exits without a shutdown ends so. Only the others
+			// are counted and logged at info level.
+			lost := o.lostHeld+o.lostWait > 0
+			if !lost && !o.debug {
+				break
+			}
 			attrs := []any{"locks-freed", o.lostHeld, "requests-dropped", o.lostWait}
 			if sess := s.sessions[e.Session]; sess != nil {
 				attrs = append([]any{"session", sess.hash}, attrs...)
@@ -235,7 +241,12 @@ func (s *Server) observeEvents(tx *core.Tx, events []core.Event) {
 					attrs = append(attrs, "principal", sess.p.Name)
 				}
 			}
-			s.log.Info("session lost: its client did not come back within the session grace", attrs...)
+			if lost {
+				o.lost++
+				s.log.Info("session lost: its client did not come back within the session grace", attrs...)
+			} else {
+				s.log.Debug("session ended: its client did not come back within the session grace; it held nothing", attrs...)
+			}
 			o.lostHeld, o.lostWait = 0, 0
 		}
 	}

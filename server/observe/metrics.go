@@ -38,7 +38,7 @@ type Snapshot struct {
 	ServerFull, Forbidden, RateLimited             uint64
 	Extends, ExtendFails                           uint64
 	Dropped                                        uint64 // requests dropped with their lost session
-	SessionsLost                                   uint64 // sessions whose grace period ended
+	SessionsLost                                   uint64 // sessions whose grace period ended while they held or waited for locks
 	Held, Waiting, Queues, Entries                 int
 	MaxQueue                                       int // the longest queue (entries, holder included)
 	Sessions, Online                               int
@@ -87,7 +87,7 @@ var (
 	dRefused  = prometheus.NewDesc("mlock_refusals_total", "Lock requests refused, by reason: busy (try-lock), tolerate, server_full (a server-wide limit), forbidden (permission denied), rate_limited (status and locks listings).", []string{"reason"}, nil)
 	dExtends  = prometheus.NewDesc("mlock_extends_total", "Extend and renew calls, by outcome.", []string{"outcome"}, nil)
 	dDropped  = prometheus.NewDesc("mlock_session_lost_requests_total", "Requests (held or waiting) freed because their session's grace period ended.", nil, nil)
-	dLost     = prometheus.NewDesc("mlock_sessions_lost_total", "Sessions whose client did not come back within the session grace.", nil, nil)
+	dLost     = prometheus.NewDesc("mlock_sessions_lost_total", "Sessions whose client did not come back within the session grace while they held or waited for locks.", nil, nil)
 	dHeld     = prometheus.NewDesc("mlock_locks_held", "Granted locks now.", nil, nil)
 	dWaiting  = prometheus.NewDesc("mlock_locks_waiting", "Waiting lock requests now.", nil, nil)
 	dQueues   = prometheus.NewDesc("mlock_queues", "Resources held or waited for now.", nil, nil)
