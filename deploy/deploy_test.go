@@ -71,8 +71,8 @@ func TestDockerfile(t *testing.T) {
 	if user == "" || user == "root" || strings.HasPrefix(user, "0:") || user == "0" {
 		t.Errorf("the image runs as %q: want a non-root user", user)
 	}
-	if !strings.Contains(health, "/healthz") {
-		t.Errorf("HEALTHCHECK %q: want a probe of /healthz", health)
+	if health != "CMD /usr/local/bin/healthcheck" {
+		t.Errorf("HEALTHCHECK %q: want the probe without an argument (it probes /healthz at $MLOCK_HTTP)", health)
 	}
 	if entry != "/usr/local/bin/mlockd" {
 		t.Errorf("ENTRYPOINT %q", entry)
@@ -185,11 +185,17 @@ func TestImageRuntime(t *testing.T) {
 			<-exited
 		}
 	}()
-	url := "http://" + httpAddr + "/healthz"
+	// The probe as the image runs it: no argument, the address from the
+	// image's MLOCK_HTTP, whatever it is.
+	probeCmd := func(ctx context.Context) *exec.Cmd {
+		c := exec.CommandContext(ctx, probe)
+		c.Env = append(os.Environ(), "MLOCK_HTTP="+httpAddr)
+		return c
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	for {
-		if err := exec.CommandContext(ctx, probe, url).Run(); err == nil {
+		if err := probeCmd(ctx).Run(); err == nil {
 			break
 		}
 		select {
@@ -211,7 +217,7 @@ func TestImageRuntime(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatal("mlockd did not stop on SIGINT")
 	}
-	if err := exec.Command(probe, url).Run(); err == nil {
+	if err := probeCmd(context.Background()).Run(); err == nil {
 		t.Error("the probe passes with mlockd stopped")
 	}
 	if !strings.Contains(logs.String(), `"msg":"mlockd starting"`) || !strings.Contains(logs.String(), `"msg":"mlockd stopped"`) {
@@ -234,7 +240,7 @@ func TestSystemdUnit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Contains(unit, []byte("ExecStart=/usr/local/bin/mlockd ")) {
+	if !bytes.Contains(unit, []byte("ExecStart=/usr/local/bin/mlockd\n")) {
 		t.Fatal("ExecStart does not run /usr/local/bin/mlockd")
 	}
 	dir := t.TempDir()
@@ -247,8 +253,46 @@ func TestSystemdUnit(t *testing.T) {
 	if err != nil || len(bytes.TrimSpace(out)) > 0 {
 		t.Fatalf("systemd-analyze verify: %v\n%s", err, out)
 	}
-	// The flags it passes exist.
+	// The flags of the variables it sets exist.
 	if out, err := exec.Command(mlockd, "--data-dir", filepath.Join(dir, "d"), "--http", "127.0.0.1:0", "--version").CombinedOutput(); err != nil {
 		t.Fatalf("mlockd with the unit's flags: %v\n%s", err, out)
+	}
+}
+
+// The unit's own settings are Environment= defaults, not flags: a flag on
+// mlockd's command line wins over its MLOCK_* variable, so a flag in
+// ExecStart would silently ignore the same setting in
+// /etc/mlockd/mlockd.env, where the unit tells operators to put them
+// (systemd lets EnvironmentFile= override Environment=).
+func TestSystemdUnitSettingsYieldToTheEnvFile(t *testing.T) {
+	unit, err := os.ReadFile("mlockd.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]bool{}
+	execStart := ""
+	for _, line := range strings.Split(string(unit), "\n") {
+		if v, ok := strings.CutPrefix(line, "ExecStart="); ok {
+			execStart = v
+		}
+		if v, ok := strings.CutPrefix(line, "Environment="); ok {
+			for _, kv := range strings.Fields(v) {
+				name, _, _ := strings.Cut(strings.Trim(kv, `"`), "=")
+				env[name] = true
+			}
+		}
+	}
+	if !strings.Contains(string(unit), "EnvironmentFile=-/etc/mlockd/mlockd.env") {
+		t.Fatal("the unit reads no /etc/mlockd/mlockd.env")
+	}
+	for _, arg := range strings.Fields(execStart) {
+		if strings.HasPrefix(arg, "-") {
+			t.Errorf("ExecStart passes %s: the same MLOCK_* setting in the env file would be ignored", arg)
+		}
+	}
+	for _, name := range []string{"MLOCK_HTTP", "MLOCK_DATA_DIR"} {
+		if !env[name] {
+			t.Errorf("the unit sets no default %s", name)
+		}
 	}
 }

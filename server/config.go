@@ -29,7 +29,7 @@ const (
 	DefaultMaxUnauthenticated = 1000
 	DefaultIdleTimeout        = 60 * time.Second
 	DefaultMaxSessions        = 20_000
-	DefaultStatusRate         = 20 // detailed status and locks listings per second, server-wide
+	DefaultStatusRate         = 20 // detailed status and locks listings per second and principal
 	// MaxHandshakeFrame caps a frame received before the handshake (connect)
 	// succeeded, whatever MaxFrame is.
 	MaxHandshakeFrame = 4 << 10

@@ -227,7 +227,13 @@ func (s *Server) observeEvents(tx *core.Tx, events []core.Event) {
 				o.lostWait++
 			}
 		case core.SessionClosed:
-			o.lost++
+			// A session that held and waited for nothing lost nothing: every
+			// client that exits without a shutdown ends so. Only the others
+			// are counted and logged at info level.
+			lost := o.lostHeld+o.lostWait > 0
+			if !lost && !o.debug {
+				break
+			}
 			attrs := []any{"locks-freed", o.lostHeld, "requests-dropped", o.lostWait}
 			if sess := s.sessions[e.Session]; sess != nil {
 				attrs = append([]any{"session", sess.hash}, attrs...)
@@ -235,7 +241,12 @@ func (s *Server) observeEvents(tx *core.Tx, events []core.Event) {
 					attrs = append(attrs, "principal", sess.p.Name)
 				}
 			}
-			s.log.Info("session lost: its client did not come back within the session grace", attrs...)
+			if lost {
+				o.lost++
+				s.log.Info("session lost: its client did not come back within the session grace", attrs...)
+			} else {
+				s.log.Debug("session ended: its client did not come back within the session grace; it held nothing", attrs...)
+			}
 			o.lostHeld, o.lostWait = 0, 0
 		}
 	}
@@ -325,8 +336,12 @@ func (src obsSource) Snapshot(snap *observe.Snapshot) {
 	st := s.cl.node.Status()
 	cs := &observe.ClusterSnapshot{Role: string(st.Role), Term: st.Term, LastIndex: st.LastIndex,
 		CommitIndex: st.CommitIndex, AppliedIndex: st.AppliedIndex, LeaderKnown: st.Leader.ID != ""}
-	if !st.LastContact.IsZero() {
-		cs.LastContact = time.Since(st.LastContact)
+	if st.Role != "leader" {
+		heard := st.LastContact
+		if heard.IsZero() {
+			heard = s.start // not heard from a leader in this run: not "just now"
+		}
+		cs.LastContact = time.Since(heard)
 	}
 	for _, p := range st.Peers {
 		cs.Peers = append(cs.Peers, observe.Peer{ID: p.ID, Failing: p.Failing})
@@ -389,7 +404,7 @@ func (src obsSource) Busiest(prefix string, n, entries int) ([]mlock.LocksQueue,
 }
 
 // Ready reports whether the server serves locks: it listens and is not
-// shutting down; in a cluster, a leader is known and this node has applied
+// shutting down; in a cluster, it is a member, a leader is known and this node has applied
 // the log to within readyLag entries of what is committed. A quiet start
 // is ready: requests queue and are granted when it ends.
 func (src obsSource) Ready() (bool, string) {
@@ -404,6 +419,8 @@ func (src obsSource) Ready() (bool, string) {
 		return false, "not listening yet"
 	case s.cl == nil:
 		return true, ""
+	case s.cl.removed.Load():
+		return false, "removed from the cluster: serves no client until added again"
 	}
 	st := s.cl.node.Status()
 	switch {

@@ -1,8 +1,10 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -73,4 +75,66 @@ func grepLines(s, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// A node removed from the cluster serves no client (it closes their
+// connections): /readyz says so at once, not only once it stops hearing
+// from the leader, and says it is removed; added again, it is ready.
+func TestClusterRemovedNodeNotReady(t *testing.T) {
+	tc := newTestCluster(t, 3, false)
+	l := tc.leader()
+	g := (l + 1) % 3
+	base := startHTTP(t, tc.nodes[g])
+	c := tc.dial(g, "x")
+	c.expect("connected 1.0 new * **")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	id := "n" + strconv.Itoa(g)
+	if err := tc.nodes[l].changeHere(ctx, &clusterChange{id: id}); err != nil {
+		t.Fatal(err)
+	}
+	c.closed() // the node knows it is removed
+	if code, body := get(t, base+"/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "removed") {
+		t.Fatalf("/readyz of a removed node: %d %q", code, body)
+	}
+	if err := tc.nodes[l].changeHere(ctx, &clusterChange{join: true, id: id, addr: "raft" + strconv.Itoa(g)}); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if code, _ := get(t, base+"/readyz"); code == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			_, body := get(t, base+"/readyz")
+			t.Fatalf("a node added again is not ready: %s", body)
+		}
+	}
+}
+
+// A node that has not heard from a leader since it started counts the
+// time since its start as the time since it last heard from one: 0 would
+// read as "just heard from the leader", and an alert on
+// mlock_cluster_leader_contact_seconds would never fire for a node cut
+// off from its start.
+func TestClusterLeaderContactNeverHeard(t *testing.T) {
+	tc := newTestCluster(t, 3, false)
+	for i := range 3 {
+		tc.stop(i)
+	}
+	tc.start(0) // alone: no leader can be elected
+	base := startHTTP(t, tc.nodes[0])
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		code, body := get(t, base+"/readyz")
+		if code == http.StatusServiceUnavailable && strings.Contains(body, "no known leader") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a node alone is still %d %q", code, body)
+		}
+	}
+	fams := scrape(t, base)
+	if value(t, fams, "mlock_cluster_leader_known") != 0 || value(t, fams, "mlock_cluster_leader_contact_seconds") <= 0 {
+		_, body := get(t, base+"/metrics")
+		t.Fatalf("a node that never heard from a leader:\n%s", grepLines(body, "mlock_cluster"))
+	}
 }

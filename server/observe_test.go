@@ -427,3 +427,49 @@ func TestHTTPNeverShowsSecrets(t *testing.T) {
 		t.Errorf("/debug/pprof/ without Pprof: %d", code)
 	}
 }
+
+// A session that ends its grace holding and waiting for nothing lost
+// nothing: every client that exits without a shutdown (mlock status, ping,
+// a finished mlock run) ends that way. It is not counted in
+// mlock_sessions_lost_total nor logged as "session lost" at info level, so
+// that the counter and the log tell of clients that died with locks.
+func TestEmptySessionEndIsNotALoss(t *testing.T) {
+	logs := &syncBuffer{}
+	srv := start(t, Config{SessionGrace: 50 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))})
+	base := startHTTP(t, srv)
+	idle := connected(t, srv, "sid-idle")
+	idle.send("ping r1")
+	idle.expect("result r1 success pong")
+	done := connected(t, srv, "sid-done")
+	id := done.lock("r2", "x 60000 0 0")
+	done.locked(id)
+	done.send("unlock r3 " + id)
+	done.expect("result r3 success done")
+	idle.nc.Close()
+	done.nc.Close()
+	holder := connected(t, srv, "sid-holder")
+	hid := holder.lock("r4", "y 60000 0 0")
+	holder.locked(hid)
+	holder.nc.Close()
+	var fams map[string]*dto.MetricFamily
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		fams = scrape(t, base)
+		if value(t, fams, "mlock_sessions", "state=grace") == 0 && value(t, fams, "mlock_sessions", "state=online") == 0 &&
+			value(t, fams, "mlock_locks_held") == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the sessions never ended")
+		}
+	}
+	if got := value(t, fams, "mlock_sessions_lost_total"); got != 1 {
+		t.Errorf("mlock_sessions_lost_total = %v, want 1 (the holder's session only)", got)
+	}
+	if got := value(t, fams, "mlock_session_lost_requests_total"); got != 1 {
+		t.Errorf("mlock_session_lost_requests_total = %v, want 1", got)
+	}
+	if n := strings.Count(logs.String(), "session lost"); n != 1 {
+		t.Errorf("%d \"session lost\" lines, want 1 (the holder's):\n%s", n, logs.String())
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -39,6 +40,9 @@ type topView struct {
 	// partial: the protocol's listing stopped at the server's status
 	// limit, so the longest queues are those of its first resources.
 	partial bool
+	// queuesAtLeast: the protocol's status listed queues up to the
+	// server's status limit, so Counts.Queues is a lower bound.
+	queuesAtLeast bool
 }
 
 type topCounts struct {
@@ -57,7 +61,7 @@ type topCounts struct {
 func cmdTop(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("top")
 	httpURL := fs.String("http", os.Getenv("MLOCK_HTTP"), "read mlockd's JSON API at this URL (its --http address, e.g. http://127.0.0.1:12341;\n"+
-		"default $MLOCK_HTTP); without it, the lock protocol at --uri")
+		"default $MLOCK_HTTP, unless --uri is given); without it, the lock protocol at --uri")
 	interval := fs.Duration("interval", time.Second, "time between refreshes")
 	iterations := fs.Int("n", 0, "refresh this many times, then exit (0: until interrupted; 1 when stdout is not a terminal)")
 	limit := fs.Int("limit", 0, "resources shown (default: what fits the terminal, at least 10)")
@@ -72,6 +76,14 @@ func cmdTop(args []string, stdout, stderr io.Writer) int {
 	p := parse(fs, args, stdout, stderr)
 	if p.done {
 		return p.exit
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	switch {
+	case given["uri"] && given["http"]:
+		return usageError(fs, stderr, "give --http or --uri, not both")
+	case given["uri"]:
+		*httpURL = "" // $MLOCK_HTTP is only --http's default
 	}
 	switch {
 	case len(p.pos) > 1:
@@ -88,18 +100,25 @@ func cmdTop(args []string, stdout, stderr io.Writer) int {
 		prefix = p.pos[0]
 	}
 	tty := false
+	var out *os.File
 	if f, ok := stdout.(*os.File); ok {
-		tty = isTerminal(f)
+		tty, out = isTerminal(f), f
 	}
 	n := *iterations
 	if n == 0 && !tty {
 		n = 1
 	}
-	rows, cols := termSize(tty)
-	show := *limit
-	if show == 0 {
-		show = max(10, rows-8)
+	var show, cols int
+	// fit reads the terminal's size again: it may have been resized.
+	fit := func() {
+		var rows int
+		rows, cols = termSize(out, tty)
+		show = *limit
+		if show == 0 {
+			show = max(10, rows-8)
+		}
 	}
+	fit()
 	var fetch func(ctx context.Context) (*topView, error)
 	where := *uri
 	if *httpURL != "" {
@@ -145,6 +164,7 @@ func cmdTop(args []string, stdout, stderr io.Writer) int {
 			case <-time.After(*interval):
 			}
 		}
+		fit()
 		fctx, cancel := context.WithTimeout(ctx, *timeout)
 		v, err := fetch(fctx)
 		cancel()
@@ -210,6 +230,7 @@ func fetchProtocol(ctx context.Context, c *mlock.Client, prefix string) (*topVie
 		Grace: max(st.Sessions-st.SocketCount, 0), Conns: st.Connections, Grants: st.LockedCount,
 		Timeouts: st.TimeoutCount, Expiries: st.ExpiredCount, Requests: st.LockCount}
 	v.Counts.Queues = len(st.Queues)
+	v.queuesAtLeast = st.Truncated
 	if st.Cluster != nil {
 		v.Ready = st.Cluster.Leader != ""
 		if !v.Ready {
@@ -232,9 +253,10 @@ func (v *topView) ratesSince(prev *topView, d time.Duration) {
 	v.Rates.Expiries = r(prev.Counts.Expiries, v.Counts.Expiries)
 }
 
-// termSize returns the terminal's rows and columns ($LINES and $COLUMNS,
-// else 24×100); not on a terminal, lines are not cut (0 columns).
-func termSize(tty bool) (int, int) {
+// termSize returns the terminal's rows and columns (as the terminal f
+// tells, else $LINES and $COLUMNS, else 24×100); not on a terminal, lines
+// are not cut (0 columns).
+func termSize(f *os.File, tty bool) (int, int) {
 	rows, cols := 24, 100
 	if n, err := strconv.Atoi(os.Getenv("LINES")); err == nil && n > 0 {
 		rows = n
@@ -243,7 +265,10 @@ func termSize(tty bool) (int, int) {
 		cols = n
 	}
 	if !tty {
-		cols = 0
+		return rows, 0
+	}
+	if r, c, ok := winSize(f); ok {
+		rows, cols = r, c
 	}
 	return rows, cols
 }
@@ -268,8 +293,12 @@ func renderTop(b *strings.Builder, v *topView, where, prefix string, limit, cols
 	line("mlockd %s at %s · up %s · %s · %s", v.Version, where, dur(v.Now-v.StartAt), state,
 		time.UnixMilli(v.Now).Format("15:04:05"))
 	c := v.Counts
-	line("locks: %d held, %d waiting on %d resources · sessions: %d online, %d in grace · connections: %d",
-		c.Held, c.Waiting, c.Queues, c.Online, c.Grace, c.Conns)
+	queues := strconv.Itoa(c.Queues)
+	if v.queuesAtLeast {
+		queues = "at least " + queues
+	}
+	line("locks: %d held, %d waiting on %s resources · sessions: %d online, %d in grace · connections: %d",
+		c.Held, c.Waiting, queues, c.Online, c.Grace, c.Conns)
 	last := func(r []float64) string {
 		if len(r) == 0 {
 			return "-"

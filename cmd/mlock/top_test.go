@@ -17,7 +17,15 @@ import (
 // lock URI and the HTTP base URL.
 func startObserved(t *testing.T) (string, string) {
 	t.Helper()
-	srv, err := server.New(server.Config{StatusRate: -1, QuietPeriod: -1})
+	return startObservedWith(t, server.Config{})
+}
+
+// startObservedWith is startObserved with cfg (status rate and quiet
+// period off).
+func startObservedWith(t *testing.T, cfg server.Config) (string, string) {
+	t.Helper()
+	cfg.StatusRate, cfg.QuietPeriod = -1, -1
+	srv, err := server.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,5 +122,44 @@ func TestTopErrors(t *testing.T) {
 		if _, _, code := runMlock(t, args...); code != exitUsage {
 			t.Errorf("%v: exit %d, want %d", args, code, exitUsage)
 		}
+	}
+}
+
+// From the lock protocol, whose status lists at most --status-limit
+// resources, mlock top does not show that many as the number of resources
+// held or waited for: it says "at least".
+func TestTopProtocolCountsPastTheStatusLimit(t *testing.T) {
+	uri, base := startObservedWith(t, server.Config{StatusLimit: 2})
+	for _, r := range []string{"a", "b", "c", "d"} {
+		holder(t, uri, r, "o-"+r)
+	}
+	out, errOut, code := runMlock(t, "top", "--uri", uri)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if !strings.Contains(out, "4 held, 0 waiting on at least 2 resources") {
+		t.Fatalf("mlock top --uri with 4 resources held and a status limit of 2:\n%s", out)
+	}
+	out, errOut, code = runMlock(t, "top", "--http", base)
+	if code != 0 || !strings.Contains(out, "4 held, 0 waiting on 4 resources") {
+		t.Fatalf("mlock top --http: exit %d\n%s%s", code, out, errOut)
+	}
+}
+
+// An explicit --uri is what mlock top reads, even with $MLOCK_HTTP set
+// (the image sets it for mlockd): the variable is only a default for
+// --http. Both flags at once are a usage error.
+func TestTopExplicitURIWinsOverMLOCK_HTTP(t *testing.T) {
+	uri, base := startObserved(t)
+	holder(t, uri, "orders:1", "alice")
+	cmd := mlockCmd("top", "--uri", uri)
+	cmd.Env = append(cmd.Env, "MLOCK_HTTP=http://"+refusedAddr(t))
+	var out, errb strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if code := exitCodeOf(t, cmd.Run()); code != 0 || !strings.Contains(out.String(), "at "+uri) || !strings.Contains(out.String(), "orders:1") {
+		t.Fatalf("mlock top --uri with MLOCK_HTTP set: exit %d\n%s%s", code, out.String(), errb.String())
+	}
+	if _, _, code := runMlock(t, "top", "--uri", uri, "--http", base); code != exitUsage {
+		t.Errorf("--uri and --http: exit %d, want %d", code, exitUsage)
 	}
 }

@@ -20,3 +20,12 @@ func inForeground(f *os.File) bool {
 	pgrp, err := unix.IoctlGetInt(int(f.Fd()), unix.TIOCGPGRP)
 	return err == nil && pgrp == unix.Getpgrp()
 }
+
+// winSize returns the rows and columns of the terminal f, if it tells.
+func winSize(f *os.File) (rows, cols int, ok bool) {
+	ws, err := unix.IoctlGetWinsize(int(f.Fd()), unix.TIOCGWINSZ)
+	if err != nil || ws.Row == 0 || ws.Col == 0 {
+		return 0, 0, false
+	}
+	return int(ws.Row), int(ws.Col), true
+}

@@ -14,3 +14,6 @@ func isTerminal(f *os.File) bool {
 // inForeground reports whether this process's group is the terminal's
 // foreground group; not known here: false (signals are forwarded).
 func inForeground(*os.File) bool { return false }
+
+// winSize returns the size of the terminal f; not known here.
+func winSize(*os.File) (rows, cols int, ok bool) { return 0, 0, false }

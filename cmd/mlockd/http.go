@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
@@ -26,10 +27,66 @@ func addHTTPFlags(fs *flag.FlagSet, cfg *server.Config) *httpOptions {
 	var o httpOptions
 	o.addr = fs.String("http", "", "serve metrics (/metrics), health (/healthz, /readyz), the live page (/) and its JSON API (/api/) on this `host:port` (e.g. 127.0.0.1:12341; empty: off). No authentication: keep it where only operators and monitoring reach it")
 	o.pprof = fs.Bool("http-pprof", false, "with --http, also serve Go's profiler under /debug/pprof/")
-	fs.DurationVar(&cfg.LogSlowWait, "log-slow-wait", server.DefaultLogSlowWait, "log a waiter granted after waiting longer than this (rate-limited; negative: never)")
-	fs.IntVar(&cfg.LogLongQueue, "log-long-queue", server.DefaultLogLongQueue, "log a lock request queued behind at least this many entries (rate-limited; negative: never)")
+	cfg.LogSlowWait, cfg.LogLongQueue = server.DefaultLogSlowWait, server.DefaultLogLongQueue
+	fs.Var(neverDuration{&cfg.LogSlowWait}, "log-slow-wait", "log a waiter granted after waiting longer than this `duration` (rate-limited; 0 or negative: never)")
+	fs.Var(neverInt{&cfg.LogLongQueue}, "log-long-queue", "log a lock request queued behind at least this `number` of entries (rate-limited; 0 or negative: never)")
 	return &o
 }
+
+// neverDuration is a duration flag whose 0 means never, like a negative
+// value: in server.Config, 0 is the default.
+type neverDuration struct{ p *time.Duration }
+
+func (v neverDuration) String() string {
+	switch {
+	case v.p == nil:
+		return ""
+	case *v.p < 0:
+		return "0s"
+	}
+	return v.p.String()
+}
+
+func (v neverDuration) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return errors.New("want a duration such as 1s")
+	}
+	*v.p = d
+	if d <= 0 {
+		*v.p = -1
+	}
+	return nil
+}
+
+func (v neverDuration) Get() any { return *v.p }
+
+// neverInt is an integer flag whose 0 means never, like a negative value.
+type neverInt struct{ p *int }
+
+func (v neverInt) String() string {
+	switch {
+	case v.p == nil:
+		return ""
+	case *v.p < 0:
+		return "0"
+	}
+	return strconv.Itoa(*v.p)
+}
+
+func (v neverInt) Set(s string) error {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return errors.New("want an integer")
+	}
+	*v.p = n
+	if n <= 0 {
+		*v.p = -1
+	}
+	return nil
+}
+
+func (v neverInt) Get() any { return *v.p }
 
 // httpServer is the running HTTP listener.
 type httpServer struct {

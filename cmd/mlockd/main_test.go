@@ -545,3 +545,45 @@ func TestSIGHUPIsLogged(t *testing.T) {
 	}
 	dial(t, addr, "after-hup").lockHeld("1", "r")
 }
+
+// --log-slow-wait 0 and --log-long-queue 0 turn those logs off, like the
+// other 0 durations of mlockd's flags: the server's Config reads 0 as its
+// default (1 s, 100), which logged what the operator asked not to, and at
+// a threshold nobody gave. Unset, the defaults stay.
+func TestLogThresholdsZeroMeansNever(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		env  map[string]string
+	}{
+		{args: []string{"--log-slow-wait", "0", "--log-long-queue", "0"}},
+		{args: []string{"--log-slow-wait", "-1s", "--log-long-queue", "-3"}},
+		{env: map[string]string{"MLOCK_LOG_SLOW_WAIT": "0s", "MLOCK_LOG_LONG_QUEUE": "0"}},
+	} {
+		var cfg server.Config
+		fs, _ := newFlagSet(&cfg)
+		if err := fs.Parse(c.args); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := applyEnv(fs, func(k string) (string, bool) { v, ok := c.env[k]; return v, ok }); err != nil {
+			t.Fatal(err)
+		}
+		if cfg.LogSlowWait >= 0 || cfg.LogLongQueue >= 0 {
+			t.Errorf("%q %v: LogSlowWait %v, LogLongQueue %d; want both negative (never)", c.args, c.env, cfg.LogSlowWait, cfg.LogLongQueue)
+		}
+	}
+	var cfg server.Config
+	fs, _ := newFlagSet(&cfg)
+	if err := fs.Parse([]string{"--log-slow-wait", "250ms", "--log-long-queue", "7"}); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.LogSlowWait != 250*time.Millisecond || cfg.LogLongQueue != 7 {
+		t.Errorf("LogSlowWait %v, LogLongQueue %d", cfg.LogSlowWait, cfg.LogLongQueue)
+	}
+	cfg = server.Config{}
+	if _, _ = newFlagSet(&cfg); cfg.LogSlowWait != server.DefaultLogSlowWait || cfg.LogLongQueue != server.DefaultLogLongQueue {
+		t.Errorf("defaults: LogSlowWait %v, LogLongQueue %d", cfg.LogSlowWait, cfg.LogLongQueue)
+	}
+	if err := run([]string{"--log-long-queue", "many"}, io.Discard, io.Discard); err == nil {
+		t.Error("--log-long-queue many accepted")
+	}
+}

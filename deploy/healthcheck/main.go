@@ -1,26 +1,58 @@
 // Command healthcheck is the container's health probe: it fetches a URL
-// (default http://127.0.0.1:12341/healthz, mlockd's liveness endpoint)
 // and exits 0 if the answer is 200 OK within 2 seconds, else 1 with one
-// line on stderr. The image has no shell or curl: this static binary is
-// its HEALTHCHECK.
+// line on stderr. The URL is its argument, else mlockd's liveness
+// endpoint at $MLOCK_HTTP (the address mlockd's --http serves; a wildcard
+// host such as 0.0.0.0 is probed on loopback), else
+// http://127.0.0.1:12341/healthz. The image has no shell or curl: this
+// static binary is its HEALTHCHECK.
 package main
 
 import (
+	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"time"
 )
 
 func main() {
-	url := "http://127.0.0.1:12341/healthz"
-	if len(os.Args) > 1 {
-		url = os.Args[1]
+	url, err := probeURL(os.Args[1:], os.LookupEnv)
+	if err == nil {
+		err = check(url)
 	}
-	if err := check(url); err != nil {
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "healthcheck:", err)
 		os.Exit(1)
 	}
+}
+
+// probeURL is the URL to probe: the argument, else /healthz at
+// $MLOCK_HTTP, else at 127.0.0.1:12341.
+func probeURL(args []string, lookup func(string) (string, bool)) (string, error) {
+	if len(args) > 0 {
+		return args[0], nil
+	}
+	addr, ok := lookup("MLOCK_HTTP")
+	if !ok {
+		addr = "127.0.0.1:12341"
+	}
+	if addr == "" {
+		return "", errors.New("MLOCK_HTTP is empty: mlockd serves no /healthz")
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", fmt.Errorf("MLOCK_HTTP=%q: %v", addr, err)
+	}
+	switch ip := net.ParseIP(host); {
+	case host == "":
+		host = "127.0.0.1"
+	case ip != nil && ip.IsUnspecified() && ip.To4() != nil:
+		host = "127.0.0.1"
+	case ip != nil && ip.IsUnspecified():
+		host = "::1"
+	}
+	return "http://" + net.JoinHostPort(host, port) + "/healthz", nil
 }
 
 func check(url string) error {

@@ -1,6 +1,9 @@
 package observe
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // DurationBuckets are the upper bounds, in seconds, of the wait and hold
 // time histograms: 100 µs to 1 h.
@@ -33,7 +36,7 @@ func toInts(b []float64, scale float64) []int64 {
 // for the rest.
 type hist struct {
 	counts [maxBuckets + 1]uint64
-	sum    int64
+	sum    float64 // like Prometheus's: an int64 of nanoseconds wraps after 292 years of total hold
 	n      uint64
 }
 
@@ -44,7 +47,7 @@ func (h *hist) observe(bounds []int64, v int64) {
 		i++
 	}
 	h.counts[i]++
-	h.sum += v
+	h.sum += float64(v)
 	h.n++
 }
 
@@ -73,8 +76,14 @@ func (d *Durations) Observe(ns int64) { d.h.observe(durationBounds, ns) }
 // Count returns the number of observations.
 func (d *Durations) Count() uint64 { return d.h.n }
 
-// Sum returns the sum of the observations.
-func (d *Durations) Sum() time.Duration { return time.Duration(d.h.sum) }
+// Sum returns the sum of the observations (saturated at the largest
+// time.Duration).
+func (d *Durations) Sum() time.Duration {
+	if d.h.sum >= math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return time.Duration(d.h.sum)
+}
 
 // Depths is a histogram of queue depths with DepthBuckets; like Durations
 // otherwise.

@@ -38,7 +38,7 @@ type Snapshot struct {
 	ServerFull, Forbidden, RateLimited             uint64
 	Extends, ExtendFails                           uint64
 	Dropped                                        uint64 // requests dropped with their lost session
-	SessionsLost                                   uint64 // sessions whose grace period ended
+	SessionsLost                                   uint64 // sessions whose grace period ended while they held or waited for locks
 	Held, Waiting, Queues, Entries                 int
 	MaxQueue                                       int // the longest queue (entries, holder included)
 	Sessions, Online                               int
@@ -56,7 +56,7 @@ type Snapshot struct {
 type ClusterSnapshot struct {
 	Role                                       string // follower, candidate, leader, shutdown
 	Term, LastIndex, CommitIndex, AppliedIndex uint64
-	LastContact                                time.Duration // a follower's time since it heard from the leader; 0 on the leader
+	LastContact                                time.Duration // a follower's time since it heard from the leader (or started); 0 on the leader
 	LeaderKnown                                bool
 	Peers                                      []Peer
 }
@@ -87,7 +87,7 @@ var (
 	dRefused  = prometheus.NewDesc("mlock_refusals_total", "Lock requests refused, by reason: busy (try-lock), tolerate, server_full (a server-wide limit), forbidden (permission denied), rate_limited (status and locks listings).", []string{"reason"}, nil)
 	dExtends  = prometheus.NewDesc("mlock_extends_total", "Extend and renew calls, by outcome.", []string{"outcome"}, nil)
 	dDropped  = prometheus.NewDesc("mlock_session_lost_requests_total", "Requests (held or waiting) freed because their session's grace period ended.", nil, nil)
-	dLost     = prometheus.NewDesc("mlock_sessions_lost_total", "Sessions whose client did not come back within the session grace.", nil, nil)
+	dLost     = prometheus.NewDesc("mlock_sessions_lost_total", "Sessions whose client did not come back within the session grace while they held or waited for locks.", nil, nil)
 	dHeld     = prometheus.NewDesc("mlock_locks_held", "Granted locks now.", nil, nil)
 	dWaiting  = prometheus.NewDesc("mlock_locks_waiting", "Waiting lock requests now.", nil, nil)
 	dQueues   = prometheus.NewDesc("mlock_queues", "Resources held or waited for now.", nil, nil)
@@ -108,7 +108,7 @@ var (
 	dTerm     = prometheus.NewDesc("mlock_cluster_term", "The node's current Raft term.", nil, nil)
 	dIndex    = prometheus.NewDesc("mlock_cluster_index", "The node's Raft log indexes: last (stored), commit, applied.", []string{"index"}, nil)
 	dLag      = prometheus.NewDesc("mlock_cluster_apply_lag", "Committed log entries this node has not applied yet.", nil, nil)
-	dContact  = prometheus.NewDesc("mlock_cluster_leader_contact_seconds", "On a follower, the time since it last heard from the leader (0 on the leader).", nil, nil)
+	dContact  = prometheus.NewDesc("mlock_cluster_leader_contact_seconds", "On a follower, the time since it last heard from the leader, or since it started if it has not yet (0 on the leader).", nil, nil)
 	dLeader   = prometheus.NewDesc("mlock_cluster_leader_known", "1 if this node knows a leader.", nil, nil)
 	dPeers    = prometheus.NewDesc("mlock_cluster_peers", "Members of the cluster configuration.", nil, nil)
 	dFailing  = prometheus.NewDesc("mlock_cluster_peer_failing", "On the leader, 1 for a member whose heartbeats fail (label: the member's id, bounded by the cluster's size).", []string{"peer"}, nil)
@@ -142,7 +142,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(dRequests, s.Requests[v][Failed], s.VerbNames[v], "failed")
 	}
 	hist := func(d *prometheus.Desc, h *hist, scale float64, exported []float64) {
-		ch <- prometheus.MustNewConstHistogram(d, h.n, float64(h.sum)*scale, h.cumulative(exported))
+		ch <- prometheus.MustNewConstHistogram(d, h.n, h.sum*scale, h.cumulative(exported))
 	}
 	hist(dWait, &s.Wait.h, 1e-9, DurationBuckets)
 	hist(dHold, &s.Hold.h, 1e-9, DurationBuckets)
