@@ -100,7 +100,7 @@ type StatusLimits struct {
 	MaxNameBytes     int   `json:"maxNameBytes"`
 	MaxSessionBytes  int   `json:"maxSessionBytes"`
 	MaxLocksPerSess  int   `json:"maxLocksPerSession"`
-	StatusRatePerSec int   `json:"statusRatePerSec"` // detailed status and locks listings per second, server-wide
+	StatusRatePerSec int   `json:"statusRatePerSec"` // detailed status and locks listings per second, per principal
 }
 
 // StatusSocket describes one connected session in Status.
