@@ -75,7 +75,9 @@ type Config struct {
 	// (PEM). A client may present one (it must then verify); its name
 	// (CommonName, else first DNS name) is its principal: with an AuthFile,
 	// the entry of that name marked "cert"; without, a principal that may
-	// lock any resource and does not administer. Needs TLSCertFile.
+	// lock any resource and does not administer. Without an AuthFile, a
+	// client without a certificate is refused (authentication required!),
+	// on loopback too. Needs TLSCertFile.
 	TLSClientCAFile string
 	// Logger receives the server's logs. Default: discard.
 	Logger *slog.Logger

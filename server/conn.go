@@ -436,7 +436,7 @@ func (c *conn) plainStatus(buf []byte) {
 		var text []byte
 		s.batch(func(tx *core.Tx) {
 			c.plain = true
-			detail := s.auth.Load() == nil && !s.protectedRefuses(c.ip) && c.certName == "" && s.allowListing(tx, "")
+			detail := !s.credentialed() && !s.protectedRefuses(c.ip) && s.allowListing(tx, "")
 			text = s.statusText(tx, detail)
 		})
 		_ = c.nc.SetWriteDeadline(time.Now().Add(5 * time.Second))

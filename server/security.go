@@ -69,7 +69,8 @@ func (s *Server) protectedRefuses(ip netip.Addr) bool {
 }
 
 // principalFor decides who a connect is: by token (cred, "name:token"), by
-// verified client certificate, by address, or anonymous. It returns the
+// verified client certificate, by address, or anonymous (only on a server
+// without credentials, in protected mode or Insecure). It returns the
 // code of the connection error otherwise. It runs in a core batch.
 func (s *Server) principalFor(c *conn, cred []byte, hasCred bool) (*auth.Principal, protocol.Code) {
 	tab := s.auth.Load()
@@ -102,6 +103,10 @@ func (s *Server) principalFor(c *conn, cred []byte, hasCred bool) (*auth.Princip
 		if p, ok := tab.Address(c.ip); ok {
 			return p, 0
 		}
+		return nil, protocol.CodeAuthRequired
+	case s.credentialed():
+		// Client certificates are the credentials: a client without one
+		// is nobody, on loopback too.
 		return nil, protocol.CodeAuthRequired
 	case s.protectedRefuses(c.ip):
 		return nil, protocol.CodeProtectedMode

@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
+	"io"
 	"math/big"
 	"net"
 	"os"
@@ -393,14 +394,14 @@ func TestCertPrincipalUnreachableByName(t *testing.T) {
 	id := svc.lock("1", "x 10000 0 0 o")
 	svc.locked(id)
 
-	anon, _ := dialTLS(t, srv, clientTLS(t, ca, ""))
+	anon, _ := dialTLS(t, srv, clientTLS(t, ca, "anon"))
 	anon.send("connect svc\x00abc 1.0")
 	if got := anon.read(); got != "error invalid socketId!" {
 		t.Errorf("a socketId spelling a scoped name: got %q, want the refusal", got)
 	}
 	svc.ping("2") // not taken over
 
-	anon, _ = dialTLS(t, srv, clientTLS(t, ca, ""))
+	anon, _ = dialTLS(t, srv, clientTLS(t, ca, "anon"))
 	anon.send("connect anon 1.0")
 	anon.expect("connected 1.0 new *")
 	anon.send("release 1 svc\x00o x")
@@ -414,4 +415,39 @@ func TestCertPrincipalUnreachableByName(t *testing.T) {
 	svc.quiet()
 	svc.send("extend 3 " + id + " 10000")
 	svc.expect("result 3 success *")
+}
+
+// TestClientCAWithoutAuthFileNeedsACertificate: a server whose credentials
+// are client certificates accepts clients that present one; a client
+// without, on loopback too, is no principal: it gets neither the anonymous
+// administrator's rights nor the details of the unframed status.
+func TestClientCAWithoutAuthFileNeedsACertificate(t *testing.T) {
+	ca := testcert.New(t)
+	srv := tlsServer(t, ca, Config{TLSClientCAFile: ca.CertFile()})
+	svc, _ := dialTLS(t, srv, clientTLS(t, ca, "svc"))
+	svc.send("connect svc-secret-sid 1.0")
+	svc.expect("connected 1.0 new *")
+	svc.locked(svc.lock("1", "svc-resource 10000 0 0 svc-owner"))
+
+	anon, _ := dialTLS(t, srv, clientTLS(t, ca, ""))
+	anon.send("connect anon 1.0")
+	if got := anon.read(); got != "error authentication required!" {
+		t.Errorf("a loopback client without a certificate: got %q, want authentication required", got)
+		anon.send("evict 1 svc-resource")
+		t.Logf("its evict: %q", anon.read())
+	}
+
+	plain, _ := dialTLS(t, srv, clientTLS(t, ca, ""))
+	plain.nc.Write([]byte("status\n"))
+	_ = plain.nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	b, _ := io.ReadAll(plain.nc)
+	text := string(b)
+	if !strings.Contains(text, "currentLocks: 1") {
+		t.Fatalf("plain status lacks the counters:\n%s", text)
+	}
+	for _, secret := range []string{"svc-resource", "svc-owner", "svc-secret-sid"} {
+		if strings.Contains(text, secret) {
+			t.Errorf("the unframed status of a client without a certificate shows %q", secret)
+		}
+	}
 }
