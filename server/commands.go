@@ -313,7 +313,9 @@ func (c *conn) lock(tx *core.Tx, req []byte, f [][]byte, try bool) {
 	}
 }
 
-// extend handles "extend <req> <lockId> <ttl>".
+// extend handles "extend <req> <lockId> <ttl>". A principal that may no
+// longer lock one of the lock's resources (the auth file was reloaded) is
+// answered permission denied! naming it.
 func (c *conn) extend(tx *core.Tx, req []byte, f [][]byte) {
 	s := c.srv
 	if len(f) < 3 {
@@ -334,6 +336,13 @@ func (c *conn) extend(tx *core.Tx, req []byte, f [][]byte) {
 		c.failed(req, protocol.CodeLockNotExist)
 		return
 	}
+	if p := c.sess.p; !p.Admin && p.Prefixes != nil && !c.trusted {
+		// The rights in force now: a reload may have taken the lock's
+		// resources away from the principal.
+		if li, found := tx.Lookup(id); found && !c.may(req, li.Resources) {
+			return
+		}
+	}
 	r := tx.Apply(&core.Command{Op: core.OpExtend, ID: id, TTL: ttl, Session: c.sess.id})
 	if r.Err != nil {
 		c.failedErr(req, r.Err)
@@ -348,7 +357,8 @@ func (c *conn) extend(tx *core.Tx, req []byte, f [][]byte) {
 // expiry, keeping its id, token and session. The answer is
 // "<expiresAtMs> <token>"; an owner that holds no such lock (also after a
 // release of some of them, and for the anonymous owner) gets lock not
-// exist!. Renewing uses no token and pushes nothing.
+// exist!, a principal that may no longer lock one of the resources
+// permission denied!. Renewing uses no token and pushes nothing.
 func (c *conn) renew(tx *core.Tx, req []byte, f [][]byte) {
 	s := c.srv
 	if len(f) < 4 || len(f[2]) == 0 || len(f[3]) == 0 {
@@ -368,7 +378,11 @@ func (c *conn) renew(tx *core.Tx, req []byte, f [][]byte) {
 	if !ok {
 		return
 	}
-	r := tx.Apply(&core.Command{Op: core.OpRenew, Owner: owner, Resources: s.splitResources(f[3]),
+	resources := s.splitResources(f[3])
+	if !c.may(req, resources) { // a reload may have taken them away
+		return
+	}
+	r := tx.Apply(&core.Command{Op: core.OpRenew, Owner: owner, Resources: resources,
 		TTL: ttl, Session: c.sess.id})
 	if r.Err != nil {
 		c.failedErr(req, r.Err)

@@ -236,3 +236,37 @@ func TestMaxUnauthenticated(t *testing.T) {
 	}
 	ok[0].ping("1")
 }
+
+// TestReloadRevokedPrefixStopsExtendAndRenew: a prefix taken away by a
+// reload takes effect on the next command: the principal's locks under it
+// are no longer extended or renewed (they run out at their expiry), so a
+// principal cannot keep a resource it may no longer lock for ever.
+func TestReloadRevokedPrefixStopsExtendAndRenew(t *testing.T) {
+	tok := auth.NewToken()
+	file := writeAuthFile(t, authLine(t, "A", tok, "prefix=a:", "prefix=b:"))
+	srv := start(t, Config{AuthFile: file, StatusRate: -1})
+	a := connectAs(t, srv, "a", "A", tok)
+	id := a.lock("1", "b:x 60000 0 0 o")
+	a.locked(id)
+	kept := a.lock("2", "a:x 60000 0 0 o")
+	a.locked(kept)
+
+	// Same token: the connection stays, with fewer rights.
+	if err := os.WriteFile(file, []byte(authLine(t, "A", tok, "prefix=a:")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	a.send("extend 3 " + id + " 60000")
+	a.expect("result 3 failed permission denied! b:x")
+	a.send("renew 4 o b:x 60000")
+	a.expect("result 4 failed permission denied! b:x")
+	a.send("extend 5 " + kept + " 60000")
+	a.expect("result 5 success *")
+	a.send("renew 6 o a:x 60000")
+	a.expect("result 6 success * *")
+	// Giving the lock up stays allowed.
+	a.send("unlock 7 " + id)
+	a.expect("result 7 success done")
+}
