@@ -75,9 +75,10 @@ func cmdBench(args []string, stdout, stderr io.Writer) int {
 		}
 		t, closeT, err := open(ctx, u, *allowRemote)
 		if err != nil {
-			return fail(fs, stderr, err)
+			return fail(fs, stderr, hideURI(err))
 		}
 		defer closeT()
+		t.Name = shownURI(t.Name)
 		targets = append(targets, t)
 	}
 	if f, ok := stderr.(*os.File); ok && isTerminal(f) && !*asJSON {

@@ -16,6 +16,9 @@ import (
 
 	"github.com/mlock-dev/mlock"
 	"github.com/mlock-dev/mlock/cmd/mlock/internal/bench"
+	"github.com/mlock-dev/mlock/internal/auth"
+	"github.com/mlock-dev/mlock/server"
+	"github.com/mlock-dev/mlock/server/servertest"
 )
 
 // runMlock runs the mlock command as a child process and returns its
@@ -432,4 +435,50 @@ func TestClusterCommand(t *testing.T) {
 	if code != exitError || stderr != "mlock cluster remove: request error: not a cluster node!\n" {
 		t.Errorf("cluster remove on a single server: exit %d, stderr %q", code, stderr)
 	}
+}
+
+// TestURITokenNotShown: the token of --uri (or of $MLOCK_URI, its default)
+// is a secret: neither the help nor the output of the inspection commands
+// or of bench shows it.
+func TestURITokenNotShown(t *testing.T) {
+	token := auth.NewToken()
+	line, err := auth.Line("orders", token, "admin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "auth")
+	if err := os.WriteFile(file, []byte(line+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addr, _ := servertest.Start(t, server.Config{AuthFile: file, StatusRate: -1}, "")
+	uri := "mlock://orders:" + token + "@" + addr
+	check := func(what, out string) {
+		t.Helper()
+		if strings.Contains(out, token) {
+			t.Errorf("%s shows the token:\n%s", what, out)
+		}
+	}
+	for _, args := range [][]string{{"ping"}, {"version"}, {"status"}, {"bench", "--duration", "200ms", "--workers", "1"}} {
+		stdout, stderr, code := runMlock(t, append(args, "--uri", uri)...)
+		if code != 0 {
+			t.Errorf("%s: exit %d, stderr %q", args[0], code, stderr)
+		}
+		check(args[0], stdout+stderr)
+	}
+	// A URI that does not parse: the error does not quote it.
+	bad := "mlock://orders:" + token + "%zz@" + addr
+	for _, args := range [][]string{{"run", "--uri", bad, "r", "--", "true"}, {"bench", "--uri", bad}, {"ping", "--uri", bad}} {
+		stdout, stderr, code := runMlock(t, args...)
+		if code == 0 {
+			t.Errorf("%s with a malformed URI: exit 0", args[0])
+		}
+		check(args[0]+" with a malformed URI", stdout+stderr)
+	}
+	cmd := mlockCmd("ping", "--help")
+	cmd.Env = append(cmd.Env, "MLOCK_URI="+uri)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("ping --help: %v", err)
+	}
+	check("ping --help", string(out))
 }

@@ -31,6 +31,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/url"
 	"os"
 	"os/signal"
 	"runtime"
@@ -146,13 +147,38 @@ func versionLine(name string) string {
 	return fmt.Sprintf("%s %s (%s %s/%s)", name, mlock.Version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 }
 
-// uriFlag defines --uri; accepts says what the command takes.
+// uriFlag defines --uri; accepts says what the command takes. The help
+// shows the default without its secret (shownURI).
 func uriFlag(fs *flag.FlagSet, accepts string) *string {
 	def := os.Getenv("MLOCK_URI")
 	if def == "" {
 		def = defaultURI
 	}
-	return fs.String("uri", def, accepts+" (default $MLOCK_URI, else "+defaultURI+")")
+	p := fs.String("uri", def, accepts+" (default $MLOCK_URI, else "+defaultURI+")")
+	fs.Lookup("uri").DefValue = shownURI(def)
+	return p
+}
+
+// hideURI returns err without the URI that a *url.Error quotes (it may
+// hold a token or a password): "invalid URI: " and what is wrong with it.
+// Other errors are returned as they are.
+func hideURI(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return fmt.Errorf("invalid URI: %w", ue.Err)
+	}
+	return err
+}
+
+// shownURI is uri as a command shows it: the password of its userinfo (an
+// mlock:// token, a Redis or etcd password) replaced by "xxxxx". A URI that
+// does not parse is not shown at all.
+func shownURI(uri string) string {
+	u, err := url.Parse(uri)
+	if err != nil {
+		return "(invalid URI)"
+	}
+	return u.Redacted()
 }
 
 // newFlagSet returns the flag set of "mlock name": its errors are printed
@@ -406,7 +432,7 @@ func cmdPing(args []string, stdout, stderr io.Writer) int {
 		if err := c.Ping(ctx); err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "pong from %s in %v\n", uri, time.Since(start).Round(time.Microsecond))
+		fmt.Fprintf(stdout, "pong from %s in %v\n", shownURI(uri), time.Since(start).Round(time.Microsecond))
 		return nil
 	})
 }
@@ -421,7 +447,7 @@ func cmdVersion(args []string, stdout, stderr io.Writer) int {
 		if err != nil {
 			return fmt.Errorf("server version: %w", err)
 		}
-		fmt.Fprintf(stdout, "server: mlockd %s at %s\n", st.Version, uri)
+		fmt.Fprintf(stdout, "server: mlockd %s at %s\n", st.Version, shownURI(uri))
 		return nil
 	})
 }
@@ -439,7 +465,7 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 			return err
 		}
 		w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintf(w, "server\t%s (mlockd %s)\n", uri, st.Version)
+		fmt.Fprintf(w, "server\t%s (mlockd %s)\n", shownURI(uri), st.Version)
 		fmt.Fprintf(w, "uptime\t%v (since %s)\n", (time.Duration(st.LiveTime) * time.Millisecond).Round(time.Second),
 			time.UnixMilli(st.StartAt).UTC().Format(time.RFC3339))
 		if st.QuietUntil > 0 {

@@ -132,7 +132,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	}
 	u, err := url.Parse(*uri)
 	if err != nil {
-		return usageError(fs, stderr, fmt.Sprintf("--uri: %v", err))
+		return usageError(fs, stderr, fmt.Sprintf("--uri: %v", hideURI(err)))
 	}
 	isMlock := u.Scheme == "mlock" || u.Scheme == "mlocks"
 	if *tolerate != 0 && !isMlock {

@@ -120,7 +120,7 @@ func cmdTop(args []string, stdout, stderr io.Writer) int {
 	}
 	fit()
 	var fetch func(ctx context.Context) (*topView, error)
-	where := *uri
+	where := shownURI(*uri)
 	if *httpURL != "" {
 		base := strings.TrimSuffix(*httpURL, "/")
 		if !strings.Contains(base, "://") {
