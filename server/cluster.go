@@ -1532,12 +1532,54 @@ func (c *conn) decide(tx *core.Tx, f [][]byte, payload []byte) (item, bool) {
 			}
 		}
 		return item{frame: append([]byte(nil), payload...)}, false
-	case protocol.VerbExtend, protocol.VerbUnlock, protocol.VerbRelease, protocol.VerbReleaseAll, protocol.VerbRenew:
+	case protocol.VerbExtend, protocol.VerbRenew:
+		// The rights in force on this node now, as on a single node: a
+		// reload may have taken the lock's resources away from the
+		// principal. Giving a lock up (unlock, release) stays allowed.
+		if !p.Admin {
+			if r, ok := c.revoked(tx, p, verb, f); ok {
+				s.counters.forbidden++
+				buf = protocol.AppendFailed(buf, req, protocol.CodeForbidden, r)
+				return local()
+			}
+		}
+		return item{frame: append([]byte(nil), payload...)}, false
+	case protocol.VerbUnlock, protocol.VerbRelease, protocol.VerbReleaseAll:
 		return item{frame: append([]byte(nil), payload...)}, false
 	default:
 		c.failed(req, protocol.CodeInvalidMessage)
 	}
 	return local()
+}
+
+// revoked returns the first resource of an extend's lock (f[2], known to
+// this node and p's own: another's is answered lock not exist! by the
+// apply) or of a renew (f[3]) that p may no longer lock.
+func (c *conn) revoked(tx *core.Tx, p *auth.Principal, verb protocol.Verb, f [][]byte) (string, bool) {
+	var resources []string
+	switch {
+	case verb == protocol.VerbRenew && len(f) >= 4:
+		resources = c.srv.splitResources(f[3])
+	case verb == protocol.VerbExtend && len(f) >= 3:
+		id, ok := core.ParseID(f[2])
+		if !ok {
+			return "", false
+		}
+		li, found := tx.Lookup(id)
+		if !found {
+			return "", false
+		}
+		if owner, _ := unscope(li.Session); owner != p.Name {
+			return "", false
+		}
+		resources = li.Resources
+	}
+	for _, r := range resources {
+		if !p.May(r) {
+			return r, true
+		}
+	}
+	return "", false
 }
 
 func bytes0(b []byte) bool {

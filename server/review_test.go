@@ -270,3 +270,41 @@ func TestReloadRevokedPrefixStopsExtendAndRenew(t *testing.T) {
 	a.send("unlock 7 " + id)
 	a.expect("result 7 success done")
 }
+
+// TestClusterReloadRevokedPrefixStopsExtendAndRenew: on a cluster node as
+// on a single server, extend and renew check the rights in force: a prefix
+// taken away by a reload of the node's auth file stops them (the lock runs
+// out at its expiry), while giving the lock up stays allowed.
+func TestClusterReloadRevokedPrefixStopsExtendAndRenew(t *testing.T) {
+	tok := auth.NewToken()
+	file := writeAuthFile(t, authLine(t, "A", tok, "prefix=a:", "prefix=b:"))
+	tc := newTestClusterWith(t, 3, false, func(tc *testCluster) {
+		tc.configure = func(_ int, c *Config) { c.AuthFile = file; c.StatusRate = -1 }
+	})
+	l := tc.leader()
+	f := (l + 1) % 3
+	a := tc.dialConnect(f, "connect a 1.0 auth=A:"+tok)
+	a.expect("connected 1.0 new * **")
+	id := a.lock("1", "b:x 60000 0 0 o")
+	a.locked(id)
+	kept := a.lock("2", "a:x 60000 0 0 o")
+	a.locked(kept)
+
+	// Same token: the connection stays, with fewer rights.
+	if err := os.WriteFile(file, []byte(authLine(t, "A", tok, "prefix=a:")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := tc.nodes[f].Reload(); err != nil {
+		t.Fatal(err)
+	}
+	a.send("extend 3 " + id + " 60000")
+	a.expect("result 3 failed permission denied! b:x")
+	a.send("renew 4 o b:x 60000")
+	a.expect("result 4 failed permission denied! b:x")
+	a.send("extend 5 " + kept + " 60000")
+	a.expect("result 5 success *")
+	a.send("renew 6 o a:x 60000")
+	a.expect("result 6 success * *")
+	a.send("unlock 7 " + id)
+	a.expect("result 7 success done")
+}
