@@ -122,13 +122,13 @@ func TestClusterModes(t *testing.T) {
 // holding together as one; an eviction revokes every reader, and the
 // writer waits for the grace.
 func TestModesWaitsAndRefusals(t *testing.T) {
-	srv := start(t, Config{SessionGrace: time.Second})
+	srv := start(t, Config{SessionGrace: 2 * time.Second})
 	c1, c2, c3 := connected(t, srv, "k1"), connected(t, srv, "k2"), connected(t, srv, "k3")
 
 	// Readers, a writer that times out, a reader behind it.
 	r1 := c1.lock("1", "doc 60000 0 0  s")
 	c1.locked(r1)
-	w := c2.lock("2", "doc 60000 100 0")
+	w := c2.lock("2", "doc 60000 1000 0")
 	r2 := c3.lock("3", "doc 60000 0 0  s")
 	c3.quiet()
 	c2.expect("timeout " + w)
