@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/mlock-dev/mlock"
 )
@@ -111,4 +112,73 @@ func TestClusterModes(t *testing.T) {
 	cs[2].send("unlock 4 " + w)
 	cs[2].expect("result 4 success done")
 	cs[0].locked(r2)
+}
+
+// TestModesWaitsAndRefusals: a waiting writer that times out lets the
+// readers behind it in at once; a waiting request for 3 of 5 permits
+// blocks a later request for 1 (lock and trylock); a shared request on a
+// semaphore and another count are refused; an owner's re-entry with
+// another count of one semaphore is refused; tolerate counts the readers
+// holding together as one; an eviction revokes every reader, and the
+// writer waits for the grace.
+func TestModesWaitsAndRefusals(t *testing.T) {
+	srv := start(t, Config{SessionGrace: 2 * time.Second})
+	c1, c2, c3 := connected(t, srv, "k1"), connected(t, srv, "k2"), connected(t, srv, "k3")
+
+	// Readers, a writer that times out, a reader behind it.
+	r1 := c1.lock("1", "doc 60000 0 0  s")
+	c1.locked(r1)
+	w := c2.lock("2", "doc 60000 1000 0")
+	r2 := c3.lock("3", "doc 60000 0 0  s")
+	c3.quiet()
+	c2.expect("timeout " + w)
+	c3.locked(r2)
+
+	// tolerate: the two readers holding together count as one entry.
+	r3 := c2.lock("4", "doc 60000 0 1  s")
+	c2.locked(r3)
+	w2 := c1.lock("5", "doc 60000 0 1")
+	c1.quiet()
+	c3.send("lock 6 doc 60000 0 1")
+	c3.expect("result 6 failed can not tolerate!")
+
+	// An eviction revokes the three readers (told at once); they end at
+	// the grace, and only then does the writer get the resource.
+	ops := connected(t, srv, "ops")
+	if got := ops.ask("7", "evict 7 doc"); got != "3" {
+		t.Fatalf("evict answered %q", got)
+	}
+	c1.expect("expired " + r1 + " released")
+	c3.expect("expired " + r2 + " released")
+	c2.expect("expired " + r3 + " released")
+	c1.quiet()
+	c1.expect("expired " + r1)
+	c1.locked(w2)
+	c2.expect("expired " + r3)
+	c3.expect("expired " + r2)
+	c1.send("unlock 8 " + w2)
+	c1.expect("result 8 success done")
+
+	// A semaphore of 5: 3 in use, a request for 3 waits and blocks 1.
+	p1 := c1.lock("10", "pay 60000 0 0 o1 3/5")
+	c1.locked(p1)
+	p2 := c2.lock("11", "pay 60000 0 0  3/5")
+	c2.quiet()
+	p3 := c3.lock("12", "pay 60000 0 0  1/5")
+	c3.quiet()
+	c3.send("trylock 13 pay 60000  1/5")
+	c3.expect("result 13 failed resource is locked! pay")
+	c3.send("lock 14 pay 60000 0 0  s")
+	c3.expect("result 14 failed permits do not match! pay")
+	c1.send("lock 15 pay 60000 0 0 o1 2/5")
+	c1.expect("result 15 failed lock mode can not change! pay")
+	c1.send("lock 16 pay 60000 0 0 o1 3/6")
+	c1.expect("result 16 failed permits do not match! pay")
+	c1.send("lock 17 pay 60000 0 0 o1 3/5")
+	c1.expect("result 17 success " + p1)
+	c1.locked(p1) // renewed
+	c1.send("unlock 18 " + p1)
+	c1.expect("result 18 success done")
+	c2.locked(p2)
+	c3.locked(p3)
 }

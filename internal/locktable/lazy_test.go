@@ -17,7 +17,7 @@ import (
 // included. The model test always advances first; this covers the other
 // path: a connect (Attach) at the end of its session's grace, an extend at
 // its lock's expiry, a lock at a holder's expiry, a release at a waiter's
-// timeout.
+// timeout, in every mode (readers granted when a writer expires, say).
 func TestDeadlinesDueInsideCommands(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		var evEager, evLazy []Event
@@ -65,8 +65,10 @@ func TestDeadlinesDueInsideCommands(t *testing.T) {
 					Owner:     rapid.SampledFrom(modelOwners).Draw(rt, "owner"),
 				}
 				req.NoReentry = req.Owner == anonOwner
+				req.Modes = drawModes(rt, req.Resources)
 				r2 := req
 				r2.Resources = slices.Clone(req.Resources)
+				r2.Modes = slices.Clone(req.Modes)
 				g1, e1 := eager.Lock(now, &req)
 				g2, e2 := lazy.Lock(now, &r2)
 				if e1 == nil && !g1.Renewed {

@@ -279,3 +279,26 @@ func TestSnapshotKeepsModes(t *testing.T) {
 		t.Fatalf("restored queues %v\nwant %s", got, want)
 	}
 }
+
+// A try-lock joins the admitted entries when it fits them, a reserving one
+// (of a request still waiting for another resource) included, and is
+// refused when an entry waits for admission ahead of it.
+func TestTryJoinsAReservingEntry(t *testing.T) {
+	h := newHarness(t, Config{})
+	h.tab.Attach(h.now, "s")
+	x := h.mustLockM("s", "b", "x")
+	r := h.mustLockM("s", "a|b", "s") // admitted on a, waits for b
+	if r.Granted || !x.Granted {
+		t.Fatalf("x %+v, r %+v", x, r)
+	}
+	if g, err := h.lockM("s", "a", "s", true, ""); err != nil || !g.Granted {
+		t.Fatalf("shared try-lock beside a reserving reader: %+v %v", g, err)
+	}
+	if _, err := h.lockM("s", "a", "x", true, ""); !errors.Is(err, ErrBusy) {
+		t.Fatalf("exclusive try-lock on a reserved resource: %v", err)
+	}
+	h.mustLockM("s", "a", "x") // waits for admission
+	if _, err := h.lockM("s", "a", "s", true, ""); !errors.Is(err, ErrBusy) {
+		t.Fatalf("shared try-lock behind a waiting writer: %v", err)
+	}
+}

@@ -63,7 +63,8 @@ type model struct {
 	t         *rapid.T
 	tab       *Table
 	now       int64
-	grace     int64
+	grace     int64   // the session grace; 0 with noGrace
+	noGrace   bool    // SessionGrace < 0: a detach drops at once, an eviction removes at once
 	reqs      []*mreq // arrival order
 	detached  map[string]int64
 	dropped   map[string]bool
@@ -264,6 +265,8 @@ func (m *model) apply() {
 				m.t.Fatalf("partial release of %s outside Release", e.ID.Short())
 			}
 			switch {
+			case m.evicting && m.noGrace:
+				m.del(e.ID) // no grace: removed at once
 			case m.evicting:
 				r.revoked = true
 				r.expires = min(r.expires, m.now+m.grace)
@@ -506,7 +509,13 @@ func plantedProp(steps int, plant uint8) func(*rapid.T) {
 			// more requests (below).
 			m.maxLocks, m.maxEntries, m.maxNameBytes, m.maxSessBytes = -1, -1, -1, -1
 		}
-		tab, err := New(Config{Seed: &seed, SessionGrace: 40 * time.Millisecond, FirstToken: 100,
+		// Sometimes no session grace: a detach drops the session at once
+		// and an eviction removes the locks at once.
+		grace := 40 * time.Millisecond
+		if plant == 0 && rapid.IntRange(0, 4).Draw(rt, "noGrace") == 0 {
+			grace, m.grace, m.noGrace = -1, 0, true
+		}
+		tab, err := New(Config{Seed: &seed, SessionGrace: grace, FirstToken: 100,
 			MaxLocks: m.maxLocks, MaxEntries: m.maxEntries, MaxNameBytes: int(m.maxNameBytes),
 			MaxSessionBytes: int(m.maxSessBytes),
 			OnEvent:         func(e Event) { m.pending = append(m.pending, e) }})
@@ -699,10 +708,18 @@ func (m *model) actions() map[string]func(*rapid.T) {
 			tab.Advance(m.now)
 			m.apply()
 			s := rapid.SampledFrom(modelSessions).Draw(rt, "session")
+			_, was := m.detached[s]
+			was = was || m.isDropped(s)
+			if !was && m.noGrace {
+				m.detached[s] = m.now // dropped by the Detach itself
+			}
 			tab.Detach(m.now, s)
 			m.apply()
-			if _, ok := m.detached[s]; !ok && !m.isDropped(s) {
+			if !was && !m.noGrace {
 				m.detached[s] = m.now
+			}
+			if !was && m.noGrace && !m.dropped[s] {
+				rt.Fatalf("detach of %s with no grace did not drop it", s)
 			}
 		},
 		"attach": func(rt *rapid.T) {
