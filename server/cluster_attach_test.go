@@ -48,12 +48,7 @@ func TestClusterAttachAtTheEndOfTheGrace(t *testing.T) {
 	b.expect("connected 1.0 new * **") // the old session's grace is over
 	other := tc.dial(l, "other")
 	other.expect("connected 1.0 new * **")
-	held := other.lock("1", "x 60000 0 0")
-	other.locked(held)
-	wid := b.lock("2", "x 60000 0 0")
-	other.send("unlock 2 " + held)
-	other.expect("result 2 success done")
-	b.locked(wid) // the grant is pushed to the new session
+	wid := grantPushedTo(b, other) // the grant is pushed to the new session
 
 	// A new connection of the same socketId takes the session over.
 	c := tc.dial(l, "s")

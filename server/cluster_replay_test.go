@@ -206,11 +206,7 @@ func TestClusterRemovedNodeSessionsDetached(t *testing.T) {
 		t.Fatalf("session attached to %q", node)
 	}
 	tc.cutRaft(g, false)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := tc.nodes[l].changeHere(ctx, &clusterChange{id: "n" + strconv.Itoa(g)}); err != nil {
-		t.Fatal(err)
-	}
+	tc.change(l, g, false)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		node, ok := tc.sessionNode(l, "orphan")
@@ -345,17 +341,10 @@ func TestClusterRemovedNodeClosesItsClients(t *testing.T) {
 	g := (l + 1) % 3
 	c := tc.dial(g, "x")
 	c.expect("connected 1.0 new * **")
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	id := "n" + strconv.Itoa(g)
-	if err := tc.nodes[l].changeHere(ctx, &clusterChange{id: id}); err != nil {
-		t.Fatal(err)
-	}
+	tc.change(l, g, false)
 	c.closed()
 	tc.dial(g, "y").closed()
-	if err := tc.nodes[l].changeHere(ctx, &clusterChange{join: true, id: id, addr: "raft" + strconv.Itoa(g)}); err != nil {
-		t.Fatal(err)
-	}
+	tc.change(l, g, true)
 	deadline := time.Now().Add(10 * time.Second)
 	for tc.nodes[g].cl.removed.Load() {
 		if time.Now().After(deadline) {

@@ -47,6 +47,21 @@ type testCluster struct {
 
 var testSecret = []byte("0123456789abcdef-cluster-test")
 
+// change runs a membership change on the leader l: node g removed, or
+// (join) added again at its in-memory Raft address.
+func (tc *testCluster) change(l, g int, join bool) {
+	tc.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ch := &clusterChange{id: "n" + strconv.Itoa(g)}
+	if join {
+		ch.join, ch.addr = true, "raft"+strconv.Itoa(g)
+	}
+	if err := tc.nodes[l].changeHere(ctx, ch); err != nil {
+		tc.t.Fatal(err)
+	}
+}
+
 // raftTimeout is the nodes' heartbeat and election timeout: 150 ms in
 // memory, 500 ms over TCP (real sockets and TLS handshakes on a busy
 // machine).

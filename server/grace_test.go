@@ -27,6 +27,19 @@ func detachedSession(t *testing.T, srv *Server, sid string) int64 {
 	return 0
 }
 
+// grantPushedTo: other holds x, b asks for it, other unlocks it, and b is
+// pushed the grant. It returns b's lock id.
+func grantPushedTo(b, other *raw) string {
+	b.t.Helper()
+	held := other.lock("1", "x 60000 0 0")
+	other.locked(held)
+	wid := b.lock("2", "x 60000 0 0")
+	other.send("unlock 2 " + held)
+	other.expect("result 2 success done")
+	b.locked(wid)
+	return wid
+}
+
 // TestConnectAtTheEndOfTheGrace: a connect whose batch runs after the end
 // of its session's grace period but before the deadline timer has processed
 // it (a late timer: here the timer is stopped, and the batches process the
@@ -51,12 +64,7 @@ func TestConnectAtTheEndOfTheGrace(t *testing.T) {
 
 	b := connected(t, srv, "s") // a new session: the old one's grace is over
 	other := connected(t, srv, "other")
-	held := other.lock("1", "x 60000 0 0")
-	other.locked(held)
-	wid := b.lock("2", "x 60000 0 0")
-	other.send("unlock 2 " + held)
-	other.expect("result 2 success done")
-	b.locked(wid) // the grant is pushed to the new session
+	wid := grantPushedTo(b, other) // the grant is pushed to the new session
 
 	// A new connection of the same socketId takes the session over.
 	c := dialRaw(t, srv)

@@ -1,10 +1,8 @@
 package server
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -87,19 +85,12 @@ func TestClusterRemovedNodeNotReady(t *testing.T) {
 	base := startHTTP(t, tc.nodes[g])
 	c := tc.dial(g, "x")
 	c.expect("connected 1.0 new * **")
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	id := "n" + strconv.Itoa(g)
-	if err := tc.nodes[l].changeHere(ctx, &clusterChange{id: id}); err != nil {
-		t.Fatal(err)
-	}
+	tc.change(l, g, false)
 	c.closed() // the node knows it is removed
 	if code, body := get(t, base+"/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "removed") {
 		t.Fatalf("/readyz of a removed node: %d %q", code, body)
 	}
-	if err := tc.nodes[l].changeHere(ctx, &clusterChange{join: true, id: id, addr: "raft" + strconv.Itoa(g)}); err != nil {
-		t.Fatal(err)
-	}
+	tc.change(l, g, true)
 	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		if code, _ := get(t, base+"/readyz"); code == http.StatusOK {
 			break

@@ -245,7 +245,15 @@ func TestReloadRevokedPrefixStopsExtendAndRenew(t *testing.T) {
 	tok := auth.NewToken()
 	file := writeAuthFile(t, authLine(t, "A", tok, "prefix=a:", "prefix=b:"))
 	srv := start(t, Config{AuthFile: file, StatusRate: -1})
-	a := connectAs(t, srv, "a", "A", tok)
+	revokePrefixB(t, connectAs(t, srv, "a", "A", tok), file, tok, srv.Reload)
+}
+
+// revokePrefixB: a, principal A with the token tok and the prefixes a: and
+// b: in file, locks b:x and a:x as owner o; file is rewritten without b:
+// and reload called; then extend and renew of b:x are refused, those of
+// a:x answered, and the unlock of b:x answered.
+func revokePrefixB(t *testing.T, a *raw, file, tok string, reload func() error) {
+	t.Helper()
 	id := a.lock("1", "b:x 60000 0 0 o")
 	a.locked(id)
 	kept := a.lock("2", "a:x 60000 0 0 o")
@@ -255,7 +263,7 @@ func TestReloadRevokedPrefixStopsExtendAndRenew(t *testing.T) {
 	if err := os.WriteFile(file, []byte(authLine(t, "A", tok, "prefix=a:")+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := srv.Reload(); err != nil {
+	if err := reload(); err != nil {
 		t.Fatal(err)
 	}
 	a.send("extend 3 " + id + " 60000")
@@ -285,26 +293,5 @@ func TestClusterReloadRevokedPrefixStopsExtendAndRenew(t *testing.T) {
 	f := (l + 1) % 3
 	a := tc.dialConnect(f, "connect a 1.0 auth=A:"+tok)
 	a.expect("connected 1.0 new * **")
-	id := a.lock("1", "b:x 60000 0 0 o")
-	a.locked(id)
-	kept := a.lock("2", "a:x 60000 0 0 o")
-	a.locked(kept)
-
-	// Same token: the connection stays, with fewer rights.
-	if err := os.WriteFile(file, []byte(authLine(t, "A", tok, "prefix=a:")+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := tc.nodes[f].Reload(); err != nil {
-		t.Fatal(err)
-	}
-	a.send("extend 3 " + id + " 60000")
-	a.expect("result 3 failed permission denied! b:x")
-	a.send("renew 4 o b:x 60000")
-	a.expect("result 4 failed permission denied! b:x")
-	a.send("extend 5 " + kept + " 60000")
-	a.expect("result 5 success *")
-	a.send("renew 6 o a:x 60000")
-	a.expect("result 6 success * *")
-	a.send("unlock 7 " + id)
-	a.expect("result 7 success done")
+	revokePrefixB(t, a, file, tok, tc.nodes[f].Reload)
 }

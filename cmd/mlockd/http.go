@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -28,56 +29,34 @@ func addHTTPFlags(fs *flag.FlagSet, cfg *server.Config) *httpOptions {
 	o.addr = fs.String("http", "", "serve metrics (/metrics), health (/healthz, /readyz), the live page (/) and its JSON API (/api/) on this `host:port` (e.g. 127.0.0.1:12341; empty: off). No authentication: keep it where only operators and monitoring reach it")
 	o.pprof = fs.Bool("http-pprof", false, "with --http, also serve Go's profiler under /debug/pprof/")
 	cfg.LogSlowWait, cfg.LogLongQueue = server.DefaultLogSlowWait, server.DefaultLogLongQueue
-	fs.Var(neverDuration{&cfg.LogSlowWait}, "log-slow-wait", "log a waiter granted after waiting longer than this `duration` (rate-limited; 0 or negative: never)")
-	fs.Var(neverInt{&cfg.LogLongQueue}, "log-long-queue", "log a lock request queued behind at least this `number` of entries (rate-limited; 0 or negative: never)")
+	fs.Var(never[time.Duration]{&cfg.LogSlowWait, time.ParseDuration, "want a duration such as 1s"}, "log-slow-wait", "log a waiter granted after waiting longer than this `duration` (rate-limited; 0 or negative: never)")
+	fs.Var(never[int]{&cfg.LogLongQueue, strconv.Atoi, "want an integer"}, "log-long-queue", "log a lock request queued behind at least this `number` of entries (rate-limited; 0 or negative: never)")
 	return &o
 }
 
-// neverDuration is a duration flag whose 0 means never, like a negative
-// value: in server.Config, 0 is the default.
-type neverDuration struct{ p *time.Duration }
+// never is a flag whose 0 means never, like a negative value: in
+// server.Config, 0 is the default. parse reads a value; want says what
+// it takes.
+type never[T int | time.Duration] struct {
+	p     *T
+	parse func(string) (T, error)
+	want  string
+}
 
-func (v neverDuration) String() string {
+func (v never[T]) String() string {
 	switch {
 	case v.p == nil:
 		return ""
 	case *v.p < 0:
-		return "0s"
+		return fmt.Sprint(T(0)) // "0s" or "0"
 	}
-	return v.p.String()
+	return fmt.Sprint(*v.p)
 }
 
-func (v neverDuration) Set(s string) error {
-	d, err := time.ParseDuration(s)
+func (v never[T]) Set(s string) error {
+	n, err := v.parse(s)
 	if err != nil {
-		return errors.New("want a duration such as 1s")
-	}
-	*v.p = d
-	if d <= 0 {
-		*v.p = -1
-	}
-	return nil
-}
-
-func (v neverDuration) Get() any { return *v.p }
-
-// neverInt is an integer flag whose 0 means never, like a negative value.
-type neverInt struct{ p *int }
-
-func (v neverInt) String() string {
-	switch {
-	case v.p == nil:
-		return ""
-	case *v.p < 0:
-		return "0"
-	}
-	return strconv.Itoa(*v.p)
-}
-
-func (v neverInt) Set(s string) error {
-	n, err := strconv.Atoi(s)
-	if err != nil {
-		return errors.New("want an integer")
+		return errors.New(v.want)
 	}
 	*v.p = n
 	if n <= 0 {
@@ -86,7 +65,7 @@ func (v neverInt) Set(s string) error {
 	return nil
 }
 
-func (v neverInt) Get() any { return *v.p }
+func (v never[T]) Get() any { return *v.p }
 
 // httpServer is the running HTTP listener.
 type httpServer struct {

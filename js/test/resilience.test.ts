@@ -446,16 +446,12 @@ describe('the session end counts from successes only', () => {
   });
 });
 
-// A fake cluster node on real TCP: answers connect with `connected 1.0
-// <mode> 15000` plus, when asked with want=leader, ` leader=<named>`, and
-// every ping with pong. It records the connect frames it read.
-async function fakeNode(
-  mode: 'new' | 'resumed',
-  named?: () => string,
-  dropAfterConnect = false,
-): Promise<{ port: number; addr: string; connects: string[]; close(): void }> {
+// A fake server on real TCP: each frame read, split into words, goes to
+// onFrame with its socket. close() stops it and its connections.
+async function fakeServer(
+  onFrame: (s: net.Socket, w: string[]) => void,
+): Promise<{ port: number; addr: string; close(): void }> {
   const port = await freePort();
-  const connects: string[] = [];
   const socks = new Set<net.Socket>();
   const srv = net.createServer((s) => {
     socks.add(s);
@@ -468,14 +464,7 @@ async function fakeNode(
         const len = buf.readInt32BE(0);
         const w = buf.toString('utf8', 4, len - 1).split(' ');
         buf = buf.subarray(len);
-        if (w[0] === 'connect') {
-          connects.push(w.join(' '));
-          const leader = named && w.includes('want=leader') ? ` leader=${named()}` : '';
-          s.write(encode(`connected 1.0 ${mode} 15000${leader}`));
-          if (dropAfterConnect) s.destroy();
-        } else if (w[0] === 'ping') {
-          s.write(encode(`result ${w[1]} success pong`));
-        }
+        onFrame(s, w);
       }
     });
   });
@@ -483,12 +472,33 @@ async function fakeNode(
   return {
     port,
     addr: `127.0.0.1:${port}`,
-    connects,
     close() {
       srv.close();
       for (const s of socks) s.destroy();
     },
   };
+}
+
+// A fake cluster node: answers connect with `connected 1.0 <mode> 15000`
+// plus, when asked with want=leader, ` leader=<named>`, and every ping with
+// pong. It records the connect frames it read.
+async function fakeNode(
+  mode: 'new' | 'resumed',
+  named?: () => string,
+  dropAfterConnect = false,
+): Promise<{ port: number; addr: string; connects: string[]; close(): void }> {
+  const connects: string[] = [];
+  const srv = await fakeServer((s, w) => {
+    if (w[0] === 'connect') {
+      connects.push(w.join(' '));
+      const leader = named && w.includes('want=leader') ? ` leader=${named()}` : '';
+      s.write(encode(`connected 1.0 ${mode} 15000${leader}`));
+      if (dropAfterConnect) s.destroy();
+    } else if (w[0] === 'ping') {
+      s.write(encode(`result ${w[1]} success pong`));
+    }
+  });
+  return { ...srv, connects };
 }
 
 describe('a server that drops every connection after its handshake', () => {
@@ -664,31 +674,16 @@ describe('answers lost on the way', () => {
 
   test('a refused shorter renewal does not bound the deadline; an answered later one lifts the bound', async () => {
     // A server that grants every lock and refuses every extend (its answer: not applied).
-    const port = await freePort();
-    const socks = new Set<net.Socket>();
-    const fake = net.createServer((s) => {
-      socks.add(s);
-      s.on('close', () => socks.delete(s));
-      s.on('error', () => {});
-      let buf = Buffer.alloc(0);
-      s.on('data', (d) => {
-        buf = Buffer.concat([buf, d]);
-        while (buf.length >= 4 && buf.length >= buf.readInt32BE(0)) {
-          const len = buf.readInt32BE(0);
-          const w = buf.toString('utf8', 4, len - 1).split(' ');
-          buf = buf.subarray(len);
-          if (w[0] === 'connect') s.write(encode('connected 1.0 new 60000'));
-          else if (w[0] === 'lock') {
-            const id = randomBytes(16).toString('hex');
-            s.write(encode(`result ${w[1]} success ${id}`));
-            s.write(encode(`locked ${id} ${Date.now() + Number(w[3])} 1`));
-          } else if (w[0] === 'extend') s.write(encode(`result ${w[1]} failed can not tolerate!`));
-          else s.write(encode(`result ${w[1]} success pong`));
-        }
-      });
+    const fake = await fakeServer((s, w) => {
+      if (w[0] === 'connect') s.write(encode('connected 1.0 new 60000'));
+      else if (w[0] === 'lock') {
+        const id = randomBytes(16).toString('hex');
+        s.write(encode(`result ${w[1]} success ${id}`));
+        s.write(encode(`locked ${id} ${Date.now() + Number(w[3])} 1`));
+      } else if (w[0] === 'extend') s.write(encode(`result ${w[1]} failed can not tolerate!`));
+      else s.write(encode(`result ${w[1]} success pong`));
     });
-    await new Promise<void>((res) => fake.listen(port, '127.0.0.1', () => res()));
-    const c = new Client({ host: '127.0.0.1', port, socketId: `short-refused-${process.pid}`, pingInterval: 60000 });
+    const c = new Client({ host: '127.0.0.1', port: fake.port, socketId: `short-refused-${process.pid}`, pingInterval: 60000 });
     try {
       const l = await c.acquire(r('short-refused'), { ttl: 60000 });
       await assert.rejects(l.extend(400), (e: MlockError) => e.reason === 'can not tolerate!');
@@ -696,7 +691,6 @@ describe('answers lost on the way', () => {
     } finally {
       c.destroy();
       fake.close();
-      for (const s of socks) s.destroy();
     }
     const c2 = client('short-lifted');
     try {
