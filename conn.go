@@ -650,8 +650,11 @@ func (s *session) dispatch(p []byte) (bye bool) {
 			break
 		}
 		e := &Error{Type: TypeLost, Msg: "lock expired, or released by its owner", Err: ErrExpired}
-		if m.Released {
+		switch {
+		case m.Released:
 			e = &Error{Type: TypeLost, Msg: "lock released by its owner", Err: ErrReleased}
+		case m.Shutdown:
+			e = errShutdownLost()
 		}
 		s.loseLocked(l, e)
 	case protocol.MsgError:
@@ -689,7 +692,7 @@ func (s *session) resultLocked(m *protocol.Message) {
 		s.resultAck = max(s.resultAck, cl.sent)
 	}
 	if cl.probe != nil {
-		s.probedLocked(cl.probe, m)
+		s.probedLocked(cl.probe, m, cl.sent)
 		return
 	}
 	if !m.OK && cl.verb == protocol.VerbTryLock && cl.drops > 0 && !cl.busyRetried &&

@@ -183,8 +183,21 @@
 // disconnected session for its grace from its last answer or later. While
 // the session holds or waits for locks, the client makes sure something is
 // answered at least every third of the shorter of the grace and the
-// smallest ttl held (an idle client with one lock, grace 15 s and ttl 60 s
-// pings every 5 s); otherwise it pings every Options.PingInterval.
+// smallest ttl held, and every quarter of the smallest ttl waited for (an
+// idle client with one lock, grace 15 s and ttl 60 s pings every 5 s; one
+// that waits for a lock of ttl 1 s pings 4 times a second); otherwise it
+// pings every Options.PingInterval.
+//
+// So every grant is usable, whatever the wait: it reaches the caller with
+// at least two thirds of its ttl (less the drift margin) to believe. A
+// grant granted after a wait arrives with about three quarters of its ttl,
+// its lease counting from the last answer read before it; one that arrives
+// with less than two thirds (the answers were slow, the process paused, the
+// session resumed on another node of a cluster) is confirmed first by an
+// extend sent on arrival, and handed over once that is answered, its lease
+// counting from the extend's send time; if the grant is gone by then (its
+// lease ran out on the server), the request is asked again with what is
+// left of its timeout.
 //
 // # The path of a request
 //

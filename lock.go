@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/mlock-dev/mlock/internal/lease"
 	"github.com/mlock-dev/mlock/internal/protocol"
 )
 
@@ -53,9 +54,13 @@ type Lock struct {
 	base      time.Duration // held: the lease counts from here (see grantedLocked)
 	waitEnd   time.Duration // waiting with a timeout: when to give up if the timeout push is lost (0: never)
 	wait      *call         // waiting: the caller's call, answered by the grant or the failure
-	unlocking bool          // held: Unlock's unlock is in flight
-	lost      chan struct{} // made on first use; closed when a held lock is lost
-	lostErr   *Error
+	// confirming: waiting, granted, but the grant arrived with less than
+	// minUsable of its lease believable: an extend sent after its arrival
+	// (a probe, see confirmLocked) makes it usable before it is handed over.
+	confirming bool
+	unlocking  bool          // held: Unlock's unlock is in flight
+	lost       chan struct{} // made on first use; closed when a held lock is lost
+	lostErr    *Error
 	// Renewals to a shorter lease whose outcome is not known yet (in
 	// flight, or their answers lost): each bounds the Deadline until a
 	// renewal sent at or after it is answered (see shortenLocked).
@@ -157,6 +162,14 @@ func (l *Lock) Unlock(ctx context.Context) error { return l.s.unlock(ctx, l) }
 // a handshake: a grant kept for the session while it was away, or announced
 // again after a reconnect, comes after the handshake but was made before
 // it (such pushes come before the first result on the new connection).
+//
+// A grant whose lease leaves less than minUsable of its ttl to believe when
+// it arrives (it waited longer than the keep-alive period allows for: a
+// pause, a slow answer, a resumed session, a failover) is not handed over
+// yet: it is
+// confirmed by an extend sent now (see confirmLocked), whose answer makes
+// the lease count from its send time, so that every holder gets a lock it
+// can use.
 func (l *Lock) grantedLocked(token uint64, expiresAt time.Time) {
 	if l.state == held {
 		// Announced again after a reconnect: the lease does not move.
@@ -167,10 +180,26 @@ func (l *Lock) grantedLocked(token uint64, expiresAt time.Time) {
 		return
 	}
 	s := l.s
-	l.state = held
 	l.token = token
 	l.expiresAt = expiresAt
+	if l.confirming {
+		return // announced again while its confirmation is asked (see probeWaitsLocked)
+	}
 	l.base = max(l.sent, s.resultAck)
+	now := monoNow()
+	if l.base+l.ttl-lease.Margin(l.ttl)-now < minUsable(l.ttl) {
+		l.confirming = true
+		s.confirmLocked(l, now)
+		return
+	}
+	l.holdLocked()
+}
+
+// holdLocked makes a waiting lock, whose base is set, held and answers its
+// caller.
+func (l *Lock) holdLocked() {
+	s := l.s
+	l.state = held
 	s.heldLocked(l)
 	if l.wait != nil {
 		s.answerLocked(l.wait, reply{lock: l})

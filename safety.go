@@ -131,18 +131,46 @@ func (s *session) notShortened(bounds []shortened, err *Error) {
 }
 
 // keepSpanLocked returns the span within which the session must be answered
-// for l's sake: the session grace (if the server announced it) while l
-// waits, and the shorter of the grace and its ttl while it is held. The
-// keep-alive period is a third of it (see keepAliveLocked).
+// for l's sake: the shorter of the session grace (if the server announced
+// it) and its ttl while it is held, and the shorter of the grace and three
+// quarters of its ttl while it waits. The keep-alive period is a third of
+// it (see keepAliveLocked): a waiting session is answered at least every
+// quarter of the shortest ttl it waits for, so a grant, whose lease counts
+// from the last answer read before it, arrives with about three quarters of
+// its ttl left to believe (see minUsable).
 func (s *session) keepSpanLocked(l *Lock) time.Duration {
 	span := time.Duration(math.MaxInt64)
 	if s.graceKnown {
 		span = s.grace
 	}
-	if l.state == held {
+	switch l.state {
+	case held:
 		span = min(span, l.ttl)
+	case waiting:
+		span = min(span, l.ttl/4*3)
 	}
 	return span
+}
+
+// minUsable is the least of a lock's lease of ttl that a grant must leave
+// to believe when it reaches the caller: two thirds of the ttl less its
+// drift margin. A grant that arrives with less is confirmed first (see
+// grantedLocked), which leaves ttl less the margin and one round trip.
+func minUsable(ttl time.Duration) time.Duration { return (ttl - lease.Margin(ttl)) / 3 * 2 }
+
+// confirmLocked sends an extend of waiting lock l, whose grant arrived
+// stale, to its ttl. Its answer (see probedLocked) makes l held with a
+// lease that counts from now, or asks again if the grant is gone. If the
+// connection drops first, the resumed session probes l with the same
+// extend (see probeWaitsLocked).
+func (s *session) confirmLocked(l *Lock, now time.Duration) {
+	s.seq++
+	cl := &call{ch: make(chan reply, 1), seq: s.seq, sent: now, verb: protocol.VerbExtend, probe: l}
+	s.calls[cl.seq] = cl
+	s.queueLocked(protocol.VerbExtend, cl.seq, []string{l.id, ms(l.ttl)})
+	if !s.answered {
+		s.kick()
+	}
 }
 
 // keepAlivePeriod is the keep-alive period for a span.
@@ -323,7 +351,7 @@ func (s *session) newSessionLocked(now time.Duration) {
 // s.locks. With no time left the wait fails with Type timeout.
 func (s *session) reaskLocked(l *Lock, now time.Duration) {
 	cl := l.wait
-	l.wait, l.id = nil, ""
+	l.wait, l.id, l.confirming = nil, "", false
 	if cl == nil {
 		l.state = failed
 		return
@@ -405,20 +433,31 @@ func (s *session) probeWaitsLocked(now time.Duration) {
 	}
 }
 
-// probedLocked handles the answer to probeWaitsLocked's extend of l:
-// "not locked yet!": l still waits; "lock not exist!": the request is gone
-// (granted and expired, or timed out), so it is asked again with what is
-// left of its timeout; success: it is granted, and the server announced the
-// grant before this answer, so l is held already. A success for a lock
-// still waiting here (a grant never announced: its token is unknown) gives
-// the lock back and asks again.
-func (s *session) probedLocked(l *Lock, m *protocol.Message) {
+// probedLocked handles the answer to an extend of waiting lock l sent at
+// sent: probeWaitsLocked's after a resume, or confirmLocked's for a grant
+// that arrived stale. "not locked yet!": l still waits; "lock not exist!":
+// the request is gone (granted and expired, or timed out), so it is asked
+// again with what is left of its timeout; success: it is granted, and the
+// server announced the grant before this answer. For a grant being
+// confirmed, success makes l held, its lease counting from sent (the
+// extend renewed it), and any other failure gives it back and asks again.
+// A success for a lock still waiting here whose grant was never announced
+// (its token is unknown) gives the lock back and asks again.
+func (s *session) probedLocked(l *Lock, m *protocol.Message, sent time.Duration) {
 	if l.state != waiting || l.id == "" || s.locks[l.id] != l {
 		return // held, failed, lost or asked again meanwhile
 	}
 	switch {
-	case m.OK:
-		s.log.Warn("mlock: a grant was not announced; asking again", "resources", l.Resources())
+	case m.OK && l.confirming:
+		l.confirming = false
+		l.base = max(l.base, sent)
+		if n, ok := protocol.Int(m.Payload); ok {
+			l.expiresAt = time.UnixMilli(n)
+		}
+		l.holdLocked()
+	case m.OK, l.confirming && m.Code.Class() != protocol.ClassNotFound:
+		s.log.Warn("mlock: a grant was not announced, or could not be confirmed; asking again",
+			"resources", l.Resources(), "ok", m.OK, "code", m.Code)
 		delete(s.locks, l.id)
 		s.forgetLocked(l.id)
 		s.reaskLocked(l, monoNow())
@@ -434,13 +473,18 @@ func (s *session) probedLocked(l *Lock, m *protocol.Message) {
 // a new session.
 func (s *session) shuttingDownLocked() {
 	s.log.Warn("mlock: the server is shutting down; its locks are gone")
-	e := &Error{Type: TypeLost, Msg: "server shutting down", Err: ErrSessionLost}
+	e := errShutdownLost()
 	for id, l := range s.locks {
 		if l.state == held {
 			delete(s.locks, id)
 			l.failLocked(nil, e)
 		}
 	}
+}
+
+// errShutdownLost is the loss of a held lock to a server shutdown.
+func errShutdownLost() *Error {
+	return &Error{Type: TypeLost, Msg: "server shutting down", Err: ErrSessionLost}
 }
 
 // renewedByOwnerLocked moves the lease of this session's held handle of
@@ -467,4 +511,17 @@ func nameSet(res string) []string {
 	set := strings.Split(res, "|")
 	slices.Sort(set)
 	return slices.Compact(set)
+}
+
+// SessionGrace returns the session grace the server announced in its last
+// handshake: how long the server keeps the session, and its locks, after
+// its last answer once the connection is gone. A lock is believed held at
+// most this long (less the drift margin, 1 % + 5 ms) after an answer from
+// the server. ok is false before the first connection, and when the
+// server announced no grace (a 1.0 server).
+func (c *Client) SessionGrace() (grace time.Duration, ok bool) {
+	s := c.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.grace, s.everUp && s.graceKnown
 }

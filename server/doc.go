@@ -48,7 +48,7 @@
 // the crashed run and this run's own. Without a data directory every start
 // is quiet unless QuietPeriod is negative (unsafe, for tests).
 //
-// Shutdown stops granting, pushes "expired <id>" for every held lock and
+// Shutdown stops granting, pushes "expired <id> shutdown" for every held lock and
 // then "error server shutting down!" to every connection, and waits up to
 // Config.ShutdownWait for each holder's client to confirm with "bye <req>"
 // (an extension: the client has marked its locks lost; the server then

@@ -356,7 +356,7 @@ func (s *Server) Addr() net.Addr {
 }
 
 // Shutdown stops the server cleanly. It stops accepting and granting; it
-// pushes "expired <id>" for every held lock to its session's connection, then
+// pushes "expired <id> shutdown" for every held lock to its session's connection, then
 // "error server shutting down!" to every connection. With a data directory
 // and a quiet period it then waits, at most Config.ShutdownWait and never
 // past ctx, for the connection of every holder to end (the Go client sends
@@ -471,8 +471,8 @@ func (s *Server) stop(ctx context.Context) {
 }
 
 // tellShutdownLocked tells c's client that the server is stopping:
-// "expired <id>" for every lock its session holds, then "error server
-// shutting down!". A connection whose session holds locks is left open for
+// "expired <id> shutdown" for every lock its session holds, then "error
+// server shutting down!". A connection whose session holds locks is left open for
 // its client to confirm with bye, if wait; any other is closed after the
 // error.
 func (s *Server) tellShutdownLocked(tx *core.Tx, c *conn, wait bool) {
@@ -485,7 +485,7 @@ func (s *Server) tellShutdownLocked(tx *core.Tx, c *conn, wait bool) {
 		tx.SessionLocks(sess.id, func(li core.LockInfo) {
 			if li.Granted {
 				holds = true
-				s.push(sess, protocol.PushExpired, li.ID)
+				s.push(sess, protocol.PushShutdown, li.ID)
 			}
 		})
 		s.deliverPushesLocked()

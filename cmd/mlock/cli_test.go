@@ -405,7 +405,8 @@ func TestLossText(t *testing.T) {
 		{&mlock.Error{Type: mlock.TypeLost, Msg: "lock expired, or released by its owner", Err: mlock.ErrExpired},
 			"expired, or released by its owner elsewhere (the server does not say which)"},
 		{&mlock.Error{Type: mlock.TypeLost, Msg: "server shutting down", Err: mlock.ErrSessionLost},
-			"the session was lost: server shutting down"},
+			"the server is shutting down (it ends every lock it holds)"},
+		{&mlock.Error{Type: mlock.TypeLost, Msg: "session lost", Err: mlock.ErrSessionLost}, "the session was lost"},
 	} {
 		if got := lossText(c.err); got != c.want {
 			t.Errorf("lossText(%v) = %q, want %q", c.err, got, c.want)

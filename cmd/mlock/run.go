@@ -33,6 +33,12 @@ type exitCode int
 
 func (e exitCode) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
 
+// flagError is a flag value that does not fit the server, found once
+// connected: a usage error (exit 2), whose text says what to change.
+type flagError struct{ msg string }
+
+func (e *flagError) Error() string { return e.msg }
+
 // errLostLock marks a command stopped because the lock was lost; the
 // error that wraps it names the loss too.
 var errLostLock = errors.New("the lock was lost; the command was stopped")
@@ -42,7 +48,8 @@ var errLostLock = errors.New("the lock was lost; the command was stopped")
 // SIGTERM then, SIGKILL kill-after later.
 const killMargin = 100 * time.Millisecond
 
-// defaultKillAfter is --kill-after when not given (at most ttl/4).
+// defaultKillAfter is --kill-after when not given: at most ttl/4 and, with
+// mlock://, a quarter of the server's session grace (see fitGrace).
 const defaultKillAfter = 10 * time.Second
 
 // Environment of the command.
@@ -66,8 +73,9 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	verbose := fs.Bool("verbose", false, "tell on stderr that the run waits, its place in the queues (mlock:// only)\n"+
 		"and when it got the lock (default when stderr is a terminal, unless --quiet)")
 	killAfter := fs.Duration("kill-after", defaultKillAfter, "after a lost lock, SIGKILL the command this long after SIGTERM;\n"+
-		"at most ttl/4 (default: 10s or ttl/4, whichever is shorter); with mlock://, kill-after + 200ms\n"+
-		"must also be below the server's session grace less 1 % (15s by default)")
+		"at most ttl/4, and with mlock:// kill-after + 200ms must be below the server's session grace less\n"+
+		"its drift margin (1% + 5ms); when not given: the shortest of 10s, ttl/4 and, with mlock://,\n"+
+		"a quarter of the session grace the server announces (15s by default)")
 	owner := fs.String("owner", "", "owner id of the lock (default: host:pid); give every run its own: an owner's lock is\n"+
 		"re-entrant, so a run asking with the owner of a running one is given its lock, even with --skip-if-locked,\n"+
 		"and the two commands run at once (the first is stopped on mlock://)")
@@ -182,7 +190,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	}
 
 	r := runner{resources: resources, ttl: *ttl, lead: lead, timeout: *timeout, skip: *skip, owner: *owner, mode: mode,
-		job: job, progress: out}
+		job: job, progress: out, killAfter: killAfter, killGiven: given["kill-after"]}
 	if isMlock {
 		err = r.mlock(ctx, *uri, *tolerate)
 	} else {
@@ -266,6 +274,10 @@ type runner struct {
 	mode      mlock.Mode // mlock:// only
 	job       func(context.Context, grant) error
 	progress  *progress
+	// killAfter is --kill-after (the job reads it when it starts), fitted
+	// to the server's session grace (fitGrace) unless killGiven.
+	killAfter *time.Duration
+	killGiven bool
 }
 
 // retryPause is the pause between two tries of a wait cut by a lost
@@ -288,6 +300,11 @@ func (r *runner) mlock(ctx context.Context, uri string, tolerate int) error {
 	stop()
 	if err != nil {
 		return explain(pctx, err, c.Addrs(), c.Options().DialTimeout)
+	}
+	if grace, ok := c.SessionGrace(); ok {
+		if err := r.fitGrace(grace); err != nil {
+			return err
+		}
 	}
 	l, err := r.lockMlock(ctx, c, tolerate)
 	if err != nil {
@@ -348,11 +365,10 @@ func retryable(err error) bool {
 // every ttl/3 (more often while the client's Deadline for the lock, which
 // also counts the end of its session, is the nearer end: see
 // internal/lease), declares the loss r.lead (LockOptions.Lead) before the
-// lock's Deadline, and unlocks l when the job returns. A lead that leaves
-// no time under the server's session grace is refused before the job
-// starts (checkGrace).
+// lock's Deadline, and unlocks l when the job returns. The lock is made
+// ready first (see ready).
 func (r *runner) hold(ctx context.Context, c *mlock.Client, l *mlock.Lock) error {
-	if err := r.checkGrace(ctx, c, l); err != nil {
+	if err := r.ready(ctx, c, l); err != nil {
 		uctx, ucancel := context.WithTimeout(context.WithoutCancel(ctx), c.Options().DialTimeout)
 		_ = l.Unlock(uctx)
 		ucancel()
@@ -370,34 +386,66 @@ func (r *runner) hold(ctx context.Context, c *mlock.Client, l *mlock.Lock) error
 }
 
 // minLeft is the least time the lock must be believed held, after an
-// answer from the server, beyond the lead: below it the lead (kill-after)
-// eats the whole of the server's session grace.
+// answer from the server, beyond the lead (kill-after + killMargin), for
+// the command to be started.
 const minLeft = killMargin
 
-// checkGrace makes sure that the lead leaves time under the lock before
-// the command starts. The lock's Deadline is at most the server's session
-// grace (less its drift margin) after the last answer on the session, so a
-// lock granted after a wait may come with a Deadline close at hand: a ping
-// first moves it to a full grace from now (an error is left to the
-// watchdog). Then the Deadline tells the grace, which the client does not
-// report, and a lead that leaves less than minLeft of it is refused
-// (--kill-after is too long for the server's grace). The watchdog renews
-// every third of the time left before the Deadline less the lead, so any
-// lead that passes keeps the lock.
-func (r *runner) checkGrace(ctx context.Context, c *mlock.Client, l *mlock.Lock) error {
-	if err := c.Ping(ctx); err != nil {
+// fitGrace fits --kill-after to the server's session grace: a lock is
+// believed held at most grace less its drift margin (1 % + 5 ms) after an
+// answer from the server, and the command must be dead killMargin before
+// that, with minLeft to spare. Not given, kill-after is at most a quarter
+// of the grace (as it is at most a quarter of the ttl); given, one that
+// does not fit is refused, with the value that would.
+func (r *runner) fitGrace(grace time.Duration) error {
+	believed := grace - lease.Margin(grace)
+	limit := believed - killMargin - minLeft // kill-after must be below it
+	if limit <= 0 {
+		return fmt.Errorf("the server's session grace %v is too short for mlock run: a lock is believed held at most %v "+
+			"after an answer from the server, and kill-after + %v must be below that; give the server a longer "+
+			"--session-grace", grace, believed.Round(time.Millisecond), killMargin+minLeft)
+	}
+	if !r.killGiven {
+		*r.killAfter = min(*r.killAfter, grace/4, limit-time.Millisecond)
+		r.lead = *r.killAfter + killMargin
 		return nil
 	}
-	d := l.Deadline()
-	if d.IsZero() {
-		return nil // lost already: the watchdog reports it
-	}
-	if left := time.Until(d); left-r.lead < minLeft {
-		return fmt.Errorf("--kill-after %v is too long for the server's session grace: the lock is believed held "+
-			"only %v after an answer from the server, which must exceed kill-after + %v by at least %v; "+
-			"use a shorter --kill-after", r.lead-killMargin, left.Round(time.Millisecond), killMargin, minLeft)
+	if *r.killAfter >= limit {
+		return &flagError{fmt.Sprintf("--kill-after %v is too long for the server's session grace %v: kill-after + %v must be "+
+			"below the grace less its drift margin (1%% + 5ms), %v; use --kill-after %v or less",
+			*r.killAfter, grace, killMargin+minLeft, believed.Round(time.Millisecond),
+			(limit - time.Millisecond).Truncate(time.Millisecond))}
 	}
 	return nil
+}
+
+// ready makes sure that, when the command starts, the lock is believed
+// held for more than the lead plus minLeft. The client hands over a grant
+// with at least two thirds of its ttl to believe, whatever the wait, which
+// is enough for any kill-after that --ttl and the grace allow; if less is
+// left (a slow answer), one extend renews the lease from now. A lock still
+// too short then cannot be run under: the error names the number to change.
+func (r *runner) ready(ctx context.Context, c *mlock.Client, l *mlock.Lock) error {
+	enough := func() (time.Duration, bool) {
+		d := l.Deadline()
+		left := time.Until(d)
+		return left, !d.IsZero() && left-r.lead >= minLeft
+	}
+	if _, ok := enough(); ok {
+		return nil
+	}
+	if _, err := l.Extend(ctx, 0); err != nil {
+		if errors.Is(err, mlock.ErrLost) {
+			return err
+		}
+		return nil // left to the watchdog, which renews at once
+	}
+	left, ok := enough()
+	if ok {
+		return nil
+	}
+	return fmt.Errorf("the lock is believed held only %v after an extend, which must exceed kill-after %v + %v by "+
+		"at least %v: the network is too slow for --ttl %v; use a longer --ttl or a shorter --kill-after",
+		left.Round(time.Millisecond), r.lead-killMargin, killMargin, minLeft, r.ttl)
 }
 
 // provider runs the job through locking.Execute on the provider of uri.
@@ -470,6 +518,9 @@ func exitStatus(err error, o exitOptions, stderr io.Writer) int {
 		return exitOK
 	case errors.As(err, &lost):
 		return exitLost // runCommand said so when it stopped the command
+	case errors.As(err, new(*flagError)):
+		fmt.Fprintln(stderr, "mlock run:", err)
+		return exitUsage
 	case errors.As(err, &code) && !errors.Is(err, mlock.ErrLost) && !errors.Is(err, locking.ErrLost):
 		return int(code)
 	case errors.Is(err, mlock.ErrLost), errors.Is(err, locking.ErrLost):
@@ -515,6 +566,8 @@ func lossText(err error) string {
 		kind, detail = "expired, or released by its owner elsewhere (the server does not say which)", ""
 	case errors.Is(err, mlock.ErrExpired):
 		kind = "expired"
+	case errors.Is(err, mlock.ErrSessionLost) && detail == "server shutting down":
+		kind, detail = "the server is shutting down (it ends every lock it holds)", ""
 	case errors.Is(err, mlock.ErrSessionLost):
 		kind = "the session was lost"
 	case errors.Is(err, mlock.ErrClosed):

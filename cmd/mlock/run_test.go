@@ -2,11 +2,15 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -348,16 +352,24 @@ func TestRunLeadAgainstTheGrace(t *testing.T) {
 }
 
 // A --kill-after that leaves no time under the server's session grace is
-// refused once the grace is known (after the lock is taken), before the
-// command runs, and the lock is given back.
+// refused as a usage error once the grace is known (after the first answer,
+// before the lock is asked for), with the rule and the value that fits; the
+// command does not run and the lock stays free.
 func TestRunKillAfterAgainstTheGrace(t *testing.T) {
 	addr, _ := servertest.Start(t, server.Config{SessionGrace: 3 * time.Second}, "")
 	uri := "mlock://" + addr
 	marker := filepath.Join(t.TempDir(), "ran")
 	var stderr bytes.Buffer
 	code := cli([]string{"run", "--uri", uri, "--ttl", "20s", "--kill-after", "2900ms", "refused", "--", "touch", marker}, &stderr, &stderr)
-	if code != exitError || !strings.Contains(stderr.String(), "session grace") {
-		t.Fatalf("exit %d: %s", code, stderr.String())
+	want := "mlock run: --kill-after 2.9s is too long for the server's session grace 3s: kill-after + 200ms must be " +
+		"below the grace less its drift margin (1% + 5ms), 2.965s; use --kill-after 2.764s or less\n"
+	if code != exitUsage || stderr.String() != want {
+		t.Fatalf("exit %d: %q, want exit %d: %q", code, stderr.String(), exitUsage, want)
+	}
+	// The value it names fits.
+	stderr.Reset()
+	if code := cli([]string{"run", "--uri", uri, "--ttl", "20s", "--kill-after", "2764ms", "fits", "--", "true"}, &stderr, &stderr); code != 0 {
+		t.Fatalf("--kill-after 2.764s: exit %d: %s", code, stderr.String())
 	}
 	if _, err := os.Stat(marker); err == nil {
 		t.Fatal("the command ran")
@@ -459,5 +471,103 @@ func TestRunCommandNotStartedAfterLoss(t *testing.T) {
 	}
 	if got := stderr.String(); got != "mlock run: lock lost: "+loss.Error()+"; not running the command\n" {
 		t.Fatalf("stderr %q", got)
+	}
+}
+
+// Without --kill-after, mlock run fits the default to the server's session
+// grace (a quarter of it), so the plain command works on a server with a
+// short grace.
+func TestRunDefaultKillAfterFitsAShortGrace(t *testing.T) {
+	addr, _ := servertest.Start(t, server.Config{SessionGrace: 2 * time.Second}, "")
+	var stderr bytes.Buffer
+	if code := cli([]string{"run", "--uri", "mlock://" + addr, "--ttl", "8s", "job", "--", "true"}, &stderr, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	stderr.Reset()
+	// A grace too short for any kill-after says to lengthen the grace.
+	short, _ := servertest.Start(t, server.Config{SessionGrace: 200 * time.Millisecond}, "")
+	code := cli([]string{"run", "--uri", "mlock://" + short, "--ttl", "8s", "job", "--", "true"}, &stderr, &stderr)
+	if code != exitError || !strings.Contains(stderr.String(), "give the server a longer --session-grace") {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+}
+
+// A clean shutdown of the server while the command runs stops the command
+// and says so: exit 75, "the server is shutting down".
+func TestRunServerShutdownNamesIt(t *testing.T) {
+	addr, stop := servertest.Start(t, server.Config{}, "")
+	cmd := mlockCmd("run", "--uri", "mlock://"+addr, "--ttl", "10s", "sd", "--", "sleep", "30")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	c, err := mlock.New("mlock://" + addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	waitHeld(t, c, "sd")
+	stop()
+	code := exitCodeOf(t, cmd.Wait())
+	if code != exitLost || !strings.Contains(stderr.String(), "lock lost: the server is shutting down") {
+		t.Fatalf("exit %d, want %d: %s", code, exitLost, stderr.String())
+	}
+}
+
+// The queue of separate mlock run processes is far longer than the ttl:
+// every run gets a lock it can use, runs its command whole, and no two
+// commands overlap (the reproduction of a lock lost on arrival).
+func TestRunQueueLongerThanTheTTL(t *testing.T) {
+	uri := startServer(t)
+	dir := t.TempDir()
+	log := filepath.Join(dir, "sections")
+	const n = 10
+	cmds := make([]*exec.Cmd, n)
+	outs := make([]*bytes.Buffer, n)
+	for i := range cmds {
+		script := fmt.Sprintf(`echo "start %d $(date +%%s%%N)" >> %s; sleep 0.3; echo "end %d $(date +%%s%%N)" >> %s`, i, log, i, log)
+		cmds[i] = mlockCmd("run", "--uri", uri, "--ttl", "1s", "--timeout", "30s", "hot", "--", "sh", "-c", script)
+		outs[i] = &bytes.Buffer{}
+		cmds[i].Stderr = outs[i]
+		if err := cmds[i].Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer cmds[i].Process.Kill()
+	}
+	for i, cmd := range cmds {
+		if code := exitCodeOf(t, cmd.Wait()); code != 0 {
+			t.Errorf("run %d: exit %d: %s", i, code, outs[i])
+		}
+	}
+	b, err := os.ReadFile(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type ev struct {
+		at    int64
+		start bool
+	}
+	var evs []ev
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		f := strings.Fields(line)
+		at, _ := strconv.ParseInt(f[2], 10, 64)
+		evs = append(evs, ev{at, f[0] == "start"})
+	}
+	if len(evs) != 2*n {
+		t.Fatalf("%d section lines, want %d:\n%s", len(evs), 2*n, b)
+	}
+	slices.SortFunc(evs, func(a, b ev) int { return cmp.Compare(a.at, b.at) })
+	in := 0
+	for _, e := range evs {
+		if e.start {
+			in++
+		} else {
+			in--
+		}
+		if in > 1 {
+			t.Fatalf("two commands ran at once:\n%s", b)
+		}
 	}
 }

@@ -31,6 +31,13 @@ export const mono = (): number => performance.now();
 /** The clock-drift margin of a span, ms. */
 export const margin = (d: number): number => d / 100 + 5;
 
+/**
+ * The least of a lease of ttl ms that a grant must leave to believe when it
+ * reaches the caller: two thirds of the ttl less its drift margin. A grant
+ * that arrives with less is confirmed first (see Lock.granted).
+ */
+export const minUsable = (ttl: number): number => ((ttl - margin(ttl)) * 2) / 3;
+
 /** The shortest keep-alive period, ms. */
 const MIN_KEEPALIVE = 5;
 
@@ -137,6 +144,12 @@ export class Lock extends EventEmitter {
   /** @internal */ base = 0;
   /** @internal */ waitEnd = 0;
   /** @internal held: unlock()'s unlock is in flight. */ unlocking = false;
+  /**
+   * @internal waiting, granted, but the grant arrived with less than
+   * minUsable of its lease to believe: an extend sent after its arrival
+   * (see Session.confirm) makes it usable before it is handed over.
+   */
+  confirming = false;
   /** @internal */ ttlMs: number;
   /** @internal */ _id = '';
   /** @internal */ _token = 0;
@@ -259,7 +272,14 @@ export class Lock extends EventEmitter {
     }
   }
 
-  /** @internal Makes a waiting lock held. */
+  /**
+   * @internal Makes a waiting lock held. Its lease counts from the later of
+   * its request's send time and resultAck: a request that waited was granted
+   * after every result read before the grant. A grant that arrives with less
+   * than minUsable of its ttl left to believe (a pause, a slow answer, a
+   * resumed session, a failover) is confirmed first by an extend sent now
+   * (see Session.confirm), so that every holder gets a lock it can use.
+   */
   granted(token: number, expiresAt: number): void {
     if (this.state === 'held') {
       // Announced again after a reconnect: the lease does not move.
@@ -269,12 +289,24 @@ export class Lock extends EventEmitter {
     }
     if (this.state !== 'waiting') return;
     const s = this.s;
-    this.state = 'held';
     this._token = token;
     this._expiresAt = expiresAt;
-    // A request that waited was granted after every result read before the
-    // grant; never before it was sent.
+    if (this.confirming) return; // announced again while its confirmation is asked
     this.base = Math.max(this.sent, s.resultAck);
+    const now = mono();
+    // The lease's part of the deadline; the session's is kept by the pinger.
+    if (this.base + this.ttlMs - margin(this.ttlMs) - now < minUsable(this.ttlMs)) {
+      this.confirming = true;
+      s.confirm(this, now);
+      return;
+    }
+    this.hold();
+  }
+
+  /** @internal Makes a waiting lock, whose base is set, held and answers its caller. */
+  hold(): void {
+    const s = this.s;
+    this.state = 'held';
     s.heldLocked(this);
     const cl = this.call;
     this.call = undefined;
@@ -922,7 +954,10 @@ export class Session {
           this.reask(l, mono());
           break;
         }
-        this.lose(l, how === 'released' ? lostErrors.released() : lostErrors.expired());
+        this.lose(
+          l,
+          how === 'released' ? lostErrors.released() : how === 'shutdown' ? lostErrors.shutdown() : lostErrors.expired(),
+        );
         break;
       }
       case 'error':
@@ -956,7 +991,7 @@ export class Session {
       if (cl.sent > this.resultAck) this.resultAck = cl.sent;
     }
     if (cl.probe) {
-      this.probed(cl.probe, ok, payload);
+      this.probed(cl.probe, ok, payload, cl.sent);
       return;
     }
     if (
@@ -1112,9 +1147,18 @@ export class Session {
     this.idleCheck();
   }
 
+  /**
+   * The span within which the session must be answered for l's sake: the
+   * shorter of the grace and its ttl while held, and of the grace and three
+   * quarters of its ttl while waiting. The keep-alive period is a third of
+   * it: a waiting session is answered at least every quarter of the shortest
+   * ttl it waits for, so a grant (whose lease counts from the last answer
+   * read before it) arrives with about three quarters of its ttl to believe.
+   */
   private keepSpan(l: Lock): number {
     let span = this.graceKnown ? this.grace : Infinity;
     if (l.state === 'held') span = Math.min(span, l.ttlMs);
+    else if (l.state === 'waiting') span = Math.min(span, (l.ttlMs * 3) / 4);
     return span;
   }
 
@@ -1272,6 +1316,7 @@ export class Session {
     const cl = l.call;
     l.call = undefined;
     l._id = '';
+    l.confirming = false;
     if (!cl) {
       l.state = 'failed';
       return;
@@ -1337,10 +1382,36 @@ export class Session {
     }
   }
 
-  private probed(l: Lock, ok: boolean, payload: string): void {
+  /**
+   * @internal Sends an extend of waiting lock l, whose grant arrived stale,
+   * to its ttl: its answer (see probed) makes l held with a lease that counts
+   * from now, or asks again if the grant is gone. If the connection drops
+   * first, the resumed session probes l with the same extend.
+   */
+  confirm(l: Lock, now: number): void {
+    const seq = ++this.seq;
+    this.calls.set(seq, { seq, verb: 'extend', sent: now, probe: l });
+    this.queue(`extend ${seq} ${l._id} ${l.ttlMs}`);
+  }
+
+  /**
+   * The answer to an extend of waiting lock l sent at sent (after a resume,
+   * or to confirm a stale grant). Success on a grant being confirmed makes l
+   * held, its lease counting from sent; any other failure of a confirmation
+   * gives it back and asks again.
+   */
+  private probed(l: Lock, ok: boolean, payload: string, sent: number): void {
     if (l.state !== 'waiting' || !l._id || this.locks.get(l._id) !== l) return;
-    if (ok) {
-      // Granted, but the grant was never announced: give it back, ask again.
+    if (ok && l.confirming) {
+      l.confirming = false;
+      l.base = Math.max(l.base, sent);
+      const exp = Number(payload);
+      if (exp > 0) l._expiresAt = exp;
+      l.hold();
+    } else if (ok || (l.confirming && payload !== 'lock not exist!')) {
+      // Granted, but the grant was never announced (or could not be
+      // confirmed): give it back, ask again.
+      this.log('a grant was not announced, or could not be confirmed; asking again');
       this.locks.delete(l._id);
       this.forget(l._id);
       this.reask(l, mono());
