@@ -5,7 +5,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/mlock-dev/mlock/internal/lease"
 	"github.com/mlock-dev/mlock/internal/protocol"
 )
 
@@ -55,9 +54,10 @@ type Lock struct {
 	waitEnd   time.Duration // waiting with a timeout: when to give up if the timeout push is lost (0: never)
 	wait      *call         // waiting: the caller's call, answered by the grant or the failure
 	// confirming: waiting, granted, but the grant arrived with less than
-	// minUsable of its lease believable: an extend sent after its arrival
+	// usableLocked to believe: an extend sent after its arrival
 	// (a probe, see confirmLocked) makes it usable before it is handed over.
 	confirming bool
+	confirms   uint8         // confirming: extends sent after the first (see maxConfirms)
 	unlocking  bool          // held: Unlock's unlock is in flight
 	lost       chan struct{} // made on first use; closed when a held lock is lost
 	lostErr    *Error
@@ -163,8 +163,7 @@ func (l *Lock) Unlock(ctx context.Context) error { return l.s.unlock(ctx, l) }
 // again after a reconnect, comes after the handshake but was made before
 // it (such pushes come before the first result on the new connection).
 //
-// A grant whose lease leaves less than minUsable of its ttl to believe when
-// it arrives (it waited longer than the keep-alive period allows for: a
+// A grant that leaves less than usableLocked to believe when it arrives (it waited longer than the keep-alive period allows for: a
 // pause, a slow answer, a resumed session, a failover) is not handed over
 // yet: it is
 // confirmed by an extend sent now (see confirmLocked), whose answer makes
@@ -187,7 +186,7 @@ func (l *Lock) grantedLocked(token uint64, expiresAt time.Time) {
 	}
 	l.base = max(l.sent, s.resultAck)
 	now := monoNow()
-	if l.base+l.ttl-lease.Margin(l.ttl)-now < minUsable(l.ttl) {
+	if s.staleLocked(l, now) {
 		l.confirming = true
 		s.confirmLocked(l, now)
 		return

@@ -132,12 +132,12 @@ func (s *session) notShortened(bounds []shortened, err *Error) {
 
 // keepSpanLocked returns the span within which the session must be answered
 // for l's sake: the shorter of the session grace (if the server announced
-// it) and its ttl while it is held, and the shorter of the grace and three
-// quarters of its ttl while it waits. The keep-alive period is a third of
-// it (see keepAliveLocked): a waiting session is answered at least every
-// quarter of the shortest ttl it waits for, so a grant, whose lease counts
+// it) and its ttl while it is held, and three quarters of that while it
+// waits. The keep-alive period is a third of it (see keepAliveLocked): a
+// waiting session is answered at least every quarter of the shorter of the
+// grace and the smallest ttl it waits for, so a grant, whose lease counts
 // from the last answer read before it, arrives with about three quarters of
-// its ttl left to believe (see minUsable).
+// both to believe (see usableLocked).
 func (s *session) keepSpanLocked(l *Lock) time.Duration {
 	span := time.Duration(math.MaxInt64)
 	if s.graceKnown {
@@ -147,16 +147,39 @@ func (s *session) keepSpanLocked(l *Lock) time.Duration {
 	case held:
 		span = min(span, l.ttl)
 	case waiting:
-		span = min(span, l.ttl/4*3)
+		span = min(span, l.ttl) / 4 * 3
 	}
 	return span
 }
 
-// minUsable is the least of a lock's lease of ttl that a grant must leave
-// to believe when it reaches the caller: two thirds of the ttl less its
-// drift margin. A grant that arrives with less is confirmed first (see
-// grantedLocked), which leaves ttl less the margin and one round trip.
-func minUsable(ttl time.Duration) time.Duration { return (ttl - lease.Margin(ttl)) / 3 * 2 }
+// minUsable is two thirds of span less its drift margin.
+func minUsable(span time.Duration) time.Duration { return (span - lease.Margin(span)) / 3 * 2 }
+
+// usableLocked is the least time a grant of l must leave to believe when
+// it reaches the caller: minUsable of the shorter of its ttl and the
+// session grace (the Deadline counts both). A grant that arrives with less
+// is confirmed first (see grantedLocked), which leaves the span less its
+// margin and one round trip.
+func (s *session) usableLocked(l *Lock) time.Duration {
+	span := l.ttl
+	if s.graceKnown {
+		span = min(span, s.grace)
+	}
+	return minUsable(span)
+}
+
+// staleLocked reports whether waiting lock l, its base set, would leave
+// less than usableLocked to believe from now.
+func (s *session) staleLocked(l *Lock, now time.Duration) bool {
+	d, _ := s.deadlineLocked(l)
+	return d-now < s.usableLocked(l)
+}
+
+// maxConfirms bounds the extends that confirm one grant after the first:
+// a grant whose confirmations all come back too late to leave minUsable
+// (every answer held up longer than a third of the ttl) is handed over with
+// what it has.
+const maxConfirms = 2
 
 // confirmLocked sends an extend of waiting lock l, whose grant arrived
 // stale, to its ttl. Its answer (see probedLocked) makes l held with a
@@ -351,7 +374,7 @@ func (s *session) newSessionLocked(now time.Duration) {
 // s.locks. With no time left the wait fails with Type timeout.
 func (s *session) reaskLocked(l *Lock, now time.Duration) {
 	cl := l.wait
-	l.wait, l.id, l.confirming = nil, "", false
+	l.wait, l.id, l.confirming, l.confirms = nil, "", false, 0
 	if cl == nil {
 		l.state = failed
 		return
@@ -449,11 +472,18 @@ func (s *session) probedLocked(l *Lock, m *protocol.Message, sent time.Duration)
 	}
 	switch {
 	case m.OK && l.confirming:
-		l.confirming = false
 		l.base = max(l.base, sent)
 		if n, ok := protocol.Int(m.Payload); ok {
 			l.expiresAt = time.UnixMilli(n)
 		}
+		if now := monoNow(); s.staleLocked(l, now) && l.confirms < maxConfirms {
+			// Answered too late to leave minUsable (the answers are held
+			// up: a paused server, an election): once more.
+			l.confirms++
+			s.confirmLocked(l, now)
+			return
+		}
+		l.confirming, l.confirms = false, 0
 		l.holdLocked()
 	case m.OK, l.confirming && m.Code.Class() != protocol.ClassNotFound:
 		s.log.Warn("mlock: a grant was not announced, or could not be confirmed; asking again",

@@ -2,6 +2,7 @@ package clustertest
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -50,6 +51,55 @@ func checkSafety(grants []grant) (vs []violation, empty int) {
 		}
 	}
 	return vs, empty
+}
+
+// minUsable is the client's promise for a grant: at least two thirds of
+// the shorter of its ttl and the session grace, less its drift margin
+// (span/100 + 5 ms), left to believe on arrival.
+func minUsable(span time.Duration) int64 {
+	return int64((span - span/100 - 5*time.Millisecond) / 3 * 2)
+}
+
+// faultNear is how long before a lock call a fault still counts as one
+// during its wait, and after the cluster is healthy again: the client may
+// still be moving to another node.
+const faultNear = int64(time.Second)
+
+// checkArrivals requires every grant whose wait saw no fault to arrive with
+// at least minUsable(min(ttl, grace)) to believe (a lock lost, or about to be, on
+// arrival is a bug whatever the wait), and counts those short on arrival
+// whose wait saw a fault (from its first event less faultNear to its
+// "healthy" event plus faultNear): a fault can hold back every answer of
+// the client's confirmations, one grant per worker and fault at most.
+func checkArrivals(grants []grant, events []event) (vs []violation, faulty int) {
+	type window struct{ from, to int64 }
+	byRound := map[int]*window{}
+	for _, e := range events {
+		w := byRound[e.Round]
+		if w == nil {
+			w = &window{e.T - faultNear, 1<<63 - 1} // until healthy again, if ever
+			byRound[e.Round] = w
+		}
+		if strings.HasPrefix(e.What, "healthy") {
+			w.to = e.T + faultNear
+		}
+	}
+	var ws []window
+	for _, w := range byRound {
+		ws = append(ws, *w)
+	}
+	for _, g := range grants {
+		if g.Arrival-g.Start >= minUsable(min(ttl, grace)) {
+			continue
+		}
+		if slices.ContainsFunc(ws, func(w window) bool { return g.Call <= w.to && g.Start >= w.from }) {
+			faulty++
+			continue
+		}
+		vs = append(vs, violation{kind: "arrival", res: g.Res, from: g.Call, to: g.Start,
+			msg: fmt.Sprintf("%v arrived with %v to believe after a wait without a fault", g, time.Duration(g.Arrival-g.Start))})
+	}
+	return vs, faulty
 }
 
 func sortedKeys[V any](m map[string]V) []string {
@@ -336,5 +386,33 @@ func TestCheckers(t *testing.T) {
 				t.Errorf("linearizability violations %v, want linearizable %v", lv, tc.lin)
 			}
 		})
+	}
+}
+
+// checkArrivals flags a grant short on arrival after a quiet wait, and only
+// counts one whose wait saw a fault.
+func TestCheckArrivals(t *testing.T) {
+	sec := int64(time.Second)
+	usable := grant{Res: "r", Call: 0, Start: 5 * sec, Arrival: 5*sec + minUsable(min(ttl, grace))}
+	short := grant{Res: "r", Call: 10 * sec, Start: 12 * sec, Arrival: 12*sec + minUsable(min(ttl, grace))/2}
+	lost := grant{Res: "r", Call: 20 * sec, Start: 22 * sec}
+	faultDuring := []event{{T: 11 * sec, Round: 1, What: "kill"}, {T: 11*sec + sec/2, Round: 1, What: "healthy, leader"}}
+	faultBefore := []event{{T: 1 * sec, Round: 1, What: "kill"}, {T: 2 * sec, Round: 1, What: "healthy, leader"}}
+	for _, tc := range []struct {
+		name       string
+		grants     []grant
+		events     []event
+		vs, faulty int
+	}{
+		{"usable", []grant{usable}, nil, 0, 0},
+		{"short and lost without a fault", []grant{usable, short, lost}, nil, 2, 0},
+		{"short after a fault in its wait", []grant{short}, faultDuring, 0, 1},
+		{"short after a fault long before its wait", []grant{short}, faultBefore, 1, 0},
+		{"a fault never healed covers what follows", []grant{short, lost}, faultDuring[:1], 0, 2},
+	} {
+		vs, faulty := checkArrivals(tc.grants, tc.events)
+		if len(vs) != tc.vs || faulty != tc.faulty {
+			t.Errorf("%s: %d violations, %d after a fault; want %d, %d (%v)", tc.name, len(vs), faulty, tc.vs, tc.faulty, vs)
+		}
 	}
 }

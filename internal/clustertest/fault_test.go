@@ -234,6 +234,7 @@ func holdLock(ctx context.Context, h *history, w int, c *mlock.Client, l *mlock.
 		}
 	}
 	sample()
+	g.Arrival = leaseEnd.Load()
 	sctx, sstop := context.WithCancel(context.Background())
 	sdone := make(chan struct{})
 	go func() {
@@ -413,6 +414,14 @@ func report(t *testing.T, c *cluster, rounds int, elapsed time.Duration, ops []o
 
 	// The checks.
 	vs, empty := checkSafety(grants)
+	short, faulty := checkArrivals(grants, events)
+	fmt.Fprintf(&b, "arrival: %d grants believed for less than %v on arrival after a wait without a fault, %d after one "+
+		"(bound: %d, a wait per worker and fault)\n", len(short), time.Duration(minUsable(min(ttl, grace))), faulty, workers*rounds)
+	vs = append(vs, short...)
+	if faulty > workers*rounds {
+		vs = append(vs, violation{kind: "arrival", msg: fmt.Sprintf("%d grants short on arrival after a fault, above the bound %d",
+			faulty, workers*rounds)})
+	}
 	t0 := time.Now()
 	lin := checkLinearizable(ops, grants, 2*time.Minute)
 	fmt.Fprintf(&b, "safety: %d violations (%d grants already past their Deadline when answered); linearizability: %d violations (checked in %v)\n",

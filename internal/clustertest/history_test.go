@@ -59,6 +59,7 @@ type grant struct {
 	Start    int64 // the lock call's response
 	End      int64 // min(latest Deadline, loss seen, unlock invocation)
 	LeaseEnd int64 // the latest Deadline seen (0: none seen)
+	Arrival  int64 // the Deadline when the lock call returned (0: lost already)
 	Why      string
 }
 

@@ -16,8 +16,12 @@ import (
 //	start <resource> <token> <ns> <wid>
 //	beat  <resource> <token> <ns> <wid>
 //	end   <resource> <token> <ns> <wid> ok|lost|term
+//	grant <resource> <token> <ns> <wid> <call ns> <believed ns> <span ns>
 //
-// and the harness appends:
+// (grant: the Go client's Lock returned at ns, called at call ns, with the
+// lock believed held for believed ns more, 0 or less: lost on arrival; span
+// is the shorter of the ttl and the session grace) and
+// the harness appends:
 //
 //	spawn <wid> <ns> <mode>
 //	dead  <wid> <ns> <exit status: 0, 125, sig:..., killed (by the harness)>
@@ -34,9 +38,17 @@ type section struct {
 	how             string // ok, lost, term, dead (no end line), open (neither)
 }
 
+// arrival is a grant line: when the lock came and how long it was
+// believed held from then.
+type arrival struct {
+	wid, res       string
+	call, at       int64
+	believed, span int64
+}
+
 // violation is one broken rule with the history lines that show it.
 type violation struct {
-	kind string // overlap, token, waiter
+	kind string // overlap, token, waiter, arrival
 	msg  string
 	from int64 // window of the history to print
 	to   int64
@@ -49,6 +61,8 @@ type history struct {
 	times    []int64 // per line; 0 if none
 	wids     []string
 	sections []*section
+	arrivals []arrival
+	faults   []int64           // times of the harness's fault lines
 	exits    map[string]string // wid -> exit status ("0", "125", "killed", ...)
 	modes    map[string]string // wid -> mode
 	origin   int64             // first time in the log
@@ -109,7 +123,16 @@ func parseHistory(r io.Reader) (*history, error) {
 			if len(f) > 3 {
 				h.exits[wid] = f[3]
 			}
-		case "fault", "round":
+		case "grant":
+			if len(f) < 8 {
+				return nil, fmt.Errorf("short line %q", line)
+			}
+			ts, wid = num(3), f[4]
+			h.arrivals = append(h.arrivals, arrival{wid: wid, res: f[1], at: ts, call: num(5), believed: num(6), span: num(7)})
+		case "fault":
+			ts = num(1)
+			h.faults = append(h.faults, ts)
+		case "round":
 			ts = num(1)
 		case "env":
 			if len(f) > 1 {
@@ -140,8 +163,9 @@ func parseHistory(r io.Reader) (*history, error) {
 }
 
 // check applies the rules: on one resource no two critical sections
-// overlap, and tokens strictly increase in start order (a token of "-",
-// unknown, is skipped).
+// overlap, tokens strictly increase in start order (a token of "-",
+// unknown, is skipped), and every grant whose wait saw no fault arrives
+// usable (see checkArrivals).
 //
 // fenced > 0 weakens the first rule for a backend that cannot refuse a
 // newcomer after losing its data (Redis restarted without persistence): an
@@ -203,7 +227,49 @@ func (h *history) check(fenced time.Duration) []violation {
 			prev = s
 		}
 	}
+	return append(vs, h.checkArrivals()...)
+}
+
+// faultNear is how long before a lock call a fault still counts as one
+// during its wait: the client may still be reconnecting from it.
+const faultNear = int64(time.Second)
+
+// minUsable is the client's promise for a grant: at least two thirds of
+// the shorter of its ttl and the session grace, less its drift margin
+// (span/100 + 5 ms), left to believe when it arrives.
+func minUsable(span int64) int64 { return (span - (span/100 + int64(5*time.Millisecond))) / 3 * 2 }
+
+// checkArrivals requires of every grant whose wait (from
+// faultNear before its call to its arrival) saw no fault line that it
+// arrived with at least minUsable of its span to believe: a lock that is
+// lost, or about to be, on arrival is a bug whatever the wait. Grants whose
+// wait saw a fault are left out: the fault may hold back every answer of
+// the confirmation (see the client's Safety).
+func (h *history) checkArrivals() []violation {
+	var vs []violation
+	for _, a := range h.arrivals {
+		if a.believed >= minUsable(a.span) || h.faultIn(a.call-faultNear, a.at) {
+			continue
+		}
+		vs = append(vs, violation{
+			kind: "arrival",
+			msg: fmt.Sprintf("resource %s: worker %s was granted the lock at %s after a wait of %v without a fault, "+
+				"believed held for only %v (want at least %v)", a.res, a.wid, h.at(a.at), time.Duration(a.at-a.call),
+				time.Duration(a.believed), time.Duration(minUsable(a.span))),
+			from: a.call, to: a.at, wids: []string{a.wid},
+		})
+	}
 	return vs
+}
+
+// faultIn reports whether a fault line lies within [from, to].
+func (h *history) faultIn(from, to int64) bool {
+	for _, t := range h.faults {
+		if t >= from && t <= to {
+			return true
+		}
+	}
+	return false
 }
 
 // learned reports whether the worker of s learned that it lost the lock:
@@ -369,6 +435,22 @@ start r 1 150 b
 end r 2 200 a lost
 end r 1 300 b ok
 `, 100, []string{"overlap", "token"}},
+		{"grant usable on arrival", `
+grant r 1 5000000000 a 1000000000 1500000000 2000000000
+start r 1 5000000000 a
+end r 1 5100000000 a ok
+`, 0, nil},
+		{"grant lost on arrival without a fault", `
+grant r 1 5000000000 a 1000000000 0 2000000000
+`, 0, []string{"arrival"}},
+		{"grant short on arrival without a fault", `
+fault 3000000000 proxy cut
+grant r 1 5000000000 a 4100000000 600000000 2000000000
+`, 0, []string{"arrival"}},
+		{"grant short on arrival after a fault in the wait", `
+grant r 1 5000000000 a 1000000000 600000000 2000000000
+fault 3000000000 proxy cut
+`, 0, nil},
 		{"resources apart", `
 start r 1 100 a
 start s 1 150 b

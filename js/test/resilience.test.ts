@@ -810,3 +810,67 @@ describe('answers lost on the way', () => {
     }
   });
 });
+
+describe('a grant after a long wait', () => {
+  let srv: Server;
+  let proxy: Proxy;
+  before(async () => {
+    srv = await startServer(['--session-grace', '10s']);
+    proxy = await startProxy(srv.port);
+  });
+  after(async () => {
+    await proxy.close();
+    await srv.cleanup();
+  });
+  // Two thirds of the ttl less its drift margin (ttl/100 + 5 ms).
+  const minUsable = (ttl: number) => ((ttl - ttl / 100 - 5) * 2) / 3;
+
+  test('arrives usable: the waiting session is answered every ttl/4, so a wait of 3 ttl leaves most of the lease', async () => {
+    const holder = new Client({ host: '127.0.0.1', port: srv.port, socketId: `lw-h-${process.pid}` });
+    const waiter = new Client({ host: '127.0.0.1', port: srv.port, socketId: `lw-w-${process.pid}` });
+    try {
+      const res = r('long-wait');
+      const h = await holder.acquire(res, { ttl: 60000 });
+      const waiting = waiter.acquire(res, { ttl: 1000, timeout: 9000 });
+      await queued(holder, res, 2);
+      await sleep(3000);
+      await h.unlock();
+      const l = await waiting;
+      const left = l.deadline - Date.now();
+      assert.ok(left >= minUsable(1000), `granted with ${left} ms left to believe, want at least ${minUsable(1000)}`);
+      await l.unlock();
+    } finally {
+      holder.destroy();
+      waiter.destroy();
+    }
+  });
+
+  test('held back on its way, it is confirmed by an extend before acquire resolves', async () => {
+    const holder = new Client({ host: '127.0.0.1', port: srv.port, socketId: `st-h-${process.pid}` });
+    const waiter = new Client({ host: '127.0.0.1', port: proxy.port, socketId: `st-w-${process.pid}` });
+    try {
+      const res = r('stale');
+      const h = await holder.acquire(res, { ttl: 60000 });
+      const waiting = waiter.acquire(res, { ttl: 1000, timeout: 9000 });
+      await queued(holder, res, 2);
+      const before = (await holder.status()) as unknown as { extendCount: number };
+      // The grant is pushed while the way back is held for 700 ms (less
+      // than the second after which an unanswered ping drops the
+      // connection): it arrives with about 285 ms of its lease.
+      const resume = proxy.pause();
+      await h.unlock();
+      await sleep(700);
+      resume();
+      const l = await waiting;
+      const left = l.deadline - Date.now();
+      assert.ok(left >= minUsable(1000), `handed over with ${left} ms left to believe, want at least ${minUsable(1000)}`);
+      assert.equal(l.error, undefined);
+      const after = (await holder.status()) as unknown as { extendCount: number };
+      assert.equal(after.extendCount - before.extendCount, 1, 'one extend: the confirmation');
+      await l.unlock();
+    } finally {
+      holder.destroy();
+      waiter.destroy();
+    }
+  });
+});

@@ -6,7 +6,12 @@
 //	start <resource> <token> <unix ns> <worker id>
 //	beat  <resource> <token> <unix ns> <worker id>
 //	end   <resource> <token> <unix ns> <worker id> ok|lost|term
+//	grant <resource> <token> <unix ns> <worker id> <call unix ns> <believed ns> <span ns>
 //
+// A grant line (client mode) tells when Lock returned, when it was called,
+// for how long the lock was believed held from then (the client's Deadline;
+// 0 or less: lost on arrival), and the shorter of the ttl and the session
+// grace the server announced (the client promises two thirds of it).
 // A beat is an action taken under the lock (a write to the protected
 // resource). Before each action the worker checks that it still believes it
 // holds the lock; an "end ... lost" line carries the time of its last action.
@@ -145,6 +150,7 @@ func runClient(ctx context.Context, h history) int {
 	defer c.Close()
 	wctx, cancel := context.WithTimeout(ctx, *timeout+5*time.Second)
 	defer cancel()
+	call := time.Now()
 	l, err := c.Lock(wctx, *res, &mlock.LockOptions{TTL: *ttl, Timeout: *timeout})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "worker: lock:", err)
@@ -154,6 +160,16 @@ func runClient(ctx context.Context, h history) int {
 		return 3
 	}
 	tok := strconv.FormatUint(l.Token(), 10)
+	at := time.Now()
+	believed := time.Duration(0)
+	if d := l.Deadline(); !d.IsZero() {
+		believed = d.Sub(at)
+	}
+	span := *ttl
+	if grace, ok := c.SessionGrace(); ok {
+		span = min(span, grace)
+	}
+	h.line("grant", *res, tok, ns(at), *id, ns(call), strconv.FormatInt(int64(believed), 10), strconv.FormatInt(int64(span), 10))
 	var lost bool
 	err = c.Hold(ctx, l, func(jctx context.Context) error {
 		lost, _ = section(jctx, h, tok, func(now time.Time) bool {

@@ -32,11 +32,19 @@ export const mono = (): number => performance.now();
 export const margin = (d: number): number => d / 100 + 5;
 
 /**
- * The least of a lease of ttl ms that a grant must leave to believe when it
- * reaches the caller: two thirds of the ttl less its drift margin. A grant
- * that arrives with less is confirmed first (see Lock.granted).
+ * Two thirds of a span (ms) less its drift margin. A grant must leave this
+ * much of the shorter of its ttl and the session grace to believe when it
+ * reaches the caller; one that arrives with less is confirmed first (see
+ * Lock.granted).
  */
-export const minUsable = (ttl: number): number => ((ttl - margin(ttl)) * 2) / 3;
+export const minUsable = (span: number): number => ((span - margin(span)) * 2) / 3;
+
+/**
+ * The extends that confirm one grant after the first: a grant whose
+ * confirmations all come back too late to leave minUsable is handed over
+ * with what it has.
+ */
+const MAX_CONFIRMS = 2;
 
 /** The shortest keep-alive period, ms. */
 const MIN_KEEPALIVE = 5;
@@ -150,6 +158,8 @@ export class Lock extends EventEmitter {
    * (see Session.confirm) makes it usable before it is handed over.
    */
   confirming = false;
+  /** @internal confirming: extends sent after the first (see MAX_CONFIRMS). */
+  confirms = 0;
   /** @internal */ ttlMs: number;
   /** @internal */ _id = '';
   /** @internal */ _token = 0;
@@ -294,8 +304,7 @@ export class Lock extends EventEmitter {
     if (this.confirming) return; // announced again while its confirmation is asked
     this.base = Math.max(this.sent, s.resultAck);
     const now = mono();
-    // The lease's part of the deadline; the session's is kept by the pinger.
-    if (this.base + this.ttlMs - margin(this.ttlMs) - now < minUsable(this.ttlMs)) {
+    if (s.stale(this, now)) {
       this.confirming = true;
       s.confirm(this, now);
       return;
@@ -1149,17 +1158,28 @@ export class Session {
 
   /**
    * The span within which the session must be answered for l's sake: the
-   * shorter of the grace and its ttl while held, and of the grace and three
-   * quarters of its ttl while waiting. The keep-alive period is a third of
-   * it: a waiting session is answered at least every quarter of the shortest
-   * ttl it waits for, so a grant (whose lease counts from the last answer
-   * read before it) arrives with about three quarters of its ttl to believe.
+   * shorter of the grace and its ttl while held, and three quarters of that
+   * while waiting. The keep-alive period is a third of it: a waiting session
+   * is answered at least every quarter of the shorter of the grace and the
+   * smallest ttl it waits for, so a grant (whose lease counts from the last
+   * answer read before it) arrives with about three quarters of both to
+   * believe.
    */
   private keepSpan(l: Lock): number {
     let span = this.graceKnown ? this.grace : Infinity;
     if (l.state === 'held') span = Math.min(span, l.ttlMs);
-    else if (l.state === 'waiting') span = Math.min(span, (l.ttlMs * 3) / 4);
+    else if (l.state === 'waiting') span = (Math.min(span, l.ttlMs) * 3) / 4;
     return span;
+  }
+
+  /**
+   * @internal Whether waiting lock l, its base set, would leave less than
+   * minUsable of the shorter of its ttl and the grace (the deadline counts
+   * both) to believe from now: its grant is then confirmed first.
+   */
+  stale(l: Lock, now: number): boolean {
+    const span = this.graceKnown ? Math.min(l.ttlMs, this.grace) : l.ttlMs;
+    return this.deadline(l) - now < minUsable(span);
   }
 
   private keepAlive(span: number): void {
@@ -1317,6 +1337,7 @@ export class Session {
     l.call = undefined;
     l._id = '';
     l.confirming = false;
+    l.confirms = 0;
     if (!cl) {
       l.state = 'failed';
       return;
@@ -1403,10 +1424,19 @@ export class Session {
   private probed(l: Lock, ok: boolean, payload: string, sent: number): void {
     if (l.state !== 'waiting' || !l._id || this.locks.get(l._id) !== l) return;
     if (ok && l.confirming) {
-      l.confirming = false;
       l.base = Math.max(l.base, sent);
       const exp = Number(payload);
       if (exp > 0) l._expiresAt = exp;
+      const now = mono();
+      if (this.stale(l, now) && l.confirms < MAX_CONFIRMS) {
+        // Answered too late to leave minUsable (the answers are held up: a
+        // paused server, an election): once more.
+        l.confirms++;
+        this.confirm(l, now);
+        return;
+      }
+      l.confirming = false;
+      l.confirms = 0;
       l.hold();
     } else if (ok || (l.confirming && payload !== 'lock not exist!')) {
       // Granted, but the grant was never announced (or could not be
