@@ -91,9 +91,11 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 			"If the lock may be lost, CMD gets SIGTERM, then SIGKILL kill-after later, early enough to be dead\n"+
 			"(kill-after + 100ms before the lease may end) before anyone else can be granted the lock.\n\n"+
 			"Exit status: the command's; --skip-exit (default 0) when --skip-if-locked skipped it;\n"+
-			"%d the lock was lost (the command was stopped); %d the lock was not taken in time (--timeout,\n"+
+			"%d the lock was lost (the command was stopped; stderr names the cause: expired, released by its\n"+
+			"owner, the session lost, the server shutting down); %d the lock was not taken in time (--timeout,\n"+
 			"--tolerate, or interrupted while waiting); %d mlock's own error (server unreachable, refused);\n"+
-			"%d a usage error; %d the command cannot be executed; %d the command was not found.\n\n"+
+			"%d a usage error (a --kill-after that does not fit the server's grace among them); %d the command\n"+
+			"cannot be executed; %d the command was not found.\n\n"+
 			"For cron: mlock run --skip-if-locked --quiet --ttl 2m report:nightly -- ./nightly-report.sh\n\n",
 			envToken, envResources, envExpiresAt, exitLost, exitNotTaken, exitError, exitUsage, exitNotExecutable, exitNotFound)
 		fs.PrintDefaults()
