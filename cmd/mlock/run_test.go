@@ -520,15 +520,30 @@ func TestRunServerShutdownNamesIt(t *testing.T) {
 // every run gets a lock it can use, runs its command whole, and no two
 // commands overlap (the reproduction of a lock lost on arrival).
 func TestRunQueueLongerThanTheTTL(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		n   int
+		ttl string
+	}{{10, "1s"}, {20, "500ms"}} {
+		t.Run(fmt.Sprintf("%dx%s", tc.n, tc.ttl), func(t *testing.T) {
+			t.Parallel()
+			runQueue(t, tc.n, tc.ttl)
+		})
+	}
+}
+
+// runQueue starts n mlock run processes with ttl at once on one resource,
+// each running a command of 300 ms, and checks that all exit 0 with their
+// command run whole, one at a time.
+func runQueue(t *testing.T, n int, ttl string) {
 	uri := startServer(t)
 	dir := t.TempDir()
 	log := filepath.Join(dir, "sections")
-	const n = 10
 	cmds := make([]*exec.Cmd, n)
 	outs := make([]*bytes.Buffer, n)
 	for i := range cmds {
 		script := fmt.Sprintf(`echo "start %d $(date +%%s%%N)" >> %s; sleep 0.3; echo "end %d $(date +%%s%%N)" >> %s`, i, log, i, log)
-		cmds[i] = mlockCmd("run", "--uri", uri, "--ttl", "1s", "--timeout", "30s", "hot", "--", "sh", "-c", script)
+		cmds[i] = mlockCmd("run", "--uri", uri, "--ttl", ttl, "--timeout", "60s", "hot", "--", "sh", "-c", script)
 		outs[i] = &bytes.Buffer{}
 		cmds[i].Stderr = outs[i]
 		if err := cmds[i].Start(); err != nil {
