@@ -362,11 +362,12 @@ func (s *Server) Addr() net.Addr {
 // and a quiet period it then waits, at most Config.ShutdownWait and never
 // past ctx, for the connection of every holder to end (the Go client sends
 // "bye <req>" once it has marked its locks lost, and the server then closes
-// the connection). It records in the data directory that the shutdown was
-// clean and, unless every holder confirmed with bye (a connection that just
-// closed does not confirm: its client may not have read the error), until
-// when a holder may still believe it holds a lock: now + QuietPeriod, a
-// quiet start for the next run. Then it closes every connection after writing
+// the connection). It records in the data directory how the shutdown
+// ended: "clean" if every holder confirmed with bye, else "unconfirmed"
+// (a connection that just closed does not confirm: its client may not
+// have read the error) with the time until which a holder may still
+// believe it holds a lock, now + QuietPeriod: a quiet start for the next
+// run. The log's "shutdown recorded" line says the same word. Then it closes every connection after writing
 // what was queued for it, releases the data directory, and waits for the
 // server's goroutines until ctx is done (then it closes the connections
 // at once and returns ctx.Err()). Lock state is in memory and is lost.
