@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -181,13 +180,9 @@ type readmeRun struct {
 // that it built the commands it names.
 func (r *readmeRun) goInstall(c readmeCommand) {
 	t := r.t
-	goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(goTool); err != nil {
-		if goTool, err = exec.LookPath("go"); err != nil {
-			t.Fatal("no go command to run", c.line)
-		}
-	}
-	cmd := exec.Command(goTool, c.args[1:]...)
+	// go test runs with its go command on PATH, as the other tests that
+	// build binaries assume.
+	cmd := exec.Command("go", c.args[1:]...)
 	cmd.Dir = r.root
 	cmd.Env = append(os.Environ(), "GOBIN="+r.bin)
 	if out, err := cmd.CombinedOutput(); err != nil {
