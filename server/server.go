@@ -367,10 +367,11 @@ func (s *Server) Addr() net.Addr {
 // (a connection that just closed does not confirm: its client may not
 // have read the error) with the time until which a holder may still
 // believe it holds a lock, now + QuietPeriod: a quiet start for the next
-// run. The log's "shutdown recorded" line says the same word. Then it closes every connection after writing
-// what was queued for it, releases the data directory, and waits for the
-// server's goroutines until ctx is done (then it closes the connections
-// at once and returns ctx.Err()). Lock state is in memory and is lost.
+// run. The log's "shutdown recorded" line says the same word. Then it
+// closes every connection after writing what was queued for it, releases
+// the data directory, and waits for the server's goroutines until ctx is
+// done (then it closes the connections at once and returns ctx.Err()).
+// Lock state is in memory and is lost.
 // Calling it again waits for the goroutines only.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
