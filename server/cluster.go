@@ -121,12 +121,13 @@ type clusterState struct {
 	cancel context.CancelFunc
 	nconn  atomic.Uint64
 
-	status  atomic.Pointer[ClusterStatus] // refreshed by watchPeers (never read from raft under the core's lock)
-	conns   map[string]*conn              // guarded by the core: this node's connections by key
-	genesis bool                          // guarded by the core, replicated: the first leader's seed is applied
-	ac      conn                          // guarded by the core: the connection commands are applied as
-	fields  [][]byte                      // guarded by the core
-	ans     []byte                        // guarded by the core: the answer being built
+	status   atomic.Pointer[ClusterStatus] // refreshed by refreshStatus (never read from raft under the core's lock)
+	statusMu sync.Mutex                    // refreshStatus reads and stores in one step: an older view never replaces a newer one
+	conns    map[string]*conn              // guarded by the core: this node's connections by key
+	genesis  bool                          // guarded by the core, replicated: the first leader's seed is applied
+	ac       conn                          // guarded by the core: the connection commands are applied as
+	fields   [][]byte                      // guarded by the core
+	ans      []byte                        // guarded by the core: the answer being built
 
 	bg sync.WaitGroup // background goroutines (detach of a lost node, ...)
 
@@ -1017,15 +1018,14 @@ func (s *Server) watchPeers() {
 		s.log.Warn("cluster: "+why+": its sessions detached", "node", node, "since", since)
 		return true
 	}
-	cl.status.Store(s.clusterStatus())
+	s.refreshStatus()
 	for {
 		select {
 		case <-cl.ctx.Done():
 			return
 		case <-t.C:
 		}
-		st := s.clusterStatus()
-		cl.status.Store(st)
+		st := s.refreshStatus()
 		s.watchRemoved(st)
 		if !cl.node.IsLeader() {
 			clear(done)
@@ -1628,8 +1628,22 @@ func (s *Server) clusterStatus() *ClusterStatus {
 	return cs
 }
 
+// refreshStatus reads the node's view of the cluster and stores it for the
+// status command, which must not read raft under the core's lock. It runs
+// every 100 ms (watchPeers) and once a membership change made here is
+// committed, so that a status asked right after the change shows it.
+func (s *Server) refreshStatus() *ClusterStatus {
+	cl := s.cl
+	cl.statusMu.Lock()
+	defer cl.statusMu.Unlock()
+	st := s.clusterStatus()
+	cl.status.Store(st)
+	return st
+}
+
 // ClusterStatus returns the node's view of the cluster now, nil on a
-// single node. (The status command shows one at most 100 ms old.)
+// single node. (The status command shows one at most 100 ms old, and on
+// the leader one that has every membership change it committed.)
 func (s *Server) ClusterStatus() *ClusterStatus {
 	if s.cl == nil {
 		return nil

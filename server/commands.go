@@ -316,9 +316,15 @@ func (c *conn) lock(tx *core.Tx, req []byte, f [][]byte, try bool) {
 // extend handles "extend <req> <lockId> <ttl>". A principal that may no
 // longer lock one of the lock's resources (the auth file was reloaded) is
 // answered permission denied! naming it.
+//
+// Every extend answered failed counts in extendFailedCount, also one refused
+// here before the engine (a missing argument, a bad ttl, a malformed lock id
+// or another principal's), except permission denied! (counted as forbidden;
+// a cluster node refuses it before the log).
 func (c *conn) extend(tx *core.Tx, req []byte, f [][]byte) {
 	s := c.srv
 	if len(f) < 3 {
+		c.extendRefused(tx)
 		c.failed(req, protocol.CodeMissingArguments)
 		return
 	}
@@ -328,11 +334,13 @@ func (c *conn) extend(tx *core.Tx, req []byte, f [][]byte) {
 	}
 	ttl, ok := s.ttlArg(ttlArg)
 	if !ok {
+		c.extendRefused(tx)
 		c.failed(req, protocol.CodeInvalidTTL)
 		return
 	}
 	id, ok := c.lockID(tx, f[2])
 	if !ok {
+		c.extendRefused(tx)
 		c.failed(req, protocol.CodeLockNotExist)
 		return
 	}
@@ -350,6 +358,13 @@ func (c *conn) extend(tx *core.Tx, req []byte, f [][]byte) {
 	}
 	s.payload = protocol.AppendInt(s.payload[:0], r.ExpiresAt/int64(time.Millisecond))
 	c.ok(req, s.payload)
+}
+
+// extendRefused counts an extend refused before the engine as failed: it
+// extends core.NoID, which the engine does not find. In a cluster it runs
+// in the apply, on every node alike.
+func (c *conn) extendRefused(tx *core.Tx) {
+	tx.Apply(&core.Command{Op: core.OpExtend, ID: core.NoID, TTL: time.Second, Session: c.sess.id})
 }
 
 // renew handles "renew <req> <owner> <resources> <ttl>": the owner's granted

@@ -138,6 +138,7 @@ func (s *Server) changeHere(ctx context.Context, ch *clusterChange) error {
 		if err := cl.node.Join(ctx, ch.id, ch.addr); err != nil {
 			return err
 		}
+		s.refreshStatus() // the status command shows the change at once
 		s.log.Info("cluster: node joined", "id", ch.id, "raft", ch.addr, "by", ch.by)
 		return nil
 	}
@@ -151,6 +152,7 @@ func (s *Server) changeHere(ctx context.Context, ch *clusterChange) error {
 	if err := cl.node.Remove(ctx, ch.id); err != nil {
 		return err
 	}
+	s.refreshStatus() // the status command shows the change at once
 	s.log.Info("cluster: node removed", "id", ch.id, "by", ch.by)
 	return nil
 }

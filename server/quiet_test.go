@@ -6,6 +6,8 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -249,6 +251,9 @@ func TestShutdownHolderThatClosesLeavesNoQuiet(t *testing.T) {
 		t.Fatalf("Shutdown took %v although the holder confirmed at once", d)
 	}
 
+	if b, err := os.ReadFile(filepath.Join(dir, "state")); err != nil || !strings.HasPrefix(string(b), "mlockd-state 1\nstatus clean\nquiet-until 0\n") {
+		t.Fatalf("state file after a confirmed shutdown: %q, %v", b, err)
+	}
 	srv2, _ := serve(t, cfg)
 	connected(t, srv2, "after").tryGranted("1", "held")
 }
@@ -284,6 +289,53 @@ func TestShutdownHolderThatClosesWithoutByeMakesNextStartQuiet(t *testing.T) {
 	}
 	if d := time.Since(t0); d > 2*time.Second {
 		t.Fatalf("Shutdown took %v although every holder's connection had ended", d)
+	}
+	quietRestart(t, cfg)
+}
+
+// TestShutdownOriginalClientThatReadsAndClosesIsNotConfirmed: a 1.0 client
+// never sends bye. One that reads its expired push and the error and then
+// closes has still not confirmed: the close cannot say whether the program
+// acted on what its runtime read (the original client ignores both), so the
+// next start is quiet. The state file and the log say so in one word:
+// "unconfirmed", with the time, never "clean".
+func TestShutdownOriginalClientThatReadsAndClosesIsNotConfirmed(t *testing.T) {
+	dir := t.TempDir()
+	var logs logBuffer
+	cfg := Config{DataDir: dir, SessionGrace: 300 * time.Millisecond, ShutdownWait: 5 * time.Second,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))}
+	srv, stop := serve(t, cfg)
+	holder := connected(t, srv, "holder")
+	id := holder.lock("1", "held 60000 0 0")
+	holder.locked(id)
+
+	t0 := time.Now()
+	stopped := make(chan error, 1)
+	go func() { stopped <- stop() }()
+	holder.expect("expired " + id)
+	holder.expect("error server shutting down!")
+	holder.nc.Close() // everything read; no bye
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(t0); d > 2*time.Second {
+		t.Fatalf("Shutdown took %v although the holder's connection had ended", d)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "state"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(string(b), "\n")
+	if len(lines) < 3 || lines[1] != "status unconfirmed" {
+		t.Fatalf("state file after an unconfirmed shutdown:\n%s", b)
+	}
+	q, err := strconv.ParseInt(strings.TrimPrefix(lines[2], "quiet-until "), 10, 64)
+	if err != nil || !time.Unix(0, q).After(time.Now()) {
+		t.Fatalf("state file records no future quiet-until:\n%s", b)
+	}
+	if log := logs.String(); !strings.Contains(log, "shutdown recorded") || !strings.Contains(log, "status=unconfirmed") ||
+		strings.Contains(log, "status=clean") || strings.Contains(log, "clean=") {
+		t.Fatalf("the log does not say the shutdown was unconfirmed:\n%s", log)
 	}
 	quietRestart(t, cfg)
 }

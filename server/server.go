@@ -234,7 +234,8 @@ func (s *Server) open(clock core.Clock) error {
 	})
 	attrs := []any{"until", until.Format(time.RFC3339Nano), "for", until.Sub(s.start).Round(time.Millisecond),
 		"data-dir", s.dir.Path()}
-	if prev := s.dir.Previous(); prev.Ending != datadir.EndingClean && prev.QuietPeriod > cfg.QuietPeriod {
+	if prev := s.dir.Previous(); (prev.Ending == datadir.EndingUnclean || prev.Ending == datadir.EndingUnknown) &&
+		prev.QuietPeriod > cfg.QuietPeriod {
 		// The crashed run's clients may believe for as long as its
 		// settings allowed.
 		attrs = append(attrs, "previous-run-quiet-period", prev.QuietPeriod)
@@ -251,7 +252,7 @@ func (s *Server) quietReason() string {
 	switch st := s.dir.Previous(); st.Ending {
 	case datadir.EndingUnclean:
 		return "the previous run did not stop cleanly"
-	case datadir.EndingClean:
+	case datadir.EndingUnconfirmed:
 		return "the previous run stopped while a client may still believe it holds a lock"
 	default:
 		if st.Err != nil {
@@ -361,14 +362,16 @@ func (s *Server) Addr() net.Addr {
 // and a quiet period it then waits, at most Config.ShutdownWait and never
 // past ctx, for the connection of every holder to end (the Go client sends
 // "bye <req>" once it has marked its locks lost, and the server then closes
-// the connection). It records in the data directory that the shutdown was
-// clean and, unless every holder confirmed with bye (a connection that just
-// closed does not confirm: its client may not have read the error), until
-// when a holder may still believe it holds a lock: now + QuietPeriod, a
-// quiet start for the next run. Then it closes every connection after writing
-// what was queued for it, releases the data directory, and waits for the
-// server's goroutines until ctx is done (then it closes the connections
-// at once and returns ctx.Err()). Lock state is in memory and is lost.
+// the connection). It records in the data directory how the shutdown
+// ended: "clean" if every holder confirmed with bye, else "unconfirmed"
+// (a connection that just closed does not confirm: its client may not
+// have read the error) with the time until which a holder may still
+// believe it holds a lock, now + QuietPeriod: a quiet start for the next
+// run. The log's "shutdown recorded" line says the same word. Then it
+// closes every connection after writing what was queued for it, releases
+// the data directory, and waits for the server's goroutines until ctx is
+// done (then it closes the connections at once and returns ctx.Err()).
+// Lock state is in memory and is lost.
 // Calling it again waits for the goroutines only.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
@@ -454,16 +457,22 @@ func (s *Server) stop(ctx context.Context) {
 		s.log.Error("saving the token high-water mark", "err", err)
 	}
 	var quiet time.Time
+	now := time.Now()
 	if unconfirmed > 0 {
-		quiet = time.Now().Add(max(s.cfg.QuietPeriod, 0))
+		quiet = now.Add(max(s.cfg.QuietPeriod, 0))
 		s.log.Warn("shutdown: holders did not confirm; the next start grants nothing until the time recorded",
 			"locks", unconfirmed, "sessions", sessions, "until", quiet.Format(time.RFC3339Nano))
 	}
-	if err := s.dir.CleanShutdown(quiet); err != nil {
+	// The log says what the state file says: clean, or unconfirmed until a
+	// time (which may also be the end of this run's own quiet period).
+	if st, err := s.dir.CleanShutdown(now, quiet); err != nil {
 		// The state still says "running": the next start is quiet.
 		s.log.Error("recording the clean shutdown", "err", err)
+	} else if st.Ending == datadir.EndingClean {
+		s.log.Info("shutdown recorded", "data-dir", s.dir.Path(), "status", st.Ending.String())
 	} else {
-		s.log.Info("shutdown recorded", "data-dir", s.dir.Path(), "clean", unconfirmed == 0)
+		s.log.Info("shutdown recorded", "data-dir", s.dir.Path(), "status", st.Ending.String(),
+			"quiet-until", st.QuietUntil.Format(time.RFC3339Nano))
 	}
 	if err := s.dir.Close(); err != nil {
 		s.log.Error("closing the data directory", "err", err)

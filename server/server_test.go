@@ -751,3 +751,56 @@ func TestShutdownEndsAStuckInlineFlush(t *testing.T) {
 	}
 	slow.nc.Close()
 }
+
+// extendFailedCount counts every extend answered failed, whatever the
+// reason: refused before the engine (malformed id, missing argument, bad
+// ttl, another principal's id) or by it (no such lock, not granted yet).
+func TestExtendFailedCountCountsEveryFailedExtend(t *testing.T) {
+	srv := start(t, Config{})
+	c := connected(t, srv, "p1")
+	h := c.lock("l1", "x:held 5000 0 0")
+	c.locked(h)
+	w := c.lock("l2", "x:held 5000 0 0") // waits behind h
+	failedExtends := func(req string) uint64 {
+		t.Helper()
+		c.send("status " + req)
+		f := c.read()
+		prefix := "result " + req + " success "
+		if !strings.HasPrefix(f, prefix) {
+			t.Fatalf("status reply %q", f)
+		}
+		var st mlock.Status
+		if err := json.Unmarshal([]byte(f[len(prefix):]), &st); err != nil {
+			t.Fatal(err)
+		}
+		return st.ExtendFailedCount
+	}
+	n := failedExtends("s0")
+	for i, tc := range []struct{ name, args, reason string }{
+		{"malformed id", "nosuch 5000", "lock not exist!"},
+		{"malformed id, no ttl", "nosuch", "lock not exist!"},
+		{"uppercase-free garbage of id length", strings.Repeat("z", 32) + " 5000", "lock not exist!"},
+		{"unknown id", strings.Repeat("0", 32) + " 5000", "lock not exist!"},
+		{"missing id", "", "missing arguments!"},
+		{"bad ttl", h + " soon", "ttl should be integer!"},
+		{"zero ttl", h + " 0", "ttl should be integer!"},
+		{"waiting lock", w + " 5000", "not locked yet!"},
+	} {
+		req := "e" + strconv.Itoa(i)
+		cmd := "extend " + req
+		if tc.args != "" {
+			cmd += " " + tc.args
+		}
+		c.send(cmd)
+		c.expect("result " + req + " failed " + tc.reason)
+		if got := failedExtends("s" + strconv.Itoa(i+1)); got != n+1 {
+			t.Fatalf("%s: extendFailedCount %d after it, want %d", tc.name, got, n+1)
+		}
+		n++
+	}
+	c.send("extend ok " + h + " 5000")
+	c.expect("result ok success *")
+	if got := failedExtends("last"); got != n {
+		t.Fatalf("a successful extend moved extendFailedCount to %d, want %d", got, n)
+	}
+}

@@ -483,3 +483,33 @@ func TestURITokenNotShown(t *testing.T) {
 	}
 	check("ping --help", string(out))
 }
+
+// mlock token prints the token and the auth-file line on stdout, and the
+// reminder that the token is shown once on stderr (docs/security.md): the
+// line, put in an auth file, lets the token in.
+func TestToken(t *testing.T) {
+	stdout, stderr, code := runMlock(t, "token", "orders", "prefix=order:", "prefix=product:")
+	if code != 0 || stderr != "(give it to the client; it is shown once)\n" {
+		t.Fatalf("mlock token: exit %d, stderr %q", code, stderr)
+	}
+	lines := strings.Split(strings.TrimSuffix(stdout, "\n"), "\n")
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], "token: ") ||
+		!regexp.MustCompile(`^orders sha256:[0-9a-f]{64} prefix=order: prefix=product:$`).MatchString(lines[1]) {
+		t.Fatalf("mlock token: stdout %q, want the token and the auth-file line", stdout)
+	}
+	token := strings.TrimPrefix(lines[0], "token: ")
+	file := filepath.Join(t.TempDir(), "auth")
+	if err := os.WriteFile(file, []byte(lines[1]+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addr, _ := servertest.Start(t, server.Config{AuthFile: file}, "")
+	if _, stderr, code := runMlock(t, "ping", "--uri", "mlock://orders:"+token+"@"+addr); code != 0 {
+		t.Fatalf("ping with the new token: exit %d, stderr %q", code, stderr)
+	}
+	if _, stderr, code := runMlock(t, "ping", "--uri", "mlock://orders:"+token+"x@"+addr); code == 0 {
+		t.Fatalf("ping with a wrong token: exit 0, stderr %q", stderr)
+	}
+	if stdout, _, code := runMlock(t, "token", "orders"); code != exitUsage || stdout != "" {
+		t.Fatalf("mlock token without a right: exit %d, stdout %q", code, stdout)
+	}
+}

@@ -21,7 +21,7 @@ const clusterUsage = `Usage:
   mlock cluster remove [--uri URI] [--timeout D] ID          (admin) remove a member
 
 --uri names the cluster's nodes (mlock://h1,h2,h3). status asks each of them (and the leader, if it is
-not among them) for its view and prints one line per node: LAG is the leader's commit index less the
+not among them and still a member) for its view and prints one line per node: LAG is the leader's commit index less the
 node's applied index. It exits 0 when every node answered and a leader is known, else 125 after the
 table. join and remove go through any node to the leader and return once the change is committed.
 A node started with --cluster-join joins by itself; join is for a node started without it.
@@ -119,7 +119,9 @@ func cmdClusterStatus(args []string, stdout, stderr io.Writer) int {
 	}
 	if leader == nil {
 		for _, v := range views {
-			if st := v.Status; st != nil && st.LeaderAddr != "" && !slices.Contains(addrs, st.LeaderAddr) {
+			// Not a leader the node's own view no longer counts as a member:
+			// one that removed itself is stepping down and answers nobody.
+			if st := v.Status; st != nil && st.LeaderAddr != "" && !slices.Contains(addrs, st.LeaderAddr) && isMember(st, st.Leader) {
 				views = append(views, askNodes(ctx, o, []string{st.LeaderAddr}, *timeout)...)
 				if st := views[len(views)-1].Status; st != nil && st.Role == "leader" {
 					leader = &views[len(views)-1]
@@ -157,6 +159,16 @@ func cmdClusterStatus(args []string, stdout, stderr io.Writer) int {
 		return exitError
 	}
 	return exitOK
+}
+
+// isMember reports whether id is a member in st's view.
+func isMember(st *mlock.StatusCluster, id string) bool {
+	for _, p := range st.Peers {
+		if p.ID == id {
+			return true
+		}
+	}
+	return false
 }
 
 // askNodes asks each address, alone, for its status, concurrently.

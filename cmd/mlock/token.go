@@ -18,7 +18,8 @@ Prints a new random token (256 bits) for principal NAME and the auth-file line
 that grants it RIGHTs (prefix=P, prefix=*, admin, from=CIDR, cert). Put the line
 in mlockd's --auth-file (then send mlockd SIGHUP) and give the token to the
 client (mlock://NAME:TOKEN@host:12340). The token is shown once; the file keeps
-only its SHA-256.
+only its SHA-256. stdout has the two lines "token: TOKEN" and the auth-file
+line; a reminder goes to stderr.
 `)
 	}
 	p := parse(fs, args, stdout, stderr)
@@ -33,6 +34,10 @@ only its SHA-256.
 	if err != nil {
 		return usageError(fs, stderr, err.Error())
 	}
-	fmt.Fprintf(stdout, "token: %s\n%s\n", token, line)
+	// The reminder goes to stderr, between the two lines on a terminal:
+	// scripts that read stdout get the two lines only.
+	fmt.Fprintf(stdout, "token: %s\n", token)
+	fmt.Fprintln(stderr, "(give it to the client; it is shown once)")
+	fmt.Fprintf(stdout, "%s\n", line)
 	return exitOK
 }

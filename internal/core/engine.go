@@ -97,6 +97,10 @@ var (
 	ErrModeChange       = locktable.ErrModeChange
 )
 
+// NoID is the ID no lock has: OpExtend of it fails with ErrNotFound and
+// counts as a failed extend (for an extend that names no lock).
+var NoID = locktable.NoID
+
 // ParseID parses the 32-hex-digit form of an ID.
 var ParseID = locktable.ParseID
 

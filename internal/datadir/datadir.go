@@ -50,7 +50,8 @@ type Ending uint8
 const (
 	// EndingNone: no run is recorded; the directory is new (or empty).
 	EndingNone Ending = iota
-	// EndingClean: the previous run recorded a clean shutdown.
+	// EndingClean: the previous run shut down and recorded that no client
+	// can believe it holds a lock (QuietUntil is zero).
 	EndingClean
 	// EndingUnclean: the previous run recorded that it was running and
 	// nothing since: it crashed or was killed.
@@ -58,9 +59,14 @@ const (
 	// EndingUnknown: there is no state file but other data (an older
 	// mlockd), or the state file cannot be read or parsed.
 	EndingUnknown
+	// EndingUnconfirmed: the previous run shut down, but a client may
+	// believe it holds a lock until QuietUntil (never zero): a holder did
+	// not confirm the shutdown, a session in its grace period held locks,
+	// or the run stopped within its own start's quiet period.
+	EndingUnconfirmed
 )
 
-var endingNames = [...]string{"none", "clean", "unclean", "unknown"}
+var endingNames = [...]string{"none", "clean", "unclean", "unknown", "unconfirmed"}
 
 func (e Ending) String() string {
 	if int(e) < len(endingNames) {
@@ -201,9 +207,9 @@ func (d *Dir) readState(tokens bool) State {
 // the quiet period after a crash (QuietPeriod of the session grace; 0 turns
 // quiet periods after crashes off, which is unsafe). The decision:
 //
-//   - new directory (EndingNone): zero;
-//   - clean shutdown (EndingClean): the recorded quiet-until if it is still
-//     ahead of now, else zero;
+//   - new directory (EndingNone), clean shutdown (EndingClean): zero;
+//   - shutdown not confirmed (EndingUnconfirmed): the recorded quiet-until
+//     if it is still ahead of now, else zero;
 //   - otherwise (crash, unreadable state, older data): the later of the
 //     recorded quiet-until and now + the longer of period and the quiet
 //     period the crashed run recorded, since its clients may believe for
@@ -250,7 +256,7 @@ func quietUntil(prev State, now time.Time, period time.Duration) time.Time {
 	switch prev.Ending {
 	case EndingNone:
 		return time.Time{}
-	case EndingClean:
+	case EndingClean, EndingUnconfirmed:
 		if !believable {
 			until = n + int64(max(period, 0))
 		} else {
@@ -268,27 +274,37 @@ func quietUntil(prev State, now time.Time, period time.Duration) time.Time {
 	return time.Unix(0, until)
 }
 
-// CleanShutdown records that the server stopped cleanly. quietUntil is the
-// wall-clock time until which a client may still believe it holds a lock
-// (a holder that did not confirm the shutdown: now + the quiet period), or
-// zero if no client can; the quiet period of this run's own Start, if still
-// running, is carried over as well, and so is the period Start was given
-// (for information: a clean ending is decided by quietUntil alone). After
-// it the server must grant nothing. It returns ErrClosed after Close, or the
-// write's error. On a nil Dir it does nothing.
-func (d *Dir) CleanShutdown(quietUntil time.Time) error {
+// CleanShutdown records that the server stopped cleanly at now. quietUntil
+// is the wall-clock time until which a client may still believe it holds a
+// lock (a holder that did not confirm the shutdown: now + the quiet period),
+// or zero if no client can; the quiet period of this run's own Start is
+// carried over if it ends later. The state then says "clean" if that time is
+// not after now, else "unconfirmed" with the time (see State). The period
+// Start was given is recorded as well (for information: the next start
+// decides by the recorded time alone). After it the server must grant
+// nothing. It returns the state recorded (Ending EndingClean or
+// EndingUnconfirmed), or ErrClosed after Close, or the write's error. On a
+// nil Dir it does nothing and returns a State of EndingUnknown.
+func (d *Dir) CleanShutdown(now, quietUntil time.Time) (State, error) {
 	if d == nil {
-		return nil
+		return State{Ending: EndingUnknown}, nil
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
-		return ErrClosed
+		return State{}, ErrClosed
 	}
 	if d.startQuiet.After(quietUntil) {
 		quietUntil = d.startQuiet
 	}
-	return d.writeStateLocked(State{Ending: EndingClean, QuietUntil: quietUntil, QuietPeriod: d.period})
+	st := State{Ending: EndingClean, QuietPeriod: d.period}
+	if quietUntil.After(now) {
+		st.Ending, st.QuietUntil = EndingUnconfirmed, quietUntil
+	}
+	if err := d.writeStateLocked(st); err != nil {
+		return State{}, err
+	}
+	return st, nil
 }
 
 func (d *Dir) writeStateLocked(st State) error {

@@ -141,16 +141,16 @@ func TestCrashKeepsTheLongerRecordedPeriod(t *testing.T) {
 	}
 	// A clean shutdown records the period too, but its ending is decided by
 	// the time recorded: no holder left, no quiet start.
-	if err := d.CleanShutdown(time.Time{}); err != nil {
-		t.Fatal(err)
+	if st, err := d.CleanShutdown(later, time.Time{}); err != nil || st.Ending != EndingUnconfirmed {
+		t.Fatalf("CleanShutdown within the start's quiet period: %+v, %v", st, err)
 	}
 	d.Close()
 	d = open(t, dir)
-	if p := d.Previous(); p.Ending != EndingClean || p.QuietPeriod != long {
+	if p := d.Previous(); p.Ending != EndingUnconfirmed || p.QuietPeriod != long {
 		t.Fatalf("previous after a clean shutdown: %+v", p)
 	}
 	if q, _ := d.Start(later.Add(2*long), short); !q.IsZero() {
-		t.Fatalf("quiet until %v after a clean shutdown whose time passed", q)
+		t.Fatalf("quiet until %v after a shutdown whose time passed", q)
 	}
 	// A recorded period beyond MaxRecordedQuiet counts as MaxRecordedQuiet.
 	d.Close()
@@ -186,13 +186,14 @@ func TestCleanShutdown(t *testing.T) {
 	dir := t.TempDir()
 	d := open(t, dir)
 	start(t, d, t0)
-	if err := d.CleanShutdown(time.Time{}); err != nil {
-		t.Fatal(err)
+	if st, err := d.CleanShutdown(t0, time.Time{}); err != nil || st.Ending != EndingClean || !st.QuietUntil.IsZero() {
+		t.Fatalf("CleanShutdown: %+v, %v", st, err)
 	}
 	d.Close()
-	if err := d.CleanShutdown(time.Time{}); !errors.Is(err, ErrClosed) {
+	if _, err := d.CleanShutdown(t0, time.Time{}); !errors.Is(err, ErrClosed) {
 		t.Fatalf("CleanShutdown after Close: %v", err)
 	}
+	stateIs(t, dir, "clean", time.Time{})
 
 	d = open(t, dir)
 	if p := d.Previous(); p.Ending != EndingClean || !p.QuietUntil.IsZero() {
@@ -201,35 +202,64 @@ func TestCleanShutdown(t *testing.T) {
 	if q := start(t, d, t0.Add(time.Second)); !q.IsZero() {
 		t.Fatalf("quiet after a clean shutdown without holders: %v", q)
 	}
-	// Clean, but holders may remain until qu.
+	// Holders did not confirm: they may believe until qu. The file says
+	// so in one word, never "clean" with a time.
 	qu := t0.Add(20 * time.Second)
-	if err := d.CleanShutdown(qu); err != nil {
-		t.Fatal(err)
+	if st, err := d.CleanShutdown(t0.Add(time.Second), qu); err != nil || st.Ending != EndingUnconfirmed || !st.QuietUntil.Equal(qu) {
+		t.Fatalf("CleanShutdown with holders: %+v, %v", st, err)
 	}
 	d.Close()
+	stateIs(t, dir, "unconfirmed", qu)
 	d = open(t, dir)
-	if p := d.Previous(); p.Ending != EndingClean || !p.QuietUntil.Equal(qu) {
+	if p := d.Previous(); p.Ending != EndingUnconfirmed || !p.QuietUntil.Equal(qu) {
 		t.Fatalf("previous: %+v", p)
 	}
 	if q := start(t, d, t0.Add(2*time.Second)); !q.Equal(qu) {
 		t.Fatalf("quiet until %v, want the recorded %v", q, qu)
 	}
-	// That run shuts down cleanly with no holders of its own during its
-	// quiet period: the earlier holders still count.
-	if err := d.CleanShutdown(time.Time{}); err != nil {
-		t.Fatal(err)
+	// That run shuts down with no holders of its own during its quiet
+	// period: the earlier holders still count, and it is not clean.
+	if st, err := d.CleanShutdown(t0.Add(2*time.Second), time.Time{}); err != nil || st.Ending != EndingUnconfirmed || !st.QuietUntil.Equal(qu) {
+		t.Fatalf("CleanShutdown during the quiet period: %+v, %v", st, err)
 	}
 	d.Close()
+	stateIs(t, dir, "unconfirmed", qu)
 	d = open(t, dir)
 	if q := start(t, d, t0.Add(3*time.Second)); !q.Equal(qu) {
 		t.Fatalf("quiet until %v, want the carried %v", q, qu)
 	}
-	d.CleanShutdown(time.Time{})
+	// Past the carried time, a shutdown without holders is clean.
+	if st, _ := d.CleanShutdown(qu, time.Time{}); st.Ending != EndingClean {
+		t.Fatalf("CleanShutdown at the end of the quiet period: %+v", st)
+	}
 	d.Close()
-	// Once the recorded time has passed, a clean start grants at once.
+	stateIs(t, dir, "clean", time.Time{})
+	d = open(t, dir)
+	if q := start(t, d, qu); !q.IsZero() {
+		t.Fatalf("quiet after a clean shutdown: %v", q)
+	}
+	d.Close()
+	// Once the recorded time has passed, an unconfirmed start grants at once.
+	writeState(t, dir, string(formatState(State{Ending: EndingUnconfirmed, QuietUntil: qu})))
 	d = open(t, dir)
 	if q := start(t, d, qu); !q.IsZero() {
 		t.Fatalf("quiet after the recorded time passed: %v", q)
+	}
+}
+
+// stateIs checks the state file's status word and quiet-until.
+func stateIs(t *testing.T, dir, word string, qu time.Time) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, "state"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := "0"
+	if !qu.IsZero() {
+		q = strconv.FormatInt(qu.UnixNano(), 10)
+	}
+	if want := "mlockd-state 1\nstatus " + word + "\nquiet-until " + q + "\n"; !strings.HasPrefix(string(b), want) {
+		t.Fatalf("state file %q, want it to begin %q", b, want)
 	}
 }
 
@@ -307,7 +337,7 @@ func TestCorruptStateIsQuiet(t *testing.T) {
 func TestRecordedQuietTooFarAhead(t *testing.T) {
 	dir := t.TempDir()
 	d := open(t, dir)
-	d.CleanShutdown(t0.Add(MaxRecordedQuiet + time.Hour))
+	d.CleanShutdown(t0, t0.Add(MaxRecordedQuiet+time.Hour))
 	d.Close()
 	d = open(t, dir)
 	if q := start(t, d, t0); !q.Equal(t0.Add(period)) {
@@ -342,7 +372,10 @@ func TestNilDir(t *testing.T) {
 	if f, _ := d.FirstToken(0); f != 1 {
 		t.Fatalf("nil FirstToken(0) = %d", f)
 	}
-	if d.ReserveTokens(1<<40) != nil || d.CleanShutdown(t0) != nil || d.Close() != nil ||
+	if st, err := d.CleanShutdown(t0, t0); err != nil || st.Ending != EndingUnknown {
+		t.Fatalf("nil CleanShutdown = %+v, %v", st, err)
+	}
+	if d.ReserveTokens(1<<40) != nil || d.Close() != nil ||
 		d.TokenMark() != 0 || d.Path() != "" || d.Previous().Ending != EndingUnknown {
 		t.Fatal("nil Dir methods")
 	}
@@ -355,8 +388,8 @@ func TestEmptyPath(t *testing.T) {
 }
 
 func TestEndingString(t *testing.T) {
-	if EndingUnclean.String() != "unclean" || Ending(9).String() != "Ending(9)" {
-		t.Fatal(EndingUnclean.String(), Ending(9).String())
+	if EndingUnclean.String() != "unclean" || EndingUnconfirmed.String() != "unconfirmed" || Ending(9).String() != "Ending(9)" {
+		t.Fatal(EndingUnclean.String(), EndingUnconfirmed.String(), Ending(9).String())
 	}
 }
 
@@ -367,7 +400,7 @@ func TestNoTemporaryFilesLeft(t *testing.T) {
 	if _, err := d.FirstToken(1); err != nil {
 		t.Fatal(err)
 	}
-	d.CleanShutdown(time.Time{})
+	d.CleanShutdown(t0, time.Time{})
 	ents, _ := os.ReadDir(dir)
 	var names []string
 	for _, e := range ents {

@@ -6,10 +6,11 @@
 //   - lock: held with an exclusive advisory lock (flock) while a server uses
 //     the directory, so that a second server on the same directory fails to
 //     open it instead of giving the same tokens twice;
-//   - state: how the last run ended (running, or shut down cleanly), the
-//     wall-clock time until which a client of an earlier run may still
-//     believe it holds a lock ("quiet until"), and the quiet period in force
-//     in the last run;
+//   - state: how the last run ended, in one word (running, or crashed;
+//     clean; unconfirmed: shut down while a client may still believe it
+//     holds a lock), the wall-clock time until which a client of an earlier
+//     run may still believe it holds a lock ("quiet until"), and the quiet
+//     period in force in the last run;
 //   - token-mark: the fencing-token high-water mark, one decimal number and
 //     a newline: every token ever given from this directory is below it.
 //
@@ -27,13 +28,14 @@
 // behind, with the run's quiet period: the start after a crash is quiet for
 // the longer of that period and its own, so restarting with a shorter
 // session grace or quiet period does not shorten what the clients of the
-// crashed run may still believe. [Dir.CleanShutdown] records a clean end; it carries the time until
-// which a holder may still believe it holds a lock when the server could not
-// confirm that every holder learned of the shutdown.
+// crashed run may still believe. [Dir.CleanShutdown] records the end of a
+// shutdown: clean when no client can believe it holds a lock, unconfirmed
+// with the time until which one may when the server could not confirm that
+// every holder learned of the shutdown.
 //
 // A start grants at once only when it provably follows no live holder: on a
-// new directory (no state and no token mark), or after a clean shutdown whose
-// recorded quiet time has passed. A missing state next to a token mark (a
+// new directory (no state and no token mark), after a clean shutdown, or
+// after an unconfirmed one whose recorded quiet time has passed. A missing state next to a token mark (a
 // directory written by an older mlockd), an unreadable or corrupt state file,
 // and a state that says "running" all mean a quiet start.
 //

@@ -794,3 +794,23 @@ func TestNameLessIsStringOrder(t *testing.T) {
 		}
 	}
 }
+
+// NoID names no lock, not even the first lock of slot 0: extending it fails
+// as not found and counts as a failed extend.
+func TestNoIDIsNoLock(t *testing.T) {
+	h := newHarness(t, Config{})
+	g := h.ownerLock("s1", "a", "o1", time.Second)
+	if g.ID == NoID {
+		t.Fatal("a lock got NoID")
+	}
+	before := h.tab.Stats().ExtendFails
+	if _, err := h.tab.Extend(h.now, NoID, time.Minute, "s1"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("extend NoID: %v", err)
+	}
+	if st := h.tab.Stats(); st.ExtendFails != before+1 {
+		t.Fatalf("extend fails %d, want %d", st.ExtendFails, before+1)
+	}
+	if _, ok := h.tab.Lookup(NoID); ok {
+		t.Fatal("Lookup(NoID) found a lock")
+	}
+}

@@ -7,6 +7,11 @@ import "encoding/hex"
 // the wire as 32 lowercase hex digits.
 type ID [16]byte
 
+// NoID is the zero ID, which no lock ever has: Extend, Unlock and Lookup
+// of it find nothing. Extending it counts a failed extend (Stats.ExtendFails)
+// for a request that names no lock at all, such as a malformed lock id.
+var NoID ID
+
 // IDLen is the length of an ID's text form.
 const IDLen = 2 * len(ID{})
 

@@ -935,6 +935,9 @@ func (t *Table) newLock(k int) *lock {
 	}
 	t.all = l
 	a, b := t.rng.Uint64(), t.rng.Uint64()
+	if a == 0 && uint32(b) == 0 {
+		a = 1 // never NoID
+	}
 	for i := 0; i < 4; i++ {
 		l.id[i] = byte(idx >> (8 * i))
 	}

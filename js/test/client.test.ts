@@ -580,6 +580,29 @@ describe('extensions', () => {
     }
   });
 
+  test('unlock twice: the handle resolves again; unlock(lockId) of an id no longer held here asks the server, as the original', async () => {
+    const [c] = sessions(1);
+    try {
+      const res = r('twice');
+      const id = await c.lock(res, 5000);
+      const l = c.getLock(id)!;
+      await c.unlock(id); // this process's lock: the handle's unlock
+      assert.equal(l.held, false);
+      await l.unlock(); // again: not an error
+      await assert.rejects(c.unlock(id), (e: MlockError) => e.type === 'request' && e.reason === 'lock not exist!');
+      const l2 = await c.acquire(res);
+      await l2.unlock();
+      await assert.rejects(c.unlock(l2.id), (e: MlockError) => e.type === 'request' && e.reason === 'lock not exist!');
+      // A lost lock: the handle rejects with the loss, the id asks the server.
+      const l3 = await c.acquire(res, { ttl: 100 });
+      await l3.lost;
+      await assert.rejects(l3.unlock(), (e: MlockError) => e.type === 'lost');
+      await assert.rejects(c.unlock(l3.id), (e: MlockError) => e.type === 'request' && e.reason === 'lock not exist!');
+    } finally {
+      c.destroy();
+    }
+  });
+
   test('tryLock names the busy resource; unlock of an unknown id is a request error', async () => {
     const [c1, c2] = sessions(2);
     try {
