@@ -265,7 +265,9 @@ func TestShutdownHolderThatClosesLeavesNoQuiet(t *testing.T) {
 // The wait ends when it closes, though: there is nothing more to wait for.
 func TestShutdownHolderThatClosesWithoutByeMakesNextStartQuiet(t *testing.T) {
 	dir := t.TempDir()
-	cfg := Config{DataDir: dir, SessionGrace: 300 * time.Millisecond, ShutdownWait: 5 * time.Second}
+	// A grace (and so a quiet period) long enough for a loaded machine to
+	// restart within it.
+	cfg := Config{DataDir: dir, SessionGrace: 1500 * time.Millisecond, ShutdownWait: 5 * time.Second}
 	srv, stop := serve(t, cfg)
 	holder := connected(t, srv, "holder")
 	id := holder.lock("1", "held 60000 0 0")
@@ -312,7 +314,7 @@ func TestShutdownOriginalClientThatReadsAndClosesIsNotConfirmed(t *testing.T) {
 	t0 := time.Now()
 	stopped := make(chan error, 1)
 	go func() { stopped <- stop() }()
-	holder.expect("expired " + id)
+	holder.expect("expired " + id + " shutdown")
 	holder.expect("error server shutting down!")
 	holder.nc.Close() // everything read; no bye
 	if err := <-stopped; err != nil {
