@@ -50,7 +50,8 @@ func cmdBench(args []string, stdout, stderr io.Writer) int {
 			"exclusive, for --hold (1ms); targets: mlock:// (shared locks), x:mlock:// (the same workload, every lock\n"+
 			"exclusive), redis:// (a read/write lock in Lua, Redisson's layout), memory: (sync.RWMutex).\n"+
 			"WRITE P99 is the writers' wait.\n"+
-			"Exit status: 0 done, 2 usage error, 125 error or a safety violation (two holders of one key).\n\n")
+			"Exit status: 0 done, 2 usage error, 125 error, a target that completed no operation, or a safety\n"+
+			"violation (two holders of one key).\n\n")
 		fs.PrintDefaults()
 	}
 	p := parse(fs, args, stdout, stderr)
@@ -121,13 +122,20 @@ func cmdBench(args []string, stdout, stderr io.Writer) int {
 	} else {
 		printResults(stdout, results)
 	}
+	code := exitOK
 	for _, r := range results {
-		if r.Violations > 0 {
+		switch {
+		case r.Violations > 0:
 			fmt.Fprintf(stderr, "mlock bench: %s: %d SAFETY VIOLATIONS (two holders of one key)\n", r.Target, r.Violations)
-			return exitError
+			code = exitError
+		case r.Ops == 0:
+			// A target that granted nothing (a server in its quiet period,
+			// every request refused) measured nothing.
+			fmt.Fprintf(stderr, "mlock bench: %s: no operation completed (%d errors, %d timeouts)\n", r.Target, r.Errors, r.Timeouts)
+			code = exitError
 		}
 	}
-	return exitOK
+	return code
 }
 
 // progressLine is the progress of one target: "TARGET  N ops in D (R/s)".

@@ -342,3 +342,14 @@ func TestRunKilledTakesTheCommandWithIt(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// A target that completes no operation (here a server in its quiet period,
+// which grants nothing) measured nothing: bench says so and exits 125.
+func TestBenchNothingMeasured(t *testing.T) {
+	addr, _ := servertest.Start(t, server.Config{QuietPeriod: time.Minute}, "")
+	var out, errb bytes.Buffer
+	code := cli([]string{"bench", "--scenario", "uncontended", "--workers", "2", "--duration", "300ms", "mlock://" + addr}, &out, &errb)
+	if code != exitError || !strings.Contains(errb.String(), "no operation completed") {
+		t.Fatalf("exit %d: %s%s", code, out.String(), errb.String())
+	}
+}
