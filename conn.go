@@ -754,9 +754,9 @@ func (s *session) resultLocked(m *protocol.Message) {
 		l.wait = cl
 		s.keepAliveLocked(s.keepSpanLocked(l)) // the session must stay up for it
 		return
-	case protocol.VerbExtend, protocol.VerbReleaseAll, protocol.VerbEvict:
+	case protocol.VerbExtend, protocol.VerbReleaseAll, protocol.VerbReleaseAllIn, protocol.VerbEvict:
 		r.n, _ = protocol.Int(m.Payload)
-	case protocol.VerbRelease:
+	case protocol.VerbRelease, protocol.VerbReleaseIn:
 		if string(m.Payload) == "true" {
 			r.n = 1
 		}

@@ -1544,7 +1544,7 @@ func (c *conn) decide(tx *core.Tx, f [][]byte, payload []byte) (item, bool) {
 			}
 		}
 		return item{frame: append([]byte(nil), payload...)}, false
-	case protocol.VerbUnlock, protocol.VerbRelease, protocol.VerbReleaseAll:
+	case protocol.VerbUnlock, protocol.VerbRelease, protocol.VerbReleaseAll, protocol.VerbReleaseIn, protocol.VerbReleaseAllIn:
 		return item{frame: append([]byte(nil), payload...)}, false
 	default:
 		c.failed(req, protocol.CodeInvalidMessage)
