@@ -650,8 +650,11 @@ func (s *session) dispatch(p []byte) (bye bool) {
 			break
 		}
 		e := &Error{Type: TypeLost, Msg: "lock expired, or released by its owner", Err: ErrExpired}
-		if m.Released {
+		switch {
+		case m.Released:
 			e = &Error{Type: TypeLost, Msg: "lock released by its owner", Err: ErrReleased}
+		case m.Shutdown:
+			e = &Error{Type: TypeLost, Msg: "server shutting down", Err: ErrSessionLost}
 		}
 		s.loseLocked(l, e)
 	case protocol.MsgError:

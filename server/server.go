@@ -485,7 +485,7 @@ func (s *Server) tellShutdownLocked(tx *core.Tx, c *conn, wait bool) {
 		tx.SessionLocks(sess.id, func(li core.LockInfo) {
 			if li.Granted {
 				holds = true
-				s.push(sess, protocol.PushExpired, li.ID)
+				s.push(sess, protocol.PushShutdown, li.ID)
 			}
 		})
 		s.deliverPushesLocked()

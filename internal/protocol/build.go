@@ -19,6 +19,10 @@ const (
 	// lock was released, wholly or in part, by release or releaseall. 1.0
 	// clients read it as expired.
 	PushReleased
+	// PushShutdown: "expired <lockId> shutdown" (extension): the granted
+	// lock is gone because the server is shutting down. 1.0 clients read
+	// it as expired.
+	PushShutdown
 )
 
 // AppendConnected appends "connected 1.0 new <graceMs>" or, for a session
@@ -117,8 +121,8 @@ func AppendLocked(dst []byte, id ID, expiresAtMs int64, token uint64) []byte {
 	return End(dst, st)
 }
 
-// AppendPush appends "timeout <lockId>", "expired <lockId>" or "expired
-// <lockId> released" for k.
+// AppendPush appends "timeout <lockId>", "expired <lockId>", "expired
+// <lockId> released" or "expired <lockId> shutdown" for k.
 func AppendPush(dst []byte, k PushKind, id ID) []byte {
 	dst, st := Begin(dst)
 	switch k {
@@ -128,8 +132,11 @@ func AppendPush(dst []byte, k PushKind, id ID) []byte {
 		dst = append(dst, "expired "...)
 	}
 	dst = id.AppendText(dst)
-	if k == PushReleased {
+	switch k {
+	case PushReleased:
 		dst = append(dst, " released"...)
+	case PushShutdown:
+		dst = append(dst, " shutdown"...)
 	}
 	return End(dst, st)
 }

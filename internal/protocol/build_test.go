@@ -27,6 +27,7 @@ func TestBuilders(t *testing.T) {
 		{"timeout", AppendPush(nil, PushTimeout, id), "timeout " + hex},
 		{"expired", AppendPush(nil, PushExpired, id), "expired " + hex},
 		{"released", AppendPush(nil, PushReleased, id), "expired " + hex + " released"},
+		{"shutdown", AppendPush(nil, PushShutdown, id), "expired " + hex + " shutdown"},
 	}
 	for _, tc := range tests {
 		p, n, _, err := Next(tc.got, MaxFrameLimit)

@@ -48,6 +48,8 @@ type Message struct {
 	Leader string
 	// Released: "expired <id> released": released by its owner, not expired.
 	Released bool
+	// Shutdown: "expired <id> shutdown": the server is shutting down.
+	Shutdown bool
 	// Text is an error message's text.
 	Text string
 }
@@ -112,6 +114,7 @@ func ParseMessage(p []byte) (Message, error) {
 			m.Kind = MsgTimeout
 		} else if more {
 			m.Released = string(extra) == "released"
+			m.Shutdown = string(extra) == "shutdown"
 		}
 	case "connected":
 		_, rest, _ := cut(rest)

@@ -124,7 +124,31 @@ func (p *Provider) Acquire(ctx context.Context, keys []string, opts locking.Acqu
 // from it), and the time before the wait would be so early a bound that the
 // lease could end before the job began.
 func leaseOf(l *mlock.Lock, sent time.Time) locking.Lease {
-	return locking.Lease{Token: l.Token(), Lost: l.Lost(), ExpiresAt: l.ExpiresAt(), Deadline: l.Deadline, Sent: sent}
+	return locking.Lease{Token: l.Token(), Lost: l.Lost(), Why: func() error { return lossCause(l.Err()) }, ExpiresAt: l.ExpiresAt(),
+		Deadline: l.Deadline, Sent: sent}
+}
+
+// lossCause words the client's loss error err for an operator: what ended
+// the lock, and what to do only when the fix is a longer lease. err stays
+// in the chain (errors.Is(err, mlock.ErrReleased), ...).
+func lossCause(err error) error {
+	var me *mlock.Error
+	var why string
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, mlock.ErrReleased):
+		why = "it was released by its owner elsewhere, or evicted by an administrator (" + err.Error() + ")."
+	case errors.Is(err, mlock.ErrSessionLost) && errors.As(err, &me) && me.Msg == "server shutting down":
+		why = "the lock server shut down (" + err.Error() + ")."
+	case errors.Is(err, mlock.ErrSessionLost):
+		why = "the session was lost: the connection was down past the server's grace period, or the server restarted (" + err.Error() + ")."
+	case errors.Is(err, mlock.ErrExpired):
+		why = "the lease ended on the server before it could be renewed (" + err.Error() + "). Increase \"expire\" if the job is expected to run this long."
+	default:
+		why = err.Error() + "."
+	}
+	return &locking.Error{Kind: locking.ErrLost, Msg: why, Err: err}
 }
 
 // mapError turns client errors into the module's; prefix, the client's,
