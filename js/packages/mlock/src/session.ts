@@ -315,7 +315,7 @@ export const lostErrors = {
   expired: () => new MlockError('lock expired, or released by its owner', 'lost', { reason: 'expired' }),
   released: () => new MlockError('lock released by its owner', 'lost', { reason: 'released' }),
   session: () => new MlockError('session lost: the server no longer holds its locks', 'lost', { reason: 'session lost' }),
-  shutdown: () => new MlockError('server shutting down', 'lost', { reason: 'session lost' }),
+  shutdown: () => new MlockError('server shutting down', 'lost', { reason: 'shutdown' }),
   deadline: (bySession: boolean) =>
     bySession
       ? new MlockError('no answer from the server within its session grace', 'lost', { reason: 'session lost' })
@@ -922,7 +922,7 @@ export class Session {
           this.reask(l, mono());
           break;
         }
-        this.lose(l, how === 'released' ? lostErrors.released() : lostErrors.expired());
+        this.lose(l, how === 'released' ? lostErrors.released() : how === 'shutdown' ? lostErrors.shutdown() : lostErrors.expired());
         break;
       }
       case 'error':
