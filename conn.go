@@ -655,6 +655,8 @@ func (s *session) dispatch(p []byte) (bye bool) {
 			e = &Error{Type: TypeLost, Msg: "lock released by its owner", Err: ErrReleased}
 		case m.Shutdown:
 			e = &Error{Type: TypeLost, Msg: "server shutting down", Err: ErrSessionLost}
+		case m.Evicted:
+			e = &Error{Type: TypeLost, Msg: "lock evicted by an administrator", Err: ErrReleased}
 		}
 		s.loseLocked(l, e)
 	case protocol.MsgError:

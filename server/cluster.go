@@ -643,7 +643,7 @@ func (s *Server) applyAttachLocked(tx *core.Tx, m *logCmd) {
 		tx.SessionLocks(m.session, func(li core.LockInfo) {
 			switch {
 			case li.Revoked:
-				s.push(sess, protocol.PushReleased, li.ID)
+				s.push(sess, protocol.PushEvicted, li.ID)
 			case li.Granted:
 				s.pushLocked(sess, li.ID, li.Deadline, li.Token)
 			}

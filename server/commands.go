@@ -233,7 +233,7 @@ func (c *conn) connect(tx *core.Tx, f [][]byte) bool {
 		tx.SessionLocks(id, func(li core.LockInfo) {
 			switch {
 			case li.Revoked:
-				s.push(sess, protocol.PushReleased, li.ID)
+				s.push(sess, protocol.PushEvicted, li.ID)
 			case li.Granted:
 				s.pushLocked(sess, li.ID, li.Deadline, li.Token)
 			}

@@ -164,7 +164,8 @@ type Event struct {
 	// still live, holding the rest under the same ID and token. Its holder
 	// no longer holds everything it was granted.
 	Partial bool
-	// Revoked (Expired only): Evict revoked the lock earlier, and reported
+	// Revoked: Evict revoked the lock. On Released: this is that
+	// revocation. On Expired: Evict revoked the lock earlier, and reported
 	// it Released then; its holder was told it lost it at that time.
 	Revoked bool
 	// Moved (Released only): the lock's owner asked for it again from
@@ -1342,7 +1343,7 @@ func (t *Table) Evict(now int64, resources []string) (int, error) {
 			l.flags |= flagRevoked
 			n++
 			t.stats.Evicted++
-			t.emit(Event{Kind: Released, ID: l.id, Session: l.sess.id, Owner: l.owner, Token: l.token, Since: l.since()})
+			t.emit(Event{Kind: Released, ID: l.id, Session: l.sess.id, Owner: l.owner, Token: l.token, Since: l.since(), Revoked: true})
 			if at < l.deadline {
 				l.deadline = at
 				t.heap[l.hidx].at = at
@@ -1379,7 +1380,7 @@ func (t *Table) evictNow(resources []string) int {
 		}
 		n++
 		t.stats.Evicted++
-		t.emit(Event{Kind: Released, ID: l.id, Session: l.sess.id, Owner: l.owner, Token: l.token, Since: l.since()})
+		t.emit(Event{Kind: Released, ID: l.id, Session: l.sess.id, Owner: l.owner, Token: l.token, Since: l.since(), Revoked: true})
 		t.remove(l)
 	}
 	clear(cut)

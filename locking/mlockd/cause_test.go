@@ -57,7 +57,30 @@ func TestLossNamesTheCause(t *testing.T) {
 		}, locking.ExecuteOptions{Expire: 10 * time.Second})
 		t.Log(err)
 		if !errors.Is(err, locking.ErrLost) || !errors.Is(err, mlock.ErrReleased) ||
-			!strings.Contains(err.Error(), "released by its owner elsewhere") || strings.Contains(err.Error(), "Increase") {
+			!strings.Contains(err.Error(), "it was released by its owner elsewhere") || strings.Contains(err.Error(), "Increase") {
+			t.Fatalf("err = %v", err)
+		}
+	})
+	t.Run("evicted", func(t *testing.T) {
+		addr, _ := servertest.Start(t, server.Config{}, "")
+		p, err := locking.Open(context.Background(), "mlock://"+addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Close()
+		admin, err := mlock.New("mlock://" + addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer admin.Close()
+		err = runUntilLost(t, p, "k", func() {
+			if n, err := admin.Evict(context.Background(), "k"); n != 1 || err != nil {
+				t.Errorf("Evict = %d, %v", n, err)
+			}
+		})
+		t.Log(err)
+		if !errors.Is(err, locking.ErrLost) || !errors.Is(err, mlock.ErrReleased) ||
+			!strings.Contains(err.Error(), "an administrator evicted it") || strings.Contains(err.Error(), "Increase") {
 			t.Fatalf("err = %v", err)
 		}
 	})

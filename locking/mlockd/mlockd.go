@@ -137,12 +137,16 @@ func lossCause(err error) error {
 	switch {
 	case err == nil:
 		return nil
+	case errors.Is(err, mlock.ErrReleased) && errors.As(err, &me) && strings.Contains(me.Msg, "evicted"):
+		why = "an administrator evicted it (" + err.Error() + ")."
 	case errors.Is(err, mlock.ErrReleased):
-		why = "it was released by its owner elsewhere, or evicted by an administrator (" + err.Error() + ")."
+		why = "it was released by its owner elsewhere (" + err.Error() + ")."
 	case errors.Is(err, mlock.ErrSessionLost) && errors.As(err, &me) && me.Msg == "server shutting down":
 		why = "the lock server shut down (" + err.Error() + ")."
 	case errors.Is(err, mlock.ErrSessionLost):
 		why = "the session was lost: the connection was down past the server's grace period, or the server restarted (" + err.Error() + ")."
+	case errors.Is(err, mlock.ErrExpired) && errors.As(err, &me) && strings.Contains(me.Msg, "without word"):
+		why = "the lock server could not be reached until the lease ran out (" + err.Error() + ")."
 	case errors.Is(err, mlock.ErrExpired):
 		why = "the lease ended on the server before it could be renewed (" + err.Error() + "). Increase \"expire\" if the job is expected to run this long."
 	default:

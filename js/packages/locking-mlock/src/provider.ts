@@ -53,9 +53,9 @@ function unreachable(last: unknown): MedusaError {
 export function lossCause(e: MlockError): string {
   switch (e.reason) {
     case 'shutdown':
-      return 'the lock server shut down (its locks are gone).';
+      return `the lock server shut down (${e.message}).`;
     case 'evicted':
-      return 'an administrator evicted it (mlock evict).';
+      return `an administrator evicted it (${e.message}).`;
     case 'released':
       return `it was released by its owner elsewhere (${e.message}).`;
     case 'session lost':
@@ -63,6 +63,7 @@ export function lossCause(e: MlockError): string {
     case 'destroyed':
       return 'the provider was shut down.';
     default:
+      if (/without word/.test(e.message)) return `the lock server could not be reached until the lease ran out (${e.message}).`;
       return `the lease ended before it could be renewed (${e.message}). Increase "expire" if the job is expected to run this long.`;
   }
 }

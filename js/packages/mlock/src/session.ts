@@ -314,6 +314,7 @@ export class Lock extends EventEmitter {
 export const lostErrors = {
   expired: () => new MlockError('lock expired, or released by its owner', 'lost', { reason: 'expired' }),
   released: () => new MlockError('lock released by its owner', 'lost', { reason: 'released' }),
+  evicted: () => new MlockError('lock evicted by an administrator', 'lost', { reason: 'evicted' }),
   session: () => new MlockError('session lost: the server no longer holds its locks', 'lost', { reason: 'session lost' }),
   shutdown: () => new MlockError('server shutting down', 'lost', { reason: 'shutdown' }),
   deadline: (bySession: boolean) =>
@@ -922,7 +923,7 @@ export class Session {
           this.reask(l, mono());
           break;
         }
-        this.lose(l, how === 'released' ? lostErrors.released() : how === 'shutdown' ? lostErrors.shutdown() : lostErrors.expired());
+        this.lose(l, how === 'released' ? lostErrors.released() : how === 'evicted' ? lostErrors.evicted() : how === 'shutdown' ? lostErrors.shutdown() : lostErrors.expired());
         break;
       }
       case 'error':
