@@ -351,7 +351,7 @@ func TestReadyz(t *testing.T) {
 	c.locked(id)
 	stopped := make(chan error, 1)
 	go func() { stopped <- srv.Shutdown(context.Background()) }()
-	c.expect("expired " + id)
+	c.expect("expired " + id + " shutdown")
 	if code, body := get(t, ts.URL+"/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "shutting down") {
 		t.Fatalf("during shutdown: %d %q", code, body)
 	}

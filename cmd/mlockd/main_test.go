@@ -222,8 +222,8 @@ func TestSignalShutdown(t *testing.T) {
 	}
 	// The holder is told its lock is gone, then that the server stops; it
 	// confirms with bye, so the shutdown is clean.
-	if got := c.read(); got != "expired "+id {
-		t.Fatalf("want expired %s, got %q", id, got)
+	if got := c.read(); got != "expired "+id+" shutdown" {
+		t.Fatalf("want expired %s shutdown, got %q", id, got)
 	}
 	if got := c.read(); got != "error server shutting down!" {
 		t.Fatalf("want the shutdown error, got %q", got)
