@@ -655,6 +655,8 @@ func (s *session) dispatch(p []byte) (bye bool) {
 			e = &Error{Type: TypeLost, Msg: "lock released by its owner", Err: ErrReleased}
 		case m.Shutdown:
 			e = errShutdownLost()
+		case m.Evicted:
+			e = &Error{Type: TypeLost, Msg: "lock evicted by an administrator", Err: ErrReleased}
 		}
 		s.loseLocked(l, e)
 	case protocol.MsgError:
@@ -757,9 +759,9 @@ func (s *session) resultLocked(m *protocol.Message) {
 		l.wait = cl
 		s.keepAliveLocked(s.keepSpanLocked(l)) // the session must stay up for it
 		return
-	case protocol.VerbExtend, protocol.VerbReleaseAll, protocol.VerbEvict:
+	case protocol.VerbExtend, protocol.VerbReleaseAll, protocol.VerbReleaseAllIn, protocol.VerbEvict:
 		r.n, _ = protocol.Int(m.Payload)
-	case protocol.VerbRelease:
+	case protocol.VerbRelease, protocol.VerbReleaseIn:
 		if string(m.Payload) == "true" {
 			r.n = 1
 		}

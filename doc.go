@@ -220,7 +220,8 @@
 // sentinels tell refusals apart: ErrBusy (a try-lock; Error.Resource names
 // the busy resource), ErrOwnerConflict, ErrNotHeld (Renew), ErrExpired,
 // ErrReleased, ErrSessionLost, ErrClosed, ErrForbidden, ErrRateLimited,
-// ErrServerFull; and for a refused
+// ErrServerFull, ErrScopeUnsupported (ReleaseIn, ReleaseAllIn on a server
+// without scoped releases); and for a refused
 // connection ErrAuth, ErrTLS, ErrRefused. A wait given up through its
 // context keeps ctx.Err() in the chain.
 //

@@ -239,7 +239,7 @@ var errNotTried = errors.New("no attempt finished yet")
 func sentinel(err error) bool {
 	switch err {
 	case ErrBusy, ErrOwnerConflict, ErrPermitsConflict, ErrModeChange, ErrNotHeld, ErrClosed, ErrSessionLost, ErrExpired, ErrReleased,
-		ErrAuth, ErrTLS, ErrRefused, ErrForbidden, ErrRateLimited, ErrServerFull, ErrNotCluster:
+		ErrAuth, ErrTLS, ErrRefused, ErrForbidden, ErrRateLimited, ErrServerFull, ErrNotCluster, ErrScopeUnsupported:
 		return true
 	}
 	return false

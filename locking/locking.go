@@ -174,6 +174,11 @@ type Lease struct {
 	// is gone (the server said so, or the Redis server restarted): Execute
 	// then aborts the job at once. Nil when the provider cannot tell.
 	Lost <-chan struct{}
+	// Why, if not nil, returns why the lock is gone once Lost is closed
+	// (its message names the cause: the lease ended, released by its
+	// owner, the server shut down, the session lost). Execute reports it
+	// in its loss error, as the cause (Error.Err). It must not block.
+	Why func() error
 	// Deadline, if not nil, returns the provider's own estimate of the end
 	// of the lock (clock-drift margin applied; the zero time: none), when
 	// it knows one tighter than the lease counted from the renewals (for
@@ -370,7 +375,7 @@ func ExecuteLease(ctx context.Context, p Provider, keys []string, job func(ctx c
 	}
 	lo.Renew = func(rctx context.Context) (bool, error) { return p.Renew(rctx, keys, owner, expire) }
 	lo.Lost, lo.Deadline, lo.Start = l.Lost, l.Deadline, l.Sent
-	lo.Cause = func() error { return &Error{Kind: ErrLost, Keys: keys} }
+	lo.CauseOf = func(how lease.Loss, lastErr error) error { return lostError(keys, how, lastErr, l.Why) }
 	returned := false
 	defer func() {
 		if !returned {
@@ -392,4 +397,38 @@ func ExecuteLease(ctx context.Context, p Provider, keys []string, job func(ctx c
 		return lost
 	}
 	return ferr
+}
+
+// lostError is Execute's error for a lease lost how: a message that names
+// the cause (Medusa's own text when a renewal found the lock gone).
+func lostError(keys []string, how lease.Loss, lastErr error, why func() error) error {
+	e := &Error{Kind: ErrLost, Keys: keys}
+	var because string
+	switch how {
+	case lease.LossRefused:
+		return e // Medusa's text: the lease expired before it could be renewed
+	case lease.LossTimedOut:
+		if lastErr != nil {
+			because, e.Err = "no renewal succeeded before the lease ran out (the lock server could not be reached: "+lastErr.Error()+").", lastErr
+		} else {
+			because = "no renewal was answered before the lease ran out (the lock server did not answer)."
+		}
+	case lease.LossHolder:
+		because = "the connection to the lock server was lost for longer than the server keeps a silent session's locks."
+	case lease.LossReported:
+		if why != nil {
+			e.Err = why()
+		}
+		if e.Err == nil {
+			because = "the lock provider reported it gone."
+		} else {
+			because = e.Err.Error()
+		}
+	}
+	q := make([]string, len(keys))
+	for i, k := range keys {
+		q[i] = strconv.Quote(k)
+	}
+	e.Msg = fmt.Sprintf("Lost the lock for key(s) %s while the job was still running: %s", strings.Join(q, ", "), because)
+	return e
 }

@@ -20,6 +20,9 @@ func TestMemoryConformance(t *testing.T) {
 	lockingtest.Run(t, lockingtest.Harness{
 		New:    func(*testing.T) locking.Provider { return locking.NewMemory() },
 		Tokens: true,
+		Namespaced: func(_ *testing.T, p locking.Provider, ns string) locking.Provider {
+			return p.(*locking.Memory).Namespace(ns)
+		},
 	})
 }
 

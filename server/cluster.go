@@ -644,7 +644,7 @@ func (s *Server) applyAttachLocked(tx *core.Tx, m *logCmd) {
 		tx.SessionLocks(m.session, func(li core.LockInfo) {
 			switch {
 			case li.Revoked:
-				s.push(sess, protocol.PushReleased, li.ID)
+				s.push(sess, protocol.PushEvicted, li.ID)
 			case li.Granted:
 				s.pushLocked(sess, li.ID, li.Deadline, li.Token)
 			}
@@ -1544,7 +1544,7 @@ func (c *conn) decide(tx *core.Tx, f [][]byte, payload []byte) (item, bool) {
 			}
 		}
 		return item{frame: append([]byte(nil), payload...)}, false
-	case protocol.VerbUnlock, protocol.VerbRelease, protocol.VerbReleaseAll:
+	case protocol.VerbUnlock, protocol.VerbRelease, protocol.VerbReleaseAll, protocol.VerbReleaseIn, protocol.VerbReleaseAllIn:
 		return item{frame: append([]byte(nil), payload...)}, false
 	default:
 		c.failed(req, protocol.CodeInvalidMessage)

@@ -92,7 +92,7 @@ func TestClusterResumeRetellsAnEviction(t *testing.T) {
 	// another node.
 	nw := tc.dial(l, "holder")
 	nw.expect("connected 1.0 resumed 3000 **")
-	nw.expect("expired " + id + " released")
+	nw.expect("expired " + id + " evicted")
 	nw.send("ping 2")
 	nw.expect("result 2 success pong") // and nothing else: no locked push for it
 	nw.send("extend 3 " + id + " 60000")

@@ -72,8 +72,9 @@ func (c *conn) handle(tx *core.Tx, f [][]byte) bool {
 		c.evict(tx, req, f)
 	case protocol.VerbCluster:
 		c.failed(req, protocol.CodeNotCluster) // a cluster node decides it in decide
-	case protocol.VerbRelease:
-		if len(f) < 4 || len(f[2]) == 0 || len(f[3]) == 0 {
+	case protocol.VerbRelease, protocol.VerbReleaseIn:
+		// release <req> <owner> <resources>; releasein adds <prefix>.
+		if len(f) < 4 || len(f[2]) == 0 || len(f[3]) == 0 || verb == protocol.VerbReleaseIn && len(f) < 5 {
 			c.failed(req, protocol.CodeMissingArguments)
 			return false
 		}
@@ -81,14 +82,19 @@ func (c *conn) handle(tx *core.Tx, f [][]byte) bool {
 		if !ok {
 			return false
 		}
-		r := tx.Apply(&core.Command{Op: core.OpRelease, Owner: owner, Resources: s.splitResources(f[3])})
+		var prefix string
+		if verb == protocol.VerbReleaseIn {
+			prefix = string(f[4])
+		}
+		r := tx.Apply(&core.Command{Op: core.OpRelease, Owner: owner, Resources: s.splitResources(f[3]), Prefix: prefix})
 		if r.OK {
 			c.ok(req, []byte("true"))
 		} else {
 			c.ok(req, []byte("false"))
 		}
-	case protocol.VerbReleaseAll:
-		if len(f) < 3 || len(f[2]) == 0 {
+	case protocol.VerbReleaseAll, protocol.VerbReleaseAllIn:
+		// releaseall <req> <owner>; releaseallin adds <prefix>.
+		if len(f) < 3 || len(f[2]) == 0 || verb == protocol.VerbReleaseAllIn && len(f) < 4 {
 			c.failed(req, protocol.CodeMissingArguments)
 			return false
 		}
@@ -96,7 +102,11 @@ func (c *conn) handle(tx *core.Tx, f [][]byte) bool {
 		if !ok {
 			return false
 		}
-		r := tx.Apply(&core.Command{Op: core.OpReleaseAll, Owner: owner})
+		var prefix string
+		if verb == protocol.VerbReleaseAllIn {
+			prefix = string(f[3])
+		}
+		r := tx.Apply(&core.Command{Op: core.OpReleaseAll, Owner: owner, Prefix: prefix})
 		s.payload = protocol.AppendInt(s.payload[:0], int64(r.N))
 		c.ok(req, s.payload)
 	case protocol.VerbRenew:
@@ -223,7 +233,7 @@ func (c *conn) connect(tx *core.Tx, f [][]byte) bool {
 		tx.SessionLocks(id, func(li core.LockInfo) {
 			switch {
 			case li.Revoked:
-				s.push(sess, protocol.PushReleased, li.ID)
+				s.push(sess, protocol.PushEvicted, li.ID)
 			case li.Granted:
 				s.pushLocked(sess, li.ID, li.Deadline, li.Token)
 			}

@@ -28,7 +28,7 @@ func (nopConn) SetWriteDeadline(time.Time) error { return nil }
 func FuzzCommands(f *testing.F) {
 	for _, p := range []string{
 		"lock r a|b 5000 0 0", "lock r a|a 1 -1 x owner", "trylock r a 5000 o", "extend r 00 5", "unlock r",
-		"release r o a|b", "releaseall r o", "locks r a", "status r", "renew r o a|b 5000", "ping", "connect x 1.0", "LOCK r  undefined",
+		"release r o a|b", "releaseall r o", "releasein r o a|b a", "releaseallin r o a", "releaseallin r o ", "locks r a", "status r", "renew r o a|b 5000", "ping", "connect x 1.0", "LOCK r  undefined",
 		"evict r a|b", "locks r | 5 a", "locks r a 0 a:z", "release r o\x00p a", "lock r a 5000 0 0 o\x00p",
 		"lock r a|b 5000 0 0  s|2/3", "trylock r a 5000 o s", "lock r a 5000 0 0  x|", "lock r a|a 1 0 0 o 1/1|s",
 	} {

@@ -97,7 +97,7 @@ func TestResumeRetellsAnEviction(t *testing.T) {
 	nw := dialRaw(t, srv)
 	nw.send("connect holder 1.0")
 	nw.expect("connected 1.0 resumed 10000")
-	nw.expect("expired " + id + " released")
+	nw.expect("expired " + id + " evicted")
 	nw.send("ping 2")
 	nw.expect("result 2 success pong") // and nothing else: no locked push for it
 	nw.send("extend 3 " + id + " 60000")

@@ -148,9 +148,9 @@ func TestModesWaitsAndRefusals(t *testing.T) {
 	if got := ops.ask("7", "evict 7 doc"); got != "3" {
 		t.Fatalf("evict answered %q", got)
 	}
-	c1.expect("expired " + r1 + " released")
-	c3.expect("expired " + r2 + " released")
-	c2.expect("expired " + r3 + " released")
+	c1.expect("expired " + r1 + " evicted")
+	c3.expect("expired " + r2 + " evicted")
+	c2.expect("expired " + r3 + " evicted")
 	c1.quiet()
 	c1.expect("expired " + r1)
 	c1.locked(w2)

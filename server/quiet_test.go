@@ -219,7 +219,7 @@ func TestShutdownHolderThatDoesNotCloseMakesNextStartQuiet(t *testing.T) {
 	if d := time.Since(t0); d < 250*time.Millisecond || d > 5*time.Second {
 		t.Fatalf("Shutdown took %v, want about ShutdownWait", d)
 	}
-	holder.expect("expired " + id + " shutdown")
+	holder.expect("expired " + id + " shutdown") // 1.0 clients read the first two words
 	holder.expect("error server shutting down!")
 	holder.closed() // closed by the server once the wait was over
 
@@ -238,7 +238,7 @@ func TestShutdownHolderThatClosesLeavesNoQuiet(t *testing.T) {
 	t0 := time.Now()
 	stopped := make(chan error, 1)
 	go func() { stopped <- stop() }()
-	holder.expect("expired " + id + " shutdown")
+	holder.expect("expired " + id + " shutdown") // 1.0 clients read the first two words
 	holder.expect("error server shutting down!")
 	idle.expect("error server shutting down!")
 	idle.closed()

@@ -40,7 +40,7 @@ func TestEvictWaitsForTheHoldersBelief(t *testing.T) {
 				t.Fatalf("evict answered %q", got)
 			}
 			if !detached {
-				a.expect("expired " + id + " released")
+				a.expect("expired " + id + " evicted")
 				// The holder can neither extend nor renew it any more.
 				a.send("extend 2 " + id + " 60000")
 				a.expect("result 2 failed lock not exist!")

@@ -378,7 +378,7 @@ func TestIsolationBetweenPrincipals(t *testing.T) {
 		a.quiet()
 		adm.send("evict e a:ev")
 		adm.expect("result e success 1")
-		a.expect("expired " + id + " released")
+		a.expect("expired " + id + " evicted")
 		a.send("extend 2 " + id + " 10000")
 		a.expect("result 2 failed lock not exist!")
 		b.locked(idB) // after the grace
@@ -1242,7 +1242,7 @@ func TestSecretsStayOutOfLogsAndListings(t *testing.T) {
 	seen = append(seen, adm.read())
 	adm.send("evict 4 a:secret")
 	adm.expect("result 4 success 1")
-	a2.expect("expired " + id + " released")
+	a2.expect("expired " + id + " evicted")
 	a2.expect("expired " + id) // freed a grace later
 	a2.expect("error idle timeout!")
 	a2.closed()

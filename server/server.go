@@ -582,7 +582,11 @@ func (s *Server) eventLocked(e *core.Event) {
 	case core.Expired:
 		s.push(sess, protocol.PushExpired, e.ID)
 	case core.Released:
-		s.push(sess, protocol.PushReleased, e.ID)
+		if e.Revoked {
+			s.push(sess, protocol.PushEvicted, e.ID)
+		} else {
+			s.push(sess, protocol.PushReleased, e.ID)
+		}
 	case core.SessionClosed:
 		delete(s.sessions, e.Session)
 		s.log.Debug("session closed after its grace period", "session", sess.hash)

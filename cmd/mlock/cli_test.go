@@ -399,6 +399,8 @@ func TestLossText(t *testing.T) {
 	}{
 		{&mlock.Error{Type: mlock.TypeLost, Msg: "lock released by its owner", Err: mlock.ErrReleased},
 			"released by its owner elsewhere (or evicted by an administrator)"},
+		{&mlock.Error{Type: mlock.TypeLost, Msg: "lock evicted by an administrator", Err: mlock.ErrReleased},
+			"evicted by an administrator"},
 		{&mlock.Error{Type: mlock.TypeLost, Msg: "lock expired", Err: mlock.ErrExpired}, "expired"},
 		{&mlock.Error{Type: mlock.TypeLost, Msg: "lease ran out without word from the server", Err: mlock.ErrExpired},
 			"expired: lease ran out without word from the server"},

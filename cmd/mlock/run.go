@@ -561,6 +561,8 @@ func lossText(err error) string {
 	}
 	var kind string
 	switch {
+	case errors.Is(err, mlock.ErrReleased) && detail == "lock evicted by an administrator":
+		kind, detail = "evicted by an administrator", ""
 	case errors.Is(err, mlock.ErrReleased):
 		kind, detail = "released by its owner elsewhere (or evicted by an administrator)", ""
 	case errors.Is(err, mlock.ErrExpired) && strings.Contains(detail, "released"):

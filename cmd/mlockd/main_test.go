@@ -220,8 +220,8 @@ func TestSignalShutdown(t *testing.T) {
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	// The holder is told its lock is gone, and why, then that the server
-	// stops; it confirms with bye, so the shutdown is clean.
+	// The holder is told its lock is gone, then that the server stops; it
+	// confirms with bye, so the shutdown is clean.
 	if got := c.read(); got != "expired "+id+" shutdown" {
 		t.Fatalf("want expired %s shutdown, got %q", id, got)
 	}

@@ -106,6 +106,7 @@ type Command struct {
 	TTL       time.Duration // OpExtend, OpRenew
 	Owner     string        // OpRenew, OpRelease, OpReleaseAll
 	Resources []string      // OpRenew, OpRelease, OpEvict
+	Prefix    string        // OpRelease, OpReleaseAll: the scope, only resources starting with it ("": every resource)
 	Session   string        // OpAttach, OpDetach; the caller's session for OpExtend, OpUnlock, OpRenew
 	Until     int64         // OpHoldGrants: end of the hold; OpFailover: the time deadlines move to; Unix ns
 }

@@ -244,9 +244,9 @@ func (tx *Tx) Apply(cmd *Command) Result {
 	case OpRenew:
 		r.Grant, r.Err = t.Renew(now, cmd.Owner, cmd.Resources, cmd.TTL, cmd.Session)
 	case OpRelease:
-		r.OK = t.Release(now, cmd.Owner, cmd.Resources)
+		r.OK = t.ReleaseIn(now, cmd.Owner, cmd.Resources, cmd.Prefix)
 	case OpReleaseAll:
-		r.N = t.ReleaseAll(now, cmd.Owner)
+		r.N = t.ReleaseAllIn(now, cmd.Owner, cmd.Prefix)
 	case OpAttach:
 		r.OK = t.Attach(now, cmd.Session)
 	case OpDetach:

@@ -23,8 +23,9 @@ func required() bool {
 // repository (MLOCKD_BIN): the client against real servers (single node,
 // restarts, a cut connection, a 3-node cluster) and the Medusa provider in
 // the real @medusajs/locking module, with @medusajs/locking-redis alongside
-// when REDIS_URL is set. Without node, npm or js/node_modules (npm ci in js/)
-// it skips, except in CI.
+// when REDIS_URL is set (the differential suite: the same scenarios through
+// both, side by side). Without node, npm or js/node_modules (npm ci in js/)
+// it skips, except in CI, where a missing REDIS_URL fails it too.
 func TestNodePackages(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: skipping the Node.js packages' tests")
@@ -49,17 +50,26 @@ func TestNodePackages(t *testing.T) {
 		t.Skipf("%s: skipping the Node.js packages' tests", missing)
 	}
 
-	bin := filepath.Join(t.TempDir(), "mlockd")
-	build := exec.Command("go", "build", "-o", bin, "github.com/mlock-dev/mlock/cmd/mlockd")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build mlockd: %v\n%s", err, out)
+	// The differential suite runs @medusajs/locking-redis on a real Redis:
+	// required in CI, like Node itself.
+	if os.Getenv("REDIS_URL") == "" && required() {
+		t.Fatal("REDIS_URL is not set: the differential suite (locking-redis against locking-mlock) is required in CI")
+	}
+
+	dir := t.TempDir()
+	bin, cli := filepath.Join(dir, "mlockd"), filepath.Join(dir, "mlock")
+	for _, b := range [][2]string{{bin, "github.com/mlock-dev/mlock/cmd/mlockd"}, {cli, "github.com/mlock-dev/mlock/cmd/mlock"}} {
+		build := exec.Command("go", "build", "-o", b[0], b[1])
+		if out, err := build.CombinedOutput(); err != nil {
+			t.Fatalf("go build %s: %v\n%s", b[1], err, out)
+		}
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "npm", "test")
 	cmd.Dir = js
-	cmd.Env = append(os.Environ(), "MLOCKD_BIN="+bin, "NO_COLOR=1")
+	cmd.Env = append(os.Environ(), "MLOCKD_BIN="+bin, "MLOCK_CLI="+cli, "NO_COLOR=1")
 	// npm, node and the servers the tests start share a process group: a
 	// timeout ends them all, by the group of the PID started here.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

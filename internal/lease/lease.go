@@ -109,7 +109,26 @@ type Options struct {
 	// Cause returns the loss error to report; it is called once, on loss.
 	// Nil: ErrLost.
 	Cause func() error
+	// CauseOf, if set, is used instead of Cause: it is told how the lease
+	// was lost and, for LossTimedOut, the error of the last renewal that
+	// failed (nil if none did: none was answered in time).
+	CauseOf func(how Loss, lastErr error) error
 }
+
+// Loss tells how a lease was lost.
+type Loss uint8
+
+const (
+	// LossReported: Lost was closed (the provider learned it).
+	LossReported Loss = iota + 1
+	// LossRefused: a renewal answered that the lock is gone.
+	LossRefused
+	// LossTimedOut: no renewal succeeded before the lease's own end.
+	LossTimedOut
+	// LossHolder: the holder's Deadline passed (the client's session may
+	// have ended without word from the server).
+	LossHolder
+)
 
 // Check reports whether o is usable: an error of kind ErrOptions when Lead
 // is negative, when TTL > 0 and Lead >= TTL/2, or when TTL is so short that
@@ -191,8 +210,9 @@ func run(ctx context.Context, o Options, fn func(context.Context) error, clk clo
 
 // watchdog renews one lease; its fields are owned by the watch goroutine.
 type watchdog struct {
-	o   Options
-	clk clock
+	o       Options
+	clk     clock
+	lastErr error // of the last renewal, if it failed
 }
 
 // renewal is the outcome of one Renew call, sent at sent.
@@ -203,9 +223,12 @@ type renewal struct {
 }
 
 // lose cancels the job with the loss error and returns it.
-func (w *watchdog) lose(cancel context.CancelCauseFunc) error {
+func (w *watchdog) lose(cancel context.CancelCauseFunc, how Loss) error {
 	err := ErrLost
-	if w.o.Cause != nil {
+	switch {
+	case w.o.CauseOf != nil:
+		err = w.o.CauseOf(how, w.lastErr)
+	case w.o.Cause != nil:
 		err = w.o.Cause()
 	}
 	cancel(err)
@@ -251,8 +274,14 @@ func (w *watchdog) watch(ctx context.Context, base time.Time, done <-chan struct
 	renewing := o.TTL > 0 && o.Renew != nil
 	own := base.Add(o.usable()) // base + TTL - margin - lead
 	deadline, bounded, byHolder := w.end(own, renewing)
+	timedOut := func() Loss {
+		if byHolder {
+			return LossHolder
+		}
+		return LossTimedOut
+	}
 	if bounded && !w.clk.Now().Before(deadline) {
-		return w.lose(cancel)
+		return w.lose(cancel, timedOut())
 	}
 	var expiryC, tickC <-chan time.Time
 	rearm := func() {} // re-reads the end and re-arms the expiry
@@ -289,17 +318,17 @@ func (w *watchdog) watch(ctx context.Context, base time.Time, done <-chan struct
 		case <-done:
 			return nil
 		case <-o.Lost:
-			return w.lose(cancel)
+			return w.lose(cancel, LossReported)
 		case <-expiryC:
 			// The end may have moved later (Deadline); re-read it.
 			rearm()
 			if !w.clk.Now().Before(deadline) {
-				return w.lose(cancel)
+				return w.lose(cancel, timedOut())
 			}
 		case <-tickC:
 			now := w.clk.Now()
 			if !now.Before(deadline) {
-				return w.lose(cancel)
+				return w.lose(cancel, timedOut())
 			}
 			inFlight = true
 			go func(sent time.Time, left time.Duration) {
@@ -313,9 +342,11 @@ func (w *watchdog) watch(ctx context.Context, base time.Time, done <-chan struct
 			switch {
 			case r.err != nil:
 				// Unknown: the next tick retries; the own end stands.
+				w.lastErr = r.err
 			case !r.held:
-				return w.lose(cancel)
+				return w.lose(cancel, LossRefused)
 			default:
+				w.lastErr = nil
 				if e := r.sent.Add(o.usable()); e.After(own) {
 					own = e
 				}

@@ -164,7 +164,8 @@ type Event struct {
 	// still live, holding the rest under the same ID and token. Its holder
 	// no longer holds everything it was granted.
 	Partial bool
-	// Revoked (Expired only): Evict revoked the lock earlier, and reported
+	// Revoked: Evict revoked the lock. On Released: this is that
+	// revocation. On Expired: Evict revoked the lock earlier, and reported
 	// it Released then; its holder was told it lost it at that time.
 	Revoked bool
 	// Moved (Released only): the lock's owner asked for it again from
@@ -1148,6 +1149,14 @@ func (t *Table) ownerLock(owner string, resources []string) *lock {
 // granted by this call is released by it. A lock revoked by Evict is still
 // its owner's to release, at once, and nothing more is reported for it.
 func (t *Table) Release(now int64, owner string, resources []string) bool {
+	return t.ReleaseIn(now, owner, resources, "")
+}
+
+// ReleaseIn is Release confined to the resources whose name starts with
+// prefix (the scope; "" is every resource): a named resource outside the
+// scope is left alone, as one the owner does not hold, and makes the answer
+// false. It costs what Release costs.
+func (t *Table) ReleaseIn(now int64, owner string, resources []string, prefix string) bool {
 	t.advance(now)
 	if owner == "" || len(resources) == 0 {
 		return false
@@ -1156,7 +1165,7 @@ func (t *Table) Release(now int64, owner string, resources []string) bool {
 	cut := t.cut[:0]
 	for _, r := range resources {
 		q := t.queues[r]
-		if q == nil {
+		if q == nil || !strings.HasPrefix(r, prefix) {
 			all = false
 			continue
 		}
@@ -1169,6 +1178,15 @@ func (t *Table) Release(now int64, owner string, resources []string) bool {
 			all = false
 		}
 	}
+	t.releaseCut(cut)
+	return all
+}
+
+// releaseCut unqueues the nodes of cut (granted locks' entries; a node may
+// appear twice), reports each lock they belong to as Released (Partial if
+// it keeps other resources), removes the locks left with none, and then
+// grants what became grantable.
+func (t *Table) releaseCut(cut []*node) {
 	t.deferring = true
 	for _, n := range cut {
 		if n.q == nil {
@@ -1203,7 +1221,6 @@ func (t *Table) Release(now int64, owner string, resources []string) bool {
 	clear(cut)
 	t.cut = cut[:0]
 	t.flushGrants()
-	return all
 }
 
 // ReleaseAll releases every granted lock of owner, reporting each as Released
@@ -1232,6 +1249,42 @@ func (t *Table) ReleaseAll(now int64, owner string) int {
 		l = next
 	}
 	t.flushGrants()
+	return n
+}
+
+// ReleaseAllIn is ReleaseAll confined to the resources whose name starts
+// with prefix (the scope; "" is ReleaseAll): it releases, of each granted
+// lock of owner, the resources in the scope, and returns how many locks it
+// released wholly or in part. A lock with no resource in the scope is not
+// touched; one with resources on both sides keeps those outside, and is
+// reported as Released with Partial set, as Release does. It costs
+// O(locks of owner · k).
+func (t *Table) ReleaseAllIn(now int64, owner, prefix string) int {
+	if prefix == "" {
+		return t.ReleaseAll(now, owner)
+	}
+	t.advance(now)
+	ol := t.owners[owner]
+	if ol == nil || owner == "" {
+		return 0
+	}
+	cut := t.cut[:0]
+	n := 0
+	for l := ol.head; l != nil; l = l.onext {
+		if l.state != stateGranted {
+			continue
+		}
+		k := len(cut)
+		for i := range l.nodes {
+			if nd := &l.nodes[i]; nd.q != nil && strings.HasPrefix(nd.q.name, prefix) {
+				cut = append(cut, nd)
+			}
+		}
+		if len(cut) > k {
+			n++
+		}
+	}
+	t.releaseCut(cut)
 	return n
 }
 
@@ -1293,7 +1346,7 @@ func (t *Table) Evict(now int64, resources []string) (int, error) {
 			l.flags |= flagRevoked
 			n++
 			t.stats.Evicted++
-			t.emit(Event{Kind: Released, ID: l.id, Session: l.sess.id, Owner: l.owner, Token: l.token, Since: l.since()})
+			t.emit(Event{Kind: Released, ID: l.id, Session: l.sess.id, Owner: l.owner, Token: l.token, Since: l.since(), Revoked: true})
 			if at < l.deadline {
 				l.deadline = at
 				t.heap[l.hidx].at = at
@@ -1330,7 +1383,7 @@ func (t *Table) evictNow(resources []string) int {
 		}
 		n++
 		t.stats.Evicted++
-		t.emit(Event{Kind: Released, ID: l.id, Session: l.sess.id, Owner: l.owner, Token: l.token, Since: l.since()})
+		t.emit(Event{Kind: Released, ID: l.id, Session: l.sess.id, Owner: l.owner, Token: l.token, Since: l.since(), Revoked: true})
 		t.remove(l)
 	}
 	clear(cut)

@@ -20,9 +20,12 @@ const (
 	// clients read it as expired.
 	PushReleased
 	// PushShutdown: "expired <lockId> shutdown" (extension): the granted
-	// lock ended because the server is shutting down. 1.0 clients read it
-	// as expired.
+	// lock is gone because the server is shutting down. 1.0 clients read
+	// it as expired.
 	PushShutdown
+	// PushEvicted: "expired <lockId> evicted" (extension): an administrator
+	// revoked the granted lock (evict). 1.0 clients read it as expired.
+	PushEvicted
 )
 
 // AppendConnected appends "connected 1.0 new <graceMs>" or, for a session
@@ -122,7 +125,8 @@ func AppendLocked(dst []byte, id ID, expiresAtMs int64, token uint64) []byte {
 }
 
 // AppendPush appends "timeout <lockId>", "expired <lockId>", "expired
-// <lockId> released" or "expired <lockId> shutdown" for k.
+// <lockId> released", "expired <lockId> shutdown" or "expired <lockId>
+// evicted" for k.
 func AppendPush(dst []byte, k PushKind, id ID) []byte {
 	dst, st := Begin(dst)
 	switch k {
@@ -137,6 +141,8 @@ func AppendPush(dst []byte, k PushKind, id ID) []byte {
 		dst = append(dst, " released"...)
 	case PushShutdown:
 		dst = append(dst, " shutdown"...)
+	case PushEvicted:
+		dst = append(dst, " evicted"...)
 	}
 	return End(dst, st)
 }

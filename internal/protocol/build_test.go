@@ -28,6 +28,7 @@ func TestBuilders(t *testing.T) {
 		{"expired", AppendPush(nil, PushExpired, id), "expired " + hex},
 		{"released", AppendPush(nil, PushReleased, id), "expired " + hex + " released"},
 		{"shutdown", AppendPush(nil, PushShutdown, id), "expired " + hex + " shutdown"},
+		{"evicted", AppendPush(nil, PushEvicted, id), "expired " + hex + " evicted"},
 	}
 	for _, tc := range tests {
 		p, n, _, err := Next(tc.got, MaxFrameLimit)

@@ -50,6 +50,8 @@ type Message struct {
 	Released bool
 	// Shutdown: "expired <id> shutdown": the server is shutting down.
 	Shutdown bool
+	// Evicted: "expired <id> evicted": an administrator revoked the lock.
+	Evicted bool
 	// Text is an error message's text.
 	Text string
 }
@@ -115,6 +117,7 @@ func ParseMessage(p []byte) (Message, error) {
 		} else if more {
 			m.Released = string(extra) == "released"
 			m.Shutdown = string(extra) == "shutdown"
+			m.Evicted = string(extra) == "evicted"
 		}
 	case "connected":
 		_, rest, _ := cut(rest)

@@ -43,6 +43,8 @@ func TestParseMessage(t *testing.T) {
 		{"expired " + id, Message{Kind: MsgExpired, ID: []byte(id)}},
 		{"expired " + id + " released", Message{Kind: MsgExpired, ID: []byte(id), Released: true}},
 		{"expired " + id + " shutdown", Message{Kind: MsgExpired, ID: []byte(id), Shutdown: true}},
+		{"expired " + id + " evicted", Message{Kind: MsgExpired, ID: []byte(id), Evicted: true}},
+		{"expired " + id + " later", Message{Kind: MsgExpired, ID: []byte(id)}}, // an unknown cause: an expiry
 	}
 	for _, tc := range tests {
 		got, err := ParseMessage([]byte(tc.in))
@@ -61,7 +63,7 @@ func TestParseMessage(t *testing.T) {
 func equal(a, b Message) bool {
 	return a.Kind == b.Kind && bytes.Equal(a.Req, b.Req) && a.OK == b.OK && bytes.Equal(a.Payload, b.Payload) &&
 		a.Code == b.Code && a.Detail == b.Detail && bytes.Equal(a.ID, b.ID) && a.ExpiresAtMs == b.ExpiresAtMs &&
-		a.Token == b.Token && a.Resumed == b.Resumed && a.Released == b.Released && a.Shutdown == b.Shutdown && a.Text == b.Text
+		a.Token == b.Token && a.Resumed == b.Resumed && a.Released == b.Released && a.Shutdown == b.Shutdown && a.Evicted == b.Evicted && a.Text == b.Text
 }
 
 // FuzzParseMessage frames the input's lines, feeds the frames to ReadFrame

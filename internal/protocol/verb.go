@@ -7,22 +7,25 @@ type Verb uint8
 
 // The commands: the original protocol's (connect, lock, extend, unlock,
 // ping, status) and the extensions (trylock, locks, release, releaseall,
-// renew, bye, evict), which a 1.0 client never sends. docs/protocol.md specifies each.
+// renew, bye, evict, cluster, releasein, releaseallin), which a 1.0 client
+// never sends. docs/protocol.md specifies each.
 const (
-	VerbConnect    Verb = iota + 1 // connect <socketId> <apiVersion>
-	VerbLock                       // lock <req> <resources> <ttl> <timeout> <tolerate> [<owner> [<modes>]]
-	VerbTryLock                    // trylock <req> <resources> <ttl> [<owner> [<modes>]]
-	VerbExtend                     // extend <req> <lockId> <ttl>
-	VerbUnlock                     // unlock <req> <lockId>
-	VerbPing                       // ping <req>
-	VerbStatus                     // status <req>
-	VerbLocks                      // locks <req> [<prefix>]
-	VerbRelease                    // release <req> <owner> <resources>
-	VerbReleaseAll                 // releaseall <req> <owner>
-	VerbRenew                      // renew <req> <owner> <resources> <ttl>
-	VerbBye                        // bye <req>: the client heard "server shutting down!" and dropped its locks
-	VerbEvict                      // evict <req> <resources>: (admin) release the holders of resources, whoever they are
-	VerbCluster                    // cluster <req> join <id> <raftAddr> | remove <id>: (admin) change a cluster's members
+	VerbConnect      Verb = iota + 1 // connect <socketId> <apiVersion>
+	VerbLock                         // lock <req> <resources> <ttl> <timeout> <tolerate> [<owner> [<modes>]]
+	VerbTryLock                      // trylock <req> <resources> <ttl> [<owner> [<modes>]]
+	VerbExtend                       // extend <req> <lockId> <ttl>
+	VerbUnlock                       // unlock <req> <lockId>
+	VerbPing                         // ping <req>
+	VerbStatus                       // status <req>
+	VerbLocks                        // locks <req> [<prefix>]
+	VerbRelease                      // release <req> <owner> <resources>
+	VerbReleaseAll                   // releaseall <req> <owner>
+	VerbRenew                        // renew <req> <owner> <resources> <ttl>
+	VerbBye                          // bye <req>: the client heard "server shutting down!" and dropped its locks
+	VerbEvict                        // evict <req> <resources>: (admin) release the holders of resources, whoever they are
+	VerbCluster                      // cluster <req> join <id> <raftAddr> | remove <id>: (admin) change a cluster's members
+	VerbReleaseIn                    // releasein <req> <owner> <resources> <prefix>: release confined to resources starting with prefix
+	VerbReleaseAllIn                 // releaseallin <req> <owner> <prefix>: releaseall confined to resources starting with prefix
 	numVerbs
 )
 
@@ -30,7 +33,7 @@ var verbNames = [numVerbs]string{
 	VerbConnect: "connect", VerbLock: "lock", VerbTryLock: "trylock", VerbExtend: "extend",
 	VerbUnlock: "unlock", VerbPing: "ping", VerbStatus: "status", VerbLocks: "locks",
 	VerbRelease: "release", VerbReleaseAll: "releaseall", VerbRenew: "renew", VerbBye: "bye",
-	VerbEvict: "evict", VerbCluster: "cluster",
+	VerbEvict: "evict", VerbCluster: "cluster", VerbReleaseIn: "releasein", VerbReleaseAllIn: "releaseallin",
 }
 
 // String returns the command word as sent (lowercase); "" for a Verb that
@@ -45,7 +48,7 @@ func (v Verb) String() string {
 // ParseVerb looks up a command word, ASCII case-insensitively, without
 // allocating. It reports false for anything that is not a command.
 func ParseVerb(b []byte) (Verb, bool) {
-	var low [len("releaseall")]byte
+	var low [len("releaseallin")]byte
 	if len(b) == 0 || len(b) > len(low) {
 		return 0, false
 	}
@@ -84,6 +87,10 @@ func ParseVerb(b []byte) (Verb, bool) {
 		return VerbEvict, true
 	case "cluster":
 		return VerbCluster, true
+	case "releasein":
+		return VerbReleaseIn, true
+	case "releaseallin":
+		return VerbReleaseAllIn, true
 	}
 	return 0, false
 }

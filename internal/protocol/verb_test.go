@@ -14,7 +14,7 @@ func TestParseVerb(t *testing.T) {
 			}
 		}
 	}
-	for _, bad := range []string{"", "lockx", "releaseallx", "loc", "lock ", "r\u00e9new"} {
+	for _, bad := range []string{"", "lockx", "releaseallx", "releaseallinx", "releasei", "loc", "lock ", "r\u00e9new"} {
 		if v, ok := ParseVerb([]byte(bad)); ok {
 			t.Errorf("ParseVerb(%q) = %v", bad, v)
 		}

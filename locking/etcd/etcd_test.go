@@ -69,6 +69,9 @@ func TestConformance(t *testing.T) {
 	lockingtest.Run(t, lockingtest.Harness{
 		New:    func(t *testing.T) locking.Provider { return open(t, pfx) },
 		Tokens: true,
+		Namespaced: func(t *testing.T, _ locking.Provider, ns string) locking.Provider {
+			return open(t, "mlocktest/"+ns)
+		},
 	})
 }
 

@@ -37,6 +37,14 @@ type Harness struct {
 	// draw in [0, 1) and returns the next wait. The suite checks Medusa's
 	// jitter bounds on it.
 	Backoff func(base, max time.Duration, factor float64) func(r float64) time.Duration
+	// Namespaced returns a provider over the same store as p (one New
+	// returned) whose keys
+	// live under namespace (a Redis provider's Namespace, an etcd
+	// provider's Prefix, an mlock client's prefix, Memory.Namespace); the
+	// suite closes it. namespace is unique to the test, and is neither a
+	// prefix of New's namespace nor has it as a prefix. Without it the
+	// namespace cases are skipped.
+	Namespaced func(t *testing.T, p locking.Provider, namespace string) locking.Provider
 }
 
 // Run runs every conformance test as a subtest of t.
@@ -73,6 +81,28 @@ func Run(t *testing.T, h Harness) {
 		test{"UnreachableCancelsInTime", testUnreachableCancelsInTime}, test{"LeadOverHalfRefused", testLeadRefused})
 	if h.Tokens {
 		tests = append(tests, test{"FencingTokens", testTokens}, test{"RenewalKeepsToken", testRenewalToken})
+	}
+	if h.Namespaced != nil {
+		for _, tc := range []struct {
+			name string
+			fn   func(t *testing.T, p locking.Provider, ns func(string) locking.Provider, k func(string) string)
+		}{
+			{"NamespacesIsolated", testNamespacesIsolated},
+			{"ReleaseAllStaysInNamespace", testReleaseAllStaysInNamespace},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				p := h.New(t)
+				t.Cleanup(func() { p.Close() })
+				id := rand.Uint32()
+				ns := func(name string) locking.Provider {
+					q := h.Namespaced(t, p, fmt.Sprintf("ns%x%s:", id, name))
+					t.Cleanup(func() { q.Close() })
+					return q
+				}
+				prefix := fmt.Sprintf("%s:%x:", tc.name, id)
+				tc.fn(t, p, ns, func(s string) string { return prefix + s })
+			})
+		}
 	}
 	if h.Backoff != nil {
 		t.Run("JitterBounds", func(t *testing.T) { testJitter(t, h.Backoff) })
@@ -755,4 +785,106 @@ func testJitter(t *testing.T, backoff func(base, max time.Duration, factor float
 			t.Fatalf("r=%v: waits %v then %v", r, first, second)
 		}
 	}
+}
+
+// held asserts that key is held in p (by someone other than owner_z).
+func held(t *testing.T, c context.Context, p locking.Provider, key, where string) {
+	t.Helper()
+	_, err := p.Acquire(c, []string{key}, locking.AcquireOptions{OwnerID: "owner_z"})
+	if !errors.Is(err, locking.ErrConflict) {
+		t.Fatalf("%s: %q is not held: acquire by another owner = %v", where, key, err)
+	}
+}
+
+// free asserts that key can be taken in p, and gives it back.
+func free(t *testing.T, c context.Context, p locking.Provider, key, where string) {
+	t.Helper()
+	if _, err := p.Acquire(c, []string{key}, locking.AcquireOptions{OwnerID: "owner_z"}); err != nil {
+		t.Fatalf("%s: %q is not free: %v", where, key, err)
+	}
+	if ok, err := p.Release(c, []string{key}, locking.ReleaseOptions{OwnerID: "owner_z"}); !ok || err != nil {
+		t.Fatalf("%s: release of %q = %v, %v", where, key, ok, err)
+	}
+}
+
+// Two namespaces on one store: the same key is two locks, and neither
+// namespace releases the other's, by owner or anonymously (a store of two
+// shops on one lock server).
+func testNamespacesIsolated(t *testing.T, _ locking.Provider, ns func(string) locking.Provider, k func(string) string) {
+	c := ctx(t)
+	a, b := ns("A"), ns("B")
+	key, anon := k("k"), k("anon")
+	for _, p := range []locking.Provider{a, b} {
+		if _, err := p.Acquire(c, []string{key}, locking.AcquireOptions{OwnerID: "u1", Expire: time.Minute}); err != nil {
+			t.Fatalf("u1 in each namespace: %v", err)
+		}
+		if _, err := p.Acquire(c, []string{anon}, locking.AcquireOptions{Expire: time.Minute}); err != nil {
+			t.Fatalf("anonymous in each namespace: %v", err)
+		}
+	}
+	// A conflict names the key as the caller gave it, without the namespace.
+	_, err := a.Acquire(c, []string{key}, locking.AcquireOptions{OwnerID: "u2"})
+	isConflict(t, err, key)
+
+	if err := a.ReleaseAll(c, locking.ReleaseOptions{OwnerID: "u1"}); err != nil {
+		t.Fatal(err)
+	}
+	free(t, c, a, key, "A after ReleaseAll(u1) in A")
+	held(t, c, b, key, "B after ReleaseAll(u1) in A")
+	if err := a.ReleaseAll(c, locking.ReleaseOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	free(t, c, a, anon, "A after ReleaseAll() in A")
+	held(t, c, b, anon, "B after ReleaseAll() in A")
+	if ok, err := a.Release(c, []string{anon}, locking.ReleaseOptions{}); ok || err != nil {
+		t.Fatalf("A's release of a key only B holds = %v, %v", ok, err)
+	}
+	held(t, c, b, anon, "B after Release() in A")
+	if ok, err := b.Release(c, []string{key}, locking.ReleaseOptions{OwnerID: "u1"}); !ok || err != nil {
+		t.Fatalf("B's own release = %v, %v", ok, err)
+	}
+	if err := b.ReleaseAll(c, locking.ReleaseOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	free(t, c, b, anon, "B after ReleaseAll() in B")
+}
+
+// A namespace's ReleaseAll leaves the owner's locks outside it alone (an
+// "mlock run --owner u1" beside a shop): held, and their Lost channels
+// stay open.
+func testReleaseAllStaysInNamespace(t *testing.T, p locking.Provider, ns func(string) locking.Provider, k func(string) string) {
+	c := ctx(t)
+	a := ns("A")
+	job := k("report:nightly")
+	out, err := p.Acquire(c, []string{job}, locking.AcquireOptions{OwnerID: "u1", Expire: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	outAnon, err := p.Acquire(c, []string{k("anon")}, locking.AcquireOptions{Expire: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Acquire(c, []string{k("cart")}, locking.AcquireOptions{OwnerID: "u1", Expire: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.ReleaseAll(c, locking.ReleaseOptions{OwnerID: "u1"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.ReleaseAll(c, locking.ReleaseOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	free(t, c, a, k("cart"), "the namespace's own lock")
+	held(t, c, p, job, "u1's lock outside the namespace")
+	held(t, c, p, k("anon"), "an anonymous lock outside the namespace")
+	for _, l := range []locking.Lease{out, outAnon} {
+		select {
+		case <-l.Lost:
+			t.Fatal("a lock outside the namespace was reported lost")
+		default:
+		}
+	}
+	if ok, err := p.Release(c, []string{job}, locking.ReleaseOptions{OwnerID: "u1"}); !ok || err != nil {
+		t.Fatalf("the owner's own release outside = %v, %v", ok, err)
+	}
+	p.Release(c, []string{k("anon")}, locking.ReleaseOptions{})
 }

@@ -19,6 +19,15 @@
 // its job as soon as the client learns the lock is gone; Renew (the
 // server's renew-by-owner) also moves the lease of that handle.
 //
+// The client's prefix (Options.Prefix, prefix= in the URI) is the
+// provider's namespace, as a Redis provider's Namespace: it is put before
+// every key, and it is the scope of ReleaseAll, which never touches an
+// owner's locks on resources outside it (those of another namespace, or an
+// "mlock run" of the same owner), whether the owner is named or anonymous.
+// Without a prefix the scope is the whole server. A scoped ReleaseAll needs
+// an mlockd that knows releaseallin (an older server refuses it with
+// mlock.ErrScopeUnsupported and releases nothing).
+//
 // Caveats: a lock acquired without Expire (or with a longer one) asks for
 // MaxExpire, 24 h, the server's default longest lease: a server started
 // with a shorter --max-ttl refuses it (ttl should be integer!), so give such
@@ -56,8 +65,8 @@ type Provider struct {
 	owned bool // Close closes c
 }
 
-// New returns a provider using c, which must have no prefix. Close does not
-// close c.
+// New returns a provider using c; c's prefix is the provider's namespace
+// (see the package documentation). Close does not close c.
 func New(c *mlock.Client) *Provider { return &Provider{c: c} }
 
 // Open returns a provider with its own client for an mlock:// URI (see
@@ -98,7 +107,7 @@ func (p *Provider) Acquire(ctx context.Context, keys []string, opts locking.Acqu
 		l, err = p.c.TryLockAll(ctx, keys, lo)
 	}
 	if err != nil {
-		return locking.Lease{}, mapError(ctx, keys, err)
+		return locking.Lease{}, mapError(ctx, keys, p.c.Options().Prefix, err)
 	}
 	return leaseOf(l, sent), nil
 }
@@ -115,18 +124,47 @@ func (p *Provider) Acquire(ctx context.Context, keys []string, opts locking.Acqu
 // from it), and the time before the wait would be so early a bound that the
 // lease could end before the job began.
 func leaseOf(l *mlock.Lock, sent time.Time) locking.Lease {
-	return locking.Lease{Token: l.Token(), Lost: l.Lost(), ExpiresAt: l.ExpiresAt(), Deadline: l.Deadline, Sent: sent}
+	return locking.Lease{Token: l.Token(), Lost: l.Lost(), Why: func() error { return lossCause(l.Err()) }, ExpiresAt: l.ExpiresAt(),
+		Deadline: l.Deadline, Sent: sent}
 }
 
-// mapError turns client errors into the module's.
-func mapError(ctx context.Context, keys []string, err error) error {
+// lossCause words the client's loss error err for an operator: what ended
+// the lock, and what to do only when the fix is a longer lease. err stays
+// in the chain (errors.Is(err, mlock.ErrReleased), ...).
+func lossCause(err error) error {
+	var me *mlock.Error
+	var why string
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, mlock.ErrReleased) && errors.As(err, &me) && strings.Contains(me.Msg, "evicted"):
+		why = "an administrator evicted it (" + err.Error() + ")."
+	case errors.Is(err, mlock.ErrReleased):
+		why = "it was released by its owner elsewhere (" + err.Error() + ")."
+	case errors.Is(err, mlock.ErrSessionLost) && errors.As(err, &me) && me.Msg == "server shutting down":
+		why = "the lock server shut down (" + err.Error() + ")."
+	case errors.Is(err, mlock.ErrSessionLost):
+		why = "the session was lost: the connection was down past the server's grace period, or the server restarted (" + err.Error() + ")."
+	case errors.Is(err, mlock.ErrExpired) && errors.As(err, &me) && strings.Contains(me.Msg, "without word"):
+		why = "the lock server could not be reached until the lease ran out (" + err.Error() + ")."
+	case errors.Is(err, mlock.ErrExpired):
+		why = "the lease ended on the server before it could be renewed (" + err.Error() + "). Increase \"expire\" if the job is expected to run this long."
+	default:
+		why = err.Error() + "."
+	}
+	return &locking.Error{Kind: locking.ErrLost, Msg: why, Err: err}
+}
+
+// mapError turns client errors into the module's; prefix, the client's,
+// is taken off the resource a refusal names.
+func mapError(ctx context.Context, keys []string, prefix string, err error) error {
 	switch {
 	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
 		return provider.WaitError(ctx)
 	case errors.Is(err, mlock.ErrBusy), errors.Is(err, mlock.ErrOwnerConflict):
 		key := keys[0]
 		if me := (*mlock.Error)(nil); errors.As(err, &me) && me.Resource != "" {
-			key = me.Resource
+			key = strings.TrimPrefix(me.Resource, prefix)
 		}
 		return provider.ConflictError(key)
 	}
@@ -156,13 +194,14 @@ func (p *Provider) Release(ctx context.Context, keys []string, opts locking.Rele
 	if err != nil {
 		return false, err
 	}
-	return p.c.Release(ctx, provider.Owner(opts.OwnerID), strings.Join(keys, "|"))
+	return p.c.Release(ctx, provider.Owner(opts.OwnerID), strings.Join(keys, "|")) // the keys carry the prefix: in scope
 }
 
 // ReleaseAll releases every lock of the owner (without owner: the
-// anonymous locks).
+// anonymous locks) on the resources of the provider's namespace, the
+// client's prefix: locks outside it are never touched.
 func (p *Provider) ReleaseAll(ctx context.Context, opts locking.ReleaseOptions) error {
-	_, err := p.c.ReleaseAll(ctx, provider.Owner(opts.OwnerID))
+	_, err := p.c.ReleaseAllIn(ctx, provider.Owner(opts.OwnerID), "")
 	return err
 }
 

@@ -28,6 +28,13 @@ func TestConformance(t *testing.T) {
 			return p
 		},
 		Tokens: true,
+		Namespaced: func(t *testing.T, _ locking.Provider, ns string) locking.Provider {
+			p, err := locking.Open(context.Background(), uri+"?prefix="+ns)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return p
+		},
 	})
 }
 

@@ -49,6 +49,9 @@ func TestConformance(t *testing.T) {
 	lockingtest.Run(t, lockingtest.Harness{
 		New:    func(t *testing.T) locking.Provider { return open(t, redis.Options{Namespace: ns}) },
 		Tokens: true,
+		Namespaced: func(t *testing.T, _ locking.Provider, ns string) locking.Provider {
+			return open(t, redis.Options{Namespace: "mlocktest:" + ns})
+		},
 		Backoff: func(base, max time.Duration, factor float64) func(float64) time.Duration {
 			return redis.NewBackoff(base, max, factor).Next
 		},

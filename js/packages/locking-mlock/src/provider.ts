@@ -31,6 +31,43 @@ const DEFAULT_LOCK_EXPIRATION = 60;
 const encodeKey = (k: string) => k.replace(/%/g, '%25').replace(/ /g, '%20').replace(/\|/g, '%7C');
 const decodeKey = (k: string) => k.replace(/%7C/g, '|').replace(/%20/g, ' ').replace(/%25/g, '%');
 
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms).unref());
+
+/** A MedusaError (what locking-redis throws) whose cause is ours. */
+function medusaError(type: string, message: string, cause: unknown): MedusaError {
+  const e = new MedusaError(type, message);
+  if (cause !== undefined) Object.defineProperty(e, 'cause', { value: cause, configurable: true, writable: true });
+  return e;
+}
+
+/** The error of a release while the server stays unreachable. */
+function unreachable(last: unknown): MedusaError {
+  const why = last instanceof Error ? last.message : 'no connection';
+  return medusaError(MedusaError.Types.UNEXPECTED_STATE, `The lock server is unreachable: ${why}`, last);
+}
+
+/**
+ * Why a held lock is gone, for the job's abort reason: the real cause, and
+ * the advice to raise "expire" only when the lease ran out.
+ */
+export function lossCause(e: MlockError): string {
+  switch (e.reason) {
+    case 'shutdown':
+      return `the lock server shut down (${e.message}).`;
+    case 'evicted':
+      return `an administrator evicted it (${e.message}).`;
+    case 'released':
+      return `it was released by its owner elsewhere (${e.message}).`;
+    case 'session lost':
+      return `the connection to the lock server was lost (${e.message}).`;
+    case 'destroyed':
+      return 'the provider was shut down.';
+    default:
+      if (/without word/.test(e.message)) return `the lock server could not be reached until the lease ran out (${e.message}).`;
+      return `the lease ended before it could be renewed (${e.message}). Increase "expire" if the job is expected to run this long.`;
+  }
+}
+
 /** A registration of an awilix cradle, undefined if it has none (the cradle throws). */
 function pick<T, K extends keyof T>(cradle: T, key: K): T[K] | undefined {
   try {
@@ -108,9 +145,42 @@ export class MlockLockingProvider implements ILockingProvider {
 
   private conflict(e: unknown, keys: string[]): unknown {
     if (e instanceof MlockError && (e.reason === 'resource is locked!' || e.reason === 'owner holds an overlapping lock!')) {
-      return new MedusaError(MedusaError.Types.CONFLICT, `Failed to acquire lock for key "${this.keyOf(e, keys)}"`);
+      return medusaError(MedusaError.Types.CONFLICT, `Failed to acquire lock for key "${this.keyOf(e, keys)}"`, e);
     }
     return e;
+  }
+
+  /**
+   * Runs call until it settles with anything but a connection error, while
+   * the server is unreachable (stopped, restarting, a failover) retrying
+   * until `ms` have passed since start; then throws onTimeout(the last
+   * error). call gets what is left of the time, in ms, and a signal that
+   * aborts when it runs out. locking-redis behaves alike: ioredis holds its
+   * commands while it reconnects, so a blip of the server costs a wait, not
+   * a failure.
+   */
+  private async whileUnreachable<T>(start: number, ms: number, call: (left: number, signal: AbortSignal) => Promise<T>, onTimeout: (last: unknown) => unknown): Promise<T> {
+    let pause = 25;
+    let last: unknown;
+    for (;;) {
+      const left = start + ms - Date.now();
+      if (left <= 0) throw onTimeout(last);
+      const signal = AbortSignal.timeout(left);
+      try {
+        return await call(left, signal);
+      } catch (e) {
+        if (!(e instanceof MlockError)) throw e;
+        if (e.type === 'canceled' && signal.aborted) {
+          // Out of time: still waiting for a connection, or for the server.
+          const why = last ?? (this.client.node ? e : new MlockError(`no connection to the lock server within ${ms} ms`, 'connection', { cause: e }));
+          throw onTimeout(why);
+        }
+        if (e.type !== 'connection' || e.reason === 'destroyed') throw e;
+        last = e;
+      }
+      await sleep(Math.min(pause, Math.max(start + ms - Date.now(), 0)));
+      pause = Math.min(pause * 2, 250);
+    }
   }
 
   /**
@@ -127,19 +197,23 @@ export class MlockLockingProvider implements ILockingProvider {
     const expire = Math.max(num(args?.expire) ?? DEFAULT_LOCK_EXPIRATION, 1);
     const list = this.keys(keys);
     const owner = `execute:${randomUUID()}`;
+    const timedOut = (cause: unknown) => medusaError(MedusaError.Types.CONFLICT, 'Timed-out acquiring lock.', cause);
     let lock: Lock;
     try {
-      lock = await this.client.acquire(list, { owner, ttl: Math.round(expire * 1000), timeout: Math.round(timeout * 1000) });
+      // The server's own timeout, and the caller's: the wait for a server
+      // that is unreachable counts too.
+      lock = await this.whileUnreachable(Date.now(), Math.round(timeout * 1000), (left, signal) =>
+        this.client.acquire(list, { owner, ttl: Math.round(expire * 1000), timeout: Math.max(left, 1), signal }), timedOut);
     } catch (e) {
-      if (e instanceof MlockError && e.type === 'timeout') throw new MedusaError(MedusaError.Types.CONFLICT, 'Timed-out acquiring lock.');
+      if (e instanceof MlockError && e.type === 'timeout') throw timedOut(e);
       throw this.conflict(e, list);
     }
     const names = list.map(decodeKey);
     const ac = new AbortController();
     const onLost = (e: MlockError) => {
-      const message = `Lost the lock for key(s) "${names.join('", "')}" while the job was still running: ${e.message}. Increase "expire" if the job is expected to run this long.`;
+      const message = `Lost the lock for key(s) "${names.join('", "')}" while the job was still running: ${lossCause(e)}`;
       this.logger_?.warn(message);
-      ac.abort(new MedusaError(MedusaError.Types.CONFLICT, message));
+      ac.abort(medusaError(MedusaError.Types.CONFLICT, message, e));
     };
     lock.once('lost', onLost);
     const interval = Math.max(Math.floor((expire * 1000) / 3), 250);
@@ -187,22 +261,48 @@ export class MlockLockingProvider implements ILockingProvider {
     const owner = encodeKey(args?.ownerId ?? '*');
     const e = num(args?.expire);
     const ttl = Math.round((e ? Math.max(e, 0.001) : this.maxExpire) * 1000);
+    // An unreachable server is waited for up to waitLockingTimeout; a queue
+    // (awaitQueue) is waited in without limit, as locking-redis.
+    const ms = Math.max(this.waitLockingTimeout, 1) * 1000;
+    const timedOut = (cause: unknown) => medusaError(MedusaError.Types.CONFLICT, 'Timed-out acquiring lock.', cause);
+    const start = Date.now();
     try {
-      if (args?.awaitQueue) await this.client.acquire(list, { owner, ttl });
-      else await this.client.tryLock(list, { owner, ttl });
+      await this.whileUnreachable(start, ms, (_left, signal) => {
+        // The signal bounds the wait for the connection, not the queue.
+        const wait = args?.awaitQueue ? this.untilConnected(signal) : signal;
+        return args?.awaitQueue ? this.client.acquire(list, { owner, ttl, signal: wait }) : this.client.tryLock(list, { owner, ttl, signal: wait });
+      }, timedOut);
     } catch (err) {
       throw this.conflict(err, list);
     }
   }
 
-  /** Releases ownerId's (default `*`) lock on each key; true only if ownerId held every one. */
-  async release(keys: string | string[], args?: { ownerId?: string | null }): Promise<boolean> {
-    return this.client.release(encodeKey(args?.ownerId ?? '*'), this.keys(keys));
+  /** A signal that follows signal until the client is connected, then never aborts. */
+  private untilConnected(signal: AbortSignal): AbortSignal {
+    const ac = new AbortController();
+    if (this.client.node) return ac.signal;
+    const onAbort = () => {
+      if (!this.client.node) ac.abort(signal.reason);
+    };
+    signal.addEventListener('abort', onAbort, { once: true });
+    return ac.signal;
   }
 
-  /** Releases every lock of ownerId (default `*`: the anonymous locks, as locking-redis). */
+  /** Releases ownerId's (default `*`) lock on each key; true only if ownerId held every one. */
+  async release(keys: string | string[], args?: { ownerId?: string | null }): Promise<boolean> {
+    const list = this.keys(keys);
+    const owner = encodeKey(args?.ownerId ?? '*');
+    return this.whileUnreachable(Date.now(), Math.max(this.waitLockingTimeout, 1) * 1000, (_l, signal) => this.client.release(owner, list, { signal }), unreachable);
+  }
+
+  /**
+   * Releases every lock of ownerId (default `*`: the anonymous locks, as
+   * locking-redis) in the provider's namespace: an owner's locks outside it
+   * (another namespace's, an `mlock run`) are never touched.
+   */
   async releaseAll(args?: { ownerId?: string | null }): Promise<void> {
-    await this.client.releaseAll(encodeKey(args?.ownerId ?? '*'));
+    const owner = encodeKey(args?.ownerId ?? '*');
+    await this.whileUnreachable(Date.now(), Math.max(this.waitLockingTimeout, 1) * 1000, (_l, signal) => this.client.releaseAll(owner, { signal, scope: '' }), unreachable);
   }
 
   /** Closes the connection (the locks this process holds are released). */

@@ -63,6 +63,14 @@ function checkInt(name: string, v: number, min: number): void {
   if (!Number.isInteger(v) || v < min) throw request(`${name} should be a whole number >= ${min}, not ${v}`);
 }
 
+/** Names an older server's refusal of a scoped release (it released nothing). */
+function scopeError(e: unknown): unknown {
+  if (e instanceof MlockError && e.reason === 'invalid message!') {
+    return new MlockError('the server does not support scoped releases (releasein, releaseallin)', 'request', { reason: e.reason, node: e.node, cause: e });
+  }
+  return e;
+}
+
 function checkOwner(owner: string): void {
   if (typeof owner !== 'string' || owner === '' || /[\s|]/.test(owner)) throw request(`invalid owner ${JSON.stringify(owner)}`);
 }
@@ -274,35 +282,57 @@ export class Mlock extends EventEmitter {
   /**
    * Releases, for each resource of `a|b`, the lock owner holds on it, and
    * reports whether every one was held by owner; others' locks are untouched.
-   * A lock released only in part is lost for its holder.
+   * A lock released only in part is lost for its holder. With `scope` (see
+   * {@link releaseAll}) a resource outside it is left alone, and the answer is
+   * then false.
    */
-  async release(owner: string, resources: string | string[], opts: { signal?: AbortSignal } = {}): Promise<boolean> {
+  async release(owner: string, resources: string | string[], opts: { signal?: AbortSignal; scope?: string } = {}): Promise<boolean> {
     const res = this.names(resources);
     checkOwner(owner);
+    const scope = this.scopeOf(opts.scope);
     const ctx: CallCtx = { client: this };
     try {
-      const r = await this.s.call('release', [owner, res], opts.signal, undefined, ctx);
+      const r = scope ? await this.s.call('releasein', [owner, res, scope], opts.signal, undefined, ctx) : await this.s.call('release', [owner, res], opts.signal, undefined, ctx);
       return r.payload === 'true';
     } catch (e) {
       // Sent but not answered: it may have freed this session's held locks of
       // owner, and the server's word of it was lost with the answer.
       if (ctx.sent && unanswered(e)) this.s.mayBeReleased(owner, res);
-      throw e;
+      throw scopeError(e);
     }
   }
 
-  /** Releases every lock owner holds; returns how many. */
-  async releaseAll(owner: string, opts: { signal?: AbortSignal } = {}): Promise<number> {
+  /**
+   * Releases every lock owner holds; returns how many. An owner is one for
+   * the whole server: without `scope` this reaches its locks on every
+   * resource, whatever the prefix. With `scope` (a string, `''` included) it
+   * releases only the owner's resources whose names start with the prefix
+   * followed by scope, and counts the locks it released wholly or in part:
+   * an owner's locks outside (another namespace's, an `mlock run` of the same
+   * owner) are never touched. A scoped release needs a server that knows
+   * `releaseallin`; an older one refuses it (type `request`) and releases
+   * nothing.
+   */
+  async releaseAll(owner: string, opts: { signal?: AbortSignal; scope?: string } = {}): Promise<number> {
     this.check();
     checkOwner(owner);
+    const scope = this.scopeOf(opts.scope);
     const ctx: CallCtx = { client: this };
     try {
-      const r = await this.s.call('releaseall', [owner], opts.signal, undefined, ctx);
+      const r = scope ? await this.s.call('releaseallin', [owner, scope], opts.signal, undefined, ctx) : await this.s.call('releaseall', [owner], opts.signal, undefined, ctx);
       return Number(r.payload);
     } catch (e) {
       if (ctx.sent && unanswered(e)) this.s.mayBeReleased(owner, undefined);
-      throw e;
+      throw scopeError(e);
     }
+  }
+
+  /** The wire scope of a release: undefined (none) or the prefix then scope; '' means none. */
+  private scopeOf(scope: string | undefined): string {
+    if (scope === undefined) return '';
+    const s = (this.options.prefix ?? '') + scope;
+    if (/[ |]/.test(s)) throw request(`invalid scope ${JSON.stringify(s)}`);
+    return s;
   }
 
   /**

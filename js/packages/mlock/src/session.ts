@@ -355,8 +355,9 @@ export class Lock extends EventEmitter {
 export const lostErrors = {
   expired: () => new MlockError('lock expired, or released by its owner', 'lost', { reason: 'expired' }),
   released: () => new MlockError('lock released by its owner', 'lost', { reason: 'released' }),
+  evicted: () => new MlockError('lock evicted by an administrator', 'lost', { reason: 'evicted' }),
   session: () => new MlockError('session lost: the server no longer holds its locks', 'lost', { reason: 'session lost' }),
-  shutdown: () => new MlockError('server shutting down', 'lost', { reason: 'session lost' }),
+  shutdown: () => new MlockError('server shutting down', 'lost', { reason: 'shutdown' }),
   deadline: (bySession: boolean) =>
     bySession
       ? new MlockError('no answer from the server within its session grace', 'lost', { reason: 'session lost' })
@@ -963,10 +964,22 @@ export class Session {
           this.reask(l, mono());
           break;
         }
-        this.lose(
-          l,
-          how === 'released' ? lostErrors.released() : how === 'shutdown' ? lostErrors.shutdown() : lostErrors.expired(),
-        );
+        // The word after the id names the cause; an unknown one is an expiry.
+        let e: MlockError;
+        switch (how) {
+          case 'released':
+            e = lostErrors.released();
+            break;
+          case 'evicted':
+            e = lostErrors.evicted();
+            break;
+          case 'shutdown':
+            e = lostErrors.shutdown();
+            break;
+          default:
+            e = lostErrors.expired();
+        }
+        this.lose(l, e);
         break;
       }
       case 'error':

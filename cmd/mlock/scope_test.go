@@ -1,0 +1,47 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"testing"
+
+	"github.com/mlock-dev/mlock/locking"
+	"github.com/mlock-dev/mlock/locking/mlockd"
+)
+
+// A locking module whose namespace is medusa_lock: (a Medusa store on the
+// same server) releasing everything of owner u1, and the anonymous locks,
+// does not stop an mlock run of owner u1 outside that namespace: the run
+// keeps its lock and its command finishes with its own status.
+func TestRunSurvivesReleaseAllOfAnotherNamespace(t *testing.T) {
+	uri := startServer(t)
+	admin, _ := holder(t, uri, "unrelated", "")
+	cmd := mlockCmd("run", "--uri", uri, "--owner", "u1", "--ttl", "10s", "report:nightly", "--", "sleep", "1")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitHeld(t, admin, "report:nightly")
+	shop, err := mlockd.Open(uri + "?prefix=medusa_lock:")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer shop.Close()
+	ctx := context.Background()
+	if _, err := shop.Acquire(ctx, []string{"cart:1"}, locking.AcquireOptions{OwnerID: "u1"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, owner := range []string{"u1", ""} {
+		if err := shop.ReleaseAll(ctx, locking.ReleaseOptions{OwnerID: owner}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := admin.ReleaseAllIn(ctx, "u1", "medusa_lock:"); err != nil || n != 0 {
+		t.Fatalf("the shop's lock was not released by its ReleaseAll: ReleaseAllIn = %d, %v", n, err)
+	}
+	waitHeld(t, admin, "report:nightly")
+	if code := exitCodeOf(t, cmd.Wait()); code != 0 {
+		t.Fatalf("mlock run exited %d, want the command's 0; stderr: %s", code, stderr.String())
+	}
+}
