@@ -36,19 +36,16 @@ type binaries struct {
 	mlockd, mlock, order string
 }
 
-// build builds mlockd, mlock and the Go worker into dir.
+// build builds mlockd, mlock and the Go worker into dir, in one go build.
 func build(t testing.TB, dir string) binaries {
 	t.Helper()
-	root := moduleRoot(t)
-	b := binaries{mlockd: filepath.Join(dir, "mlockd"), mlock: filepath.Join(dir, "mlock"), order: filepath.Join(dir, "order")}
-	for bin, pkg := range map[string]string{b.mlockd: "./cmd/mlockd", b.mlock: "./cmd/mlock", b.order: "./internal/scenario/testdata/order"} {
-		cmd := exec.Command("go", "build", "-o", bin, pkg)
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("go build %s: %v\n%s", pkg, err, out)
-		}
+	cmd := exec.Command("go", "build", "-o", dir+string(filepath.Separator),
+		"./cmd/mlockd", "./cmd/mlock", "./internal/scenario/testdata/order")
+	cmd.Dir = moduleRoot(t)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	return b
+	return binaries{mlockd: filepath.Join(dir, "mlockd"), mlock: filepath.Join(dir, "mlock"), order: filepath.Join(dir, "order")}
 }
 
 // cleanEnv is the environment without MLOCK_ variables, so that the
