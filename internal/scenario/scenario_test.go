@@ -7,10 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,8 +36,8 @@ type sizes struct {
 }
 
 var (
-	short = sizes{orders: 24, clusterOrders: 16, flashTTL: time.Second, cronSkip: 6, cronWait: 8,
-		nodes: 8, clusterNodes: 6, medusa: 6, clusterMedusa: 5, limit: 90 * time.Second}
+	short = sizes{orders: 24, clusterOrders: 24, flashTTL: time.Second, cronSkip: 6, cronWait: 8,
+		nodes: 8, clusterNodes: 6, medusa: 6, clusterMedusa: 6, limit: 90 * time.Second}
 	long = sizes{orders: 50, clusterOrders: 50, flashTTL: 2 * time.Second, cronSkip: 20, cronWait: 20,
 		nodes: 20, clusterNodes: 20, medusa: 12, clusterMedusa: 12, limit: 5 * time.Minute}
 )
@@ -314,25 +316,50 @@ func (s *scene) finish(t *testing.T, scenario string, ttl time.Duration, logPath
 func (s *scene) flashSale(t *testing.T, n int, ttl time.Duration, seed uint64) *result {
 	dir := t.TempDir()
 	logPath := filepath.Join(dir, "log")
-	rng := rand.New(rand.NewPCG(seed, 22))
 	var specs []spec
-	for i := range n {
-		skus := rng.Perm(5)[:1+rng.IntN(3)]
-		var res []string
-		for _, k := range skus {
-			res = append(res, fmt.Sprintf("sku:%d", k+1))
-		}
-		hold := time.Duration(50+rng.IntN(151)) * time.Millisecond
+	for i, o := range drawOrders(n, ttl, seed) {
 		query := ""
 		if len(s.tg.daemons) > 1 && i%2 == 1 {
 			query = "stay-on-node=1"
 		}
 		id := fmt.Sprintf("order%02d", i)
 		specs = append(specs, spec{id: id, role: waiter, ready: true, argv: []string{s.bins.order,
-			"-uri", s.tg.uri(i, query), "-id", id, "-resources", strings.Join(res, "|"), "-ttl", ttl.String(),
-			"-hold", hold.String(), "-timeout", "60s", "-log", logPath}})
+			"-uri", s.tg.uri(i, query), "-id", id, "-resources", o.resources, "-ttl", ttl.String(),
+			"-hold", o.hold.String(), "-timeout", "60s", "-log", logPath}})
 	}
 	return s.finish(t, "flash-sale", ttl, logPath, s.run(t, logPath, specs))
+}
+
+// order is one order of the flash sale.
+type order struct {
+	resources string // 1 to 3 of sku:1 to sku:5
+	hold      time.Duration
+}
+
+// drawOrders draws n orders from seed: each locks 1 to 3 distinct SKUs of
+// 5 and holds them 50 to 200 ms. The draw is made again (from the same
+// generator) until the busiest SKU has at least 1.5 ttl + 200 ms of holds:
+// the last order in its queue then waits more than the ttl, whatever the
+// order in which the orders ask.
+func drawOrders(n int, ttl time.Duration, seed uint64) []order {
+	rng := rand.New(rand.NewPCG(seed, 22))
+	for {
+		var orders []order
+		var load [5]time.Duration
+		for range n {
+			skus := rng.Perm(5)[:1+rng.IntN(3)]
+			hold := time.Duration(50+rng.IntN(151)) * time.Millisecond
+			var res []string
+			for _, k := range skus {
+				res = append(res, fmt.Sprintf("sku:%d", k+1))
+				load[k] += hold
+			}
+			orders = append(orders, order{resources: strings.Join(res, "|"), hold: hold})
+		}
+		if slices.Max(load[:]) >= ttl*3/2+200*time.Millisecond {
+			return orders
+		}
+	}
 }
 
 // cronJob is the job of the cron fleet: it writes the start and the end of
@@ -399,11 +426,13 @@ func findNode(t *testing.T) *nodeTools {
 			return n
 		}
 	}
-	// A build older than its sources would test old code.
+	// A build older than its sources would test old code. tsc rewrites its
+	// build info on every build that changed anything (not every output).
 	for _, pkg := range []string{"mlock", "locking-mlock"} {
-		dist, err := os.Stat(filepath.Join(js, "packages", pkg, "dist", "index.js"))
+		dist, err := os.Stat(filepath.Join(js, "packages", pkg, "dist", ".tsbuildinfo"))
 		if err != nil {
-			continue
+			n.missing = fmt.Sprintf("js/packages/%s/dist/.tsbuildinfo missing (run npm run build in js/)", pkg)
+			return n
 		}
 		srcs, _ := filepath.Glob(filepath.Join(js, "packages", pkg, "src", "*.ts"))
 		for _, src := range srcs {
@@ -480,4 +509,40 @@ func (s *scene) medusaExecute(t *testing.T, nt *nodeTools, n int, hold time.Dura
 		specs = append(specs, spec{id: id, role: waiter, ready: true, argv: []string{nt.node, script(t, "medusa.js"), arg}})
 	}
 	return s.finish(t, "medusa", time.Second, logPath, s.run(t, logPath, specs))
+}
+
+func TestDrawOrders(t *testing.T) {
+	for seed := range uint64(50) {
+		for _, c := range []struct {
+			n   int
+			ttl time.Duration
+		}{{24, time.Second}, {50, 2 * time.Second}} {
+			orders := drawOrders(c.n, c.ttl, seed)
+			if len(orders) != c.n {
+				t.Fatalf("seed %d: %d orders, want %d", seed, len(orders), c.n)
+			}
+			load := map[string]time.Duration{}
+			for _, o := range orders {
+				res := strings.Split(o.resources, "|")
+				if len(res) < 1 || len(res) > 3 || len(slices.Compact(slices.Sorted(slices.Values(res)))) != len(res) {
+					t.Fatalf("seed %d: order on %q: want 1 to 3 distinct SKUs", seed, o.resources)
+				}
+				for _, r := range res {
+					if !slices.Contains([]string{"sku:1", "sku:2", "sku:3", "sku:4", "sku:5"}, r) {
+						t.Fatalf("seed %d: order on %q: unknown SKU %q", seed, o.resources, r)
+					}
+					load[r] += o.hold
+				}
+				if o.hold < 50*time.Millisecond || o.hold > 200*time.Millisecond {
+					t.Fatalf("seed %d: hold %v: want 50 to 200 ms", seed, o.hold)
+				}
+			}
+			if busiest := slices.Max(slices.Collect(maps.Values(load))); busiest < c.ttl*3/2+200*time.Millisecond {
+				t.Fatalf("seed %d: the busiest SKU has %v of holds, want at least 1.5 ttl + 200ms", seed, busiest)
+			}
+			if again := drawOrders(c.n, c.ttl, seed); !slices.Equal(again, orders) {
+				t.Fatalf("seed %d: two draws differ", seed)
+			}
+		}
+	}
 }
