@@ -9,8 +9,9 @@
 //     200 ms, all asking at the same moment, so that the queues last far
 //     longer than the ttl;
 //   - the cron fleet: mlock run --skip-if-locked runs and waiting mlock run
-//     runs on one job, the job a sh -c that writes the start and end of its
-//     run to the log; every run must exit 0 (run, or skipped);
+//     runs (--timeout 60s) on one job, started in turn, the job a sh -c that
+//     writes the start and end of its run to the log and takes 150 ms; every
+//     run must exit 0 (run, or skipped), and at least one must be skipped;
 //   - the same with Node.js processes: the mlock npm package
 //     (js/packages/mlock, acquire with a ttl of 1 s, then a hold of 300 ms,
 //     then unlock), and Medusa's Locking Module (@medusajs/locking, loaded by
@@ -47,7 +48,11 @@
 // no lock handle). mlock run does not show its belief to its command: a run
 // whose grant arrives too short to use exits 125 (it refuses to start the
 // command), one that loses it exits 75; the table shows the server's lease
-// left at the start of the command instead (marked *).
+// left at the start of the command instead (marked *), not checked against
+// the two thirds: mlock run starts the command once it believes the lock
+// held for longer than its watchdog's lead (kill-after + 100 ms) + 100 ms,
+// renews it while the command runs, and the fork and exec of the command
+// come in between.
 //
 // # The checks
 //
@@ -61,9 +66,11 @@
 // worker ran its critical section whole, and the longest wait exceeds the
 // ttl (the scenario's premise: grants after waits longer than the lease).
 //
-// A short version runs by default (fewer processes and a ttl of 1 s for the
-// flash sale); the full counts (50 orders with a ttl of 2 s, 20 + 20 cron
-// runs, 20 Node.js processes, 12 Medusa checkouts, on both targets):
+// A short version runs by default (24 orders with a ttl of 1 s, 6 + 12 cron
+// runs with a ttl of 1 s, 8 Node.js processes, 6 on the cluster, and 6
+// Medusa checkouts); the full counts (50 orders with a ttl of 2 s, 20 + 20
+// cron runs with a ttl of 500 ms, 20 Node.js processes, 12 Medusa
+// checkouts, on both targets):
 //
 //	MLOCK_SCENARIO_LONG=1 go test ./internal/scenario/ -v -count=1 -timeout 30m
 //

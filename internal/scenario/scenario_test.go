@@ -30,15 +30,16 @@ type sizes struct {
 	orders, clusterOrders int           // flash sale
 	flashTTL              time.Duration // flash sale
 	cronSkip, cronWait    int           // cron fleet, each target
+	cronTTL               time.Duration // cron fleet
 	nodes, clusterNodes   int           // Node.js acquire
 	medusa, clusterMedusa int           // Medusa checkouts
 	limit                 time.Duration // bound on one scenario's processes
 }
 
 var (
-	short = sizes{orders: 24, clusterOrders: 24, flashTTL: time.Second, cronSkip: 6, cronWait: 8,
+	short = sizes{orders: 24, clusterOrders: 24, flashTTL: time.Second, cronSkip: 6, cronWait: 12, cronTTL: time.Second,
 		nodes: 8, clusterNodes: 6, medusa: 6, clusterMedusa: 6, limit: 90 * time.Second}
-	long = sizes{orders: 50, clusterOrders: 50, flashTTL: 2 * time.Second, cronSkip: 20, cronWait: 20,
+	long = sizes{orders: 50, clusterOrders: 50, flashTTL: 2 * time.Second, cronSkip: 20, cronWait: 20, cronTTL: 500 * time.Millisecond,
 		nodes: 20, clusterNodes: 20, medusa: 12, clusterMedusa: 12, limit: 5 * time.Minute}
 )
 
@@ -97,7 +98,7 @@ func TestScenarios(t *testing.T) {
 				record(t, sc.flashSale(t, orders, sz.flashTTL, seed))
 			})
 			t.Run("cron-fleet", func(t *testing.T) {
-				record(t, sc.cronFleet(t, sz.cronSkip, sz.cronWait, 500*time.Millisecond))
+				record(t, sc.cronFleet(t, sz.cronSkip, sz.cronWait, sz.cronTTL))
 			})
 			t.Run("node", func(t *testing.T) {
 				node.need(t)
@@ -364,8 +365,8 @@ func drawOrders(n int, ttl time.Duration, seed uint64) []order {
 
 // cronJob is the job of the cron fleet: it writes the start and the end of
 // its run to the log ($2) under its id ($1), with its fencing token, its
-// resources and its lease's end, and takes 100 ms.
-const cronJob = `echo "start $1 $(date +%s%N) $MLOCK_TOKEN $MLOCK_RESOURCES $MLOCK_EXPIRES_AT" >>"$2"; sleep 0.1; ` +
+// resources and its lease's end, and takes 150 ms.
+const cronJob = `echo "start $1 $(date +%s%N) $MLOCK_TOKEN $MLOCK_RESOURCES $MLOCK_EXPIRES_AT" >>"$2"; sleep 0.15; ` +
 	`echo "end $1 $(date +%s%N) $MLOCK_TOKEN $MLOCK_RESOURCES" >>"$2"`
 
 // cronFleet runs skips mlock run --skip-if-locked and waits waiting mlock
