@@ -67,10 +67,11 @@
 // ttl (the scenario's premise: grants after waits longer than the lease).
 //
 // A short version runs by default (24 orders with a ttl of 1 s, 6 + 12 cron
-// runs with a ttl of 1 s, 8 Node.js processes, 6 on the cluster, and 6
-// Medusa checkouts); the full counts (50 orders with a ttl of 2 s, 20 + 20
-// cron runs with a ttl of 500 ms, 20 Node.js processes, 12 Medusa
-// checkouts, on both targets):
+// runs with a ttl of 1 s, 8 Node.js processes, 6 on the cluster, and 4
+// Medusa checkouts holding 450 ms: loading Medusa costs about a second of
+// CPU per process); the full counts (50 orders with a ttl of 2 s, 20 + 20
+// cron runs with a ttl of 500 ms, 20 Node.js processes, 12 Medusa checkouts
+// holding 300 ms, on both targets):
 //
 //	MLOCK_SCENARIO_LONG=1 go test ./internal/scenario/ -v -count=1 -timeout 30m
 //

@@ -33,14 +33,15 @@ type sizes struct {
 	cronTTL               time.Duration // cron fleet
 	nodes, clusterNodes   int           // Node.js acquire
 	medusa, clusterMedusa int           // Medusa checkouts
+	medusaHold            time.Duration // Medusa checkouts
 	limit                 time.Duration // bound on one scenario's processes
 }
 
 var (
 	short = sizes{orders: 24, clusterOrders: 24, flashTTL: time.Second, cronSkip: 6, cronWait: 12, cronTTL: time.Second,
-		nodes: 8, clusterNodes: 6, medusa: 6, clusterMedusa: 6, limit: 90 * time.Second}
+		nodes: 8, clusterNodes: 6, medusa: 4, clusterMedusa: 4, medusaHold: 450 * time.Millisecond, limit: 90 * time.Second}
 	long = sizes{orders: 50, clusterOrders: 50, flashTTL: 2 * time.Second, cronSkip: 20, cronWait: 20, cronTTL: 500 * time.Millisecond,
-		nodes: 20, clusterNodes: 20, medusa: 12, clusterMedusa: 12, limit: 5 * time.Minute}
+		nodes: 20, clusterNodes: 20, medusa: 12, clusterMedusa: 12, medusaHold: 300 * time.Millisecond, limit: 5 * time.Minute}
 )
 
 // TestScenarios runs every scenario on one mlockd, then on a 3-node
@@ -106,7 +107,7 @@ func TestScenarios(t *testing.T) {
 			})
 			t.Run("medusa", func(t *testing.T) {
 				node.need(t)
-				record(t, sc.medusaExecute(t, node, medusa, 300*time.Millisecond))
+				record(t, sc.medusaExecute(t, node, medusa, sz.medusaHold))
 			})
 		})
 	}
