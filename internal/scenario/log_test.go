@@ -382,16 +382,15 @@ func (r *result) maxWait() time.Duration {
 const tableHeader = "target   scenario     procs grants skipped lost-on-arrival losses overlaps token-order bad-exits  wait-p50  wait-p99  wait-max   ttl  least-left (min)"
 
 func (r *result) row() string {
+	ms := func(d time.Duration) string { return d.Round(time.Millisecond).String() }
 	left := "-"
 	if r.leftKnown {
-		left = r.leastLeft.Round(time.Millisecond).String()
+		left = fmt.Sprintf("%s (%s)", ms(r.leastLeft), ms(usable(r.ttl)))
 		if r.serverLease {
-			left += "*"
+			left = ms(r.leastLeft) + "* (not checked)"
 		}
 	}
-	ms := func(d time.Duration) string { return d.Round(time.Millisecond).String() }
-	return fmt.Sprintf("%-8s %-12s %5d %6d %7d %15d %6d %8d %11d %9d %9s %9s %9s %5s  %s (%s)",
+	return fmt.Sprintf("%-8s %-12s %5d %6d %7d %15d %6d %8d %11d %9d %9s %9s %9s %5s  %s",
 		r.target, r.scenario, r.procs, r.grants, r.skipped, r.lostOnArrival, r.losses, r.overlaps, r.tokenInversions,
-		r.badExits, ms(percentile(r.waits, 50)), ms(percentile(r.waits, 99)), ms(r.maxWait()), r.ttl, left,
-		ms(usable(r.ttl)))
+		r.badExits, ms(percentile(r.waits, 50)), ms(percentile(r.waits, 99)), ms(r.maxWait()), r.ttl, left)
 }

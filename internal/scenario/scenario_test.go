@@ -81,7 +81,7 @@ func TestScenarios(t *testing.T) {
 		}
 		t.Logf("%s version, seed %d; least-left: the least time a grant was believed held when it reached the caller, "+
 			"(min) what it must be at least (2/3 of ttl - ttl/100 - 5ms); * the server's lease left when mlock run "+
-			"started its command\n%s", version, seed, strings.Join(rows, "\n"))
+			"started its command (mlock run checks its own belief: exit 125 if too short)\n%s", version, seed, strings.Join(rows, "\n"))
 	})
 
 	for _, topo := range []string{"single", "cluster"} {
