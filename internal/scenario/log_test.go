@@ -240,7 +240,7 @@ func analyze(target, scenario string, ttl time.Duration, procs []proc, evs []eve
 			w.errs = append(w.errs, e)
 		}
 	}
-	min := usable(ttl)
+	least := usable(ttl)
 	byRes := map[string][]section{}
 	for _, p := range procs {
 		w := ws[p.id]
@@ -268,9 +268,9 @@ func analyze(target, scenario string, ttl time.Duration, procs []proc, evs []eve
 			}
 		}
 		left, known := time.Duration(w.believed), w.grant != 0
-		if known && left < min {
+		if known && left < least {
 			arrival = true
-			bad("believed held only %v at arrival, under %v", left, min)
+			bad("believed held only %v at arrival, under %v", left, least)
 		}
 		if cron && w.expiresAt != 0 {
 			// Shown, not checked: mlock run starts its command once it
@@ -307,7 +307,15 @@ func analyze(target, scenario string, ttl time.Duration, procs []proc, evs []eve
 			end := w.end
 			if end == 0 {
 				bad("its critical section did not end")
-				end = math.MaxInt64 // it may still have run: overlaps count against it
+				// A worker that saw its loss stopped there; otherwise (a
+				// command stopped by mlock run, a process killed) it may
+				// have run on: overlaps count against it.
+				end = math.MaxInt64
+				for _, l := range w.losses {
+					if l.ns >= w.start {
+						end = min(end, l.ns)
+					}
+				}
 			}
 			for _, res := range w.resources {
 				byRes[res] = append(byRes[res], section{id: p.id, start: w.start, end: end, token: w.token})
