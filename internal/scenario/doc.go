@@ -1,0 +1,83 @@
+// Package scenario is the user-scenario suite: mlock used the way its users
+// use it, with separate processes (each its own session), on one mlockd and
+// on a 3-node cluster, all real processes on loopback. It has no code of its
+// own; its test builds mlockd, mlock and a small worker program
+// (testdata/order, on the Go client) and runs:
+//
+//   - the flash sale: orders, each its own process, on 5 hot SKUs, each
+//     locking 1 to 3 of them in one request (sku:1|sku:3), holding them 50 to
+//     200 ms, all asking at the same moment, so that the queues last far
+//     longer than the ttl;
+//   - the cron fleet: mlock run --skip-if-locked runs and waiting mlock run
+//     runs (--timeout 60s) on one job, started in turn, the job a sh -c that
+//     writes the start and end of its run to the log and takes 150 ms; every
+//     run must exit 0 (run, or skipped), and at least one must be skipped;
+//   - the same with Node.js processes: the mlock npm package
+//     (js/packages/mlock, acquire with a ttl of 1 s, then a hold of 300 ms,
+//     then unlock), and Medusa's Locking Module (@medusajs/locking, loaded by
+//     Medusa's module loader) with the locking-mlock provider: checkouts
+//     through execute with expire: 1 (testdata/node).
+//
+// The workers of a scenario connect first and wait for the test to close
+// their standard input, so that they all ask at once. On a cluster, worker i
+// is given every node's address starting with node i mod 3; odd Go workers
+// also stay on that node (stay-on-node=1), so that grants also reach
+// clients through followers.
+//
+// # The log
+//
+// Every worker appends to one shared log, one line per event, each line one
+// write to a file opened with O_APPEND; times are the wall clock in Unix ns:
+//
+//	ready ID NS                          connected, waiting for the start signal
+//	ask ID NS RESOURCES                  the lock request is sent
+//	grant ID NS BELIEVED TOKEN RESOURCES the grant reached the caller, believed
+//	                                     held for BELIEVED ns from then on
+//	start ID NS TOKEN RESOURCES [EXP]    the critical section starts (a cron
+//	                                     run: EXP is MLOCK_EXPIRES_AT, Unix ms)
+//	end ID NS TOKEN RESOURCES            the critical section ends, the lock
+//	                                     still believed held
+//	loss ID NS WHERE WHY...              the lock was lost: on arrival, during
+//	                                     the hold, or found gone by the unlock
+//	error ID NS WHAT...                  anything else that went wrong
+//	done ID NS                           unlocked
+//
+// BELIEVED is, for the Go client, time.Until(Lock.Deadline()) when Lock
+// returns, and for Node.js, lock.deadline - Date.now() when acquire resolves
+// (for Medusa, in a wrapper of the client's acquire: the provider's job gets
+// no lock handle). mlock run does not show its belief to its command: a run
+// whose grant arrives too short to use exits 125 (it refuses to start the
+// command), one that loses it exits 75; the table shows the server's lease
+// left at the start of the command instead (marked *), not checked against
+// the two thirds: mlock run starts the command once it believes the lock
+// held for longer than its watchdog's lead (kill-after + 100 ms) + 100 ms,
+// renews it while the command runs, and the fork and exec of the command
+// come in between.
+//
+// # The checks
+//
+// For each scenario and target the test prints a row: processes, grants,
+// skipped cron runs, grants lost on arrival (lost, or believed for less than
+// two thirds of ttl - ttl/100 - 5 ms when they arrive), losses during the
+// hold, overlapping critical sections on one resource, fencing tokens out of
+// order along a resource's sections, unexpected exit statuses, the wait p50,
+// p99 and maximum, the ttl and the least time believed at arrival. It fails
+// unless every count of trouble is 0, every process exits 0, every waiting
+// worker ran its critical section whole, and the longest wait exceeds the
+// ttl (the scenario's premise: grants after waits longer than the lease).
+//
+// A short version runs by default (24 orders with a ttl of 1 s, 6 + 12 cron
+// runs with a ttl of 1 s, 8 Node.js processes, 6 on the cluster, and 4
+// Medusa checkouts holding 450 ms: loading Medusa costs about a second of
+// CPU per process); the full counts (50 orders with a ttl of 2 s, 20 + 20
+// cron runs with a ttl of 500 ms, 20 Node.js processes, 12 Medusa checkouts
+// holding 300 ms, on both targets):
+//
+//	MLOCK_SCENARIO_LONG=1 go test ./internal/scenario/ -v -count=1 -timeout 30m
+//
+// The Node.js scenarios need node and the built packages (npm ci and npm run
+// build in js/); without them they skip, except in CI (CI=true or
+// CI_REQUIRE_NODE=1), where they fail. -short skips the whole suite. Linux
+// and the BSDs only (process groups); every process is stopped by its
+// process id at the end of the test.
+package scenario

@@ -1,0 +1,550 @@
+//go:build unix
+
+package scenario
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// sizes are a run's counts.
+type sizes struct {
+	orders, clusterOrders int           // flash sale
+	flashTTL              time.Duration // flash sale
+	cronSkip, cronWait    int           // cron fleet, each target
+	cronTTL               time.Duration // cron fleet
+	nodes, clusterNodes   int           // Node.js acquire
+	medusa, clusterMedusa int           // Medusa checkouts
+	medusaHold            time.Duration // Medusa checkouts
+	limit                 time.Duration // bound on one scenario's processes
+}
+
+var (
+	short = sizes{orders: 24, clusterOrders: 24, flashTTL: time.Second, cronSkip: 6, cronWait: 12, cronTTL: time.Second,
+		nodes: 8, clusterNodes: 6, medusa: 4, clusterMedusa: 4, medusaHold: 450 * time.Millisecond, limit: 90 * time.Second}
+	long = sizes{orders: 50, clusterOrders: 50, flashTTL: 2 * time.Second, cronSkip: 20, cronWait: 20, cronTTL: 500 * time.Millisecond,
+		nodes: 20, clusterNodes: 20, medusa: 12, clusterMedusa: 12, medusaHold: 300 * time.Millisecond, limit: 5 * time.Minute}
+)
+
+// TestScenarios runs every scenario on one mlockd, then on a 3-node
+// cluster, and prints their table (see the package documentation).
+func TestScenarios(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: skipping the user-scenario suite")
+	}
+	sz, version := short, "short"
+	if os.Getenv("MLOCK_SCENARIO_LONG") == "1" {
+		sz, version = long, "long (MLOCK_SCENARIO_LONG=1)"
+	}
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("MLOCK_SCENARIO_SEED"); s != "" {
+		var err error
+		if seed, err = strconv.ParseUint(s, 10, 64); err != nil {
+			t.Fatalf("MLOCK_SCENARIO_SEED %q: %v", s, err)
+		}
+	}
+	t.Logf("%s version, seed %d (MLOCK_SCENARIO_SEED=%d replays the flash sale's orders)", version, seed, seed)
+	bins := build(t, t.TempDir())
+	node := findNode(t)
+
+	var mu sync.Mutex
+	var results []*result
+	record := func(t *testing.T, r *result) {
+		t.Logf("\n%s\n%s", tableHeader, r.row())
+		mu.Lock()
+		results = append(results, r)
+		mu.Unlock()
+		check(t, r)
+	}
+	t.Cleanup(func() {
+		rows := []string{tableHeader}
+		for _, r := range results {
+			rows = append(rows, r.row())
+		}
+		t.Logf("%s version, seed %d; least-left: the least time a grant was believed held when it reached the caller, "+
+			"(min) what it must be at least (2/3 of ttl - ttl/100 - 5ms); * the server's lease left when mlock run "+
+			"started its command (mlock run checks its own belief: exit 125 if too short)\n%s", version, seed, strings.Join(rows, "\n"))
+	})
+
+	for _, topo := range []string{"single", "cluster"} {
+		t.Run(topo, func(t *testing.T) {
+			var tg *target
+			orders, nodes, medusa := sz.orders, sz.nodes, sz.medusa
+			if topo == "single" {
+				tg = startSingle(t, bins.mlockd)
+			} else {
+				tg = startCluster(t, bins.mlockd)
+				orders, nodes, medusa = sz.clusterOrders, sz.clusterNodes, sz.clusterMedusa
+			}
+			sc := &scene{bins: bins, tg: tg, limit: sz.limit}
+			t.Run("flash-sale", func(t *testing.T) {
+				record(t, sc.flashSale(t, orders, sz.flashTTL, seed))
+			})
+			t.Run("cron-fleet", func(t *testing.T) {
+				record(t, sc.cronFleet(t, sz.cronSkip, sz.cronWait, sz.cronTTL))
+			})
+			t.Run("node", func(t *testing.T) {
+				node.need(t)
+				record(t, sc.nodeAcquire(t, node, nodes, time.Second, 300*time.Millisecond))
+			})
+			t.Run("medusa", func(t *testing.T) {
+				node.need(t)
+				record(t, sc.medusaExecute(t, node, medusa, sz.medusaHold))
+			})
+		})
+	}
+}
+
+// check fails t unless r shows no trouble and the scenario's premise held.
+func check(t *testing.T, r *result) {
+	t.Helper()
+	for _, p := range r.problems {
+		t.Error(p)
+	}
+	if r.lostOnArrival != 0 || r.losses != 0 || r.overlaps != 0 || r.tokenInversions != 0 || r.badExits != 0 {
+		t.Errorf("%s on %s: %d lost on arrival, %d losses, %d overlaps, %d tokens out of order, %d bad exits: want 0 each",
+			r.scenario, r.target, r.lostOnArrival, r.losses, r.overlaps, r.tokenInversions, r.badExits)
+	}
+	if r.maxWait() <= r.ttl {
+		t.Errorf("%s on %s: the longest wait %v is not longer than the ttl %v: the scenario did not test grants after long waits",
+			r.scenario, r.target, r.maxWait(), r.ttl)
+	}
+}
+
+// scene runs the scenarios on one target.
+type scene struct {
+	bins  binaries
+	tg    *target
+	limit time.Duration
+}
+
+// spec is one process to run.
+type spec struct {
+	id    string
+	role  role
+	argv  []string
+	ready bool // it writes a ready line, then waits for its standard input to close
+}
+
+// run starts the processes of specs, all at once, with the log at logPath:
+// those that take a start signal are started first and given it together
+// once every one of them is ready. It waits (at most s.limit) for every
+// process to exit and returns what it saw of them.
+func (s *scene) run(t *testing.T, logPath string, specs []spec) []proc {
+	t.Helper()
+	dir := filepath.Dir(logPath)
+	procs := make([]proc, len(specs))
+	cmds := make([]*exec.Cmd, len(specs))
+	dones := make([]chan struct{}, len(specs))
+	var stdins []io.WriteCloser
+	// Every process is in a process group of its own, led by it: a kill
+	// ends what it started too (mlock run's command).
+	kill := func() {
+		for i, cmd := range cmds {
+			if cmd == nil || cmd.Process == nil {
+				continue
+			}
+			select {
+			case <-dones[i]:
+			default:
+				_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			}
+		}
+	}
+	waitAll := func(d time.Duration) bool {
+		timer := time.NewTimer(d)
+		defer timer.Stop()
+		for i := range cmds {
+			if dones[i] == nil {
+				continue
+			}
+			select {
+			case <-dones[i]:
+			case <-timer.C:
+				return false
+			}
+		}
+		return true
+	}
+	t.Cleanup(func() {
+		kill()
+		waitAll(10 * time.Second)
+	})
+	start := func(i int) {
+		sp := specs[i]
+		cmd := exec.Command(sp.argv[0], sp.argv[1:]...)
+		cmd.Env = cleanEnv()
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		out, err := os.Create(filepath.Join(dir, sp.id+".out"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer out.Close()
+		cmd.Stdout, cmd.Stderr = out, out
+		if sp.ready {
+			w, err := cmd.StdinPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			stdins = append(stdins, w)
+		}
+		procs[i] = proc{id: sp.id, role: sp.role, launched: time.Now().UnixNano(), exit: -1}
+		if err := cmd.Start(); err != nil {
+			t.Fatalf("starting %s: %v", sp.id, err)
+		}
+		cmds[i], dones[i] = cmd, make(chan struct{})
+		go func(done chan struct{}) {
+			_ = cmd.Wait()
+			close(done)
+		}(dones[i])
+	}
+	// The workers that take a start signal: start them, wait until all are
+	// ready, then close their standard input together.
+	want := 0
+	for i, sp := range specs {
+		if sp.ready {
+			start(i)
+			want++
+		}
+	}
+	if want > 0 {
+		if err := s.waitReady(logPath, specs, dones, want); err != nil {
+			kill()
+			waitAll(10 * time.Second)
+			t.Fatalf("%v\n%s\n%s", err, outputs(dir, specs), s.tg.logTails())
+		}
+		for _, w := range stdins {
+			w.Close()
+		}
+	}
+	for i, sp := range specs {
+		if !sp.ready {
+			start(i)
+		}
+	}
+	if !waitAll(s.limit) {
+		kill()
+		waitAll(10 * time.Second)
+		t.Fatalf("the processes did not all exit within %v\n%s\n%s", s.limit, outputs(dir, specs), s.tg.logTails())
+	}
+	for i, cmd := range cmds {
+		procs[i].exit = cmd.ProcessState.ExitCode()
+		out, _ := os.ReadFile(filepath.Join(dir, specs[i].id+".out"))
+		procs[i].stderr = string(out)
+	}
+	return procs
+}
+
+// waitReady waits (at most a minute) until the log holds a ready line of
+// each of the want processes that take a start signal.
+func (s *scene) waitReady(logPath string, specs []spec, dones []chan struct{}, want int) error {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		ready := map[string]bool{}
+		data, err := os.ReadFile(logPath)
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		for line := range strings.Lines(string(data)) {
+			if f := strings.Fields(line); len(f) >= 2 && f[0] == "ready" {
+				ready[f[1]] = true
+			}
+		}
+		if len(ready) == want {
+			return nil
+		}
+		for i, d := range dones {
+			if d == nil || ready[specs[i].id] {
+				continue
+			}
+			select {
+			case <-d:
+				return fmt.Errorf("%s exited before it was ready", specs[i].id)
+			default:
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("only %d of %d workers ready after a minute", len(ready), want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// outputs returns the last lines of every process's output.
+func outputs(dir string, specs []spec) string {
+	var b strings.Builder
+	for _, sp := range specs {
+		if out := tail(filepath.Join(dir, sp.id+".out"), 5); out != "" {
+			fmt.Fprintf(&b, "---- %s\n%s\n", sp.id, out)
+		}
+	}
+	return b.String()
+}
+
+// finish reads the log and analyzes it.
+func (s *scene) finish(t *testing.T, scenario string, ttl time.Duration, logPath string, procs []proc) *result {
+	t.Helper()
+	evs, err := readLog(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := analyze(s.tg.name, scenario, ttl, procs, evs)
+	if len(r.problems) > 0 {
+		t.Logf("servers' logs:\n%s", s.tg.logTails())
+	}
+	return r
+}
+
+// flashSale runs n orders on 5 hot SKUs, each locking 1 to 3 of them and
+// holding them 50 to 200 ms, all asking at once.
+func (s *scene) flashSale(t *testing.T, n int, ttl time.Duration, seed uint64) *result {
+	dir := t.TempDir()
+	logPath := filepath.Join(dir, "log")
+	var specs []spec
+	for i, o := range drawOrders(n, ttl, seed) {
+		query := ""
+		if len(s.tg.daemons) > 1 && i%2 == 1 {
+			query = "stay-on-node=1"
+		}
+		id := fmt.Sprintf("order%02d", i)
+		specs = append(specs, spec{id: id, role: waiter, ready: true, argv: []string{s.bins.order,
+			"-uri", s.tg.uri(i, query), "-id", id, "-resources", o.resources, "-ttl", ttl.String(),
+			"-hold", o.hold.String(), "-timeout", "60s", "-log", logPath}})
+	}
+	return s.finish(t, "flash-sale", ttl, logPath, s.run(t, logPath, specs))
+}
+
+// order is one order of the flash sale.
+type order struct {
+	resources string // 1 to 3 of sku:1 to sku:5
+	hold      time.Duration
+}
+
+// drawOrders draws n orders from seed: each locks 1 to 3 distinct SKUs of
+// 5 and holds them 50 to 200 ms. The draw is made again (from the same
+// generator) until the busiest SKU has at least 1.5 ttl + 200 ms of holds:
+// the last order in its queue then waits more than the ttl, whatever the
+// order in which the orders ask.
+func drawOrders(n int, ttl time.Duration, seed uint64) []order {
+	rng := rand.New(rand.NewPCG(seed, 22))
+	for {
+		var orders []order
+		var load [5]time.Duration
+		for range n {
+			skus := rng.Perm(5)[:1+rng.IntN(3)]
+			hold := time.Duration(50+rng.IntN(151)) * time.Millisecond
+			var res []string
+			for _, k := range skus {
+				res = append(res, fmt.Sprintf("sku:%d", k+1))
+				load[k] += hold
+			}
+			orders = append(orders, order{resources: strings.Join(res, "|"), hold: hold})
+		}
+		if slices.Max(load[:]) >= ttl*3/2+200*time.Millisecond {
+			return orders
+		}
+	}
+}
+
+// cronJob is the job of the cron fleet: it writes the start and the end of
+// its run to the log ($2) under its id ($1), with its fencing token, its
+// resources and its lease's end, and takes 150 ms.
+const cronJob = `echo "start $1 $(date +%s%N) $MLOCK_TOKEN $MLOCK_RESOURCES $MLOCK_EXPIRES_AT" >>"$2"; sleep 0.15; ` +
+	`echo "end $1 $(date +%s%N) $MLOCK_TOKEN $MLOCK_RESOURCES" >>"$2"`
+
+// cronFleet runs skips mlock run --skip-if-locked and waits waiting mlock
+// run on one job, started in turn, all at once.
+func (s *scene) cronFleet(t *testing.T, skips, waits int, ttl time.Duration) *result {
+	dir := t.TempDir()
+	logPath := filepath.Join(dir, "log")
+	var specs []spec
+	for i := range max(skips, waits) {
+		for _, r := range []role{waiter, skipper} {
+			if (r == waiter && i >= waits) || (r == skipper && i >= skips) {
+				continue
+			}
+			id := fmt.Sprintf("wait%02d", i)
+			flags := []string{"--timeout", "60s"}
+			if r == skipper {
+				id, flags = fmt.Sprintf("skip%02d", i), []string{"--skip-if-locked"}
+			}
+			argv := append([]string{s.bins.mlock, "run", "--uri", s.tg.uri(len(specs), ""), "--ttl", ttl.String(), "--quiet"}, flags...)
+			argv = append(argv, "cron:nightly", "--", "sh", "-c", cronJob, "sh", id, logPath)
+			specs = append(specs, spec{id: id, role: r, argv: argv})
+		}
+	}
+	r := s.finish(t, "cron-fleet", ttl, logPath, s.run(t, logPath, specs))
+	if r.skipped == 0 {
+		t.Errorf("no --skip-if-locked run was skipped: the fleet did not contend")
+	}
+	return r
+}
+
+// nodeTools are node and the built Node.js packages, or why they are
+// missing.
+type nodeTools struct {
+	node, js string
+	missing  string
+}
+
+// findNode looks for node, npm and the built packages in js/.
+func findNode(t *testing.T) *nodeTools {
+	js := filepath.Join(moduleRoot(t), "js")
+	n := &nodeTools{js: js}
+	for _, tool := range []string{"npm", "node"} {
+		p, err := exec.LookPath(tool)
+		if err != nil {
+			n.missing = tool + " not found"
+		}
+		if tool == "node" {
+			n.node = p
+		}
+	}
+	if n.missing != "" {
+		return n
+	}
+	for _, f := range []string{"node_modules/@medusajs/locking/package.json", "packages/mlock/dist/index.js",
+		"packages/locking-mlock/dist/index.js"} {
+		if _, err := os.Stat(filepath.Join(js, f)); err != nil {
+			n.missing = "js/" + f + " missing (run npm ci --no-audit --no-fund and npm run build in js/)"
+			return n
+		}
+	}
+	// A build older than its sources would test old code. tsc rewrites its
+	// build info on every build that changed anything (not every output).
+	for _, pkg := range []string{"mlock", "locking-mlock"} {
+		dist, err := os.Stat(filepath.Join(js, "packages", pkg, "dist", ".tsbuildinfo"))
+		if err != nil {
+			n.missing = fmt.Sprintf("js/packages/%s/dist/.tsbuildinfo missing (run npm run build in js/)", pkg)
+			return n
+		}
+		srcs, _ := filepath.Glob(filepath.Join(js, "packages", pkg, "src", "*.ts"))
+		for _, src := range srcs {
+			if st, err := os.Stat(src); err == nil && st.ModTime().After(dist.ModTime()) {
+				n.missing = fmt.Sprintf("js/packages/%s/dist is older than %s (run npm run build in js/)",
+					pkg, filepath.Base(src))
+				return n
+			}
+		}
+	}
+	return n
+}
+
+// need skips t (fails it in CI) when node or the built packages are missing.
+func (n *nodeTools) need(t *testing.T) {
+	t.Helper()
+	if n.missing == "" {
+		return
+	}
+	if os.Getenv("CI") == "true" || os.Getenv("CI_REQUIRE_NODE") == "1" {
+		t.Fatalf("%s: the Node.js scenarios are required in CI", n.missing)
+	}
+	t.Skipf("%s: skipping the Node.js scenarios", n.missing)
+}
+
+// script is the path of a Node.js worker script of testdata/node.
+func script(t *testing.T, name string) string {
+	p, err := filepath.Abs(filepath.Join("testdata", "node", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// jsonArg is v as the worker scripts' one argument.
+func jsonArg(t *testing.T, v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// nodeAcquire runs n Node.js processes that acquire one hot resource with
+// ttl, hold it and unlock, all asking at once.
+func (s *scene) nodeAcquire(t *testing.T, nt *nodeTools, n int, ttl, hold time.Duration) *result {
+	dir := t.TempDir()
+	logPath := filepath.Join(dir, "log")
+	var specs []spec
+	for i := range n {
+		id := fmt.Sprintf("node%02d", i)
+		arg := jsonArg(t, map[string]any{"pkg": filepath.Join(nt.js, "packages", "mlock"), "uri": s.tg.uri(i, ""),
+			"id": id, "resources": "hot", "ttl": ttl.Milliseconds(), "hold": hold.Milliseconds(), "timeout": 60000, "log": logPath})
+		specs = append(specs, spec{id: id, role: waiter, ready: true, argv: []string{nt.node, script(t, "acquire.js"), arg}})
+	}
+	return s.finish(t, "node", ttl, logPath, s.run(t, logPath, specs))
+}
+
+// medusaExecute runs n Medusa checkouts, each its own process: execute on
+// product:1 (and product:2 for every other one) with expire: 1, the job
+// holding the keys for hold, all asking at once.
+func (s *scene) medusaExecute(t *testing.T, nt *nodeTools, n int, hold time.Duration) *result {
+	dir := t.TempDir()
+	logPath := filepath.Join(dir, "log")
+	var specs []spec
+	for i := range n {
+		id := fmt.Sprintf("medusa%02d", i)
+		keys := []string{"product:1"}
+		if i%2 == 1 {
+			keys = append(keys, "product:2")
+		}
+		arg := jsonArg(t, map[string]any{"js": nt.js, "uri": s.tg.uri(i, ""), "id": id, "keys": keys, "expire": 1,
+			"hold": hold.Milliseconds(), "timeout": 60, "log": logPath})
+		specs = append(specs, spec{id: id, role: waiter, ready: true, argv: []string{nt.node, script(t, "medusa.js"), arg}})
+	}
+	return s.finish(t, "medusa", time.Second, logPath, s.run(t, logPath, specs))
+}
+
+func TestDrawOrders(t *testing.T) {
+	for seed := range uint64(50) {
+		for _, c := range []struct {
+			n   int
+			ttl time.Duration
+		}{{24, time.Second}, {50, 2 * time.Second}} {
+			orders := drawOrders(c.n, c.ttl, seed)
+			if len(orders) != c.n {
+				t.Fatalf("seed %d: %d orders, want %d", seed, len(orders), c.n)
+			}
+			load := map[string]time.Duration{}
+			for _, o := range orders {
+				res := strings.Split(o.resources, "|")
+				if len(res) < 1 || len(res) > 3 || len(slices.Compact(slices.Sorted(slices.Values(res)))) != len(res) {
+					t.Fatalf("seed %d: order on %q: want 1 to 3 distinct SKUs", seed, o.resources)
+				}
+				for _, r := range res {
+					if !slices.Contains([]string{"sku:1", "sku:2", "sku:3", "sku:4", "sku:5"}, r) {
+						t.Fatalf("seed %d: order on %q: unknown SKU %q", seed, o.resources, r)
+					}
+					load[r] += o.hold
+				}
+				if o.hold < 50*time.Millisecond || o.hold > 200*time.Millisecond {
+					t.Fatalf("seed %d: hold %v: want 50 to 200 ms", seed, o.hold)
+				}
+			}
+			if busiest := slices.Max(slices.Collect(maps.Values(load))); busiest < c.ttl*3/2+200*time.Millisecond {
+				t.Fatalf("seed %d: the busiest SKU has %v of holds, want at least 1.5 ttl + 200ms", seed, busiest)
+			}
+			if again := drawOrders(c.n, c.ttl, seed); !slices.Equal(again, orders) {
+				t.Fatalf("seed %d: two draws differ", seed)
+			}
+		}
+	}
+}

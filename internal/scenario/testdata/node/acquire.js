@@ -1,0 +1,69 @@
+'use strict';
+// The Node.js worker of the scenario suite: one process, so one session of
+// its own, that acquires its resources with the mlock package, holds them
+// and unlocks, writing what it sees to the shared log.
+//
+//   node acquire.js '{"pkg":"<js/packages/mlock>","uri":"mlock://...","id":"n1",
+//                     "resources":"hot","ttl":1000,"hold":300,"timeout":60000,"log":"<file>"}'
+//
+// Exit status: 0 held for the whole hold and unlocked; 3 the lock was lost
+// (on arrival, during the hold, or found gone by the unlock); 4 not granted
+// or another error.
+const { openLog, startSignal, sleep, message } = require('./common');
+
+async function main() {
+  const a = JSON.parse(process.argv[2]);
+  const log = openLog(a.log, a.id);
+  const Mlock = require(a.pkg);
+  const client = new Mlock(a.uri);
+  try {
+    await client.ping();
+  } catch (e) {
+    log('error', 'ping:', message(e));
+    return 4;
+  }
+  log('ready');
+  await startSignal();
+  log('ask', a.resources);
+  let lock;
+  try {
+    lock = await client.acquire(a.resources, { ttl: a.ttl, timeout: a.timeout });
+  } catch (e) {
+    log('error', 'acquire:', message(e));
+    return 4;
+  }
+  // The grant as it reaches the caller: how long the client believes it held.
+  const deadline = lock.deadline;
+  const believedNs = deadline === 0 ? 0 : Math.round((deadline - Date.now()) * 1e6);
+  log('grant', believedNs, lock.token, a.resources);
+  if (!lock.held) {
+    log('loss', 'arrival', message(lock.error));
+    return 3;
+  }
+  log('start', lock.token, a.resources);
+  const lost = new AbortController();
+  lock.lost.then(() => lost.abort());
+  await sleep(a.hold, lost.signal);
+  if (!lock.held || lock.deadline <= Date.now()) {
+    log('loss', 'hold', message(lock.error));
+    return 3;
+  }
+  log('end', lock.token, a.resources);
+  try {
+    await lock.unlock();
+  } catch (e) {
+    log(e && e.type === 'lost' ? 'loss' : 'error', 'unlock', message(e));
+    return e && e.type === 'lost' ? 3 : 4;
+  }
+  log('done');
+  client.destroy();
+  return 0;
+}
+
+main().then(
+  (code) => process.exit(code),
+  (e) => {
+    console.error(e);
+    process.exit(4);
+  },
+);

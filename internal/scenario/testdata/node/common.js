@@ -1,0 +1,42 @@
+'use strict';
+// Shared by the Node.js workers of the scenario suite: the shared log (one
+// write per line to a file opened for appending) and the start signal (the
+// test closes the worker's standard input once every worker is ready).
+const fs = require('node:fs');
+
+// Wall clock in ns with sub-millisecond precision: performance.timeOrigin is
+// the wall clock at the start of the process, performance.now() the
+// monotonic time since.
+function nowNs() {
+  const ms = performance.timeOrigin + performance.now();
+  return BigInt(Math.floor(ms)) * 1000000n + BigInt(Math.round((ms % 1) * 1e6));
+}
+
+function openLog(path, id) {
+  const fd = fs.openSync(path, 'a');
+  return (kind, ...fields) => {
+    const line = [kind, id, nowNs().toString(), ...fields.map((f) => String(f).replace(/\n/g, ' '))].join(' ') + '\n';
+    fs.writeSync(fd, line);
+  };
+}
+
+function startSignal() {
+  return new Promise((resolve) => {
+    process.stdin.on('end', resolve);
+    process.stdin.on('error', resolve);
+    process.stdin.resume();
+  });
+}
+
+const sleep = (ms, signal) =>
+  new Promise((resolve) => {
+    const t = setTimeout(resolve, ms);
+    signal?.addEventListener('abort', () => {
+      clearTimeout(t);
+      resolve();
+    });
+  });
+
+const message = (e) => (e instanceof Error ? `${e.name}: ${e.message}` : String(e));
+
+module.exports = { nowNs, openLog, startSignal, sleep, message };
