@@ -77,7 +77,7 @@ type Config struct {
 	// the entry of that name marked "cert"; without, a principal that may
 	// lock any resource and does not administer. Without an AuthFile, a
 	// client without a certificate is refused (authentication required!),
-	// on loopback too. Needs TLSCertFile.
+	// on loopback too. Needs TLSCertFile. Reload reads it again.
 	TLSClientCAFile string
 	// Logger receives the server's logs. Default: discard.
 	Logger *slog.Logger

@@ -136,11 +136,12 @@ func authField(f [][]byte) ([]byte, bool) {
 	return nil, false
 }
 
-// Reload reads the auth file and the TLS certificate and key again (mlockd
-// does it on SIGHUP). New connections see the result; established ones keep
-// their principal and their TLS session. On an error nothing changes for
+// Reload reads the auth file, the TLS certificate and key and the client CA
+// file again (mlockd does it on SIGHUP). New connections see the result;
+// established ones keep their TLS session, and their sessions take the new
+// rights and quotas of their principal. On an error nothing changes for
 // that part: a bad auth file keeps the old principals, a bad certificate
-// the old one.
+// the old one, a bad client CA file the old CAs.
 func (s *Server) Reload() error {
 	var errs []error
 	if s.cfg.AuthFile != "" {
@@ -156,7 +157,7 @@ func (s *Server) Reload() error {
 		if err := s.certs.Reload(); err != nil {
 			errs = append(errs, fmt.Errorf("server: reloading the TLS certificate: %w", err))
 		} else {
-			s.log.Info("TLS certificate reloaded", "cert", s.cfg.TLSCertFile)
+			s.log.Info("TLS certificate reloaded", "cert", s.cfg.TLSCertFile, "client-ca", s.cfg.TLSClientCAFile)
 		}
 	}
 	return errors.Join(errs...)
