@@ -36,10 +36,13 @@ type conn struct {
 	sess  *session // guarded by the core: set by connect
 	dirty bool     // guarded by the core: in srv.dirty
 	told  bool     // guarded by the core: Shutdown told its holder and waits for bye or the end of the connection
-	// unauthed: guarded by the core: counted in srv.unauthed (accepted, no
-	// successful connect yet).
+	// unauthed: guarded by the core: counted in srv.unauthed and in the
+	// pre-handshake pool, pre (accepted, no successful connect yet).
 	unauthed bool
-	plain    bool // guarded by the core: an unframed status request, not a protocol client
+	pre      preLinks
+	evicted  bool   // guarded by the core: evicted from the pre-handshake pool; it handles nothing more
+	counted  string // guarded by the core: the principal whose connections count it ("": none)
+	plain    bool   // guarded by the core: an unframed status request, not a protocol client
 
 	// out queues the frames for the client (at most MaxPendingOutput
 	// bytes); the reader flushes its own replies at the end of a read
@@ -121,29 +124,43 @@ func (s *Server) accept(nc net.Conn) {
 	}
 	c := s.newConn(nc, nc.RemoteAddr().String())
 	c.ip = ip
+	if s.tlsConf != nil {
+		// Before the conn is shared: an eviction may end it at once.
+		c.nc = tls.Server(nc, s.tlsConf)
+		c.rw = c.nc
+	} else if raw, ok := rawio.New(nc); ok {
+		c.rw = raw
+	}
 	key := ipKey(ip)
 	closed := false
 	s.batch(func(tx *core.Tx) {
 		// Shutdown sets closed before its batch closes every conn.
 		closed = s.closed.Load()
+		full := len(s.conns)-s.evicting >= s.cfg.MaxConns
 		switch {
 		case closed:
 			return
 		case refuse != protocol.CodeUnknown:
 			s.counters.authFailed++
-		case len(s.conns) >= s.cfg.MaxConns || s.unauthed >= s.cfg.MaxUnauthenticated:
+		case full && s.pre.head == nil:
 			s.counters.rejected++
 			refuse = protocol.CodeTooManyConnections
 		case key.IsValid() && s.perIP[key] >= s.cfg.MaxConnsPerIP:
 			s.counters.rejectedPerIP++
 			refuse = protocol.CodeTooManyFromAddr
 		default:
+			// A full pool (limits.go) makes room: the newcomer takes the
+			// place of the oldest pre-handshake connection.
+			if v := s.preVictimLocked(ip); v != nil {
+				s.evictLocked(tx.Now(), v)
+			} else if full {
+				s.evictLocked(tx.Now(), s.pre.head)
+			}
 			s.conns[c] = struct{}{}
 			if key.IsValid() {
 				s.perIP[key]++
 			}
-			s.unauthed++
-			c.unauthed = true
+			s.enterPreLocked(c)
 			s.counters.conns++
 			s.wg.Add(2)
 			if s.cl != nil {
@@ -163,12 +180,6 @@ func (s *Server) accept(nc net.Conn) {
 		}
 		nc.Close()
 		return
-	}
-	if s.tlsConf != nil {
-		c.nc = tls.Server(nc, s.tlsConf)
-		c.rw = c.nc
-	} else if raw, ok := rawio.New(nc); ok {
-		c.rw = raw
 	}
 	go c.readLoop()
 	go c.writeLoop()
@@ -488,9 +499,11 @@ func (c *conn) cleanup() {
 				delete(s.perIP, key)
 			}
 		}
-		if c.unauthed {
-			c.unauthed = false
-			s.unauthed--
+		s.leavePreLocked(c)
+		s.uncountLocked(c)
+		if c.evicted {
+			c.evicted = false
+			s.evicting--
 		}
 		if c.told {
 			// Shutdown was waiting for this connection to end. Only a bye

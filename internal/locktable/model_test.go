@@ -389,6 +389,9 @@ func (m *model) check() {
 			groupSessions++
 		}
 	}
+	if got := m.tab.GroupSessions("g"); got != groupSessions {
+		m.t.Fatalf("group g has %d sessions in the engine, model %d", got, groupSessions)
+	}
 	if got := m.tab.GroupRequests("g"); got != inGroup {
 		m.t.Fatalf("group g has %d live requests in the engine, model %d", got, inGroup)
 	}

@@ -521,6 +521,15 @@ func (t *Table) newSession(id string) *session {
 	return s
 }
 
+// GroupSessions returns the sessions (attached or in their grace period)
+// whose id starts with name and a NUL byte. O(1).
+func (t *Table) GroupSessions(name string) int {
+	if g := t.groups[name]; g != nil {
+		return g.sessions
+	}
+	return 0
+}
+
 // GroupRequests returns the live requests (held and waiting) of the
 // sessions whose id starts with name and a NUL byte: the server scopes the
 // sessions of a principal so, and caps the principal's requests with it.
