@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"net/netip"
 	"strings"
 	"time"
@@ -356,3 +357,46 @@ func (s *Server) logRefusal(now int64, msg string, attrs ...any) {
 	r.last, r.dropped = now, 0
 	s.log.Warn(msg, attrs...)
 }
+
+// HTTPAdmin reports whether an HTTP request comes from an administrator of
+// the auth file: an admin principal's bearer token ("Authorization: Bearer
+// <name>:<token>"), its name and token as Basic credentials, or, on a TLS
+// listener with client CAs, a verified client certificate of an admin
+// principal marked cert. A token is accepted only from its principal's
+// from= networks, as on the lock port. Without an auth file nobody is (no
+// principal administers). It is safe for concurrent use.
+func (s *Server) HTTPAdmin(r *http.Request) bool {
+	tab := s.auth.Load()
+	if tab == nil {
+		return false
+	}
+	if r.TLS != nil {
+		if name := auth.VerifiedName(*r.TLS); name != "" {
+			if p, ok := tab.Cert(name); ok && p.Admin {
+				return true
+			}
+		}
+	}
+	name, token, ok := r.BasicAuth()
+	if !ok {
+		cred, bearer := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !bearer {
+			return false
+		}
+		if name, token, ok = strings.Cut(strings.TrimSpace(cred), ":"); !ok {
+			return false
+		}
+	}
+	var ip netip.Addr
+	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
+		ip = ap.Addr().Unmap()
+	}
+	p, err := tab.Token(name, token, ip)
+	return err == nil && p.Admin
+}
+
+// TLSConfig returns the TLS configuration of the lock listener (its
+// certificate and client CAs, reloaded by Reload), for another listener of
+// the same server (mlockd's HTTP one); nil without Config.TLSCertFile. The
+// caller must not modify it: clone it to change it.
+func (s *Server) TLSConfig() *tls.Config { return s.tlsConf }

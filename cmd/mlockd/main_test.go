@@ -519,7 +519,7 @@ func TestConfigFlagsMatchTheConfig(t *testing.T) {
 		inMap[name] = true
 	}
 	notConfig := map[string]bool{"log-level": true, "log-format": true, "shutdown-timeout": true, "cpu-profile": true, "version": true,
-		"http": true, "http-pprof": true}
+		"http": true, "http-pprof": true, "http-open-metrics": true}
 	fs.VisitAll(func(f *flag.Flag) {
 		if !inMap[f.Name] && !notConfig[f.Name] {
 			t.Errorf("flag --%s is not in configFlags", f.Name)
