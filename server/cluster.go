@@ -1459,6 +1459,7 @@ func (c *conn) decide(tx *core.Tx, f [][]byte, payload []byte) (item, bool) {
 		if p == nil {
 			s.counters.authFailed++
 			s.logRefusal(tx.Now(), "connect refused: "+code.Text(), "remote", c.remote, "tls", s.tlsConf != nil)
+			c.park = s.crowdedLocked(c) // limits.go: the tarpit
 			c.sendError(code)
 			return local()
 		}

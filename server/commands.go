@@ -157,6 +157,7 @@ func (c *conn) connect(tx *core.Tx, f [][]byte) bool {
 	if p == nil {
 		s.counters.authFailed++
 		s.logRefusal(tx.Now(), "connect refused: "+code.Text(), "remote", c.remote, "tls", s.tlsConf != nil)
+		c.park = s.crowdedLocked(c) // limits.go: the tarpit
 		c.sendError(code)
 		return true
 	}

@@ -27,9 +27,9 @@ const (
 	DefaultShutdownWait       = 2 * time.Second
 	DefaultMaxConnsPerIP      = 1000
 	DefaultMaxUnauthenticated = 1000
-	// DefaultMaxUnauthenticatedPerIP: 32 handshakes at once from one
-	// address; a 33rd evicts the oldest of them (see docs/security.md).
-	DefaultMaxUnauthenticatedPerIP = 32
+	// DefaultMaxUnauthenticatedPerIP: 16 handshakes at once from one
+	// address; a 17th is refused (see docs/security.md).
+	DefaultMaxUnauthenticatedPerIP = 16
 	DefaultIdleTimeout             = 60 * time.Second
 	DefaultMaxSessions             = 20_000
 	DefaultStatusRate              = 20 // detailed status and locks listings per second and principal
@@ -126,8 +126,9 @@ type Config struct {
 	// MaxUnauthenticatedPerIP caps the connections of one address that
 	// have not completed their connect yet; loopback addresses count too,
 	// each on its own (127.0.0.2 apart from 127.0.0.1), and an IPv6 address
-	// with its /64. A newcomer from an address at the cap evicts that
-	// address's oldest. Default 32; negative: no limit.
+	// with its /64. A newcomer from an address at the cap is refused
+	// ("too many connections from this address!") before anything is made
+	// for it. Default 16; negative: no limit.
 	MaxUnauthenticatedPerIP int
 	// PrincipalMaxLocks, PrincipalMaxSessions and PrincipalMaxConns are the
 	// quotas of a principal whose auth-file line sets none (max-locks=,

@@ -41,6 +41,10 @@ type conn struct {
 	unauthed bool
 	pre      preLinks
 	evicted  bool   // guarded by the core: evicted from the pre-handshake pool; it handles nothing more
+	// park: set before finish, read by the writer after done: the socket
+	// goes to the tarpit instead of being closed (a connect refused; the
+	// reader has stopped).
+	park bool
 	counted  string // guarded by the core: the principal whose connections count it ("": none)
 	plain    bool   // guarded by the core: an unframed status request, not a protocol client
 
@@ -122,17 +126,11 @@ func (s *Server) accept(nc net.Conn) {
 		// after the handshake, by connect.)
 		refuse = protocol.CodeProtectedMode
 	}
-	c := s.newConn(nc, nc.RemoteAddr().String())
-	c.ip = ip
-	if s.tlsConf != nil {
-		// Before the conn is shared: an eviction may end it at once.
-		c.nc = tls.Server(nc, s.tlsConf)
-		c.rw = c.nc
-	} else if raw, ok := rawio.New(nc); ok {
-		c.rw = raw
-	}
+	// The conn is made only for a connection that is let in: a refusal
+	// costs the accept, one write and the close (limits.go).
+	var c *conn
 	key := ipKey(ip)
-	closed := false
+	closed, park := false, false
 	s.batch(func(tx *core.Tx) {
 		// Shutdown sets closed before its batch closes every conn.
 		closed = s.closed.Load()
@@ -148,13 +146,22 @@ func (s *Server) accept(nc net.Conn) {
 		case key.IsValid() && s.perIP[key] >= s.cfg.MaxConnsPerIP:
 			s.counters.rejectedPerIP++
 			refuse = protocol.CodeTooManyFromAddr
+		case s.preFullLocked(ip):
+			s.counters.rejectedPerIP++
+			refuse, park = protocol.CodeTooManyFromAddr, true
 		default:
 			// A full pool (limits.go) makes room: the newcomer takes the
 			// place of the oldest pre-handshake connection.
-			if v := s.preVictimLocked(ip); v != nil {
-				s.evictLocked(tx.Now(), v)
-			} else if full {
+			if full || s.unauthed >= s.cfg.MaxUnauthenticated {
 				s.evictLocked(tx.Now(), s.pre.head)
+			}
+			c = s.newConn(nc, nc.RemoteAddr().String())
+			c.ip = ip
+			if s.tlsConf != nil {
+				c.nc = tls.Server(nc, s.tlsConf)
+				c.rw = c.nc
+			} else if raw, ok := rawio.New(nc); ok {
+				c.rw = raw
 			}
 			s.conns[c] = struct{}{}
 			if key.IsValid() {
@@ -171,12 +178,16 @@ func (s *Server) accept(nc net.Conn) {
 			}
 			return
 		}
-		s.logRefusal(tx.Now(), "connection refused: "+refuse.Text(), "remote", c.remote)
+		s.logRefusal(tx.Now(), "connection refused: "+refuse.Text(), "remote", nc.RemoteAddr())
 	})
 	if closed || refuse != protocol.CodeUnknown {
 		if !closed && s.tlsConf == nil { // a TLS client could not read it
 			_ = nc.SetWriteDeadline(time.Now().Add(time.Second))
 			_, _ = nc.Write(protocol.AppendError(nil, refuse))
+		}
+		if park {
+			s.park(nc, s.cfg.AuthTimeout) // limits.go: the tarpit
+			return
 		}
 		nc.Close()
 		return
@@ -255,6 +266,10 @@ func (c *conn) writeLoop() {
 		case <-c.done:
 			c.srv.cfg.Logger.Debug("connection closing", "remote", c.remote)
 			c.lastFlush()
+			if c.park {
+				c.srv.park(c.nc, time.Until(c.accepted.Add(c.srv.cfg.AuthTimeout)))
+				return
+			}
 			c.nc.Close()
 			return
 		}

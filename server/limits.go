@@ -1,8 +1,11 @@
 package server
 
 import (
+	"net"
 	"net/netip"
 	"sort"
+	"sync"
+	"time"
 
 	"github.com/mlock-dev/mlock"
 	"github.com/mlock-dev/mlock/internal/auth"
@@ -15,17 +18,20 @@ import (
 // A connection is "pre-handshake" (unauthenticated) from its accept until
 // its connect succeeds: the TLS handshake and the connect frame. Holding
 // one costs its client a socket and nothing else, so they are bounded
-// twice, and a full bound never keeps a newcomer out: the newcomer takes
-// the place of the oldest.
+// twice:
 //
 //   - Per address (MaxUnauthenticatedPerIP, loopback addresses included,
 //     each on its own; IPv6 by /64): a newcomer from an address at its cap
-//     evicts that address's oldest pre-handshake connection. An address can
-//     only crowd out itself.
-//   - In all (MaxUnauthenticated): a newcomer when the pool is full evicts
-//     the oldest pre-handshake connection of any address. Attackers over
-//     many addresses keep reopening; a client that completes its connect
-//     within a round trip is in before its turn to be the oldest comes.
+//     is refused at once ("too many connections from this address!"),
+//     before any goroutine or buffer is made for it. An address can only
+//     crowd out itself, and its excess costs an accept and a close: the
+//     listener's queue, which every newcomer waits in, drains fast.
+//   - In all (MaxUnauthenticated): a newcomer when the pool is full (an
+//     attacker over more addresses than MaxUnauthenticated /
+//     MaxUnauthenticatedPerIP) is not refused: it evicts the oldest
+//     pre-handshake connection of any address. Attackers keep reopening; a
+//     client that completes its connect within a round trip is in before
+//     its turn to be the oldest comes.
 //   - MaxConns: a newcomer when the server is at MaxConns evicts the oldest
 //     pre-handshake connection if there is one, and is refused only when
 //     every connection is authenticated.
@@ -134,20 +140,15 @@ func (s *Server) leavePreLocked(c *conn) {
 	*l = preLinks{}
 }
 
-// preVictimLocked returns the pre-handshake connection a newcomer from ip
-// takes the place of, if the pool is full for it: the oldest of its
-// address when the address is at its cap, else the oldest of all when the
-// pool is full. nil: there is room.
-func (s *Server) preVictimLocked(ip netip.Addr) *conn {
-	if key := preKey(ip); key.IsValid() {
-		if a := s.preByIP[key]; a != nil && a.n >= s.cfg.MaxUnauthenticatedPerIP {
-			return a.head
-		}
+// preFullLocked reports whether ip's address is at its cap of
+// pre-handshake connections.
+func (s *Server) preFullLocked(ip netip.Addr) bool {
+	key := preKey(ip)
+	if !key.IsValid() {
+		return false
 	}
-	if s.unauthed >= s.cfg.MaxUnauthenticated {
-		return s.pre.head
-	}
-	return nil
+	a := s.preByIP[key]
+	return a != nil && a.n >= s.cfg.MaxUnauthenticatedPerIP
 }
 
 // evictLocked ends c, a pre-handshake connection, to make room for a
@@ -308,4 +309,100 @@ func (s *Server) principalsStatus(tx *core.Tx, limit int) (map[string]mlock.Stat
 		}
 	}
 	return out, truncated
+}
+
+// The tarpit.
+//
+// A connection refused for its address's cap of pre-handshake connections
+// ("too many connections from this address!"), or whose connect is refused
+// for its credentials ("authentication required!", "authentication
+// failed!", protected mode) while its address holds at least half its cap
+// of pre-handshake connections (crowdedLocked), is told so at once, but its
+// socket is closed only at the end of its auth timeout, AuthTimeout after
+// its accept (or sooner when the tarpit holds tarpitMax of them); any other
+// refusal closes at once. An attacker that holds and reopens connections as
+// fast as they are closed would otherwise cycle them as fast as the server
+// can accept, and every newcomer, healthy or not, waits in the listener's
+// one queue behind them. Held, a refused socket costs a file descriptor
+// and no goroutine (its reader has stopped; nothing more it sends is
+// read); a client that reads the error closes it itself.
+
+// crowdedLocked reports whether c's address holds at least half its cap of
+// pre-handshake connections (c counted): a refused connect then goes to
+// the tarpit.
+func (s *Server) crowdedLocked(c *conn) bool {
+	a := s.preByIP[c.pre.key]
+	return c.unauthed && a != nil && 2*a.n >= s.cfg.MaxUnauthenticatedPerIP
+}
+
+// tarpitMax caps the sockets the tarpit holds; past it the oldest is closed.
+const tarpitMax = 10_000
+
+// tarpit holds refused sockets until their time is up, oldest first.
+type tarpit struct {
+	mu      sync.Mutex
+	q       []parked // from head on; guarded by mu
+	head    int      // guarded by mu
+	running bool     // the sweeper runs; guarded by mu
+}
+
+type parked struct {
+	nc    net.Conn
+	until time.Time
+}
+
+// park holds nc until d from now, and starts the sweeper if it is not
+// running. After the server closed it closes nc at once.
+func (s *Server) park(nc net.Conn, d time.Duration) {
+	tp := &s.tarpit
+	tp.mu.Lock()
+	if s.closed.Load() {
+		tp.mu.Unlock()
+		nc.Close()
+		return
+	}
+	if len(tp.q)-tp.head >= tarpitMax {
+		tp.q[tp.head].nc.Close()
+		tp.q[tp.head] = parked{}
+		tp.head++
+	}
+	tp.q = append(tp.q, parked{nc: nc, until: time.Now().Add(d)})
+	start := !tp.running
+	tp.running = true
+	if start {
+		s.wg.Add(1)
+	}
+	tp.mu.Unlock()
+	if start {
+		go s.sweep()
+	}
+}
+
+// sweep closes the parked sockets whose time is up, every 50 ms, until the
+// tarpit is empty or the server is closed (then it closes them all).
+func (s *Server) sweep() {
+	defer s.wg.Done()
+	tp := &s.tarpit
+	for {
+		time.Sleep(50 * time.Millisecond)
+		now := time.Now()
+		closed := s.closed.Load()
+		tp.mu.Lock()
+		for tp.head < len(tp.q) && (closed || !now.Before(tp.q[tp.head].until)) {
+			tp.q[tp.head].nc.Close()
+			tp.q[tp.head] = parked{}
+			tp.head++
+		}
+		if tp.head > len(tp.q)/2 {
+			n := copy(tp.q, tp.q[tp.head:])
+			clear(tp.q[n:])
+			tp.q, tp.head = tp.q[:n], 0
+		}
+		if len(tp.q) == 0 {
+			tp.running = false
+			tp.mu.Unlock()
+			return
+		}
+		tp.mu.Unlock()
+	}
 }

@@ -3,6 +3,7 @@ package server
 import (
 	"net"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -23,38 +24,89 @@ func dialFrom(t testing.TB, addr, ip string) *raw {
 }
 
 // Every address has its own cap of pre-handshake connections, loopback
-// addresses included: a newcomer from an address at its cap evicts that
-// address's oldest, and the other addresses (127.0.0.1 among them) are not
-// touched.
+// addresses included: a newcomer from an address at its cap is refused
+// (and its socket closed at the end of its auth timeout: the tarpit), and
+// the other addresses (127.0.0.1 among them) are not touched.
 func TestPreHandshakeCapPerAddress(t *testing.T) {
-	srv := start(t, Config{MaxUnauthenticatedPerIP: 2, StatusRate: -1})
+	srv := start(t, Config{MaxUnauthenticatedPerIP: 2, StatusRate: -1, AuthTimeout: time.Second})
 	addr := srv.Addr().String()
 	other := dialFrom(t, addr, "127.0.0.3")
 	local := dialRaw(t, srv)
 	a1 := dialFrom(t, addr, "127.0.0.2")
-	a1.quiet()
 	a2 := dialFrom(t, addr, "127.0.0.2")
+	a1.quiet()
 	a2.quiet()
-	a3 := dialFrom(t, addr, "127.0.0.2") // evicts a1
-	a1.expect("error too many connections!")
-	a1.closed()
-	a2.quiet()
-	a4 := dialFrom(t, addr, "127.0.0.2") // evicts a2
-	a2.expect("error too many connections!")
-	a2.closed()
-	for _, c := range []*raw{other, local, a3, a4} {
+	a3 := dialFrom(t, addr, "127.0.0.2")
+	a3.expect("error too many connections from this address!")
+	for _, c := range []*raw{other, local, a1, a2} {
 		c.send("connect " + c.nc.LocalAddr().String() + " 1.0")
 		c.expect("connected 1.0 new *")
 	}
-	// Connected, they no longer count: two more from 127.0.0.2 evict nobody.
+	tarpitted(t, a3, time.Second)
+	// Connected, they no longer count: two more from 127.0.0.2 are let in.
 	b1, b2 := dialFrom(t, addr, "127.0.0.2"), dialFrom(t, addr, "127.0.0.2")
 	b1.quiet()
 	b2.quiet()
-	a3.ping("p")
+	dialFrom(t, addr, "127.0.0.2").expect("error too many connections from this address!")
+	a1.ping("p")
+	local.ping("q")
 	st := local.statusOf("st")
-	if st.Limits.Evicted != 2 || st.Limits.Unauthenticated != 2 || st.Limits.MaxUnauthenticatedPerIP != 2 {
-		t.Errorf("limits: evicted %d, unauthenticated %d, per address %d; want 2, 2, 2",
-			st.Limits.Evicted, st.Limits.Unauthenticated, st.Limits.MaxUnauthenticatedPerIP)
+	if st.Limits.RejectedPerIP != 2 || st.Limits.Unauthenticated != 2 || st.Limits.MaxUnauthenticatedPerIP != 2 || st.Limits.Evicted != 0 {
+		t.Errorf("limits: refused per address %d, unauthenticated %d, per address %d, evicted %d; want 2, 2, 2, 0",
+			st.Limits.RejectedPerIP, st.Limits.Unauthenticated, st.Limits.MaxUnauthenticatedPerIP, st.Limits.Evicted)
+	}
+}
+
+// tarpitted checks that the server holds c open after its refusal, and
+// closes it by the end of its auth timeout d.
+func tarpitted(t *testing.T, c *raw, d time.Duration) {
+	t.Helper()
+	t0 := time.Now()
+	if p, err := c.next(d / 3); err == nil || !strings.Contains(err.Error(), "timeout") {
+		t.Fatalf("the refused connection was not held: %q %v", p, err)
+	}
+	c.closed()
+	if waited := time.Since(t0); waited > d+500*time.Millisecond {
+		t.Errorf("closed after %v, its auth timeout is %v", waited, d)
+	}
+}
+
+// A connect refused for its credentials while its address is crowded with
+// pre-handshake connections is held until its auth timeout; one refused
+// from an address that is not is closed at once.
+func TestTarpitForRefusedConnects(t *testing.T) {
+	srv := start(t, Config{AuthFile: writeAuthFile(t, authLine(t, "A", auth.NewToken(), "prefix=a:")),
+		MaxUnauthenticatedPerIP: 2, AuthTimeout: time.Second})
+	addr := srv.Addr().String()
+	lone := dialFrom(t, addr, "127.0.0.3")
+	lone.send("connect x 1.0")
+	lone.expect("error authentication required!")
+	lone.closed()
+	dialFrom(t, addr, "127.0.0.2").quiet() // one silent, then a connect: the address is at its cap
+	crowded := dialFrom(t, addr, "127.0.0.2")
+	crowded.send("connect y 1.0")
+	crowded.expect("error authentication required!")
+	tarpitted(t, crowded, time.Second)
+}
+
+// When the pool is full, a newcomer from any address evicts the oldest
+// pre-handshake connection, whatever its address.
+func TestPreHandshakePoolEvictsTheOldest(t *testing.T) {
+	srv := start(t, Config{MaxUnauthenticated: 3, MaxUnauthenticatedPerIP: 2, StatusRate: -1})
+	addr := srv.Addr().String()
+	old := dialFrom(t, addr, "127.0.0.2")
+	old.quiet()
+	mid := []*raw{dialFrom(t, addr, "127.0.0.3"), dialFrom(t, addr, "127.0.0.4")}
+	mid[0].quiet()
+	mid[1].quiet()
+	late := dialFrom(t, addr, "127.0.0.5")
+	old.expect("error too many connections!")
+	old.closed()
+	late.send("connect late 1.0")
+	late.expect("connected 1.0 new *")
+	for _, c := range mid {
+		c.send("connect " + c.nc.LocalAddr().String() + " 1.0")
+		c.expect("connected 1.0 new *")
 	}
 }
 

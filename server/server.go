@@ -11,6 +11,7 @@ import (
 	"math"
 	"net"
 	"net/netip"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -70,6 +71,7 @@ type Server struct {
 	pre      preList                 // guarded by the core: the pre-handshake connections, oldest first (limits.go)
 	preByIP  map[netip.Addr]*preList // guarded by the core: the same, by address
 	evicting int                     // guarded by the core: evicted connections whose reader has not ended
+	tarpit   tarpit                  // refused sockets held open a while (limits.go)
 	pconns   map[string]int          // guarded by the core: authenticated connections by principal
 	defQuota auth.Quota              // the default quota of a principal
 	obs      obsState                // metrics and story logs (observe.go)
@@ -324,6 +326,11 @@ func (s *Server) Serve(ln net.Listener) error {
 		}
 		backoff = 0
 		s.accept(nc)
+		// Established clients before newcomers: a flood of connections
+		// (every one refused or evicted at once) must not keep this
+		// goroutine on a processor while the connections' readers wait
+		// for one.
+		runtime.Gosched()
 	}
 }
 
