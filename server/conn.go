@@ -40,13 +40,13 @@ type conn struct {
 	// pre-handshake pool, pre (accepted, no successful connect yet).
 	unauthed bool
 	pre      preLinks
-	evicted  bool   // guarded by the core: evicted from the pre-handshake pool; it handles nothing more
+	evicted  bool // guarded by the core: evicted from the pre-handshake pool; it handles nothing more
 	// park: set before finish, read by the writer after done: the socket
 	// goes to the tarpit instead of being closed (a connect refused; the
 	// reader has stopped).
-	park bool
-	counted  string // guarded by the core: the principal whose connections count it ("": none)
-	plain    bool   // guarded by the core: an unframed status request, not a protocol client
+	park    bool
+	counted string // guarded by the core: the principal whose connections count it ("": none)
+	plain   bool   // guarded by the core: an unframed status request, not a protocol client
 
 	// out queues the frames for the client (at most MaxPendingOutput
 	// bytes); the reader flushes its own replies at the end of a read
