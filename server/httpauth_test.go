@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"crypto/tls"
 	"io"
 	"net/http"
@@ -173,4 +174,37 @@ func TestHTTPOverTLSWithClientCertificate(t *testing.T) {
 		}
 		tc.Close()
 	}
+}
+
+// FuzzHTTPAdmin: whatever the Authorization header, HTTPAdmin never panics
+// and accepts exactly the administrator's credentials (bearer or Basic).
+func FuzzHTTPAdmin(f *testing.F) {
+	tok := "fuzz-admin-token"
+	file := writeAuthFile(f, authLine(f, "ops", tok, "admin"), authLine(f, "A", "fuzz-a-token", "prefix=a:"))
+	srv, err := New(Config{AuthFile: file, QuietPeriod: -1})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
+	for _, h := range []string{"", "Bearer ops:" + tok, "Bearer ops:", "Bearer :", "Bearer " + tok, "Basic " + basic("ops", tok),
+		"Basic !!!", "Basic " + basic("A", "fuzz-a-token"), "bearer ops:" + tok, "Bearer  ops:" + tok + " ", "Bearer ops:" + tok + ":x"} {
+		f.Add(h, "127.0.0.1:5")
+	}
+	f.Fuzz(func(t *testing.T, header, remote string) {
+		r := httptest.NewRequest("GET", "/api/locks", nil)
+		r.RemoteAddr = remote
+		if header != "" {
+			r.Header.Set("Authorization", header)
+		}
+		got := srv.HTTPAdmin(r)
+		want := false
+		if name, token, ok := r.BasicAuth(); ok {
+			want = name == "ops" && token == tok
+		} else if cred, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
+			want = strings.TrimSpace(cred) == "ops:"+tok
+		}
+		if got != want {
+			t.Fatalf("HTTPAdmin(%q) = %v, want %v", header, got, want)
+		}
+	})
 }
