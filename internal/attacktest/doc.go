@@ -22,5 +22,7 @@
 // The attacker is a process of its own at the lowest CPU priority: on a
 // machine of its own it would not take the server's processor. The test
 // raises its soft limit of open files to the hard limit, which the servers
-// it starts inherit, and skips when that is below what the attack needs.
+// it starts inherit, and skips when that is below what the attack needs. It
+// runs on Linux only (the loopback network 127.0.0.0/8, /proc for the
+// memory).
 package attacktest
