@@ -505,10 +505,11 @@ func runAttack(t *testing.T, target string, pid int, tok string, ips []string) {
 	for _, e := range h.errs {
 		t.Error(e)
 	}
-	if want := uint64(attackConns) * uint64(max(2, duration()/authTimeout())); opened < want {
-		// Every connection lives at most its auth timeout: each was
-		// opened again.
-		t.Errorf("the attacker opened only %d connections, want %d at least", opened, want)
+	if opened <= attackConns {
+		// Every connection lives at most its auth timeout: they are
+		// opened again (how many times depends on the CPU the attacker,
+		// at the lowest priority, gets).
+		t.Errorf("the attacker opened only %d connections: none was opened again", opened)
 	}
 	if len(h.connects) == 0 || percentile(h.connects, 1) > maxConnect {
 		t.Errorf("healthy connects: %d, slowest %v; want each within %v", len(h.connects), percentile(h.connects, 1), maxConnect)
