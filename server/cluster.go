@@ -1460,6 +1460,7 @@ func (c *conn) decide(tx *core.Tx, f [][]byte, payload []byte) (item, bool) {
 			s.counters.authFailed++
 			s.logRefusal(tx.Now(), "connect refused: "+code.Text(), "remote", c.remote, "tls", s.tlsConf != nil)
 			c.park = s.crowdedLocked(c) // limits.go: the tarpit
+			s.leavePreLocked(c)         // done with its handshake: its slot is free now
 			c.sendError(code)
 			return local()
 		}

@@ -158,6 +158,7 @@ func (c *conn) connect(tx *core.Tx, f [][]byte) bool {
 		s.counters.authFailed++
 		s.logRefusal(tx.Now(), "connect refused: "+code.Text(), "remote", c.remote, "tls", s.tlsConf != nil)
 		c.park = s.crowdedLocked(c) // limits.go: the tarpit
+		s.leavePreLocked(c)         // done with its handshake: its slot is free now
 		c.sendError(code)
 		return true
 	}

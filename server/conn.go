@@ -186,7 +186,7 @@ func (s *Server) accept(nc net.Conn) {
 			_, _ = nc.Write(protocol.AppendError(nil, refuse))
 		}
 		if park {
-			s.park(nc, s.cfg.AuthTimeout) // limits.go: the tarpit
+			s.park(nc, ip, s.cfg.AuthTimeout) // limits.go: the tarpit
 			return
 		}
 		nc.Close()
@@ -267,7 +267,7 @@ func (c *conn) writeLoop() {
 			c.srv.cfg.Logger.Debug("connection closing", "remote", c.remote)
 			c.lastFlush()
 			if c.park {
-				c.srv.park(c.nc, time.Until(c.accepted.Add(c.srv.cfg.AuthTimeout)))
+				c.srv.park(c.nc, c.ip, time.Until(c.accepted.Add(c.srv.cfg.AuthTimeout)))
 				return
 			}
 			c.nc.Close()

@@ -316,8 +316,9 @@ func (s *Server) principalsStatus(tx *core.Tx, limit int) (map[string]mlock.Stat
 // A connection refused for its address's cap of pre-handshake connections
 // ("too many connections from this address!"), or whose connect is refused
 // for its credentials ("authentication required!", "authentication
-// failed!", protected mode) while its address holds at least half its cap
-// of pre-handshake connections (crowdedLocked), is told so at once, but its
+// failed!", protected mode) while its address has other pre-handshake
+// connections or sockets in the tarpit (crowdedLocked), is told so at once,
+// but its
 // socket is closed only at the end of its auth timeout, AuthTimeout after
 // its accept (or sooner when the tarpit holds tarpitMax of them); any other
 // refusal closes at once. An attacker that holds and reopens connections as
@@ -327,12 +328,15 @@ func (s *Server) principalsStatus(tx *core.Tx, limit int) (map[string]mlock.Stat
 // and no goroutine (its reader has stopped; nothing more it sends is
 // read); a client that reads the error closes it itself.
 
-// crowdedLocked reports whether c's address holds at least half its cap of
-// pre-handshake connections (c counted): a refused connect then goes to
-// the tarpit.
+// crowdedLocked reports whether c's address has another pre-handshake
+// connection than c, or a socket in the tarpit: a refused connect then goes
+// to the tarpit too. A lone client refused (a wrong token, say) is closed
+// at once.
 func (s *Server) crowdedLocked(c *conn) bool {
-	a := s.preByIP[c.pre.key]
-	return c.unauthed && a != nil && 2*a.n >= s.cfg.MaxUnauthenticatedPerIP
+	if a := s.preByIP[c.pre.key]; c.unauthed && a != nil && a.n >= 2 {
+		return true
+	}
+	return s.tarpit.holds(preKey(c.ip))
 }
 
 // tarpitMax caps the sockets the tarpit holds; past it the oldest is closed.
@@ -341,19 +345,43 @@ const tarpitMax = 10_000
 // tarpit holds refused sockets until their time is up, oldest first.
 type tarpit struct {
 	mu      sync.Mutex
-	q       []parked // from head on; guarded by mu
-	head    int      // guarded by mu
-	running bool     // the sweeper runs; guarded by mu
+	q       []parked           // from head on; guarded by mu
+	head    int                // guarded by mu
+	running bool               // the sweeper runs; guarded by mu
+	byIP    map[netip.Addr]int // sockets held, by preKey; guarded by mu
 }
 
 type parked struct {
 	nc    net.Conn
+	key   netip.Addr
 	until time.Time
 }
 
-// park holds nc until d from now, and starts the sweeper if it is not
-// running. After the server closed it closes nc at once.
-func (s *Server) park(nc net.Conn, d time.Duration) {
+// holds reports whether the tarpit holds a socket of key's address.
+func (tp *tarpit) holds(key netip.Addr) bool {
+	if !key.IsValid() {
+		return false
+	}
+	tp.mu.Lock()
+	defer tp.mu.Unlock()
+	return tp.byIP[key] > 0
+}
+
+// dropLocked closes the oldest socket held. tp.mu is held.
+func (tp *tarpit) dropLocked() {
+	p := tp.q[tp.head]
+	p.nc.Close()
+	if tp.byIP[p.key]--; tp.byIP[p.key] <= 0 {
+		delete(tp.byIP, p.key)
+	}
+	tp.q[tp.head] = parked{}
+	tp.head++
+}
+
+// park holds nc, a connection from ip, until d from now, and starts the
+// sweeper if it is not running. After the server closed it closes nc at
+// once.
+func (s *Server) park(nc net.Conn, ip netip.Addr, d time.Duration) {
 	tp := &s.tarpit
 	tp.mu.Lock()
 	if s.closed.Load() {
@@ -362,11 +390,14 @@ func (s *Server) park(nc net.Conn, d time.Duration) {
 		return
 	}
 	if len(tp.q)-tp.head >= tarpitMax {
-		tp.q[tp.head].nc.Close()
-		tp.q[tp.head] = parked{}
-		tp.head++
+		tp.dropLocked()
 	}
-	tp.q = append(tp.q, parked{nc: nc, until: time.Now().Add(d)})
+	key := preKey(ip)
+	if tp.byIP == nil {
+		tp.byIP = make(map[netip.Addr]int)
+	}
+	tp.byIP[key]++
+	tp.q = append(tp.q, parked{nc: nc, key: key, until: time.Now().Add(d)})
 	start := !tp.running
 	tp.running = true
 	if start {
@@ -389,9 +420,7 @@ func (s *Server) sweep() {
 		closed := s.closed.Load()
 		tp.mu.Lock()
 		for tp.head < len(tp.q) && (closed || !now.Before(tp.q[tp.head].until)) {
-			tp.q[tp.head].nc.Close()
-			tp.q[tp.head] = parked{}
-			tp.head++
+			tp.dropLocked()
 		}
 		if tp.head > len(tp.q)/2 {
 			n := copy(tp.q, tp.q[tp.head:])

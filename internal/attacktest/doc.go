@@ -19,8 +19,12 @@
 // Each attack lasts 4 s against an mlockd with --auth-timeout 2s, so that
 // every attacker connection is closed and opened again (CI);
 // MLOCK_ATTACK_LONG=1 makes it 30 s with the default auth timeout (5 s).
-// The attacker is a process of its own at the lowest CPU priority: on a
-// machine of its own it would not take the server's processor. The test
+// The attacker is a process of its own at a low CPU priority (nice 10): on
+// a machine of its own it would not take the server's processor. Before
+// each attack the healthy client measures for 1 s without it: on a machine
+// so busy that its ping p99 is already half the goal (or its connect half
+// a second), the goal under attack becomes that baseline plus 50 ms (plus
+// 1 s), and the test logs it. The test
 // raises its soft limit of open files to the hard limit, which the servers
 // it starts inherit, and skips when that is below what the attack needs. It
 // runs on Linux only (the loopback network 127.0.0.0/8, /proc for the
