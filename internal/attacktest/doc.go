@@ -16,7 +16,7 @@
 //
 // The same attacks run against one node of a three-node cluster.
 //
-// Each attack lasts 4 s against an mlockd with --auth-timeout 2s, so that
+// Each attack lasts 4 s against an mlockd with --auth-timeout 3s, so that
 // every attacker connection is closed and opened again (CI);
 // MLOCK_ATTACK_LONG=1 makes it 30 s with the default auth timeout (5 s).
 // The attacker is a process of its own at a low CPU priority (nice 10): on
