@@ -24,8 +24,9 @@
 // each attack the healthy client measures for 1 s without it: on a machine
 // so busy that its ping p99 is already half the goal (or its connect half
 // a second), the goal under attack becomes that baseline plus 50 ms (plus
-// 1 s), and the test logs it. The test
-// raises its soft limit of open files to the hard limit, which the servers
+// 1 s), and the test logs it. Memory is measured from the end of that
+// second: the server serving the healthy client alone. The test raises its
+// soft limit of open files to the hard limit, which the servers
 // it starts inherit, and skips when that is below what the attack needs. It
 // runs on Linux only (the loopback network 127.0.0.0/8, /proc for the
 // memory).
