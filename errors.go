@@ -168,7 +168,8 @@ var (
 	ErrTLS = errors.New("mlock: TLS mismatch or handshake failure")
 	// ErrRefused: the server refused the connection for a limit (Type
 	// connection; Msg is the server's text): too many connections (from
-	// this address), too many sessions.
+	// this address), too many sessions, or the principal's quota of
+	// sessions or connections is reached.
 	ErrRefused = errors.New("mlock: connection refused by the server")
 	// ErrForbidden: the client's principal may not lock that resource (Type
 	// request; Resource names it, when the server does) or run that command
@@ -180,6 +181,9 @@ var (
 	// ErrServerFull: a server-wide limit on locks, queue entries or bytes
 	// of names is reached (Type request).
 	ErrServerFull = errors.New("mlock: server is full")
+	// ErrQuota: the client's principal holds as many lock requests as its
+	// quota allows (max-locks in the server's auth file; Type request).
+	ErrQuota = errors.New("mlock: the principal's lock quota is reached")
 	// ErrNotCluster: ClusterJoin or ClusterRemove asked of a server that
 	// is not a cluster node (Type request).
 	ErrNotCluster = errors.New("mlock: not a cluster node")
@@ -239,7 +243,7 @@ var errNotTried = errors.New("no attempt finished yet")
 func sentinel(err error) bool {
 	switch err {
 	case ErrBusy, ErrOwnerConflict, ErrPermitsConflict, ErrModeChange, ErrNotHeld, ErrClosed, ErrSessionLost, ErrExpired, ErrReleased,
-		ErrAuth, ErrTLS, ErrRefused, ErrForbidden, ErrRateLimited, ErrServerFull, ErrNotCluster, ErrScopeUnsupported:
+		ErrAuth, ErrTLS, ErrRefused, ErrForbidden, ErrRateLimited, ErrServerFull, ErrQuota, ErrNotCluster, ErrScopeUnsupported:
 		return true
 	}
 	return false
@@ -276,6 +280,8 @@ func failure(m *protocol.Message, v protocol.Verb) *Error {
 		e.Err = ErrRateLimited
 	case protocol.CodeServerFull:
 		e.Err = ErrServerFull
+	case protocol.CodeQuotaLocks:
+		e.Err = ErrQuota
 	case protocol.CodeNotCluster:
 		e.Err = ErrNotCluster
 	case protocol.CodeLockNotExist:
@@ -304,7 +310,8 @@ func refusal(m *protocol.Message, addr string) *Error {
 	case protocol.CodeTLSRequired:
 		e.Msg = "the server requires TLS (use mlocks:// or Options.TLS): " + m.Text
 		e.Err = ErrTLS
-	case protocol.CodeTooManyConnections, protocol.CodeTooManyFromAddr, protocol.CodeTooManySessions:
+	case protocol.CodeTooManyConnections, protocol.CodeTooManyFromAddr, protocol.CodeTooManySessions,
+		protocol.CodeQuotaSessions, protocol.CodeQuotaConns:
 		e.Err = ErrRefused
 	}
 	return e

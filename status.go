@@ -43,6 +43,10 @@ type Status struct {
 	// Limits are the server's limits against exhaustion, what they count
 	// now and how often they refused.
 	Limits *StatusLimits `json:"limits,omitempty"`
+	// Principals is the use and quota of every principal with a session or
+	// a connection (detailed status, on a server with credentials; at most
+	// the status limit of them, by name: Truncated is set past it).
+	Principals map[string]StatusPrincipal `json:"principals,omitempty"`
 
 	// AnsweredBy is set by Client.Status, not by the server: the address
 	// (host:port, as the Client names it) of the node that answered.
@@ -101,6 +105,25 @@ type StatusLimits struct {
 	MaxSessionBytes  int   `json:"maxSessionBytes"`
 	MaxLocksPerSess  int   `json:"maxLocksPerSession"`
 	StatusRatePerSec int   `json:"statusRatePerSec"` // detailed status and locks listings per second, per principal
+
+	Unauthenticated         int    `json:"unauthenticated"`         // connections before their handshake now
+	Evicted                 uint64 `json:"evicted"`                 // connections before their handshake evicted to make room for a newcomer
+	QuotaRefused            uint64 `json:"quotaRefused"`            // connects and lock requests refused by a principal's quota
+	MaxUnauthenticated      int    `json:"maxUnauthenticated"`      // connections before their handshake, in all
+	MaxUnauthenticatedPerIP int    `json:"maxUnauthenticatedPerIp"` // connections before their handshake, per address
+}
+
+// StatusPrincipal is one principal's use and quota in Status (detailed
+// status, for administrators): its live lock requests and sessions (on a
+// cluster, over every node) and its authenticated connections (on the node
+// that answers). A Max field is 0 when there is no quota.
+type StatusPrincipal struct {
+	Locks       int `json:"locks"`
+	Sessions    int `json:"sessions"`
+	Conns       int `json:"conns"`
+	MaxLocks    int `json:"maxLocks"`
+	MaxSessions int `json:"maxSessions"`
+	MaxConns    int `json:"maxConns"`
 }
 
 // StatusSocket describes one connected session in Status.

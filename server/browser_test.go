@@ -8,10 +8,14 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/fetch"
 	"github.com/chromedp/chromedp"
+
+	"github.com/mlock-dev/mlock/internal/auth"
 )
 
 // browserPath finds a headless-capable Chromium. Without one the browser
@@ -235,4 +239,116 @@ func mustJSON(t *testing.T, v any) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// On a server with an auth file the live page is behind an administrator's
+// credentials: Chromium is challenged (Basic) and, given the name and token
+// of an admin principal as a user would type them into its prompt, shows
+// the page, whose requests to the API then go through with them. Refused
+// (the user cancels the prompt), it shows the 401 and no lock.
+func TestPageInBrowserWithToken(t *testing.T) {
+	chrome := browserPath(t)
+	tk := tokens{a: auth.NewToken(), admin: auth.NewToken()}
+	srv := start(t, Config{AuthFile: writeAuthFile(t,
+		authLine(t, "A", tk.a, "prefix=orders:"),
+		authLine(t, "ops", tk.admin, "admin"),
+	)})
+	base := startHTTP(t, srv)
+	a := connectAs(t, srv, "sid-a-000000000000000000", "A", tk.a)
+	held := a.lock("1", "orders:1001 600000 0 0 alice")
+	a.locked(held)
+	waiting := connectAs(t, srv, "sid-w-000000000000000000", "A", tk.a)
+	waiting.lock("2", "orders:1001 600000 0 0 bob")
+
+	opts := append(slices.Clone(chromedp.DefaultExecAllocatorOptions[:]),
+		chromedp.ExecPath(chrome), chromedp.NoSandbox, chromedp.WindowSize(1280, 900),
+		chromedp.Flag("disable-dev-shm-usage", true))
+	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer cancelA()
+
+	// browse opens a tab that answers every auth challenge with name and
+	// token (cancel: it cancels them), and returns it and how many
+	// challenges it answered.
+	browse := func(name, token string, cancel bool) (context.Context, *atomic.Int32) {
+		ctx, stop := chromedp.NewContext(actx)
+		t.Cleanup(stop)
+		ctx, stopT := context.WithTimeout(ctx, 60*time.Second)
+		t.Cleanup(stopT)
+		var challenges atomic.Int32
+		events := make(chan any, 256)
+		if err := chromedp.Listen(ctx, func(ev any) {
+			switch ev.(type) {
+			case *fetch.EventAuthRequired, *fetch.EventRequestPaused:
+				select {
+				case events <- ev:
+				default:
+				}
+			}
+		}); err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case ev := <-events:
+					switch e := ev.(type) {
+					case *fetch.EventRequestPaused:
+						_, _ = chromedp.Call(ctx, fetch.ContinueRequest, fetch.ContinueRequestParams{RequestID: e.RequestID})
+					case *fetch.EventAuthRequired:
+						challenges.Add(1)
+						resp := &fetch.AuthChallengeResponse{Response: fetch.AuthChallengeResponseResponseProvideCredentials,
+							Username: name, Password: token}
+						if cancel {
+							resp = &fetch.AuthChallengeResponse{Response: fetch.AuthChallengeResponseResponseCancelAuth}
+						}
+						_, _ = chromedp.Call(ctx, fetch.ContinueWithAuth, fetch.ContinueWithAuthParams{RequestID: e.RequestID,
+							AuthChallengeResponse: resp})
+					}
+				}
+			}
+		}()
+		on := true
+		if _, err := chromedp.Call(ctx, fetch.Enable, fetch.EnableParams{HandleAuthRequests: &on}); err != nil {
+			t.Fatal(err)
+		}
+		return ctx, &challenges
+	}
+
+	ctx, challenges := browse("ops", tk.admin, false)
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate(base+"/"),
+		chromedp.WaitVisible(chromedp.CSS(`.queue[data-resource="orders:1001"][data-length="2"]`)),
+	); err != nil {
+		t.Fatalf("loading the page with the admin's token: %v", err)
+	}
+	if n := challenges.Load(); n < 1 {
+		t.Errorf("the browser was challenged %d times: the page is not behind credentials", n)
+	}
+	shown := readQueues(t, ctx)
+	if len(shown) != 1 || len(shown[0].Rows) != 2 || shown[0].Rows[0].Owner != "alice" || shown[0].Rows[0].Lock != short(held) {
+		t.Errorf("the page shows %+v", shown)
+	}
+	// It keeps updating through the API with the credentials.
+	a.send("unlock 3 " + held)
+	a.expect("result 3 success done")
+	if err := chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS(`.queue[data-resource="orders:1001"][data-length="1"]`))); err != nil {
+		t.Fatalf("the page did not update: %v", err)
+	}
+	if ready := text(t, ctx, "ready"); ready == "unreachable" {
+		t.Errorf("the page's API requests failed: %q", ready)
+	}
+
+	refused, _ := browse("", "", true)
+	if err := chromedp.Do(refused, chromedp.Navigate(base+"/"), chromedp.WaitReady(chromedp.CSS("body"))); err != nil {
+		t.Fatal(err)
+	}
+	body, err := chromedp.Run(refused, chromedp.Text(chromedp.CSS("body")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(body, "401 unauthorized") || strings.Contains(body, "orders:1001") {
+		t.Errorf("without credentials the browser shows %q", body)
+	}
 }

@@ -1427,6 +1427,9 @@ func (c *conn) decide(tx *core.Tx, f [][]byte, payload []byte) (item, bool) {
 		return item{local: buf, end: c.ended}, c.ended
 	}
 	if c.p == nil {
+		if c.evicted {
+			return item{end: true}, true // evicted before its handshake: told, and closing
+		}
 		if string(f[0]) == "forward" && len(f) >= 2 {
 			return c.acceptForward(f[1])
 		}
@@ -1456,14 +1459,18 @@ func (c *conn) decide(tx *core.Tx, f [][]byte, payload []byte) (item, bool) {
 		if p == nil {
 			s.counters.authFailed++
 			s.logRefusal(tx.Now(), "connect refused: "+code.Text(), "remote", c.remote, "tls", s.tlsConf != nil)
+			c.park = s.crowdedLocked(c) // limits.go: the tarpit
+			s.leavePreLocked(c)         // done with its handshake: its slot is free now
 			c.sendError(code)
 			return local()
 		}
-		c.p, c.sid = p, scope(p, string(f[1]))
-		if c.unauthed {
-			c.unauthed = false
-			s.unauthed--
+		sid := scope(p, string(f[1]))
+		old := s.sessions[sid]
+		if !s.connQuotaLocked(tx, c, p, old == nil, old != nil && old.c != nil && old.c.counted == p.Name) {
+			return local()
 		}
+		c.p, c.sid = p, sid
+		s.leavePreLocked(c)
 		c.authed = true
 		c.wantLeader = hasField(f[3:], "want=leader")
 		return item{attach: &logCmd{op: opAttach, node: s.cl.id, conn: c.key, session: c.sid, principal: p.Name}}, false
@@ -1530,6 +1537,14 @@ func (c *conn) decide(tx *core.Tx, f [][]byte, payload []byte) (item, bool) {
 					return local()
 				}
 			}
+		}
+		if !s.lockQuotaLocked(tx, p) {
+			// Against the replicated state this node has applied: requests
+			// of the principal on their way through the log are not in it
+			// yet (see docs/security.md).
+			s.counters.quotaRefused++
+			c.failed(req, protocol.CodeQuotaLocks)
+			return local()
 		}
 		return item{frame: append([]byte(nil), payload...)}, false
 	case protocol.VerbExtend, protocol.VerbRenew:

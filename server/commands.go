@@ -24,6 +24,9 @@ func (c *conn) handle(tx *core.Tx, f [][]byte) bool {
 	s := c.srv
 	verb, _ := protocol.ParseVerb(f[0]) // not a command: the zero Verb
 	if c.sess == nil {
+		if c.evicted {
+			return true // evicted before its handshake: told, and closing
+		}
 		if verb != protocol.VerbConnect {
 			c.sendError(protocol.CodeConnectFirst)
 			return true
@@ -164,6 +167,8 @@ func (c *conn) connect(tx *core.Tx, f [][]byte) bool {
 	if p == nil {
 		s.counters.authFailed++
 		s.logRefusal(tx.Now(), "connect refused: "+code.Text(), "remote", c.remote, "tls", s.tlsConf != nil)
+		c.park = s.crowdedLocked(c) // limits.go: the tarpit
+		s.leavePreLocked(c)         // done with its handshake: its slot is free now
 		c.sendError(code)
 		return true
 	}
@@ -185,6 +190,9 @@ func (c *conn) connect(tx *core.Tx, f [][]byte) bool {
 		}
 	}
 	resumed := sess != nil
+	if !s.connQuotaLocked(tx, c, p, !resumed, resumed && sess.c != nil && sess.c.counted == p.Name) {
+		return true
+	}
 	if sess == nil {
 		if len(s.sessions) >= s.set.MaxSessions {
 			s.counters.sessionsRefused++
@@ -211,10 +219,7 @@ func (c *conn) connect(tx *core.Tx, f [][]byte) bool {
 	}
 	sess.c = c
 	c.sess = sess
-	if c.unauthed {
-		c.unauthed = false
-		s.unauthed--
-	}
+	s.leavePreLocked(c)
 	c.authed = true // the reader sets the idle deadline
 	s.scratch = protocol.AppendConnected(s.scratch[:0], resumed, s.set.graceMs())
 	c.write(s.scratch)
@@ -296,6 +301,12 @@ func (c *conn) lock(tx *core.Tx, req []byte, f [][]byte, try bool) {
 	}
 	r.Resources = s.splitResources(f[2])
 	if !c.may(req, r.Resources) {
+		return
+	}
+	if !c.trusted && !s.lockQuotaLocked(tx, c.sess.p) {
+		// A cluster node checks it where the client is connected (decide).
+		s.counters.quotaRefused++
+		c.failed(req, protocol.CodeQuotaLocks)
 		return
 	}
 	if s.modeBuf, ok = protocol.ParseModes(s.modeBuf[:0], arg(ownerAt+1), len(r.Resources)); !ok {

@@ -27,9 +27,12 @@ const (
 	DefaultShutdownWait       = 2 * time.Second
 	DefaultMaxConnsPerIP      = 1000
 	DefaultMaxUnauthenticated = 1000
-	DefaultIdleTimeout        = 60 * time.Second
-	DefaultMaxSessions        = 20_000
-	DefaultStatusRate         = 20 // detailed status and locks listings per second and principal
+	// DefaultMaxUnauthenticatedPerIP: 16 handshakes at once from one
+	// address; a 17th is refused (see docs/security.md).
+	DefaultMaxUnauthenticatedPerIP = 16
+	DefaultIdleTimeout             = 60 * time.Second
+	DefaultMaxSessions             = 20_000
+	DefaultStatusRate              = 20 // detailed status and locks listings per second and principal
 	// MaxHandshakeFrame caps a frame received before the handshake (connect)
 	// succeeded, whatever MaxFrame is.
 	MaxHandshakeFrame = 4 << 10
@@ -77,7 +80,7 @@ type Config struct {
 	// the entry of that name marked "cert"; without, a principal that may
 	// lock any resource and does not administer. Without an AuthFile, a
 	// client without a certificate is refused (authentication required!),
-	// on loopback too. Needs TLSCertFile.
+	// on loopback too. Needs TLSCertFile. Reload reads it again.
 	TLSClientCAFile string
 	// Logger receives the server's logs. Default: discard.
 	Logger *slog.Logger
@@ -116,8 +119,25 @@ type Config struct {
 	// MaxUnauthenticated caps the connections that have not completed their
 	// connect yet (TLS handshake included), so that clients that cannot
 	// authenticate never fill MaxConns: authenticated clients keep their
-	// room. Default 1000.
+	// room. A newcomer when they are all taken evicts the oldest of them
+	// (it is told "too many connections!" and closed) rather than being
+	// refused. Default 1000; negative: no limit.
 	MaxUnauthenticated int
+	// MaxUnauthenticatedPerIP caps the connections of one address that
+	// have not completed their connect yet; loopback addresses count too,
+	// each on its own (127.0.0.2 apart from 127.0.0.1), and an IPv6 address
+	// with its /64. A newcomer from an address at the cap is refused
+	// ("too many connections from this address!") before anything is made
+	// for it. Default 16; negative: no limit.
+	MaxUnauthenticatedPerIP int
+	// PrincipalMaxLocks, PrincipalMaxSessions and PrincipalMaxConns are the
+	// quotas of a principal whose auth-file line sets none (max-locks=,
+	// max-sessions=, max-conns=): its live lock requests, its sessions
+	// (connected or in their grace period) and its connections. Default (0):
+	// half of MaxLocks, MaxSessions and MaxConns, so that no principal can
+	// fill the server alone; negative: no quota. The anonymous principal of
+	// a server without credentials has none.
+	PrincipalMaxLocks, PrincipalMaxSessions, PrincipalMaxConns int
 	// MaxSessions caps the sessions, connected or in their grace period; a
 	// connect that would create one more is refused. Default 20 000.
 	MaxSessions int
@@ -306,6 +326,7 @@ func (c Config) withDefaults() Config {
 	c.StatusLimit = core.Limit(c.StatusLimit, DefaultStatusLimit)
 	c.MaxConnsPerIP = core.Limit(c.MaxConnsPerIP, DefaultMaxConnsPerIP)
 	c.MaxUnauthenticated = core.Limit(c.MaxUnauthenticated, DefaultMaxUnauthenticated)
+	c.MaxUnauthenticatedPerIP = core.Limit(c.MaxUnauthenticatedPerIP, DefaultMaxUnauthenticatedPerIP)
 	// The engine's, filled here too so that status shows the limits in force.
 	c.MaxLocks = core.Limit(c.MaxLocks, DefaultMaxLocks)
 	c.MaxEntries = core.Limit(c.MaxEntries, DefaultMaxEntries)

@@ -36,10 +36,17 @@ type conn struct {
 	sess  *session // guarded by the core: set by connect
 	dirty bool     // guarded by the core: in srv.dirty
 	told  bool     // guarded by the core: Shutdown told its holder and waits for bye or the end of the connection
-	// unauthed: guarded by the core: counted in srv.unauthed (accepted, no
-	// successful connect yet).
+	// unauthed: guarded by the core: counted in srv.unauthed and in the
+	// pre-handshake pool, pre (accepted, no successful connect yet).
 	unauthed bool
-	plain    bool // guarded by the core: an unframed status request, not a protocol client
+	pre      preLinks
+	evicted  bool // guarded by the core: evicted from the pre-handshake pool; it handles nothing more
+	// park: set before finish, read by the writer after done: the socket
+	// goes to the tarpit instead of being closed (a connect refused; the
+	// reader has stopped).
+	park    bool
+	counted string // guarded by the core: the principal whose connections count it ("": none)
+	plain   bool   // guarded by the core: an unframed status request, not a protocol client
 
 	// out queues the frames for the client (at most MaxPendingOutput
 	// bytes); the reader flushes its own replies at the end of a read
@@ -119,31 +126,48 @@ func (s *Server) accept(nc net.Conn) {
 		// after the handshake, by connect.)
 		refuse = protocol.CodeProtectedMode
 	}
-	c := s.newConn(nc, nc.RemoteAddr().String())
-	c.ip = ip
+	// The conn is made only for a connection that is let in: a refusal
+	// costs the accept, one write and the close (limits.go).
+	var c *conn
 	key := ipKey(ip)
-	closed := false
+	closed, park := false, false
 	s.batch(func(tx *core.Tx) {
 		// Shutdown sets closed before its batch closes every conn.
 		closed = s.closed.Load()
+		full := len(s.conns)-s.evicting >= s.cfg.MaxConns
 		switch {
 		case closed:
 			return
 		case refuse != protocol.CodeUnknown:
 			s.counters.authFailed++
-		case len(s.conns) >= s.cfg.MaxConns || s.unauthed >= s.cfg.MaxUnauthenticated:
+		case full && s.pre.head == nil:
 			s.counters.rejected++
 			refuse = protocol.CodeTooManyConnections
 		case key.IsValid() && s.perIP[key] >= s.cfg.MaxConnsPerIP:
 			s.counters.rejectedPerIP++
 			refuse = protocol.CodeTooManyFromAddr
+		case s.preFullLocked(ip):
+			s.counters.rejectedPerIP++
+			refuse, park = protocol.CodeTooManyFromAddr, true
 		default:
+			// A full pool (limits.go) makes room: the newcomer takes the
+			// place of the oldest pre-handshake connection.
+			if full || s.unauthed >= s.cfg.MaxUnauthenticated {
+				s.evictLocked(tx.Now(), s.pre.head)
+			}
+			c = s.newConn(nc, nc.RemoteAddr().String())
+			c.ip = ip
+			if s.tlsConf != nil {
+				c.nc = tls.Server(nc, s.tlsConf)
+				c.rw = c.nc
+			} else if raw, ok := rawio.New(nc); ok {
+				c.rw = raw
+			}
 			s.conns[c] = struct{}{}
 			if key.IsValid() {
 				s.perIP[key]++
 			}
-			s.unauthed++
-			c.unauthed = true
+			s.enterPreLocked(c)
 			s.counters.conns++
 			s.wg.Add(2)
 			if s.cl != nil {
@@ -154,21 +178,19 @@ func (s *Server) accept(nc net.Conn) {
 			}
 			return
 		}
-		s.logRefusal(tx.Now(), "connection refused: "+refuse.Text(), "remote", c.remote)
+		s.logRefusal(tx.Now(), "connection refused: "+refuse.Text(), "remote", nc.RemoteAddr())
 	})
 	if closed || refuse != protocol.CodeUnknown {
 		if !closed && s.tlsConf == nil { // a TLS client could not read it
 			_ = nc.SetWriteDeadline(time.Now().Add(time.Second))
 			_, _ = nc.Write(protocol.AppendError(nil, refuse))
 		}
+		if park {
+			s.park(nc, ip, s.cfg.AuthTimeout) // limits.go: the tarpit
+			return
+		}
 		nc.Close()
 		return
-	}
-	if s.tlsConf != nil {
-		c.nc = tls.Server(nc, s.tlsConf)
-		c.rw = c.nc
-	} else if raw, ok := rawio.New(nc); ok {
-		c.rw = raw
 	}
 	go c.readLoop()
 	go c.writeLoop()
@@ -244,6 +266,10 @@ func (c *conn) writeLoop() {
 		case <-c.done:
 			c.srv.cfg.Logger.Debug("connection closing", "remote", c.remote)
 			c.lastFlush()
+			if c.park {
+				c.srv.park(c.nc, c.ip, time.Until(c.accepted.Add(c.srv.cfg.AuthTimeout)))
+				return
+			}
 			c.nc.Close()
 			return
 		}
@@ -488,9 +514,11 @@ func (c *conn) cleanup() {
 				delete(s.perIP, key)
 			}
 		}
-		if c.unauthed {
-			c.unauthed = false
-			s.unauthed--
+		s.leavePreLocked(c)
+		s.uncountLocked(c)
+		if c.evicted {
+			c.evicted = false
+			s.evicting--
 		}
 		if c.told {
 			// Shutdown was waiting for this connection to end. Only a bye

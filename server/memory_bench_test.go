@@ -32,7 +32,8 @@ func inUse() uint64 {
 const memConns = 2000
 
 func memServer(b *testing.B) *Server {
-	return start(b, Config{MaxConnsPerIP: -1, MaxUnauthenticated: -1, MaxConns: memConns + 10, MaxSessions: memConns + 10, StatusRate: -1})
+	return start(b, Config{MaxConnsPerIP: -1, MaxUnauthenticated: -1, MaxUnauthenticatedPerIP: -1, MaxConns: memConns + 10,
+		MaxSessions: memConns + 10, StatusRate: -1})
 }
 
 // waitConns waits until the server has n connections registered.
@@ -125,5 +126,44 @@ func BenchmarkMemoryUnauthenticated(b *testing.B) {
 		for _, nc := range conns {
 			nc.Close()
 		}
+	}
+}
+
+// BenchmarkMemoryTarpit: connections refused for their address's cap of
+// pre-handshake connections and held in the tarpit until their auth
+// timeout (limits.go): what each costs while held.
+func BenchmarkMemoryTarpit(b *testing.B) {
+	for range b.N {
+		srv := start(b, Config{MaxUnauthenticatedPerIP: 1, AuthTimeout: time.Minute, StatusRate: -1})
+		first, err := net.Dial("tcp", srv.Addr().String()) // takes the address's one slot
+		if err != nil {
+			b.Fatal(err)
+		}
+		waitConns(b, srv, 1)
+		before := inUse()
+		conns := make([]net.Conn, memConns)
+		var reply [64]byte
+		for i := range conns {
+			nc, err := net.Dial("tcp", srv.Addr().String())
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := nc.Read(reply[:]); err != nil { // too many connections from this address!
+				b.Fatal(err)
+			}
+			conns[i] = nc
+		}
+		srv.tarpit.mu.Lock()
+		held := len(srv.tarpit.q) - srv.tarpit.head
+		srv.tarpit.mu.Unlock()
+		if held != memConns {
+			b.Fatalf("%d sockets in the tarpit, want %d", held, memConns)
+		}
+		after := inUse()
+		b.ReportMetric(float64(after-before)/memConns, "bytes/conn")
+		for _, nc := range conns {
+			nc.Close()
+		}
+		first.Close()
 	}
 }

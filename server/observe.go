@@ -291,10 +291,17 @@ type obsSource struct{ s *Server }
 // server/observe): metrics, health and readiness, the live page and its
 // JSON API. The API shows every principal's locks, as an administrator
 // sees them, with lock ids cut to 8 hex digits and sessions as keyed
-// hashes: never a whole lock id or socketId. The handler has no
-// authentication: serve it where only operators and monitoring reach it.
-// Close the handler when done with it (it samples rates every second).
+// hashes: never a whole lock id or socketId. On a server with credentials
+// (Config.AuthFile or TLSClientCAFile) every endpoint but /healthz and
+// /readyz (and /metrics with opt.OpenMetrics) is for administrators only
+// (HTTPAdmin), unless opt.Authorize says otherwise; without, the handler
+// has no authentication: serve it where only operators and monitoring
+// reach it. Close the handler when done with it (it samples rates every
+// second).
 func (s *Server) HTTPHandler(opt observe.Options) *observe.Handler {
+	if opt.Authorize == nil && s.credentialed() {
+		opt.Authorize = s.HTTPAdmin
+	}
 	return observe.New(obsSource{s}, opt)
 }
 

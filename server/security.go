@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"net/netip"
 	"strings"
 	"time"
@@ -136,11 +137,12 @@ func authField(f [][]byte) ([]byte, bool) {
 	return nil, false
 }
 
-// Reload reads the auth file and the TLS certificate and key again (mlockd
-// does it on SIGHUP). New connections see the result; established ones keep
-// their principal and their TLS session. On an error nothing changes for
+// Reload reads the auth file, the TLS certificate and key and the client CA
+// file again (mlockd does it on SIGHUP). New connections see the result;
+// established ones keep their TLS session, and their sessions take the new
+// rights and quotas of their principal. On an error nothing changes for
 // that part: a bad auth file keeps the old principals, a bad certificate
-// the old one.
+// the old one, a bad client CA file the old CAs.
 func (s *Server) Reload() error {
 	var errs []error
 	if s.cfg.AuthFile != "" {
@@ -156,7 +158,7 @@ func (s *Server) Reload() error {
 		if err := s.certs.Reload(); err != nil {
 			errs = append(errs, fmt.Errorf("server: reloading the TLS certificate: %w", err))
 		} else {
-			s.log.Info("TLS certificate reloaded", "cert", s.cfg.TLSCertFile)
+			s.log.Info("TLS certificate reloaded", "cert", s.cfg.TLSCertFile, "client-ca", s.cfg.TLSClientCAFile)
 		}
 	}
 	return errors.Join(errs...)
@@ -355,3 +357,46 @@ func (s *Server) logRefusal(now int64, msg string, attrs ...any) {
 	r.last, r.dropped = now, 0
 	s.log.Warn(msg, attrs...)
 }
+
+// HTTPAdmin reports whether an HTTP request comes from an administrator of
+// the auth file: an admin principal's bearer token ("Authorization: Bearer
+// <name>:<token>"), its name and token as Basic credentials, or, on a TLS
+// listener with client CAs, a verified client certificate of an admin
+// principal marked cert. A token is accepted only from its principal's
+// from= networks, as on the lock port. Without an auth file nobody is (no
+// principal administers). It is safe for concurrent use.
+func (s *Server) HTTPAdmin(r *http.Request) bool {
+	tab := s.auth.Load()
+	if tab == nil {
+		return false
+	}
+	if r.TLS != nil {
+		if name := auth.VerifiedName(*r.TLS); name != "" {
+			if p, ok := tab.Cert(name); ok && p.Admin {
+				return true
+			}
+		}
+	}
+	name, token, ok := r.BasicAuth()
+	if !ok {
+		cred, bearer := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !bearer {
+			return false
+		}
+		if name, token, ok = strings.Cut(strings.TrimSpace(cred), ":"); !ok {
+			return false
+		}
+	}
+	var ip netip.Addr
+	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
+		ip = ap.Addr().Unmap()
+	}
+	p, err := tab.Token(name, token, ip)
+	return err == nil && p.Admin
+}
+
+// TLSConfig returns the TLS configuration of the lock listener (its
+// certificate and client CAs, reloaded by Reload), for another listener of
+// the same server (mlockd's HTTP one); nil without Config.TLSCertFile. The
+// caller must not modify it: clone it to change it.
+func (s *Server) TLSConfig() *tls.Config { return s.tlsConf }

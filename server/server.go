@@ -11,6 +11,7 @@ import (
 	"math"
 	"net"
 	"net/netip"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -66,8 +67,14 @@ type Server struct {
 		last    int64
 		dropped int
 	}
-	unauthed int      // guarded by the core: connections that have not connected yet
-	obs      obsState // metrics and story logs (observe.go)
+	unauthed int                     // guarded by the core: connections that have not connected yet (pre-handshake)
+	pre      preList                 // guarded by the core: the pre-handshake connections, oldest first (limits.go)
+	preByIP  map[netip.Addr]*preList // guarded by the core: the same, by address
+	evicting int                     // guarded by the core: evicted connections whose reader has not ended
+	tarpit   tarpit                  // refused sockets held open a while (limits.go)
+	pconns   map[string]int          // guarded by the core: authenticated connections by principal
+	defQuota auth.Quota              // the default quota of a principal
+	obs      obsState                // metrics and story logs (observe.go)
 	// ended: guarded by the core: sessions whose grace ended in the running
 	// batch and that a connect replaced by a new one of the same id, until
 	// their SessionClosed event (eventLocked)
@@ -103,6 +110,8 @@ type counters struct {
 	forbidden                    uint64 // commands refused: permission denied
 	serverFull                   uint64 // requests refused by a server-wide engine limit
 	rateLimited                  uint64 // status and locks refused by StatusRate
+	evicted                      uint64 // pre-handshake connections evicted for a newcomer
+	quotaRefused                 uint64 // connects and lock requests refused by a principal's quota
 }
 
 type session struct {
@@ -142,6 +151,9 @@ func New(cfg Config) (*Server, error) {
 		sessions:  make(map[string]*session),
 		conns:     make(map[*conn]struct{}),
 		perIP:     make(map[netip.Addr]int),
+		preByIP:   make(map[netip.Addr]*preList),
+		pconns:    make(map[string]int),
+		defQuota:  defaultQuota(&cfg),
 		buckets:   make(map[string]*bucket),
 		listeners: make(map[net.Listener]struct{}),
 	}
@@ -315,6 +327,11 @@ func (s *Server) Serve(ln net.Listener) error {
 		}
 		backoff = 0
 		s.accept(nc)
+		// Established clients before newcomers: a flood of connections
+		// (every one refused or evicted at once) must not keep this
+		// goroutine on a processor while the connections' readers wait
+		// for one.
+		runtime.Gosched()
 	}
 }
 

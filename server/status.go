@@ -84,6 +84,12 @@ func (s *Server) status(tx *core.Tx, detail bool) *mlock.Status {
 			MaxSessionBytes:  s.set.MaxSessionBytes,
 			MaxLocksPerSess:  s.set.MaxLocksPerSession,
 			StatusRatePerSec: s.cfg.StatusRate,
+
+			Unauthenticated:         s.unauthed,
+			Evicted:                 s.counters.evicted,
+			QuotaRefused:            s.counters.quotaRefused,
+			MaxUnauthenticated:      s.cfg.MaxUnauthenticated,
+			MaxUnauthenticatedPerIP: s.cfg.MaxUnauthenticatedPerIP,
 		},
 	}
 	if s.quietUntil > tx.Now() {
@@ -123,6 +129,11 @@ func (s *Server) status(tx *core.Tx, detail bool) *mlock.Status {
 	})
 	if st.Queues > limit || st.Live > limit {
 		doc.Truncated = true
+	}
+	if s.credentialed() {
+		var cut bool
+		doc.Principals, cut = s.principalsStatus(tx, limit)
+		doc.Truncated = doc.Truncated || cut
 	}
 	return doc
 }

@@ -61,6 +61,7 @@ type topCounts struct {
 func cmdTop(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("top")
 	httpURL := fs.String("http", os.Getenv("MLOCK_HTTP"), "read mlockd's JSON API at this URL (its --http address, e.g. http://127.0.0.1:12341;\n"+
+		"on a server with credentials an administrator's name and token: https://ops:TOKEN@lock.internal:12341;\n"+
 		"default $MLOCK_HTTP, unless --uri is given); without it, the lock protocol at --uri")
 	interval := fs.Duration("interval", time.Second, "time between refreshes")
 	iterations := fs.Int("n", 0, "refresh this many times, then exit (0: until interrupted; 1 when stdout is not a terminal)")
@@ -126,7 +127,7 @@ func cmdTop(args []string, stdout, stderr io.Writer) int {
 		if !strings.Contains(base, "://") {
 			base = "http://" + base
 		}
-		where = base
+		where = redactURL(base)
 		hc := &http.Client{Timeout: *timeout}
 		fetch = func(ctx context.Context) (*topView, error) { return fetchHTTP(ctx, hc, base, prefix, show) }
 	} else {
@@ -204,13 +205,23 @@ func fetchHTTP(ctx context.Context, hc *http.Client, base, prefix string, limit 
 	defer res.Body.Close()
 	if res.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(io.LimitReader(res.Body, 200))
-		return nil, fmt.Errorf("%s: %s %s", u, res.Status, strings.TrimSpace(string(b)))
+		return nil, fmt.Errorf("%s: %s %s", redactURL(u), res.Status, strings.TrimSpace(string(b)))
 	}
 	var v topView
 	if err := json.NewDecoder(res.Body).Decode(&v); err != nil {
-		return nil, fmt.Errorf("%s: %w", u, err)
+		return nil, fmt.Errorf("%s: %w", redactURL(u), err)
 	}
 	return &v, nil
+}
+
+// redactURL is u with the password of its user info (an administrator's
+// token, sent as Basic credentials) replaced by xxxxx.
+func redactURL(u string) string {
+	p, err := url.Parse(u)
+	if err != nil || p.User == nil {
+		return u
+	}
+	return p.Redacted()
 }
 
 // fetchProtocol builds the view from the status and locks commands.

@@ -4,11 +4,14 @@ import (
 	"context"
 	"net"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/mlock-dev/mlock"
+	"github.com/mlock-dev/mlock/internal/auth"
 	"github.com/mlock-dev/mlock/server"
 	"github.com/mlock-dev/mlock/server/observe"
 )
@@ -161,5 +164,32 @@ func TestTopExplicitURIWinsOverMLOCK_HTTP(t *testing.T) {
 	}
 	if _, _, code := runMlock(t, "top", "--uri", uri, "--http", base); code != exitUsage {
 		t.Errorf("--uri and --http: exit %d, want %d", code, exitUsage)
+	}
+}
+
+// On a server with an auth file, mlock top reads the JSON API with an
+// administrator's name and token in the URL (sent as Basic credentials),
+// and never prints the token; without them it says the server refused.
+func TestTopWithCredentials(t *testing.T) {
+	tok := auth.NewToken()
+	line, err := auth.Line("ops", tok, "admin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "auth")
+	if err := os.WriteFile(file, []byte(line+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, base := startObservedWith(t, server.Config{AuthFile: file})
+	withToken := strings.Replace(base, "http://", "http://ops:"+tok+"@", 1)
+	out, errOut, code := runMlock(t, "top", "--http", withToken)
+	if code != 0 || !strings.Contains(out, "locks: 0 held") || strings.Contains(out+errOut, tok) {
+		t.Errorf("top with the admin's token: exit %d:\n%s\n%s", code, out, errOut)
+	}
+	other := auth.NewToken()
+	wrong := strings.Replace(base, "http://", "http://ops:"+other+"@", 1)
+	out, errOut, code = runMlock(t, "top", "--http", wrong)
+	if code == 0 || !strings.Contains(errOut, "401") || strings.Contains(out+errOut, other) {
+		t.Errorf("top with a wrong token: exit %d:\n%s\n%s", code, out, errOut)
 	}
 }

@@ -9,8 +9,9 @@
 // --version; 1 when the server fails (it cannot listen, its data directory
 // is in use, ...); 2 for a bad flag, environment variable or setting,
 // printed as one line naming the flag or the variable and the value,
-// followed by a pointer to --help. SIGHUP reloads the auth file and the
-// TLS certificate (a failed reload is logged and keeps the previous ones);
+// followed by a pointer to --help. SIGHUP reloads the auth file, the TLS
+// certificate and the client CA (a failed reload is logged and keeps the
+// previous ones);
 // it never stops the server.
 //
 // # Data directory and restarts
@@ -127,7 +128,11 @@ func newFlagSet(cfg *server.Config) (*flag.FlagSet, *options) {
 	fs.StringVar(&cfg.TLSKeyFile, "tls-key", "", "TLS private key file (PEM), with --tls-cert")
 	fs.StringVar(&cfg.TLSClientCAFile, "tls-client-ca", "", "CA file (PEM) verifying client certificates (mTLS); a verified certificate's name is the client's principal. Without --auth-file, a client without a certificate is refused, on loopback too")
 	fs.IntVar(&cfg.MaxConnsPerIP, "max-conns-per-ip", server.DefaultMaxConnsPerIP, "most simultaneous connections from one IP address (an IPv6 /64 counts as one; loopback is not limited)")
-	fs.IntVar(&cfg.MaxUnauthenticated, "max-unauthenticated", server.DefaultMaxUnauthenticated, "most connections that have not completed connect (TLS handshake included)")
+	fs.IntVar(&cfg.MaxUnauthenticated, "max-unauthenticated", server.DefaultMaxUnauthenticated, "most connections that have not completed connect (TLS handshake included); a newcomer past it evicts the oldest of them (-1: no limit)")
+	fs.IntVar(&cfg.MaxUnauthenticatedPerIP, "max-unauthenticated-per-ip", server.DefaultMaxUnauthenticatedPerIP, "most connections from one address that have not completed connect (loopback addresses too, each on its own; an IPv6 /64 counts as one); a newcomer past it evicts that address's oldest (-1: no limit)")
+	fs.IntVar(&cfg.PrincipalMaxLocks, "principal-max-locks", 0, "default quota of live lock requests of a principal whose auth-file line has no max-locks= (0: half of --max-locks; -1: none)")
+	fs.IntVar(&cfg.PrincipalMaxSessions, "principal-max-sessions", 0, "default quota of sessions of a principal whose auth-file line has no max-sessions= (0: half of --max-sessions; -1: none)")
+	fs.IntVar(&cfg.PrincipalMaxConns, "principal-max-conns", 0, "default quota of connections of a principal whose auth-file line has no max-conns= (0: half of --max-conns; -1: none)")
 	fs.IntVar(&cfg.MaxSessions, "max-sessions", server.DefaultMaxSessions, "most sessions, connected or in their grace period")
 	fs.Var(idle, "idle-timeout", "close a connection that sent nothing for this `duration` after its handshake (default 1m0s; 0: never)")
 	fs.IntVar(&cfg.MaxLocks, "max-locks", server.DefaultMaxLocks, "most live requests (held and waiting) in the whole server (-1: no limit)")
@@ -167,8 +172,8 @@ func newFlagSet(cfg *server.Config) (*flag.FlagSet, *options) {
 func printUsage(w io.Writer, fs *flag.FlagSet) {
 	fmt.Fprintf(w, "Usage: mlockd [flags]\n\n"+
 		"Runs the mlock lock server. Every flag can also be set as MLOCK_<FLAG> (e.g. MLOCK_LISTEN,\n"+
-		"MLOCK_MAX_CONNS); a flag on the command line wins. SIGHUP reloads the auth file and the TLS\n"+
-		"certificate; SIGTERM and SIGINT shut down cleanly.\n"+
+		"MLOCK_MAX_CONNS); a flag on the command line wins. SIGHUP reloads the auth file, the TLS\n"+
+		"certificate and the client CA; SIGTERM and SIGINT shut down cleanly.\n"+
 		"Exit status: 0 after a clean shutdown (or --help, --version); 1 the server failed;\n"+
 		"2 a bad flag, variable or setting.\n\n")
 	fs.SetOutput(w)
@@ -245,7 +250,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	var hs *httpServer
 	if *hopt.addr != "" {
 		// Before the lock listener: /readyz says "not listening yet" until it listens.
-		if hs, err = startHTTP(*hopt.addr, *hopt.pprof, srv, cfg.Logger); err != nil {
+		if hs, err = startHTTP(hopt, &cfg, srv, cfg.Logger); err != nil {
 			srv.Shutdown(context.Background())
 			return err
 		}
@@ -275,8 +280,8 @@ wait:
 			srv.Shutdown(context.Background()) // releases the data directory
 			return err
 		case <-hup:
-			// A service manager's reload: read the auth file and the TLS
-			// certificate again; never die on it.
+			// A service manager's reload: read the auth file, the TLS
+			// certificate and the client CA again; never die on it.
 			cfg.Logger.Info("SIGHUP: reloading")
 			if err := srv.Reload(); err != nil {
 				cfg.Logger.Error("reload failed; keeping the previous configuration", "err", err)
@@ -439,7 +444,9 @@ func source(fromEnv map[string]string, flagName string) string {
 var configFlags = map[string]string{
 	"Addr": "listen", "AuthFile": "auth-file", "Insecure": "insecure", "TLSCertFile": "tls-cert",
 	"TLSKeyFile": "tls-key", "TLSClientCAFile": "tls-client-ca", "MaxConnsPerIP": "max-conns-per-ip",
-	"MaxUnauthenticated": "max-unauthenticated", "MaxSessions": "max-sessions", "IdleTimeout": "idle-timeout",
+	"MaxUnauthenticated": "max-unauthenticated", "MaxUnauthenticatedPerIP": "max-unauthenticated-per-ip",
+	"PrincipalMaxLocks": "principal-max-locks", "PrincipalMaxSessions": "principal-max-sessions",
+	"PrincipalMaxConns": "principal-max-conns", "MaxSessions": "max-sessions", "IdleTimeout": "idle-timeout",
 	"MaxLocks": "max-locks", "MaxEntries": "max-entries", "MaxNameBytes": "max-name-bytes",
 	"MaxSessionBytes": "max-session-bytes", "StatusRate": "status-rate", "SessionGrace": "session-grace",
 	"DefaultTTL": "default-ttl", "AuthTimeout": "auth-timeout", "MaxFrame": "max-frame", "MaxConns": "max-conns",

@@ -3,11 +3,13 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"flag"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +23,7 @@ import (
 	"github.com/mlock-dev/mlock"
 	"github.com/mlock-dev/mlock/internal/auth"
 	"github.com/mlock-dev/mlock/internal/protocol"
+	"github.com/mlock-dev/mlock/internal/testcert"
 	"github.com/mlock-dev/mlock/server"
 )
 
@@ -519,7 +522,7 @@ func TestConfigFlagsMatchTheConfig(t *testing.T) {
 		inMap[name] = true
 	}
 	notConfig := map[string]bool{"log-level": true, "log-format": true, "shutdown-timeout": true, "cpu-profile": true, "version": true,
-		"http": true, "http-pprof": true}
+		"http": true, "http-pprof": true, "http-open-metrics": true}
 	fs.VisitAll(func(f *flag.Flag) {
 		if !inMap[f.Name] && !notConfig[f.Name] {
 			t.Errorf("flag --%s is not in configFlags", f.Name)
@@ -585,5 +588,81 @@ func TestLogThresholdsZeroMeansNever(t *testing.T) {
 	}
 	if err := run([]string{"--log-long-queue", "many"}, io.Discard, io.Discard); err == nil {
 		t.Error("--log-long-queue many accepted")
+	}
+}
+
+// Without credentials, --http beyond loopback is refused at start, as the
+// lock port is, naming what to do.
+func TestHTTPBeyondLoopbackNeedsCredentials(t *testing.T) {
+	f, err := os.CreateTemp(t.TempDir(), "stderr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	err = run([]string{"--http", "0.0.0.0:0", "--data-dir", "none", "--quiet-period", "0"}, f, f)
+	if err == nil || !strings.Contains(err.Error(), "--insecure") || !strings.Contains(err.Error(), "--auth-file") {
+		t.Fatalf("want a refusal naming --auth-file and --insecure, got %v", err)
+	}
+}
+
+// freePort returns a loopback address nobody listens on (for a moment).
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// With an auth file and a certificate, mlockd's HTTP listener speaks TLS
+// with the lock port's certificate, answers 401 to /api/locks without an
+// administrator's token and 200 with it; /healthz stays open.
+func TestHTTPWithCredentialsAndTLS(t *testing.T) {
+	ca := testcert.New(t)
+	certFile, keyFile := ca.Server(t)
+	tok := auth.NewToken()
+	line, err := auth.Line("ops", tok, "admin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "auth")
+	if err := os.WriteFile(file, []byte(line+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	httpAddr := freePort(t)
+	mlockd(t, "--data-dir", "none", "--quiet-period", "0", "--auth-file", file,
+		"--tls-cert", certFile, "--tls-key", keyFile, "--http", httpAddr)
+	client := &http.Client{Timeout: 5 * time.Second,
+		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool(), ServerName: "127.0.0.1"}}}
+	get := func(path, bearer string) int {
+		t.Helper()
+		req, _ := http.NewRequest("GET", "https://"+httpAddr+path, nil)
+		if bearer != "" {
+			req.Header.Set("Authorization", "Bearer "+bearer)
+		}
+		res, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		return res.StatusCode
+	}
+	for path, want := range map[string]int{"/api/locks": 401, "/metrics": 401, "/": 401, "/healthz": 200} {
+		if got := get(path, ""); got != want {
+			t.Errorf("%s without a token: %d, want %d", path, got, want)
+		}
+	}
+	for _, path := range []string{"/api/locks", "/metrics", "/"} {
+		if got := get(path, "ops:"+tok); got != 200 {
+			t.Errorf("%s with the admin's token: %d", path, got)
+		}
+	}
+	if res, err := (&http.Client{Timeout: 5 * time.Second}).Get("http://" + httpAddr + "/healthz"); err == nil {
+		res.Body.Close()
+		if res.StatusCode == 200 {
+			t.Error("the HTTP listener answers plain HTTP with TLS configured")
+		}
 	}
 }

@@ -22,6 +22,12 @@ func TestCheck(t *testing.T) {
 	if err := check(ts.URL + "/healthz"); err == nil {
 		t.Fatal("nothing listening: no error")
 	}
+	// mlockd's HTTP listener over TLS, with a certificate for other names.
+	secure := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
+	defer secure.Close()
+	if err := check(secure.URL + "/healthz"); err != nil {
+		t.Fatalf("https: %v", err)
+	}
 }
 
 // Without an argument the probe follows MLOCK_HTTP, so that an image run
@@ -40,6 +46,7 @@ func TestProbeURL(t *testing.T) {
 		{env: map[string]string{"MLOCK_HTTP": ":9100"}, want: "http://127.0.0.1:9100/healthz"},
 		{env: map[string]string{"MLOCK_HTTP": "[::]:9100"}, want: "http://[::1]:9100/healthz"},
 		{env: map[string]string{"MLOCK_HTTP": "10.1.2.3:9100"}, want: "http://10.1.2.3:9100/healthz"},
+		{env: map[string]string{"MLOCK_HTTP": "0.0.0.0:9100", "MLOCK_TLS_CERT": "/etc/mlockd/cert.pem"}, want: "https://127.0.0.1:9100/healthz"},
 		{env: map[string]string{"MLOCK_HTTP": ""}, err: "MLOCK_HTTP is empty"},
 		{env: map[string]string{"MLOCK_HTTP": "nonsense"}, err: "MLOCK_HTTP"},
 	} {

@@ -36,6 +36,10 @@
 //	cert        a client certificate that verifies against the server's
 //	            client CA and whose name (CertName) is this principal's
 //	            name also reaches it; from= does not restrict it
+//	max-locks=<n>, max-sessions=<n>, max-conns=<n>
+//	            the principal's quotas (Quota): live lock requests, sessions
+//	            and connections; n is 1 to 1 000 000 000, or "unlimited".
+//	            Without one the server's default for it applies
 //
 // A line must grant something (a prefix or admin); a "-" credential needs
 // from= or cert; names are unique; the from= networks of two different
@@ -83,6 +87,42 @@ type Principal struct {
 	// Prefixes are the literal prefixes of the resources the principal may
 	// lock; nil is every resource.
 	Prefixes []string
+	// Quota is what the principal may make the server hold, from its line
+	// (max-locks=, max-sessions=, max-conns=).
+	Quota Quota
+}
+
+// Unlimited is the value of a Quota field set to "unlimited".
+const Unlimited = -1
+
+// MaxQuota is the largest number a quota may be set to.
+const MaxQuota = 1_000_000_000
+
+// A Quota caps what one principal may make the server hold, over all its
+// sessions and connections. A field is 0 when the principal's line does
+// not set it (the server's default applies), Unlimited for "unlimited",
+// else 1 to MaxQuota.
+type Quota struct {
+	// MaxLocks caps the principal's live lock requests, held and waiting.
+	MaxLocks int
+	// MaxSessions caps its sessions, connected or in their grace period.
+	MaxSessions int
+	// MaxConns caps its authenticated connections.
+	MaxConns int
+}
+
+// Or returns q with each field that is not set (0) taken from def.
+func (q Quota) Or(def Quota) Quota {
+	if q.MaxLocks == 0 {
+		q.MaxLocks = def.MaxLocks
+	}
+	if q.MaxSessions == 0 {
+		q.MaxSessions = def.MaxSessions
+	}
+	if q.MaxConns == 0 {
+		q.MaxConns = def.MaxConns
+	}
+	return q
 }
 
 // Anonymous returns the principal of a server without an auth file: name

@@ -118,6 +118,13 @@ func TestParseErrors(t *testing.T) {
 		{"host bits", "alice - prefix=a from=10.0.0.1/8\n", 1, "did you mean from=10.0.0.0/8"},
 		{"zone", "alice - prefix=a from=fe80::1%eth0\n", 1, "not a CIDR"},
 		{"short mapped", "alice - prefix=a from=::ffff:0.0.0.0/95\n", 1, "host bits"},
+		{"quota zero", "alice " + hashOrders + " prefix=a max-locks=0\n", 1, "max-locks=: want a number from 1"},
+		{"quota negative", "alice " + hashOrders + " prefix=a max-sessions=-1\n", 1, "max-sessions=: want a number"},
+		{"quota too large", "alice " + hashOrders + " prefix=a max-conns=1000000001\n", 1, "max-conns=: want a number"},
+		{"quota huge", "alice " + hashOrders + " prefix=a max-conns=99999999999999999999999\n", 1, "max-conns=: want"},
+		{"quota empty", "alice " + hashOrders + " prefix=a max-locks=\n", 1, "max-locks=: want"},
+		{"quota secret", "alice " + hashOrders + " prefix=a max-locks=" + secret + "\n", 1, "max-locks=: want"},
+		{"quota twice", "alice " + hashOrders + " prefix=a max-locks=5 max-locks=unlimited\n", 1, "max-locks= is given twice"},
 		{"long line", "alice - admin cert prefix=" + strings.Repeat("x", maxLine) + "\n", 1, "longer than"},
 	}
 	for _, tt := range tests {
@@ -434,6 +441,17 @@ func render(tab *Table) string {
 		if e.cert {
 			b.WriteString(" cert")
 		}
+		for _, q := range []struct {
+			key string
+			n   int
+		}{{"max-locks", e.p.Quota.MaxLocks}, {"max-sessions", e.p.Quota.MaxSessions}, {"max-conns", e.p.Quota.MaxConns}} {
+			switch {
+			case q.n == Unlimited:
+				b.WriteString(" " + q.key + "=unlimited")
+			case q.n != 0:
+				fmt.Fprintf(&b, " %s=%d", q.key, q.n)
+			}
+		}
 		b.WriteString("\n")
 	}
 	return b.String()
@@ -494,5 +512,33 @@ func TestSince(t *testing.T) {
 	}
 	if _, changed := parse("a "+Hash("u")+" prefix=a:\n").Since(old, "a"); !changed {
 		t.Fatal("a new token is a change of credentials")
+	}
+}
+
+func TestQuotas(t *testing.T) {
+	tab := mustParse(t, "a "+Hash("t")+" prefix=a: max-locks=100 max-sessions=unlimited\n"+
+		"b - prefix=b: cert max-conns=3\nc "+Hash("c")+" admin\n")
+	def := Quota{MaxLocks: 7, MaxSessions: 8, MaxConns: 9}
+	for name, want := range map[string]Quota{
+		"a": {MaxLocks: 100, MaxSessions: Unlimited, MaxConns: 9},
+		"b": {MaxLocks: 7, MaxSessions: 8, MaxConns: 3},
+		"c": def,
+	} {
+		p, ok := tab.Principal(name)
+		if !ok {
+			t.Fatalf("%s missing", name)
+		}
+		if got := p.Quota.Or(def); got != want {
+			t.Errorf("%s: quota %+v, want %+v", name, got, want)
+		}
+	}
+	// Quotas are not credentials: changing them is no reason to
+	// authenticate again.
+	now := mustParse(t, "a "+Hash("t")+" prefix=a: max-locks=5\n")
+	if p, changed := now.Since(tab, "a"); p == nil || changed || p.Quota.MaxLocks != 5 {
+		t.Errorf("a with a new quota: %+v, credentials changed %v", p, changed)
+	}
+	if _, err := Line("svc", "tok", "prefix=x:", "max-locks=10"); err != nil {
+		t.Errorf("Line with a quota: %v", err)
 	}
 }

@@ -23,6 +23,7 @@ func FuzzParse(f *testing.F) {
 		"alice sha256:" + strings.Repeat("A", 64) + " prefix=* prefix=x # c\r\n",
 		"alice - prefix=a from=10.0.0.1/8\n",
 		"x " + hashOrders + " prefix=x cert from=10.0.0.0/8\nx - admin cert\n",
+		"q " + hashOrders + " prefix=q max-locks=10 max-sessions=unlimited max-conns=0012\n",
 	} {
 		f.Add(s)
 	}

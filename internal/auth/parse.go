@@ -202,10 +202,21 @@ func parseLine(fields []string) (*entry, error) {
 			if !containsPrefix(e.from, net) {
 				e.from = append(e.from, net)
 			}
+		case hasVal && (key == "max-locks" || key == "max-sessions" || key == "max-conns"):
+			n, err := parseQuota(key, val)
+			if err != nil {
+				return nil, fmt.Errorf("principal %q: %v", name, err)
+			}
+			q := &e.p.Quota
+			at := map[string]*int{"max-locks": &q.MaxLocks, "max-sessions": &q.MaxSessions, "max-conns": &q.MaxConns}[key]
+			if *at != 0 {
+				return nil, fmt.Errorf("principal %q: %s= is given twice", name, key)
+			}
+			*at = n
 		case hasVal:
-			return nil, fmt.Errorf("principal %q: unknown permission %q (field %d); want prefix=<p>, admin, from=<net> or cert", name, key+"=", i+3)
+			return nil, fmt.Errorf("principal %q: unknown permission %q (field %d); want %s", name, key+"=", i+3, permissions)
 		default:
-			return nil, fmt.Errorf("principal %q: unknown permission (field %d); want prefix=<p>, admin, from=<net> or cert", name, i+3)
+			return nil, fmt.Errorf("principal %q: unknown permission (field %d); want %s", name, i+3, permissions)
 		}
 	}
 	if !e.p.Admin && !all && len(e.p.Prefixes) == 0 {
@@ -218,6 +229,28 @@ func parseLine(fields []string) (*entry, error) {
 		return nil, fmt.Errorf("principal %q has no token (\"-\") and can be reached neither by address (from=) nor by certificate (cert)", name)
 	}
 	return e, nil
+}
+
+// permissions lists what may follow a credential, for errors.
+const permissions = "prefix=<p>, admin, from=<net>, cert, max-locks=<n>, max-sessions=<n> or max-conns=<n>"
+
+// parseQuota parses the value of a quota: 1 to MaxQuota, or "unlimited".
+func parseQuota(key, val string) (int, error) {
+	if val == "unlimited" {
+		return Unlimited, nil
+	}
+	n := 0
+	for i := 0; i < len(val); i++ {
+		if val[i] < '0' || val[i] > '9' || n > MaxQuota {
+			return 0, fmt.Errorf("%s=: want a number from 1 to %d, or unlimited", key, MaxQuota)
+		}
+		n = n*10 + int(val[i]-'0')
+	}
+	if n < 1 || n > MaxQuota {
+		// The value is not repeated: it may be a misplaced secret.
+		return 0, fmt.Errorf("%s=: want a number from 1 to %d, or unlimited", key, MaxQuota)
+	}
+	return n, nil
 }
 
 func containsPrefix(nets []netip.Prefix, p netip.Prefix) bool {

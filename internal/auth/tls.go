@@ -11,14 +11,20 @@ import (
 )
 
 // A CertReloader holds the server's certificate and key, read from two PEM
-// files, and serves them to new handshakes through GetCertificate. Reload
-// reads the files again (on SIGHUP, say): handshakes that start after it
-// returns use the new pair; established connections are not touched. Its
-// methods are safe for concurrent use.
+// files, and serves them to new handshakes through GetCertificate; made by
+// ServerConfig with a client CA file, it holds the client CAs too and
+// serves them through GetConfigForClient. Reload reads the files again (on
+// SIGHUP, say): handshakes that start after it returns use the new pair and
+// CAs; established connections are not touched. Its methods are safe for
+// concurrent use.
 type CertReloader struct {
 	certFile, keyFile string
 	cur               atomic.Pointer[tls.Certificate]
 	mu                sync.Mutex // serializes Reload
+
+	clientCAFile string                     // "": no client certificates
+	base         *tls.Config                // the configuration the per-handshake ones are cloned from
+	conf         atomic.Pointer[tls.Config] // with the current client CAs
 }
 
 // NewCertReloader reads the certificate (chain) and key PEM files. The
@@ -33,11 +39,26 @@ func NewCertReloader(certFile, keyFile string) (*CertReloader, error) {
 }
 
 // Reload reads both files again and, if they make a valid pair, serves the
-// new pair to the handshakes that start after it returns. On error the old
-// pair stays in place and the error says why.
+// new pair to the handshakes that start after it returns; with a client CA
+// file (ServerConfig) it reads that too, and a file that holds certificates
+// becomes the CAs new handshakes verify client certificates against. Each
+// part that fails keeps the old one in place, and the error says why.
 func (r *CertReloader) Reload() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	err := r.reloadPair()
+	if r.clientCAFile != "" {
+		if pool, caErr := readCAs(r.clientCAFile); caErr != nil {
+			err = errors.Join(err, caErr)
+		} else {
+			r.setCAs(pool)
+		}
+	}
+	return err
+}
+
+// reloadPair reads the certificate and key. r.mu is held.
+func (r *CertReloader) reloadPair() error {
 	certPEM, err := os.ReadFile(r.certFile)
 	if err != nil {
 		return fmt.Errorf("tls certificate: %w", err)
@@ -59,6 +80,34 @@ func (r *CertReloader) Reload() error {
 	return nil
 }
 
+// setCAs serves pool as the client CAs of new handshakes. r.mu is held
+// (or r is not shared yet).
+func (r *CertReloader) setCAs(pool *x509.CertPool) {
+	c := r.base.Clone()
+	c.ClientCAs = pool
+	r.conf.Store(c)
+}
+
+// GetConfigForClient returns the configuration of a new handshake: the
+// current client CAs. It is meant for tls.Config.GetConfigForClient; nil
+// (the configuration it is set on) without a client CA file.
+func (r *CertReloader) GetConfigForClient(*tls.ClientHelloInfo) (*tls.Config, error) {
+	return r.conf.Load(), nil
+}
+
+// readCAs reads a PEM file of CA certificates.
+func readCAs(path string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("tls client CA: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("tls client CA %s: %w", path, errNoCert)
+	}
+	return pool, nil
+}
+
 // GetCertificate returns the current pair; it is meant for
 // tls.Config.GetCertificate and never fails.
 func (r *CertReloader) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
@@ -78,7 +127,8 @@ func (r *CertReloader) Leaf() *x509.Certificate { return r.cur.Load().Leaf }
 // certificate, and one that it presents must verify against those CAs
 // (tls.VerifyClientCertIfGiven): clients without a certificate still
 // connect and authenticate otherwise (token, address). VerifiedName gives
-// the name of a verified certificate. The client CA file is read once.
+// the name of a verified certificate. The returned CertReloader's Reload
+// reads the client CA file again, as it does the certificate and key.
 //
 // Errors: those of NewCertReloader, of reading clientCAFile, or a client CA
 // file that holds no certificate.
@@ -92,16 +142,15 @@ func ServerConfig(certFile, keyFile, clientCAFile string) (*tls.Config, *CertRel
 		GetCertificate: r.GetCertificate,
 	}
 	if clientCAFile != "" {
-		pem, err := os.ReadFile(clientCAFile)
+		pool, err := readCAs(clientCAFile)
 		if err != nil {
-			return nil, nil, fmt.Errorf("tls client CA: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, nil, fmt.Errorf("tls client CA %s: %w", clientCAFile, errNoCert)
+			return nil, nil, err
 		}
 		cfg.ClientCAs = pool
 		cfg.ClientAuth = tls.VerifyClientCertIfGiven
+		r.clientCAFile, r.base = clientCAFile, cfg.Clone()
+		r.setCAs(pool)
+		cfg.GetConfigForClient = r.GetConfigForClient
 	}
 	return cfg, r, nil
 }

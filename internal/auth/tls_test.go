@@ -373,3 +373,54 @@ func TestCertName(t *testing.T) {
 		t.Errorf("VerifiedName of an unverified certificate = %q", got)
 	}
 }
+
+// Reload reads the client CA file again: new handshakes verify client
+// certificates against the new CAs, and a bad file keeps the old ones.
+func TestReloadReadsTheClientCA(t *testing.T) {
+	ca, next := testcert.New(t), testcert.New(t)
+	certFile, keyFile := ca.Server(t)
+	caFile := t.TempDir() + "/clients.pem"
+	copyFile(t, ca.CertFile(), caFile)
+	cfg, r, err := ServerConfig(certFile, keyFile, caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := startEcho(t, cfg)
+	handshake := func(clients *testcert.CA) (string, error) {
+		c, err := dial(t, s, withClient(t, ca, clients, "worker-1"))
+		if err == nil {
+			err = echo(c, "x") // TLS 1.3: a refusal shows on the first read
+		}
+		if err != nil {
+			return "", err
+		}
+		return <-s.names, nil
+	}
+	if name, err := handshake(ca); err != nil || name != "worker-1" {
+		t.Fatalf("a certificate of the CA: %q, %v", name, err)
+	}
+	if _, err := handshake(next); err == nil {
+		t.Fatal("a certificate of the next CA was accepted before the reload")
+	}
+
+	copyFile(t, next.CertFile(), caFile)
+	if err := r.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if name, err := handshake(next); err != nil || name != "worker-1" {
+		t.Fatalf("after the reload, a certificate of the next CA: %q, %v", name, err)
+	}
+	if _, err := handshake(ca); err == nil {
+		t.Fatal("after the reload, a certificate of the old CA was accepted")
+	}
+
+	if err := os.WriteFile(caFile, []byte("not a certificate"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Reload(); err == nil || !strings.Contains(err.Error(), "no PEM certificate") {
+		t.Fatalf("Reload of a bad client CA file: %v", err)
+	}
+	if name, err := handshake(next); err != nil || name != "worker-1" {
+		t.Fatalf("after a failed reload the CAs in force changed: %q, %v", name, err)
+	}
+}

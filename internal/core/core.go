@@ -292,6 +292,14 @@ func (tx *Tx) SessionGrace() time.Duration { return tx.c.tab.SessionGrace() }
 // period).
 func (tx *Tx) HasSession(id string) bool { return tx.c.tab.HasSession(id) }
 
+// GroupSessions returns the sessions whose id starts with name and a NUL
+// byte (a principal's).
+func (tx *Tx) GroupSessions(name string) int { return tx.c.tab.GroupSessions(name) }
+
+// GroupRequests returns the live requests of the sessions whose id starts
+// with name and a NUL byte (a principal's: see locktable.Table.GroupRequests).
+func (tx *Tx) GroupRequests(name string) int { return tx.c.tab.GroupRequests(name) }
+
 // Lookup returns the live request with this id.
 func (tx *Tx) Lookup(id ID) (LockInfo, bool) { return tx.c.tab.Lookup(id) }
 

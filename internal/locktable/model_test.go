@@ -378,6 +378,29 @@ func (m *model) check() {
 			m.t.Fatalf("session %s has %d name bytes in the engine, model %d", id, s.bytes, want)
 		}
 	}
+	inGroup, groupSessions := 0, 0
+	for _, r := range m.reqs {
+		if strings.HasPrefix(r.session, "g\x00") {
+			inGroup++
+		}
+	}
+	for id := range m.tab.sessions {
+		if strings.HasPrefix(id, "g\x00") {
+			groupSessions++
+		}
+	}
+	if got := m.tab.GroupSessions("g"); got != groupSessions {
+		m.t.Fatalf("group g has %d sessions in the engine, model %d", got, groupSessions)
+	}
+	if got := m.tab.GroupRequests("g"); got != inGroup {
+		m.t.Fatalf("group g has %d live requests in the engine, model %d", got, inGroup)
+	}
+	if g := m.tab.groups["g"]; (g != nil) != (groupSessions > 0) || (g != nil && g.sessions != groupSessions) {
+		m.t.Fatalf("group g: %+v in the engine, %d sessions", g, groupSessions)
+	}
+	if m.tab.GroupRequests("s0") != 0 || len(m.tab.groups) > 1 {
+		m.t.Fatalf("groups %v: only g is one", m.tab.groups)
+	}
 	if len(m.tab.sessions) == 0 && (m.tab.entries != 0 || m.tab.bytes != 0) {
 		m.t.Fatalf("no session, yet %d entries and %d bytes", m.tab.entries, m.tab.bytes)
 	}
@@ -429,11 +452,12 @@ func drawModes(rt *rapid.T, res []string) []Mode {
 
 var (
 	modelResources = []string{"r0", "r1", "r2", "r3", "r4"}
-	modelSessions  = []string{"s0", "s1", "s2"}
-	modelOwners    = []string{"", "", "o1", "o2", anonOwner}
+	// s1 and s2 are one group ("g": the server's principals), s0 none.
+	modelSessions = []string{"s0", "g\x00s1", "g\x00s2"}
+	modelOwners   = []string{"", "", "o1", "o2", anonOwner}
 	// modelCallers are the sessions an Extend, Unlock or Renew comes from:
 	// mostly the attached ones; "" is elsewhere for every lock.
-	modelCallers = []string{"s0", "s1", "s2", ""}
+	modelCallers = []string{"s0", "g\x00s1", "g\x00s2", ""}
 )
 
 // modelTTL draws leases, short and long against the 40 ms grace (rapid's

@@ -333,7 +333,7 @@ func (t *Table) decode(d *decoder) error {
 			return d.fail("session order")
 		}
 		prev = id
-		s := &session{id: id, attached: true, hidx: -1}
+		s := t.newSession(id)
 		switch d.byte("session state") {
 		case snapAttached:
 		case snapDetached:

@@ -312,8 +312,16 @@ type lock struct {
 	one      [1]node
 }
 
+// A group is the sessions whose ids share the part before their first NUL
+// byte (the server's principals: see GroupRequests).
+type group struct {
+	requests int // live requests of its sessions
+	sessions int
+}
+
 type session struct {
 	id       string
+	grp      *group // nil: the id has no NUL byte
 	attached bool
 	hidx     int32
 	seq      uint64 // the Table's seq at its detach: orders its grace end among deadlines due at once
@@ -352,6 +360,7 @@ type Table struct {
 	names    *btree.BTreeG[nameKey] // the keys of queues, in order
 	all      *lock                  // every live request, newest first
 	sessions map[string]*session
+	groups   map[string]*group // by the part of a session id before its first NUL byte
 	owners   map[string]*ownerList
 	heap     deadlines
 	rng      *rand.ChaCha8
@@ -426,6 +435,7 @@ func newTable(cfg Config) (*Table, error) {
 		queues:   make(map[string]*queue),
 		names:    btree.NewG(nameDegree, nameLess),
 		sessions: make(map[string]*session),
+		groups:   make(map[string]*group),
 		owners:   make(map[string]*ownerList),
 		next:     cfg.FirstToken,
 	}
@@ -493,8 +503,43 @@ func (t *Table) Attach(now int64, id string) (existed bool) {
 		s.attached = true
 		return true
 	}
-	t.sessions[id] = &session{id: id, attached: true, hidx: -1}
+	t.sessions[id] = t.newSession(id)
 	return false
+}
+
+// newSession returns a new attached session, counted in its group.
+func (t *Table) newSession(id string) *session {
+	s := &session{id: id, attached: true, hidx: -1}
+	if name, _, ok := strings.Cut(id, "\x00"); ok {
+		g := t.groups[name]
+		if g == nil {
+			g = &group{}
+			t.groups[name] = g
+		}
+		g.sessions++
+		s.grp = g
+	}
+	return s
+}
+
+// GroupSessions returns the sessions (attached or in their grace period)
+// whose id starts with name and a NUL byte. O(1).
+func (t *Table) GroupSessions(name string) int {
+	if g := t.groups[name]; g != nil {
+		return g.sessions
+	}
+	return 0
+}
+
+// GroupRequests returns the live requests (held and waiting) of the
+// sessions whose id starts with name and a NUL byte: the server scopes the
+// sessions of a principal so, and caps the principal's requests with it.
+// O(1).
+func (t *Table) GroupRequests(name string) int {
+	if g := t.groups[name]; g != nil {
+		return g.requests
+	}
+	return 0
 }
 
 // Detach starts session id's grace clock. At now + SessionGrace, unless it is
@@ -539,6 +584,12 @@ func (t *Table) dropSession(s *session) {
 		t.heap.remove(int(s.hidx))
 	}
 	delete(t.sessions, s.id)
+	if g := s.grp; g != nil {
+		if g.sessions--; g.sessions == 0 {
+			name, _, _ := strings.Cut(s.id, "\x00")
+			delete(t.groups, name)
+		}
+	}
 	t.flushGrants()
 	t.emit(Event{Kind: SessionClosed, Session: s.id})
 }
@@ -552,6 +603,9 @@ func (s *session) add(l *lock) {
 	}
 	s.head = l
 	s.n++
+	if s.grp != nil {
+		s.grp.requests++
+	}
 }
 
 func (s *session) del(l *lock) {
@@ -565,6 +619,9 @@ func (s *session) del(l *lock) {
 	}
 	l.sprev, l.snext, l.sess = nil, nil, nil
 	s.n--
+	if s.grp != nil {
+		s.grp.requests--
+	}
 }
 
 // ---- validation ----

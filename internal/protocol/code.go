@@ -70,6 +70,11 @@ const (
 	CodePermitsConflict // "permits do not match!": a semaphore used with another count; followed by the resource
 	CodeModeChange      // "lock mode can not change!": an owner's re-entry in another mode; followed by the resource
 
+	// Quotas per principal (extension).
+	CodeQuotaLocks    // "too many locks for this principal!": a lock or trylock past the principal's max-locks
+	CodeQuotaSessions // "too many sessions for this principal!": a connect that would start a session past max-sessions (then the server closes)
+	CodeQuotaConns    // "too many connections for this principal!": a connect past max-conns (then the server closes)
+
 	numCodes
 )
 
@@ -117,6 +122,9 @@ var codeTexts = [numCodes]string{
 	CodeInvalidMode:        "invalid mode!",
 	CodePermitsConflict:    "permits do not match!",
 	CodeModeChange:         "lock mode can not change!",
+	CodeQuotaLocks:         "too many locks for this principal!",
+	CodeQuotaSessions:      "too many sessions for this principal!",
+	CodeQuotaConns:         "too many connections for this principal!",
 }
 
 // Text returns the code's wire text; "" for CodeUnknown.

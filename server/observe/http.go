@@ -54,6 +54,15 @@ type Options struct {
 	// is reused by the page, the API and the metrics' longest queue.
 	// Default 1 s; negative: never reused.
 	TopCache time.Duration
+	// Authorize, if set, decides who may read the endpoints: a request it
+	// refuses is answered 401 with a Basic challenge (a browser then asks
+	// for a name and a password) and a Bearer one. /healthz and /readyz are
+	// always open (they show nothing but the server's state), and so is
+	// /metrics with OpenMetrics. It is called concurrently. Nil: every
+	// endpoint is open.
+	Authorize func(r *http.Request) bool
+	// OpenMetrics serves /metrics without Authorize. Default false.
+	OpenMetrics bool
 }
 
 // Handler serves the HTTP endpoints of mlockd: /metrics, /healthz,
@@ -139,8 +148,22 @@ func New(src Source, opt Options) *Handler {
 	return h
 }
 
-// ServeHTTP serves the endpoints.
-func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
+// ServeHTTP serves the endpoints, each to whom Options.Authorize allows.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if h.opt.Authorize != nil && !h.open(r.URL.Path) && !h.opt.Authorize(r) {
+		w.Header().Add("WWW-Authenticate", `Basic realm="mlockd", charset="UTF-8"`)
+		w.Header().Add("WWW-Authenticate", `Bearer realm="mlockd"`)
+		plain(w, http.StatusUnauthorized, "401 unauthorized: this endpoint needs an administrator of mlockd's auth file: "+
+			"a bearer token <name>:<token>, the name and token as Basic credentials, or a client certificate")
+		return
+	}
+	h.mux.ServeHTTP(w, r)
+}
+
+// open reports whether path is served without Authorize.
+func (h *Handler) open(path string) bool {
+	return path == "/healthz" || path == "/readyz" || (h.opt.OpenMetrics && path == "/metrics")
+}
 
 // Close stops the sampler and waits for it. The endpoints still answer.
 // It is idempotent.

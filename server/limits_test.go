@@ -1,0 +1,320 @@
+package server
+
+import (
+	"net"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mlock-dev/mlock/internal/auth"
+	"github.com/mlock-dev/mlock/internal/core"
+)
+
+// dialFrom connects to srv from the loopback address ip (127.0.0.x).
+func dialFrom(t testing.TB, addr, ip string) *raw {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}, Timeout: 2 * time.Second}
+	nc, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	return &raw{t: t, nc: nc}
+}
+
+// Every address has its own cap of pre-handshake connections, loopback
+// addresses included: a newcomer from an address at its cap is refused
+// (and its socket closed at the end of its auth timeout: the tarpit), and
+// the other addresses (127.0.0.1 among them) are not touched.
+func TestPreHandshakeCapPerAddress(t *testing.T) {
+	srv := start(t, Config{MaxUnauthenticatedPerIP: 2, StatusRate: -1, AuthTimeout: time.Second})
+	addr := srv.Addr().String()
+	other := dialFrom(t, addr, "127.0.0.3")
+	local := dialRaw(t, srv)
+	a1 := dialFrom(t, addr, "127.0.0.2")
+	a2 := dialFrom(t, addr, "127.0.0.2")
+	a1.quiet()
+	a2.quiet()
+	a3 := dialFrom(t, addr, "127.0.0.2")
+	a3.expect("error too many connections from this address!")
+	for _, c := range []*raw{other, local, a1, a2} {
+		c.send("connect " + c.nc.LocalAddr().String() + " 1.0")
+		c.expect("connected 1.0 new *")
+	}
+	tarpitted(t, a3, time.Second)
+	// Connected, they no longer count: two more from 127.0.0.2 are let in.
+	b1, b2 := dialFrom(t, addr, "127.0.0.2"), dialFrom(t, addr, "127.0.0.2")
+	b1.quiet()
+	b2.quiet()
+	dialFrom(t, addr, "127.0.0.2").expect("error too many connections from this address!")
+	a1.ping("p")
+	local.ping("q")
+	st := local.statusOf("st")
+	if st.Limits.RejectedPerIP != 2 || st.Limits.Unauthenticated != 2 || st.Limits.MaxUnauthenticatedPerIP != 2 || st.Limits.Evicted != 0 {
+		t.Errorf("limits: refused per address %d, unauthenticated %d, per address %d, evicted %d; want 2, 2, 2, 0",
+			st.Limits.RejectedPerIP, st.Limits.Unauthenticated, st.Limits.MaxUnauthenticatedPerIP, st.Limits.Evicted)
+	}
+}
+
+// tarpitted checks that the server holds c open after its refusal, and
+// closes it by the end of its auth timeout d.
+func tarpitted(t *testing.T, c *raw, d time.Duration) {
+	t.Helper()
+	t0 := time.Now()
+	if p, err := c.next(d / 3); err == nil || !strings.Contains(err.Error(), "timeout") {
+		t.Fatalf("the refused connection was not held: %q %v", p, err)
+	}
+	c.closed()
+	if waited := time.Since(t0); waited > d+500*time.Millisecond {
+		t.Errorf("closed after %v, its auth timeout is %v", waited, d)
+	}
+}
+
+// A connect refused for its credentials while its address is crowded with
+// pre-handshake connections is held until its auth timeout; one refused
+// from an address that is not is closed at once.
+func TestTarpitForRefusedConnects(t *testing.T) {
+	srv := start(t, Config{AuthFile: writeAuthFile(t, authLine(t, "A", auth.NewToken(), "prefix=a:")),
+		MaxUnauthenticatedPerIP: 2, AuthTimeout: time.Second})
+	addr := srv.Addr().String()
+	lone := dialFrom(t, addr, "127.0.0.3")
+	lone.send("connect x 1.0")
+	lone.expect("error authentication required!")
+	lone.closed()
+	dialFrom(t, addr, "127.0.0.2").quiet() // one silent, then a connect: the address is at its cap
+	crowded := dialFrom(t, addr, "127.0.0.2")
+	crowded.send("connect y 1.0")
+	crowded.expect("error authentication required!")
+	tarpitted(t, crowded, time.Second)
+}
+
+// When the pool is full, a newcomer from any address evicts the oldest
+// pre-handshake connection, whatever its address.
+func TestPreHandshakePoolEvictsTheOldest(t *testing.T) {
+	srv := start(t, Config{MaxUnauthenticated: 3, MaxUnauthenticatedPerIP: 2, StatusRate: -1})
+	addr := srv.Addr().String()
+	old := dialFrom(t, addr, "127.0.0.2")
+	old.quiet()
+	mid := []*raw{dialFrom(t, addr, "127.0.0.3"), dialFrom(t, addr, "127.0.0.4")}
+	mid[0].quiet()
+	mid[1].quiet()
+	late := dialFrom(t, addr, "127.0.0.5")
+	old.expect("error too many connections!")
+	old.closed()
+	late.send("connect late 1.0")
+	late.expect("connected 1.0 new *")
+	for _, c := range mid {
+		c.send("connect " + c.nc.LocalAddr().String() + " 1.0")
+		c.expect("connected 1.0 new *")
+	}
+}
+
+// At MaxConns a newcomer evicts the oldest connection that has not
+// connected; only when every connection is authenticated is it refused.
+func TestMaxConnsEvictsBeforeRefusing(t *testing.T) {
+	srv := start(t, Config{MaxConns: 3, StatusRate: -1})
+	c1 := connected(t, srv, "c1")
+	connected(t, srv, "c2")
+	pre := dialRaw(t, srv)
+	pre.quiet()
+	late := dialRaw(t, srv)
+	pre.expect("error too many connections!")
+	pre.closed()
+	late.send("connect late 1.0")
+	late.expect("connected 1.0 new *")
+	refused := dialRaw(t, srv)
+	refused.expect("error too many connections!")
+	refused.closed()
+	if st := c1.statusOf("s"); st.Limits.Evicted != 1 || st.RejectedConnections != 1 {
+		t.Errorf("evicted %d, rejected %d; want 1, 1", st.Limits.Evicted, st.RejectedConnections)
+	}
+}
+
+// quotaServer runs a server whose auth file has A (quotas of its own), B
+// (the server's defaults, given in cfg) and ops (admin).
+func quotaServer(t *testing.T, cfg Config, aQuota ...string) (*Server, tokens, string) {
+	t.Helper()
+	tk := tokens{a: auth.NewToken(), b: auth.NewToken(), admin: auth.NewToken()}
+	file := writeAuthFile(t, quotaLines(t, tk, aQuota...)...)
+	cfg.AuthFile = file
+	cfg.StatusRate = -1
+	return start(t, cfg), tk, file
+}
+
+func quotaLines(t *testing.T, tk tokens, aQuota ...string) []string {
+	return []string{
+		authLine(t, "A", tk.a, append([]string{"prefix=a:"}, aQuota...)...),
+		authLine(t, "B", tk.b, "prefix=b:"),
+		authLine(t, "ops", tk.admin, "admin"),
+	}
+}
+
+// A principal at its lock quota is refused more locks with a text of its
+// own, its other sessions included; another principal is not; what it
+// gives up makes room again.
+func TestQuotaLocks(t *testing.T) {
+	srv, tk, _ := quotaServer(t, Config{PrincipalMaxLocks: 3}, "max-locks=2")
+	a1 := connectAs(t, srv, "a1", "A", tk.a)
+	a2 := connectAs(t, srv, "a2", "A", tk.a)
+	b := connectAs(t, srv, "b", "B", tk.b)
+	id := a1.lock("1", "a:x 60000 0 0")
+	a1.locked(id)
+	a2.lock("2", "a:x 60000 0 0") // waiting: it counts too
+	a2.send("lock 3 a:y 60000 0 0")
+	a2.expect("result 3 failed too many locks for this principal!")
+	a1.send("trylock 4 a:z 60000")
+	a1.expect("result 4 failed too many locks for this principal!")
+	for i, r := range []string{"b:1", "b:2", "b:3"} { // B: the default quota, 3
+		b.locked(b.lock(string(rune('5'+i)), r+" 60000 0 0"))
+	}
+	b.send("lock 8 b:4 60000 0 0")
+	b.expect("result 8 failed too many locks for this principal!")
+	a1.send("unlock 9 " + id)
+	a1.expect("result 9 success done")
+	a2.expect("locked * * *") // a2's waiting lock is granted
+	a2.locked(a2.lock("10", "a:y 60000 0 0"))
+	st := connectAs(t, srv, "ops", "ops", tk.admin).statusOf("st")
+	pa, pb := st.Principals["A"], st.Principals["B"]
+	if pa.Locks != 2 || pa.Sessions != 2 || pa.Conns != 2 || pa.MaxLocks != 2 || pa.MaxSessions != 10_000 {
+		t.Errorf("A in status: %+v", pa)
+	}
+	if pb.Locks != 3 || pb.MaxLocks != 3 || pb.MaxConns != 5000 {
+		t.Errorf("B in status: %+v", pb)
+	}
+	if st.Limits.QuotaRefused != 3 {
+		t.Errorf("quotaRefused %d, want 3", st.Limits.QuotaRefused)
+	}
+}
+
+// A principal at its quota of sessions or connections is refused a new
+// one; its sessions in their grace count and may come back; another
+// principal connects.
+func TestQuotaSessionsAndConns(t *testing.T) {
+	srv, tk, _ := quotaServer(t, Config{SessionGrace: 5 * time.Second}, "max-sessions=2", "max-conns=3")
+	a1 := connectAs(t, srv, "a1", "A", tk.a)
+	a2 := connectAs(t, srv, "a2", "A", tk.a)
+	a2.nc.Close() // in its grace: still a session
+	refusedConnect(t, srv, "connect a3 1.0 auth=A:"+tk.a, "too many sessions for this principal!")
+	b := connectAs(t, srv, "b", "B", tk.b)
+	back := dialRaw(t, srv)
+	back.send("connect a2 1.0 auth=A:" + tk.a)
+	back.expect("connected 1.0 resumed *")
+	// Three connections: a1, back and a takeover of a1's session, which
+	// replaces a1 and does not count twice.
+	again := dialRaw(t, srv)
+	again.send("connect a1 1.0 auth=A:" + tk.a)
+	again.expect("connected 1.0 resumed *")
+	a1.expect("error session taken over by a new connection!")
+	third := dialRaw(t, srv)
+	third.send("connect a2 1.0 auth=A:" + tk.a)
+	third.expect("connected 1.0 resumed *")
+	back.expect("error session taken over by a new connection!")
+	b.ping("1")
+	st := b.statusOf("2")
+	if st.Principals != nil {
+		t.Errorf("a principal that does not administer sees the principals: %+v", st.Principals)
+	}
+}
+
+// The connection quota counts connections, not sessions: the fourth
+// connection of A is refused (max-conns=3) while B connects.
+func TestQuotaConns(t *testing.T) {
+	srv, tk, _ := quotaServer(t, Config{}, "max-conns=3")
+	for _, sid := range []string{"a1", "a2", "a3"} {
+		connectAs(t, srv, sid, "A", tk.a)
+	}
+	refusedConnect(t, srv, "connect a4 1.0 auth=A:"+tk.a, "too many connections for this principal!")
+	connectAs(t, srv, "b", "B", tk.b).ping("1")
+}
+
+// A reload applies new quotas to established sessions at once: lowered,
+// the next lock past it is refused (what is held stays); raised, it is
+// accepted.
+func TestQuotaReload(t *testing.T) {
+	srv, tk, file := quotaServer(t, Config{}, "max-locks=5")
+	a := connectAs(t, srv, "a1", "A", tk.a)
+	for i, r := range []string{"a:1", "a:2", "a:3"} {
+		a.locked(a.lock(string(rune('1'+i)), r+" 60000 0 0"))
+	}
+	rewrite := func(aQuota ...string) {
+		t.Helper()
+		if err := os.WriteFile(file, []byte(joinLines(quotaLines(t, tk, aQuota...))), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := srv.Reload(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rewrite("max-locks=2")
+	a.send("lock 4 a:4 60000 0 0")
+	a.expect("result 4 failed too many locks for this principal!")
+	a.ping("5") // the connection and its three locks stay
+	rewrite("max-locks=unlimited")
+	a.locked(a.lock("6", "a:4 60000 0 0"))
+}
+
+func joinLines(lines []string) string {
+	out := ""
+	for _, l := range lines {
+		out += l + "\n"
+	}
+	return out
+}
+
+// On a cluster the quotas hold through every node: A's locks and sessions
+// are counted over the cluster (checked on the node the client is
+// connected to), its connections on each node, and B locks through a
+// follower while A is at its quotas.
+func TestClusterQuotas(t *testing.T) {
+	tk := tokens{a: auth.NewToken(), b: auth.NewToken(), admin: auth.NewToken()}
+	file := writeAuthFile(t, quotaLines(t, tk, "max-locks=2", "max-sessions=2", "max-conns=1")...)
+	tc := newTestClusterWith(t, 3, false, func(tc *testCluster) {
+		tc.configure = func(_ int, c *Config) { c.AuthFile, c.StatusRate = file, -1 }
+	})
+	l := tc.leader()
+	f1, f2 := (l+1)%3, (l+2)%3
+	a1 := tc.dialConnect(f1, "connect a1 1.0 auth=A:"+tk.a)
+	a1.expect("connected 1.0 new *")
+	a2 := tc.dialConnect(l, "connect a2 1.0 auth=A:"+tk.a)
+	a2.expect("connected 1.0 new *")
+	a1.locked(a1.lock("1", "a:x 60000 0 0"))
+	a2.locked(a2.lock("2", "a:y 60000 0 0"))
+	// The third request of A, on another follower, sees both.
+	waitApplied(t, tc, f2, func(s *Server) bool { return s.groupRequests("A") == 2 })
+	a3 := tc.dialConnect(f2, "connect a3 1.0 auth=A:"+tk.a)
+	a3.expect("error too many sessions for this principal!")
+	a2.send("lock 3 a:z 60000 0 0")
+	a2.expect("result 3 failed too many locks for this principal!")
+	waitApplied(t, tc, f1, func(s *Server) bool { return s.groupRequests("A") == 2 })
+	a1.send("lock 4 a:z 60000 0 0")
+	a1.expect("result 4 failed too many locks for this principal!")
+	// Connections count on each node: A has one on f1 already.
+	more := tc.dialConnect(f1, "connect a2 1.0 auth=A:"+tk.a)
+	more.expect("error too many connections for this principal!")
+	b := tc.dialConnect(f2, "connect b 1.0 auth=B:"+tk.b)
+	b.expect("connected 1.0 new *")
+	b.locked(b.lock("5", "b:x 60000 0 0"))
+	a1.ping("6")
+	a2.ping("7")
+}
+
+// waitApplied waits until cond holds on node i (it has applied the log so
+// far).
+func waitApplied(t *testing.T, tc *testCluster, i int, cond func(*Server) bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !cond(tc.nodes[i]); {
+		if time.Now().After(deadline) {
+			t.Fatalf("node %d did not apply in time", i)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// groupRequests is the live requests of a principal, as this node has
+// applied them.
+func (s *Server) groupRequests(name string) int {
+	n := 0
+	s.batch(func(tx *core.Tx) { n = tx.GroupRequests(name) })
+	return n
+}
