@@ -5,10 +5,12 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -22,6 +24,7 @@ import (
 
 	"github.com/mlock-dev/mlock"
 	"github.com/mlock-dev/mlock/internal/cluster"
+	"github.com/mlock-dev/mlock/internal/core"
 	"github.com/mlock-dev/mlock/internal/testcert"
 )
 
@@ -863,5 +866,43 @@ func TestClusterClientMovesToTheLeader(t *testing.T) {
 			t.Error(err)
 		}
 		cl.Close()
+	}
+}
+
+// A forwarding connection leaves the pool of pre-handshake connections when
+// its hello is accepted: more of them from one address than
+// MaxUnauthenticatedPerIP (followers reconnecting to the leader after
+// failovers) never crowd that address out. (They used to stay counted
+// under their address for good.)
+func TestClusterForwardingConnectionsLeaveThePreHandshakePool(t *testing.T) {
+	tc := newTestCluster(t, 3, false)
+	l := tc.leader()
+	hello := "forward " + hex.EncodeToString(tc.nodes[l].cl.secret[:])
+	srv := tc.nodes[l]
+	preFromLoopback := func() (n int) {
+		srv.core().Batch(func(*core.Tx) {
+			if a := srv.preByIP[preKey(netip.MustParseAddr("127.0.0.1"))]; a != nil {
+				n = a.n
+			}
+		})
+		return n
+	}
+	for i := range 2 * DefaultMaxUnauthenticatedPerIP {
+		fc := tc.dialConnect(l, hello)
+		// Its hello handled: it counts no more.
+		deadline := time.Now().Add(5 * time.Second)
+		for preFromLoopback() != 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("forwarding connection %d still counts as pre-handshake (%d from its address)", i, preFromLoopback())
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		if i%2 == 0 {
+			fc.nc.Close() // some reconnect, some stay
+		}
+	}
+	c := tc.dial(l, "after-forwards")
+	if got := c.readWithin(5 * time.Second); !strings.HasPrefix(got, "connected ") {
+		t.Fatalf("a client from the forwarders' address: %q", got)
 	}
 }

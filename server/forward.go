@@ -52,10 +52,7 @@ func (c *conn) acceptForward(token []byte) (item, bool) {
 	}
 	c.forward = true
 	c.authed = true
-	if c.unauthed {
-		c.unauthed = false
-		s.unauthed--
-	}
+	s.leavePreLocked(c) // done with its handshake: out of the pool and of its address's count
 	return item{}, false
 }
 
