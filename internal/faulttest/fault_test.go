@@ -497,7 +497,18 @@ func (h *harness) report(rounds, noHolder int) {
 	t.Logf("%d rounds, %d grants, %d sections ended early, violations: %d overlap, %d token, %d waiter",
 		rounds, grants, lost, count["overlap"], count["token"], count["waiter"])
 	if grants == 0 {
-		t.Errorf("no worker ever held the lock; server output in %s", h.srvO.Name())
+		// The directory goes with the test: say here what the server and
+		// the workers said.
+		out, _ := os.ReadFile(h.srvO.Name())
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		lines = lines[max(0, len(lines)-40):]
+		var exits []string
+		for w, st := range hist.exits {
+			exits = append(exits, w+"="+st)
+		}
+		sort.Strings(exits)
+		t.Errorf("no worker ever held the lock; worker exits %v; the server's last lines:\n\t%s",
+			exits, strings.Join(lines, "\n\t"))
 	}
 	if len(vs) == 0 {
 		return
