@@ -134,10 +134,13 @@ type testCluster struct {
 	onLeader []atomic.Int32 // OnLeader calls per node
 }
 
+// fastConfig shortens raft's timeouts for tests, not so far that a leader
+// loses its lease whenever the race detector and the other test packages
+// starve it of the CPU for a few tens of milliseconds.
 func fastConfig(c *Config) {
-	c.HeartbeatTimeout = 100 * time.Millisecond
-	c.ElectionTimeout = 100 * time.Millisecond
-	c.LeaderLeaseTimeout = 50 * time.Millisecond
+	c.HeartbeatTimeout = 200 * time.Millisecond
+	c.ElectionTimeout = 200 * time.Millisecond
+	c.LeaderLeaseTimeout = 100 * time.Millisecond
 	c.CommitTimeout = 5 * time.Millisecond
 }
 
