@@ -262,6 +262,20 @@ func (h *history) checkArrivals() []violation {
 	return vs
 }
 
+// shortAfterFault counts the grants short on arrival whose wait saw a fault
+// (those checkArrivals leaves out): the fault may hold back every answer of
+// the client's confirmations, so the harness bounds them by the workers
+// that were waiting when a fault began (see report).
+func (h *history) shortAfterFault() int {
+	n := 0
+	for _, a := range h.arrivals {
+		if a.believed < minUsable(a.span) && h.faultIn(a.call-faultNear, a.at) {
+			n++
+		}
+	}
+	return n
+}
+
 // faultIn reports whether a fault line lies within [from, to].
 func (h *history) faultIn(from, to int64) bool {
 	for _, t := range h.faults {

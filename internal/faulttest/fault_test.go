@@ -458,6 +458,14 @@ func (h *harness) report(rounds, noHolder int) {
 		fenced = h.k.ttl/3 + 250*time.Millisecond
 	}
 	vs := hist.check(fenced)
+	// Grants short on arrival after a fault in their wait: at most one per
+	// worker waiting when a fault began (each is granted once), plus one
+	// newcomer per round.
+	short, bound := hist.shortAfterFault(), len(h.waiters)+rounds
+	if short > bound {
+		vs = append(vs, violation{kind: "arrival", from: hist.origin, to: 1<<63 - 1,
+			msg: fmt.Sprintf("%d grants short on arrival after a fault, above the bound %d", short, bound)})
+	}
 	if h.k.checkWaiters {
 		for w := range h.waiters {
 			started := false
@@ -494,8 +502,8 @@ func (h *harness) report(rounds, noHolder int) {
 	summary.rows = append(summary.rows, fmt.Sprintf("%-24s %6d %7d %6d %8d %7d %6d  %s\n",
 		h.k.name, rounds, grants, lost, count["overlap"], count["token"], count["waiter"], result))
 	summary.mu.Unlock()
-	t.Logf("%d rounds, %d grants, %d sections ended early, violations: %d overlap, %d token, %d waiter",
-		rounds, grants, lost, count["overlap"], count["token"], count["waiter"])
+	t.Logf("%d rounds, %d grants, %d sections ended early, %d short on arrival after a fault (bound %d), violations: %d overlap, %d token, %d waiter, %d arrival",
+		rounds, grants, lost, short, bound, count["overlap"], count["token"], count["waiter"], count["arrival"])
 	if grants == 0 {
 		// The directory goes with the test: say here what the server and
 		// the workers said.
