@@ -9,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/mlock-dev/mlock/internal/core"
 	"github.com/mlock-dev/mlock/internal/lease"
 	"github.com/mlock-dev/mlock/internal/protocol"
 )
@@ -154,7 +153,7 @@ func (c *Client) join(names []string) (string, error) {
 		return "", &Error{Type: TypeRequest, Msg: "no resource"}
 	}
 	for _, n := range names {
-		if err := core.CheckName(n, 0); err != nil {
+		if !protocol.ValidName(n, 0) {
 			return "", &Error{Type: TypeRequest, Msg: `resource can not be empty or include " " or "|": ` + strconv.Quote(n)}
 		}
 	}
@@ -174,7 +173,7 @@ func (c *Client) join(names []string) (string, error) {
 
 // checkOwner checks an owner that must be given.
 func checkOwner(owner string) error {
-	if core.CheckName(owner, 0) != nil {
+	if !protocol.ValidOwner(owner, 0) {
 		return &Error{Type: TypeRequest, Msg: "invalid owner " + strconv.Quote(owner)}
 	}
 	return nil
@@ -514,7 +513,7 @@ func (c *Client) LocksPage(ctx context.Context, prefix string, limit int, after 
 		return nil, &Error{Type: TypeRequest, Msg: "invalid prefix " + strconv.Quote(prefix)}
 	case limit < 0:
 		return nil, &Error{Type: TypeRequest, Msg: "negative limit"}
-	case after != "" && core.CheckName(after, 0) != nil:
+	case after != "" && !protocol.ValidName(after, 0):
 		return nil, &Error{Type: TypeRequest, Msg: "invalid resource " + strconv.Quote(after)}
 	}
 	// locks <req> [<prefix> [<limit> [<after>]]]

@@ -3,7 +3,7 @@ package mlock
 import (
 	"strconv"
 
-	"github.com/mlock-dev/mlock/internal/core"
+	"github.com/mlock-dev/mlock/internal/protocol"
 )
 
 // Mode is how a lock takes a resource: Exclusive (the zero value), Shared,
@@ -31,7 +31,7 @@ var (
 )
 
 // MaxPermits is the largest n of Permits.
-const MaxPermits = core.MaxPermits
+const MaxPermits = protocol.MaxPermits
 
 // Permits returns the mode that takes k of the n permits of a semaphore,
 // 1 <= k <= n <= MaxPermits. Every request that takes a resource in a
@@ -49,20 +49,20 @@ func Permits(k, n int) Mode {
 // String returns the wire form of m: "x" (exclusive), "s" (shared), "k/n"
 // (permits), or "invalid".
 func (m Mode) String() string {
-	if !m.core().Valid() {
+	if !m.wire().Valid() {
 		return "invalid"
 	}
-	return m.core().String()
+	return m.wire().String()
 }
 
-func (m Mode) core() core.Mode { return core.Mode{Permits: m.permits, Of: m.of} }
+func (m Mode) wire() protocol.Mode { return protocol.Mode{Permits: m.permits, Of: m.of} }
 
 // modeArg returns the modes argument of a lock request for nres resources:
 // "" when every resource is exclusive.
 func modeArg(mode Mode, modes []Mode, nres int) (string, error) {
 	bad := func(msg string) error { return &Error{Type: TypeRequest, Msg: msg} }
 	if modes == nil {
-		if !mode.core().Valid() {
+		if !mode.wire().Valid() {
 			return "", bad("invalid mode: want 1 <= k <= n <= " + strconv.Itoa(MaxPermits) + " permits")
 		}
 		if mode == Exclusive {
@@ -76,14 +76,14 @@ func modeArg(mode Mode, modes []Mode, nres int) (string, error) {
 	b := make([]byte, 0, 2*nres)
 	all := true // exclusive
 	for i, m := range modes {
-		if !m.core().Valid() {
+		if !m.wire().Valid() {
 			return "", bad("invalid mode of resource " + strconv.Itoa(i+1) + ": want 1 <= k <= n <= " + strconv.Itoa(MaxPermits) + " permits")
 		}
 		all = all && m == Exclusive
 		if i > 0 {
 			b = append(b, '|')
 		}
-		b = m.core().AppendText(b)
+		b = m.wire().AppendText(b)
 	}
 	if all {
 		return "", nil

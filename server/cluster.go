@@ -22,7 +22,6 @@ import (
 
 	"github.com/hashicorp/raft"
 
-	"github.com/mlock-dev/mlock"
 	"github.com/mlock-dev/mlock/internal/auth"
 	"github.com/mlock-dev/mlock/internal/cluster"
 	"github.com/mlock-dev/mlock/internal/core"
@@ -1627,10 +1626,10 @@ func (c *conn) clusterCleanup() {
 // ---- status ----
 
 // ClusterStatus is the "cluster" object of the status document of a node.
-type ClusterStatus = mlock.StatusCluster
+type ClusterStatus = protocol.StatusCluster
 
 // ClusterNode is one member in ClusterStatus.
-type ClusterNode = mlock.StatusClusterNode
+type ClusterNode = protocol.StatusClusterNode
 
 func (s *Server) clusterStatus() *ClusterStatus {
 	st := s.cl.node.Status()

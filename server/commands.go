@@ -16,7 +16,7 @@ const anonymousOwner = "*"
 
 // Every text the server sends is a protocol.Code: the wire texts, byte for
 // byte, live in internal/protocol, and so does the mapping of engine errors
-// to them (protocol.EngineFailure).
+// to them (engineFailure).
 
 // handle runs one command inside a core batch and reports whether the
 // connection is ending.
@@ -592,7 +592,7 @@ func (c *conn) failed(req []byte, code protocol.Code) {
 func (c *conn) failedErr(req []byte, err error) {
 	s := c.srv
 	s.noteFailure()
-	code, detail := protocol.EngineFailure(err)
+	code, detail := engineFailure(err)
 	s.scratch = protocol.AppendFailed(s.scratch[:0], req, code, detail)
 	c.write(s.scratch)
 }

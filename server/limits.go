@@ -7,7 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/mlock-dev/mlock"
 	"github.com/mlock-dev/mlock/internal/auth"
 	"github.com/mlock-dev/mlock/internal/core"
 	"github.com/mlock-dev/mlock/internal/protocol"
@@ -274,7 +273,7 @@ func (s *Server) lockQuotaLocked(tx *core.Tx, p *auth.Principal) bool {
 // principalsStatus lists every principal with a session or a connection
 // here, with its use and its quota in force (at most limit of them, by
 // name). It runs in a core batch.
-func (s *Server) principalsStatus(tx *core.Tx, limit int) (map[string]mlock.StatusPrincipal, bool) {
+func (s *Server) principalsStatus(tx *core.Tx, limit int) (map[string]protocol.StatusPrincipal, bool) {
 	names := map[string]bool{}
 	for name := range s.pconns {
 		names[name] = true
@@ -294,7 +293,7 @@ func (s *Server) principalsStatus(tx *core.Tx, limit int) (map[string]mlock.Stat
 		sorted = sorted[:limit]
 	}
 	tab := s.auth.Load()
-	out := make(map[string]mlock.StatusPrincipal, len(sorted))
+	out := make(map[string]protocol.StatusPrincipal, len(sorted))
 	for _, name := range sorted {
 		p := &auth.Principal{Name: name}
 		if tab != nil {
@@ -303,7 +302,7 @@ func (s *Server) principalsStatus(tx *core.Tx, limit int) (map[string]mlock.Stat
 			}
 		}
 		q := s.quotaOf(p)
-		out[name] = mlock.StatusPrincipal{
+		out[name] = protocol.StatusPrincipal{
 			Locks: tx.GroupRequests(name), Sessions: tx.GroupSessions(name), Conns: s.pconns[name],
 			MaxLocks: max(q.MaxLocks, 0), MaxSessions: max(q.MaxSessions, 0), MaxConns: max(q.MaxConns, 0),
 		}

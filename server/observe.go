@@ -6,8 +6,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/mlock-dev/mlock"
 	"github.com/mlock-dev/mlock/internal/auth"
+	"github.com/mlock-dev/mlock/internal/buildinfo"
 	"github.com/mlock-dev/mlock/internal/core"
 	"github.com/mlock-dev/mlock/internal/protocol"
 	"github.com/mlock-dev/mlock/server/observe"
@@ -312,7 +312,7 @@ func (src obsSource) Snapshot(snap *observe.Snapshot) {
 	s.batch(func(tx *core.Tx) {
 		st := tx.Stats()
 		o := &s.obs
-		snap.Version, snap.Start = mlock.Version, s.start
+		snap.Version, snap.Start = buildinfo.Version, s.start
 		snap.Requests, snap.VerbNames = o.requests, o.verbNames
 		snap.Wait, snap.Hold, snap.Depth = o.wait, o.hold, o.depth
 		snap.Grants, snap.Timeouts, snap.Expiries, snap.Unlocks, snap.Evictions = st.Granted, st.TimedOut, st.Expired, st.Unlocked, st.Evicted
@@ -358,9 +358,9 @@ func (src obsSource) Snapshot(snap *observe.Snapshot) {
 
 // Status is the detailed status document, as `mlock status` shows it to an
 // administrator.
-func (src obsSource) Status() *mlock.Status {
+func (src obsSource) Status() *protocol.Status {
 	s := src.s
-	var doc *mlock.Status
+	var doc *protocol.Status
 	s.batch(func(tx *core.Tx) { doc = s.status(tx, true) })
 	if s.cl != nil {
 		doc.Cluster = s.cl.status.Load()
@@ -369,7 +369,7 @@ func (src obsSource) Status() *mlock.Status {
 }
 
 // Cluster is the node's view of its cluster, nil on a single node.
-func (src obsSource) Cluster() *mlock.StatusCluster {
+func (src obsSource) Cluster() *protocol.StatusCluster {
 	if src.s.cl == nil {
 		return nil
 	}
@@ -377,9 +377,9 @@ func (src obsSource) Cluster() *mlock.StatusCluster {
 }
 
 // Locks is one page of the locks listing, as an administrator sees it.
-func (src obsSource) Locks(prefix, after string, limit int) *mlock.Locks {
+func (src obsSource) Locks(prefix, after string, limit int) *protocol.Locks {
 	s := src.s
-	doc := &mlock.Locks{Queues: []mlock.LocksQueue{}}
+	doc := &protocol.Locks{Queues: []protocol.LocksQueue{}}
 	s.batch(func(tx *core.Tx) {
 		now := tx.Now()
 		doc.Next = tx.QueuesPage(prefix, after, min(limit, s.cfg.StatusLimit), s.cfg.StatusLimit, func(q core.QueueInfo) bool {
@@ -396,9 +396,9 @@ func (src obsSource) Locks(prefix, after string, limit int) *mlock.Locks {
 
 // Busiest is the n longest queues with prefix, as an administrator sees
 // them.
-func (src obsSource) Busiest(prefix string, n, entries int) ([]mlock.LocksQueue, int) {
+func (src obsSource) Busiest(prefix string, n, entries int) ([]protocol.LocksQueue, int) {
 	s := src.s
-	var out []mlock.LocksQueue
+	var out []protocol.LocksQueue
 	matched := 0
 	s.batch(func(tx *core.Tx) {
 		now := tx.Now()

@@ -11,9 +11,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/mlock-dev/mlock"
 	"github.com/mlock-dev/mlock/internal/auth"
+	"github.com/mlock-dev/mlock/internal/buildinfo"
 	"github.com/mlock-dev/mlock/internal/core"
+	"github.com/mlock-dev/mlock/internal/protocol"
 )
 
 func (s *Server) shortHash(id string) string {
@@ -33,11 +34,11 @@ func cpuTime() time.Duration {
 // status builds the Status document: counters only, or with detail the
 // listings of sessions, queues and locks too (at most StatusLimit of each).
 // It runs in a core batch.
-func (s *Server) status(tx *core.Tx, detail bool) *mlock.Status {
+func (s *Server) status(tx *core.Tx, detail bool) *protocol.Status {
 	now := tx.Now()
 	st := tx.Stats()
 	nowT := time.Now()
-	doc := &mlock.Status{
+	doc := &protocol.Status{
 		SocketCount:         s.online,
 		CurrentLocks:        st.Live,
 		LiveTime:            (now - s.startNs) / int64(time.Millisecond),
@@ -50,10 +51,10 @@ func (s *Server) status(tx *core.Tx, detail bool) *mlock.Status {
 		FinishedCount:       st.Unlocked,
 		ExtendCount:         st.Extended,
 		ExtendFailedCount:   st.ExtendFails,
-		Sockets:             map[string]mlock.StatusSocket{},
+		Sockets:             map[string]protocol.StatusSocket{},
 		Queues:              map[string]int{},
-		Locks:               map[string]mlock.StatusLock{},
-		Version:             mlock.Version,
+		Locks:               map[string]protocol.StatusLock{},
+		Version:             buildinfo.Version,
 		HeldLocks:           st.Held,
 		Sessions:            st.Sessions,
 		Connections:         len(s.conns),
@@ -64,7 +65,7 @@ func (s *Server) status(tx *core.Tx, detail bool) *mlock.Status {
 		Reads:               s.reads.Load(),
 		Writes:              s.writes.Load(),
 		FramesIn:            s.framesIn.Load(),
-		Limits: &mlock.StatusLimits{
+		Limits: &protocol.StatusLimits{
 			Entries:          st.Entries,
 			NameBytes:        st.NameBytes,
 			RejectedPerIP:    s.counters.rejectedPerIP,
@@ -107,7 +108,7 @@ func (s *Server) status(tx *core.Tx, detail bool) *mlock.Status {
 			doc.Truncated = true
 			break
 		}
-		doc.Sockets[sess.hash] = mlock.StatusSocket{
+		doc.Sockets[sess.hash] = protocol.StatusSocket{
 			Address:  sess.c.remote,
 			LiveTime: nowT.Sub(sess.c.accepted).Milliseconds(),
 			LastLive: (nowT.UnixNano() - sess.c.lastLive.Load()) / int64(time.Millisecond),
@@ -118,7 +119,7 @@ func (s *Server) status(tx *core.Tx, detail bool) *mlock.Status {
 		return true
 	})
 	tx.Locks(limit, func(li core.LockInfo) bool {
-		d := mlock.StatusLock{Locked: li.Granted, TTL: li.TTL.Milliseconds(), Resources: strings.Join(li.Resources, "|")}
+		d := protocol.StatusLock{Locked: li.Granted, TTL: li.TTL.Milliseconds(), Resources: strings.Join(li.Resources, "|")}
 		if left := (li.Deadline - now) / int64(time.Millisecond); li.Granted {
 			d.Expire = &left
 		} else if li.Deadline != 0 {
@@ -156,7 +157,7 @@ func (s *Server) statusJSON(tx *core.Tx, detail bool) []byte {
 // are shown without owner, token, lock or session unless p administers.
 func (s *Server) locksJSON(tx *core.Tx, p *auth.Principal, prefix, after string, limit int) []byte {
 	now := tx.Now()
-	doc := mlock.Locks{Queues: []mlock.LocksQueue{}}
+	doc := protocol.Locks{Queues: []protocol.LocksQueue{}}
 	doc.Next = tx.QueuesPage(prefix, after, limit, s.cfg.StatusLimit, func(q core.QueueInfo) bool {
 		lq := s.locksQueue(now, p, q)
 		if len(q.Entries) < q.Len {
@@ -176,10 +177,10 @@ func (s *Server) locksJSON(tx *core.Tx, p *auth.Principal, prefix, after string,
 // locksQueue is one queue in the locks listing for principal p: entries of
 // other principals without owner, token, lock or session unless p
 // administers.
-func (s *Server) locksQueue(now int64, p *auth.Principal, q core.QueueInfo) mlock.LocksQueue {
-	lq := mlock.LocksQueue{Resource: q.Resource, Length: q.Len, Entries: make([]mlock.LocksEntry, 0, len(q.Entries))}
+func (s *Server) locksQueue(now int64, p *auth.Principal, q core.QueueInfo) protocol.LocksQueue {
+	lq := protocol.LocksQueue{Resource: q.Resource, Length: q.Len, Entries: make([]protocol.LocksEntry, 0, len(q.Entries))}
 	for i, e := range q.Entries {
-		le := mlock.LocksEntry{Position: i, AgeMs: (now - e.Created) / int64(time.Millisecond), State: "waiting",
+		le := protocol.LocksEntry{Position: i, AgeMs: (now - e.Created) / int64(time.Millisecond), State: "waiting",
 			Mode: e.Mode.String()}
 		left := (e.Deadline - now) / int64(time.Millisecond)
 		if e.Granted {

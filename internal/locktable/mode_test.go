@@ -50,8 +50,8 @@ func (h *harness) grantedNow() []ID {
 }
 
 func TestParseMode(t *testing.T) {
-	good := map[string]Mode{"x": Exclusive, "s": Shared, "1/1": {1, 1}, "2/5": {2, 5},
-		"1000000000/1000000000": {MaxPermits, MaxPermits}}
+	good := map[string]Mode{"x": Exclusive, "s": Shared, "1/1": {Permits: 1, Of: 1}, "2/5": {Permits: 2, Of: 5},
+		"1000000000/1000000000": {Permits: MaxPermits, Of: MaxPermits}}
 	for in, want := range good {
 		m, ok := ParseMode([]byte(in))
 		if !ok || m != want || m.String() != in {
@@ -190,7 +190,7 @@ func TestMixedModesOneAtomicRequest(t *testing.T) {
 			t.Fatalf("%s in %s: %v", c[0], c[1], err)
 		}
 	}
-	for _, m := range []Mode{{3, 2}, {2, 0}, {0, 4}, {1, MaxPermits + 1}} {
+	for _, m := range []Mode{{Permits: 3, Of: 2}, {Permits: 2, Of: 0}, {Permits: 0, Of: 4}, {Permits: 1, Of: MaxPermits + 1}} {
 		_, err := h.tab.Lock(h.now, &Request{Session: "s1", Resources: []string{"a"}, TTL: time.Second, Modes: []Mode{m}})
 		if !errors.Is(err, ErrInvalidMode) {
 			t.Fatalf("mode %+v: %v", m, err)

@@ -430,7 +430,7 @@ func (m *model) queue(resource string) []*mreq {
 
 // modelModes are the modes a request draws: mostly exclusive and shared,
 // and a semaphore of 3 permits, sometimes declared with 2 (a conflict).
-var modelModes = []Mode{Exclusive, Exclusive, Shared, Shared, {1, 3}, {1, 3}, {2, 3}, {3, 3}, {1, 2}}
+var modelModes = []Mode{Exclusive, Exclusive, Shared, Shared, {Permits: 1, Of: 3}, {Permits: 1, Of: 3}, {Permits: 2, Of: 3}, {Permits: 3, Of: 3}, {Permits: 1, Of: 2}}
 
 // drawModes draws the modes of a request on res: none (exclusive), one for
 // all, or one each, mostly one per name given twice.

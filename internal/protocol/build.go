@@ -1,10 +1,5 @@
 package protocol
 
-import "github.com/mlock-dev/mlock/internal/core"
-
-// ID is a lock id (the core's, which is the engine's).
-type ID = core.ID
-
 // PushKind is a push about one lock that is not a grant.
 type PushKind uint8
 

@@ -1,11 +1,5 @@
 package protocol
 
-import (
-	"errors"
-
-	"github.com/mlock-dev/mlock/internal/core"
-)
-
 // Code names one text the server sends: a failure reason ("result <req>
 // failed <text>") or a connection error ("error <text>"). The texts are
 // the wire contract, byte for byte: the first group is the original
@@ -195,67 +189,4 @@ func (c Code) Class() Class {
 		return ClassNotFound
 	}
 	return ClassRequest
-}
-
-// engineCodes maps the errors of the core (the engine's sentinels)
-// to codes.
-var engineCodes = [...]struct {
-	err  error
-	code Code
-}{
-	{core.ErrBusy, CodeBusy},
-	{core.ErrNotFound, CodeLockNotExist},
-	{core.ErrTolerate, CodeCannotTolerate},
-	{core.ErrOwnerConflict, CodeOwnerConflict},
-	{core.ErrInvalidResource, CodeInvalidResource},
-	{core.ErrTooManyResources, CodeTooManyResources},
-	{core.ErrInvalidTTL, CodeInvalidTTL},
-	{core.ErrInvalidTimeout, CodeInvalidTimeout},
-	{core.ErrInvalidTolerate, CodeInvalidTolerate},
-	{core.ErrInvalidOwner, CodeInvalidOwner},
-	{core.ErrQueueFull, CodeQueueFull},
-	{core.ErrSessionLimit, CodeSessionLimit},
-	{core.ErrNotGranted, CodeNotLockedYet},
-	{core.ErrServerFull, CodeServerFull},
-	{core.ErrInvalidMode, CodeInvalidMode},
-	{core.ErrPermitsConflict, CodePermitsConflict},
-	{core.ErrModeChange, CodeModeChange},
-}
-
-// EngineCode returns the code of an engine (or core) error: the sentinel
-// itself or any error wrapping it (errors.Is). Errors with no wire text
-// (ErrUnknownSession, anything else) give CodeUnknown.
-func EngineCode(err error) Code {
-	if err == nil {
-		return CodeUnknown
-	}
-	for _, e := range engineCodes {
-		if err == e.err {
-			return e.code
-		}
-	}
-	for _, e := range engineCodes {
-		if errors.Is(err, e.err) {
-			return e.code
-		}
-	}
-	return CodeUnknown
-}
-
-// EngineFailure returns what a failed result says for an engine (or core)
-// error: its code, and the detail AppendFailed writes after the text: the
-// resource of a *core.ResourceError for the codes that carry one, the
-// error's own text for an error with no code, "" otherwise.
-func EngineFailure(err error) (Code, string) {
-	c := EngineCode(err)
-	switch {
-	case c == CodeUnknown && err != nil:
-		return c, err.Error()
-	case c.HasDetail():
-		var re *core.ResourceError
-		if errors.As(err, &re) {
-			return c, re.Resource
-		}
-	}
-	return c, ""
 }

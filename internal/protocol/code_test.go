@@ -1,13 +1,9 @@
 package protocol
 
 import (
-	"errors"
-	"fmt"
 	"os"
 	"strings"
 	"testing"
-
-	"github.com/mlock-dev/mlock/internal/core"
 )
 
 func TestCodeTable(t *testing.T) {
@@ -51,44 +47,6 @@ func TestClass(t *testing.T) {
 		}
 		if c.Class() != want {
 			t.Errorf("%v: class %d, want %d", c, c.Class(), want)
-		}
-	}
-}
-
-func TestEngineCode(t *testing.T) {
-	for _, e := range engineCodes {
-		if got := EngineCode(e.err); got != e.code {
-			t.Errorf("EngineCode(%v) = %v, want %v", e.err, got, e.code)
-		}
-		wrapped := fmt.Errorf("%w: some-resource", e.err)
-		if got := EngineCode(wrapped); got != e.code {
-			t.Errorf("EngineCode(wrapped %v) = %v", e.err, got)
-		}
-	}
-	for _, err := range []error{nil, core.ErrUnknownSession, errors.New("other")} {
-		if got := EngineCode(err); got != CodeUnknown {
-			t.Errorf("EngineCode(%v) = %v", err, got)
-		}
-	}
-}
-
-func TestEngineFailure(t *testing.T) {
-	tests := []struct {
-		err    error
-		code   Code
-		detail string
-	}{
-		{&core.ResourceError{Err: core.ErrBusy, Resource: "order:1"}, CodeBusy, "order:1"},
-		{&core.ResourceError{Err: core.ErrOwnerConflict, Resource: "k"}, CodeOwnerConflict, "k"},
-		{&core.ResourceError{Err: core.ErrTolerate, Resource: "k"}, CodeCannotTolerate, ""},
-		{core.ErrBusy, CodeBusy, ""},
-		{core.ErrNotFound, CodeLockNotExist, ""},
-		{core.ErrUnknownSession, CodeUnknown, core.ErrUnknownSession.Error()},
-	}
-	for _, tc := range tests {
-		c, d := EngineFailure(tc.err)
-		if c != tc.code || d != tc.detail {
-			t.Errorf("EngineFailure(%v) = %v, %q; want %v, %q", tc.err, c, d, tc.code, tc.detail)
 		}
 	}
 }

@@ -10,7 +10,7 @@
 // splits them with Split, looks the command up with ParseVerb and applies it
 // to the lock service core (internal/core, over the engine
 // internal/locktable); the engine's answer or error becomes a frame built by
-// AppendOK, AppendFailed (with EngineCode) or AppendLocked/AppendPush; the
+// AppendOK, AppendFailed (the server maps the engine's errors to codes) or AppendLocked/AppendPush; the
 // client reads it with ReadFrame, parses it with ParseMessage and maps its
 // Code to a typed error through Code.Class. No side compares texts.
 //

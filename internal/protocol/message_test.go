@@ -6,8 +6,6 @@ import (
 	"errors"
 	"math/rand/v2"
 	"testing"
-
-	"github.com/mlock-dev/mlock/internal/core"
 )
 
 func TestParseMessage(t *testing.T) {
@@ -109,7 +107,7 @@ func FuzzParseMessage(f *testing.F) {
 			case m.Kind == MsgResult && !m.OK:
 				again = AppendFailed(nil, m.Req, m.Code, m.Detail)
 			case m.Kind == MsgLocked:
-				if pid, ok := core.ParseID(m.ID); ok && m.Token > 0 {
+				if pid, ok := ParseID(m.ID); ok && m.Token > 0 {
 					again = AppendLocked(nil, pid, m.ExpiresAtMs, m.Token)
 				}
 			}

@@ -3,8 +3,6 @@ package protocol
 import (
 	"bytes"
 	"testing"
-
-	"github.com/mlock-dev/mlock/internal/core"
 )
 
 func TestParseModes(t *testing.T) {
@@ -36,7 +34,7 @@ func TestParseModes(t *testing.T) {
 			t.Errorf("ParseModes(%q, %d) = %q, want %q", tc.in, tc.nres, got, tc.want)
 		}
 	}
-	buf, in := make([]core.Mode, 0, 8), []byte("x|s|2/5")
+	buf, in := make([]Mode, 0, 8), []byte("x|s|2/5")
 	if n := testing.AllocsPerRun(100, func() { _, _ = ParseModes(buf[:0], in, 3) }); n != 0 {
 		t.Fatalf("ParseModes allocates %v times", n)
 	}

@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/mlock-dev/mlock"
+	"github.com/mlock-dev/mlock/internal/protocol"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
@@ -22,17 +22,17 @@ type Source interface {
 	Snapshot(s *Snapshot)
 	// Status is the status document of `mlock status`, with the detail an
 	// administrator sees.
-	Status() *mlock.Status
+	Status() *protocol.Status
 	// Cluster is the node's view of its cluster (at most 100 ms old), nil
 	// on a single node.
-	Cluster() *mlock.StatusCluster
+	Cluster() *protocol.StatusCluster
 	// Locks is one page of the locks listing (as `mlock locks` shows it to
 	// an administrator): queues in name order from after, with prefix.
-	Locks(prefix, after string, limit int) *mlock.Locks
+	Locks(prefix, after string, limit int) *protocol.Locks
 	// Busiest is the n longest queues with prefix, longest first, at most
 	// entries entries each, and the number of queues with prefix. It
 	// visits every queue with prefix.
-	Busiest(prefix string, n, entries int) (queues []mlock.LocksQueue, matched int)
+	Busiest(prefix string, n, entries int) (queues []protocol.LocksQueue, matched int)
 	// Ready reports whether the server can serve locks now, and if not,
 	// why.
 	Ready() (bool, string)
@@ -99,7 +99,7 @@ type topKey struct {
 
 type topEntry struct {
 	at      time.Time
-	queues  []mlock.LocksQueue
+	queues  []protocol.LocksQueue
 	matched int
 }
 
@@ -249,8 +249,8 @@ func (h *Handler) locks(w http.ResponseWriter, r *http.Request) {
 		}
 		queues, matched := h.busiest(prefix, limit)
 		writeJSON(w, struct {
-			Queues  []mlock.LocksQueue `json:"queues"`
-			Matched int                `json:"matched"`
+			Queues  []protocol.LocksQueue `json:"queues"`
+			Matched int                   `json:"matched"`
 		}{queues, matched})
 	default:
 		http.Error(w, "sort: want name or depth", http.StatusBadRequest)
@@ -261,7 +261,7 @@ func (h *Handler) locks(w http.ResponseWriter, r *http.Request) {
 const entriesShown = 20
 
 // busiest is src.Busiest, reused for a second.
-func (h *Handler) busiest(prefix string, n int) ([]mlock.LocksQueue, int) {
+func (h *Handler) busiest(prefix string, n int) ([]protocol.LocksQueue, int) {
 	key := topKey{prefix, n}
 	now := time.Now()
 	h.mu.Lock()
@@ -272,7 +272,7 @@ func (h *Handler) busiest(prefix string, n int) ([]mlock.LocksQueue, int) {
 	h.mu.Unlock()
 	queues, matched := h.src.Busiest(prefix, n, entriesShown)
 	if queues == nil {
-		queues = []mlock.LocksQueue{}
+		queues = []protocol.LocksQueue{}
 	}
 	h.mu.Lock()
 	for k, e := range h.top {
@@ -298,18 +298,18 @@ func (h *Handler) snapshot(s *Snapshot) {
 
 // View is the document of /api/view, the page's one request a second.
 type View struct {
-	Now     int64                `json:"now"` // Unix ms
-	Version string               `json:"version"`
-	StartAt int64                `json:"startAt"` // Unix ms
-	Ready   bool                 `json:"ready"`
-	Why     string               `json:"why,omitempty"` // why not ready
-	Quiet   bool                 `json:"quiet"`
-	Counts  ViewCounts           `json:"counts"`
-	Cluster *mlock.StatusCluster `json:"cluster,omitempty"`
-	Prefix  string               `json:"prefix"`
-	Matched int                  `json:"matched"` // queues with the prefix
-	Top     []mlock.LocksQueue   `json:"top"`     // the longest of them, longest first
-	Rates   ViewRates            `json:"rates"`
+	Now     int64                   `json:"now"` // Unix ms
+	Version string                  `json:"version"`
+	StartAt int64                   `json:"startAt"` // Unix ms
+	Ready   bool                    `json:"ready"`
+	Why     string                  `json:"why,omitempty"` // why not ready
+	Quiet   bool                    `json:"quiet"`
+	Counts  ViewCounts              `json:"counts"`
+	Cluster *protocol.StatusCluster `json:"cluster,omitempty"`
+	Prefix  string                  `json:"prefix"`
+	Matched int                     `json:"matched"` // queues with the prefix
+	Top     []protocol.LocksQueue   `json:"top"`     // the longest of them, longest first
+	Rates   ViewRates               `json:"rates"`
 }
 
 // ViewCounts are the current sizes and totals shown by the page.
