@@ -24,8 +24,6 @@ import (
 type Client struct {
 	opts      Options
 	s         *session
-	ttl       string // opts.TTL in ms, formatted once
-	timeout   string // opts.Timeout in ms
 	closeOnce sync.Once
 	// closed is set, and done closed, by Close (under the session's mu):
 	// the Client's calls waiting for the connection fail, and no command
@@ -89,7 +87,7 @@ func NewClient(o Options) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{opts: o, s: s, ttl: ms(o.TTL), timeout: ms(o.Timeout), done: make(chan struct{})}, nil
+	return &Client{opts: o, s: s, done: make(chan struct{})}, nil
 }
 
 // Close releases this Client: its waiting and held locks are unlocked (best
@@ -179,8 +177,6 @@ func checkOwner(owner string) error {
 	return nil
 }
 
-func ms(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
-
 // Lock waits until it holds every resource of "a|b|c" (the prefix applies to
 // each) and returns the lock. It fails with an Error of Type tolerate (queue
 // too long), timeout (the wait's timeout or ctx's deadline passed), canceled
@@ -224,14 +220,10 @@ func (c *Client) lock(ctx context.Context, names []string, o *LockOptions, try b
 	if err != nil {
 		return nil, err
 	}
-	ttl := c.ttl
 	if lo.TTL == 0 {
 		lo.TTL = c.opts.TTL
-	} else {
-		if lo.TTL < time.Millisecond || lo.TTL%time.Millisecond != 0 {
-			return nil, &Error{Type: TypeRequest, Msg: "ttl should be whole milliseconds > 0"}
-		}
-		ttl = ms(lo.TTL)
+	} else if lo.TTL < time.Millisecond || lo.TTL%time.Millisecond != 0 {
+		return nil, &Error{Type: TypeRequest, Msg: "ttl should be whole milliseconds > 0"}
 	}
 	if lo.Owner != "" {
 		if err := checkOwner(lo.Owner); err != nil {
@@ -246,33 +238,17 @@ func (c *Client) lock(ctx context.Context, names []string, o *LockOptions, try b
 		return nil, err
 	}
 	l := &Lock{s: c.s, c: c, owner: lo.Owner, ttl: lo.TTL, lead: lo.Lead}
-	n := 0
-	add := func(a string) { l.args[n] = a; n++ }
-	add(res)
-	add(ttl)
-	verb := protocol.VerbTryLock
+	l.req = protocol.LockArgs{Try: try, Resources: res, TTL: lo.TTL.Milliseconds(), Owner: lo.Owner, Modes: modes}
 	if !try {
-		verb = protocol.VerbLock
-		timeout := c.timeout
 		if lo.Timeout == 0 {
 			lo.Timeout = c.opts.Timeout
-		} else {
-			timeout = ms(max(lo.Timeout, 0))
 		}
 		if lo.Tolerate == 0 {
 			lo.Tolerate = c.opts.Tolerate
 		}
-		add(timeout) // args[argTimeout]
-		add(strconv.Itoa(max(lo.Tolerate, 0)))
+		l.req.Timeout, l.req.Tolerate = max(lo.Timeout, 0).Milliseconds(), int64(max(lo.Tolerate, 0))
 		l.timeout = lo.Timeout
 	}
-	if lo.Owner != "" || modes != "" {
-		add(lo.Owner) // "": no owner
-	}
-	if modes != "" {
-		add(modes)
-	}
-	l.verb, l.nargs = verb, uint8(n)
 	var bounds []shortened
 	if lo.Owner != "" {
 		// A re-entry renews the owner's held lock to this ttl.
@@ -281,7 +257,7 @@ func (c *Client) lock(ctx context.Context, names []string, o *LockOptions, try b
 		bounds = c.s.shortenOwnedLocked(lo.Owner, res, now, lo.TTL)
 		c.s.mu.Unlock()
 	}
-	r, rerr := c.s.roundTrip(ctx, c, l, verb, l.args[:n]...)
+	r, rerr := c.s.roundTrip(ctx, c, l, &l.req)
 	if rerr != nil {
 		c.s.notShortened(bounds, rerr)
 		return nil, rerr
@@ -394,7 +370,7 @@ func (c *Client) Release(ctx context.Context, owner, resources string) (bool, er
 	if err := checkOwner(owner); err != nil {
 		return false, err
 	}
-	r, rerr, sent := c.s.exchange(ctx, c, nil, protocol.VerbRelease, []string{owner, res})
+	r, rerr, sent := c.s.exchange(ctx, c, nil, &protocol.ReleaseArgs{Owner: owner, Resources: res})
 	if rerr != nil {
 		if sent && unanswered(rerr) {
 			c.s.mayBeReleased(owner, res)
@@ -411,7 +387,7 @@ func (c *Client) ReleaseAll(ctx context.Context, owner string) (int, error) {
 	if err := checkOwner(owner); err != nil {
 		return 0, err
 	}
-	r, err, sent := c.s.exchange(ctx, c, nil, protocol.VerbReleaseAll, []string{owner})
+	r, err, sent := c.s.exchange(ctx, c, nil, &protocol.ReleaseArgs{All: true, Owner: owner})
 	if err != nil {
 		if sent && unanswered(err) {
 			c.s.mayBeReleased(owner, "")
@@ -449,7 +425,7 @@ func (c *Client) Renew(ctx context.Context, owner string, resources []string, tt
 	c.s.mu.Lock()
 	bounds := c.s.shortenOwnedLocked(owner, res, now, ttl)
 	c.s.mu.Unlock()
-	r, rerr := c.s.retry(ctx, c, protocol.VerbRenew, owner, res, ms(ttl))
+	r, rerr := c.s.retry(ctx, c, &protocol.RenewArgs{Owner: owner, Resources: res, TTL: ttl.Milliseconds()})
 	if rerr != nil {
 		c.s.notShortened(bounds, rerr)
 		return time.Time{}, 0, rerr
@@ -464,7 +440,7 @@ func (c *Client) Renew(ctx context.Context, owner string, resources []string, tt
 // Ping checks the server (of a cluster: the node connected to; see
 // Client.Node). A connection error is retried once.
 func (c *Client) Ping(ctx context.Context) error {
-	if _, err := c.s.retry(ctx, c, protocol.VerbPing); err != nil {
+	if _, err := c.s.retry(ctx, c, &protocol.Words{V: protocol.VerbPing}); err != nil {
 		return err
 	}
 	return nil
@@ -474,7 +450,7 @@ func (c *Client) Ping(ctx context.Context) error {
 // answered, named by Status.AnsweredBy). A connection error is retried
 // once.
 func (c *Client) Status(ctx context.Context) (*Status, error) {
-	r, err := c.s.retry(ctx, c, protocol.VerbStatus)
+	r, err := c.s.retry(ctx, c, &protocol.Words{V: protocol.VerbStatus})
 	if err != nil {
 		return nil, err
 	}
@@ -531,7 +507,7 @@ func (c *Client) LocksPage(ctx context.Context, prefix string, limit int, after 
 	if after != "" {
 		args[2], n = after, 3
 	}
-	r, err := c.s.retry(ctx, c, protocol.VerbLocks, args[:n]...)
+	r, err := c.s.retry(ctx, c, &protocol.Words{V: protocol.VerbLocks, Args: args[:n]})
 	if err != nil {
 		return nil, err
 	}
@@ -555,7 +531,7 @@ func (c *Client) Evict(ctx context.Context, resources string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	r, rerr := c.s.roundTrip(ctx, c, nil, protocol.VerbEvict, res)
+	r, rerr := c.s.roundTrip(ctx, c, nil, &protocol.EvictArgs{Resources: res})
 	if rerr != nil {
 		return 0, rerr
 	}
@@ -585,7 +561,7 @@ func (c *Client) ClusterJoin(ctx context.Context, id, raftAddr string) error {
 	if err := checkWord("raft address", raftAddr); err != nil {
 		return err
 	}
-	_, err := c.s.roundTrip(ctx, c, nil, protocol.VerbCluster, "join", id, raftAddr)
+	_, err := c.s.roundTrip(ctx, c, nil, &protocol.Words{V: protocol.VerbCluster, Args: []string{"join", id, raftAddr}})
 	if err != nil {
 		return err
 	}
@@ -601,7 +577,7 @@ func (c *Client) ClusterRemove(ctx context.Context, id string) error {
 	if err := checkWord("node id", id); err != nil {
 		return err
 	}
-	_, err := c.s.roundTrip(ctx, c, nil, protocol.VerbCluster, "remove", id)
+	_, err := c.s.roundTrip(ctx, c, nil, &protocol.Words{V: protocol.VerbCluster, Args: []string{"remove", id}})
 	if err != nil {
 		return err
 	}

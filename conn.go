@@ -361,7 +361,7 @@ func (s *session) serve(c link, i int) (bye bool) {
 		// counts only bye (not a closed connection) as heard.
 		s.mu.Lock()
 		s.seq++
-		s.queueLocked(protocol.VerbBye, s.seq, nil)
+		s.queueLocked(s.seq, &protocol.Words{V: protocol.VerbBye})
 		s.mu.Unlock()
 		_ = nc.SetWriteDeadline(time.Now().Add(time.Second))
 		_, _ = box.Flush(c.w) // or the flush under way writes it
@@ -586,7 +586,7 @@ func (s *session) pingLoop(ctx context.Context, nc net.Conn, stop chan struct{},
 			continue
 		}
 		pctx, cancel := context.WithTimeout(ctx, max(every, time.Second))
-		_, err := s.roundTrip(pctx, nil, nil, protocol.VerbPing)
+		_, err := s.roundTrip(pctx, nil, nil, &protocol.Words{V: protocol.VerbPing})
 		cancel()
 		if err != nil && err.Type == TypeTimeout {
 			s.log.Warn("mlock: server does not answer pings; reconnecting")

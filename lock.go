@@ -33,15 +33,11 @@ type Lock struct {
 	s       *session
 	c       *Client
 	owner   string
-	verb    protocol.Verb // lock or trylock
-	nargs   uint8         // the request's arguments: args[:nargs]
 	timeout time.Duration // the wait's timeout (<= 0: none)
 	lead    time.Duration // LockOptions.Lead: Do and Hold stop the job this long before the Deadline
-	// args are the request's arguments as first sent: resources (prefixed
-	// names joined with '|') ttl [timeout tolerate] [owner [modes]]. Only
-	// the timeout changes, guarded by s.mu, when the request is asked
-	// again.
-	args [6]string
+	// req is the request as first sent (lock or trylock). Only its
+	// timeout changes, guarded by s.mu, when the request is asked again.
+	req protocol.LockArgs
 
 	// All below guarded by s.mu. Times are monotonic, since epoch.
 	id        string
@@ -72,16 +68,13 @@ type Lock struct {
 // margin applied) or later.
 type shortening struct{ at, sent time.Duration }
 
-// argTimeout is the index of a lock request's timeout among its arguments.
-const argTimeout = 2
-
 // ID returns the lock id: 32 hex digits, a secret that lets its holder
 // extend and unlock it.
 func (l *Lock) ID() string { return l.s.view(l).id }
 
 // Resources returns the locked resources as sent, prefix included, joined
 // with '|'.
-func (l *Lock) Resources() string { return l.args[0] }
+func (l *Lock) Resources() string { return l.req.Resources }
 
 // Token returns the fencing token of the grant: strictly greater than every
 // token given before it by the same server (or cluster). Guard writes with it.

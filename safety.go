@@ -190,7 +190,7 @@ func (s *session) confirmLocked(l *Lock, now time.Duration) {
 	s.seq++
 	cl := &call{ch: make(chan reply, 1), seq: s.seq, sent: now, verb: protocol.VerbExtend, probe: l}
 	s.calls[cl.seq] = cl
-	s.queueLocked(protocol.VerbExtend, cl.seq, []string{l.id, ms(l.ttl)})
+	s.queueLocked(cl.seq, &protocol.ExtendArgs{ID: l.id, TTL: l.ttl.Milliseconds()})
 	if !s.answered {
 		s.kick()
 	}
@@ -405,20 +405,20 @@ func (s *session) reaskCallsLocked(now time.Duration) {
 // timeout (none left: the wait fails with Type timeout).
 func (s *session) resendLocked(cl *call, now time.Duration) {
 	l := cl.lock
-	if l.verb == protocol.VerbLock && l.timeout > 0 {
+	if !l.req.Try && l.timeout > 0 {
 		left := l.waitEnd - s.opts.DialTimeout - now
 		if left < time.Millisecond {
 			l.state = failed
 			cl.ch <- reply{err: &Error{Type: TypeTimeout, Msg: "Lock timeout"}}
 			return
 		}
-		l.args[argTimeout] = ms(left)
+		l.req.Timeout = left.Milliseconds()
 	}
 	s.seq++
 	cl.seq, cl.sent = s.seq, now
 	l.sent = now
 	s.calls[cl.seq] = cl
-	s.queueLocked(l.verb, cl.seq, l.args[:l.nargs])
+	s.queueLocked(cl.seq, &l.req)
 }
 
 // roundFailed fails the requests waiting to be asked again once a whole round
@@ -452,7 +452,7 @@ func (s *session) probeWaitsLocked(now time.Duration) {
 		s.seq++
 		cl := &call{ch: make(chan reply, 1), seq: s.seq, sent: now, verb: protocol.VerbExtend, probe: l}
 		s.calls[cl.seq] = cl
-		s.queueLocked(protocol.VerbExtend, cl.seq, []string{l.id, ms(l.ttl)})
+		s.queueLocked(cl.seq, &protocol.ExtendArgs{ID: l.id, TTL: l.ttl.Milliseconds()})
 	}
 }
 

@@ -55,7 +55,7 @@ func (c *Client) ReleaseIn(ctx context.Context, owner, resources, scope string) 
 	if err := checkOwner(owner); err != nil {
 		return false, err
 	}
-	r, rerr, sent := c.s.exchange(ctx, c, nil, protocol.VerbReleaseIn, []string{owner, res, sc})
+	r, rerr, sent := c.s.exchange(ctx, c, nil, &protocol.ReleaseArgs{In: true, Owner: owner, Resources: res, Prefix: sc})
 	if rerr != nil {
 		if sent && unanswered(rerr) {
 			c.s.mayBeReleased(owner, res)
@@ -84,7 +84,7 @@ func (c *Client) ReleaseAllIn(ctx context.Context, owner, scope string) (int, er
 	if err := checkOwner(owner); err != nil {
 		return 0, err
 	}
-	r, rerr, sent := c.s.exchange(ctx, c, nil, protocol.VerbReleaseAllIn, []string{owner, sc})
+	r, rerr, sent := c.s.exchange(ctx, c, nil, &protocol.ReleaseArgs{All: true, In: true, Owner: owner, Prefix: sc})
 	if rerr != nil {
 		if sent && unanswered(rerr) {
 			c.s.mayBeReleased(owner, "")

@@ -272,15 +272,15 @@ func putCall(cl *call) {
 // roundTrip sends one command of client c (nil: the session's own) and
 // waits for its answer: its result, or for lock and trylock (l not nil) the
 // grant.
-func (s *session) roundTrip(ctx context.Context, c *Client, l *Lock, v protocol.Verb, args ...string) (reply, *Error) {
-	r, err, _ := s.exchange(ctx, c, l, v, args)
+func (s *session) roundTrip(ctx context.Context, c *Client, l *Lock, cmd protocol.Command) (reply, *Error) {
+	r, err, _ := s.exchange(ctx, c, l, cmd)
 	return r, err
 }
 
 // exchange is roundTrip; sent reports that the command was queued (the
 // server may have applied it even if err is not its answer).
-func (s *session) exchange(ctx context.Context, c *Client, l *Lock, v protocol.Verb, args []string) (r reply, err *Error, sent bool) {
-	cl, err := s.send(ctx, c, l, v, args)
+func (s *session) exchange(ctx context.Context, c *Client, l *Lock, cmd protocol.Command) (r reply, err *Error, sent bool) {
+	cl, err := s.send(ctx, c, l, cmd)
 	if err != nil {
 		return reply{}, err, false
 	}
@@ -334,7 +334,7 @@ func (s *session) mayBeReleased(owner, res string) {
 
 // send registers a call and queues its command once the connection is up.
 // A closed Client's command is not sent: it fails with ErrClosed.
-func (s *session) send(ctx context.Context, c *Client, l *Lock, v protocol.Verb, args []string) (*call, *Error) {
+func (s *session) send(ctx context.Context, c *Client, l *Lock, cmd protocol.Command) (*call, *Error) {
 	for {
 		if err := s.waitUp(ctx, c); err != nil {
 			return nil, err
@@ -356,7 +356,7 @@ func (s *session) send(ctx context.Context, c *Client, l *Lock, v protocol.Verb,
 		s.seq++
 		seq := s.seq
 		cl := callPool.Get().(*call)
-		cl.seq, cl.verb, cl.lock, cl.abandoned, cl.drops, cl.busyRetried, cl.sent = seq, v, l, false, 0, false, now
+		cl.seq, cl.verb, cl.lock, cl.abandoned, cl.drops, cl.busyRetried, cl.sent = seq, cmd.Verb(), l, false, 0, false, now
 		cl.c = c
 		s.calls[seq] = cl
 		if l != nil {
@@ -367,7 +367,7 @@ func (s *session) send(ctx context.Context, c *Client, l *Lock, v protocol.Verb,
 				l.waitEnd = now + l.timeout + s.opts.DialTimeout
 			}
 		}
-		s.queueLocked(v, seq, args)
+		s.queueLocked(seq, cmd)
 		if s.woken > 0 {
 			s.woken--
 		}
@@ -557,11 +557,11 @@ func (s *session) kick() {
 // queued while it is down. A queue past maxPending (the server reads
 // nothing) closes the connection: the calls in flight on it fail, and the
 // session reconnects.
-func (s *session) queueLocked(v protocol.Verb, seq uint64, args []string) {
+func (s *session) queueLocked(seq uint64, cmd protocol.Command) {
 	if s.box == nil {
 		return
 	}
-	if s.box.Build(func(b []byte) []byte { return protocol.AppendCommandSeq(b, v, seq, args...) }) {
+	if s.box.Build(func(b []byte) []byte { return protocol.AppendTyped(b, seq, cmd) }) {
 		s.log.Warn("mlock: the server reads nothing; reconnecting", "queued", maxPending)
 		s.nc.Close()
 	}
@@ -581,7 +581,7 @@ func (s *session) forgetLocked(id string) {
 		delete(s.givingSeq, old)
 	}
 	s.giving[id], s.givingSeq[s.seq] = s.seq, id
-	s.queueLocked(protocol.VerbUnlock, s.seq, []string{id})
+	s.queueLocked(s.seq, &protocol.IDArgs{ID: id})
 	if !s.answered {
 		s.kick()
 	}
@@ -638,7 +638,7 @@ func (s *session) extend(ctx context.Context, l *Lock, ttl time.Duration) (time.
 	default:
 		return time.Time{}, &Error{Type: TypeRequest, Msg: "lock is not held"}
 	}
-	r, err := s.retry(ctx, l.c, protocol.VerbExtend, id, ms(ttl))
+	r, err := s.retry(ctx, l.c, &protocol.ExtendArgs{ID: id, TTL: ttl.Milliseconds()})
 	if err != nil {
 		if err.code.Class() == protocol.ClassNotFound {
 			lerr := &Error{Type: TypeLost, Msg: "lock expired", Err: ErrExpired}
@@ -686,12 +686,13 @@ func (s *session) unlock(ctx context.Context, l *Lock) error {
 	s.mu.Lock()
 	l.unlocking = true // a re-entry answered meanwhile is not this lock (see resultLocked)
 	s.mu.Unlock()
-	_, err := s.roundTrip(ctx, l.c, nil, protocol.VerbUnlock, id)
+	unlock := &protocol.IDArgs{ID: id}
+	_, err := s.roundTrip(ctx, l.c, nil, unlock)
 	retried := false
 	if err != nil && err.Type == TypeConnection && err.Err != ErrClosed && ctx.Err() == nil {
 		// Its outcome is unknown: asked again once the connection is back.
 		retried = true
-		_, err = s.roundTrip(ctx, l.c, nil, protocol.VerbUnlock, id)
+		_, err = s.roundTrip(ctx, l.c, nil, unlock)
 	}
 	gone := err == nil || err.code.Class() == protocol.ClassNotFound // the server holds it no more
 	s.mu.Lock()
@@ -726,10 +727,10 @@ func (s *session) unlock(ctx context.Context, l *Lock) error {
 
 // retry is roundTrip for idempotent commands: a connection error is retried
 // once, after the connection is back.
-func (s *session) retry(ctx context.Context, c *Client, v protocol.Verb, args ...string) (reply, *Error) {
-	r, err := s.roundTrip(ctx, c, nil, v, args...)
+func (s *session) retry(ctx context.Context, c *Client, cmd protocol.Command) (reply, *Error) {
+	r, err := s.roundTrip(ctx, c, nil, cmd)
 	if err != nil && err.Type == TypeConnection && err.Err != ErrClosed && ctx.Err() == nil {
-		r, err = s.roundTrip(ctx, c, nil, v, args...)
+		r, err = s.roundTrip(ctx, c, nil, cmd)
 	}
 	return r, err
 }

@@ -1529,7 +1529,7 @@ func (c *conn) decide(tx *core.Tx, f [][]byte, payload []byte) (item, bool) {
 		return item{change: ch}, false
 	case protocol.VerbLock, protocol.VerbTryLock:
 		if len(f) >= 3 && !p.Admin {
-			for _, r := range s.splitResources(f[2]) {
+			for _, r := range s.splitResources(string(f[2])) {
 				if !p.May(r) {
 					s.counters.forbidden++
 					buf = protocol.AppendFailed(buf, req, protocol.CodeForbidden, r)
@@ -1573,7 +1573,7 @@ func (c *conn) revoked(tx *core.Tx, p *auth.Principal, verb protocol.Verb, f [][
 	var resources []string
 	switch {
 	case verb == protocol.VerbRenew && len(f) >= 4:
-		resources = c.srv.splitResources(f[3])
+		resources = c.srv.splitResources(string(f[3]))
 	case verb == protocol.VerbExtend && len(f) >= 3:
 		id, ok := core.ParseID(f[2])
 		if !ok {

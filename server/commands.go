@@ -45,11 +45,12 @@ func (c *conn) handle(tx *core.Tx, f [][]byte) bool {
 	case protocol.VerbExtend:
 		c.extend(tx, req, f)
 	case protocol.VerbUnlock:
-		if len(f) < 3 {
-			c.failed(req, protocol.CodeMissingArguments)
+		var a protocol.IDArgs
+		if code := a.Parse(f); code != protocol.CodeUnknown {
+			c.failed(req, code)
 			return false
 		}
-		id, ok := c.lockID(tx, f[2])
+		id, ok := c.lockID(tx, a.ID)
 		if !ok {
 			c.failed(req, protocol.CodeLockNotExist)
 			return false
@@ -75,43 +76,8 @@ func (c *conn) handle(tx *core.Tx, f [][]byte) bool {
 		c.evict(tx, req, f)
 	case protocol.VerbCluster:
 		c.failed(req, protocol.CodeNotCluster) // a cluster node decides it in decide
-	case protocol.VerbRelease, protocol.VerbReleaseIn:
-		// release <req> <owner> <resources>; releasein adds <prefix>.
-		if len(f) < 4 || len(f[2]) == 0 || len(f[3]) == 0 || verb == protocol.VerbReleaseIn && len(f) < 5 {
-			c.failed(req, protocol.CodeMissingArguments)
-			return false
-		}
-		owner, ok := c.owner(req, f[2])
-		if !ok {
-			return false
-		}
-		var prefix string
-		if verb == protocol.VerbReleaseIn {
-			prefix = string(f[4])
-		}
-		r := tx.Apply(&core.Command{Op: core.OpRelease, Owner: owner, Resources: s.splitResources(f[3]), Prefix: prefix})
-		if r.OK {
-			c.ok(req, []byte("true"))
-		} else {
-			c.ok(req, []byte("false"))
-		}
-	case protocol.VerbReleaseAll, protocol.VerbReleaseAllIn:
-		// releaseall <req> <owner>; releaseallin adds <prefix>.
-		if len(f) < 3 || len(f[2]) == 0 || verb == protocol.VerbReleaseAllIn && len(f) < 4 {
-			c.failed(req, protocol.CodeMissingArguments)
-			return false
-		}
-		owner, ok := c.owner(req, f[2])
-		if !ok {
-			return false
-		}
-		var prefix string
-		if verb == protocol.VerbReleaseAllIn {
-			prefix = string(f[3])
-		}
-		r := tx.Apply(&core.Command{Op: core.OpReleaseAll, Owner: owner, Prefix: prefix})
-		s.payload = protocol.AppendInt(s.payload[:0], int64(r.N))
-		c.ok(req, s.payload)
+	case protocol.VerbRelease, protocol.VerbReleaseIn, protocol.VerbReleaseAll, protocol.VerbReleaseAllIn:
+		c.release(tx, req, verb, f)
 	case protocol.VerbRenew:
 		c.renew(tx, req, f)
 	case protocol.VerbBye:
@@ -124,6 +90,35 @@ func (c *conn) handle(tx *core.Tx, f [][]byte) bool {
 		c.failed(req, protocol.CodeInvalidMessage)
 	}
 	return false
+}
+
+// release handles "release <req> <owner> <resources>" and "releaseall <req>
+// <owner>", and their confined forms releasein and releaseallin (a prefix
+// last). release answers true or false, releaseall the number of locks
+// released.
+func (c *conn) release(tx *core.Tx, req []byte, verb protocol.Verb, f [][]byte) {
+	s := c.srv
+	var a protocol.ReleaseArgs
+	if code := a.Parse(verb, f); code != protocol.CodeUnknown {
+		c.failed(req, code)
+		return
+	}
+	owner, ok := c.owner(req, a.Owner)
+	if !ok {
+		return
+	}
+	if a.All {
+		r := tx.Apply(&core.Command{Op: core.OpReleaseAll, Owner: owner, Prefix: a.Prefix})
+		s.payload = protocol.AppendInt(s.payload[:0], int64(r.N))
+		c.ok(req, s.payload)
+		return
+	}
+	r := tx.Apply(&core.Command{Op: core.OpRelease, Owner: owner, Resources: s.splitResources(a.Resources), Prefix: a.Prefix})
+	if r.OK {
+		c.ok(req, []byte("true"))
+	} else {
+		c.ok(req, []byte("false"))
+	}
 }
 
 // bye handles "bye <req>" (extension): the client has marked every lock of
@@ -253,53 +248,32 @@ func (c *conn) connect(tx *core.Tx, f [][]byte) bool {
 // owner is none; absent or empty modes take every resource exclusively.
 func (c *conn) lock(tx *core.Tx, req []byte, f [][]byte, try bool) {
 	s := c.srv
-	arg := func(i int) []byte {
-		if i < len(f) {
-			return f[i]
-		}
-		return nil
+	var a protocol.LockArgs
+	if code := a.Parse(f, try); code != protocol.CodeUnknown {
+		c.failed(req, code)
+		return
 	}
-	ttl, ok := s.ttlArg(arg(3))
+	ttl, ok := s.ttlOf(a.TTL)
 	if !ok {
 		c.failed(req, protocol.CodeInvalidTTL)
 		return
 	}
-	cmd := core.Command{Op: core.OpLock, Request: core.Request{Session: c.sess.id, TTL: ttl, Try: try}}
-	r := &cmd.Request
-	ownerAt := 4
-	if !try {
-		ownerAt = 6
-		to := arg(4)
-		if !protocol.Unset(to) {
-			n, ok := protocol.Int(to)
-			if !ok || n < 0 || n > int64(s.set.MaxTimeout/time.Millisecond) {
-				c.failed(req, protocol.CodeInvalidTimeout)
-				return
-			}
-			r.Timeout = time.Duration(n) * time.Millisecond
-		}
-		if tol := arg(5); !protocol.Unset(tol) {
-			n, ok := protocol.Int(tol)
-			if !ok || n < 0 {
-				c.failed(req, protocol.CodeInvalidTolerate)
-				return
-			}
-			r.Tolerate = int(min(n, 1<<31))
-		}
+	if a.Timeout > int64(s.set.MaxTimeout/time.Millisecond) {
+		c.failed(req, protocol.CodeInvalidTimeout)
+		return
 	}
-	if o := arg(ownerAt); len(o) > 0 {
-		owner, ok := c.owner(req, o)
+	cmd := core.Command{Op: core.OpLock, Request: core.Request{Session: c.sess.id, TTL: ttl, Try: try,
+		Timeout: time.Duration(a.Timeout) * time.Millisecond, Tolerate: int(a.Tolerate)}}
+	r := &cmd.Request
+	if a.Owner != "" {
+		owner, ok := c.owner(req, a.Owner)
 		if !ok {
 			return
 		}
-		r.NoReentry = string(o) == anonymousOwner
+		r.NoReentry = a.Owner == anonymousOwner
 		r.Owner = owner
 	}
-	if len(f) < 3 {
-		c.failed(req, protocol.CodeInvalidResource)
-		return
-	}
-	r.Resources = s.splitResources(f[2])
+	r.Resources = s.splitResources(a.Resources)
 	if !c.may(req, r.Resources) {
 		return
 	}
@@ -309,7 +283,7 @@ func (c *conn) lock(tx *core.Tx, req []byte, f [][]byte, try bool) {
 		c.failed(req, protocol.CodeQuotaLocks)
 		return
 	}
-	if s.modeBuf, ok = protocol.ParseModes(s.modeBuf[:0], arg(ownerAt+1), len(r.Resources)); !ok {
+	if s.modeBuf, ok = protocol.ParseModes(s.modeBuf[:0], []byte(a.Modes), len(r.Resources)); !ok {
 		c.failed(req, protocol.CodeInvalidMode)
 		return
 	}
@@ -326,7 +300,7 @@ func (c *conn) lock(tx *core.Tx, req []byte, f [][]byte, try bool) {
 		return
 	}
 	g := res.Grant
-	s.noteAccepted(tx, &g, f[2])
+	s.noteAccepted(tx, &g, a.Resources)
 	s.scratch = protocol.AppendOKID(s.scratch[:0], req, g.ID)
 	c.write(s.scratch)
 	if g.Granted {
@@ -344,25 +318,22 @@ func (c *conn) lock(tx *core.Tx, req []byte, f [][]byte, try bool) {
 // a cluster node refuses it before the log).
 func (c *conn) extend(tx *core.Tx, req []byte, f [][]byte) {
 	s := c.srv
-	if len(f) < 3 {
-		c.extendRefused(tx)
-		c.failed(req, protocol.CodeMissingArguments)
-		return
+	var a protocol.ExtendArgs
+	code := a.Parse(f)
+	ttl, ok := s.ttlOf(a.TTL)
+	var id core.ID
+	switch {
+	case code == protocol.CodeUnknown && !ok:
+		code = protocol.CodeInvalidTTL
+	case code == protocol.CodeUnknown:
+		var found bool
+		if id, found = c.lockID(tx, a.ID); !found {
+			code = protocol.CodeLockNotExist
+		}
 	}
-	var ttlArg []byte
-	if len(f) > 3 {
-		ttlArg = f[3]
-	}
-	ttl, ok := s.ttlArg(ttlArg)
-	if !ok {
+	if code != protocol.CodeUnknown {
 		c.extendRefused(tx)
-		c.failed(req, protocol.CodeInvalidTTL)
-		return
-	}
-	id, ok := c.lockID(tx, f[2])
-	if !ok {
-		c.extendRefused(tx)
-		c.failed(req, protocol.CodeLockNotExist)
+		c.failed(req, code)
 		return
 	}
 	if p := c.sess.p; !p.Admin && p.Prefixes != nil && !c.trusted {
@@ -397,24 +368,21 @@ func (c *conn) extendRefused(tx *core.Tx) {
 // permission denied!. Renewing uses no token and pushes nothing.
 func (c *conn) renew(tx *core.Tx, req []byte, f [][]byte) {
 	s := c.srv
-	if len(f) < 4 || len(f[2]) == 0 || len(f[3]) == 0 {
-		c.failed(req, protocol.CodeMissingArguments)
+	var a protocol.RenewArgs
+	if code := a.Parse(f); code != protocol.CodeUnknown {
+		c.failed(req, code)
 		return
 	}
-	var ttlArg []byte
-	if len(f) > 4 {
-		ttlArg = f[4]
-	}
-	ttl, ok := s.ttlArg(ttlArg)
+	ttl, ok := s.ttlOf(a.TTL)
 	if !ok {
 		c.failed(req, protocol.CodeInvalidTTL)
 		return
 	}
-	owner, ok := c.owner(req, f[2])
+	owner, ok := c.owner(req, a.Owner)
 	if !ok {
 		return
 	}
-	resources := s.splitResources(f[3])
+	resources := s.splitResources(a.Resources)
 	if !c.may(req, resources) { // a reload may have taken them away
 		return
 	}
@@ -433,18 +401,18 @@ func (c *conn) renew(tx *core.Tx, req []byte, f [][]byte) {
 // owner returns the engine name of an owner sent by c's client, scoped to
 // its principal; an owner holding the scope separator (a NUL byte) is
 // answered "invalid owner!".
-func (c *conn) owner(req, o []byte) (string, bool) {
-	if bytes.IndexByte(o, 0) >= 0 {
+func (c *conn) owner(req []byte, o string) (string, bool) {
+	if strings.IndexByte(o, 0) >= 0 {
 		c.failed(req, protocol.CodeInvalidOwner)
 		return "", false
 	}
-	return scope(c.sess.p, string(o)), true
+	return scope(c.sess.p, o), true
 }
 
 // lockID parses a lock id and checks that the lock, if it exists, belongs to
 // c's principal: a lock of another principal does not exist for it.
-func (c *conn) lockID(tx *core.Tx, b []byte) (core.ID, bool) {
-	id, ok := core.ParseID(b)
+func (c *conn) lockID(tx *core.Tx, b string) (core.ID, bool) {
+	id, ok := protocol.ParseID([]byte(b))
 	if !ok {
 		return id, false
 	}
@@ -487,16 +455,17 @@ func (c *conn) evict(tx *core.Tx, req []byte, f [][]byte) {
 		c.failed(req, protocol.CodeForbidden)
 		return
 	}
-	if len(f) < 3 || len(f[2]) == 0 {
-		c.failed(req, protocol.CodeMissingArguments)
+	var a protocol.EvictArgs
+	if code := a.Parse(f); code != protocol.CodeUnknown {
+		c.failed(req, code)
 		return
 	}
-	r := tx.Apply(&core.Command{Op: core.OpEvict, Resources: s.splitResources(f[2])})
+	r := tx.Apply(&core.Command{Op: core.OpEvict, Resources: s.splitResources(a.Resources)})
 	if r.Err != nil {
 		c.failedErr(req, r.Err)
 		return
 	}
-	s.log.Info("evicted", "resources", string(f[2]), "locks", r.N, "by", c.sess.p.Name, "remote", c.remote)
+	s.log.Info("evicted", "resources", a.Resources, "locks", r.N, "by", c.sess.p.Name, "remote", c.remote)
 	s.payload = protocol.AppendInt(s.payload[:0], int64(r.N))
 	c.ok(req, s.payload)
 }
@@ -542,21 +511,20 @@ func (c *conn) locks(tx *core.Tx, req []byte, f [][]byte) {
 	c.ok(req, s.locksJSON(tx, p, prefix, after, limit))
 }
 
-// ttlArg parses a ttl in ms; a missing one is the default.
-func (s *Server) ttlArg(b []byte) (time.Duration, bool) {
-	if protocol.Unset(b) {
+// ttlOf returns the lease of a parsed ttl in ms: 0 (unset) is the
+// default; more than the longest lease is refused.
+func (s *Server) ttlOf(ms int64) (time.Duration, bool) {
+	if ms == 0 {
 		return s.set.DefaultTTL, true
 	}
-	n, ok := protocol.Int(b)
-	if !ok || n <= 0 || n > int64(s.set.MaxTTL/time.Millisecond) {
+	if ms > int64(s.set.MaxTTL/time.Millisecond) {
 		return 0, false
 	}
-	return time.Duration(n) * time.Millisecond, true
+	return time.Duration(ms) * time.Millisecond, true
 }
 
 // splitResources splits "a|b|c" into s.resBuf. The names share one string.
-func (s *Server) splitResources(b []byte) []string {
-	all := string(b)
+func (s *Server) splitResources(all string) []string {
 	s.resBuf = s.resBuf[:0]
 	for {
 		i := strings.IndexByte(all, '|')

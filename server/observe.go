@@ -176,7 +176,7 @@ func (s *Server) noteUnlocked(now int64) {
 // noteAccepted counts an accepted lock request: the entries ahead of it,
 // a grant at once as a wait of 0, and logs a long queue. It runs in a core
 // batch.
-func (s *Server) noteAccepted(tx *core.Tx, g *core.Grant, resources []byte) {
+func (s *Server) noteAccepted(tx *core.Tx, g *core.Grant, resources string) {
 	o := &s.obs
 	if g.Renewed {
 		return
@@ -187,7 +187,7 @@ func (s *Server) noteAccepted(tx *core.Tx, g *core.Grant, resources []byte) {
 	}
 	if o.longQueue > 0 && g.Ahead >= o.longQueue {
 		if ok, n := o.queueLog.allow(tx.Now()); ok {
-			s.log.Info("long queue: a request waits behind many", "resources", string(resources), "ahead", g.Ahead,
+			s.log.Info("long queue: a request waits behind many", "resources", resources, "ahead", g.Ahead,
 				"threshold", o.longQueue, "not-logged-since", n)
 		}
 	}

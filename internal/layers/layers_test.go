@@ -136,7 +136,7 @@ func TestReadmeLayoutIsTheTable(t *testing.T) {
 	if !ok {
 		t.Fatal("README.md has no Layout section")
 	}
-	row := regexp.MustCompile("(?m)^\\| (\\w+) \\| ([^|]*) \\|")
+	row := regexp.MustCompile(`(?m)^\| (\w+) \| ([^|]*) \|`)
 	code := regexp.MustCompile("`([^`]*)`")
 	var got []string
 	for _, m := range row.FindAllStringSubmatch(rest, -1) {
