@@ -59,6 +59,15 @@ func appendNum(dst []byte, n int64) []byte {
 	return strconv.AppendInt(dst, n, 10)
 }
 
+// appendTTL appends a ttl: 0 (unset) as an empty field, which the server
+// reads as its default.
+func appendTTL(dst []byte, ms int64) []byte {
+	if ms == 0 {
+		return append(dst, ' ')
+	}
+	return appendNum(dst, ms)
+}
+
 // LockArgs are the arguments of
 //
 //	lock <req> <resources> <ttl> <timeout> <tolerate> [<owner> [<modes>]]
@@ -86,7 +95,7 @@ func (a *LockArgs) Verb() Verb {
 // follow it.
 func (a *LockArgs) AppendArgs(dst []byte) []byte {
 	dst = appendField(dst, a.Resources)
-	dst = appendNum(dst, a.TTL)
+	dst = appendTTL(dst, a.TTL)
 	if !a.Try {
 		dst = appendNum(dst, a.Timeout)
 		dst = appendNum(dst, a.Tolerate)
@@ -148,7 +157,7 @@ func (a *ExtendArgs) Verb() Verb { return VerbExtend }
 
 // AppendArgs appends the lock id and the ttl.
 func (a *ExtendArgs) AppendArgs(dst []byte) []byte {
-	return appendNum(appendField(dst, a.ID), a.TTL)
+	return appendTTL(appendField(dst, a.ID), a.TTL)
 }
 
 // Parse fills a from the fields of an extend frame: a missing lock id is
@@ -205,7 +214,7 @@ func (a *RenewArgs) Verb() Verb { return VerbRenew }
 
 // AppendArgs appends the owner, the resources and the ttl.
 func (a *RenewArgs) AppendArgs(dst []byte) []byte {
-	return appendNum(appendField(appendField(dst, a.Owner), a.Resources), a.TTL)
+	return appendTTL(appendField(appendField(dst, a.Owner), a.Resources), a.TTL)
 }
 
 // Parse fills a from the fields of a renew frame: a missing or empty owner
