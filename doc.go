@@ -201,13 +201,15 @@
 //
 // # The path of a request
 //
-// Client.Lock checks the names (the server's own rule), and the session
-// appends a "lock" command to the connection's outbox (internal/protocol),
+// Client.Lock checks the names (the one rule, internal/protocol's, which the
+// server's engine applies too), and the session appends a "lock" command
+// (a protocol.LockArgs) to the connection's outbox (internal/protocol),
 // which goes out in one write together with the other callers'
 // commands: the session's reader writes those of the callers it has just
 // answered (it yields until each has sent again, for at most 20 µs), a
 // writer goroutine the rest. The server (package server) applies it to the lock service core
-// (internal/core, over the engine internal/locktable) and answers with a
+// (internal/core, over the engine internal/locktable, neither of which the
+// client links) and answers with a
 // result, then a "locked" push once the lock is granted. The session's
 // reader parses both (protocol.ParseMessage), answers the caller's call at
 // the grant, and maps every failure code to an *Error: no text is compared.

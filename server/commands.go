@@ -168,22 +168,7 @@ func (c *conn) connect(tx *core.Tx, f [][]byte) bool {
 		return true
 	}
 	id := scope(p, string(f[1]))
-	sess := s.sessions[id]
-	if sess != nil && sess.c == nil {
-		// The session's grace may be over while the deadline timer has
-		// not run yet: process what is due, and if the engine closed the
-		// session, this connect starts a new one. The old one's events
-		// of this batch, its end included, stay its own (eventLocked).
-		tx.Apply(&core.Command{Op: core.OpTick})
-		if !tx.HasSession(id) {
-			delete(s.sessions, id)
-			if s.ended == nil {
-				s.ended = make(map[string]*session)
-			}
-			s.ended[id] = sess
-			sess = nil
-		}
-	}
+	sess := s.liveSession(tx, id)
 	resumed := sess != nil
 	if !s.connQuotaLocked(tx, c, p, !resumed, resumed && sess.c != nil && sess.c.counted == p.Name) {
 		return true
@@ -224,23 +209,49 @@ func (c *conn) connect(tx *core.Tx, f [][]byte) bool {
 	}
 	sess.pruned = false
 	if resumed {
-		// A push written to the old connection just before it died is lost;
-		// announce the session's held locks again, and tell again of those
-		// evicted: an evicted lock ends at the eviction plus the grace,
-		// which the answers of the new connection would let its holder
-		// outlive. Clients ignore a locked for a lock they already hold or
-		// do not wait for, and an expired for a lock they do not hold.
-		tx.SessionLocks(id, func(li core.LockInfo) {
-			switch {
-			case li.Revoked:
-				s.push(sess, protocol.PushEvicted, li.ID)
-			case li.Granted:
-				s.pushLocked(sess, li.ID, li.Deadline, li.Token)
-			}
-		})
+		s.reannounce(tx, sess)
 	}
 	s.log.Debug("session connected", "session", sess.hash, "principal", p.Name, "remote", c.remote, "resumed", resumed)
 	return false
+}
+
+// liveSession returns the session id if it is still alive, or nil. A
+// detached session's grace may be over while the deadline timer has not run
+// yet: what is due is processed first, and a session the engine closed is
+// forgotten, so that the connect starts a new one. The old one's events of
+// this batch, its end included, stay its own (eventLocked).
+func (s *Server) liveSession(tx *core.Tx, id string) *session {
+	sess := s.sessions[id]
+	if sess == nil || sess.c != nil {
+		return sess
+	}
+	tx.Apply(&core.Command{Op: core.OpTick})
+	if tx.HasSession(id) {
+		return sess
+	}
+	delete(s.sessions, id)
+	if s.ended == nil {
+		s.ended = make(map[string]*session)
+	}
+	s.ended[id] = sess
+	return nil
+}
+
+// reannounce tells a resumed session again of its held and evicted locks.
+// A push written to the old connection just before it died is lost; an
+// evicted lock ends at the eviction plus the grace, which the answers of
+// the new connection would let its holder outlive. Clients ignore a locked
+// for a lock they already hold or do not wait for, and an expired for a
+// lock they do not hold.
+func (s *Server) reannounce(tx *core.Tx, sess *session) {
+	tx.SessionLocks(sess.id, func(li core.LockInfo) {
+		switch {
+		case li.Revoked:
+			s.push(sess, protocol.PushEvicted, li.ID)
+		case li.Granted:
+			s.pushLocked(sess, li.ID, li.Deadline, li.Token)
+		}
+	})
 }
 
 // lock handles "lock <req> <resources> <ttl> <timeout> <tolerate> [owner

@@ -37,7 +37,6 @@ func cpuTime() time.Duration {
 func (s *Server) status(tx *core.Tx, detail bool) *protocol.Status {
 	now := tx.Now()
 	st := tx.Stats()
-	nowT := time.Now()
 	doc := &protocol.Status{
 		SocketCount:         s.online,
 		CurrentLocks:        st.Live,
@@ -65,33 +64,7 @@ func (s *Server) status(tx *core.Tx, detail bool) *protocol.Status {
 		Reads:               s.reads.Load(),
 		Writes:              s.writes.Load(),
 		FramesIn:            s.framesIn.Load(),
-		Limits: &protocol.StatusLimits{
-			Entries:          st.Entries,
-			NameBytes:        st.NameBytes,
-			RejectedPerIP:    s.counters.rejectedPerIP,
-			AuthFailed:       s.counters.authFailed,
-			SessionsRefused:  s.counters.sessionsRefused,
-			IdleClosed:       s.counters.idleClosed,
-			Forbidden:        s.counters.forbidden,
-			ServerFull:       s.counters.serverFull,
-			RateLimited:      s.counters.rateLimited,
-			MaxConns:         s.cfg.MaxConns,
-			MaxConnsPerIP:    s.cfg.MaxConnsPerIP,
-			MaxSessions:      s.set.MaxSessions,
-			IdleTimeoutMs:    max(s.cfg.IdleTimeout, 0).Milliseconds(),
-			MaxLocks:         s.set.MaxLocks,
-			MaxEntries:       s.set.MaxEntries,
-			MaxNameBytes:     s.set.MaxNameBytes,
-			MaxSessionBytes:  s.set.MaxSessionBytes,
-			MaxLocksPerSess:  s.set.MaxLocksPerSession,
-			StatusRatePerSec: s.cfg.StatusRate,
-
-			Unauthenticated:         s.unauthed,
-			Evicted:                 s.counters.evicted,
-			QuotaRefused:            s.counters.quotaRefused,
-			MaxUnauthenticated:      s.cfg.MaxUnauthenticated,
-			MaxUnauthenticatedPerIP: s.cfg.MaxUnauthenticatedPerIP,
-		},
+		Limits:              s.limitsStatus(&st),
 	}
 	if s.quietUntil > tx.Now() {
 		doc.QuietUntil = (s.quietUntil + int64(time.Millisecond) - 1) / int64(time.Millisecond) // rounded up
@@ -100,6 +73,54 @@ func (s *Server) status(tx *core.Tx, detail bool) *protocol.Status {
 		return doc
 	}
 	limit := s.cfg.StatusLimit
+	s.detailStatus(tx, doc, limit)
+	if st.Queues > limit || st.Live > limit {
+		doc.Truncated = true
+	}
+	if s.credentialed() {
+		var cut bool
+		doc.Principals, cut = s.principalsStatus(tx, limit)
+		doc.Truncated = doc.Truncated || cut
+	}
+	return doc
+}
+
+// limitsStatus is the Limits part of the status document: the current use,
+// the refusals since the start and the configured caps.
+func (s *Server) limitsStatus(st *core.Stats) *protocol.StatusLimits {
+	return &protocol.StatusLimits{
+		Entries:          st.Entries,
+		NameBytes:        st.NameBytes,
+		RejectedPerIP:    s.counters.rejectedPerIP,
+		AuthFailed:       s.counters.authFailed,
+		SessionsRefused:  s.counters.sessionsRefused,
+		IdleClosed:       s.counters.idleClosed,
+		Forbidden:        s.counters.forbidden,
+		ServerFull:       s.counters.serverFull,
+		RateLimited:      s.counters.rateLimited,
+		MaxConns:         s.cfg.MaxConns,
+		MaxConnsPerIP:    s.cfg.MaxConnsPerIP,
+		MaxSessions:      s.set.MaxSessions,
+		IdleTimeoutMs:    max(s.cfg.IdleTimeout, 0).Milliseconds(),
+		MaxLocks:         s.set.MaxLocks,
+		MaxEntries:       s.set.MaxEntries,
+		MaxNameBytes:     s.set.MaxNameBytes,
+		MaxSessionBytes:  s.set.MaxSessionBytes,
+		MaxLocksPerSess:  s.set.MaxLocksPerSession,
+		StatusRatePerSec: s.cfg.StatusRate,
+
+		Unauthenticated:         s.unauthed,
+		Evicted:                 s.counters.evicted,
+		QuotaRefused:            s.counters.quotaRefused,
+		MaxUnauthenticated:      s.cfg.MaxUnauthenticated,
+		MaxUnauthenticatedPerIP: s.cfg.MaxUnauthenticatedPerIP,
+	}
+}
+
+// detailStatus adds the listings of sessions, queues and locks, at most
+// limit of each, to doc.
+func (s *Server) detailStatus(tx *core.Tx, doc *protocol.Status, limit int) {
+	now, nowT := tx.Now(), time.Now()
 	for _, sess := range s.sessions {
 		if sess.c == nil {
 			continue
@@ -128,15 +149,6 @@ func (s *Server) status(tx *core.Tx, detail bool) *protocol.Status {
 		doc.Locks[li.ID.Short()] = d
 		return true
 	})
-	if st.Queues > limit || st.Live > limit {
-		doc.Truncated = true
-	}
-	if s.credentialed() {
-		var cut bool
-		doc.Principals, cut = s.principalsStatus(tx, limit)
-		doc.Truncated = doc.Truncated || cut
-	}
-	return doc
 }
 
 func (s *Server) statusJSON(tx *core.Tx, detail bool) []byte {

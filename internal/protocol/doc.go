@@ -1,18 +1,28 @@
-// Package protocol is the mlock wire protocol, known in this one place by
-// the server and the client: frames, the command vocabulary, the builders of
+// Package protocol is the mlock wire protocol and its vocabulary, known in
+// this one place by the server, the engine and the client: frames, the
+// command words, one typed struct per command (LockArgs, ExtendArgs, ...,
+// with AppendArgs for the client and Parse for the server), the builders of
 // every message the server sends, the parser of those messages, the table of
-// failure codes and their texts, and the coalescing writer both ends use.
+// failure codes and their texts, lock ids, modes, the name and owner rules,
+// the status and locks documents, and the coalescing writer both ends use.
 //
 // # Layers
 //
-// A lock request travels: the client (package mlock) appends a command frame
-// with AppendCommand into its Outbox; the server reads frames with Next,
-// splits them with Split, looks the command up with ParseVerb and applies it
-// to the lock service core (internal/core, over the engine
-// internal/locktable); the engine's answer or error becomes a frame built by
-// AppendOK, AppendFailed (the server maps the engine's errors to codes) or AppendLocked/AppendPush; the
-// client reads it with ReadFrame, parses it with ParseMessage and maps its
-// Code to a typed error through Code.Class. No side compares texts.
+// The package is the lowest layer of the module: it imports no package of
+// the module (internal/layers checks it), so that the client links it
+// without the engine and the server without the client. The engine
+// (internal/locktable) takes its ID and Mode from here; the server maps the
+// engine's errors to codes, not the other way.
+//
+// A lock request travels: the client (package mlock) fills a LockArgs and
+// appends its frame with AppendTyped into its Outbox; the server reads frames
+// with Next, splits them with Split, looks the command up with ParseVerb,
+// parses the arguments with LockArgs.Parse and applies them to the lock
+// service core (internal/core, over the engine internal/locktable); the
+// engine's answer or error becomes a frame built by AppendOK, AppendFailed or
+// AppendLocked/AppendPush; the client reads it with ReadFrame, parses it with
+// ParseMessage and maps its Code to a typed error through Code.Class. No side
+// compares texts.
 //
 // # Framing
 //
