@@ -14,13 +14,15 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/mlock-dev/mlock/internal/protocol"
 )
 
 // Defaults for the zero fields of Options.
 const (
 	DefaultHost         = "localhost"
-	DefaultPort         = 12340
-	DefaultTTL          = 60 * time.Second
+	DefaultPort         = protocol.DefaultPort
+	DefaultTTL          = protocol.DefaultTTL
 	DefaultDialTimeout  = 5 * time.Second
 	DefaultPingInterval = 20 * time.Second
 	DefaultMaxBackoff   = 5 * time.Second
