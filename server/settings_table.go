@@ -264,7 +264,11 @@ func (s *Setting) Range() string {
 	case s.FlagZero == FlagNonPositiveIsOff:
 		r = append(r, "0 or negative: off")
 	case s.Zero == ZeroIsDefault:
-		r = append(r, "0: the default")
+		if _, ok := s.Default.(string); ok {
+			r = append(r, "empty: the default")
+		} else {
+			r = append(r, "0: the default")
+		}
 	case s.Zero == NonPositiveIsDefault:
 		r = append(r, "0 or negative: the default")
 	case s.Zero == ZeroIsDefaultNegativeNoLimit || s.Zero == EngineLimit:

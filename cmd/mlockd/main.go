@@ -3,7 +3,9 @@
 // Every flag can also be set by an environment variable: MLOCK_ followed by
 // the flag name in upper case with '-' as '_' (MLOCK_LISTEN,
 // MLOCK_SESSION_GRACE, ...). A flag on the command line wins. --help
-// prints every flag on stdout; --version prints the version.
+// prints every flag on stdout; --version prints the version. The server's
+// flags are its settings table's (server.Settings); docs/configuration.md
+// lists them all.
 //
 // Exit status: 0 after a clean shutdown (SIGTERM or SIGINT), --help or
 // --version; 1 when the server fails (it cannot listen, its data directory
