@@ -149,54 +149,55 @@ func printUsage(w io.Writer, fs *flag.FlagSet) {
 	fs.SetOutput(io.Discard)
 }
 
-func run(args []string, stdout, stderr io.Writer) error {
+// configure reads the command line and the environment into a Config,
+// validated, and mlockd's own options. A nil Config without an error:
+// --help or --version, printed on stdout.
+func configure(args []string, stdout, stderr io.Writer) (*server.Config, *options, error) {
 	var cfg server.Config
 	fs, opt := newFlagSet(&cfg)
-	hopt := opt.http
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			printUsage(stdout, fs)
-			return nil
+			return nil, nil, nil
 		}
 		if opt.bad.err != nil {
-			return opt.bad.err
+			return nil, nil, opt.bad.err
 		}
-		return &usageError{msg: err.Error()}
+		return nil, nil, &usageError{msg: err.Error()}
 	}
 	if *opt.version {
 		fmt.Fprintln(stdout, "mlockd", mlock.Version, "("+runtime.Version(), runtime.GOOS+"/"+runtime.GOARCH+")")
-		return nil
+		return nil, nil, nil
 	}
 	if fs.NArg() > 0 {
-		return usagef("unexpected argument %q", fs.Arg(0))
+		return nil, nil, usagef("unexpected argument %q", fs.Arg(0))
 	}
 	fromEnv, err := applyEnv(fs, os.LookupEnv)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	logLevel, logFormat, shutdownTimeout, cpuProfile := opt.logLevel, opt.logFormat, opt.shutdownTimeout, opt.cpuProfile
 	switch cfg.DataDir {
 	case "":
 		cfg.DataDir = datadir.DefaultDir
 	case noDataDir:
 		cfg.DataDir = ""
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		return usagef("%s %q: want debug, info, warn or error", source(fromEnv, "log-level"), *logLevel)
-	}
-	opts := &slog.HandlerOptions{Level: level}
-	switch *logFormat {
-	case "text":
-		cfg.Logger = slog.New(slog.NewTextHandler(stderr, opts))
-	case "json":
-		cfg.Logger = slog.New(slog.NewJSONHandler(stderr, opts))
-	default:
-		return usagef("%s %q: want text or json", source(fromEnv, "log-format"), *logFormat)
+	if cfg.Logger, err = newLogger(*opt.logLevel, *opt.logFormat, fromEnv, stderr); err != nil {
+		return nil, nil, err
 	}
 	if err := cfg.Validate(); err != nil {
-		return &usageError{msg: configError(err, fromEnv)}
+		return nil, nil, &usageError{msg: configError(err, fromEnv)}
 	}
+	return &cfg, opt, nil
+}
+
+func run(args []string, stdout, stderr io.Writer) error {
+	c, opt, err := configure(args, stdout, stderr)
+	if c == nil || err != nil {
+		return err // --help, --version, or a usage error
+	}
+	cfg := *c
+	hopt, shutdownTimeout, cpuProfile := opt.http, opt.shutdownTimeout, opt.cpuProfile
 	if cfg.DataDir == "" {
 		cfg.Logger.Warn("no data directory: every start is quiet, and tokens start at the clock")
 	}
@@ -260,6 +261,23 @@ wait:
 	hs.stop(sctx)
 	cfg.Logger.Info("mlockd stopped", "uptime", time.Since(started).Round(time.Millisecond))
 	return nil
+}
+
+// newLogger is the logger of --log-level and --log-format, writing to w;
+// a bad value is a usage error naming its flag or variable.
+func newLogger(level, format string, fromEnv map[string]string, w io.Writer) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, usagef("%s %q: want debug, info, warn or error", source(fromEnv, "log-level"), level)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, usagef("%s %q: want text or json", source(fromEnv, "log-format"), format)
 }
 
 // started is when mlockd started, for its last log line.
