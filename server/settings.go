@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"fmt"
 	"reflect"
 	"strings"
@@ -128,8 +129,9 @@ func (st *settings) validate() error {
 			return err
 		}
 	}
-	if st.DefaultTTL > st.MaxTTL {
-		return fmt.Errorf("default-ttl %v is above max-ttl %v", st.DefaultTTL, st.MaxTTL)
+	var ce *ConfigError
+	if errors.As(checkDefaultTTL(st.DefaultTTL, st.MaxTTL), &ce) {
+		return errors.New(ce.Message(func(s *Setting) string { return s.Name })) // "default-ttl 3h0m0s is above max-ttl 2h0m0s"
 	}
 	ecfg := st.engineConfig()
 	return ecfg.Validate()

@@ -172,4 +172,24 @@ func TestValidateFollowsTheTable(t *testing.T) {
 	if got := ce.Message(func(s *Setting) string { return "<" + s.Name + ">" }); got != "<default-ttl> 2h0m0s is above <max-ttl> 1h0m0s" {
 		t.Fatalf("Message: %q", got)
 	}
+	// The same rule for the replicated settings, named as in their text.
+	cfg := Config{}.withDefaults()
+	base := settingsOf(&cfg)
+	if _, err := parseSettings("max-ttl=2h0m0s default-ttl=3h0m0s", base); err == nil ||
+		err.Error() != "default-ttl 3h0m0s is above max-ttl 2h0m0s" {
+		t.Fatalf("replicated default above max: %v", err)
+	}
+	for text, want := range map[string]string{
+		"dedup-window=0":                   "dedup-window 0 must be positive",
+		"dedup-window=1073741825":          "dedup-window 1073741825 is out of range",
+		"max-timeout=-1s":                  "max-timeout -1s must be positive",
+		"session-grace=0s":                 "session-grace is 0",
+		"max-locks=0":                      "max-locks 0 must be positive",
+		"max-queue-len=0 max-resources=-1": "",
+	} {
+		_, err := parseSettings(text, base)
+		if (err == nil) != (want == "") || err != nil && err.Error() != want {
+			t.Errorf("%q: %v, want %q", text, err, want)
+		}
+	}
 }
