@@ -316,3 +316,69 @@ func dedupCmd(client string, seq uint64, m *logCmd) []byte {
 
 // cluster0 frames a command without a de-duplication key.
 func cluster0(body []byte) []byte { return cluster.DedupCommand("", 0, body) }
+
+// The replicated settings' text is part of the log's format: these are
+// the texts the build before the settings table wrote (a genesis or an
+// opParams of a node started with mlockd's defaults, with Config's zero
+// value, and with other limits), recorded byte for byte. This build
+// writes the same bytes for the same Config, and a log carrying them puts
+// the same settings in force.
+func TestReplicatedSettingsTextUnchanged(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		cfg  Config
+		text string
+	}{
+		{"mlockd's defaults", Config{MaxResources: DefaultMaxResources, MaxNameLen: DefaultMaxNameLen, MaxQueueLen: DefaultMaxQueueLen,
+			Cluster: &ClusterConfig{}},
+			"dedup-window=65536 default-ttl=1m0s max-entries=4000000 max-locks=1000000 max-locks-per-session=100000 max-name-bytes=268435456 max-name-len=512 max-offline-bytes=1048576 max-queue-len=100000 max-resources=64 max-session-bytes=8388608 max-sessions=20000 max-timeout=24h0m0s max-ttl=24h0m0s session-grace=15s"},
+		{"zero Config", Config{},
+			"dedup-window=65536 default-ttl=1m0s max-entries=4000000 max-locks=1000000 max-locks-per-session=100000 max-name-bytes=268435456 max-name-len=0 max-offline-bytes=1048576 max-queue-len=0 max-resources=0 max-session-bytes=8388608 max-sessions=20000 max-timeout=24h0m0s max-ttl=24h0m0s session-grace=15s"},
+		{"no limits", Config{MaxQueueLen: -1, MaxLocks: -1, MaxResources: -5, MaxSessions: -1, MaxOfflineBytes: -1, SessionGrace: -1},
+			"dedup-window=65536 default-ttl=1m0s max-entries=4000000 max-locks=9223372036854775807 max-locks-per-session=100000 max-name-bytes=268435456 max-name-len=0 max-offline-bytes=9223372036854775807 max-queue-len=-1 max-resources=-5 max-session-bytes=8388608 max-sessions=9223372036854775807 max-timeout=24h0m0s max-ttl=24h0m0s session-grace=-1ns"},
+		{"other limits", Config{MaxQueueLen: 7, MaxResources: 3, MaxNameLen: 9, MaxTTL: time.Hour, DefaultTTL: time.Minute,
+			MaxTimeout: 2 * time.Hour, Cluster: &ClusterConfig{DedupWindow: 1000}, MaxSessions: 5, MaxOfflineBytes: 77, MaxEntries: 8,
+			MaxNameBytes: 9, MaxSessionBytes: 10, MaxLocksPerSession: 11},
+			"dedup-window=1000 default-ttl=1m0s max-entries=8 max-locks=1000000 max-locks-per-session=11 max-name-bytes=9 max-name-len=9 max-offline-bytes=77 max-queue-len=7 max-resources=3 max-session-bytes=10 max-sessions=5 max-timeout=2h0m0s max-ttl=1h0m0s session-grace=15s"},
+	} {
+		cfg := c.cfg.withDefaults()
+		st := settingsOf(&cfg)
+		if got := st.String(); got != c.text {
+			t.Errorf("%s: this build writes\n%s\nthe build before wrote\n%s", c.name, got, c.text)
+		}
+		read, err := parseSettings(c.text, settings{})
+		if err != nil || read != st {
+			t.Errorf("%s: the recorded text reads as %+v, %v; want %+v", c.name, read, err, st)
+		}
+	}
+
+	// A log whose genesis carries the recorded text of mlockd's defaults,
+	// applied by a node started with other flags: those settings in force.
+	const ms = int64(time.Millisecond)
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
+	text := "dedup-window=500 default-ttl=30s max-entries=4000000 max-locks=1000000 max-locks-per-session=100000 max-name-bytes=268435456 max-name-len=512 max-offline-bytes=1048576 max-queue-len=2 max-resources=64 max-session-bytes=8388608 max-sessions=20000 max-timeout=24h0m0s max-ttl=2h0m0s session-grace=7s"
+	s := replayServer(t, "recorded", func(c *Config) { c.MaxTTL, c.SessionGrace, c.MaxQueueLen = time.Minute, time.Second, 100 })
+	s.cl.dedup.Apply(t0, [][]byte{cluster0(appendGenesis(nil, t0, text))})
+	got := inForce(s)
+	if got.String() != text || got.MaxTTL != 2*time.Hour || got.SessionGrace != 7*time.Second || got.MaxQueueLen != 2 ||
+		got.DefaultTTL != 30*time.Second || s.cl.dedup.Window() != 500 {
+		t.Fatalf("in force after the recorded genesis: %s (window %d)", got, s.cl.dedup.Window())
+	}
+	var grace time.Duration
+	s.batch(func(tx *core.Tx) { grace = tx.SessionGrace() })
+	if grace != 7*time.Second {
+		t.Fatalf("the engine runs with grace %v, want the log's 7s", grace)
+	}
+	// The log's max-ttl (2h), not the node's (1m): a 90-minute lease is
+	// granted; its max-queue-len (2): a third request on one resource is
+	// refused.
+	attach := dedupCmd("x/1/1", 1, &logCmd{op: opAttach, node: "x", conn: "x/1/1", session: "s1"})
+	lock := dedupCmd("x/1/1", 2, &logCmd{op: opFrames, node: "x", conn: "x/1/1", session: "s1",
+		frames: [][]byte{[]byte("lock 1 a 5400000 0 0 o1"), []byte("lock 2 a 1000 0 0 o2"), []byte("lock 3 a 1000 0 0 o3")}})
+	s.cl.dedup.Apply(t0+ms, [][]byte{attach, lock})
+	n := 0
+	s.batch(func(tx *core.Tx) { tx.SessionLocks("s1", func(core.LockInfo) { n++ }) })
+	if n != 2 {
+		t.Fatalf("the session has %d live requests, want 2 (a 90-minute lease and one waiter; the queue full at 2)", n)
+	}
+}

@@ -1,18 +1,18 @@
 package server
 
 import (
-	"errors"
-	"fmt"
 	"log/slog"
+	"reflect"
+	"strings"
 	"time"
 
 	"github.com/mlock-dev/mlock/internal/core"
 	"github.com/mlock-dev/mlock/internal/datadir"
-	"github.com/mlock-dev/mlock/internal/protocol"
 )
 
 // Defaults for the zero fields of Config. These are the server's limits;
-// cmd/mlockd shows them as its flags' defaults.
+// the settings table (Settings) applies them, and cmd/mlockd shows them as
+// its flags' defaults.
 const (
 	DefaultAddr               = "127.0.0.1:12340"
 	DefaultTTL                = 60 * time.Second
@@ -238,25 +238,35 @@ type Config struct {
 	Cluster *ClusterConfig
 }
 
-// Validate reports the first field of c that is out of range.
+// Validate reports the first field of c that is out of range: a
+// *ConfigError naming its setting (see Settings).
 func (c *Config) Validate() error {
+	cfg := reflect.ValueOf(c).Elem()
+	for i := range settingsTable {
+		s := &settingsTable[i]
+		if err := s.check(s.value(cfg)); err != nil {
+			return err
+		}
+	}
+	if err := checkDefaultTTL(c.DefaultTTL, c.MaxTTL); err != nil {
+		return err
+	}
+	cert, key, ca := settingByField("TLSCertFile"), settingByField("TLSKeyFile"), settingByField("TLSClientCAFile")
 	switch {
-	case c.MaxFrame > protocol.MaxFrameLimit:
-		return fmt.Errorf("server: Config.MaxFrame %d is above %d", c.MaxFrame, protocol.MaxFrameLimit)
-	case c.DefaultTTL < 0:
-		return fmt.Errorf("server: Config.DefaultTTL %v is negative", c.DefaultTTL)
-	case c.AuthTimeout < 0:
-		return fmt.Errorf("server: Config.AuthTimeout %v is negative", c.AuthTimeout)
-	case c.MaxTTL < 0:
-		return fmt.Errorf("server: Config.MaxTTL %v is negative", c.MaxTTL)
-	case c.MaxTimeout < 0:
-		return fmt.Errorf("server: Config.MaxTimeout %v is negative", c.MaxTimeout)
-	case c.DefaultTTL != 0 && c.MaxTTL != 0 && c.DefaultTTL > c.MaxTTL:
-		return fmt.Errorf("server: Config.DefaultTTL %v is above MaxTTL %v", c.DefaultTTL, c.MaxTTL)
 	case (c.TLSCertFile == "") != (c.TLSKeyFile == ""):
-		return errors.New("server: Config.TLSCertFile and TLSKeyFile go together")
+		return newConfigError(cert, " and ", key, " go together")
 	case c.TLSClientCAFile != "" && c.TLSCertFile == "":
-		return errors.New("server: Config.TLSClientCAFile needs TLSCertFile and TLSKeyFile")
+		return newConfigError(ca, " needs ", cert, " and ", key)
+	}
+	return nil
+}
+
+// checkDefaultTTL reports a default lease above the longest (both given:
+// 0 is the default).
+func checkDefaultTTL(def, maxTTL time.Duration) error {
+	if def != 0 && maxTTL != 0 && def > maxTTL {
+		return newConfigError(settingByField("DefaultTTL"), " "+def.String()+" is above ",
+			settingByField("MaxTTL"), " "+maxTTL.String())
 	}
 	return nil
 }
@@ -264,80 +274,25 @@ func (c *Config) Validate() error {
 // engineConfig returns the engine's part of c: its limits and the session
 // grace.
 func (c *Config) engineConfig() core.EngineConfig {
-	return core.EngineConfig{
-		MaxResources:       c.MaxResources,
-		MaxNameLen:         c.MaxNameLen,
-		MaxLocksPerSession: c.MaxLocksPerSession,
-		MaxQueueLen:        c.MaxQueueLen,
-		SessionGrace:       c.SessionGrace,
-		MaxTTL:             c.MaxTTL,
-		MaxTimeout:         c.MaxTimeout,
-		MaxLocks:           c.MaxLocks,
-		MaxEntries:         c.MaxEntries,
-		MaxNameBytes:       c.MaxNameBytes,
-		MaxSessionBytes:    c.MaxSessionBytes,
-	}
+	st := settingsOf(c)
+	return st.engineConfig()
 }
 
-// withDefaults returns c with every zero field set.
+// withDefaults returns c with every zero field set, as its setting says
+// (see Settings).
 func (c Config) withDefaults() Config {
-	if c.Addr == "" {
-		c.Addr = DefaultAddr
-	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	if c.DefaultTTL == 0 {
-		c.DefaultTTL = DefaultTTL
-	}
-	if c.AuthTimeout == 0 {
-		c.AuthTimeout = DefaultAuthTimeout
-	}
-	if c.MaxFrame <= 0 {
-		c.MaxFrame = DefaultMaxFrame
-	}
-	if c.MaxTTL == 0 {
-		c.MaxTTL = DefaultMaxTTL
-	}
-	if c.WriteTimeout <= 0 {
-		c.WriteTimeout = DefaultWriteTimeout
-	}
-	if c.MaxTimeout == 0 {
-		c.MaxTimeout = DefaultMaxTimeout
-	}
-	if c.SessionGrace == 0 {
-		c.SessionGrace = DefaultSessionGrace
+	cfg := reflect.ValueOf(&c).Elem()
+	for i := range settingsTable {
+		s := &settingsTable[i]
+		if v := s.value(cfg); v.IsValid() && !strings.HasPrefix(s.Field, "Cluster.") {
+			s.applyDefault(v)
+		}
 	}
 	if c.QuietPeriod == 0 {
 		c.QuietPeriod = datadir.QuietPeriod(max(c.SessionGrace, 0))
 	}
-	if c.ShutdownWait == 0 {
-		c.ShutdownWait = DefaultShutdownWait
-	}
-	if c.LogSlowWait == 0 {
-		c.LogSlowWait = DefaultLogSlowWait
-	}
-	if c.LogLongQueue == 0 {
-		c.LogLongQueue = DefaultLogLongQueue
-	}
-	c.MaxConns = core.Limit(c.MaxConns, DefaultMaxConns)
-	c.MaxPendingOutput = core.Limit(c.MaxPendingOutput, DefaultMaxPendingOutput)
-	c.MaxOfflineBytes = core.Limit(c.MaxOfflineBytes, DefaultMaxOfflineBytes)
-	c.StatusLimit = core.Limit(c.StatusLimit, DefaultStatusLimit)
-	c.MaxConnsPerIP = core.Limit(c.MaxConnsPerIP, DefaultMaxConnsPerIP)
-	c.MaxUnauthenticated = core.Limit(c.MaxUnauthenticated, DefaultMaxUnauthenticated)
-	c.MaxUnauthenticatedPerIP = core.Limit(c.MaxUnauthenticatedPerIP, DefaultMaxUnauthenticatedPerIP)
-	// The engine's, filled here too so that status shows the limits in force.
-	c.MaxLocks = core.Limit(c.MaxLocks, DefaultMaxLocks)
-	c.MaxEntries = core.Limit(c.MaxEntries, DefaultMaxEntries)
-	c.MaxNameBytes = core.Limit(c.MaxNameBytes, DefaultMaxNameBytes)
-	c.MaxSessionBytes = core.Limit(c.MaxSessionBytes, DefaultMaxSessionBytes)
-	c.MaxLocksPerSession = core.Limit(c.MaxLocksPerSession, DefaultMaxLocksPerSession)
-	c.MaxSessions = core.Limit(c.MaxSessions, DefaultMaxSessions)
-	c.StatusRate = core.Limit(c.StatusRate, DefaultStatusRate)
-	if c.IdleTimeout == 0 {
-		c.IdleTimeout = DefaultIdleTimeout
-	}
-	c.MaxSocketIDLen = core.Limit(c.MaxSocketIDLen, DefaultMaxSocketIDLen)
 	return c
 }

@@ -3,11 +3,10 @@ package server
 import (
 	"errors"
 	"fmt"
-	"strconv"
+	"reflect"
 	"strings"
 	"time"
 
-	"github.com/mlock-dev/mlock/internal/cluster"
 	"github.com/mlock-dev/mlock/internal/core"
 )
 
@@ -17,7 +16,9 @@ import (
 // (Config's). In a cluster they are replicated state: the genesis entry
 // and every opParams entry put the proposing leader's in force on every
 // node, so that the same log gives the same state whatever each node's
-// flags (see docs/cluster.md).
+// flags (see docs/cluster.md). Its fields are the replicated settings of
+// the table (Settings), by their Go names; the table says how each is
+// written, read and checked.
 type settings struct {
 	DedupWindow        int
 	DefaultTTL         time.Duration
@@ -36,80 +37,54 @@ type settings struct {
 	SessionGrace       time.Duration
 }
 
-// settingsOf returns the settings of c, a Config with its defaults.
+// settingsOf returns the settings of c, a Config with its defaults: its
+// replicated settings (see Settings), and the cluster's de-duplication
+// window, default or given.
 func settingsOf(c *Config) settings {
-	st := settings{
-		DedupWindow: cluster.DefaultDedupWindow,
-		DefaultTTL:  c.DefaultTTL, MaxEntries: c.MaxEntries, MaxLocks: c.MaxLocks,
-		MaxLocksPerSession: c.MaxLocksPerSession, MaxNameBytes: c.MaxNameBytes, MaxNameLen: c.MaxNameLen,
-		MaxOfflineBytes: c.MaxOfflineBytes, MaxQueueLen: c.MaxQueueLen, MaxResources: c.MaxResources,
-		MaxSessionBytes: c.MaxSessionBytes, MaxSessions: c.MaxSessions, MaxTimeout: c.MaxTimeout,
-		MaxTTL: c.MaxTTL, SessionGrace: c.SessionGrace,
-	}
-	if c.Cluster != nil && c.Cluster.DedupWindow > 0 {
-		st.DedupWindow = c.Cluster.DedupWindow
+	var st settings
+	cfg, sv := reflect.ValueOf(c).Elem(), reflect.ValueOf(&st).Elem()
+	for _, s := range replicatedSettings {
+		v := s.value(cfg)
+		f := sv.FieldByName(s.goName())
+		if !v.IsValid() || s.Zero == NonPositiveIsDefault && v.Int() <= 0 {
+			f.SetInt(toInt64(s.Default)) // of a ClusterConfig, nil or without it
+			continue
+		}
+		f.Set(v)
 	}
 	return st
 }
 
 // engineConfig returns the engine's part: its limits and session grace.
 func (st *settings) engineConfig() core.EngineConfig {
-	return core.EngineConfig{
-		MaxResources: st.MaxResources, MaxNameLen: st.MaxNameLen, MaxLocksPerSession: st.MaxLocksPerSession,
-		MaxQueueLen: st.MaxQueueLen, SessionGrace: st.SessionGrace, MaxTTL: st.MaxTTL, MaxTimeout: st.MaxTimeout,
-		MaxLocks: st.MaxLocks, MaxEntries: st.MaxEntries, MaxNameBytes: st.MaxNameBytes,
-		MaxSessionBytes: st.MaxSessionBytes,
+	var ecfg core.EngineConfig
+	sv, ev := reflect.ValueOf(st).Elem(), reflect.ValueOf(&ecfg).Elem()
+	for _, s := range replicatedSettings {
+		if s.engine {
+			ev.FieldByName(s.goName()).Set(sv.FieldByName(s.goName()))
+		}
 	}
+	return ecfg
 }
 
 // graceMs is the session grace announced in the handshake.
 func (st *settings) graceMs() int64 { return max(st.SessionGrace, 0).Milliseconds() }
 
-// fields are the settings' names in the text form, in its order, with
-// their values.
-func (st *settings) fields() []settingField {
-	return []settingField{
-		{"dedup-window", &st.DedupWindow, nil},
-		{"default-ttl", nil, &st.DefaultTTL},
-		{"max-entries", &st.MaxEntries, nil},
-		{"max-locks", &st.MaxLocks, nil},
-		{"max-locks-per-session", &st.MaxLocksPerSession, nil},
-		{"max-name-bytes", &st.MaxNameBytes, nil},
-		{"max-name-len", &st.MaxNameLen, nil},
-		{"max-offline-bytes", &st.MaxOfflineBytes, nil},
-		{"max-queue-len", &st.MaxQueueLen, nil},
-		{"max-resources", &st.MaxResources, nil},
-		{"max-session-bytes", &st.MaxSessionBytes, nil},
-		{"max-sessions", &st.MaxSessions, nil},
-		{"max-timeout", nil, &st.MaxTimeout},
-		{"max-ttl", nil, &st.MaxTTL},
-		{"session-grace", nil, &st.SessionGrace},
-	}
-}
-
-type settingField struct {
-	name string
-	n    *int
-	d    *time.Duration
-}
-
 // String is the canonical text of the settings: "name=value" fields in
 // name order, separated by one space (durations in Go's form, "1m0s"). It
 // is what a leader proposes (opParams), what the genesis entry and the
-// snapshot carry, and what a node logs.
+// snapshot carry, and what a node logs. Its bytes are part of the log's
+// format: a node of any build reads them alike.
 func (st settings) String() string {
 	var b strings.Builder
-	for i, f := range st.fields() {
+	sv := reflect.ValueOf(&st).Elem()
+	for i, s := range replicatedSettings {
 		if i > 0 {
 			b.WriteByte(' ')
 		}
-		b.WriteString(f.name)
+		b.WriteString(s.Name)
 		b.WriteByte('=')
-		if f.n != nil {
-			b.WriteString(strconv.Itoa(*f.n))
-		} else {
-			b.WriteString(f.d.String())
-		}
+		b.WriteString(s.format(sv.FieldByName(s.goName()).Int()))
 	}
 	return b.String()
 }
@@ -122,29 +97,21 @@ func (st settings) String() string {
 // decides alike.
 func parseSettings(text string, base settings) (settings, error) {
 	st := base
-	fs := st.fields()
+	sv := reflect.ValueOf(&st).Elem()
 	for _, kv := range strings.Fields(text) {
 		name, v, ok := strings.Cut(kv, "=")
 		if !ok {
 			return base, fmt.Errorf("setting %q: no value", kv)
 		}
-		for _, f := range fs {
-			if f.name != name {
+		for _, s := range replicatedSettings {
+			if s.Name != name {
 				continue
 			}
-			if f.n != nil {
-				n, err := strconv.Atoi(v)
-				if err != nil {
-					return base, fmt.Errorf("setting %s: %w", name, err)
-				}
-				*f.n = n
-			} else {
-				d, err := time.ParseDuration(v)
-				if err != nil {
-					return base, fmt.Errorf("setting %s: %w", name, err)
-				}
-				*f.d = d
+			n, err := s.parse(v)
+			if err != nil {
+				return base, fmt.Errorf("setting %s: %w", name, err)
 			}
+			sv.FieldByName(s.goName()).SetInt(n)
 		}
 	}
 	if err := st.validate(); err != nil {
@@ -156,17 +123,15 @@ func parseSettings(text string, base settings) (settings, error) {
 // validate reports settings out of range: those a Config with its
 // defaults never has.
 func (st *settings) validate() error {
-	switch {
-	case st.DedupWindow <= 0 || st.DedupWindow > 1<<30:
-		return fmt.Errorf("dedup-window %d is out of range", st.DedupWindow)
-	case st.DefaultTTL <= 0 || st.MaxTTL <= 0 || st.MaxTimeout <= 0:
-		return errors.New("default-ttl, max-ttl and max-timeout must be positive")
-	case st.DefaultTTL > st.MaxTTL:
-		return fmt.Errorf("default-ttl %v is above max-ttl %v", st.DefaultTTL, st.MaxTTL)
-	case st.SessionGrace == 0:
-		return errors.New("session-grace is 0")
-	case st.MaxSessions <= 0 || st.MaxOfflineBytes <= 0:
-		return errors.New("max-sessions and max-offline-bytes must be positive")
+	sv := reflect.ValueOf(st).Elem()
+	for _, s := range replicatedSettings {
+		if err := s.checkInForce(sv.FieldByName(s.goName()).Int()); err != nil {
+			return err
+		}
+	}
+	var ce *ConfigError
+	if errors.As(checkDefaultTTL(st.DefaultTTL, st.MaxTTL), &ce) {
+		return errors.New(ce.Message(func(s *Setting) string { return s.Name })) // "default-ttl 3h0m0s is above max-ttl 2h0m0s"
 	}
 	ecfg := st.engineConfig()
 	return ecfg.Validate()

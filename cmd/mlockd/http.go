@@ -5,11 +5,9 @@ import (
 	"crypto/tls"
 	"errors"
 	"flag"
-	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
-	"strconv"
 	"sync"
 	"time"
 
@@ -24,51 +22,14 @@ type httpOptions struct {
 	openMetrics *bool
 }
 
-// addHTTPFlags defines --http, --http-pprof and the story logs'
-// thresholds.
-func addHTTPFlags(fs *flag.FlagSet, cfg *server.Config) *httpOptions {
+// addHTTPFlags defines --http, --http-pprof and --http-open-metrics.
+func addHTTPFlags(fs *flag.FlagSet) *httpOptions {
 	var o httpOptions
 	o.addr = fs.String("http", "", "serve metrics (/metrics), health (/healthz, /readyz), the live page (/) and its JSON API (/api/) on this `host:port` (e.g. 127.0.0.1:12341; empty: off). With credentials (--auth-file, --tls-client-ca) all but /healthz and /readyz need an administrator (bearer token <name>:<token>, Basic name and token, or client certificate), and with --tls-cert it speaks TLS; without, it has no authentication, and beyond loopback it needs --insecure")
 	o.pprof = fs.Bool("http-pprof", false, "with --http, also serve Go's profiler under /debug/pprof/ (administrators only, with credentials)")
 	o.openMetrics = fs.Bool("http-open-metrics", false, "with --http and credentials, serve /metrics without credentials too (it shows counts, never a resource or a principal)")
-	cfg.LogSlowWait, cfg.LogLongQueue = server.DefaultLogSlowWait, server.DefaultLogLongQueue
-	fs.Var(never[time.Duration]{&cfg.LogSlowWait, time.ParseDuration, "want a duration such as 1s"}, "log-slow-wait", "log a waiter granted after waiting longer than this `duration` (rate-limited; 0 or negative: never)")
-	fs.Var(never[int]{&cfg.LogLongQueue, strconv.Atoi, "want an integer"}, "log-long-queue", "log a lock request queued behind at least this `number` of entries (rate-limited; 0 or negative: never)")
 	return &o
 }
-
-// never is a flag whose 0 means never, like a negative value: in
-// server.Config, 0 is the default. parse reads a value; want says what
-// it takes.
-type never[T int | time.Duration] struct {
-	p     *T
-	parse func(string) (T, error)
-	want  string
-}
-
-func (v never[T]) String() string {
-	switch {
-	case v.p == nil:
-		return ""
-	case *v.p < 0:
-		return fmt.Sprint(T(0)) // "0s" or "0"
-	}
-	return fmt.Sprint(*v.p)
-}
-
-func (v never[T]) Set(s string) error {
-	n, err := v.parse(s)
-	if err != nil {
-		return errors.New(v.want)
-	}
-	*v.p = n
-	if n <= 0 {
-		*v.p = -1
-	}
-	return nil
-}
-
-func (v never[T]) Get() any { return *v.p }
 
 // httpServer is the running HTTP listener.
 type httpServer struct {

@@ -3,7 +3,9 @@
 // Every flag can also be set by an environment variable: MLOCK_ followed by
 // the flag name in upper case with '-' as '_' (MLOCK_LISTEN,
 // MLOCK_SESSION_GRACE, ...). A flag on the command line wins. --help
-// prints every flag on stdout; --version prints the version.
+// prints every flag on stdout; --version prints the version. The server's
+// flags are its settings table's (server.Settings); docs/configuration.md
+// lists them all.
 //
 // Exit status: 0 after a clean shutdown (SIGTERM or SIGINT), --help or
 // --version; 1 when the server fails (it cannot listen, its data directory
@@ -51,7 +53,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"regexp"
 	"runtime"
 	"runtime/pprof"
 	"strings"
@@ -105,66 +106,32 @@ func usagef(format string, args ...any) error {
 
 // options are the command line's settings beyond server.Config.
 type options struct {
-	idle, quiet, shutdownWait optDuration
-	logLevel, logFormat       *string
-	shutdownTimeout           *time.Duration
-	cpuProfile                *string
-	version                   *bool
-	http                      *httpOptions // http.go
+	logLevel, logFormat *string
+	shutdownTimeout     *time.Duration
+	cpuProfile          *string
+	version             *bool
+	http                *httpOptions // http.go
+	bad                 *badValue    // the first bad value given to a flag
 }
 
 // newFlagSet defines every flag of mlockd on a flag set that prints
-// nothing itself: run prints its errors and its help.
+// nothing itself: run prints its errors and its help. The server's
+// settings come from its table (flags.go), then mlockd's own, the HTTP
+// listener's (http.go) and a cluster node's (cluster.go).
 func newFlagSet(cfg *server.Config) (*flag.FlagSet, *options) {
 	fs := flag.NewFlagSet("mlockd", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
 	var opt options
-	idle, quiet, shutdownWait := &opt.idle, &opt.quiet, &opt.shutdownWait
-	fs.StringVar(&cfg.Addr, "listen", server.DefaultAddr, "TCP address to listen on; beyond loopback it needs credentials (--auth-file or --tls-client-ca) or --insecure")
-	fs.StringVar(&cfg.AuthFile, "auth-file", "", "auth file: principals, hashed tokens and rights (see docs/security.md); reloaded on SIGHUP. Without it: protected mode, loopback clients only")
-	fs.BoolVar(&cfg.Insecure, "insecure", false, "without credentials, accept clients from any address anyway (anyone who reaches the server can take, release and list every lock)")
-	fs.StringVar(&cfg.TLSCertFile, "tls-cert", "", "TLS certificate file (PEM): every connection speaks TLS 1.2+, a cluster node's Raft port included; reloaded on SIGHUP")
-	fs.StringVar(&cfg.TLSKeyFile, "tls-key", "", "TLS private key file (PEM), with --tls-cert")
-	fs.StringVar(&cfg.TLSClientCAFile, "tls-client-ca", "", "CA file (PEM) verifying client certificates (mTLS); a verified certificate's name is the client's principal. Without --auth-file, a client without a certificate is refused, on loopback too")
-	fs.IntVar(&cfg.MaxConnsPerIP, "max-conns-per-ip", server.DefaultMaxConnsPerIP, "most simultaneous connections from one IP address (an IPv6 /64 counts as one; loopback is not limited)")
-	fs.IntVar(&cfg.MaxUnauthenticated, "max-unauthenticated", server.DefaultMaxUnauthenticated, "most connections that have not completed connect (TLS handshake included); a newcomer past it evicts the oldest of them (-1: no limit)")
-	fs.IntVar(&cfg.MaxUnauthenticatedPerIP, "max-unauthenticated-per-ip", server.DefaultMaxUnauthenticatedPerIP, "most connections from one address that have not completed connect (loopback addresses too, each on its own; an IPv6 /64 counts as one); a newcomer past it evicts that address's oldest (-1: no limit)")
-	fs.IntVar(&cfg.PrincipalMaxLocks, "principal-max-locks", 0, "default quota of live lock requests of a principal whose auth-file line has no max-locks= (0: half of --max-locks; -1: none)")
-	fs.IntVar(&cfg.PrincipalMaxSessions, "principal-max-sessions", 0, "default quota of sessions of a principal whose auth-file line has no max-sessions= (0: half of --max-sessions; -1: none)")
-	fs.IntVar(&cfg.PrincipalMaxConns, "principal-max-conns", 0, "default quota of connections of a principal whose auth-file line has no max-conns= (0: half of --max-conns; -1: none)")
-	fs.IntVar(&cfg.MaxSessions, "max-sessions", server.DefaultMaxSessions, "most sessions, connected or in their grace period")
-	fs.Var(idle, "idle-timeout", "close a connection that sent nothing for this `duration` after its handshake (default 1m0s; 0: never)")
-	fs.IntVar(&cfg.MaxLocks, "max-locks", server.DefaultMaxLocks, "most live requests (held and waiting) in the whole server (-1: no limit)")
-	fs.IntVar(&cfg.MaxEntries, "max-entries", server.DefaultMaxEntries, "most queue entries in the whole server; a request on k resources is k entries (-1: no limit)")
-	fs.IntVar(&cfg.MaxNameBytes, "max-name-bytes", server.DefaultMaxNameBytes, "most bytes of resource and owner names held by the whole server (-1: no limit)")
-	fs.IntVar(&cfg.MaxSessionBytes, "max-session-bytes", server.DefaultMaxSessionBytes, "most bytes of resource and owner names held by one session (-1: no limit)")
-	fs.IntVar(&cfg.StatusRate, "status-rate", server.DefaultStatusRate, "detailed status and locks listings per second and principal (-1: no limit)")
-	fs.DurationVar(&cfg.SessionGrace, "session-grace", server.DefaultSessionGrace, "how long a disconnected session keeps its locks; announced to clients, which believe a lock for at most this long after their last answer (negative: dropped at once and announced as 0, so a client that follows the safety rule cannot hold a lock across any silence; use a positive grace)")
-	fs.DurationVar(&cfg.DefaultTTL, "default-ttl", server.DefaultTTL, "lease of a lock sent without a ttl")
-	fs.DurationVar(&cfg.AuthTimeout, "auth-timeout", server.DefaultAuthTimeout, "time a new connection has to send connect")
-	fs.IntVar(&cfg.MaxFrame, "max-frame", server.DefaultMaxFrame, "largest frame payload in bytes (at most 16 MiB)")
-	fs.IntVar(&cfg.MaxConns, "max-conns", server.DefaultMaxConns, "most simultaneous connections")
-	fs.IntVar(&cfg.MaxPendingOutput, "max-pending-output", server.DefaultMaxPendingOutput, "bytes queued for a client that does not read before it is disconnected")
-	fs.DurationVar(&cfg.WriteTimeout, "write-timeout", server.DefaultWriteTimeout, "a client that does not read what it is sent for this long is disconnected")
-	fs.IntVar(&cfg.MaxOfflineBytes, "max-offline-bytes", server.DefaultMaxOfflineBytes, "bytes of pushes kept for a disconnected session")
-	fs.IntVar(&cfg.MaxResources, "max-resources", server.DefaultMaxResources, "most resources in one request")
-	fs.IntVar(&cfg.MaxNameLen, "max-name-len", server.DefaultMaxNameLen, "longest resource or owner name in bytes")
-	fs.IntVar(&cfg.MaxSocketIDLen, "max-socket-id-len", server.DefaultMaxSocketIDLen, "longest socketId in bytes")
-	fs.IntVar(&cfg.MaxLocksPerSession, "max-locks-per-session", server.DefaultMaxLocksPerSession, "most live requests of one session (-1: no limit)")
-	fs.IntVar(&cfg.MaxQueueLen, "max-queue-len", server.DefaultMaxQueueLen, "most entries in one resource's queue, holder included (-1: no limit)")
-	fs.DurationVar(&cfg.MaxTTL, "max-ttl", server.DefaultMaxTTL, "longest lease")
-	fs.DurationVar(&cfg.MaxTimeout, "max-timeout", server.DefaultMaxTimeout, "longest wait timeout")
-	fs.IntVar(&cfg.StatusLimit, "status-limit", server.DefaultStatusLimit, "most locks, queues and sockets listed by status and locks")
-	fs.StringVar(&cfg.DataDir, "data-dir", datadir.DefaultDir, "data directory: fencing-token high-water mark and how the last run ended, locked while in use (empty: the default; \""+noDataDir+"\": none, then every start is quiet)")
-	fs.Var(quiet, "quiet-period", "after a start that may follow a crash, grant nothing for this `duration`, or for the crashed run's, if longer (default: session grace + 1% + 5ms; shorter is unsafe and logged; 0: never quiet, unsafe, for tests)")
-	fs.Var(shutdownWait, "shutdown-wait", "on shutdown, the `duration` to wait for clients holding locks to confirm (bye) after they are told (default 2s; 0: no wait, then the next start is quiet if any lock was held)")
+	addSettingFlags(fs, cfg)
 	opt.logLevel = fs.String("log-level", "info", "log level: debug, info, warn, error")
 	opt.logFormat = fs.String("log-format", "text", "log format: text or json")
 	opt.shutdownTimeout = fs.Duration("shutdown-timeout", 10*time.Second, "how long shutdown may take in all, the wait for holders included")
 	opt.cpuProfile = fs.String("cpu-profile", "", "write a CPU profile to this file until shutdown (for diagnosis)")
 	opt.version = fs.Bool("version", false, "print the version and exit")
-	opt.http = addHTTPFlags(fs, cfg)
+	opt.http = addHTTPFlags(fs)
+	addClusterFlags(fs, cfg)
+	opt.bad = recordErrors(fs)
 	return fs, &opt
 }
 
@@ -176,69 +143,61 @@ func printUsage(w io.Writer, fs *flag.FlagSet) {
 		"certificate and the client CA; SIGTERM and SIGINT shut down cleanly.\n"+
 		"Exit status: 0 after a clean shutdown (or --help, --version); 1 the server failed;\n"+
 		"2 a bad flag, variable or setting.\n\n")
+	unwrapFlags(fs)
 	fs.SetOutput(w)
 	fs.PrintDefaults()
 	fs.SetOutput(io.Discard)
 }
 
-func run(args []string, stdout, stderr io.Writer) error {
+// configure reads the command line and the environment into a Config,
+// validated, and mlockd's own options. A nil Config without an error:
+// --help or --version, printed on stdout.
+func configure(args []string, stdout, stderr io.Writer) (*server.Config, *options, error) {
 	var cfg server.Config
 	fs, opt := newFlagSet(&cfg)
-	addClusterFlags(fs, &cfg) // cluster.go
-	hopt := opt.http
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			printUsage(stdout, fs)
-			return nil
+			return nil, nil, nil
 		}
-		return &usageError{msg: flagError(fs, err)}
+		if opt.bad.err != nil {
+			return nil, nil, opt.bad.err
+		}
+		return nil, nil, &usageError{msg: err.Error()}
 	}
 	if *opt.version {
 		fmt.Fprintln(stdout, "mlockd", mlock.Version, "("+runtime.Version(), runtime.GOOS+"/"+runtime.GOARCH+")")
-		return nil
+		return nil, nil, nil
 	}
 	if fs.NArg() > 0 {
-		return usagef("unexpected argument %q", fs.Arg(0))
+		return nil, nil, usagef("unexpected argument %q", fs.Arg(0))
 	}
 	fromEnv, err := applyEnv(fs, os.LookupEnv)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	idle, quiet, shutdownWait := &opt.idle, &opt.quiet, &opt.shutdownWait
-	logLevel, logFormat, shutdownTimeout, cpuProfile := opt.logLevel, opt.logFormat, opt.shutdownTimeout, opt.cpuProfile
 	switch cfg.DataDir {
 	case "":
 		cfg.DataDir = datadir.DefaultDir
 	case noDataDir:
 		cfg.DataDir = ""
 	}
-	// 0 on the command line turns these off; in server.Config that is a
-	// negative value (0 there is the default).
-	if quiet.set {
-		cfg.QuietPeriod = quiet.off()
-	}
-	if shutdownWait.set {
-		cfg.ShutdownWait = shutdownWait.off()
-	}
-	if idle.set {
-		cfg.IdleTimeout = idle.off()
-	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		return usagef("%s %q: want debug, info, warn or error", source(fromEnv, "log-level"), *logLevel)
-	}
-	opts := &slog.HandlerOptions{Level: level}
-	switch *logFormat {
-	case "text":
-		cfg.Logger = slog.New(slog.NewTextHandler(stderr, opts))
-	case "json":
-		cfg.Logger = slog.New(slog.NewJSONHandler(stderr, opts))
-	default:
-		return usagef("%s %q: want text or json", source(fromEnv, "log-format"), *logFormat)
+	if cfg.Logger, err = newLogger(*opt.logLevel, *opt.logFormat, fromEnv, stderr); err != nil {
+		return nil, nil, err
 	}
 	if err := cfg.Validate(); err != nil {
-		return &usageError{msg: configError(err, fromEnv)}
+		return nil, nil, &usageError{msg: configError(err, fromEnv)}
 	}
+	return &cfg, opt, nil
+}
+
+func run(args []string, stdout, stderr io.Writer) error {
+	c, opt, err := configure(args, stdout, stderr)
+	if c == nil || err != nil {
+		return err // --help, --version, or a usage error
+	}
+	cfg := *c
+	hopt, shutdownTimeout, cpuProfile := opt.http, opt.shutdownTimeout, opt.cpuProfile
 	if cfg.DataDir == "" {
 		cfg.Logger.Warn("no data directory: every start is quiet, and tokens start at the clock")
 	}
@@ -304,6 +263,23 @@ wait:
 	return nil
 }
 
+// newLogger is the logger of --log-level and --log-format, writing to w;
+// a bad value is a usage error naming its flag or variable.
+func newLogger(level, format string, fromEnv map[string]string, w io.Writer) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, usagef("%s %q: want debug, info, warn or error", source(fromEnv, "log-level"), level)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, usagef("%s %q: want text or json", source(fromEnv, "log-format"), format)
+}
+
 // started is when mlockd started, for its last log line.
 var started = time.Now()
 
@@ -316,162 +292,4 @@ func logStart(cfg server.Config, httpAddr string) {
 		attrs = append(attrs, "cluster-id", cfg.Cluster.ID)
 	}
 	cfg.Logger.Info("mlockd starting", attrs...)
-}
-
-// optDuration is a duration flag whose absence means "the server's
-// default", so that 0 can mean "off".
-type optDuration struct {
-	d   time.Duration
-	set bool
-}
-
-func (o *optDuration) String() string {
-	if o == nil || !o.set {
-		return ""
-	}
-	return o.d.String()
-}
-
-func (o *optDuration) Set(v string) error {
-	d, err := time.ParseDuration(v)
-	if err != nil {
-		return errors.New("want a duration such as 15s")
-	}
-	if d < 0 {
-		return errors.New("negative duration")
-	}
-	o.d, o.set = d, true
-	return nil
-}
-
-// off returns the server.Config value: the duration, or -1 for 0 (off).
-func (o *optDuration) off() time.Duration {
-	if o.d == 0 {
-		return -1
-	}
-	return o.d
-}
-
-// envName is the environment variable of a flag: MLOCK_ and the name in
-// upper case with '-' as '_'.
-func envName(flagName string) string {
-	return "MLOCK_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
-}
-
-// applyEnv sets every flag not given on the command line from its MLOCK_
-// environment variable, and returns the flags so set, by name, with their
-// variable. A bad value is a usage error naming the variable, its value and
-// what it wants.
-func applyEnv(fs *flag.FlagSet, lookup func(string) (string, bool)) (map[string]string, error) {
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	fromEnv := map[string]string{}
-	var err error
-	fs.VisitAll(func(f *flag.Flag) {
-		if set[f.Name] || err != nil {
-			return
-		}
-		name := envName(f.Name)
-		if v, ok := lookup(name); ok {
-			if e := fs.Set(f.Name, v); e != nil {
-				err = usagef("%s=%q: %s (see --%s)", name, v, want(f, e), f.Name)
-				return
-			}
-			fromEnv[f.Name] = name
-		}
-	})
-	return fromEnv, err
-}
-
-// flagRE reads the flag package's error for a bad value.
-var flagRE = regexp.MustCompile(`^invalid (?:boolean )?value "(.*)" for (?:flag )?-([\w-]+): (.*)$`)
-
-// flagError is the flag package's parse error in mlockd's words: a bad
-// value names the flag, the value and what the flag wants.
-func flagError(fs *flag.FlagSet, err error) string {
-	m := flagRE.FindStringSubmatch(err.Error())
-	if m == nil {
-		return err.Error()
-	}
-	f := fs.Lookup(m[2])
-	if f == nil {
-		return err.Error()
-	}
-	return fmt.Sprintf("--%s %q: %s", f.Name, m[1], want(f, errors.New(m[3])))
-}
-
-// want says what flag f wants, given the error of setting it: the flag
-// package's "parse error" and "value out of range" say too little.
-func want(f *flag.Flag, err error) string {
-	msg := err.Error()
-	if msg != "parse error" && msg != "value out of range" && !strings.HasPrefix(msg, "parse error") {
-		return msg
-	}
-	g, ok := f.Value.(flag.Getter)
-	if !ok {
-		return msg
-	}
-	switch g.Get().(type) {
-	case int, int64:
-		if msg == "value out of range" {
-			return "out of range for an integer"
-		}
-		return "want an integer"
-	case uint, uint64:
-		return "want a non-negative integer"
-	case time.Duration:
-		return "want a duration such as 15s or 1m30s"
-	case bool:
-		return "want true or false"
-	case float64:
-		return "want a number"
-	}
-	return msg
-}
-
-// source is how a setting was given: its variable if it came from the
-// environment, else its flag.
-func source(fromEnv map[string]string, flagName string) string {
-	if v, ok := fromEnv[flagName]; ok {
-		return v
-	}
-	return "--" + flagName
-}
-
-// configFlags names the flag of each field of server.Config that a flag
-// sets, so that the errors of server.Config.Validate, which name the
-// fields, name what the user gave.
-var configFlags = map[string]string{
-	"Addr": "listen", "AuthFile": "auth-file", "Insecure": "insecure", "TLSCertFile": "tls-cert",
-	"TLSKeyFile": "tls-key", "TLSClientCAFile": "tls-client-ca", "MaxConnsPerIP": "max-conns-per-ip",
-	"MaxUnauthenticated": "max-unauthenticated", "MaxUnauthenticatedPerIP": "max-unauthenticated-per-ip",
-	"PrincipalMaxLocks": "principal-max-locks", "PrincipalMaxSessions": "principal-max-sessions",
-	"PrincipalMaxConns": "principal-max-conns", "MaxSessions": "max-sessions", "IdleTimeout": "idle-timeout",
-	"MaxLocks": "max-locks", "MaxEntries": "max-entries", "MaxNameBytes": "max-name-bytes",
-	"MaxSessionBytes": "max-session-bytes", "StatusRate": "status-rate", "SessionGrace": "session-grace",
-	"DefaultTTL": "default-ttl", "AuthTimeout": "auth-timeout", "MaxFrame": "max-frame", "MaxConns": "max-conns",
-	"MaxPendingOutput": "max-pending-output", "WriteTimeout": "write-timeout", "MaxOfflineBytes": "max-offline-bytes",
-	"MaxResources": "max-resources", "MaxNameLen": "max-name-len", "MaxSocketIDLen": "max-socket-id-len",
-	"MaxLocksPerSession": "max-locks-per-session", "MaxQueueLen": "max-queue-len", "MaxTTL": "max-ttl",
-	"MaxTimeout": "max-timeout", "StatusLimit": "status-limit", "DataDir": "data-dir", "QuietPeriod": "quiet-period",
-	"ShutdownWait": "shutdown-wait", "LogSlowWait": "log-slow-wait", "LogLongQueue": "log-long-queue",
-}
-
-// fieldRE matches a field name of server.Config in an error, with or
-// without "Config.".
-var fieldRE = regexp.MustCompile(`(?:Config\.)?\b([A-Z][A-Za-z]+)\b`)
-
-// configError is an error of server.Config.Validate with each field named
-// by its flag, or its variable if the value came from the environment:
-// "server: Config.MaxFrame 100000000 is above 16777216" becomes
-// "--max-frame 100000000 is above 16777216".
-func configError(err error, fromEnv map[string]string) string {
-	msg := strings.TrimPrefix(err.Error(), "server: ")
-	return fieldRE.ReplaceAllStringFunc(msg, func(w string) string {
-		field := strings.TrimPrefix(w, "Config.")
-		if name, ok := configFlags[field]; ok {
-			return source(fromEnv, name)
-		}
-		return w
-	})
 }

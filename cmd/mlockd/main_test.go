@@ -505,32 +505,83 @@ func TestHelpAndVersion(t *testing.T) {
 	}
 }
 
-// Every field of server.Config that configFlags names exists, and its
-// flag too; every flag that sets a field is in configFlags.
-func TestConfigFlagsMatchTheConfig(t *testing.T) {
+// Every field of server.Config but Logger and Cluster is a setting of the
+// server's table with its flag, of its field's type, defaulting to the
+// setting's default; every flag is a setting's or one of mlockd's own.
+func TestSettingFlagsMatchTheConfig(t *testing.T) {
 	var cfg server.Config
 	fs, _ := newFlagSet(&cfg)
+	unwrapFlags(fs)
+	byField := map[string]server.Setting{}
+	byFlag := map[string]bool{}
+	for _, s := range server.Settings() {
+		byField[s.Field] = s
+		if !s.NoFlag {
+			byFlag[s.Name] = true
+		}
+	}
 	typ := reflect.TypeOf(cfg)
-	inMap := map[string]bool{}
-	for field, name := range configFlags {
-		if _, ok := typ.FieldByName(field); !ok {
-			t.Errorf("server.Config has no field %s", field)
+	for i := range typ.NumField() {
+		f := typ.Field(i)
+		if f.Name == "Logger" || f.Name == "Cluster" {
+			continue
 		}
-		if fs.Lookup(name) == nil {
-			t.Errorf("no flag --%s for %s", name, field)
+		s, ok := byField[f.Name]
+		switch {
+		case !ok:
+			t.Errorf("server.Config.%s is not in the settings table", f.Name)
+		case s.NoFlag || fs.Lookup(s.Name) == nil:
+			t.Errorf("no flag --%s for Config.%s", s.Name, f.Name)
+		case reflect.TypeOf(s.Ptr(&cfg)).Elem() != f.Type:
+			t.Errorf("Config.%s is a %v, its setting's pointer a %T", f.Name, f.Type, s.Ptr(&cfg))
+		case s.Default != nil && reflect.ValueOf(s.Ptr(&cfg)).Elem().Interface() != s.Default && f.Name != "DataDir":
+			t.Errorf("--%s starts Config.%s at %v, want its default %v", s.Name, f.Name,
+				reflect.ValueOf(s.Ptr(&cfg)).Elem().Interface(), s.Default)
 		}
-		inMap[name] = true
+		if ok && s.Env() != envName(s.Name) {
+			t.Errorf("--%s: variable %s, mlockd reads %s", s.Name, s.Env(), envName(s.Name))
+		}
 	}
 	notConfig := map[string]bool{"log-level": true, "log-format": true, "shutdown-timeout": true, "cpu-profile": true, "version": true,
 		"http": true, "http-pprof": true, "http-open-metrics": true}
 	fs.VisitAll(func(f *flag.Flag) {
-		if !inMap[f.Name] && !notConfig[f.Name] {
-			t.Errorf("flag --%s is not in configFlags", f.Name)
+		if !byFlag[f.Name] && !notConfig[f.Name] && !clusterFlag(f.Name) {
+			t.Errorf("flag --%s is neither a setting of the table nor one of mlockd's own", f.Name)
 		}
 	})
-	err := errors.New("server: Config.MaxQueueLen 5 is above MaxResources 3; Config.Unknown")
-	if got := configError(err, map[string]string{"max-resources": "MLOCK_MAX_RESOURCES"}); got != "--max-queue-len 5 is above MLOCK_MAX_RESOURCES 3; Config.Unknown" {
-		t.Fatalf("configError: %q", got)
+}
+
+// clusterFlag reports whether a flag is one of a cluster node's
+// (cluster.go), which set server.Config.Cluster.
+func clusterFlag(name string) bool {
+	return strings.HasPrefix(name, "cluster-") || strings.HasPrefix(name, "raft-")
+}
+
+// Config.Validate's errors name their settings, which mlockd names by flag
+// or variable, as they were given.
+func TestConfigErrorNamesFlagsAndVariables(t *testing.T) {
+	for _, c := range []struct {
+		cfg     server.Config
+		fromEnv map[string]string
+		want    string
+	}{
+		{server.Config{DefaultTTL: 2 * time.Hour, MaxTTL: time.Hour}, map[string]string{"max-ttl": "MLOCK_MAX_TTL"},
+			"--default-ttl 2h0m0s is above MLOCK_MAX_TTL 1h0m0s"},
+		{server.Config{TLSClientCAFile: "ca.pem"}, nil, "--tls-client-ca needs --tls-cert and --tls-key"},
+		{server.Config{MaxTimeout: -time.Second}, map[string]string{"max-timeout": "MLOCK_MAX_TIMEOUT"}, "MLOCK_MAX_TIMEOUT -1s is negative"},
+		{server.Config{Cluster: &server.ClusterConfig{DedupWindow: 1 << 31}}, nil, "Config.Cluster.DedupWindow 2147483648 is above 1073741824"},
+	} {
+		err := c.cfg.Validate()
+		var ce *server.ConfigError
+		if !errors.As(err, &ce) {
+			t.Fatalf("%+v: Validate returned %v, want a *server.ConfigError", c.cfg, err)
+		}
+		if got := configError(err, c.fromEnv); got != c.want {
+			t.Errorf("configError: %q, want %q", got, c.want)
+		}
+	}
+	if got := configError(errors.New("server: other"), nil); got != "other" {
+		t.Errorf("configError of another error: %q", got)
 	}
 }
 
