@@ -8,6 +8,7 @@ import (
 
 	"github.com/mlock-dev/mlock/internal/core"
 	"github.com/mlock-dev/mlock/internal/datadir"
+	"github.com/mlock-dev/mlock/internal/protocol"
 )
 
 // Defaults for the zero fields of Config. These are the server's limits;
@@ -15,7 +16,7 @@ import (
 // its flags' defaults.
 const (
 	DefaultAddr               = "127.0.0.1:12340"
-	DefaultTTL                = 60 * time.Second
+	DefaultTTL                = protocol.DefaultTTL
 	DefaultAuthTimeout        = 5 * time.Second
 	DefaultMaxFrame           = 64 << 10
 	DefaultMaxConns           = 10_000
