@@ -7,6 +7,7 @@ require (
 	github.com/chromedp/chromedp v0.23.1
 	github.com/mlock-dev/mlock v0.0.0
 	github.com/moby/buildkit v0.30.0
+	go.uber.org/goleak v1.3.0
 )
 
 require (

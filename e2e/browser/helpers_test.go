@@ -11,11 +11,17 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/mlock-dev/mlock/internal/auth"
 	"github.com/mlock-dev/mlock/internal/protocol"
 	"github.com/mlock-dev/mlock/server"
 	"github.com/mlock-dev/mlock/server/observe"
 )
+
+// TestMain fails the package if a test leaves a goroutine behind: the
+// server's, the HTTP handler's or chromedp's.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // start runs an mlockd server with cfg on a loopback port, through the
 // server package's exported API as cmd/mlockd does, and stops it when the
