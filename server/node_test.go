@@ -2,23 +2,18 @@ package server
 
 import (
 	"context"
-	"os"
 	"os/exec"
 	"testing"
 	"time"
+
+	"github.com/mlock-dev/mlock/internal/testenv"
 )
 
 // TestNodeClientCompat runs a Node.js client that speaks the protocol exactly
 // as the original mlock client does. Without node it skips, except under
-// CI, where node is required.
+// CI=true, where node is required.
 func TestNodeClientCompat(t *testing.T) {
-	node, err := exec.LookPath("node")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("node is required under CI")
-		}
-		t.Skip("node not found: skipping the Node.js compatibility test")
-	}
+	node := testenv.LookPath(t, "the Node.js compatibility test runs the original client's protocol in node", "node")
 	srv := start(t, Config{SessionGrace: 5 * time.Second})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

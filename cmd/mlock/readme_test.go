@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/mlock-dev/mlock"
+	"github.com/mlock-dev/mlock/internal/testenv"
 )
 
 // The sections of README.md whose example commands TestReadmeCommands runs.
@@ -624,7 +625,7 @@ func (r *readmeRun) bench(c readmeCommand) {
 			u := r.rewrite(c.args[i+1])
 			i++
 			if u == "" {
-				if os.Getenv("CI") != "" {
+				if testenv.Strict() {
 					t.Fatalf("%s: REDIS_URL is not set (required under CI)", c.line)
 				}
 				t.Logf("%s: REDIS_URL is not set: run without --vs %s", c.line, c.args[i])

@@ -11,13 +11,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
-)
 
-// required reports whether a missing Node.js toolchain fails the test
-// instead of skipping it: in CI (CI=true, or CI_REQUIRE_NODE=1).
-func required() bool {
-	return os.Getenv("CI_REQUIRE_NODE") == "1" || os.Getenv("CI") == "true"
-}
+	"github.com/mlock-dev/mlock/internal/testenv"
+)
 
 // TestNodePackages runs npm test in js/ against an mlockd built from this
 // repository (MLOCKD_BIN): the client against real servers (single node,
@@ -25,7 +21,8 @@ func required() bool {
 // the real @medusajs/locking module, with @medusajs/locking-redis alongside
 // when REDIS_URL is set (the differential suite: the same scenarios through
 // both, side by side). Without node, npm or js/node_modules (npm ci in js/)
-// it skips, except in CI, where a missing REDIS_URL fails it too.
+// it skips, except under CI=true, where they, and a missing REDIS_URL, fail
+// it.
 func TestNodePackages(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: skipping the Node.js packages' tests")
@@ -34,25 +31,16 @@ func TestNodePackages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var missing string
-	for _, tool := range []string{"node", "npm"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			missing = tool + " not found"
-		}
-	}
-	if _, err := os.Stat(filepath.Join(js, "node_modules")); missing == "" && err != nil {
-		missing = "js/node_modules missing (run npm ci in js/)"
-	}
-	if missing != "" {
-		if required() {
-			t.Fatalf("%s: the Node.js packages' tests are required in CI", missing)
-		}
-		t.Skipf("%s: skipping the Node.js packages' tests", missing)
+	const why = "the Node.js packages' tests need it"
+	testenv.LookPath(t, why, "node")
+	testenv.LookPath(t, why, "npm")
+	if _, err := os.Stat(filepath.Join(js, "node_modules")); err != nil {
+		testenv.Missing(t, "js/node_modules missing (run npm ci in js/)", why)
 	}
 
 	// The differential suite runs @medusajs/locking-redis on a real Redis:
 	// required in CI, like Node itself.
-	if os.Getenv("REDIS_URL") == "" && required() {
+	if os.Getenv("REDIS_URL") == "" && testenv.Strict() {
 		t.Fatal("REDIS_URL is not set: the differential suite (locking-redis against locking-mlock) is required in CI")
 	}
 

@@ -76,8 +76,8 @@
 //	MLOCK_SCENARIO_LONG=1 go test ./internal/scenario/ -v -count=1 -timeout 30m
 //
 // The Node.js scenarios need node and the built packages (npm ci and npm run
-// build in js/); without them they skip, except in CI (CI=true or
-// CI_REQUIRE_NODE=1), where they fail. -short skips the whole suite. Linux
+// build in js/); without them they skip, except under CI=true, where they
+// fail. -short skips the whole suite. Linux
 // and the BSDs only (process groups); every process is stopped by its
 // process id at the end of the test.
 package scenario

@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/mlock-dev/mlock/internal/testenv"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -448,16 +450,14 @@ func findNode(t *testing.T) *nodeTools {
 	return n
 }
 
-// need skips t (fails it in CI) when node or the built packages are missing.
+// need skips t (fails it under CI=true) when node or the built packages are
+// missing.
 func (n *nodeTools) need(t *testing.T) {
 	t.Helper()
 	if n.missing == "" {
 		return
 	}
-	if os.Getenv("CI") == "true" || os.Getenv("CI_REQUIRE_NODE") == "1" {
-		t.Fatalf("%s: the Node.js scenarios are required in CI", n.missing)
-	}
-	t.Skipf("%s: skipping the Node.js scenarios", n.missing)
+	testenv.Missing(t, n.missing, "the Node.js scenarios need it")
 }
 
 // script is the path of a Node.js worker script of testdata/node.

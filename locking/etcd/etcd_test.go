@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -17,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
 
+	"github.com/mlock-dev/mlock/internal/testenv"
 	"github.com/mlock-dev/mlock/locking"
 	"github.com/mlock-dev/mlock/locking/etcd"
 	"github.com/mlock-dev/mlock/locking/lockingtest"
@@ -25,16 +25,11 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // endpoints returns ETCD_ENDPOINTS (comma-separated host:port). Without it
-// the test is skipped loudly, except under CI, where a missing etcd is a
+// the test is skipped, except under CI=true, where a missing etcd is a
 // failure.
 func endpoints(t testing.TB) []string {
-	e := os.Getenv("ETCD_ENDPOINTS")
-	if e == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("ETCD_ENDPOINTS is not set: CI must start etcd")
-		}
-		t.Skip("*** ETCD_ENDPOINTS is not set: skipping the etcd provider tests (start etcd and set ETCD_ENDPOINTS) ***")
-	}
+	t.Helper()
+	e := testenv.Getenv(t, "ETCD_ENDPOINTS", "the etcd provider tests need an etcd (start etcd and set ETCD_ENDPOINTS)")
 	return strings.Split(e, ",")
 }
 

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -14,6 +13,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
+	"github.com/mlock-dev/mlock/internal/testenv"
 	"github.com/mlock-dev/mlock/locking"
 	"github.com/mlock-dev/mlock/locking/lockingtest"
 	"github.com/mlock-dev/mlock/locking/redis"
@@ -21,17 +21,11 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// redisURL returns REDIS_URL. Without it the test is skipped loudly, except
-// under CI, where a missing Redis is a failure.
+// redisURL returns REDIS_URL. Without it the test is skipped, except under
+// CI=true, where a missing Redis is a failure.
 func redisURL(t testing.TB) string {
-	u := os.Getenv("REDIS_URL")
-	if u == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("REDIS_URL is not set: CI must start redis-server")
-		}
-		t.Skip("*** REDIS_URL is not set: skipping the Redis provider tests (start redis-server and set REDIS_URL) ***")
-	}
-	return u
+	t.Helper()
+	return testenv.Getenv(t, "REDIS_URL", "the Redis provider tests need a Redis (start redis-server and set REDIS_URL)")
 }
 
 func open(t testing.TB, o redis.Options) *redis.Provider {

@@ -16,6 +16,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/mlock-dev/mlock/internal/testenv"
 	"github.com/mlock-dev/mlock/locking"
 	"github.com/mlock-dev/mlock/locking/redis"
 )
@@ -30,12 +31,7 @@ type ownRedis struct {
 
 func startOwnRedis(t *testing.T) *ownRedis {
 	t.Helper()
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("redis-server is not installed")
-		}
-		t.Skip("*** redis-server is not installed: skipping the Redis restart test ***")
-	}
+	testenv.LookPath(t, "the Redis restart test starts and restarts its own redis-server", "redis-server")
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/mlock-dev/mlock/internal/testenv"
 	"github.com/mlock-dev/mlock/locking"
 	"github.com/mlock-dev/mlock/locking/provider"
 )
@@ -253,13 +254,7 @@ func TestParseProcessCPU(t *testing.T) {
 // etcd:// targets are opened with locking.Open and report etcd's CPU (its
 // /metrics); every scenario runs on them without errors or violations.
 func TestOpenEtcdTarget(t *testing.T) {
-	e := os.Getenv("ETCD_ENDPOINTS")
-	if e == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("ETCD_ENDPOINTS is not set: CI must start etcd")
-		}
-		t.Skip("*** ETCD_ENDPOINTS is not set: skipping the etcd target test ***")
-	}
+	e := testenv.Getenv(t, "ETCD_ENDPOINTS", "the etcd target test needs an etcd (start etcd and set ETCD_ENDPOINTS)")
 	ctx := context.Background()
 	tg, closeT, err := Open(ctx, fmt.Sprintf("etcd://%s?prefix=benchtest/%x/", e, rand.Uint32()), false)
 	if err != nil {

@@ -1,10 +1,13 @@
-package server
+// Package browser tests mlockd's live page in a real headless Chromium,
+// driven with chromedp. It lives in the e2e module so that the main
+// module's go.mod, which every user of the Go client reads, does not
+// require chromedp.
+package browser
 
 import (
 	"context"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -16,21 +19,16 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/mlock-dev/mlock/internal/auth"
+	"github.com/mlock-dev/mlock/internal/testenv"
+	"github.com/mlock-dev/mlock/server"
 )
 
 // browserPath finds a headless-capable Chromium. Without one the browser
-// test skips, unless CI_REQUIRE_BROWSER is set (CI sets it): then it fails.
+// test skips, except under CI=true, where it fails.
 func browserPath(t *testing.T) string {
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "headless-shell"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	if os.Getenv("CI_REQUIRE_BROWSER") != "" {
-		t.Fatal("no Chromium found (chromium, chromium-browser, google-chrome, headless-shell) and CI_REQUIRE_BROWSER is set")
-	}
-	t.Skip("no Chromium found; install the chromium package (CI_REQUIRE_BROWSER makes this a failure)")
-	return ""
+	t.Helper()
+	return testenv.LookPath(t, "the live page's test drives a headless Chromium (install the chromium package)",
+		"chromium", "chromium-browser", "google-chrome", "headless-shell")
 }
 
 // artifactDir is where the browser test saves its screenshot:
@@ -72,7 +70,7 @@ const readPage = `[...document.querySelectorAll("#queues-list .queue")].map(q =>
 // socketId. It saves a screenshot.
 func TestPageInBrowser(t *testing.T) {
 	chrome := browserPath(t)
-	srv := start(t, Config{})
+	srv := start(t, server.Config{})
 	base := startHTTP(t, srv)
 
 	type holder struct {
@@ -248,8 +246,8 @@ func mustJSON(t *testing.T, v any) string {
 // (the user cancels the prompt), it shows the 401 and no lock.
 func TestPageInBrowserWithToken(t *testing.T) {
 	chrome := browserPath(t)
-	tk := tokens{a: auth.NewToken(), admin: auth.NewToken()}
-	srv := start(t, Config{AuthFile: writeAuthFile(t,
+	tk := struct{ a, admin string }{auth.NewToken(), auth.NewToken()}
+	srv := start(t, server.Config{AuthFile: writeAuthFile(t,
 		authLine(t, "A", tk.a, "prefix=orders:"),
 		authLine(t, "ops", tk.admin, "admin"),
 	)})

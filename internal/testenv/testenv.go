@@ -1,0 +1,70 @@
+// Package testenv decides, in one place, what a test does when something it
+// needs from outside the module is missing: a program on PATH (node,
+// chromium, systemd-analyze, redis-server) or a service named by an
+// environment variable (REDIS_URL, ETCD_ENDPOINTS).
+//
+// By default such a test is skipped, with a message that names what is
+// missing and what needs it (go test -v shows it on the SKIP line). Under
+// CI=true, the one switch, it fails instead, so that a CI run cannot pass
+// by skipping. CI services (GitHub Actions, GitLab CI and others) set CI=true
+// themselves; .ci/run sets it too.
+//
+// Only tests import this package.
+package testenv
+
+import (
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// Strict reports whether a missing requirement fails the test rather than
+// skipping it: the environment variable CI holds a true value as
+// strconv.ParseBool reads it (true, 1, TRUE, t). Unset, empty, false or
+// anything else, missing requirements skip.
+func Strict() bool {
+	on, err := strconv.ParseBool(os.Getenv("CI"))
+	return err == nil && on
+}
+
+// Missing ends t because what is missing: it skips t, or fails it under
+// CI=true. why says what needs it, so the message tells a reader what was
+// not tested. Like t.Skip and t.Fatal it does not return.
+func Missing(t testing.TB, what, why string) {
+	t.Helper()
+	if Strict() {
+		t.Fatalf("%s: %s; required under CI=true", what, why)
+	}
+	t.Skipf("%s: %s; skipped (under CI=true this fails)", what, why)
+}
+
+// LookPath returns the path of the first of names found on PATH. If none
+// is found it calls Missing: the test is skipped, or fails under CI=true.
+func LookPath(t testing.TB, why string, names ...string) string {
+	t.Helper()
+	for _, name := range names {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	what := "no " + strings.Join(names, ", ") + " on PATH"
+	if len(names) == 1 {
+		what = names[0] + " not found on PATH"
+	}
+	Missing(t, what, why)
+	return ""
+}
+
+// Getenv returns the value of the environment variable name. If it is
+// unset or empty it calls Missing: the test is skipped, or fails under
+// CI=true.
+func Getenv(t testing.TB, name, why string) string {
+	t.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		Missing(t, name+" is not set", why)
+	}
+	return v
+}
