@@ -59,7 +59,7 @@ func layerOf(rel string) (*layer, bool) {
 }
 
 // testOnly are the packages outside the layers: test suites and deployment.
-var testOnly = regexp.MustCompile(`^(internal/\w*test|internal/scenario|internal/layers|internal/testcert|deploy(/.*)?)$`)
+var testOnly = regexp.MustCompile(`^(internal/\w*test|internal/testenv|internal/scenario|internal/layers|internal/testcert|deploy(/.*)?)$`)
 
 func TestNoImportRunsUpTheLayers(t *testing.T) {
 	out, err := exec.Command("go", "list", "-json=ImportPath,Imports", module+"/...").Output()
