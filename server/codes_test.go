@@ -10,6 +10,7 @@ import (
 )
 
 func TestEngineCode(t *testing.T) {
+	t.Parallel()
 	for _, e := range engineCodes {
 		if got := engineCode(e.err); got != e.code {
 			t.Errorf("engineCode(%v) = %v, want %v", e.err, got, e.code)
@@ -27,6 +28,7 @@ func TestEngineCode(t *testing.T) {
 }
 
 func TestEngineFailure(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		err    error
 		code   protocol.Code

@@ -50,6 +50,7 @@ func grantPushedTo(b, other *raw) string {
 // pushed, and a second connection attached to it without a takeover, whose
 // end then started the grace of a session still in use.
 func TestConnectAtTheEndOfTheGrace(t *testing.T) {
+	t.Parallel()
 	const grace = 100 * time.Millisecond
 	srv := start(t, Config{SessionGrace: grace})
 	a := connected(t, srv, "s")
@@ -85,6 +86,7 @@ func TestConnectAtTheEndOfTheGrace(t *testing.T) {
 // resumes, new answers would let it believe in the lock up to its lease,
 // past the time the waiter gets it.
 func TestResumeRetellsAnEviction(t *testing.T) {
+	t.Parallel()
 	srv := start(t, Config{SessionGrace: 10 * time.Second})
 	a := connected(t, srv, "holder")
 	id := a.lock("1", "x 60000 0 0")

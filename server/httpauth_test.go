@@ -46,6 +46,7 @@ func httpGet(t testing.TB, client *http.Client, url string, headers ...string) (
 // admin principal, from its from= networks; /metrics opens with
 // OpenMetrics and still scrapes with the token.
 func TestHTTPNeedsAnAdministrator(t *testing.T) {
+	t.Parallel()
 	tk := tokens{a: auth.NewToken(), b: auth.NewToken(), admin: auth.NewToken()}
 	srv := start(t, Config{AuthFile: writeAuthFile(t,
 		authLine(t, "A", tk.a, "prefix=a:"),
@@ -123,6 +124,7 @@ func basic(name, token string) string {
 // certificate of an admin principal opens the endpoints; another's does
 // not. A reload of the client CA reaches the HTTP listener too.
 func TestHTTPOverTLSWithClientCertificate(t *testing.T) {
+	t.Parallel()
 	ca, next := testcert.New(t), testcert.New(t)
 	caFile := t.TempDir() + "/clients.pem"
 	copyFile(t, ca.CertFile(), caFile)

@@ -28,6 +28,7 @@ func dialFrom(t testing.TB, addr, ip string) *raw {
 // (and its socket closed at the end of its auth timeout: the tarpit), and
 // the other addresses (127.0.0.1 among them) are not touched.
 func TestPreHandshakeCapPerAddress(t *testing.T) {
+	t.Parallel()
 	srv := start(t, Config{MaxUnauthenticatedPerIP: 2, StatusRate: -1, AuthTimeout: time.Second})
 	addr := srv.Addr().String()
 	other := dialFrom(t, addr, "127.0.0.3")
@@ -75,6 +76,7 @@ func tarpitted(t *testing.T, c *raw, d time.Duration) {
 // pre-handshake connections is held until its auth timeout; one refused
 // from an address that is not is closed at once.
 func TestTarpitForRefusedConnects(t *testing.T) {
+	t.Parallel()
 	srv := start(t, Config{AuthFile: writeAuthFile(t, authLine(t, "A", auth.NewToken(), "prefix=a:")),
 		MaxUnauthenticatedPerIP: 2, AuthTimeout: time.Second})
 	addr := srv.Addr().String()
@@ -92,6 +94,7 @@ func TestTarpitForRefusedConnects(t *testing.T) {
 // When the pool is full, a newcomer from any address evicts the oldest
 // pre-handshake connection, whatever its address.
 func TestPreHandshakePoolEvictsTheOldest(t *testing.T) {
+	t.Parallel()
 	srv := start(t, Config{MaxUnauthenticated: 3, MaxUnauthenticatedPerIP: 2, StatusRate: -1})
 	addr := srv.Addr().String()
 	old := dialFrom(t, addr, "127.0.0.2")
@@ -113,6 +116,7 @@ func TestPreHandshakePoolEvictsTheOldest(t *testing.T) {
 // At MaxConns a newcomer evicts the oldest connection that has not
 // connected; only when every connection is authenticated is it refused.
 func TestMaxConnsEvictsBeforeRefusing(t *testing.T) {
+	t.Parallel()
 	srv := start(t, Config{MaxConns: 3, StatusRate: -1})
 	c1 := connected(t, srv, "c1")
 	connected(t, srv, "c2")
@@ -154,6 +158,7 @@ func quotaLines(t *testing.T, tk tokens, aQuota ...string) []string {
 // own, its other sessions included; another principal is not; what it
 // gives up makes room again.
 func TestQuotaLocks(t *testing.T) {
+	t.Parallel()
 	srv, tk, _ := quotaServer(t, Config{PrincipalMaxLocks: 3}, "max-locks=2")
 	a1 := connectAs(t, srv, "a1", "A", tk.a)
 	a2 := connectAs(t, srv, "a2", "A", tk.a)
@@ -191,6 +196,7 @@ func TestQuotaLocks(t *testing.T) {
 // one; its sessions in their grace count and may come back; another
 // principal connects.
 func TestQuotaSessionsAndConns(t *testing.T) {
+	t.Parallel()
 	srv, tk, _ := quotaServer(t, Config{SessionGrace: 5 * time.Second}, "max-sessions=2", "max-conns=3")
 	a1 := connectAs(t, srv, "a1", "A", tk.a)
 	a2 := connectAs(t, srv, "a2", "A", tk.a)
@@ -220,6 +226,7 @@ func TestQuotaSessionsAndConns(t *testing.T) {
 // The connection quota counts connections, not sessions: the fourth
 // connection of A is refused (max-conns=3) while B connects.
 func TestQuotaConns(t *testing.T) {
+	t.Parallel()
 	srv, tk, _ := quotaServer(t, Config{}, "max-conns=3")
 	for _, sid := range []string{"a1", "a2", "a3"} {
 		connectAs(t, srv, sid, "A", tk.a)
@@ -232,6 +239,7 @@ func TestQuotaConns(t *testing.T) {
 // the next lock past it is refused (what is held stays); raised, it is
 // accepted.
 func TestQuotaReload(t *testing.T) {
+	t.Parallel()
 	srv, tk, file := quotaServer(t, Config{}, "max-locks=5")
 	a := connectAs(t, srv, "a1", "A", tk.a)
 	for i, r := range []string{"a:1", "a:2", "a:3"} {
@@ -267,6 +275,7 @@ func joinLines(lines []string) string {
 // connected to), its connections on each node, and B locks through a
 // follower while A is at its quotas.
 func TestClusterQuotas(t *testing.T) {
+	t.Parallel()
 	tk := tokens{a: auth.NewToken(), b: auth.NewToken(), admin: auth.NewToken()}
 	file := writeAuthFile(t, quotaLines(t, tk, "max-locks=2", "max-sessions=2", "max-conns=1")...)
 	tc := newTestClusterWith(t, 3, false, func(tc *testCluster) {

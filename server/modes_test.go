@@ -13,6 +13,7 @@ import (
 // readers behind it granted together when it leaves, semaphores, the
 // refusals of the modes, and the locks listing with modes.
 func TestModesOverTCP(t *testing.T) {
+	t.Parallel()
 	srv := start(t, Config{})
 	c1, c2, c3 := connected(t, srv, "m1"), connected(t, srv, "m2"), connected(t, srv, "m3")
 
@@ -85,6 +86,7 @@ func TestModesOverTCP(t *testing.T) {
 // on two nodes hold together, a writer on the third waits for them and
 // blocks a later reader, which is granted after the writer.
 func TestClusterModes(t *testing.T) {
+	t.Parallel()
 	tc := newTestCluster(t, 3, false)
 	tc.leader()
 	var cs []*raw
@@ -122,6 +124,7 @@ func TestClusterModes(t *testing.T) {
 // holding together as one; an eviction revokes every reader, and the
 // writer waits for the grace.
 func TestModesWaitsAndRefusals(t *testing.T) {
+	t.Parallel()
 	srv := start(t, Config{SessionGrace: 2 * time.Second})
 	c1, c2, c3 := connected(t, srv, "k1"), connected(t, srv, "k2"), connected(t, srv, "k3")
 

@@ -13,6 +13,7 @@ import (
 // as the original mlock client does. Without node it skips, except under
 // CI=true, where node is required.
 func TestNodeClientCompat(t *testing.T) {
+	t.Parallel()
 	node := testenv.LookPath(t, "the Node.js compatibility test runs the original client's protocol in node", "node")
 	srv := start(t, Config{SessionGrace: 5 * time.Second})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

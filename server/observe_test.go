@@ -152,6 +152,7 @@ func (s *syncBuffer) String() string {
 // After a scripted workload every counter of /metrics has the value the
 // workload implies, and each histogram the count.
 func TestMetricsAfterWorkload(t *testing.T) {
+	t.Parallel()
 	logs := &syncBuffer{}
 	srv := start(t, Config{SessionGrace: 50 * time.Millisecond, LogLongQueue: 2,
 		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
@@ -298,6 +299,7 @@ func (s *Server) statusVersion() string {
 
 // A slow hand-off is logged (rate-limited), with the resource.
 func TestSlowHandoffLogged(t *testing.T) {
+	t.Parallel()
 	logs := &syncBuffer{}
 	srv := start(t, Config{LogSlowWait: 20 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	a, b := connected(t, srv, "a"), connected(t, srv, "b")
@@ -316,6 +318,7 @@ func TestSlowHandoffLogged(t *testing.T) {
 // /readyz is 503 before the lock listener listens, 200 while it serves,
 // and 503 from the start of a shutdown (while it waits for holders).
 func TestReadyz(t *testing.T) {
+	t.Parallel()
 	srv, err := New(Config{DataDir: t.TempDir(), ShutdownWait: 10 * time.Second}) // a new directory: no quiet start
 	if err != nil {
 		t.Fatal(err)
@@ -375,6 +378,7 @@ func TestReadyz(t *testing.T) {
 // Neither the page nor the JSON API nor the metrics ever show a whole
 // lock id or socketId; the API shows the listing an administrator sees.
 func TestHTTPNeverShowsSecrets(t *testing.T) {
+	t.Parallel()
 	srv := start(t, Config{})
 	base := startHTTP(t, srv)
 	const sidA, sidB = "socket-secret-aaaaaaaaaaaaaaaa", "socket-secret-bbbbbbbbbbbbbbbb"
@@ -434,6 +438,7 @@ func TestHTTPNeverShowsSecrets(t *testing.T) {
 // mlock_sessions_lost_total nor logged as "session lost" at info level, so
 // that the counter and the log tell of clients that died with locks.
 func TestEmptySessionEndIsNotALoss(t *testing.T) {
+	t.Parallel()
 	logs := &syncBuffer{}
 	srv := start(t, Config{SessionGrace: 50 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))})

@@ -88,6 +88,7 @@ func (c *raw) tryGranted(req, res string) uint64 {
 }
 
 func TestHandshakeAnnouncesGrace(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		grace time.Duration
 		want  string
@@ -100,6 +101,7 @@ func TestHandshakeAnnouncesGrace(t *testing.T) {
 }
 
 func TestTokensSurviveRestart(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	srv, stop := serve(t, Config{DataDir: dir})
 	c := connected(t, srv, "tok")
@@ -131,6 +133,7 @@ func datadirMark(t *testing.T, srv *Server) uint64 {
 }
 
 func TestSecondServerOnOneDataDirFails(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	serve(t, Config{DataDir: dir})
 	_, err := New(Config{DataDir: dir})
@@ -140,6 +143,7 @@ func TestSecondServerOnOneDataDirFails(t *testing.T) {
 }
 
 func TestNewDataDirGrantsAtOnce(t *testing.T) {
+	t.Parallel()
 	srv, _ := serve(t, Config{DataDir: t.TempDir()})
 	c := connected(t, srv, "fresh")
 	c.tryGranted("1", "r")
@@ -149,6 +153,7 @@ func TestNewDataDirGrantsAtOnce(t *testing.T) {
 }
 
 func TestNoDataDirStartIsQuiet(t *testing.T) {
+	t.Parallel()
 	srv, _ := serve(t, Config{SessionGrace: 200 * time.Millisecond})
 	c := connected(t, srv, "nodir")
 	c.tryBusy("1", "r")
@@ -188,6 +193,7 @@ func quietRestart(t *testing.T, cfg Config) {
 }
 
 func TestCleanShutdownWithoutLocksIsNotQuiet(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	srv, stop := serve(t, Config{DataDir: dir})
 	c := connected(t, srv, "a")
@@ -206,6 +212,7 @@ func TestCleanShutdownWithoutLocksIsNotQuiet(t *testing.T) {
 }
 
 func TestShutdownHolderThatDoesNotCloseMakesNextStartQuiet(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	cfg := Config{DataDir: dir, SessionGrace: 300 * time.Millisecond, ShutdownWait: 300 * time.Millisecond}
 	srv, stop := serve(t, cfg)
@@ -227,6 +234,7 @@ func TestShutdownHolderThatDoesNotCloseMakesNextStartQuiet(t *testing.T) {
 }
 
 func TestShutdownHolderThatClosesLeavesNoQuiet(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	cfg := Config{DataDir: dir, ShutdownWait: 5 * time.Second}
 	srv, stop := serve(t, cfg)
@@ -264,6 +272,7 @@ func TestShutdownHolderThatClosesLeavesNoQuiet(t *testing.T) {
 // are gone: it still believes it holds them, so the next start is quiet.
 // The wait ends when it closes, though: there is nothing more to wait for.
 func TestShutdownHolderThatClosesWithoutByeMakesNextStartQuiet(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	// A grace (and so a quiet period) long enough for a loaded machine to
 	// restart within it.
@@ -302,6 +311,7 @@ func TestShutdownHolderThatClosesWithoutByeMakesNextStartQuiet(t *testing.T) {
 // next start is quiet. The state file and the log say so in one word:
 // "unconfirmed", with the time, never "clean".
 func TestShutdownOriginalClientThatReadsAndClosesIsNotConfirmed(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	var logs logBuffer
 	cfg := Config{DataDir: dir, SessionGrace: 300 * time.Millisecond, ShutdownWait: 5 * time.Second,
@@ -346,6 +356,7 @@ func TestShutdownOriginalClientThatReadsAndClosesIsNotConfirmed(t *testing.T) {
 // without an answer; the session keeps its locks for its grace period, as
 // after any other close.
 func TestByeOutsideShutdown(t *testing.T) {
+	t.Parallel()
 	srv := start(t, Config{SessionGrace: 200 * time.Millisecond})
 	c := connected(t, srv, "byer")
 	id := c.lock("1", "kept 60000 0 0")
@@ -359,6 +370,7 @@ func TestByeOutsideShutdown(t *testing.T) {
 }
 
 func TestShutdownWithSessionInGraceMakesNextStartQuiet(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	cfg := Config{DataDir: dir, SessionGrace: time.Second}
 	srv, stop := serve(t, cfg)
@@ -385,6 +397,7 @@ func TestShutdownWithSessionInGraceMakesNextStartQuiet(t *testing.T) {
 }
 
 func TestShutdownTellsEveryConnection(t *testing.T) {
+	t.Parallel()
 	cfg := Config{DataDir: t.TempDir(), ShutdownWait: 5 * time.Second}
 	srv, stop := serve(t, cfg)
 	holder := connected(t, srv, "holder")
@@ -429,6 +442,7 @@ func (l *logBuffer) logger() *slog.Logger {
 // crashes; the next start, with a short grace, stays quiet for the crashed
 // run's quiet period, since its clients may believe that long.
 func TestCrashQuietUsesTheCrashedRunsPeriod(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	long := datadir.QuietPeriod(time.Minute)
 	// The crashed run: its start recorded its quiet period, and it never
@@ -459,6 +473,7 @@ func TestCrashQuietUsesTheCrashedRunsPeriod(t *testing.T) {
 }
 
 func TestUnsafeSettingsAreLogged(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		cfg  Config
 		want string // "" for no warning

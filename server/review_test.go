@@ -19,6 +19,7 @@ import (
 // the lock: after the session grace (or the lease, if it ends sooner). A
 // holder whose connection is gone (in its grace) is covered the same way.
 func TestEvictWaitsForTheHoldersBelief(t *testing.T) {
+	t.Parallel()
 	const grace = 600 * time.Millisecond
 	for _, detached := range []bool{false, true} {
 		t.Run(fmt.Sprintf("detached=%v", detached), func(t *testing.T) {
@@ -70,6 +71,7 @@ func TestEvictWaitsForTheHoldersBelief(t *testing.T) {
 // loses its locked pushes (announced again on resume), never the notice that
 // a lock it held was released.
 func TestOfflineBufferKeepsReleases(t *testing.T) {
+	t.Parallel()
 	srv := start(t, Config{MaxOfflineBytes: 300, SessionGrace: 10 * time.Second, StatusRate: -1})
 	a := connected(t, srv, "a")
 	id := a.lock("1", "x 60000 0 0 own")
@@ -129,6 +131,7 @@ func TestOfflineBufferKeepsReleases(t *testing.T) {
 // ends the connections of a removed principal, and makes those whose token
 // changed authenticate again.
 func TestReloadRevokes(t *testing.T) {
+	t.Parallel()
 	tokA, tokOps, tokOps2 := auth.NewToken(), auth.NewToken(), auth.NewToken()
 	file := writeAuthFile(t, authLine(t, "A", tokA, "prefix=a:"), authLine(t, "ops", tokOps, "admin"),
 		authLine(t, "gone", tokA, "prefix=g:"))
@@ -174,6 +177,7 @@ func TestReloadRevokes(t *testing.T) {
 // TestIdleTimeoutCountsFromTheLastFrame: a connection is closed only after
 // a whole idle timeout without a frame, not after half of one.
 func TestIdleTimeoutCountsFromTheLastFrame(t *testing.T) {
+	t.Parallel()
 	const idle = 400 * time.Millisecond
 	srv := start(t, Config{IdleTimeout: idle, StatusRate: -1})
 	c := connected(t, srv, "c")
@@ -193,6 +197,7 @@ func TestIdleTimeoutCountsFromTheLastFrame(t *testing.T) {
 // TestTLSAuthTimeoutIncludesTheHandshake: one auth timeout from the accept
 // covers the TLS handshake and the connect.
 func TestTLSAuthTimeoutIncludesTheHandshake(t *testing.T) {
+	t.Parallel()
 	const authTimeout = 600 * time.Millisecond
 	ca := testcert.New(t)
 	srv := tlsServer(t, ca, Config{AuthTimeout: authTimeout})
@@ -210,6 +215,7 @@ func TestTLSAuthTimeoutIncludesTheHandshake(t *testing.T) {
 // TestMaxUnauthenticated: connections that have not connected are capped,
 // so they cannot fill the server; connected ones do not count.
 func TestMaxUnauthenticated(t *testing.T) {
+	t.Parallel()
 	srv := start(t, Config{MaxUnauthenticated: 2, StatusRate: -1})
 	var ok []*raw
 	for i := range 3 {
@@ -248,6 +254,7 @@ func TestMaxUnauthenticated(t *testing.T) {
 // are no longer extended or renewed (they run out at their expiry), so a
 // principal cannot keep a resource it may no longer lock for ever.
 func TestReloadRevokedPrefixStopsExtendAndRenew(t *testing.T) {
+	t.Parallel()
 	tok := auth.NewToken()
 	file := writeAuthFile(t, authLine(t, "A", tok, "prefix=a:", "prefix=b:"))
 	srv := start(t, Config{AuthFile: file, StatusRate: -1})
@@ -290,6 +297,7 @@ func revokePrefixB(t *testing.T, a *raw, file, tok string, reload func() error) 
 // taken away by a reload of the node's auth file stops them (the lock runs
 // out at its expiry), while giving the lock up stays allowed.
 func TestClusterReloadRevokedPrefixStopsExtendAndRenew(t *testing.T) {
+	t.Parallel()
 	tok := auth.NewToken()
 	file := writeAuthFile(t, authLine(t, "A", tok, "prefix=a:", "prefix=b:"))
 	tc := newTestClusterWith(t, 3, false, func(tc *testCluster) {

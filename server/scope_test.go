@@ -93,11 +93,13 @@ func (c *raw) expectUnordered(want ...string) {
 }
 
 func TestScopedReleases(t *testing.T) {
+	t.Parallel()
 	srv := start(t, Config{})
 	scopedReleases(t, connected(t, srv, "sa"), connected(t, srv, "sb"))
 }
 
 func TestClusterScopedReleases(t *testing.T) {
+	t.Parallel()
 	tc := newTestCluster(t, 3, false)
 	l := tc.leader()
 	a := tc.dial((l+1)%3, "sa") // through a follower: the frames go through the log

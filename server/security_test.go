@@ -148,6 +148,7 @@ func (c *raw) ping(req string) {
 // ---- 1. authentication ----
 
 func TestAuthRefusals(t *testing.T) {
+	t.Parallel()
 	srv, tk := abServer(t, Config{})
 	cases := []struct{ name, line, want string }{
 		{"no credentials", "connect s1 1.0", "authentication required!"},
@@ -187,6 +188,7 @@ func TestAuthRefusals(t *testing.T) {
 }
 
 func TestCredentialsWithoutAuthFile(t *testing.T) {
+	t.Parallel()
 	srv := start(t, Config{})
 	refusedConnect(t, srv, "connect s1 1.0 auth=A:"+auth.NewToken(), "authentication is not configured!")
 	// A 1.0 connect on loopback is the anonymous principal (protected mode).
@@ -198,6 +200,7 @@ func TestCredentialsWithoutAuthFile(t *testing.T) {
 // is the token-less principal covering its address, with that principal's
 // rights only; a token bound to other addresses is refused here.
 func TestTokenlessPrincipalByAddress(t *testing.T) {
+	t.Parallel()
 	tok, far := auth.NewToken(), auth.NewToken()
 	srv := start(t, Config{AuthFile: writeAuthFile(t,
 		"legacy - prefix=legacy: from=127.0.0.1/32",
@@ -223,6 +226,7 @@ func TestTokenlessPrincipalByAddress(t *testing.T) {
 // ---- 2. isolation between principals ----
 
 func TestIsolationBetweenPrincipals(t *testing.T) {
+	t.Parallel()
 	// A short grace: an evicted lock is freed when its holder's belief
 	// ends, at most a grace after the evict.
 	srv, tk := abServer(t, Config{SessionGrace: 500 * time.Millisecond})
@@ -394,6 +398,7 @@ func TestIsolationBetweenPrincipals(t *testing.T) {
 // ---- 3. another session of the same principal ----
 
 func TestChangesFromAnotherSessionOfThePrincipal(t *testing.T) {
+	t.Parallel()
 	srv, tk := abServer(t, Config{})
 	two := func(t *testing.T, name string) (*raw, *raw) {
 		return connectAs(t, srv, name+"-1", "A", tk.a), connectAs(t, srv, name+"-2", "A", tk.a)
@@ -550,6 +555,7 @@ func startRemote(t testing.TB, cfg Config, ip string) *Server {
 }
 
 func TestProtectedModeRefusesRemoteClients(t *testing.T) {
+	t.Parallel()
 	t.Run("no credentials", func(t *testing.T) {
 		srv := startRemote(t, Config{}, "10.0.0.1")
 		c := dialRaw(t, srv)
@@ -575,6 +581,7 @@ func TestProtectedModeRefusesRemoteClients(t *testing.T) {
 }
 
 func TestProtectedModeDecisions(t *testing.T) {
+	t.Parallel()
 	mk := func(cfg Config) *Server {
 		cfg.QuietPeriod = -1
 		srv, err := New(cfg)
@@ -640,6 +647,7 @@ func TestProtectedModeDecisions(t *testing.T) {
 }
 
 func TestServeRefusesRemoteListenerWithoutCredentials(t *testing.T) {
+	t.Parallel()
 	for _, ip := range []string{"10.0.0.1", "0.0.0.0", "::"} {
 		t.Run(ip, func(t *testing.T) {
 			srv, err := New(Config{QuietPeriod: -1})
@@ -698,6 +706,7 @@ func TestServeRefusesRemoteListenerWithoutCredentials(t *testing.T) {
 // ---- 5. exhaustion ----
 
 func TestMaxConnsPerIP(t *testing.T) {
+	t.Parallel()
 	// Loopback is not limited: every local client shares 127.0.0.1.
 	local := start(t, Config{MaxConnsPerIP: 2, StatusRate: -1})
 	for i := range 4 {
@@ -745,6 +754,7 @@ func TestMaxConnsPerIP(t *testing.T) {
 }
 
 func TestIdleTimeoutKeepsTheSessionForItsGrace(t *testing.T) {
+	t.Parallel()
 	const idleTimeout, grace = 300 * time.Millisecond, time.Second
 	srv := start(t, Config{IdleTimeout: idleTimeout, SessionGrace: grace, StatusRate: -1})
 	idle := connected(t, srv, "idle")
@@ -824,6 +834,7 @@ func frameHeader(n int) []byte {
 }
 
 func TestFrameLimitBeforeHandshake(t *testing.T) {
+	t.Parallel()
 	srv := start(t, Config{})
 	c := dialRaw(t, srv)
 	c.write(append(frameHeader(MaxHandshakeFrame+1), "connect big 1.0 "...))
@@ -843,6 +854,7 @@ func TestFrameLimitBeforeHandshake(t *testing.T) {
 }
 
 func TestAuthTimeoutForSlowClients(t *testing.T) {
+	t.Parallel()
 	const timeout = 200 * time.Millisecond
 	srv := start(t, Config{AuthTimeout: timeout})
 	began := time.Now()
@@ -864,6 +876,7 @@ func TestAuthTimeoutForSlowClients(t *testing.T) {
 }
 
 func TestMaxSessionsCountsSessionsInGrace(t *testing.T) {
+	t.Parallel()
 	srv := start(t, Config{MaxSessions: 2, SessionGrace: 3 * time.Second, StatusRate: -1})
 	c1 := connected(t, srv, "s1")
 	c2 := connected(t, srv, "s2")
@@ -887,6 +900,7 @@ func TestMaxSessionsCountsSessionsInGrace(t *testing.T) {
 }
 
 func TestEngineCaps(t *testing.T) {
+	t.Parallel()
 	name60 := strings.Repeat("n", 60)
 	t.Run("locks per session", func(t *testing.T) {
 		srv := start(t, Config{MaxLocksPerSession: 2})
@@ -951,6 +965,7 @@ func TestEngineCaps(t *testing.T) {
 }
 
 func TestStatusRate(t *testing.T) {
+	t.Parallel()
 	srv, tk := abServer(t, Config{StatusRate: 3})
 	adm := connectAs(t, srv, "ops1", "ops", tk.admin)
 	a := connectAs(t, srv, "a1", "A", tk.a)
@@ -1022,6 +1037,7 @@ func pipelineLocks(t testing.TB, c *raw, n int, line func(i int) string) []strin
 }
 
 func TestLocksListingIsBoundedAndPaged(t *testing.T) {
+	t.Parallel()
 	const waiters, limit = 20_000, 100
 	srv := start(t, Config{StatusLimit: limit, StatusRate: -1})
 	c := connected(t, srv, "lister")
@@ -1102,6 +1118,7 @@ func pingLatencies(c *raw, n int, gap time.Duration) []time.Duration {
 }
 
 func TestPingLatencyUnderListingAttack(t *testing.T) {
+	t.Parallel()
 	// The full size measures; without MLOCK_ASSERT_LATENCY, a tenth of it
 	// checks that the attack runs and the healthy client is answered.
 	waiters, attackers, pings, attack := 20_000, 4, 300, 2*time.Second
@@ -1201,6 +1218,7 @@ func TestPingLatencyUnderListingAttack(t *testing.T) {
 // ---- secrets ----
 
 func TestPlainStatusWithCredentialsShowsCountersOnly(t *testing.T) {
+	t.Parallel()
 	srv, tk := abServer(t, Config{})
 	a := connectAs(t, srv, "plain-secret-sid", "A", tk.a)
 	id := a.lock("1", "a:plain-resource 10000 0 0")
@@ -1230,6 +1248,7 @@ func TestPlainStatusWithCredentialsShowsCountersOnly(t *testing.T) {
 // TestSecretsStayOutOfLogsAndListings: socketIds, lock ids and tokens never
 // appear whole in the log (at debug level), status, locks or errors.
 func TestSecretsStayOutOfLogsAndListings(t *testing.T) {
+	t.Parallel()
 	var logs logBuffer
 	cfg := Config{IdleTimeout: 200 * time.Millisecond, SessionGrace: 100 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}

@@ -17,6 +17,7 @@ import (
 )
 
 func TestHandshake(t *testing.T) {
+	t.Parallel()
 	srv := start(t, Config{AuthTimeout: 200 * time.Millisecond})
 	tests := []struct {
 		name string
@@ -49,6 +50,7 @@ func TestHandshake(t *testing.T) {
 }
 
 func TestSeedScenarios(t *testing.T) {
+	t.Parallel()
 	srv := start(t, Config{})
 	c1, c2, c3 := connected(t, srv, "c1"), connected(t, srv, "c2"), connected(t, srv, "c3")
 
@@ -84,6 +86,7 @@ func TestSeedScenarios(t *testing.T) {
 }
 
 func TestHeadOfLineAndAtomicity(t *testing.T) {
+	t.Parallel()
 	srv := start(t, Config{})
 	c1, c2, c3 := connected(t, srv, "h1"), connected(t, srv, "h2"), connected(t, srv, "h3")
 	b := c1.lock("1", "B 5000 0 0")
@@ -101,6 +104,7 @@ func TestHeadOfLineAndAtomicity(t *testing.T) {
 }
 
 func TestTolerateTimeoutExpiryExtend(t *testing.T) {
+	t.Parallel()
 	srv := start(t, Config{})
 	c1, c2 := connected(t, srv, "t1"), connected(t, srv, "t2")
 	h := c1.lock("1", "T 300 0 0")
@@ -131,6 +135,7 @@ func TestTolerateTimeoutExpiryExtend(t *testing.T) {
 }
 
 func TestTTLArgument(t *testing.T) {
+	t.Parallel()
 	srv := start(t, Config{DefaultTTL: 42 * time.Second})
 	c := connected(t, srv, "ttl")
 	for i, bad := range []string{"0", "-5", "1.5", "abc", "1000abc"} {
@@ -160,6 +165,7 @@ func TestTTLArgument(t *testing.T) {
 }
 
 func TestResourcesFoldedAndValidated(t *testing.T) {
+	t.Parallel()
 	srv := start(t, Config{MaxResources: 3})
 	c := connected(t, srv, "res")
 	id := c.lock("1", "dup|dup 5000 0 0")
@@ -177,6 +183,7 @@ func TestResourcesFoldedAndValidated(t *testing.T) {
 }
 
 func TestUnlockWaitingAndUnknown(t *testing.T) {
+	t.Parallel()
 	srv := start(t, Config{})
 	c1, c2 := connected(t, srv, "u1"), connected(t, srv, "u2")
 	h := c1.lock("1", "W 5000 0 0")
@@ -202,6 +209,7 @@ func TestUnlockWaitingAndUnknown(t *testing.T) {
 }
 
 func TestPingStatusAndUnknownCommand(t *testing.T) {
+	t.Parallel()
 	srv := start(t, Config{})
 	c := connected(t, srv, "p1")
 	c.send("ping r1")
@@ -262,6 +270,7 @@ func TestPingStatusAndUnknownCommand(t *testing.T) {
 }
 
 func TestPlainStatus(t *testing.T) {
+	t.Parallel()
 	srv := start(t, Config{})
 	c := connected(t, srv, "ps")
 	c.lock("1", "plain 5000 0 0")
@@ -285,6 +294,7 @@ func TestPlainStatus(t *testing.T) {
 }
 
 func TestMalformedFramesCloseOnlyThatConnection(t *testing.T) {
+	t.Parallel()
 	srv := start(t, Config{MaxFrame: 1024})
 	good := connected(t, srv, "good")
 	tests := []struct {
@@ -320,6 +330,7 @@ func TestMalformedFramesCloseOnlyThatConnection(t *testing.T) {
 }
 
 func TestSplitFramesAndBatches(t *testing.T) {
+	t.Parallel()
 	srv := start(t, Config{})
 	c := dialRaw(t, srv)
 	var all []byte
@@ -340,6 +351,7 @@ func TestSplitFramesAndBatches(t *testing.T) {
 }
 
 func TestExtensions(t *testing.T) {
+	t.Parallel()
 	srv := start(t, Config{})
 	c1, c2 := connected(t, srv, "x1"), connected(t, srv, "x2")
 
@@ -419,6 +431,7 @@ func TestExtensions(t *testing.T) {
 }
 
 func TestReconnectReplaysPushes(t *testing.T) {
+	t.Parallel()
 	srv := start(t, Config{SessionGrace: 5 * time.Second})
 	holder := connected(t, srv, "holder")
 	h := holder.lock("1", "rc 5000 0 0")
@@ -440,6 +453,7 @@ func TestReconnectReplaysPushes(t *testing.T) {
 }
 
 func TestTakeoverOfHalfOpenConnection(t *testing.T) {
+	t.Parallel()
 	srv := start(t, Config{})
 	old := connected(t, srv, "same")
 	id := old.lock("1", "tk 5000 0 0")
@@ -455,6 +469,7 @@ func TestTakeoverOfHalfOpenConnection(t *testing.T) {
 }
 
 func TestGraceExpiryReleasesAndGrantsNext(t *testing.T) {
+	t.Parallel()
 	srv := start(t, Config{SessionGrace: 150 * time.Millisecond})
 	dead := connected(t, srv, "dead")
 	h := dead.lock("1", "g 60000 0 0")
@@ -477,6 +492,7 @@ func TestGraceExpiryReleasesAndGrantsNext(t *testing.T) {
 }
 
 func TestSlowReaderDoesNotHurtOthers(t *testing.T) {
+	t.Parallel()
 	srv := start(t, Config{MaxPendingOutput: 256 << 10, WriteTimeout: 300 * time.Millisecond, StatusRate: -1})
 	slow := connected(t, srv, "slow")
 	slow.lock("0", "big 60000 0 0")
@@ -519,6 +535,7 @@ func TestSlowReaderDoesNotHurtOthers(t *testing.T) {
 }
 
 func TestLimits(t *testing.T) {
+	t.Parallel()
 	srv := start(t, Config{MaxConns: 3, MaxLocksPerSession: 2, MaxQueueLen: 2})
 	c1 := connected(t, srv, "l1")
 	c2 := connected(t, srv, "l2")
@@ -547,6 +564,7 @@ func TestLimits(t *testing.T) {
 }
 
 func TestIdleServerArmsOneTimer(t *testing.T) {
+	t.Parallel()
 	srv := start(t, Config{})
 	c := connected(t, srv, "idle")
 	if _, ok := srv.core().Armed(); ok {
@@ -563,6 +581,7 @@ func TestIdleServerArmsOneTimer(t *testing.T) {
 }
 
 func TestShutdownClosesConnections(t *testing.T) {
+	t.Parallel()
 	srv, err := New(Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -585,6 +604,7 @@ func TestShutdownClosesConnections(t *testing.T) {
 }
 
 func TestRenew(t *testing.T) {
+	t.Parallel()
 	srv := start(t, Config{})
 	c1, c2 := connected(t, srv, "rn1"), connected(t, srv, "rn2")
 	id := c1.lock("1", "ra|rb 5000 0 0 w")
@@ -641,6 +661,7 @@ func TestRenew(t *testing.T) {
 // its holder, as for a whole release, and the rest is no longer renewable as
 // the whole set.
 func TestPartialReleasePushesExpired(t *testing.T) {
+	t.Parallel()
 	srv := start(t, Config{})
 	c1, c2, c3 := connected(t, srv, "pr1"), connected(t, srv, "pr2"), connected(t, srv, "pr3")
 	id := c1.lock("1", "pa|pb 5000 0 0 w")
@@ -671,6 +692,7 @@ func TestPartialReleasePushesExpired(t *testing.T) {
 // the server then grants it to someone else while the old session is
 // healthy.
 func TestReentryMoveTellsTheOldSession(t *testing.T) {
+	t.Parallel()
 	srv := start(t, Config{SessionGrace: 100 * time.Millisecond})
 	a, b := connected(t, srv, "mv1"), connected(t, srv, "mv2")
 	id := a.lock("1", "mv 60000 0 0 worker")
@@ -696,6 +718,7 @@ func TestReentryMoveTellsTheOldSession(t *testing.T) {
 }
 
 func TestShutdownEndsAStuckInlineFlush(t *testing.T) {
+	t.Parallel()
 	// The write timeout is long: only the last flush's short deadline can
 	// end a reader blocked in its inline flush.
 	srv, err := New(Config{WriteTimeout: time.Minute, MaxPendingOutput: 256 << 20})
@@ -756,6 +779,7 @@ func TestShutdownEndsAStuckInlineFlush(t *testing.T) {
 // reason: refused before the engine (malformed id, missing argument, bad
 // ttl, another principal's id) or by it (no such lock, not granted yet).
 func TestExtendFailedCountCountsEveryFailedExtend(t *testing.T) {
+	t.Parallel()
 	srv := start(t, Config{})
 	c := connected(t, srv, "p1")
 	h := c.lock("l1", "x:held 5000 0 0")

@@ -105,6 +105,7 @@ func copyFile(t testing.TB, from, to string) {
 }
 
 func TestTLSHandshakeAndCommands(t *testing.T) {
+	t.Parallel()
 	ca := testcert.New(t)
 	srv := tlsServer(t, ca, Config{AuthTimeout: 300 * time.Millisecond})
 
@@ -154,6 +155,7 @@ func TestTLSHandshakeAndCommands(t *testing.T) {
 }
 
 func TestTLSClientCertificates(t *testing.T) {
+	t.Parallel()
 	ca := testcert.New(t)
 	tok := auth.NewToken()
 	srv := tlsServer(t, ca, Config{
@@ -216,6 +218,7 @@ func TestTLSClientCertificates(t *testing.T) {
 }
 
 func TestTLSReloadKeepsConnections(t *testing.T) {
+	t.Parallel()
 	ca := testcert.New(t)
 	dir := t.TempDir()
 	certFile, keyFile := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
@@ -268,6 +271,7 @@ func TestTLSReloadKeepsConnections(t *testing.T) {
 }
 
 func TestGoClientOverTLS(t *testing.T) {
+	t.Parallel()
 	ca := testcert.New(t)
 	tok := auth.NewToken()
 	srv := tlsServer(t, ca, Config{
@@ -347,6 +351,7 @@ func TestGoClientOverTLS(t *testing.T) {
 // TestGoClientLocksPage: the client's paged listing reaches the server's
 // paging, without a prefix too.
 func TestGoClientLocksPage(t *testing.T) {
+	t.Parallel()
 	srv := start(t, Config{})
 	c, err := mlock.New(fmt.Sprintf("mlock://127.0.0.1:%d", srv.Addr().(*net.TCPAddr).Port))
 	if err != nil {
@@ -386,6 +391,7 @@ func TestGoClientLocksPage(t *testing.T) {
 // loopback) cannot reach a certificate principal's session or owner by
 // spelling its scoped name.
 func TestCertPrincipalUnreachableByName(t *testing.T) {
+	t.Parallel()
 	ca := testcert.New(t)
 	srv := tlsServer(t, ca, Config{TLSClientCAFile: ca.CertFile()})
 	svc, _ := dialTLS(t, srv, clientTLS(t, ca, "svc"))
@@ -422,6 +428,7 @@ func TestCertPrincipalUnreachableByName(t *testing.T) {
 // without, on loopback too, is no principal: it gets neither the anonymous
 // administrator's rights nor the details of the unframed status.
 func TestClientCAWithoutAuthFileNeedsACertificate(t *testing.T) {
+	t.Parallel()
 	ca := testcert.New(t)
 	srv := tlsServer(t, ca, Config{TLSClientCAFile: ca.CertFile()})
 	svc, _ := dialTLS(t, srv, clientTLS(t, ca, "svc"))
