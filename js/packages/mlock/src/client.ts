@@ -1,5 +1,6 @@
 import { EventEmitter } from 'node:events';
 import { MlockError } from './errors';
+import { validName, validOwner } from './rules';
 import { resolve, type MlockOptions, type Resolved } from './options';
 import { Lock, Session, acquireSession, mono, nameSet, releaseSession, unanswered, type CallCtx } from './session';
 
@@ -15,7 +16,8 @@ export interface LockOptions {
    * An owner makes the lock re-entrant for it (asking again for exactly the
    * same resources renews the lease and returns the same lock) and lets
    * release, releaseAll and renew find it. `*` is the anonymous owner:
-   * recorded, never re-entrant. No spaces.
+   * recorded, never re-entrant. Not empty, no space or `|` (the rule of
+   * resource names: tabs and other characters are allowed).
    */
   owner?: string;
   /** Gives up the wait (or the call) when aborted: the request leaves the server's queues. */
@@ -72,7 +74,7 @@ function scopeError(e: unknown): unknown {
 }
 
 function checkOwner(owner: string): void {
-  if (typeof owner !== 'string' || owner === '' || /[\s|]/.test(owner)) throw request(`invalid owner ${JSON.stringify(owner)}`);
+  if (!validOwner(owner)) throw request(`invalid owner ${JSON.stringify(owner)}`);
 }
 
 /**
@@ -125,7 +127,7 @@ export class Mlock extends EventEmitter {
     if (list.length === 0) throw request('no resource');
     const p = this.options.prefix;
     for (const n of list) {
-      if (typeof n !== 'string' || n === '' || /[ |]/.test(n)) {
+      if (!validName(n)) {
         throw request(`resource can not be empty or include " " or "|": ${JSON.stringify(n)}`);
       }
     }

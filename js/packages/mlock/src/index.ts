@@ -20,6 +20,7 @@ export type { LockState } from './session';
 export { MlockError } from './errors';
 export type { MlockErrorType, MlockErrorDetails } from './errors';
 export { parseURI, DEFAULT_PORT } from './options';
+export { validName, validOwner } from './rules';
 export type { MlockOptions } from './options';
 
 // CommonJS: require('mlock') is the class itself, with every export on it.
