@@ -14,7 +14,7 @@ import { Mlock } from './client';
 export { Mlock };
 export { Mlock as Client };
 export default Mlock;
-export type { LockOptions, ExecuteOptions, Status, Renewal } from './client';
+export type { LockOptions, CallOptions, ExecuteOptions, Status, Renewal } from './client';
 export { Lock } from './session';
 export type { LockState } from './session';
 export { MlockError } from './errors';
