@@ -11,6 +11,9 @@
 // each round's ops/s and their median. MLOCK_BENCH_TARGETS (comma-separated
 // parts of target names) and MLOCK_BENCH_SCENARIOS (uncontended,hotkey)
 // narrow the run, for profiling one target (node --cpu-prof).
+// MLOCK_BENCH_BEFORE names the js/ directory of another build (its packages
+// built): its client and provider run as targets too ("... before"), for a
+// before-and-after in one run.
 //
 // Scenarios (as mlock bench): uncontended (each worker its own key: lock,
 // unlock, again) and hotkey (every worker on one key; hand-off = from the
@@ -19,6 +22,7 @@
 // INFO cpu) per operation, both over the target's run.
 import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import * as net from 'node:net';
 import { performance } from 'node:perf_hooks';
 import Mlock from 'mlock';
@@ -220,6 +224,31 @@ async function main() {
     serverCpu: mlockdCpu,
   });
   targets.push({ ...(await originalClient(srv.port)), serverCpu: mlockdCpu });
+  if (process.env.MLOCK_BENCH_BEFORE) {
+    const dir = process.env.MLOCK_BENCH_BEFORE;
+    const Before = require(join(dir, 'packages', 'mlock', 'dist', 'index.js')) as typeof Mlock;
+    const { MlockLockingProvider: BeforeProvider } = require(join(dir, 'packages', 'locking-mlock', 'dist', 'index.js')) as { MlockLockingProvider: typeof MlockLockingProvider };
+    const before = new Before({ host: '127.0.0.1', port: srv.port });
+    targets.push({
+      name: 'mlock client (Node) before',
+      async cycle(key, onHeld) {
+        const l = await before.acquire(key, { ttl: 10000 });
+        onHeld();
+        await l.unlock();
+      },
+      close: () => before.destroy(),
+      serverCpu: mlockdCpu,
+    });
+    const beforeProvider = new BeforeProvider({}, { url: `mlock://${srv.addr}`, namespace: 'bench-before:' });
+    targets.push({
+      name: 'locking-mlock execute before',
+      async cycle(key, onHeld) {
+        await beforeProvider.execute(key, async () => onHeld(), { timeout: 30 });
+      },
+      close: () => beforeProvider.shutdown(),
+      serverCpu: mlockdCpu,
+    });
+  }
   if (process.env.REDIS_URL) {
     // The provider class as the module loader builds it (no module needed).
     const { RedisLockingProvider } = require('@medusajs/locking-redis/dist/services/redis-lock.js');
@@ -279,6 +308,10 @@ async function main() {
       };
       ratio('mlock client (Node)', 'original client (replica)');
       ratio('locking-mlock execute', '@medusajs/locking-redis execute');
+      ratio('mlock client (Node)', 'mlock client (Node) before');
+      ratio('locking-mlock execute', 'locking-mlock execute before');
+      ratio('mlock client (Node) before', 'original client (replica)');
+      ratio('locking-mlock execute before', '@medusajs/locking-redis execute');
     }
     if (process.env.MLOCK_CLI) {
       const out = execFileSync(process.env.MLOCK_CLI, ['bench', '--scenario', scenario, '--workers', String(workers), '--duration', `${seconds}s`, `mlock://${srv.addr}`], { encoding: 'utf8' });

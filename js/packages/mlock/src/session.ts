@@ -965,12 +965,13 @@ export class Session {
         break;
       }
       case 'locked': {
-        // locked <id> <expiresAt> [<token>]
+        // locked <id> <expiresAt> [<token>] (words after the token are ignored)
         const a = rest.indexOf(' ');
         const b = a < 0 ? -1 : rest.indexOf(' ', a + 1);
+        const c = b < 0 ? -1 : rest.indexOf(' ', b + 1);
         const id = a < 0 ? rest : rest.slice(0, a);
         const exp = a < 0 ? undefined : b < 0 ? rest.slice(a + 1) : rest.slice(a + 1, b);
-        const token = b < 0 ? undefined : rest.slice(b + 1);
+        const token = b < 0 ? undefined : c < 0 ? rest.slice(b + 1) : rest.slice(b + 1, c);
         const l = this.locks.get(id);
         if (!l) {
           // A grant nobody waits for (its request's answer was lost with a
