@@ -4,12 +4,25 @@
 // packet per macrotask, result then locked), and the Go client (`mlock bench`,
 // MLOCK_CLI) on the same server.
 //
-//   MLOCKD_BIN=... [MLOCK_CLI=...] [REDIS_URL=...] node build/test/bench.js [seconds] [workers]
+//   MLOCKD_BIN=... [MLOCK_CLI=...] [REDIS_URL=...] node build/test/bench.js [seconds] [workers] [rounds]
+//
+// With rounds > 1 every target runs once per round, the targets in turn
+// (interleaved: a noisy neighbour hurts them alike), and the table shows
+// each round's ops/s and their median. MLOCK_BENCH_TARGETS (comma-separated
+// parts of target names) and MLOCK_BENCH_SCENARIOS (uncontended,hotkey)
+// narrow the run, for profiling one target (node --cpu-prof).
+// MLOCK_BENCH_BEFORE names the js/ directory of another build (its packages
+// built): its client and provider run as targets too ("... before"), for a
+// before-and-after in one run.
 //
 // Scenarios (as mlock bench): uncontended (each worker its own key: lock,
 // unlock, again) and hotkey (every worker on one key; hand-off = from the
-// release to the next grant).
+// release to the next grant). cpu/op is this process's CPU time (user and
+// system) per operation, server cpu mlockd's (from /proc) or Redis's (its
+// INFO cpu) per operation, both over the target's run.
 import { execFileSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import * as net from 'node:net';
 import { performance } from 'node:perf_hooks';
 import Mlock from 'mlock';
@@ -19,12 +32,17 @@ import { startServer } from './helpers';
 
 const seconds = Number(process.argv[2] ?? 3);
 const workers = Number(process.argv[3] ?? 8);
+const rounds = Number(process.argv[4] ?? 1);
+const only = process.env.MLOCK_BENCH_TARGETS?.split(',').filter(Boolean);
+const scenarios = (process.env.MLOCK_BENCH_SCENARIOS?.split(',').filter(Boolean) ?? ['uncontended', 'hotkey']) as ('uncontended' | 'hotkey')[];
 
 interface Target {
   name: string;
   /** Takes key, runs the (empty) critical section, releases; onHeld runs inside it. */
   cycle(key: string, onHeld: () => void): Promise<void>;
   close(): Promise<void> | void;
+  /** CPU time (user + system, µs) the server process has used so far, if it can be read. */
+  serverCpu?(): Promise<number>;
 }
 
 interface Result {
@@ -34,6 +52,22 @@ interface Result {
   p99: number;
   handoffP50?: number;
   handoffP99?: number;
+  /** This process's CPU time per operation, µs. */
+  cpu: number;
+  /** The server's CPU time per operation, µs (NaN: unknown). */
+  serverCpu: number;
+}
+
+/** CPU time (user + system, µs) process pid has used, from /proc (NaN where there is none). */
+function procCpu(pid: number | undefined): number {
+  try {
+    const f = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const w = f.slice(f.lastIndexOf(')') + 2).split(' ');
+    // utime and stime are fields 14 and 15, in clock ticks (100 per second on Linux).
+    return (Number(w[11]) + Number(w[12])) * 10000;
+  } catch {
+    return NaN;
+  }
 }
 
 const pct = (xs: number[], p: number) => {
@@ -42,16 +76,18 @@ const pct = (xs: number[], p: number) => {
   return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))];
 };
 
-async function run(t: Target, scenario: 'uncontended' | 'hotkey'): Promise<Result> {
+async function run(t: Target, scenario: 'uncontended' | 'hotkey', round: number): Promise<Result> {
   const lat: number[] = [];
   const handoff: number[] = [];
   let ops = 0;
   let releasedAt = 0;
-  const hot = `bench-hot-${process.pid}-${t.name.replace(/\W/g, '')}`;
+  const hot = `bench-hot-${process.pid}-${t.name.replace(/\W/g, '')}-${round}`;
+  const cpu0 = process.cpuUsage();
+  const srv0 = t.serverCpu ? await t.serverCpu() : NaN;
   const end = performance.now() + seconds * 1000;
   await Promise.all(
     Array.from({ length: workers }, async (_, w) => {
-      const key = scenario === 'hotkey' ? hot : `bench-${process.pid}-${t.name.replace(/\W/g, '')}-${w}`;
+      const key = scenario === 'hotkey' ? hot : `bench-${process.pid}-${t.name.replace(/\W/g, '')}-${round}-${w}`;
       while (performance.now() < end) {
         const t0 = performance.now();
         await t.cycle(key, () => {
@@ -64,7 +100,16 @@ async function run(t: Target, scenario: 'uncontended' | 'hotkey'): Promise<Resul
       }
     }),
   );
-  const r: Result = { ops, perSec: ops / seconds, p50: pct(lat, 50), p99: pct(lat, 99) };
+  const cpu = process.cpuUsage(cpu0);
+  const srv1 = t.serverCpu ? await t.serverCpu() : NaN;
+  const r: Result = {
+    ops,
+    perSec: ops / seconds,
+    p50: pct(lat, 50),
+    p99: pct(lat, 99),
+    cpu: (cpu.user + cpu.system) / ops,
+    serverCpu: (srv1 - srv0) / ops,
+  };
   if (scenario === 'hotkey') {
     r.handoffP50 = pct(handoff, 50);
     r.handoffP99 = pct(handoff, 99);
@@ -149,9 +194,15 @@ function fmt(ms: number | undefined): string {
   return ms < 1 ? `${(ms * 1000).toFixed(0)}µs` : `${ms.toFixed(2)}ms`;
 }
 
+/** CPU per operation, µs. */
+function cpuFmt(us: number): string {
+  return Number.isNaN(us) ? '-' : `${us.toFixed(1)}µs`;
+}
+
 async function main() {
   const srv = await startServer(['--session-grace', '15s']);
   const targets: Target[] = [];
+  const mlockdCpu = async () => procCpu(srv.proc.pid);
   const client = new Mlock({ host: '127.0.0.1', port: srv.port });
   targets.push({
     name: 'mlock client (Node)',
@@ -161,6 +212,7 @@ async function main() {
       await l.unlock();
     },
     close: () => client.destroy(),
+    serverCpu: mlockdCpu,
   });
   const provider = new MlockLockingProvider({}, { url: `mlock://${srv.addr}`, namespace: 'bench:' });
   targets.push({
@@ -169,8 +221,34 @@ async function main() {
       await provider.execute(key, async () => onHeld(), { timeout: 30 });
     },
     close: () => provider.shutdown(),
+    serverCpu: mlockdCpu,
   });
-  targets.push(await originalClient(srv.port));
+  targets.push({ ...(await originalClient(srv.port)), serverCpu: mlockdCpu });
+  if (process.env.MLOCK_BENCH_BEFORE) {
+    const dir = process.env.MLOCK_BENCH_BEFORE;
+    const Before = require(join(dir, 'packages', 'mlock', 'dist', 'index.js')) as typeof Mlock;
+    const { MlockLockingProvider: BeforeProvider } = require(join(dir, 'packages', 'locking-mlock', 'dist', 'index.js')) as { MlockLockingProvider: typeof MlockLockingProvider };
+    const before = new Before({ host: '127.0.0.1', port: srv.port });
+    targets.push({
+      name: 'mlock client (Node) before',
+      async cycle(key, onHeld) {
+        const l = await before.acquire(key, { ttl: 10000 });
+        onHeld();
+        await l.unlock();
+      },
+      close: () => before.destroy(),
+      serverCpu: mlockdCpu,
+    });
+    const beforeProvider = new BeforeProvider({}, { url: `mlock://${srv.addr}`, namespace: 'bench-before:' });
+    targets.push({
+      name: 'locking-mlock execute before',
+      async cycle(key, onHeld) {
+        await beforeProvider.execute(key, async () => onHeld(), { timeout: 30 });
+      },
+      close: () => beforeProvider.shutdown(),
+      serverCpu: mlockdCpu,
+    });
+  }
   if (process.env.REDIS_URL) {
     // The provider class as the module loader builds it (no module needed).
     const { RedisLockingProvider } = require('@medusajs/locking-redis/dist/services/redis-lock.js');
@@ -182,15 +260,58 @@ async function main() {
         await redis.execute(key, async () => onHeld(), { timeout: 30 });
       },
       close: () => redisClient.disconnect(),
+      async serverCpu() {
+        // Redis's own count, in seconds: used_cpu_sys and used_cpu_user.
+        const info = await redisClient.info('cpu');
+        const sec = (k: string) => Number(new RegExp(`^${k}:([\\d.]+)`, 'm').exec(info)?.[1] ?? NaN);
+        return (sec('used_cpu_sys') + sec('used_cpu_user')) * 1e6;
+      },
     });
   }
-  console.log(`node ${process.version}, ${workers} workers, ${seconds} s per target and scenario, mlockd on ${srv.addr}${process.env.REDIS_URL ? `, redis ${process.env.REDIS_URL}` : ''}`);
-  for (const scenario of ['uncontended', 'hotkey'] as const) {
+  console.log(`node ${process.version}, ${workers} workers, ${seconds} s per target and scenario${rounds > 1 ? `, ${rounds} rounds` : ''}, mlockd on ${srv.addr}${process.env.REDIS_URL ? `, redis ${process.env.REDIS_URL}` : ''}`);
+  const running = only ? targets.filter((t) => only.some((o) => t.name.includes(o))) : targets;
+  const row = (name: string, r: Result, hot: boolean) =>
+    [
+      name.padEnd(34),
+      r.perSec.toFixed(0).padStart(9),
+      fmt(r.p50).padStart(9),
+      fmt(r.p99).padStart(9),
+      hot ? fmt(r.handoffP50).padStart(12) + fmt(r.handoffP99).padStart(12) : '',
+      cpuFmt(r.cpu).padStart(10),
+      cpuFmt(r.serverCpu).padStart(12),
+    ].join(' ');
+  for (const scenario of scenarios) {
+    const hot = scenario === 'hotkey';
     console.log(`\n${scenario}`);
-    console.log(['target'.padEnd(34), 'ops/s'.padStart(9), 'p50'.padStart(9), 'p99'.padStart(9), scenario === 'hotkey' ? 'handoff p50'.padStart(12) + 'handoff p99'.padStart(12) : ''].join(' '));
-    for (const t of targets) {
-      const r = await run(t, scenario);
-      console.log([t.name.padEnd(34), r.perSec.toFixed(0).padStart(9), fmt(r.p50).padStart(9), fmt(r.p99).padStart(9), scenario === 'hotkey' ? fmt(r.handoffP50).padStart(12) + fmt(r.handoffP99).padStart(12) : ''].join(' '));
+    console.log(
+      ['target'.padEnd(34), 'ops/s'.padStart(9), 'p50'.padStart(9), 'p99'.padStart(9), hot ? 'handoff p50'.padStart(12) + 'handoff p99'.padStart(12) : '', 'cpu/op'.padStart(10), 'server cpu'.padStart(12)].join(' '),
+    );
+    const perRound = new Map<string, number[]>(running.map((t) => [t.name, []]));
+    for (let round = 0; round < rounds; round++) {
+      for (const t of running) {
+        const r = await run(t, scenario, round);
+        perRound.get(t.name)!.push(r.perSec);
+        console.log(row(rounds > 1 ? `${t.name} #${round + 1}` : t.name, r, hot));
+      }
+    }
+    if (rounds > 1) {
+      const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+      console.log(`\n${scenario}: ops/s per round, median`);
+      for (const [name, xs] of perRound) console.log(`${name.padEnd(34)} ${xs.map((x) => x.toFixed(0).padStart(7)).join(' ')}   median ${median(xs).toFixed(0)}`);
+      // Ratios within each round: the two targets ran side by side.
+      const ratio = (a: string, b: string) => {
+        const xa = perRound.get(a);
+        const xb = perRound.get(b);
+        if (!xa || !xb) return;
+        const rs = xa.map((x, i) => x / xb[i]);
+        console.log(`${`${a} / ${b}`.padEnd(70)} ${rs.map((x) => x.toFixed(2)).join(' ')}   median ${median(rs).toFixed(2)}`);
+      };
+      ratio('mlock client (Node)', 'original client (replica)');
+      ratio('locking-mlock execute', '@medusajs/locking-redis execute');
+      ratio('mlock client (Node)', 'mlock client (Node) before');
+      ratio('locking-mlock execute', 'locking-mlock execute before');
+      ratio('mlock client (Node) before', 'original client (replica)');
+      ratio('locking-mlock execute before', '@medusajs/locking-redis execute');
     }
     if (process.env.MLOCK_CLI) {
       const out = execFileSync(process.env.MLOCK_CLI, ['bench', '--scenario', scenario, '--workers', String(workers), '--duration', `${seconds}s`, `mlock://${srv.addr}`], { encoding: 'utf8' });

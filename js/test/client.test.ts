@@ -460,6 +460,58 @@ describe('extensions', () => {
     }
   });
 
+  test('a deadline gives up a wait at that time, and the request leaves the queue', async () => {
+    const [c1, c2] = sessions(2);
+    try {
+      const a = r('deadline');
+      const l = await c1.acquire(a);
+      const t0 = Date.now();
+      const w = c2.acquire(a, { deadline: t0 + 300 });
+      const w2 = c2.acquire(a, { timeout: 5000 });
+      await queued(c1, a, 3);
+      await assert.rejects(w, (e: MlockError) => e.type === 'timeout' && e.reason === 'deadline');
+      const took = Date.now() - t0;
+      assert.ok(took >= 290 && took < 2000, `gave up after ${took} ms`);
+      // The request given up left the queue: the holder and the next one remain.
+      await queued(c1, a, 2);
+      await l.unlock();
+      const l2 = await w2;
+      await l2.unlock();
+      // A deadline already past fails at once, before anything is sent.
+      await assert.rejects(c2.releaseAll('nobody', { deadline: Date.now() - 1 }), (e: MlockError) => e.type === 'timeout' && e.reason === 'deadline');
+      // One not reached leaves the call alone.
+      assert.equal(await c2.ping({ deadline: Date.now() + 5000 }), 'pong');
+      const l3 = await c2.tryLock(a, { deadline: Date.now() + 5000 });
+      await l3.unlock();
+    } finally {
+      c1.destroy();
+      c2.destroy();
+    }
+  });
+
+  test('a deadline bounds the wait for a connection', async () => {
+    // A listener that never answers the handshake: the connection wait lasts
+    // until the dial timeout (60 s here) unless the deadline ends it.
+    const conns = new Set<net.Socket>();
+    const mute = net.createServer((s) => {
+      conns.add(s);
+      s.on('error', () => undefined);
+    });
+    await new Promise<void>((res) => mute.listen(0, '127.0.0.1', () => res()));
+    const c = new Client({ host: '127.0.0.1', port: (mute.address() as net.AddressInfo).port, dialTimeout: 60000 });
+    try {
+      const t0 = Date.now();
+      await assert.rejects(c.acquire(r('deadline-dial'), { deadline: t0 + 200 }), (e: MlockError) => e.type === 'timeout' && e.reason === 'deadline');
+      await assert.rejects(c.release('o', r('deadline-dial'), { deadline: Date.now() + 100 }), (e: MlockError) => e.type === 'timeout' && e.reason === 'deadline');
+      const took = Date.now() - t0;
+      assert.ok(took >= 290 && took < 5000, `gave up after ${took} ms`);
+    } finally {
+      c.destroy();
+      for (const s of conns) s.destroy();
+      await new Promise<void>((res) => mute.close(() => res()));
+    }
+  });
+
   test('execute renews beyond the ttl, and unlocks at the end', async () => {
     const [c1, c2] = sessions(2);
     try {

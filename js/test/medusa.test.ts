@@ -260,6 +260,33 @@ describe('locking-mlock in @medusajs/locking', () => {
     // Restore the shared module for later tests.
     service = await loadLocking({ resolve: LOCKING_MLOCK, id: 'locking-mlock', options: { url: `mlock://${srv.addr}` } });
   });
+
+  test('a job that declares no parameter gets no signal, and still sees the loss thrown', async () => {
+    // A job that can read its arguments gets an AbortSignal; one declared
+    // `async () =>` cannot, and gets none (the interface types it optional).
+    const got: unknown[] = [];
+    await service.execute(k('sig-1'), async (signal) => void got.push(signal));
+    await service.execute(k('sig-2'), async function () {
+      // eslint-disable-next-line prefer-rest-params
+      got.push(arguments[0]);
+    });
+    await service.execute(k('sig-3'), async (...args: unknown[]) => void got.push(args[0]));
+    await service.execute(k('sig-4'), async () => void got.push('none'));
+    assert.ok(got[0] instanceof AbortSignal && got[1] instanceof AbortSignal && got[2] instanceof AbortSignal, `${got}`);
+    assert.equal(got[3], 'none');
+    // Its lock lost while it awaits (the server goes silent past the lease):
+    // execute throws the loss when it returns, as with a signal.
+    const lossy = await loadLocking({ resolve: LOCKING_MLOCK, id: 'locking-mlock', options: { url: `mlock://${proxy.addr}` } });
+    const p = lossy.execute(k('sig-lost'), async () => {
+      proxy.blackhole(true);
+      await sleep(1500);
+      return 'finished';
+    }, { expire: 1 });
+    await assert.rejects(p, (e: Error & { type?: string }) => e.type === 'conflict' && /Lost the lock/.test(e.message));
+    proxy.blackhole(false);
+    proxy.cut();
+    service = await loadLocking({ resolve: LOCKING_MLOCK, id: 'locking-mlock', options: { url: `mlock://${srv.addr}` } });
+  });
 });
 
 describe('@medusajs/locking-redis in @medusajs/locking (same upstream cases)', { skip: process.env.REDIS_URL ? false : 'REDIS_URL is not set' }, () => {

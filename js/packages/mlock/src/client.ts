@@ -1,5 +1,6 @@
 import { EventEmitter } from 'node:events';
 import { MlockError } from './errors';
+import { validName, validOwner } from './rules';
 import { resolve, type MlockOptions, type Resolved } from './options';
 import { Lock, Session, acquireSession, mono, nameSet, releaseSession, unanswered, type CallCtx } from './session';
 
@@ -15,11 +16,28 @@ export interface LockOptions {
    * An owner makes the lock re-entrant for it (asking again for exactly the
    * same resources renews the lease and returns the same lock) and lets
    * release, releaseAll and renew find it. `*` is the anonymous owner:
-   * recorded, never re-entrant. No spaces.
+   * recorded, never re-entrant. Not empty, no space or `|` (the rule of
+   * resource names: tabs and other characters are allowed).
    */
   owner?: string;
   /** Gives up the wait (or the call) when aborted: the request leaves the server's queues. */
   signal?: AbortSignal;
+  /**
+   * Unix ms (`Date.now()`) at which the call gives up if it has not settled,
+   * the wait for a connection included: as a signal that aborts then (the
+   * request leaves the server's queues), it fails with type `timeout`, reason
+   * `deadline`. It costs a timer, where an `AbortSignal.timeout()` given as
+   * signal costs tens of µs a call in Node.js 20.
+   */
+  deadline?: number;
+}
+
+/** The options of the calls other than lock requests. */
+export interface CallOptions {
+  /** Gives up the call when aborted (type `canceled`). */
+  signal?: AbortSignal;
+  /** Unix ms at which the call gives up (type `timeout`, reason `deadline`); see {@link LockOptions.deadline}. */
+  deadline?: number;
 }
 
 /** Options of {@link Mlock.execute}. */
@@ -72,7 +90,7 @@ function scopeError(e: unknown): unknown {
 }
 
 function checkOwner(owner: string): void {
-  if (typeof owner !== 'string' || owner === '' || /[\s|]/.test(owner)) throw request(`invalid owner ${JSON.stringify(owner)}`);
+  if (!validOwner(owner)) throw request(`invalid owner ${JSON.stringify(owner)}`);
 }
 
 /**
@@ -125,7 +143,7 @@ export class Mlock extends EventEmitter {
     if (list.length === 0) throw request('no resource');
     const p = this.options.prefix;
     for (const n of list) {
-      if (typeof n !== 'string' || n === '' || /[ |]/.test(n)) {
+      if (!validName(n)) {
         throw request(`resource can not be empty or include " " or "|": ${JSON.stringify(n)}`);
       }
     }
@@ -154,7 +172,7 @@ export class Mlock extends EventEmitter {
       const l = new Lock(this.s, this, verb, args, ttl, timeout, o.owner);
       // An owner's re-entry renews its held lock to this ttl.
       const bounds = o.owner !== undefined ? this.s.shortenOwned(o.owner, res, mono(), ttl) : [];
-      return this.s.call(verb, args, o.signal, l).then(
+      return this.s.call(verb, args, o.signal, l, o.deadline === undefined ? undefined : { deadline: o.deadline }).then(
         (r) => r.lock!,
         (e: unknown) => {
           this.s.unshorten(bounds, e);
@@ -173,7 +191,7 @@ export class Mlock extends EventEmitter {
    * `canceled` (opts.signal). `ttl`, `timeout` (0: no limit), `tolerate`
    * default to the client's options. {@link getLock} gives the lock's handle.
    */
-  async lock(resource: string, ttl?: number, timeout?: number, tolerate?: number, opts: { owner?: string; signal?: AbortSignal } = {}): Promise<string> {
+  async lock(resource: string, ttl?: number, timeout?: number, tolerate?: number, opts: { owner?: string; signal?: AbortSignal; deadline?: number } = {}): Promise<string> {
     if (typeof resource === 'string' && resource.includes(' ')) throw request('resource can not includes " "');
     const l = await this.newLock('lock', resource, { ttl, timeout, tolerate, ...opts });
     return l.id;
@@ -209,22 +227,22 @@ export class Mlock extends EventEmitter {
    * server clock). A lock of this process that the server no longer has is
    * lost (type `lost`); an unknown id is refused (type `request`, `lock not exist!`).
    */
-  async extend(lockId: string, ttl?: number, opts: { signal?: AbortSignal } = {}): Promise<number> {
+  async extend(lockId: string, ttl?: number, opts: CallOptions = {}): Promise<number> {
     const l = this.s.locks.get(lockId);
     if (l) return l.extend(ttl, opts);
     this.check();
     const t = ttl ?? this.options.ttl;
     checkInt('ttl', t, 1);
-    const r = await this.s.retry('extend', [lockId, String(t)], opts.signal, { client: this });
+    const r = await this.s.retry('extend', [lockId, String(t)], opts.signal, { client: this, deadline: opts.deadline });
     return Number(r.payload);
   }
 
   /** Releases a lock by id (held or waiting). */
-  async unlock(lockId: string, opts: { signal?: AbortSignal } = {}): Promise<void> {
+  async unlock(lockId: string, opts: CallOptions = {}): Promise<void> {
     const l = this.s.locks.get(lockId);
     if (l) return l.unlock(opts);
     this.check();
-    await this.s.retry('unlock', [lockId], opts.signal, { client: this });
+    await this.s.retry('unlock', [lockId], opts.signal, { client: this, deadline: opts.deadline });
   }
 
   /**
@@ -286,11 +304,11 @@ export class Mlock extends EventEmitter {
    * {@link releaseAll}) a resource outside it is left alone, and the answer is
    * then false.
    */
-  async release(owner: string, resources: string | string[], opts: { signal?: AbortSignal; scope?: string } = {}): Promise<boolean> {
+  async release(owner: string, resources: string | string[], opts: CallOptions & { scope?: string } = {}): Promise<boolean> {
     const res = this.names(resources);
     checkOwner(owner);
     const scope = this.scopeOf(opts.scope);
-    const ctx: CallCtx = { client: this };
+    const ctx: CallCtx = { client: this, deadline: opts.deadline };
     try {
       const r = scope ? await this.s.call('releasein', [owner, res, scope], opts.signal, undefined, ctx) : await this.s.call('release', [owner, res], opts.signal, undefined, ctx);
       return r.payload === 'true';
@@ -313,11 +331,11 @@ export class Mlock extends EventEmitter {
    * `releaseallin`; an older one refuses it (type `request`) and releases
    * nothing.
    */
-  async releaseAll(owner: string, opts: { signal?: AbortSignal; scope?: string } = {}): Promise<number> {
+  async releaseAll(owner: string, opts: CallOptions & { scope?: string } = {}): Promise<number> {
     this.check();
     checkOwner(owner);
     const scope = this.scopeOf(opts.scope);
-    const ctx: CallCtx = { client: this };
+    const ctx: CallCtx = { client: this, deadline: opts.deadline };
     try {
       const r = scope ? await this.s.call('releaseallin', [owner, scope], opts.signal, undefined, ctx) : await this.s.call('releaseall', [owner], opts.signal, undefined, ctx);
       return Number(r.payload);
@@ -341,7 +359,7 @@ export class Mlock extends EventEmitter {
    * `request`, reason `lock not exist!`, if owner holds no such lock. A
    * handle of this process holding that very lock has its lease moved too.
    */
-  async renew(owner: string, resources: string | string[], ttl?: number, opts: { signal?: AbortSignal } = {}): Promise<Renewal> {
+  async renew(owner: string, resources: string | string[], ttl?: number, opts: CallOptions = {}): Promise<Renewal> {
     const res = this.names(resources);
     checkOwner(owner);
     const t = ttl ?? this.options.ttl;
@@ -349,7 +367,7 @@ export class Mlock extends EventEmitter {
     const bounds = this.s.shortenOwned(owner, res, mono(), t);
     let r;
     try {
-      r = await this.s.retry('renew', [owner, res, String(t)], opts.signal, { client: this });
+      r = await this.s.retry('renew', [owner, res, String(t)], opts.signal, { client: this, deadline: opts.deadline });
     } catch (e) {
       this.s.unshorten(bounds, e);
       throw e;
@@ -366,16 +384,16 @@ export class Mlock extends EventEmitter {
   }
 
   /** Pings the server; resolves `'pong'`. */
-  async ping(opts: { signal?: AbortSignal } = {}): Promise<'pong'> {
+  async ping(opts: CallOptions = {}): Promise<'pong'> {
     this.check();
-    await this.s.retry('ping', [], opts.signal, { client: this });
+    await this.s.retry('ping', [], opts.signal, { client: this, deadline: opts.deadline });
     return 'pong';
   }
 
   /** The server's status (of the node that answered). */
-  async status(opts: { signal?: AbortSignal } = {}): Promise<Status> {
+  async status(opts: CallOptions = {}): Promise<Status> {
     this.check();
-    const r = await this.s.retry('status', [], opts.signal, { client: this });
+    const r = await this.s.retry('status', [], opts.signal, { client: this, deadline: opts.deadline });
     try {
       return JSON.parse(r.payload) as Status;
     } catch (e) {

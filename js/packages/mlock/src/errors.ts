@@ -10,7 +10,8 @@
  * - `tolerate`: a queue was longer than the request's `tolerate`, or a
  *   try-lock found a resource taken (`reason` is then `resource is locked!`
  *   and `resource` names it).
- * - `timeout`: the wait for a lock passed its timeout.
+ * - `timeout`: the wait for a lock passed its timeout (or, reason
+ *   `deadline`, a call passed the `deadline` its caller gave).
  *
  * Additions:
  *

@@ -15,6 +15,25 @@ export function encode(text: string): Buffer {
 }
 
 /**
+ * Encodes frames one after the other into one buffer (one write for a
+ * batch of commands).
+ */
+export function encodeAll(texts: string[]): Buffer {
+  if (texts.length === 1) return encode(texts[0]);
+  let n = 0;
+  for (const t of texts) n += Buffer.byteLength(t) + 5;
+  const b = Buffer.allocUnsafe(n);
+  let off = 0;
+  for (const t of texts) {
+    const len = b.write(t, off + 4);
+    b.writeInt32BE(len + 5, off);
+    b[off + 4 + len] = 0x0a;
+    off += len + 5;
+  }
+  return b;
+}
+
+/**
  * Decodes frames from a byte stream split in any way. push returns the
  * payloads of the frames completed by the chunk, in order; a malformed frame
  * (L < 5, L above the cap, a last byte other than a newline) throws.

@@ -14,12 +14,13 @@ import { Mlock } from './client';
 export { Mlock };
 export { Mlock as Client };
 export default Mlock;
-export type { LockOptions, ExecuteOptions, Status, Renewal } from './client';
+export type { LockOptions, CallOptions, ExecuteOptions, Status, Renewal } from './client';
 export { Lock } from './session';
 export type { LockState } from './session';
 export { MlockError } from './errors';
 export type { MlockErrorType, MlockErrorDetails } from './errors';
 export { parseURI, DEFAULT_PORT } from './options';
+export { validName, validOwner } from './rules';
 export type { MlockOptions } from './options';
 
 // CommonJS: require('mlock') is the class itself, with every export on it.

@@ -3,7 +3,7 @@ import * as net from 'node:net';
 import * as tls from 'node:tls';
 import { createHash, randomBytes } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
-import { Decoder, encode } from './framing';
+import { Decoder, encode, encodeAll } from './framing';
 import { MlockError, canceled, failure } from './errors';
 import type { Resolved } from './options';
 
@@ -103,7 +103,15 @@ export interface CallCtx {
   client?: LockOwner;
   /** Set once the command is queued on a connection: the server may apply it even if its answer never arrives. */
   sent?: boolean;
+  /**
+   * Unix ms (Date.now()) at which the call is given up if it has not
+   * settled, as if its signal aborted then (see deadlineError).
+   */
+  deadline?: number;
 }
+
+/** The error of a call given up at its deadline. */
+export const deadlineError = () => new MlockError('call given up at its deadline', 'timeout', { reason: 'deadline' });
 
 /**
  * A renewal of a held lock to a shorter lease, sent at sent or later: if the
@@ -393,7 +401,7 @@ export class Session {
   private sock?: net.Socket;
   node = '';
   private connected = false;
-  private out: Buffer[] = [];
+  private out: string[] = [];
   private flushQueued = false;
   private seq = 0;
   private readonly calls = new Map<number, Call>();
@@ -735,11 +743,14 @@ export class Session {
     return new MlockError(`no server reachable: ${parts.join('; ')}`, 'connection');
   }
 
-  /** Waits until the connection is up, at most dialTimeout. */
-  private waitUp(signal?: AbortSignal, client?: LockOwner): Promise<void> {
+  /** Waits until the connection is up, at most dialTimeout (and until deadline, Unix ms). */
+  private waitUp(signal?: AbortSignal, client?: LockOwner, deadline?: number): Promise<void> {
     if (this.closed) return Promise.reject(destroyedError());
     if (this.connected) return Promise.resolve();
     if (this.refused) return Promise.reject(this.refused);
+    const left = deadline === undefined ? Infinity : deadline - Date.now();
+    const byDeadline = left < this.opts.dialTimeout;
+    const wait = byDeadline ? Math.max(left, 0) : this.opts.dialTimeout;
     return new Promise<void>((resolve, reject) => {
       const w: UpWaiter = {
         client,
@@ -753,9 +764,9 @@ export class Session {
         },
         timer: setTimeout(() => {
           this.upWaiters.delete(w);
-          w.reject(this.unreachable());
+          w.reject(byDeadline ? deadlineError() : this.unreachable());
           this.idleCheck();
-        }, this.opts.dialTimeout),
+        }, wait),
       };
       const onAbort = () => {
         clearTimeout(w.timer);
@@ -791,7 +802,7 @@ export class Session {
   }
 
   private queue(text: string): void {
-    this.out.push(encode(text));
+    this.out.push(text);
     if (!this.flushQueued) {
       this.flushQueued = true;
       // After the callers woken in this turn have queued their commands:
@@ -803,7 +814,7 @@ export class Session {
   private flush(): void {
     this.flushQueued = false;
     if (!this.sock || !this.connected || this.out.length === 0) return;
-    const b = this.out.length === 1 ? this.out[0] : Buffer.concat(this.out);
+    const b = encodeAll(this.out);
     this.out = [];
     this.sock.write(b);
   }
@@ -816,8 +827,10 @@ export class Session {
    */
   call(verb: string, args: string[], signal?: AbortSignal, lock?: Lock, ctx?: CallCtx): Promise<Reply> {
     if (signal?.aborted) return Promise.reject(canceled(signal));
+    const dl = ctx?.deadline;
+    if (dl !== undefined && dl <= Date.now()) return Promise.reject(deadlineError());
     if (this.connected && !this.closed) return this.send(verb, args, signal, lock, ctx);
-    return this.waitUp(signal, ctx?.client ?? lock?.client).then(() => this.call(verb, args, signal, lock, ctx));
+    return this.waitUp(signal, ctx?.client ?? lock?.client, dl).then(() => this.call(verb, args, signal, lock, ctx));
   }
 
   private send(verb: string, args: string[], signal: AbortSignal | undefined, lock: Lock | undefined, ctx: CallCtx | undefined): Promise<Reply> {
@@ -825,18 +838,34 @@ export class Session {
       const now = mono();
       const seq = ++this.seq;
       const cl: Call = { seq, verb, sent: now, lock, client: ctx?.client ?? lock?.client };
+      const dl = ctx?.deadline;
       if (ctx) ctx.sent = true;
-      if (signal) {
+      if (signal || dl !== undefined) {
+        // Given up when the signal aborts or at the deadline, whichever
+        // comes first (a timer costs far less than an AbortSignal.timeout).
+        let timer: NodeJS.Timeout | undefined;
         const onAbort = () => {
-          if (this.abandon(cl)) reject(canceled(signal));
+          if (!this.abandon(cl)) return;
+          clearTimeout(timer);
+          reject(canceled(signal!));
         };
-        signal.addEventListener('abort', onAbort, { once: true });
+        signal?.addEventListener('abort', onAbort, { once: true });
+        if (dl !== undefined) {
+          timer = setTimeout(() => {
+            if (!this.abandon(cl)) return;
+            signal?.removeEventListener('abort', onAbort);
+            reject(deadlineError());
+          }, Math.max(dl - Date.now(), 0));
+          timer.unref();
+        }
         cl.resolve = (r) => {
-          signal.removeEventListener('abort', onAbort);
+          signal?.removeEventListener('abort', onAbort);
+          clearTimeout(timer);
           resolve(r);
         };
         cl.reject = (e) => {
-          signal.removeEventListener('abort', onAbort);
+          signal?.removeEventListener('abort', onAbort);
+          clearTimeout(timer);
           reject(e);
         };
       } else {
@@ -922,7 +951,9 @@ export class Session {
   /** Handles one frame; true if the server said it is shutting down. */
   private message(text: string): boolean {
     const sp = text.indexOf(' ');
-    const cmd = (sp < 0 ? text : text.slice(0, sp)).toLowerCase();
+    let cmd = sp < 0 ? text : text.slice(0, sp);
+    // The server writes its verbs in lower case; others are folded.
+    if (cmd !== 'result' && cmd !== 'locked') cmd = cmd.toLowerCase();
     const rest = sp < 0 ? '' : text.slice(sp + 1);
     switch (cmd) {
       case 'result': {
@@ -934,7 +965,13 @@ export class Session {
         break;
       }
       case 'locked': {
-        const [id, exp, token] = rest.split(' ');
+        // locked <id> <expiresAt> [<token>] (words after the token are ignored)
+        const a = rest.indexOf(' ');
+        const b = a < 0 ? -1 : rest.indexOf(' ', a + 1);
+        const c = b < 0 ? -1 : rest.indexOf(' ', b + 1);
+        const id = a < 0 ? rest : rest.slice(0, a);
+        const exp = a < 0 ? undefined : b < 0 ? rest.slice(a + 1) : rest.slice(a + 1, b);
+        const token = b < 0 ? undefined : c < 0 ? rest.slice(b + 1) : rest.slice(b + 1, c);
         const l = this.locks.get(id);
         if (!l) {
           // A grant nobody waits for (its request's answer was lost with a
@@ -1085,9 +1122,13 @@ export class Session {
 
   /** When l (held) stops being believed held, monotonic ms. */
   deadline(l: Lock): number {
-    return this.deadlineOf(l)[0];
+    let d = l.base + l.ttlMs - margin(l.ttlMs);
+    for (const sh of l.shorts) d = Math.min(d, sh.at);
+    if (this.graceKnown) d = Math.min(d, this.lastAck + this.grace - margin(this.grace));
+    return d;
   }
 
+  /** deadline(l), and whether the session's end (not the lease) sets it. */
   private deadlineOf(l: Lock): [number, boolean] {
     let d = l.base + l.ttlMs - margin(l.ttlMs);
     for (const sh of l.shorts) d = Math.min(d, sh.at);
@@ -1142,9 +1183,11 @@ export class Session {
   /** shorten for every held handle of owner on exactly the resources res. */
   shortenOwned(owner: string, res: string, now: number, ttl: number): [Lock, Shortening][] {
     const out: [Lock, Shortening][] = [];
-    const set = nameSet(res);
+    let set: string | undefined; // computed only if owner holds a lock here
     for (const l of this.locks.values()) {
-      if (l.state !== 'held' || l.owner !== owner || nameSet(l.resources) !== set) continue;
+      if (l.owner !== owner || l.state !== 'held') continue;
+      set ??= nameSet(res);
+      if (nameSet(l.resources) !== set) continue;
       const sh = this.shorten(l, now, ttl);
       if (sh) out.push([l, sh]);
     }
