@@ -78,6 +78,16 @@ func TestRecoverClusterKeepsLocksAndRaisesTokens(t *testing.T) {
 		t.Fatalf("gap %v", rep.Gap)
 	}
 
+	// A higher floor given wins (a dry run: the recovered state again).
+	high := rep.NextToken + 1e9
+	dry, err := RecoverCluster(RecoverConfig{Dir: tc.dirs[s], ID: "n" + strconv.Itoa(s), TokenFloor: high, DryRun: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dry.NextToken != high || dry.LastToken != rep.NextToken-1 || dry.Replayed != 0 || len(dry.Previous) != 1 {
+		t.Fatalf("dry run after the recovery, floor %d: %+v", high, dry)
+	}
+
 	tc.start(s)
 	if got := tc.leader(); got != s {
 		t.Fatalf("leader n%d", got)
