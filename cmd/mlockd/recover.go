@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/mlock-dev/mlock/internal/cluster"
@@ -15,7 +18,7 @@ import (
 	"github.com/mlock-dev/mlock/server"
 )
 
-const recoverUsage = `Usage: mlockd recover --cluster-id ID [--raft-dir DIR] [--raft-addr HOST:PORT] [--token-floor N] [--dry-run]
+const recoverUsage = `Usage: mlockd recover --cluster-id ID [--raft-dir DIR] [--raft-addr HOST:PORT] [--token-floor N] [--dry-run] [--force]
 
 Recovers a cluster that lost a majority of its nodes for good: turns this stopped node's Raft state
 into a new cluster of one node, itself, keeping every lock, queue, session and offline push it knew
@@ -27,8 +30,9 @@ repeat: the next token is raised above the last this node knew by the requests w
 state, 10 tokens per microsecond since its last entry and a minute's worth more (see
 docs/operations.md), or to --token-floor if that is higher.
 
-Run it on a stopped node only (it refuses a directory a running mlockd holds), and never start the
-other old members on their old directories again: together they would elect a leader of their own.
+Run it on a stopped node only (it refuses a directory a running mlockd holds, and, without --force,
+refuses while another old member accepts connections on its Raft address), and never start the other
+old members on their old directories again: together they would elect a leader of their own.
 
 Exit status: 0 recovered (or --dry-run reported); 1 it could not (nothing was changed); 2 a bad flag.
 
@@ -44,6 +48,7 @@ func recoverStatus(args []string, stdout, stderr io.Writer) int {
 	addr := fs.String("raft-addr", "", "the Raft `host:port` the node will run with (default: its address in the old configuration)")
 	floor := fs.String("token-floor", "", "make the next fencing token at least `N` (when above the computed floor; e.g. the highest token a fenced store accepted + 1)")
 	dry := fs.Bool("dry-run", false, "read and report, change nothing")
+	force := fs.Bool("force", false, "recover even if other old members accept connections on their Raft addresses")
 	usage := func(msg string) int {
 		fmt.Fprintf(stderr, "mlockd recover: %s\nRun 'mlockd recover --help' for usage.\n", msg)
 		return exitUsage
@@ -73,6 +78,23 @@ func recoverStatus(args []string, stdout, stderr io.Writer) int {
 			return usage(fmt.Sprintf("--token-floor %q: want a positive integer", *floor))
 		}
 		cfg.TokenFloor = n
+	}
+	if !*dry && !*force {
+		// The same replay without changes first: the old members, to check
+		// that none of them still runs.
+		probe := cfg
+		probe.DryRun = true
+		rep, err := server.RecoverCluster(probe)
+		if err == nil {
+			if alive := answering(rep, time.Second); len(alive) > 0 {
+				fmt.Fprintf(stderr, "mlockd recover: old members accept connections on their Raft addresses: %s; "+
+					"if they run, the old cluster may still have a majority, and this node would make a second one: "+
+					"stop them, or make sure those addresses are not theirs, and run again (--force recovers anyway; nothing was changed)\n",
+					strings.Join(alive, ", "))
+				return exitError
+			}
+		}
+		// An error is the real run's to report.
 	}
 	rep, err := server.RecoverCluster(cfg)
 	if err != nil {
@@ -126,4 +148,34 @@ func printRecoverReport(w io.Writer, dir string, rep *server.RecoverReport, dry 
 	if len(others) > 0 {
 		fmt.Fprintf(w, "never:            start %s on their old directories again (empty their --raft-dir first)\n", strings.Join(others, ", "))
 	}
+}
+
+// answering returns the old members other than the recovered node whose
+// Raft address accepts a TCP connection within timeout (dialled together).
+func answering(rep *server.RecoverReport, timeout time.Duration) []string {
+	var (
+		mu    sync.Mutex
+		alive []string
+		wg    sync.WaitGroup
+	)
+	for _, p := range rep.Previous {
+		if p.ID == rep.Voter.ID {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := net.DialTimeout("tcp", p.Addr, timeout)
+			if err != nil {
+				return
+			}
+			c.Close()
+			mu.Lock()
+			alive = append(alive, p.ID+" at "+p.Addr)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	slices.Sort(alive)
+	return alive
 }

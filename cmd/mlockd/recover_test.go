@@ -701,6 +701,11 @@ func TestRunbookBackup(t *testing.T) {
 	e.run(blocks[1][1])
 	e.leader("a", "b", "c")
 	afterBackup := e.lock(holder, "acct:2", 10*time.Second)
+	// While the cluster runs, the restore is refused.
+	if out := e.must(blocks[2][0], 1); !strings.Contains(out, "accept connections on their Raft addresses: a at ") ||
+		!strings.Contains(out, "nothing was changed") {
+		t.Fatalf("restore while the cluster runs: %s", out)
+	}
 	for _, id := range []string{"a", "b", "c"} {
 		e.kill(id)
 	}
