@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -38,6 +39,9 @@ Exit status: 0 recovered (or --dry-run reported); 1 it could not (nothing was ch
 
 Flags:
 `
+
+// pidRE finds the process id in datadir.ErrInUse's message.
+var pidRE = regexp.MustCompile(` \(pid [0-9]+\)`)
 
 // recoverStatus runs "mlockd recover" and returns its exit status.
 func recoverStatus(args []string, stdout, stderr io.Writer) int {
@@ -101,7 +105,7 @@ func recoverStatus(args []string, stdout, stderr io.Writer) int {
 		msg := strings.TrimPrefix(err.Error(), "server: ")
 		switch {
 		case errors.Is(err, datadir.ErrInUse):
-			msg += ": a running mlockd holds it; stop that node first"
+			msg = *dir + " is in use by a running mlockd" + pidRE.FindString(err.Error()) + ": stop that node first"
 		case errors.Is(err, cluster.ErrNoState):
 			msg += ": nothing to recover (is --raft-dir the node's directory?)"
 		}
