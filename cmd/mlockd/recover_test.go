@@ -706,6 +706,12 @@ func TestRunbookBackup(t *testing.T) {
 		!strings.Contains(out, "nothing was changed") {
 		t.Fatalf("restore while the cluster runs: %s", out)
 	}
+	// --force recovers anyway (a copy of the backup here, never started).
+	e.vars["FORCED"] = filepath.Join(e.dir, "forced")
+	e.must("cp -a $BACKUP $FORCED", 0)
+	if out := e.must("mlockd recover --force --cluster-id b --raft-dir $FORCED --raft-addr $R_RAFT", 0); !strings.Contains(out, "is the only voter") {
+		t.Fatalf("forced: %s", out)
+	}
 	for _, id := range []string{"a", "b", "c"} {
 		e.kill(id)
 	}
