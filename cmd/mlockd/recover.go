@@ -127,6 +127,9 @@ func printRecoverReport(w io.Writer, dir string, rep *server.RecoverReport, dry 
 	}
 	fmt.Fprintf(w, "directory:        %s\n", dir)
 	fmt.Fprintf(w, "old members:      %s\n", strings.Join(prev, ", "))
+	if !slices.ContainsFunc(rep.Previous, func(p cluster.Peer) bool { return p.ID == rep.Voter.ID }) {
+		fmt.Fprintf(w, "warning:          %s is not in the latest configuration (its removal reached it): its state may be old\n", rep.Voter.ID)
+	}
 	state := fmt.Sprintf("%d log entries replayed", rep.Replayed)
 	if rep.SnapshotIndex > 0 {
 		state = fmt.Sprintf("snapshot at index %d + %s", rep.SnapshotIndex, state)

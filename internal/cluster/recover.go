@@ -21,8 +21,8 @@ type RecoverConfig struct {
 	// Dir is the stopped node's Config.Dir (required). It must hold raft state: Recover never makes a
 	// cluster out of nothing.
 	Dir string
-	// ID is the node's Config.ID (required): it must be a member of the configuration found in Dir,
-	// which guards against recovering a directory under another node's id.
+	// ID is the node's Config.ID (required): it must be a member of a configuration found in Dir (the
+	// latest, or an earlier one), which guards against recovering a directory under another node's id.
 	ID string
 	// RaftAddr is the raft address the node will listen on. "": its address in that configuration.
 	RaftAddr string
@@ -133,6 +133,7 @@ func Recover(cfg RecoverConfig) (*RecoverReport, error) {
 	rep := &RecoverReport{}
 	f := &fsm{sm: cfg.SM, applied: make(chan struct{}, 1)}
 	var conf raft.Configuration
+	var seen []raft.Configuration // every configuration found, the latest last
 	metas, err := snaps.List()
 	if err != nil {
 		return nil, fmt.Errorf("cluster: list snapshots: %w", err)
@@ -149,6 +150,7 @@ func Recover(cfg RecoverConfig) (*RecoverReport, error) {
 		}
 		rep.SnapshotIndex, rep.SnapshotTerm = m.Index, m.Term
 		conf = m.Configuration
+		seen = append(seen, conf)
 	}
 	rep.LastIndex, rep.LastTerm = rep.SnapshotIndex, rep.SnapshotTerm
 
@@ -173,6 +175,7 @@ func Recover(cfg RecoverConfig) (*RecoverReport, error) {
 			f.Apply(&l) // an entry that does not decode is skipped, as a running node does
 		case raft.LogConfiguration:
 			conf = raft.DecodeConfiguration(l.Data)
+			seen = append(seen, conf)
 		}
 		rep.Replayed++
 		rep.LastIndex, rep.LastTerm = l.Index, l.Term
@@ -181,15 +184,23 @@ func Recover(cfg RecoverConfig) (*RecoverReport, error) {
 	for _, s := range conf.Servers {
 		rep.Previous = append(rep.Previous, Peer{ID: string(s.ID), Addr: string(s.Address), Suffrage: s.Suffrage.String()})
 	}
-	i := slices.IndexFunc(rep.Previous, func(p Peer) bool { return p.ID == cfg.ID })
-	if i < 0 {
+	// The node must be a member of a configuration it holds: the latest, or an earlier one (the latest
+	// may be an uncommitted change that removes it, which the recovery overrides).
+	addr := ""
+	for _, c := range slices.Backward(seen) {
+		if i := slices.IndexFunc(c.Servers, func(s raft.Server) bool { return string(s.ID) == cfg.ID }); i >= 0 {
+			addr = string(c.Servers[i].Address)
+			break
+		}
+	}
+	if addr == "" {
 		ids := make([]string, len(rep.Previous))
 		for j, p := range rep.Previous {
 			ids[j] = p.ID
 		}
 		return nil, fmt.Errorf("%w: %q is not among %s (give the node's own --cluster-id)", ErrNotMember, cfg.ID, strings.Join(ids, ", "))
 	}
-	rep.Voter = Peer{ID: cfg.ID, Addr: cmp.Or(cfg.RaftAddr, rep.Previous[i].Addr), Suffrage: raft.Voter.String()}
+	rep.Voter = Peer{ID: cfg.ID, Addr: cmp.Or(cfg.RaftAddr, addr), Suffrage: raft.Voter.String()}
 
 	if cfg.Adjust != nil {
 		if err := cfg.Adjust(rep.LastNow); err != nil {

@@ -173,3 +173,35 @@ func TestRecoverNoWAL(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestRecoverRemovedNode: a node whose latest configuration no longer
+// holds it (its removal reached it) is still recovered under its id, at its
+// address of the configuration before.
+func TestRecoverRemovedNode(t *testing.T) {
+	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
+	tc := newInmemCluster(t, 3, true, func(i int, c *Config) { c.Dir = dirs[i] })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	l := tc.leader()
+	s := (l + 1) % 3
+	if err := tc.nodes[l].Remove(ctx, tc.nodes[s].ID()); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for len(tc.nodes[s].Status().Peers) != 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the removal did not reach n%d: %+v", s, tc.nodes[s].Status().Peers)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, n := range tc.nodes {
+		n.Close()
+	}
+	rep, err := Recover(RecoverConfig{Dir: dirs[s], ID: tc.nodes[s].ID(), SM: newLockedSM(true), DryRun: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Previous) != 2 || rep.Voter.ID != tc.nodes[s].ID() || rep.Voter.Addr != string(tc.trans[s].LocalAddr()) {
+		t.Fatalf("%+v", rep)
+	}
+}
