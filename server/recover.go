@@ -41,6 +41,13 @@ const (
 	RecoverClockSlack = time.Minute
 )
 
+// Errors of RecoverCluster (wrapped): the directory holds no raft state;
+// the id is not a member of any configuration the directory holds.
+var (
+	ErrRecoverNoState   = cluster.ErrNoState
+	ErrRecoverNotMember = cluster.ErrNotMember
+)
+
 // RecoverConfig configures RecoverCluster.
 type RecoverConfig struct {
 	// Dir is the stopped node's ClusterConfig.Dir (required).

@@ -14,7 +14,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/mlock-dev/mlock/internal/cluster"
 	"github.com/mlock-dev/mlock/internal/datadir"
 	"github.com/mlock-dev/mlock/server"
 )
@@ -106,7 +105,7 @@ func recoverStatus(args []string, stdout, stderr io.Writer) int {
 		switch {
 		case errors.Is(err, datadir.ErrInUse):
 			msg = *dir + " is in use by a running mlockd" + pidRE.FindString(err.Error()) + ": stop that node first"
-		case errors.Is(err, cluster.ErrNoState):
+		case errors.Is(err, server.ErrRecoverNoState):
 			msg += ": nothing to recover (is --raft-dir the node's directory?)"
 		}
 		fmt.Fprintf(stderr, "mlockd recover: %s (nothing was changed)\n", msg)
@@ -127,7 +126,11 @@ func printRecoverReport(w io.Writer, dir string, rep *server.RecoverReport, dry 
 	}
 	fmt.Fprintf(w, "directory:        %s\n", dir)
 	fmt.Fprintf(w, "old members:      %s\n", strings.Join(prev, ", "))
-	if !slices.ContainsFunc(rep.Previous, func(p cluster.Peer) bool { return p.ID == rep.Voter.ID }) {
+	member := false
+	for _, p := range rep.Previous {
+		member = member || p.ID == rep.Voter.ID
+	}
+	if !member {
 		fmt.Fprintf(w, "warning:          %s is not in the latest configuration (its removal reached it): its state may be old\n", rep.Voter.ID)
 	}
 	state := fmt.Sprintf("%d log entries replayed", rep.Replayed)
