@@ -82,6 +82,9 @@ func main() {
 // printed as one line and a pointer to --help (exit 2), another error as
 // one line (exit 1).
 func mainStatus(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "recover" {
+		return recoverStatus(args[1:], stdout, stderr) // recover.go
+	}
 	err := run(args, stdout, stderr)
 	var ue *usageError
 	switch {
