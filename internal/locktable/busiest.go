@@ -21,7 +21,7 @@ import (
 func (t *Table) Busiest(prefix string, n, maxEntries int, fn func(QueueInfo) bool) (matched int) {
 	n, maxEntries = max(n, 1), max(maxEntries, 1)
 	top := make(queueHeap, 0, min(n, len(t.queues)))
-	for q := t.busy.head; q != nil; q = q.cnext {
+	for _, q := range t.busy {
 		if !strings.HasPrefix(q.name, prefix) {
 			continue
 		}
@@ -39,7 +39,7 @@ func (t *Table) Busiest(prefix string, n, maxEntries int, fn func(QueueInfo) boo
 		matched = len(t.queues)
 	}
 	if need > 0 || prefix != "" {
-		t.names.AscendGreaterOrEqual(keyOf(prefix), func(k nameKey) bool {
+		t.index().AscendGreaterOrEqual(keyOf(prefix), func(k nameKey) bool {
 			if !strings.HasPrefix(k.name, prefix) {
 				return false
 			}

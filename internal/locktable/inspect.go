@@ -171,9 +171,10 @@ func (t *Table) Head(resource string) (LockInfo, bool) {
 func (t *Table) QueuesPage(prefix, after string, maxQueues, maxEntries int, fn func(QueueInfo) bool) (next string) {
 	maxQueues, maxEntries = max(maxQueues, 1), max(maxEntries, 1)
 	// page: the first maxQueues matching queues, and one more if there is.
-	page := make([]*queue, 0, min(maxQueues, t.names.Len(), 1024)+1)
+	names := t.index()
+	page := make([]*queue, 0, min(maxQueues, names.Len(), 1024)+1)
 	total := 0
-	t.names.AscendGreaterOrEqual(keyOf(max(prefix, after)), func(k nameKey) bool {
+	names.AscendGreaterOrEqual(keyOf(max(prefix, after)), func(k nameKey) bool {
 		name := k.name
 		// Names with the prefix are contiguous in the order, from prefix
 		// on: the first one without it ends them.

@@ -217,7 +217,7 @@ func (t *Table) enqueue(q *queue, n *node, m Mode) {
 	if t.plant != 0 && t.barge(q, n) {
 		return
 	}
-	q.pushBack(n)
+	t.pushBack(q, n)
 	l.live++
 	if q.gate == nil && q.fits(n.permits) {
 		q.admit(n)

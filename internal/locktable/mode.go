@@ -149,14 +149,14 @@ func (q *queue) fits(permits uint32) bool {
 	if permits == 0 || q.head.permits == 0 {
 		return false
 	}
-	return q.of == 0 || q.used+uint64(permits) <= uint64(q.of)
+	return q.of == 0 || uint64(q.used)+uint64(permits) <= uint64(q.of)
 }
 
 // admit admits n, the first entry not admitted yet.
 func (q *queue) admit(n *node) {
 	n.adm = true
 	q.nadm++
-	q.used += uint64(n.permits)
+	q.used += n.permits
 }
 
 // tolerateLen is q's length for Request.Tolerate: its waiting entries, and

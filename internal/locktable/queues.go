@@ -1,65 +1,28 @@
 package locktable
 
-import (
-	"encoding/binary"
-
-	"github.com/google/btree"
-)
-
 // A queue's admitted entries are a prefix of it: the head, and each next
 // entry while it is compatible with all of them (see Mode). gate is the
 // first entry not admitted; no entry behind it is admitted either.
 type queue struct {
 	name       string
 	head, tail *node
+	gate       *node // the first entry not admitted, nil if none
 	n          int
-	gate       *node  // the first entry not admitted, nil if none
 	nadm       int    // admitted entries
-	used       uint64 // permits of the admitted entries
-	nshared    int    // entries in a shared or permits mode
+	nshared    int32  // entries in a shared or permits mode
 	of         uint32 // their permit count (0: unbounded); valid while nshared > 0
-	// list is the Table's list of the queues with two entries or more
-	// (contended), which cprev and cnext link while q is on it.
-	list         *queueList
-	cprev, cnext *queue
+	// used is the permits of the admitted entries: at most of for a
+	// semaphore, and nadm (one each) for shared entries.
+	used uint32
+	// young is q's position + 1 among the young queues of the index of
+	// names (see nameIndex), 0 if it is not young.
+	young int32
+	// busy is q's position + 1 in the Table's list of the queues with two
+	// entries or more (contended), 0 while it is not on it.
+	busy int32
 }
 
-// queueList is a list of queues.
-type queueList struct {
-	head *queue
-	n    int
-}
-
-// nameDegree is the degree of the B-tree of queue names: each node holds
-// up to 2*nameDegree-1 names. Chosen by the engine benchmarks.
-const nameDegree = 16
-
-// nameKey is a queue name in the B-tree. pre, its first 8 bytes, orders
-// most pairs of names without reading them: a comparison that reads the
-// names costs a cache miss each in a large tree.
-type nameKey struct {
-	pre  uint64 // the first 8 bytes of name, big-endian, zero-padded
-	name string
-}
-
-func keyOf(name string) nameKey {
-	var b [8]byte
-	copy(b[:], name)
-	return nameKey{pre: binary.BigEndian.Uint64(b[:]), name: name}
-}
-
-// nameLess orders queue names by bytes, as <. Names that differ in their
-// padded first 8 bytes are ordered by pre; if they differ at byte i there,
-// either both have a byte at i, or the shorter one ends at i and is a
-// prefix of the other (a padding 0 differs only from a non-zero byte). It
-// is a variable so that tests can count the comparisons of a listing.
-var nameLess btree.LessFunc[nameKey] = func(a, b nameKey) bool {
-	if a.pre != b.pre {
-		return a.pre < b.pre
-	}
-	return a.name < b.name
-}
-
+// newQueue returns an empty queue for name, registered in the Table.
 func (t *Table) newQueue(name string) *queue {
 	var q *queue
 	if n := len(t.free); n > 0 {
@@ -68,13 +31,22 @@ func (t *Table) newQueue(name string) *queue {
 	} else {
 		q = new(queue)
 	}
-	q.name, q.list = name, &t.busy
+	q.name = name
 	t.queues[name] = q
-	t.names.ReplaceOrInsert(keyOf(name))
+	t.indexAdd(q)
 	return q
 }
 
-func (q *queue) pushBack(n *node) {
+// freeQueue forgets q, which has no entry left, and keeps it for reuse.
+func (t *Table) freeQueue(q *queue) {
+	delete(t.queues, q.name)
+	t.indexDel(q)
+	*q = queue{}
+	t.free = append(t.free, q)
+}
+
+// pushBack appends n to q.
+func (t *Table) pushBack(q *queue, n *node) {
 	n.q = q
 	n.prev = q.tail
 	n.next = nil
@@ -85,18 +57,14 @@ func (q *queue) pushBack(n *node) {
 	}
 	q.tail = n
 	q.n++
-	if q.n == 2 {
-		l := q.list
-		q.cprev, q.cnext = nil, l.head
-		if l.head != nil {
-			l.head.cprev = q
-		}
-		l.head = q
-		l.n++
+	if q.n >= 2 && q.busy == 0 {
+		t.busy = append(t.busy, q)
+		q.busy = int32(len(t.busy))
 	}
 }
 
-func (q *queue) unlink(n *node) {
+// unlink takes n out of its queue q.
+func (t *Table) unlink(q *queue, n *node) {
 	if n.prev != nil {
 		n.prev.next = n.next
 	} else {
@@ -109,17 +77,14 @@ func (q *queue) unlink(n *node) {
 	}
 	n.prev, n.next, n.q = nil, nil, nil
 	q.n--
-	if q.n == 1 {
-		l := q.list
-		if q.cprev != nil {
-			q.cprev.cnext = q.cnext
-		} else {
-			l.head = q.cnext
+	if q.n < 2 && q.busy > 0 {
+		i, last := int(q.busy)-1, len(t.busy)-1
+		if i != last {
+			t.busy[i] = t.busy[last]
+			t.busy[i].busy = int32(i + 1)
 		}
-		if q.cnext != nil {
-			q.cnext.cprev = q.cprev
-		}
-		q.cprev, q.cnext = nil, nil
-		l.n--
+		t.busy[last] = nil
+		t.busy = t.busy[:last]
+		q.busy = 0
 	}
 }

@@ -216,7 +216,7 @@ func (t *Table) unqueue(n *node) {
 	case n.adm:
 		q.nadm--
 		if t.plant != plantLeak || q.of == 0 {
-			q.used -= uint64(n.permits)
+			q.used -= n.permits
 		}
 		n.adm = false
 	case q.gate == n:
@@ -225,12 +225,9 @@ func (t *Table) unqueue(n *node) {
 	if n.permits > 0 {
 		q.nshared--
 	}
-	q.unlink(n)
+	t.unlink(q, n)
 	if q.n == 0 {
-		delete(t.queues, q.name)
-		t.names.Delete(keyOf(q.name))
-		*q = queue{}
-		t.free = append(t.free, q)
+		t.freeQueue(q)
 		return
 	}
 	// Admit what now fits: O(entries admitted).

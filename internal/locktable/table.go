@@ -4,8 +4,6 @@ import (
 	crand "crypto/rand"
 	"math/rand/v2"
 	"time"
-
-	"github.com/google/btree"
 )
 
 const (
@@ -75,9 +73,9 @@ type Table struct {
 	bytes    int64   // name bytes of live requests
 	spare    []*lock // removed lock structs kept for reuse
 	queues   map[string]*queue
-	busy     queueList              // the queues with two entries or more (see Busiest)
-	names    *btree.BTreeG[nameKey] // the keys of queues, in order
-	all      *lock                  // every live request, newest first
+	busy     []*queue  // the queues with two entries or more, in no order (see Busiest)
+	idx      nameIndex // the queues' names, in order, while listings use them
+	all      *lock     // every live request, newest first
 	sessions map[string]*session
 	groups   map[string]*group // by the part of a session id before its first NUL byte
 	owners   map[string]*ownerList
@@ -145,7 +143,7 @@ func newTable(cfg Config) (*Table, error) {
 	t := &Table{
 		cfg:      cfg,
 		queues:   make(map[string]*queue),
-		names:    btree.NewG(nameDegree, nameLess),
+		idx:      nameIndex{max: youngMax, slack: dropSlack},
 		sessions: make(map[string]*session),
 		groups:   make(map[string]*group),
 		owners:   make(map[string]*ownerList),
