@@ -58,7 +58,7 @@ func (t *Table) Evict(now int64, resources []string) (int, error) {
 			l.flags |= flagRevoked
 			n++
 			t.stats.Evicted++
-			t.emit(Event{Kind: Released, ID: l.id, Session: l.sess.id, Owner: l.owner, Token: l.token, Since: l.since(), Revoked: true})
+			t.emit(Event{Kind: Released, ID: l.id, Session: l.sess.id, Owner: l.owner(), Token: l.token, Since: l.since(), Revoked: true})
 			if at < l.deadline {
 				l.deadline = at
 				t.heap[l.hidx].at = at
@@ -95,7 +95,7 @@ func (t *Table) evictNow(resources []string) int {
 		}
 		n++
 		t.stats.Evicted++
-		t.emit(Event{Kind: Released, ID: l.id, Session: l.sess.id, Owner: l.owner, Token: l.token, Since: l.since(), Revoked: true})
+		t.emit(Event{Kind: Released, ID: l.id, Session: l.sess.id, Owner: l.owner(), Token: l.token, Since: l.since(), Revoked: true})
 		t.remove(l)
 	}
 	clear(cut)

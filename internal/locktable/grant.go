@@ -49,5 +49,5 @@ func (t *Table) addReady(l *lock) {
 // grantEmit grants the waiting request l at t.now and reports it.
 func (t *Table) grantEmit(l *lock) {
 	t.grant(t.now, l)
-	t.emit(Event{Kind: Granted, ID: l.id, Session: l.sess.id, Owner: l.owner, Token: l.token, ExpiresAt: l.deadline, Since: l.created})
+	t.emit(Event{Kind: Granted, ID: l.id, Session: l.sess.id, Owner: l.owner(), Token: l.token, ExpiresAt: l.deadline, Since: l.created})
 }

@@ -63,16 +63,17 @@ type LockInfo struct {
 }
 
 func (t *Table) info(l *lock) LockInfo {
-	li := LockInfo{ID: l.id, Session: l.sess.id, Owner: l.owner, Granted: l.state == stateGranted,
+	li := LockInfo{ID: l.id, Session: l.sess.id, Owner: l.owner(), Granted: l.state == stateGranted,
 		Revoked: l.flags&flagRevoked != 0, Token: l.token, TTL: l.ttl, Created: l.created, GrantedAt: l.granted, Deadline: l.deadline}
-	for i := range l.nodes {
-		if q := l.nodes[i].q; q != nil {
+	nds := l.nodes()
+	for i := range nds {
+		if q := nds[i].q; q != nil {
 			li.Resources = append(li.Resources, q.name)
-			if l.nodes[i].permits != 0 && li.Modes == nil {
+			if nds[i].permits != 0 && li.Modes == nil {
 				li.Modes = make([]Mode, len(li.Resources)-1, cap(li.Resources))
 			}
 			if li.Modes != nil {
-				li.Modes = append(li.Modes, q.mode(&l.nodes[i]))
+				li.Modes = append(li.Modes, q.mode(&nds[i]))
 			}
 		}
 	}
@@ -140,7 +141,7 @@ type QueueInfo struct {
 
 func queueEntry(q *queue, n *node) QueueEntry {
 	l := n.l
-	return QueueEntry{ID: l.id, Session: l.sess.id, Owner: l.owner, Mode: q.mode(n), Granted: l.state == stateGranted,
+	return QueueEntry{ID: l.id, Session: l.sess.id, Owner: l.owner(), Mode: q.mode(n), Granted: l.state == stateGranted,
 		Revoked: l.flags&flagRevoked != 0, Token: l.token, Created: l.created, GrantedAt: l.granted, Deadline: l.deadline}
 }
 

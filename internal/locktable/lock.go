@@ -160,7 +160,9 @@ func (t *Table) Lock(now int64, req *Request) (Grant, error) {
 	}
 
 	l := t.newLock(k)
-	l.ttl, l.created, l.owner = req.TTL, now, req.Owner
+	nds := l.nodes()
+	l.ttl, l.created = req.TTL, now
+	l.setOwner(req.Owner)
 	if req.NoReentry {
 		l.flags = flagNoReentry
 	}
@@ -173,7 +175,7 @@ func (t *Table) Lock(now int64, req *Request) (Grant, error) {
 		} else if q.tail.l == l {
 			continue // duplicate resource
 		}
-		n := &l.nodes[i]
+		n := &nds[i]
 		n.l = l
 		ahead = max(ahead, q.n)
 		t.enqueue(q, n, req.modeAt(i))
@@ -183,7 +185,7 @@ func (t *Table) Lock(now int64, req *Request) (Grant, error) {
 	t.bytes += b
 	s.bytes += b
 	s.add(l)
-	if l.owner != "" {
+	if l.owner() != "" {
 		t.ownerAdd(l)
 	}
 	t.stats.Requests++
@@ -274,9 +276,10 @@ func distinctSize(res []string) (int, int64) {
 // sizeOf returns l's name bytes: the names of the queues it is in and its
 // owner. It costs O(k).
 func (t *Table) sizeOf(l *lock) int64 {
-	b := int64(len(l.owner))
-	for i := range l.nodes {
-		if q := l.nodes[i].q; q != nil {
+	b := int64(len(l.owner()))
+	nds := l.nodes()
+	for i := range nds {
+		if q := nds[i].q; q != nil {
 			b += int64(len(q.name))
 		}
 	}
@@ -313,7 +316,7 @@ func (t *Table) reenter(now int64, s *session, l *lock, req *Request) (Grant, er
 		from.bytes -= b
 		s.add(l)
 		s.bytes += b
-		t.emit(Event{Kind: Released, ID: l.id, Session: from.id, Owner: l.owner, Token: l.token, Moved: true, Since: l.since()})
+		t.emit(Event{Kind: Released, ID: l.id, Session: from.id, Owner: l.owner(), Token: l.token, Moved: true, Since: l.since()})
 	}
 	t.setExpiry(now, l, req.TTL, own)
 	// The answer tells the caller it holds the lock, as it is now, under

@@ -174,9 +174,10 @@ func (q *queue) mode(n *node) Mode {
 
 // holds returns l's node in q, or nil. It costs O(k).
 func (l *lock) nodeIn(q *queue) *node {
-	for i := range l.nodes {
-		if l.nodes[i].q == q {
-			return &l.nodes[i]
+	nds := l.nodes()
+	for i := range nds {
+		if nds[i].q == q {
+			return &nds[i]
 		}
 	}
 	return nil
@@ -189,7 +190,7 @@ func (l *lock) nodeIn(q *queue) *node {
 func (t *Table) ownerOn(q *queue, owner string, fn func(*node) bool) {
 	h := q.head
 	if h.permits == 0 || q.nadm == 1 {
-		if h.l.state == stateGranted && h.l.owner == owner {
+		if h.l.state == stateGranted && h.l.owner() == owner {
 			fn(h)
 		}
 		return
@@ -199,7 +200,7 @@ func (t *Table) ownerOn(q *queue, owner string, fn func(*node) bool) {
 		return
 	}
 	if ol.n < q.nadm {
-		for l := ol.head; l != nil; l = l.onext {
+		for l := ol.head; l != nil; l = l.own.next {
 			if l.state != stateGranted {
 				continue
 			}
@@ -211,7 +212,7 @@ func (t *Table) ownerOn(q *queue, owner string, fn func(*node) bool) {
 	}
 	n := h
 	for range q.nadm {
-		if n.l.state == stateGranted && n.l.owner == owner && !fn(n) {
+		if n.l.state == stateGranted && n.l.owner() == owner && !fn(n) {
 			return
 		}
 		n = n.next

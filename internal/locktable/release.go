@@ -21,7 +21,7 @@ func (t *Table) Unlock(now int64, id ID, from string) error {
 	}
 	t.stats.Unlocked++
 	if l.state == stateGranted && !t.own(l, from) && l.flags&flagRevoked == 0 {
-		t.emit(Event{Kind: Released, ID: l.id, Session: l.sess.id, Owner: l.owner, Token: l.token, Since: l.since()})
+		t.emit(Event{Kind: Released, ID: l.id, Session: l.sess.id, Owner: l.owner(), Token: l.token, Since: l.since()})
 	}
 	t.remove(l)
 	return nil
@@ -103,7 +103,7 @@ func (t *Table) releaseCut(cut []*node) {
 			l.flags |= flagPartial
 		}
 		if l.flags&flagRevoked == 0 {
-			t.emit(Event{Kind: Released, ID: l.id, Session: l.sess.id, Owner: l.owner, Token: l.token, Partial: l.live > 0, Since: l.since()})
+			t.emit(Event{Kind: Released, ID: l.id, Session: l.sess.id, Owner: l.owner(), Token: l.token, Partial: l.live > 0, Since: l.since()})
 		}
 		if l.live == 0 {
 			t.stats.Unlocked++
@@ -129,12 +129,12 @@ func (t *Table) ReleaseAll(now int64, owner string) int {
 	t.deferring = true
 	n := 0
 	for l := ol.head; l != nil; {
-		next := l.onext
+		next := l.own.next
 		if l.state == stateGranted {
 			n++
 			t.stats.Unlocked++
 			if l.flags&flagRevoked == 0 {
-				t.emit(Event{Kind: Released, ID: l.id, Session: l.sess.id, Owner: l.owner, Token: l.token, Since: l.since()})
+				t.emit(Event{Kind: Released, ID: l.id, Session: l.sess.id, Owner: l.owner(), Token: l.token, Since: l.since()})
 			}
 			t.remove(l)
 		}
@@ -162,13 +162,14 @@ func (t *Table) ReleaseAllIn(now int64, owner, prefix string) int {
 	}
 	cut := t.cut[:0]
 	n := 0
-	for l := ol.head; l != nil; l = l.onext {
+	for l := ol.head; l != nil; l = l.own.next {
 		if l.state != stateGranted {
 			continue
 		}
 		k := len(cut)
-		for i := range l.nodes {
-			if nd := &l.nodes[i]; nd.q != nil && strings.HasPrefix(nd.q.name, prefix) {
+		nds := l.nodes()
+		for i := range nds {
+			if nd := &nds[i]; nd.q != nil && strings.HasPrefix(nd.q.name, prefix) {
 				cut = append(cut, nd)
 			}
 		}
@@ -190,14 +191,15 @@ func (t *Table) remove(l *lock) {
 	}
 	s := l.sess
 	s.del(l)
-	if l.owner != "" {
+	if l.owner() != "" {
 		t.ownerDel(l)
 	}
 	t.entries -= int(l.live)
-	b := int64(len(l.owner))
+	b := int64(len(l.owner()))
 	// Unlink every node first, then grant, so a grant never sees l.
-	for i := range l.nodes {
-		if n := &l.nodes[i]; n.q != nil {
+	nds := l.nodes()
+	for i := range nds {
+		if n := &nds[i]; n.q != nil {
 			b += int64(len(n.q.name))
 			t.unqueue(n)
 		}

@@ -107,7 +107,7 @@ func (t *Table) dropSession(s *session) {
 	for s.head != nil {
 		l := s.head
 		t.stats.Dropped++
-		t.emit(Event{Kind: Dropped, ID: l.id, Session: s.id, Owner: l.owner, Token: l.token, Held: l.state == stateGranted, Since: l.since()})
+		t.emit(Event{Kind: Dropped, ID: l.id, Session: s.id, Owner: l.owner(), Token: l.token, Held: l.state == stateGranted, Since: l.since()})
 		t.remove(l)
 	}
 	if s.hidx >= 0 {

@@ -128,7 +128,7 @@ func (t *Table) appendVersion(b []byte, version uint64) ([]byte, error) {
 		seq = l.seq
 		f := t.snapFlags(l)
 		b = append(b, f)
-		b = appendBytes(b, l.owner)
+		b = appendBytes(b, l.owner())
 		b = binary.AppendVarint(b, int64(l.ttl))
 		b = binary.AppendVarint(b, l.created-t.now)
 		b = binary.AppendVarint(b, l.deadline-t.now)
@@ -137,8 +137,9 @@ func (t *Table) appendVersion(b []byte, version uint64) ([]byte, error) {
 			b = binary.AppendVarint(b, l.granted-t.now)
 		}
 		b = binary.AppendUvarint(b, uint64(l.live))
-		for i := range l.nodes {
-			n := &l.nodes[i]
+		nds := l.nodes()
+		for i := range nds {
+			n := &nds[i]
 			q := n.q
 			switch {
 			case q == nil:
@@ -213,8 +214,9 @@ func (t *Table) snapFlags(l *lock) uint8 {
 	if l.hidx >= 0 {
 		f |= snapTimer
 	}
-	for i := range l.nodes {
-		if l.nodes[i].q != nil && l.nodes[i].permits != 0 {
+	nds := l.nodes()
+	for i := range nds {
+		if nds[i].q != nil && nds[i].permits != 0 {
 			f |= snapModes
 			break
 		}
@@ -429,13 +431,10 @@ func (t *Table) decodeLock(d *decoder, seq *uint64, queues *[]*queue) error {
 	*seq += delta
 
 	// As newLock, but in the given slot under the given id.
-	l := &lock{id: id, hidx: -1, seq: *seq, owner: owner, token: token, ttl: time.Duration(ttl),
+	l := &lock{id: id, hidx: -1, seq: *seq, token: token, ttl: time.Duration(ttl),
 		created: created, granted: grantedAt, deadline: dl}
-	if nres == 1 {
-		l.nodes = l.one[:]
-	} else {
-		l.nodes = make([]node, nres)
-	}
+	l.setOwner(owner)
+	l.setNodes(nres)
 	t.slots[idx] = l
 	l.anext = t.all
 	if t.all != nil {
@@ -458,7 +457,8 @@ func (t *Table) decodeLock(d *decoder, seq *uint64, queues *[]*queue) error {
 	}
 	b := int64(len(owner))
 	shared := false // some resource is not exclusive
-	for i := range l.nodes {
+	nds := l.nodes()
+	for i := range nds {
 		var q *queue
 		if ref := d.uvarint("resource"); ref == 0 {
 			name := d.string("resource")
@@ -488,7 +488,7 @@ func (t *Table) decodeLock(d *decoder, seq *uint64, queues *[]*queue) error {
 				return d.fail("mode")
 			}
 		}
-		n := &l.nodes[i]
+		n := &nds[i]
 		n.l = l
 		t.enqueue(q, n, m)
 		b += int64(len(q.name))

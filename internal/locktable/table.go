@@ -43,13 +43,13 @@ type lock struct {
 	sprev    *lock // session list
 	snext    *lock
 	seq      uint64 // arrival order: the grants at the end of a hold, deadlines due at once
-	owner    string
-	oprev    *lock // owner list
-	onext    *lock
+	own      *owned // nil or an empty name: no owner
 	aprev    *lock // list of every live request, newest first
 	anext    *lock
-	nodes    []node
-	one      [1]node
+	// The request's nodes, one per resource (a duplicate's stays unqueued):
+	// one for a single resource, *more for more (see nodes).
+	more *[]node
+	one  [1]node
 }
 
 // Table is the lock engine. Create one with New.
@@ -170,14 +170,7 @@ func (t *Table) newLock(k int) *lock {
 	} else {
 		l = &lock{hidx: -1}
 	}
-	switch {
-	case k == 1:
-		l.nodes = l.one[:]
-	case cap(l.nodes) >= k && &l.nodes[:1][0] != &l.one[0]:
-		l.nodes = l.nodes[:k]
-	default:
-		l.nodes = make([]node, k)
-	}
+	l.setNodes(k)
 	var idx uint32
 	if n := len(t.freeIdx); n > 0 {
 		idx = t.freeIdx[n-1]
@@ -209,6 +202,29 @@ func (t *Table) newLock(k int) *lock {
 	return l
 }
 
+// setNodes gives l, a cleared lock, k nodes.
+func (l *lock) setNodes(k int) {
+	if k == 1 {
+		return
+	}
+	if l.more == nil {
+		l.more = new([]node)
+	}
+	if cap(*l.more) >= k {
+		*l.more = (*l.more)[:k]
+	} else {
+		*l.more = make([]node, k)
+	}
+}
+
+// nodes returns l's nodes.
+func (l *lock) nodes() []node {
+	if m := l.more; m != nil && len(*m) > 0 {
+		return *m
+	}
+	return l.one[:]
+}
+
 // lookup returns the live request with this id, or nil.
 func (t *Table) lookup(id ID) *lock {
 	idx := uint32(id[0]) | uint32(id[1])<<8 | uint32(id[2])<<16 | uint32(id[3])<<24
@@ -235,11 +251,16 @@ func (t *Table) freeLock(l *lock) {
 		l.anext.aprev = l.aprev
 	}
 	t.live--
-	nodes := l.nodes
-	clear(nodes)
+	clear(l.nodes())
+	more, own := l.more, l.own
 	*l = lock{hidx: -1}
-	if &nodes[0] != &l.one[0] {
-		l.nodes = nodes[:0]
+	if more != nil {
+		*more = (*more)[:0]
+		l.more = more // its array is kept for the next request of several resources
+	}
+	if own != nil {
+		*own = owned{}
+		l.own = own // kept for the next owned request
 	}
 	if len(t.spare) < maxSpare {
 		t.spare = append(t.spare, l)

@@ -23,11 +23,11 @@ func (t *Table) advance(now int64) int64 {
 		l := d.l
 		if l.state == stateGranted {
 			t.stats.Expired++
-			t.emit(Event{Kind: Expired, ID: l.id, Session: l.sess.id, Owner: l.owner, Token: l.token, Since: l.since(),
+			t.emit(Event{Kind: Expired, ID: l.id, Session: l.sess.id, Owner: l.owner(), Token: l.token, Since: l.since(),
 				Revoked: l.flags&flagRevoked != 0})
 		} else {
 			t.stats.TimedOut++
-			t.emit(Event{Kind: TimedOut, ID: l.id, Session: l.sess.id, Owner: l.owner, Since: l.created})
+			t.emit(Event{Kind: TimedOut, ID: l.id, Session: l.sess.id, Owner: l.owner(), Since: l.created})
 		}
 		t.remove(l)
 	}
