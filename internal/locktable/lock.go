@@ -76,76 +76,17 @@ func (t *Table) Lock(now int64, req *Request) (Grant, error) {
 	if !ok {
 		return Grant{}, ErrUnknownSession
 	}
-	k := len(req.Resources)
-	if k == 0 {
-		return Grant{}, ErrInvalidResource
-	}
-	if k > t.maxRes {
-		return Grant{}, ErrTooManyResources
-	}
-	if req.TTL <= 0 || req.TTL > t.maxTTL {
-		return Grant{}, ErrInvalidTTL
-	}
-	if req.Timeout < 0 || req.Timeout > t.maxTimeout {
-		return Grant{}, ErrInvalidTimeout
-	}
-	if req.Tolerate < 0 {
-		return Grant{}, ErrInvalidTolerate
-	}
-	if !t.checkOwner(req.Owner) {
-		return Grant{}, ErrInvalidOwner
-	}
-	if err := req.checkModes(); err != nil {
+	if err := t.checkRequest(req); err != nil {
 		return Grant{}, err
 	}
-	var mine *lock   // the owner's lock found holding a queue
-	var mineRes int  // index in req.Resources of the first resource mine holds
-	foreign := false // some resource is not held by mine
-	size := int64(len(req.Owner))
-	for i, r := range req.Resources {
-		if err := CheckName(r, t.maxName); err != nil {
-			return Grant{}, err
+	mine, size, err := t.scan(req)
+	if err != nil || mine != nil {
+		if mine != nil {
+			return t.reenter(now, s, mine, req)
 		}
-		size += int64(len(r))
-		q := t.queues[r]
-		if q == nil {
-			foreign = true
-			continue
-		}
-		m := req.modeAt(i)
-		if m.Permits > 0 && q.nshared > 0 && q.of != m.Of {
-			return Grant{}, &ResourceError{Err: ErrPermitsConflict, Resource: r}
-		}
-		if req.Owner != "" && !req.NoReentry {
-			if h := t.heldBy(q, req.Owner); h != nil {
-				if mine != nil && mine != h {
-					return Grant{}, &ResourceError{Err: ErrOwnerConflict, Resource: r}
-				}
-				if mine == nil {
-					mine, mineRes = h, i
-				}
-				continue
-			}
-		}
-		foreign = true
-		if req.Try && (q.gate != nil || !q.fits(m.Permits)) {
-			t.stats.Refused++
-			return Grant{}, &ResourceError{Err: ErrBusy, Resource: r}
-		}
-		if req.Tolerate > 0 && q.tolerateLen() > req.Tolerate {
-			t.stats.Refused++
-			return Grant{}, &ResourceError{Err: ErrTolerate, Resource: r}
-		}
-		if q.n >= t.maxQueue {
-			return Grant{}, ErrQueueFull
-		}
+		return Grant{}, err
 	}
-	if mine != nil && foreign {
-		return Grant{}, &ResourceError{Err: ErrOwnerConflict, Resource: req.Resources[mineRes]}
-	}
-	if mine != nil {
-		return t.reenter(now, s, mine, req)
-	}
+	k := len(req.Resources)
 	if req.Try && t.holding() {
 		t.stats.Refused++
 		return Grant{}, &ResourceError{Err: ErrBusy, Resource: req.Resources[0]}
@@ -158,39 +99,7 @@ func (t *Table) Lock(now int64, req *Request) (Grant, error) {
 			return Grant{}, err
 		}
 	}
-
-	l := t.newLock(k)
-	nds := l.nodes()
-	l.ttl, l.created = req.TTL, now
-	l.setOwner(req.Owner)
-	if req.NoReentry {
-		l.flags = flagNoReentry
-	}
-	b := int64(len(req.Owner))
-	ahead := 0
-	for i, r := range req.Resources {
-		q := t.queues[r]
-		if q == nil {
-			q = t.newQueue(r)
-		} else if q.tail.l == l {
-			continue // duplicate resource
-		}
-		n := &nds[i]
-		n.l = l
-		ahead = max(ahead, q.n)
-		t.enqueue(q, n, req.modeAt(i))
-		b += int64(len(r))
-	}
-	t.entries += int(l.live)
-	t.bytes += b
-	s.bytes += b
-	s.add(l)
-	if l.owner() != "" {
-		t.ownerAdd(l)
-	}
-	t.stats.Requests++
-	t.seq++
-	l.seq = t.seq
+	l, ahead := t.insert(now, s, req)
 	if l.waiting == 0 {
 		if !t.holding() {
 			t.grant(now, l)
@@ -203,6 +112,138 @@ func (t *Table) Lock(now int64, req *Request) (Grant, error) {
 		t.heap.push(deadline{at: l.deadline, l: l})
 	}
 	return Grant{ID: l.id, Ahead: ahead}, nil
+}
+
+// checkRequest validates what req says on its own (its resource names are
+// checked by scan).
+func (t *Table) checkRequest(req *Request) error {
+	switch k := len(req.Resources); {
+	case k == 0:
+		return ErrInvalidResource
+	case k > t.maxRes:
+		return ErrTooManyResources
+	case req.TTL <= 0 || req.TTL > t.maxTTL:
+		return ErrInvalidTTL
+	case req.Timeout < 0 || req.Timeout > t.maxTimeout:
+		return ErrInvalidTimeout
+	case req.Tolerate < 0:
+		return ErrInvalidTolerate
+	case !t.checkOwner(req.Owner):
+		return ErrInvalidOwner
+	}
+	return req.checkModes()
+}
+
+// scan checks req's resources against their queues, in request order, and
+// records the queues found in t.found. It returns the owner's lock if req
+// is a re-entry (every resource held by that one lock of req.Owner), or
+// the error that refuses req, and the name bytes of req (duplicates
+// included).
+func (t *Table) scan(req *Request) (mine *lock, size int64, err error) {
+	mineRes := 0     // index in req.Resources of the first resource mine holds
+	foreign := false // some resource is not held by mine
+	size = int64(len(req.Owner))
+	t.found = t.found[:0]
+	for i, r := range req.Resources {
+		if err := CheckName(r, t.maxName); err != nil {
+			return nil, 0, err
+		}
+		size += int64(len(r))
+		q := t.queues[r]
+		t.found = append(t.found, q)
+		if q == nil {
+			foreign = true
+			continue
+		}
+		m := req.modeAt(i)
+		if m.Permits > 0 && q.nshared > 0 && q.of != m.Of {
+			return nil, 0, &ResourceError{Err: ErrPermitsConflict, Resource: r}
+		}
+		if req.Owner != "" && !req.NoReentry {
+			if h := t.heldBy(q, req.Owner); h != nil {
+				if mine != nil && mine != h {
+					return nil, 0, &ResourceError{Err: ErrOwnerConflict, Resource: r}
+				}
+				if mine == nil {
+					mine, mineRes = h, i
+				}
+				continue
+			}
+		}
+		foreign = true
+		if err := t.admissible(req, q, m); err != nil {
+			return nil, 0, err
+		}
+	}
+	if mine != nil && foreign {
+		return nil, 0, &ResourceError{Err: ErrOwnerConflict, Resource: req.Resources[mineRes]}
+	}
+	return mine, size, nil
+}
+
+// admissible reports whether a new entry of req in mode m may join q:
+// ErrBusy for a try-lock that q would not admit at once, ErrTolerate for a
+// queue longer than req tolerates, ErrQueueFull for a full one.
+func (t *Table) admissible(req *Request, q *queue, m Mode) error {
+	switch {
+	case req.Try && (q.gate != nil || !q.fits(m.Permits)):
+		t.stats.Refused++
+		return &ResourceError{Err: ErrBusy, Resource: q.name}
+	case req.Tolerate > 0 && q.tolerateLen() > req.Tolerate:
+		t.stats.Refused++
+		return &ResourceError{Err: ErrTolerate, Resource: q.name}
+	case q.n >= t.maxQueue:
+		return ErrQueueFull
+	}
+	return nil
+}
+
+// insert makes a lock of req, which scan and the caps accepted, in session
+// s, queues it on its resources (the queues scan found in t.found, or new
+// ones) and returns it with the most entries ahead of it in one queue.
+func (t *Table) insert(now int64, s *session, req *Request) (*lock, int) {
+	l := t.newLock(len(req.Resources))
+	nds := l.nodes()
+	l.ttl, l.created = req.TTL, now
+	l.setOwner(req.Owner)
+	if req.NoReentry {
+		l.flags = flagNoReentry
+	}
+	b := int64(len(req.Owner))
+	ahead := 0
+	for i, r := range req.Resources {
+		q := t.found[i]
+		switch {
+		case q == nil && len(req.Resources) > 1:
+			// A name given twice: its first entry may have made its queue.
+			if q = t.queues[r]; q == nil {
+				q = t.newQueue(r)
+			} else if q.tail.l == l {
+				continue
+			}
+		case q == nil:
+			q = t.newQueue(r)
+		case q.tail.l == l:
+			continue // duplicate resource
+		}
+		n := &nds[i]
+		n.l = l
+		ahead = max(ahead, q.n)
+		t.enqueue(q, n, req.modeAt(i))
+		b += int64(len(r))
+	}
+	clear(t.found)
+	t.entries += int(l.live)
+	t.bytes += b
+	s.bytes += b
+	s.add(l)
+	if l.owner() != "" {
+		t.ownerAdd(l)
+	}
+	t.stats.Requests++
+	t.seq++
+	l.seq = t.seq
+	return l, ahead
 }
 
 // enqueue puts n, a node of a new request, at the tail of q in mode m,

@@ -44,7 +44,7 @@ type lock struct {
 	snext    *lock
 	seq      uint64 // arrival order: the grants at the end of a hold, deadlines due at once
 	own      *owned // nil or an empty name: no owner
-	aprev    *lock // list of every live request, newest first
+	aprev    *lock  // list of every live request, newest first
 	anext    *lock
 	// The request's nodes, one per resource (a duplicate's stays unqueued):
 	// one for a single resource, *more for more (see nodes).
@@ -93,7 +93,8 @@ type Table struct {
 	// grant is taken back, or dropped, by the same call.
 	deferring bool
 	ready     []readyLock
-	cut       []*node // Release's scratch list
+	cut       []*node  // Release's scratch list
+	found     []*queue // Lock's scratch list: the queues of a request's resources, nil for none
 
 	// While grants are held (hold.hidx >= 0: the end of the hold is in the
 	// deadline heap), every request that becomes grantable is put in ready
