@@ -17,7 +17,9 @@ import (
 // queues of Q; with a prefix, counting the matching queues adds a walk of
 // them in the ordered index of names, O(M) for M matches (no lookup per
 // queue). Memory is O(n·maxEntries). The Entries slices of different
-// calls of fn do not overlap, so fn may keep them.
+// calls of fn do not overlap, so fn may keep them. The ordered index is
+// the listings' (see QueuesPage): a call that needs it builds it if there
+// is none.
 func (t *Table) Busiest(prefix string, n, maxEntries int, fn func(QueueInfo) bool) (matched int) {
 	n, maxEntries = max(n, 1), max(maxEntries, 1)
 	top := make(queueHeap, 0, min(n, len(t.queues)))

@@ -168,7 +168,10 @@ func (t *Table) Head(resource string) (LockInfo, bool) {
 // ordered index of queue names and walks on from there, so it costs
 // O(log Q + m + e) time, for Q queues, m queues passed to fn and e entries,
 // and O(m + e) memory, whatever the number of queues; the Entries slices of
-// different calls of fn do not overlap, so fn may keep them.
+// different calls of fn do not overlap, so fn may keep them. The index is
+// built by the first listing, in O(Q log Q), and kept while listings come
+// (see the package's Costs): a listing also moves the queues created since
+// the previous one into it, at most 256 of them.
 func (t *Table) QueuesPage(prefix, after string, maxQueues, maxEntries int, fn func(QueueInfo) bool) (next string) {
 	maxQueues, maxEntries = max(maxQueues, 1), max(maxEntries, 1)
 	// page: the first maxQueues matching queues, and one more if there is.
