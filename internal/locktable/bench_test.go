@@ -268,3 +268,60 @@ func BenchmarkEngineSharedBatch(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkQueuesPageFirst: the first listing of a Table of n held locks,
+// which builds the ordered index of names (O(n log n)); later listings
+// only seek in it (BenchmarkQueuesPage). Each op drops the index first.
+func BenchmarkQueuesPageFirst(b *testing.B) {
+	for _, n := range []int{1_000, 1_000_000} {
+		b.Run(fmt.Sprintf("live=%d", n), func(b *testing.B) {
+			t := benchTable(b)
+			fill(b, t, n)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				t.idx = nameIndex{max: youngMax, slack: dropSlack}
+				got := 0
+				t.QueuesPage("live:", "", 100, 1000, func(QueueInfo) bool { got++; return true })
+				if got != 100 {
+					b.Fatal(got)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkEngineLiveListed is BenchmarkEngineLive while listings come (a
+// page of 100 queues every 1 000 cycles, in the timing): the index of
+// names exists, and each cycle's queue is young, created and freed
+// without touching the tree.
+func BenchmarkEngineLiveListed(b *testing.B) {
+	for _, n := range []int{1_000, 1_000_000} {
+		b.Run(fmt.Sprintf("live=%d", n), func(b *testing.B) {
+			t := benchTable(b)
+			fill(b, t, n)
+			req := Request{Session: "s", TTL: time.Minute, Resources: []string{"bench:0"}}
+			now := int64(1_000_000)
+			t.QueuesPage("live:", "", 100, 1000, func(QueueInfo) bool { return true }) // builds the index
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				now++
+				g, err := t.Lock(now, &req)
+				if err != nil || !g.Granted {
+					b.Fatal(err)
+				}
+				if err := t.Unlock(now, g.ID, "s"); err != nil {
+					b.Fatal(err)
+				}
+				if i%1000 == 999 {
+					t.QueuesPage("live:", "", 100, 1000, func(QueueInfo) bool { return true })
+				}
+			}
+			b.StopTimer()
+			if t.idx.tree == nil {
+				b.Fatal("the index was dropped while listings came")
+			}
+		})
+	}
+}

@@ -17,11 +17,13 @@ import (
 // queues of Q; with a prefix, counting the matching queues adds a walk of
 // them in the ordered index of names, O(M) for M matches (no lookup per
 // queue). Memory is O(n·maxEntries). The Entries slices of different
-// calls of fn do not overlap, so fn may keep them.
+// calls of fn do not overlap, so fn may keep them. The ordered index is
+// the listings' (see QueuesPage): a call that needs it builds it if there
+// is none.
 func (t *Table) Busiest(prefix string, n, maxEntries int, fn func(QueueInfo) bool) (matched int) {
 	n, maxEntries = max(n, 1), max(maxEntries, 1)
 	top := make(queueHeap, 0, min(n, len(t.queues)))
-	for q := t.busy.head; q != nil; q = q.cnext {
+	for _, q := range t.busy {
 		if !strings.HasPrefix(q.name, prefix) {
 			continue
 		}
@@ -39,7 +41,7 @@ func (t *Table) Busiest(prefix string, n, maxEntries int, fn func(QueueInfo) boo
 		matched = len(t.queues)
 	}
 	if need > 0 || prefix != "" {
-		t.names.AscendGreaterOrEqual(keyOf(prefix), func(k nameKey) bool {
+		t.index().AscendGreaterOrEqual(keyOf(prefix), func(k nameKey) bool {
 			if !strings.HasPrefix(k.name, prefix) {
 				return false
 			}

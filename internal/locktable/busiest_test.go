@@ -84,14 +84,19 @@ func TestBusyListMatchesQueues(t *testing.T) {
 				}
 			}
 			got := map[string]bool{}
-			for q := tab.busy.head; q != nil; q = q.cnext {
-				if got[q.name] || (q.cnext != nil && q.cnext.cprev != q) {
-					rt.Fatalf("list broken at %s", q.name)
+			for i, q := range tab.busy {
+				if got[q.name] || int(q.busy) != i+1 {
+					rt.Fatalf("busy list broken at %s (position %d, recorded %d)", q.name, i+1, q.busy)
 				}
 				got[q.name] = true
 			}
-			if len(got) != len(want) || tab.busy.n != len(want) {
-				rt.Fatalf("busy list %v (n %d), want %v", got, tab.busy.n, want)
+			for _, q := range tab.queues {
+				if (q.busy > 0) != (q.n >= 2) {
+					rt.Fatalf("queue %s of %d entries has busy %d", q.name, q.n, q.busy)
+				}
+			}
+			if len(got) != len(want) {
+				rt.Fatalf("busy list %v, want %v", got, want)
 			}
 			for k := range want {
 				if !got[k] {

@@ -160,11 +160,21 @@
 // O(log n) per request it grants; renewals by owner also fold duplicate
 // names pairwise, O(k²) with k <= MaxResources. Finding an owner's lock on
 // a resource held shared costs O(min(holders, the owner's locks · k)).
-// Nothing scans all locks or queues. Besides a hash map, queues are kept in
-// a B-tree ordered by name (O(log Q) per queue created or freed), so that
-// [Table.QueuesPage] seeks its first queue and walks on: O(log Q + page)
-// for Q queues, and its memory is bounded by its limits. [Table.Locks]
-// walks a list of the live requests and costs what it returns.
+// Nothing scans all locks or queues. Besides a hash map, the listings
+// ([Table.QueuesPage], [Table.Busiest]) use an index of the queues ordered
+// by name, a B-tree, which is kept off the hot path: the first listing
+// builds it (O(Q log Q) for Q queues, once); while listings keep coming, a
+// queue created between two of them waits in a small unsorted set (O(1)),
+// which the next listing, or the 256th such queue, moves into the tree, so
+// that a lock taken and released between two listings never touches the
+// tree; and when keeping the index has cost more tree operations since
+// the last listing than a rebuild would, it is dropped until the next
+// listing. A listing then seeks its first queue and walks on: O(log Q +
+// page), plus at most 256 insertions, and its memory is bounded by its
+// limits; amortised, the index costs O(log Q) per queue that lives across
+// a listing, and nothing at all to a Table that is not listed.
+// [Table.Locks] walks a list of the live requests and costs what it
+// returns.
 //
 // # Caveats
 //

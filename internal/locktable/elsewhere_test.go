@@ -678,7 +678,8 @@ func TestQueuesPage(t *testing.T) {
 }
 
 // QueuesPage's memory is bounded by its limits, not by the table: a page of
-// one queue from a 100 000-entry queue among 10 000 queues.
+// one queue from a 100 000-entry queue among 10 000 queues, once the first
+// listing has built the index of names.
 func TestQueuesPageMemoryIsBounded(t *testing.T) {
 	h := newHarness(t, Config{MaxLocksPerSession: -1, MaxQueueLen: -1})
 	for i := range 10_000 {
@@ -687,6 +688,7 @@ func TestQueuesPageMemoryIsBounded(t *testing.T) {
 	for range 100_000 {
 		h.mustLock("s2", "q00000", time.Hour, 0)
 	}
+	h.tab.QueuesPage("", "", 1, 1, func(QueueInfo) bool { return true })
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
@@ -703,7 +705,9 @@ func TestQueuesPageMemoryIsBounded(t *testing.T) {
 
 // A page among 1 000 000 queues costs the page, not the queues: it seeks
 // in the ordered index of names and walks on. It compares O(log Q + page)
-// names, calls fn at most maxQueues times and allocates O(page).
+// names, calls fn at most maxQueues times and allocates O(page). The
+// first listing builds the index, once, in O(Q log Q); queues created and
+// freed between listings cost the next one at most youngMax insertions.
 func TestQueuesPageAmongAMillionQueues(t *testing.T) {
 	const total = 1_000_000
 	qnames := func(from, n int) (out []string) {
@@ -716,11 +720,35 @@ func TestQueuesPageAmongAMillionQueues(t *testing.T) {
 	saved := nameLess
 	nameLess = func(a, b nameKey) bool { cmps++; return saved(a, b) }
 	defer func() { nameLess = saved }()
-	h := newHarness(t, Config{MaxLocksPerSession: -1, MaxSessionBytes: -1})
+	h := newHarness(t, Config{MaxLocksPerSession: -1, MaxSessionBytes: -1, MaxLocks: -1})
 	req := Request{Session: "s1", TTL: time.Hour, Resources: make([]string, 1)}
 	for i := range total {
 		req.Resources[0] = qnames(i, 1)[0]
 		if _, err := h.tab.Lock(h.now, &req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if cmps != 0 {
+		t.Fatalf("taking locks compared %d names: the index is built by the first listing", cmps)
+	}
+	h.tab.QueuesPage("", "", 1, 1, func(QueueInfo) bool { return true })
+	t.Logf("building the index: %d comparisons", cmps)
+	if limit := 4 * total * 20; cmps > limit { // a sort and the ascending insertions: O(Q log Q)
+		t.Fatalf("building the index compared %d names (limit %d)", cmps, limit)
+	}
+	// Between listings: young queues (created after the build, some freed
+	// again) and queues of the tree freed.
+	var young []ID
+	for i := range youngMax - 1 {
+		req.Resources[0] = fmt.Sprintf("q%07d", total+i)
+		g, err := h.tab.Lock(h.now, &req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		young = append(young, g.ID)
+	}
+	for _, id := range young[:youngMax/2] {
+		if err := h.tab.Unlock(h.now, id, "s1"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -736,8 +764,9 @@ func TestQueuesPageAmongAMillionQueues(t *testing.T) {
 		{"q0999", "q0999997", 20, []string{"q0999998", "q0999999"}, ""},
 		{"q05", "q0600000", 20, nil, ""},
 		{"r", "", 20, nil, ""},
+		{"q100", "", 3, qnames(total+youngMax/2, 3), qnames(total+youngMax/2+2, 1)[0]},
 	}
-	for _, tc := range cases {
+	for i, tc := range cases {
 		var got []string
 		var before, after runtime.MemStats
 		runtime.GC()
@@ -754,12 +783,30 @@ func TestQueuesPageAmongAMillionQueues(t *testing.T) {
 			t.Fatalf("QueuesPage(%q, %q, %d) = %v next %q; want %v next %q", tc.prefix, tc.after, tc.maxQueues, got, next, tc.want, tc.next)
 		}
 		// A full scan would compare a million names; a seek compares
-		// about log2(total) = 20, and the walk a few per queue.
-		if limit := 64 + 4*tc.maxQueues; n > limit {
+		// about log2(total) = 20, and the walk a few per queue. The first
+		// listing after the young queues moves them into the tree.
+		limit := 64 + 4*tc.maxQueues
+		if i == 0 {
+			limit += youngMax * 2 * 20
+		}
+		if n > limit {
 			t.Fatalf("QueuesPage(%q, %q, %d) compared %d names (limit %d)", tc.prefix, tc.after, tc.maxQueues, n, limit)
 		}
-		if b := after.TotalAlloc - before.TotalAlloc; b > 16<<10 {
+		if b := after.TotalAlloc - before.TotalAlloc; b > 16<<10 && i > 0 {
 			t.Fatalf("QueuesPage(%q, %q, %d) allocated %d bytes", tc.prefix, tc.after, tc.maxQueues, b)
+		}
+		// Tree deletions between listings cost O(log Q) each, no more.
+		if i == 1 {
+			cmps = 0
+			freed := young[200:] // in the tree since the first case
+			for _, id := range freed {
+				if err := h.tab.Unlock(h.now, id, "s1"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if limit := len(freed) * 2 * 24; cmps > limit {
+				t.Fatalf("freeing %d queues of the tree compared %d names (limit %d)", len(freed), cmps, limit)
+			}
 		}
 	}
 }

@@ -74,14 +74,14 @@ func (q *queue) fits(permits uint32) bool {
 	if permits == 0 || q.head.permits == 0 {
 		return false
 	}
-	return q.of == 0 || q.used+uint64(permits) <= uint64(q.of)
+	return q.of == 0 || uint64(q.used)+uint64(permits) <= uint64(q.of)
 }
 
 // admit admits n, the first entry not admitted yet.
 func (q *queue) admit(n *node) {
 	n.adm = true
 	q.nadm++
-	q.used += uint64(n.permits)
+	q.used += n.permits
 }
 
 // tolerateLen is q's length for Request.Tolerate: its waiting entries, and
@@ -99,9 +99,10 @@ func (q *queue) mode(n *node) Mode {
 
 // holds returns l's node in q, or nil. It costs O(k).
 func (l *lock) nodeIn(q *queue) *node {
-	for i := range l.nodes {
-		if l.nodes[i].q == q {
-			return &l.nodes[i]
+	nds := l.nodes()
+	for i := range nds {
+		if nds[i].q == q {
+			return &nds[i]
 		}
 	}
 	return nil
@@ -114,7 +115,7 @@ func (l *lock) nodeIn(q *queue) *node {
 func (t *Table) ownerOn(q *queue, owner string, fn func(*node) bool) {
 	h := q.head
 	if h.permits == 0 || q.nadm == 1 {
-		if h.l.state == stateGranted && h.l.owner == owner {
+		if h.l.state == stateGranted && h.l.owner() == owner {
 			fn(h)
 		}
 		return
@@ -124,7 +125,7 @@ func (t *Table) ownerOn(q *queue, owner string, fn func(*node) bool) {
 		return
 	}
 	if ol.n < q.nadm {
-		for l := ol.head; l != nil; l = l.onext {
+		for l := ol.head; l != nil; l = l.own.next {
 			if l.state != stateGranted {
 				continue
 			}
@@ -136,7 +137,7 @@ func (t *Table) ownerOn(q *queue, owner string, fn func(*node) bool) {
 	}
 	n := h
 	for range q.nadm {
-		if n.l.state == stateGranted && n.l.owner == owner && !fn(n) {
+		if n.l.state == stateGranted && n.l.owner() == owner && !fn(n) {
 			return
 		}
 		n = n.next

@@ -292,6 +292,9 @@ func (m *model) apply() {
 
 func (m *model) check() {
 	m.apply()
+	if err := checkIndex(m.tab); err != nil {
+		m.t.Fatal(err)
+	}
 	if len(m.moves) != 0 {
 		m.t.Fatalf("moves reported outside a re-entry: %+v", m.moves)
 	}
@@ -548,6 +551,10 @@ func plantedProp(steps int, plant uint8) func(*rapid.T) {
 		}
 		m.tab = tab
 		tab.plant = plant
+		// A small index of names, so that the listings meet every state of
+		// it: built, young queues moved in, dropped and built again.
+		tab.idx.max = rapid.IntRange(1, 4).Draw(rt, "youngMax")
+		tab.idx.slack = rapid.IntRange(0, 6).Draw(rt, "dropSlack")
 		for _, s := range modelSessions {
 			tab.Attach(m.now, s)
 		}

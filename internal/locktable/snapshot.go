@@ -128,7 +128,7 @@ func (t *Table) appendVersion(b []byte, version uint64) ([]byte, error) {
 		seq = l.seq
 		f := t.snapFlags(l)
 		b = append(b, f)
-		b = appendBytes(b, l.owner)
+		b = appendBytes(b, l.owner())
 		b = binary.AppendVarint(b, int64(l.ttl))
 		b = binary.AppendVarint(b, l.created-t.now)
 		b = binary.AppendVarint(b, l.deadline-t.now)
@@ -137,8 +137,9 @@ func (t *Table) appendVersion(b []byte, version uint64) ([]byte, error) {
 			b = binary.AppendVarint(b, l.granted-t.now)
 		}
 		b = binary.AppendUvarint(b, uint64(l.live))
-		for i := range l.nodes {
-			n := &l.nodes[i]
+		nds := l.nodes()
+		for i := range nds {
+			n := &nds[i]
 			q := n.q
 			switch {
 			case q == nil:
@@ -164,6 +165,12 @@ func (t *Table) appendVersion(b []byte, version uint64) ([]byte, error) {
 		}
 	}
 
+	return t.appendSessions(b), nil
+}
+
+// appendSessions appends the sessions, in id order, each with its state
+// and the slots of its locks.
+func (t *Table) appendSessions(b []byte) []byte {
 	ids := make([]string, 0, len(t.sessions))
 	for id := range t.sessions {
 		ids = append(ids, id)
@@ -185,7 +192,7 @@ func (t *Table) appendVersion(b []byte, version uint64) ([]byte, error) {
 			b = binary.AppendUvarint(b, uint64(slotOf(l.id)))
 		}
 	}
-	return b, nil
+	return b
 }
 
 // counters returns the counters of Stats that a snapshot keeps, in its
@@ -213,8 +220,9 @@ func (t *Table) snapFlags(l *lock) uint8 {
 	if l.hidx >= 0 {
 		f |= snapTimer
 	}
-	for i := range l.nodes {
-		if l.nodes[i].q != nil && l.nodes[i].permits != 0 {
+	nds := l.nodes()
+	for i := range nds {
+		if nds[i].q != nil && nds[i].permits != 0 {
 			f |= snapModes
 			break
 		}
@@ -290,6 +298,42 @@ func (t *Table) decode(d *decoder) error {
 		return fmt.Errorf("%w: generator or token counter", ErrCorruptSnapshot)
 	}
 
+	if err := t.decodeLocks(d); err != nil {
+		return err
+	}
+	if err := t.decodeSessions(d); err != nil {
+		return err
+	}
+	if d.err != nil {
+		return d.err
+	}
+	if len(d.b) != 0 {
+		return d.fail("trailing bytes")
+	}
+	for l := t.all; l != nil; l = l.anext {
+		if l.sess == nil {
+			return d.fail("lock without a session")
+		}
+	}
+	if d.hold {
+		t.heap = append(t.heap, deadline{at: t.holdUntil, s: &t.hold})
+	}
+	t.heap.init()
+	if t.holding() {
+		// Every waiting request at the head of all its queues, in arrival
+		// order (t.all is newest first).
+		for l := t.all; l != nil; l = l.anext {
+			if l.state == stateWaiting && l.waiting == 0 {
+				t.ready = append(t.ready, readyLock{l: l, id: l.id})
+			}
+		}
+		slices.Reverse(t.ready)
+	}
+	return nil
+}
+
+// decodeLocks decodes the slots and the locks of a snapshot.
+func (t *Table) decodeLocks(d *decoder) error {
 	// Slots: each is free or holds one lock; free marks the free ones
 	// until the locks are in.
 	var free lock
@@ -325,6 +369,12 @@ func (t *Table) decode(d *decoder) error {
 		}
 	}
 
+	return nil
+}
+
+// decodeSessions decodes the sessions of a snapshot and puts their locks
+// in them.
+func (t *Table) decodeSessions(d *decoder) error {
 	nsess := d.count("sessions")
 	prev := ""
 	for i := range nsess {
@@ -363,31 +413,6 @@ func (t *Table) decode(d *decoder) error {
 			s.bytes += b
 		}
 		t.sessions[id] = s
-	}
-	if d.err != nil {
-		return d.err
-	}
-	if len(d.b) != 0 {
-		return d.fail("trailing bytes")
-	}
-	for l := t.all; l != nil; l = l.anext {
-		if l.sess == nil {
-			return d.fail("lock without a session")
-		}
-	}
-	if d.hold {
-		t.heap = append(t.heap, deadline{at: t.holdUntil, s: &t.hold})
-	}
-	t.heap.init()
-	if t.holding() {
-		// Every waiting request at the head of all its queues, in arrival
-		// order (t.all is newest first).
-		for l := t.all; l != nil; l = l.anext {
-			if l.state == stateWaiting && l.waiting == 0 {
-				t.ready = append(t.ready, readyLock{l: l, id: l.id})
-			}
-		}
-		slices.Reverse(t.ready)
 	}
 	return nil
 }
@@ -429,13 +454,10 @@ func (t *Table) decodeLock(d *decoder, seq *uint64, queues *[]*queue) error {
 	*seq += delta
 
 	// As newLock, but in the given slot under the given id.
-	l := &lock{id: id, hidx: -1, seq: *seq, owner: owner, token: token, ttl: time.Duration(ttl),
+	l := &lock{id: id, hidx: -1, seq: *seq, token: token, ttl: time.Duration(ttl),
 		created: created, granted: grantedAt, deadline: dl}
-	if nres == 1 {
-		l.nodes = l.one[:]
-	} else {
-		l.nodes = make([]node, nres)
-	}
+	l.setOwner(owner)
+	l.setNodes(nres)
 	t.slots[idx] = l
 	l.anext = t.all
 	if t.all != nil {
@@ -456,47 +478,11 @@ func (t *Table) decodeLock(d *decoder, seq *uint64, queues *[]*queue) error {
 	if f&snapRevoked != 0 {
 		l.flags |= flagRevoked
 	}
-	b := int64(len(owner))
-	shared := false // some resource is not exclusive
-	for i := range l.nodes {
-		var q *queue
-		if ref := d.uvarint("resource"); ref == 0 {
-			name := d.string("resource")
-			if d.err != nil || CheckName(name, 0) != nil {
-				return d.fail("resource")
-			}
-			nq := len(t.queues)
-			if q = t.newQueue(name); len(t.queues) == nq {
-				return d.fail("resource in two queues")
-			}
-			*queues = append(*queues, q)
-		} else {
-			if d.err != nil || ref > uint64(len(*queues)) {
-				return d.fail("resource")
-			}
-			q = (*queues)[ref-1]
-			if q.tail.l == l {
-				return d.fail("resource named twice")
-			}
-		}
-		var m Mode
-		if f&snapModes != 0 {
-			p, of := d.uvarint("mode"), d.uvarint("mode")
-			m = Mode{Permits: uint32(p), Of: uint32(of)}
-			if d.err != nil || p > MaxPermits || of > MaxPermits || !m.Valid() ||
-				m.Permits > 0 && q.nshared > 0 && q.of != m.Of {
-				return d.fail("mode")
-			}
-		}
-		n := &l.nodes[i]
-		n.l = l
-		t.enqueue(q, n, m)
-		b += int64(len(q.name))
-		shared = shared || m.Permits > 0
+	b, err := t.decodeNodes(d, l, f&snapModes != 0, queues)
+	if err != nil {
+		return err
 	}
-	if f&snapModes != 0 && !shared {
-		return d.fail("modes of an exclusive lock") // one encoding per snapshot
-	}
+	b += int64(len(owner))
 	t.entries += int(l.live)
 	t.bytes += b
 	if owner != "" {
@@ -512,6 +498,55 @@ func (t *Table) decodeLock(d *decoder, seq *uint64, queues *[]*queue) error {
 		t.heap = append(t.heap, deadline{at: dl, l: l})
 	}
 	return nil
+}
+
+// decodeNodes decodes the resources of l (and their modes if modes is
+// set), queues l on them and returns their name bytes. queues are the
+// queues decoded so far, by number.
+func (t *Table) decodeNodes(d *decoder, l *lock, modes bool, queues *[]*queue) (int64, error) {
+	b := int64(0)
+	shared := false // some resource is not exclusive
+	nds := l.nodes()
+	for i := range nds {
+		var q *queue
+		if ref := d.uvarint("resource"); ref == 0 {
+			name := d.string("resource")
+			if d.err != nil || CheckName(name, 0) != nil {
+				return 0, d.fail("resource")
+			}
+			nq := len(t.queues)
+			if q = t.newQueue(name); len(t.queues) == nq {
+				return 0, d.fail("resource in two queues")
+			}
+			*queues = append(*queues, q)
+		} else {
+			if d.err != nil || ref > uint64(len(*queues)) {
+				return 0, d.fail("resource")
+			}
+			q = (*queues)[ref-1]
+			if q.tail.l == l {
+				return 0, d.fail("resource named twice")
+			}
+		}
+		var m Mode
+		if modes {
+			p, of := d.uvarint("mode"), d.uvarint("mode")
+			m = Mode{Permits: uint32(p), Of: uint32(of)}
+			if d.err != nil || p > MaxPermits || of > MaxPermits || !m.Valid() ||
+				m.Permits > 0 && q.nshared > 0 && q.of != m.Of {
+				return 0, d.fail("mode")
+			}
+		}
+		n := &nds[i]
+		n.l = l
+		t.enqueue(q, n, m)
+		b += int64(len(q.name))
+		shared = shared || m.Permits > 0
+	}
+	if modes && !shared {
+		return 0, d.fail("modes of an exclusive lock") // one encoding per snapshot
+	}
+	return b, nil
 }
 
 // decoder reads a snapshot. Its first error sticks: later reads return

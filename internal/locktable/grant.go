@@ -1,0 +1,53 @@
+package locktable
+
+import (
+	"slices"
+)
+
+// readyLock is a request that became grantable while grants were deferred.
+// id tells whether l is still the same live request when the grants run.
+type readyLock struct {
+	l  *lock
+	id ID
+}
+
+// flushGrants ends deferring and grants, in the order they became
+// grantable, the deferred requests that are still live and waiting. While
+// grants are held it leaves them in ready for endHold.
+func (t *Table) flushGrants() {
+	t.deferring = false
+	if t.holding() {
+		return
+	}
+	for i, r := range t.ready {
+		t.ready[i] = readyLock{}
+		if r.grantable(t) {
+			t.grantEmit(r.l)
+		}
+	}
+	t.ready = t.ready[:0]
+}
+
+// grantable reports whether r is still the same live request, waiting, at
+// the head of all its queues.
+func (r *readyLock) grantable(t *Table) bool {
+	l := r.l
+	return t.lookup(r.id) == l && l.state == stateWaiting && l.waiting == 0
+}
+
+// addReady puts l, which just became grantable, in ready. While grants are
+// held, ready can collect many requests that went away since; it is
+// compacted when it outgrows the live requests, so its size stays O(n) and
+// the cost amortised O(1).
+func (t *Table) addReady(l *lock) {
+	if len(t.ready) >= 2*t.live+64 {
+		t.ready = slices.DeleteFunc(t.ready, func(r readyLock) bool { return !r.grantable(t) })
+	}
+	t.ready = append(t.ready, readyLock{l: l, id: l.id})
+}
+
+// grantEmit grants the waiting request l at t.now and reports it.
+func (t *Table) grantEmit(l *lock) {
+	t.grant(t.now, l)
+	t.emit(Event{Kind: Granted, ID: l.id, Session: l.sess.id, Owner: l.owner(), Token: l.token, ExpiresAt: l.deadline, Since: l.created})
+}

@@ -1,0 +1,62 @@
+package locktable
+
+import (
+	"cmp"
+	"slices"
+)
+
+// HoldGrants holds every grant until until (ns): from now on nothing is
+// granted before that time. Requests are still accepted and queued as
+// usual; Tolerate, queue limits, wait timeouts, expiries, Extend, Renew,
+// re-entry (an owner renewing a lock it already holds), Unlock, Release and
+// sessions all work as usual, but a request that would be granted waits
+// instead, and a try-lock (Request.Try) is refused with ErrBusy (naming its
+// first resource, or the first busy one). The end of the hold is a deadline
+// like the others (NextDeadline reports it): at until, the first call that
+// processes deadlines grants, in arrival order and with a Granted event
+// each, every request that is then at the head of all its queues; that
+// costs O(m log m) for m such requests. HoldGrants itself costs O(log n).
+//
+// A hold only ever grows: an until earlier than the hold in force, or not
+// after now, changes nothing. A server that starts after a crash holds
+// grants for its session grace period, so that no holder of the previous
+// run can still believe it holds a lock when something is granted again.
+func (t *Table) HoldGrants(now, until int64) {
+	now = t.advance(now)
+	if until <= now || until <= t.holdUntil && t.holding() {
+		return
+	}
+	t.holdUntil = until
+	if t.holding() {
+		t.heap[t.hold.hidx].at = until
+		t.heap.fix(int(t.hold.hidx))
+		return
+	}
+	t.heap.push(deadline{at: until, s: &t.hold})
+}
+
+// HoldUntil returns the end (ns) of the hold on grants in force, or 0 if
+// grants are not held.
+func (t *Table) HoldUntil() int64 {
+	if t.holding() {
+		return t.holdUntil
+	}
+	return 0
+}
+
+// holding reports whether grants are held.
+func (t *Table) holding() bool { return t.hold.hidx >= 0 }
+
+// endHold ends the hold on grants, whose deadline has just been removed from
+// the heap, and grants in arrival order every request that became
+// grantable during it and still is.
+func (t *Table) endHold() {
+	t.holdUntil = 0
+	rs := slices.DeleteFunc(t.ready, func(r readyLock) bool { return !r.grantable(t) })
+	slices.SortFunc(rs, func(a, b readyLock) int { return cmp.Compare(a.l.seq, b.l.seq) })
+	for i, r := range rs {
+		rs[i] = readyLock{}
+		t.grantEmit(r.l)
+	}
+	t.ready = rs[:0]
+}

@@ -1,0 +1,42 @@
+package locktable
+
+import (
+	"strings"
+)
+
+// CheckName is the rule for resource names: not empty, no space, no '|', and
+// at most maxLen bytes (no length limit if maxLen <= 0). It returns
+// ErrInvalidResource, unwrapped, for a name that breaks the rule, and nil
+// otherwise. It does not allocate.
+func CheckName(name string, maxLen int) error {
+	if name == "" || (maxLen > 0 && len(name) > maxLen) ||
+		strings.IndexByte(name, ' ') >= 0 || strings.IndexByte(name, '|') >= 0 {
+		return ErrInvalidResource
+	}
+	return nil
+}
+
+// checkOwner reports whether owner is a valid owner name (the empty owner
+// included).
+func (t *Table) checkOwner(owner string) bool {
+	return len(owner) <= t.maxName && strings.IndexByte(owner, ' ') < 0
+}
+
+// distinct returns the number of distinct names in res. It costs O(k²),
+// k <= MaxResources, and does not allocate.
+func distinct(res []string) int {
+	n := 0
+	for i, r := range res {
+		dup := false
+		for _, p := range res[:i] {
+			if p == r {
+				dup = true
+				break
+			}
+		}
+		if !dup {
+			n++
+		}
+	}
+	return n
+}
