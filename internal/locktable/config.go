@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"fmt"
 	"time"
+
+	"github.com/mlock-dev/mlock/internal/protocol"
 )
 
 // Defaults for the zero fields of Config.
@@ -13,8 +15,8 @@ const (
 	DefaultMaxLocksPerSession = 100_000
 	DefaultMaxQueueLen        = 100_000
 	DefaultSessionGrace       = 15 * time.Second
-	DefaultMaxTTL             = 24 * time.Hour
-	DefaultMaxTimeout         = 24 * time.Hour
+	DefaultMaxTTL             = protocol.DefaultMaxTTL
+	DefaultMaxTimeout         = protocol.DefaultMaxTTL
 	DefaultMaxLocks           = 1_000_000
 	DefaultMaxEntries         = 4_000_000
 	DefaultMaxNameBytes       = 256 << 20

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -496,17 +497,13 @@ func TestModel(t *testing.T) {
 
 // modelLongRuns and modelLongSteps size TestModelLong: modelLongRuns runs of
 // rapid.Check, each of -rapid.checks histories (100 by default, a fifth with
-// -short) of exactly modelLongSteps actions. With the defaults that is 2 400
-// histories of 1 000 actions, about 25 s of CPU with -race.
-const (
-	modelLongRuns  = 24
-	modelLongSteps = 1000
-)
+// -short) of exactly modelLongSteps actions: 6 runs (600 histories of 1 000
+// actions) with the test suite, 24 with MLOCK_MODEL_LONG=1, which CI runs
+// without the race detector after the suite (.ci/run).
+var modelLongRuns = map[bool]int{false: 6, true: 24}[os.Getenv("MLOCK_MODEL_LONG") != ""]
 
-// TestModelLong runs long histories, in parallel runs that each start from
-// their own random seed (or all from -rapid.seed). Long histories are what
-// found the two bugs of TestReleaseDoesNotTakeBackWhatItGranted and
-// TestDropSessionGrantsNothingToItself, the explicit regression cases.
+const modelLongSteps = 1000
+
 func TestModelLong(t *testing.T) {
 	for i := range modelLongRuns {
 		t.Run(fmt.Sprint("run", i), func(t *testing.T) {

@@ -2,15 +2,16 @@ package locktable
 
 import (
 	"strings"
+
+	"github.com/mlock-dev/mlock/internal/protocol"
 )
 
-// CheckName is the rule for resource names: not empty, no space, no '|', and
+// CheckName applies the one rule for resource names (protocol.ValidName): not empty, no space, no '|', and
 // at most maxLen bytes (no length limit if maxLen <= 0). It returns
 // ErrInvalidResource, unwrapped, for a name that breaks the rule, and nil
 // otherwise. It does not allocate.
 func CheckName(name string, maxLen int) error {
-	if name == "" || (maxLen > 0 && len(name) > maxLen) ||
-		strings.IndexByte(name, ' ') >= 0 || strings.IndexByte(name, '|') >= 0 {
+	if !protocol.ValidName(name, maxLen) {
 		return ErrInvalidResource
 	}
 	return nil
