@@ -1,0 +1,543 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	"github.com/mlock-dev/mlock/internal/auth"
+	"github.com/mlock-dev/mlock/internal/cluster"
+	"github.com/mlock-dev/mlock/internal/core"
+	"github.com/mlock-dev/mlock/internal/protocol"
+)
+
+// pipeline is a connection's commands in cluster mode, in arrival order:
+// the reader decides each frame (and queues it); one goroutine proposes the
+// replicated ones (all that are queued, in one log command) and writes the
+// local answers in between, once every earlier log command is answered, so
+// answers keep the order of the requests. On the leader a log command is
+// queued behind the connection's earlier ones without waiting for them (at
+// most maxInflight on their way); elsewhere it is forwarded once the
+// previous one is answered.
+type pipeline struct {
+	mu     sync.Mutex
+	items  []item // guarded by mu
+	closed bool   // guarded by mu: the reader ended
+	wake   chan struct{}
+	// applied (cap 1) is poked when this node's apply writes an answer to
+	// one of the connection's proposals (conn.answered moves).
+	applied chan struct{}
+	done    chan struct{} // closed when the pipeline goroutine ends
+	seq     uint64        // pipeline goroutine only: the last proposal
+	// attached: an attach of this connection was applied (its detach is
+	// due when it ends). Pipeline goroutine, then cleanup.
+	attached bool
+}
+
+// item is one decided request.
+type item struct {
+	frame  []byte // a replicated request (a copy of its payload)
+	local  []byte // else: frames to write (already answered here)
+	end    bool   // the connection ends after local
+	attach *logCmd
+	bye    bool
+	change *clusterChange // a membership change, run by the pipeline in its turn
+}
+
+func newPipeline() *pipeline {
+	return &pipeline{wake: make(chan struct{}, 1), applied: make(chan struct{}, 1), done: make(chan struct{})}
+}
+
+func (p *pipeline) push(items []item) {
+	p.mu.Lock()
+	p.items = append(p.items, items...)
+	p.mu.Unlock()
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (p *pipeline) close() {
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// maxGroupBytes bounds the frames of one proposal.
+const maxGroupBytes = 256 << 10
+
+// maxInflight bounds a connection's proposals on their way at once on the
+// leader (pipelining: the next is queued while the earlier ones commit).
+const maxInflight = 8
+
+// flight is one of a connection's proposals queued on the leader.
+type flight struct {
+	cmd []byte // the DedupCommand, to propose again after a failure
+	pr  *cluster.Proposal
+}
+
+// pipeLoop is the pipeline goroutine of c.
+func (c *conn) pipeLoop() {
+	s := c.srv
+	p := c.pipe
+	defer s.wg.Done()
+	defer close(p.done)
+	ctx, cancel := context.WithCancel(s.cl.ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-c.done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	var group [][]byte
+	size := 0
+	// fl: proposals queued on this node's leadership and not yet answered,
+	// oldest first (they are answered in order: raft commits a prefix).
+	var fl []flight
+	// settle waits for the oldest in-flight proposals until at most keep
+	// remain. After a failure (not applied, or outcome unknown: leadership
+	// lost) it waits for every later one, then proposes the failed one and
+	// every later one again, in order, each once applied (those already
+	// applied are answered by the de-duplication window). False: the
+	// connection ends.
+	settle := func(keep int) bool {
+		for len(fl) > keep {
+			res, err := fl[0].pr.Wait(ctx)
+			if err == nil {
+				fl = fl[1:]
+				if !c.goesOn(res) {
+					return false
+				}
+				continue
+			}
+			if ctx.Err() != nil || errors.Is(err, cluster.ErrClosed) {
+				return false
+			}
+			again := fl
+			fl = nil
+			for _, f := range again[1:] {
+				_, _ = f.pr.Wait(ctx)
+			}
+			for _, f := range again {
+				res, err := s.replicate(ctx, f.cmd)
+				if err != nil || !c.goesOn(res) {
+					return false
+				}
+			}
+		}
+		return true
+	}
+	// applied waits until this node has applied the connection's last
+	// proposal, which writes its answer: the leader answers a follower's
+	// forwarded command before the follower applies it, and an answer
+	// written here (status, locks, a refusal, bye, a membership change)
+	// must not overtake it. On the leader it is so already. False: the
+	// connection ends (its proposal found the session gone, or a snapshot
+	// replaced the entries: the connection was closed).
+	applied := func() bool {
+		for {
+			done := false
+			s.batch(func(*core.Tx) { done = c.answered >= p.seq })
+			if done {
+				return true
+			}
+			select {
+			case <-p.applied:
+			case <-ctx.Done():
+				return false
+			}
+		}
+	}
+	flush := func() bool {
+		if len(group) == 0 {
+			return true
+		}
+		p.seq++
+		body := appendLogCmd(nil, &logCmd{op: opFrames, node: s.cl.id, conn: c.key, seq: p.seq, session: c.sid, frames: group})
+		group, size = nil, 0
+		cmd := c.dedupCmd(p.seq, body)
+		// On the leader: queued behind the earlier ones of the same
+		// leadership, without waiting for them.
+		var after *cluster.Proposal
+		if len(fl) > 0 {
+			after = fl[len(fl)-1].pr
+		}
+		if pr, err := s.cl.node.ProposeAsync(ctx, cmd, after); err == nil {
+			fl = append(fl, flight{cmd: cmd, pr: pr})
+			return settle(maxInflight)
+		}
+		// Elsewhere (a follower forwards; no ready leader): after
+		// everything on its way, one at a time.
+		if !settle(0) {
+			return false
+		}
+		res, err := s.replicate(ctx, cmd)
+		if err != nil {
+			return false
+		}
+		return c.goesOn(res)
+	}
+	for {
+		p.mu.Lock()
+		items, closed := p.items, p.closed
+		p.items = nil
+		p.mu.Unlock()
+		if len(items) == 0 {
+			if closed {
+				return
+			}
+			// Idle: the oldest proposal on its way is still checked as
+			// soon as it is answered, so a failed one is proposed again
+			// without waiting for the client's next request.
+			var oldest <-chan struct{}
+			if len(fl) > 0 {
+				oldest = fl[0].pr.Done()
+			}
+			select {
+			case <-p.wake:
+			case <-oldest:
+				if !settle(len(fl) - 1) {
+					return
+				}
+			case <-ctx.Done():
+				return
+			}
+			continue
+		}
+		for _, it := range items {
+			if it.frame != nil {
+				group = append(group, it.frame)
+				size += len(it.frame)
+				if size < maxGroupBytes {
+					continue
+				}
+			}
+			if !flush() {
+				return
+			}
+			if it.frame == nil && !settle(0) {
+				return // what follows is answered here, after every earlier answer
+			}
+			if it.frame == nil && it.attach == nil && !applied() {
+				return // ... and after this node's apply wrote them
+			}
+			switch {
+			case it.attach != nil:
+				p.seq++
+				it.attach.seq = p.seq
+				// Not cut short by the connection's end: whether the
+				// session was attached here must be known, or its detach
+				// (clusterCleanup) would be skipped and the session stay
+				// attached to a dead connection, its grace never starting.
+				res, err := s.replicate(s.cl.ctx, c.dedupCmd(p.seq, appendLogCmd(nil, it.attach)))
+				if err != nil {
+					return
+				}
+				if len(res) > 0 && res[0]&ansAttached != 0 {
+					p.attached = true
+				}
+				if !c.goesOn(res) {
+					return
+				}
+			case it.change != nil:
+				ans := s.changeMembers(ctx, it.change)
+				s.batch(func(*core.Tx) { c.write(ans) })
+			case it.bye:
+				s.batch(func(*core.Tx) { c.bye() })
+				return
+			case it.local != nil || it.end:
+				end := it.end
+				s.batch(func(*core.Tx) {
+					c.write(it.local)
+					if end {
+						c.finish()
+					}
+				})
+				if end {
+					return
+				}
+			}
+		}
+		if !flush() {
+			return
+		}
+	}
+}
+
+// goesOn reports, from the result res of a proposal the leader applied,
+// whether the connection goes on. It writes nothing: the answer (and the
+// pushes of the entries before it) are written by this node's own apply of
+// the entry, in log order. Writing the leader's result at once would let an
+// answer overtake a grant pushed by an earlier entry this node has not
+// applied yet, and a client counts a grant's lease from the send time of
+// the last request answered before it (see the root package's safety rule).
+func (c *conn) goesOn(res []byte) bool {
+	return len(res) == 0 || res[0]&ansEnd == 0
+}
+
+// decideFrames is handleFrames in cluster mode: every complete frame is
+// decided (parsed, checked against this node's rights) and queued on the
+// pipeline in one local batch.
+func (c *conn) decideFrames(buf []byte, fields [][]byte) ([]byte, [][]byte, bool) {
+	s := c.srv
+	if c.forward {
+		return c.forwardFrames(buf)
+	}
+	off := 0
+	stop := false
+	var items []item
+	s.batch(func(tx *core.Tx) {
+		for !stop {
+			payload, n, want, err := protocol.Next(buf[off:], c.maxFrame())
+			if err != nil {
+				items = append(items, item{local: protocol.AppendError(nil, c.badFrame(err)), end: true})
+				stop = true
+				break
+			}
+			if n == 0 {
+				if want > cap(buf) {
+					nb := make([]byte, len(buf)-off, want)
+					copy(nb, buf[off:])
+					buf, off = nb, 0
+				}
+				break
+			}
+			fields = protocol.Split(fields[:0], payload)
+			s.framesIn.Add(1)
+			var it item
+			it, stop = c.observeDecide(tx, fields, payload)
+			items = append(items, it)
+			off += n
+			if c.forward {
+				stop = false
+				break
+			}
+		}
+	})
+	if len(items) > 0 {
+		c.pipe.push(items)
+	}
+	rest := copy(buf, buf[off:])
+	buf = buf[:rest]
+	if c.forward && !stop {
+		return c.forwardFrames(buf)
+	}
+	return buf, fields, stop
+}
+
+// decide handles one frame on the connection's node: what needs only this
+// node (the connect's credentials, rights, ping, status, listings) is
+// answered here, in order; the rest is queued for the log.
+func (c *conn) decide(tx *core.Tx, f [][]byte, payload []byte) (item, bool) {
+	s := c.srv
+	verb, _ := protocol.ParseVerb(f[0])
+	var buf []byte
+	c.capture, c.ended = &buf, false
+	defer func() { c.capture = nil }()
+	local := func() (item, bool) {
+		return item{local: buf, end: c.ended}, c.ended
+	}
+	if c.p == nil {
+		if c.evicted {
+			return item{end: true}, true // evicted before its handshake: told, and closing
+		}
+		if string(f[0]) == "forward" && len(f) >= 2 {
+			return c.acceptForward(f[1])
+		}
+		if verb != protocol.VerbConnect {
+			c.sendError(protocol.CodeConnectFirst)
+			return local()
+		}
+		switch {
+		case len(f) < 2 || len(f[1]) == 0:
+			c.sendError(protocol.CodeSocketIDRequired)
+		case len(f) < 3 || len(f[2]) == 0:
+			c.sendError(protocol.CodeAPIVersionRequired)
+		case len(f[1]) > s.cfg.MaxSocketIDLen:
+			c.sendError(protocol.CodeSocketIDTooLong)
+		case bytes0(f[1]):
+			c.sendError(protocol.CodeInvalidSocketID)
+		case s.closing:
+			c.sendError(protocol.CodeShuttingDown)
+		case s.cl.removed.Load():
+			c.finish() // not a member: its client goes to another node (see watchRemoved)
+		}
+		if c.ended {
+			return local()
+		}
+		cred, hasCred := authField(f[3:])
+		p, code := s.principalFor(c, cred, hasCred)
+		if p == nil {
+			s.counters.authFailed++
+			s.logRefusal(tx.Now(), "connect refused: "+code.Text(), "remote", c.remote, "tls", s.tlsConf != nil)
+			c.park = s.crowdedLocked(c) // limits.go: the tarpit
+			s.leavePreLocked(c)         // done with its handshake: its slot is free now
+			c.sendError(code)
+			return local()
+		}
+		sid := scope(p, string(f[1]))
+		old := s.sessions[sid]
+		if !s.connQuotaLocked(tx, c, p, old == nil, old != nil && old.c != nil && old.c.counted == p.Name) {
+			return local()
+		}
+		c.p, c.sid = p, sid
+		s.leavePreLocked(c)
+		c.authed = true
+		c.wantLeader = hasField(f[3:], "want=leader")
+		return item{attach: &logCmd{op: opAttach, node: s.cl.id, conn: c.key, session: c.sid, principal: p.Name}}, false
+	}
+	var req []byte
+	if len(f) > 1 {
+		req = f[1]
+	}
+	p := c.p
+	if c.sess != nil && c.sess.c == c {
+		p = c.sess.p // the rights in force (the auth file may have been reloaded)
+	}
+	switch verb {
+	case protocol.VerbPing:
+		// Through the log: the answer then comes after the pushes of every
+		// entry committed before the ping was sent, and proves the session
+		// attached in the replicated state. A client counts a pong as a
+		// lower bound of when its session was last alive and of when later
+		// grants were made; a pong from this node's own state could be
+		// answered by a node that lags, or that a partition cut off while
+		// the leader already detached the session.
+		return item{frame: append([]byte(nil), payload...)}, false
+	case protocol.VerbStatus:
+		if p.Admin && !s.allowListing(tx, p.Name) {
+			c.failed(req, protocol.CodeRateLimited)
+		} else {
+			c.ok(req, s.statusJSON(tx, p.Admin))
+		}
+	case protocol.VerbLocks:
+		sess := c.sess
+		c.sess = &session{p: p}
+		c.locks(tx, req, f)
+		c.sess = sess
+	case protocol.VerbBye:
+		return item{bye: true}, true
+	case protocol.VerbConnect:
+		c.sendError(protocol.CodeDuplicateConnect)
+	case protocol.VerbEvict:
+		if !p.Admin {
+			s.counters.forbidden++
+			c.failed(req, protocol.CodeForbidden)
+			break
+		}
+		return item{frame: append([]byte(nil), payload...)}, false
+	case protocol.VerbCluster:
+		if !p.Admin {
+			s.counters.forbidden++
+			c.failed(req, protocol.CodeForbidden)
+			break
+		}
+		ch, ok := parseClusterChange(f)
+		if !ok {
+			c.failed(req, protocol.CodeMissingArguments)
+			break
+		}
+		ch.req, ch.by = string(req), p.Name
+		return item{change: ch}, false
+	case protocol.VerbLock, protocol.VerbTryLock:
+		if len(f) >= 3 && !p.Admin {
+			for _, r := range s.splitResources(string(f[2])) {
+				if !p.May(r) {
+					s.counters.forbidden++
+					buf = protocol.AppendFailed(buf, req, protocol.CodeForbidden, r)
+					return local()
+				}
+			}
+		}
+		if !s.lockQuotaLocked(tx, p) {
+			// Against the replicated state this node has applied: requests
+			// of the principal on their way through the log are not in it
+			// yet (see docs/security.md).
+			s.counters.quotaRefused++
+			c.failed(req, protocol.CodeQuotaLocks)
+			return local()
+		}
+		return item{frame: append([]byte(nil), payload...)}, false
+	case protocol.VerbExtend, protocol.VerbRenew:
+		// The rights in force on this node now, as on a single node: a
+		// reload may have taken the lock's resources away from the
+		// principal. Giving a lock up (unlock, release) stays allowed.
+		if !p.Admin {
+			if r, ok := c.revoked(tx, p, verb, f); ok {
+				s.counters.forbidden++
+				buf = protocol.AppendFailed(buf, req, protocol.CodeForbidden, r)
+				return local()
+			}
+		}
+		return item{frame: append([]byte(nil), payload...)}, false
+	case protocol.VerbUnlock, protocol.VerbRelease, protocol.VerbReleaseAll, protocol.VerbReleaseIn, protocol.VerbReleaseAllIn:
+		return item{frame: append([]byte(nil), payload...)}, false
+	default:
+		c.failed(req, protocol.CodeInvalidMessage)
+	}
+	return local()
+}
+
+// revoked returns the first resource of an extend's lock (f[2], known to
+// this node and p's own: another's is answered lock not exist! by the
+// apply) or of a renew (f[3]) that p may no longer lock.
+func (c *conn) revoked(tx *core.Tx, p *auth.Principal, verb protocol.Verb, f [][]byte) (string, bool) {
+	var resources []string
+	switch {
+	case verb == protocol.VerbRenew && len(f) >= 4:
+		resources = c.srv.splitResources(string(f[3]))
+	case verb == protocol.VerbExtend && len(f) >= 3:
+		id, ok := core.ParseID(f[2])
+		if !ok {
+			return "", false
+		}
+		li, found := tx.Lookup(id)
+		if !found {
+			return "", false
+		}
+		if owner, _ := unscope(li.Session); owner != p.Name {
+			return "", false
+		}
+		resources = li.Resources
+	}
+	for _, r := range resources {
+		if !p.May(r) {
+			return r, true
+		}
+	}
+	return "", false
+}
+
+func bytes0(b []byte) bool {
+	for _, x := range b {
+		if x == 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// clusterCleanup is cleanup's cluster part, before the local one: the
+// pipeline finishes what was read, then the session (if this connection
+// attached it) is detached in the log, after every answer it was given.
+func (c *conn) clusterCleanup() {
+	s := c.srv
+	p := c.pipe
+	p.close()
+	<-p.done
+	if !p.attached {
+		return
+	}
+	p.seq++
+	cmd := c.dedupCmd(p.seq, appendLogCmd(nil, &logCmd{op: opDetach, node: s.cl.id, conn: c.key, session: c.sid}))
+	if _, err := s.replicate(s.cl.ctx, cmd); err != nil {
+		s.log.Debug("cluster: detach not proposed (shutting down)", "remote", c.remote)
+	}
+}
