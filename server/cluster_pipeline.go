@@ -81,12 +81,28 @@ type flight struct {
 	pr  *cluster.Proposal
 }
 
-// pipeLoop is the pipeline goroutine of c.
+// pipeRun is the state of a connection's pipeline goroutine (pipeLoop).
+type pipeRun struct {
+	c   *conn
+	s   *Server
+	p   *pipeline
+	ctx context.Context // ends with the connection or the node
+	// group: the replicated requests read since the last proposal, and
+	// their size in bytes.
+	group [][]byte
+	size  int
+	// fl: proposals queued on this node's leadership and not yet answered,
+	// oldest first (they are answered in order: raft commits a prefix).
+	fl []flight
+}
+
+// pipeLoop is the pipeline goroutine of c: it takes the decided items in
+// arrival order, groups the replicated ones into one log command and runs
+// the others in their turn.
 func (c *conn) pipeLoop() {
 	s := c.srv
-	p := c.pipe
 	defer s.wg.Done()
-	defer close(p.done)
+	defer close(c.pipe.done)
 	ctx, cancel := context.WithCancel(s.cl.ctx)
 	defer cancel()
 	go func() {
@@ -96,179 +112,216 @@ func (c *conn) pipeLoop() {
 		case <-ctx.Done():
 		}
 	}()
-	var group [][]byte
-	size := 0
-	// fl: proposals queued on this node's leadership and not yet answered,
-	// oldest first (they are answered in order: raft commits a prefix).
-	var fl []flight
-	// settle waits for the oldest in-flight proposals until at most keep
-	// remain. After a failure (not applied, or outcome unknown: leadership
-	// lost) it waits for every later one, then proposes the failed one and
-	// every later one again, in order, each once applied (those already
-	// applied are answered by the de-duplication window). False: the
-	// connection ends.
-	settle := func(keep int) bool {
-		for len(fl) > keep {
-			res, err := fl[0].pr.Wait(ctx)
-			if err == nil {
-				fl = fl[1:]
-				if !c.goesOn(res) {
-					return false
-				}
-				continue
-			}
-			if ctx.Err() != nil || errors.Is(err, cluster.ErrClosed) {
-				return false
-			}
-			again := fl
-			fl = nil
-			for _, f := range again[1:] {
-				_, _ = f.pr.Wait(ctx)
-			}
-			for _, f := range again {
-				res, err := s.replicate(ctx, f.cmd)
-				if err != nil || !c.goesOn(res) {
-					return false
-				}
+	r := &pipeRun{c: c, s: s, p: c.pipe, ctx: ctx}
+	for {
+		items, ok := r.next()
+		if !ok {
+			return
+		}
+		for i := range items {
+			if !r.run(&items[i]) {
+				return
 			}
 		}
-		return true
-	}
-	// applied waits until this node has applied the connection's last
-	// proposal, which writes its answer: the leader answers a follower's
-	// forwarded command before the follower applies it, and an answer
-	// written here (status, locks, a refusal, bye, a membership change)
-	// must not overtake it. On the leader it is so already. False: the
-	// connection ends (its proposal found the session gone, or a snapshot
-	// replaced the entries: the connection was closed).
-	applied := func() bool {
-		for {
-			done := false
-			s.batch(func(*core.Tx) { done = c.answered >= p.seq })
-			if done {
-				return true
-			}
-			select {
-			case <-p.applied:
-			case <-ctx.Done():
-				return false
-			}
+		if !r.flush() {
+			return
 		}
 	}
-	flush := func() bool {
-		if len(group) == 0 {
-			return true
-		}
-		p.seq++
-		body := appendLogCmd(nil, &logCmd{op: opFrames, node: s.cl.id, conn: c.key, seq: p.seq, session: c.sid, frames: group})
-		group, size = nil, 0
-		cmd := c.dedupCmd(p.seq, body)
-		// On the leader: queued behind the earlier ones of the same
-		// leadership, without waiting for them.
-		var after *cluster.Proposal
-		if len(fl) > 0 {
-			after = fl[len(fl)-1].pr
-		}
-		if pr, err := s.cl.node.ProposeAsync(ctx, cmd, after); err == nil {
-			fl = append(fl, flight{cmd: cmd, pr: pr})
-			return settle(maxInflight)
-		}
-		// Elsewhere (a follower forwards; no ready leader): after
-		// everything on its way, one at a time.
-		if !settle(0) {
-			return false
-		}
-		res, err := s.replicate(ctx, cmd)
-		if err != nil {
-			return false
-		}
-		return c.goesOn(res)
-	}
+}
+
+// next returns the items queued since the last call, waiting for some.
+// While it waits, the oldest proposal on its way is still checked as soon
+// as it is answered, so a failed one is proposed again without waiting for
+// the client's next request. False: the pipeline ends (the reader ended,
+// or the connection or node did).
+func (r *pipeRun) next() ([]item, bool) {
+	p := r.p
 	for {
 		p.mu.Lock()
 		items, closed := p.items, p.closed
 		p.items = nil
 		p.mu.Unlock()
-		if len(items) == 0 {
-			if closed {
-				return
+		if len(items) > 0 {
+			return items, true
+		}
+		if closed {
+			return nil, false
+		}
+		var oldest <-chan struct{}
+		if len(r.fl) > 0 {
+			oldest = r.fl[0].pr.Done()
+		}
+		select {
+		case <-p.wake:
+		case <-oldest:
+			if !r.settle(len(r.fl) - 1) {
+				return nil, false
 			}
-			// Idle: the oldest proposal on its way is still checked as
-			// soon as it is answered, so a failed one is proposed again
-			// without waiting for the client's next request.
-			var oldest <-chan struct{}
-			if len(fl) > 0 {
-				oldest = fl[0].pr.Done()
+		case <-r.ctx.Done():
+			return nil, false
+		}
+	}
+}
+
+// run handles one item in its turn: a replicated request joins the group
+// (proposed when it is full); anything else is run once every earlier
+// request is answered. False: the connection ends.
+func (r *pipeRun) run(it *item) bool {
+	if it.frame != nil {
+		r.group = append(r.group, it.frame)
+		r.size += len(it.frame)
+		if r.size < maxGroupBytes {
+			return true
+		}
+	}
+	if !r.flush() {
+		return false
+	}
+	if it.frame != nil {
+		return true
+	}
+	if !r.settle(0) {
+		return false // what follows is answered here, after every earlier answer
+	}
+	if it.attach == nil && !r.applied() {
+		return false // ... and after this node's apply wrote them
+	}
+	return r.runLocal(it)
+}
+
+// runLocal runs an item that is not a replicated request: an attach (through
+// the log, on its own), a membership change, a bye, or answers decided here.
+func (r *pipeRun) runLocal(it *item) bool {
+	c, s, p := r.c, r.s, r.p
+	switch {
+	case it.attach != nil:
+		p.seq++
+		it.attach.seq = p.seq
+		// Not cut short by the connection's end: whether the session was
+		// attached here must be known, or its detach (clusterCleanup) would
+		// be skipped and the session stay attached to a dead connection,
+		// its grace never starting.
+		res, err := s.replicate(s.cl.ctx, c.dedupCmd(p.seq, appendLogCmd(nil, it.attach)))
+		if err != nil {
+			return false
+		}
+		if len(res) > 0 && res[0]&ansAttached != 0 {
+			p.attached = true
+		}
+		return c.goesOn(res)
+	case it.change != nil:
+		ans := s.changeMembers(r.ctx, it.change)
+		s.batch(func(*core.Tx) { c.write(ans) })
+	case it.bye:
+		s.batch(func(*core.Tx) { c.bye() })
+		return false
+	case it.local != nil || it.end:
+		s.batch(func(*core.Tx) {
+			c.write(it.local)
+			if it.end {
+				c.finish()
 			}
-			select {
-			case <-p.wake:
-			case <-oldest:
-				if !settle(len(fl) - 1) {
-					return
-				}
-			case <-ctx.Done():
-				return
+		})
+		return !it.end
+	}
+	return true
+}
+
+// settle waits for the oldest in-flight proposals until at most keep
+// remain. After a failure (not applied, or outcome unknown: leadership
+// lost) it waits for every later one, then proposes the failed one and
+// every later one again, in order, each once applied (those already
+// applied are answered by the de-duplication window). False: the
+// connection ends.
+func (r *pipeRun) settle(keep int) bool {
+	for len(r.fl) > keep {
+		res, err := r.fl[0].pr.Wait(r.ctx)
+		if err == nil {
+			r.fl = r.fl[1:]
+			if !r.c.goesOn(res) {
+				return false
 			}
 			continue
 		}
-		for _, it := range items {
-			if it.frame != nil {
-				group = append(group, it.frame)
-				size += len(it.frame)
-				if size < maxGroupBytes {
-					continue
-				}
-			}
-			if !flush() {
-				return
-			}
-			if it.frame == nil && !settle(0) {
-				return // what follows is answered here, after every earlier answer
-			}
-			if it.frame == nil && it.attach == nil && !applied() {
-				return // ... and after this node's apply wrote them
-			}
-			switch {
-			case it.attach != nil:
-				p.seq++
-				it.attach.seq = p.seq
-				// Not cut short by the connection's end: whether the
-				// session was attached here must be known, or its detach
-				// (clusterCleanup) would be skipped and the session stay
-				// attached to a dead connection, its grace never starting.
-				res, err := s.replicate(s.cl.ctx, c.dedupCmd(p.seq, appendLogCmd(nil, it.attach)))
-				if err != nil {
-					return
-				}
-				if len(res) > 0 && res[0]&ansAttached != 0 {
-					p.attached = true
-				}
-				if !c.goesOn(res) {
-					return
-				}
-			case it.change != nil:
-				ans := s.changeMembers(ctx, it.change)
-				s.batch(func(*core.Tx) { c.write(ans) })
-			case it.bye:
-				s.batch(func(*core.Tx) { c.bye() })
-				return
-			case it.local != nil || it.end:
-				end := it.end
-				s.batch(func(*core.Tx) {
-					c.write(it.local)
-					if end {
-						c.finish()
-					}
-				})
-				if end {
-					return
-				}
-			}
+		if r.ctx.Err() != nil || errors.Is(err, cluster.ErrClosed) {
+			return false
 		}
-		if !flush() {
-			return
+		if !r.proposeAgain() {
+			return false
 		}
 	}
+	return true
+}
+
+// proposeAgain proposes every in-flight proposal again, in order, once the
+// first failed: each after the previous one is applied.
+func (r *pipeRun) proposeAgain() bool {
+	again := r.fl
+	r.fl = nil
+	for _, f := range again[1:] {
+		_, _ = f.pr.Wait(r.ctx)
+	}
+	for _, f := range again {
+		res, err := r.s.replicate(r.ctx, f.cmd)
+		if err != nil || !r.c.goesOn(res) {
+			return false
+		}
+	}
+	return true
+}
+
+// applied waits until this node has applied the connection's last
+// proposal, which writes its answer: the leader answers a follower's
+// forwarded command before the follower applies it, and an answer written
+// here (status, locks, a refusal, bye, a membership change) must not
+// overtake it. On the leader it is so already. False: the connection ends
+// (its proposal found the session gone, or a snapshot replaced the entries:
+// the connection was closed).
+func (r *pipeRun) applied() bool {
+	c, p := r.c, r.p
+	for {
+		done := false
+		r.s.batch(func(*core.Tx) { done = c.answered >= p.seq })
+		if done {
+			return true
+		}
+		select {
+		case <-p.applied:
+		case <-r.ctx.Done():
+			return false
+		}
+	}
+}
+
+// flush proposes the group, if any, as the connection's next log command.
+// On the leader it is queued behind the earlier ones of the same leadership
+// without waiting for them; elsewhere (a follower forwards; no ready
+// leader) it is proposed after everything on its way, one at a time.
+func (r *pipeRun) flush() bool {
+	if len(r.group) == 0 {
+		return true
+	}
+	c, s, p := r.c, r.s, r.p
+	p.seq++
+	body := appendLogCmd(nil, &logCmd{op: opFrames, node: s.cl.id, conn: c.key, seq: p.seq, session: c.sid, frames: r.group})
+	r.group, r.size = nil, 0
+	cmd := c.dedupCmd(p.seq, body)
+	var after *cluster.Proposal
+	if len(r.fl) > 0 {
+		after = r.fl[len(r.fl)-1].pr
+	}
+	if pr, err := s.cl.node.ProposeAsync(r.ctx, cmd, after); err == nil {
+		r.fl = append(r.fl, flight{cmd: cmd, pr: pr})
+		return r.settle(maxInflight)
+	}
+	if !r.settle(0) {
+		return false
+	}
+	res, err := s.replicate(r.ctx, cmd)
+	if err != nil {
+		return false
+	}
+	return c.goesOn(res)
 }
 
 // goesOn reports, from the result res of a proposal the leader applied,
@@ -334,65 +387,92 @@ func (c *conn) decideFrames(buf []byte, fields [][]byte) ([]byte, [][]byte, bool
 
 // decide handles one frame on the connection's node: what needs only this
 // node (the connect's credentials, rights, ping, status, listings) is
-// answered here, in order; the rest is queued for the log.
+// answered here, in order; the rest is queued for the log. The answers
+// written meanwhile are captured into the item.
 func (c *conn) decide(tx *core.Tx, f [][]byte, payload []byte) (item, bool) {
-	s := c.srv
-	verb, _ := protocol.ParseVerb(f[0])
 	var buf []byte
 	c.capture, c.ended = &buf, false
 	defer func() { c.capture = nil }()
-	local := func() (item, bool) {
-		return item{local: buf, end: c.ended}, c.ended
-	}
+	var (
+		it   item
+		stop bool
+		done bool
+	)
 	if c.p == nil {
-		if c.evicted {
-			return item{end: true}, true // evicted before its handshake: told, and closing
-		}
-		if string(f[0]) == "forward" && len(f) >= 2 {
-			return c.acceptForward(f[1])
-		}
-		if verb != protocol.VerbConnect {
-			c.sendError(protocol.CodeConnectFirst)
-			return local()
-		}
-		switch {
-		case len(f) < 2 || len(f[1]) == 0:
-			c.sendError(protocol.CodeSocketIDRequired)
-		case len(f) < 3 || len(f[2]) == 0:
-			c.sendError(protocol.CodeAPIVersionRequired)
-		case len(f[1]) > s.cfg.MaxSocketIDLen:
-			c.sendError(protocol.CodeSocketIDTooLong)
-		case bytes0(f[1]):
-			c.sendError(protocol.CodeInvalidSocketID)
-		case s.closing:
-			c.sendError(protocol.CodeShuttingDown)
-		case s.cl.removed.Load():
-			c.finish() // not a member: its client goes to another node (see watchRemoved)
-		}
-		if c.ended {
-			return local()
-		}
-		cred, hasCred := authField(f[3:])
-		p, code := s.principalFor(c, cred, hasCred)
-		if p == nil {
-			s.counters.authFailed++
-			s.logRefusal(tx.Now(), "connect refused: "+code.Text(), "remote", c.remote, "tls", s.tlsConf != nil)
-			c.park = s.crowdedLocked(c) // limits.go: the tarpit
-			s.leavePreLocked(c)         // done with its handshake: its slot is free now
-			c.sendError(code)
-			return local()
-		}
-		sid := scope(p, string(f[1]))
-		old := s.sessions[sid]
-		if !s.connQuotaLocked(tx, c, p, old == nil, old != nil && old.c != nil && old.c.counted == p.Name) {
-			return local()
-		}
-		c.p, c.sid = p, sid
-		s.leavePreLocked(c)
-		c.authed = true
-		c.wantLeader = hasField(f[3:], "want=leader")
-		return item{attach: &logCmd{op: opAttach, node: s.cl.id, conn: c.key, session: c.sid, principal: p.Name}}, false
+		it, stop, done = c.decideHandshake(tx, f)
+	} else {
+		it, stop, done = c.decideRequest(tx, f, payload)
 	}
+	if done {
+		return it, stop
+	}
+	return item{local: buf, end: c.ended}, c.ended
+}
+
+// decideHandshake decides a frame before the connect is accepted: a
+// forwarding connection's hello, or the connect itself (checked here, then
+// attached through the log). done false: the answers written are the item.
+func (c *conn) decideHandshake(tx *core.Tx, f [][]byte) (it item, stop, done bool) {
+	s := c.srv
+	verb, _ := protocol.ParseVerb(f[0])
+	if c.evicted {
+		return item{end: true}, true, true // evicted before its handshake: told, and closing
+	}
+	if string(f[0]) == "forward" && len(f) >= 2 {
+		it, stop = c.acceptForward(f[1])
+		return it, stop, true
+	}
+	if verb != protocol.VerbConnect {
+		c.sendError(protocol.CodeConnectFirst)
+		return item{}, false, false
+	}
+	switch {
+	case len(f) < 2 || len(f[1]) == 0:
+		c.sendError(protocol.CodeSocketIDRequired)
+	case len(f) < 3 || len(f[2]) == 0:
+		c.sendError(protocol.CodeAPIVersionRequired)
+	case len(f[1]) > s.cfg.MaxSocketIDLen:
+		c.sendError(protocol.CodeSocketIDTooLong)
+	case bytes0(f[1]):
+		c.sendError(protocol.CodeInvalidSocketID)
+	case s.closing:
+		c.sendError(protocol.CodeShuttingDown)
+	case s.cl.removed.Load():
+		c.finish() // not a member: its client goes to another node (see watchRemoved)
+	}
+	if c.ended {
+		return item{}, false, false
+	}
+	cred, hasCred := authField(f[3:])
+	p, code := s.principalFor(c, cred, hasCred)
+	if p == nil {
+		s.counters.authFailed++
+		s.logRefusal(tx.Now(), "connect refused: "+code.Text(), "remote", c.remote, "tls", s.tlsConf != nil)
+		c.park = s.crowdedLocked(c) // limits.go: the tarpit
+		s.leavePreLocked(c)         // done with its handshake: its slot is free now
+		c.sendError(code)
+		return item{}, false, false
+	}
+	sid := scope(p, string(f[1]))
+	old := s.sessions[sid]
+	if !s.connQuotaLocked(tx, c, p, old == nil, old != nil && old.c != nil && old.c.counted == p.Name) {
+		return item{}, false, false
+	}
+	c.p, c.sid = p, sid
+	s.leavePreLocked(c)
+	c.authed = true
+	c.wantLeader = hasField(f[3:], "want=leader")
+	return item{attach: &logCmd{op: opAttach, node: s.cl.id, conn: c.key, session: c.sid, principal: p.Name}}, false, true
+}
+
+// decideRequest decides a request of a connected client: ping and the
+// commands that change the lock table go to the log, after the checks that
+// need this node's configuration (rights, quotas); status, listings and
+// refusals are answered here. done false: the answers written are the
+// item.
+func (c *conn) decideRequest(tx *core.Tx, f [][]byte, payload []byte) (it item, stop, done bool) {
+	s := c.srv
+	verb, _ := protocol.ParseVerb(f[0])
 	var req []byte
 	if len(f) > 1 {
 		req = f[1]
@@ -401,6 +481,7 @@ func (c *conn) decide(tx *core.Tx, f [][]byte, payload []byte) (item, bool) {
 	if c.sess != nil && c.sess.c == c {
 		p = c.sess.p // the rights in force (the auth file may have been reloaded)
 	}
+	replicated := func() item { return item{frame: append([]byte(nil), payload...)} }
 	switch verb {
 	case protocol.VerbPing:
 		// Through the log: the answer then comes after the pushes of every
@@ -410,7 +491,7 @@ func (c *conn) decide(tx *core.Tx, f [][]byte, payload []byte) (item, bool) {
 		// grants were made; a pong from this node's own state could be
 		// answered by a node that lags, or that a partition cut off while
 		// the leader already detached the session.
-		return item{frame: append([]byte(nil), payload...)}, false
+		return replicated(), false, true
 	case protocol.VerbStatus:
 		if p.Admin && !s.allowListing(tx, p.Name) {
 			c.failed(req, protocol.CodeRateLimited)
@@ -423,7 +504,7 @@ func (c *conn) decide(tx *core.Tx, f [][]byte, payload []byte) (item, bool) {
 		c.locks(tx, req, f)
 		c.sess = sess
 	case protocol.VerbBye:
-		return item{bye: true}, true
+		return item{bye: true}, true, true
 	case protocol.VerbConnect:
 		c.sendError(protocol.CodeDuplicateConnect)
 	case protocol.VerbEvict:
@@ -432,39 +513,15 @@ func (c *conn) decide(tx *core.Tx, f [][]byte, payload []byte) (item, bool) {
 			c.failed(req, protocol.CodeForbidden)
 			break
 		}
-		return item{frame: append([]byte(nil), payload...)}, false
+		return replicated(), false, true
 	case protocol.VerbCluster:
-		if !p.Admin {
-			s.counters.forbidden++
-			c.failed(req, protocol.CodeForbidden)
-			break
+		if ch := c.decideChange(req, p, f); ch != nil {
+			return item{change: ch}, false, true
 		}
-		ch, ok := parseClusterChange(f)
-		if !ok {
-			c.failed(req, protocol.CodeMissingArguments)
-			break
-		}
-		ch.req, ch.by = string(req), p.Name
-		return item{change: ch}, false
 	case protocol.VerbLock, protocol.VerbTryLock:
-		if len(f) >= 3 && !p.Admin {
-			for _, r := range s.splitResources(string(f[2])) {
-				if !p.May(r) {
-					s.counters.forbidden++
-					buf = protocol.AppendFailed(buf, req, protocol.CodeForbidden, r)
-					return local()
-				}
-			}
+		if c.mayLockHere(tx, req, p, f) {
+			return replicated(), false, true
 		}
-		if !s.lockQuotaLocked(tx, p) {
-			// Against the replicated state this node has applied: requests
-			// of the principal on their way through the log are not in it
-			// yet (see docs/security.md).
-			s.counters.quotaRefused++
-			c.failed(req, protocol.CodeQuotaLocks)
-			return local()
-		}
-		return item{frame: append([]byte(nil), payload...)}, false
 	case protocol.VerbExtend, protocol.VerbRenew:
 		// The rights in force on this node now, as on a single node: a
 		// reload may have taken the lock's resources away from the
@@ -472,17 +529,60 @@ func (c *conn) decide(tx *core.Tx, f [][]byte, payload []byte) (item, bool) {
 		if !p.Admin {
 			if r, ok := c.revoked(tx, p, verb, f); ok {
 				s.counters.forbidden++
-				buf = protocol.AppendFailed(buf, req, protocol.CodeForbidden, r)
-				return local()
+				c.write(protocol.AppendFailed(nil, req, protocol.CodeForbidden, r))
+				break
 			}
 		}
-		return item{frame: append([]byte(nil), payload...)}, false
+		return replicated(), false, true
 	case protocol.VerbUnlock, protocol.VerbRelease, protocol.VerbReleaseAll, protocol.VerbReleaseIn, protocol.VerbReleaseAllIn:
-		return item{frame: append([]byte(nil), payload...)}, false
+		return replicated(), false, true
 	default:
 		c.failed(req, protocol.CodeInvalidMessage)
 	}
-	return local()
+	return item{}, false, false
+}
+
+// decideChange checks a membership change (administrators only) and
+// returns it, or nil when it was refused (answered).
+func (c *conn) decideChange(req []byte, p *auth.Principal, f [][]byte) *clusterChange {
+	s := c.srv
+	if !p.Admin {
+		s.counters.forbidden++
+		c.failed(req, protocol.CodeForbidden)
+		return nil
+	}
+	ch, ok := parseClusterChange(f)
+	if !ok {
+		c.failed(req, protocol.CodeMissingArguments)
+		return nil
+	}
+	ch.req, ch.by = string(req), p.Name
+	return ch
+}
+
+// mayLockHere makes the checks of a lock or trylock that need this node's
+// configuration: the principal's rights and its quota of locks. A refusal
+// is answered.
+func (c *conn) mayLockHere(tx *core.Tx, req []byte, p *auth.Principal, f [][]byte) bool {
+	s := c.srv
+	if len(f) >= 3 && !p.Admin {
+		for _, r := range s.splitResources(string(f[2])) {
+			if !p.May(r) {
+				s.counters.forbidden++
+				c.write(protocol.AppendFailed(nil, req, protocol.CodeForbidden, r))
+				return false
+			}
+		}
+	}
+	if !s.lockQuotaLocked(tx, p) {
+		// Against the replicated state this node has applied: requests
+		// of the principal on their way through the log are not in it
+		// yet (see docs/security.md).
+		s.counters.quotaRefused++
+		c.failed(req, protocol.CodeQuotaLocks)
+		return false
+	}
+	return true
 }
 
 // revoked returns the first resource of an extend's lock (f[2], known to
