@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -135,6 +134,15 @@ type clusterState struct {
 	// paramsDiffer is how this node's settings differ from those of the
 	// leader whose opParams was applied last ("" : they do not).
 	paramsDiffer textValue
+
+	// version is the cluster version in force (opVersion; guarded by the
+	// core, replicated): the highest log format every member reads, which
+	// every node writes. versionNow is the same, for the proposers.
+	version    int
+	versionNow atomic.Int64
+	// halted says why this node stopped applying the log ("": it did not;
+	// see halt).
+	halted textValue
 }
 
 // textValue is a string read and written atomically.
@@ -169,7 +177,8 @@ func (s *Server) openCluster() error {
 	_, _ = crand.Read(rnd[:])
 	cl := &clusterState{cfg: cc, id: cc.ID, run: cc.ID + "/" + hex.EncodeToString(rnd[:]) + "/",
 		secret: sha256.Sum256(append([]byte("mlock cluster forward\x00"), cc.Secret...)),
-		conns:  make(map[string]*conn)}
+		conns:  make(map[string]*conn), version: logFormat1}
+	cl.versionNow.Store(logFormat1)
 	if cc.CAFile != "" {
 		pem, err := os.ReadFile(cc.CAFile)
 		if err != nil {
@@ -212,9 +221,9 @@ func (s *Server) openCluster() error {
 			fresh := false
 			s.batch(func(*core.Tx) { fresh = !cl.genesis })
 			if fresh {
-				return cluster.DedupCommand("", 0, appendGenesis(nil, now, s.stateParams()))
+				return cluster.DedupCommand("", 0, cl.encode(newGenesis(now, s.stateParams())))
 			}
-			return cluster.DedupCommand("", 0, appendLogCmd(nil, &logCmd{op: opFailover, until: now + int64(window)}))
+			return cluster.DedupCommand("", 0, cl.encode(&logCmd{op: opFailover, until: now + int64(window)}))
 		},
 		HeartbeatTimeout: cc.HeartbeatTimeout, ElectionTimeout: cc.ElectionTimeout,
 		LeaderLeaseTimeout: cc.LeaderLeaseTimeout, CommitTimeout: cc.CommitTimeout,
@@ -274,21 +283,31 @@ func (s *Server) newCore(set settings, snapshot []byte, seed *[32]byte, first ui
 	return me, err
 }
 
-// opGenesis (the first leader's first command): seed (32 bytes), first
-// token (uvarint), settings (string, settings.String; absent in the logs
-// of earlier versions). It gives the replicated lock table its secret seed
-// of lock ids and its first fencing token (the time in µs, as a single
-// node), and puts the leader's settings in force: a new cluster's log
-// determines its state from its first entry on.
-const opGenesis byte = 7
+// newGenesis returns the genesis command (opGenesis) of a new cluster
+// whose first leader proposes it at now with its settings params: a random
+// seed of lock ids, the time in µs as the first fencing token.
+func newGenesis(now int64, params string) *logCmd {
+	m := &logCmd{op: opGenesis, first: uint64(now / int64(time.Microsecond)), params: params, hasParams: true}
+	_, _ = crand.Read(m.seed[:])
+	return m
+}
 
+// appendGenesis appends a genesis in format 1, as the previous build
+// writes it.
 func appendGenesis(dst []byte, now int64, params string) []byte {
-	var seed [32]byte
-	_, _ = crand.Read(seed[:])
-	dst = append(dst, opGenesis)
-	dst = append(dst, seed[:]...)
-	dst = binary.AppendUvarint(dst, uint64(now/int64(time.Microsecond)))
-	return appendStr(dst, params)
+	return appendLogCmd(dst, newGenesis(now, params))
+}
+
+// writeFormat is the log format this node writes now: the cluster version
+// (the highest every member reads).
+func (cl *clusterState) writeFormat() int {
+	return int(min(cl.versionNow.Load(), logFormat))
+}
+
+// encode returns m in the format this node writes now.
+func (cl *clusterState) encode(m *logCmd) []byte {
+	m.format = cl.writeFormat()
+	return appendLogCmd(nil, m)
 }
 
 // clusterStop is Shutdown in cluster mode: the sessions of this node are
@@ -299,7 +318,7 @@ func (s *Server) clusterStop(ctx context.Context) {
 	cl := s.cl
 	s.batch(func(*core.Tx) { s.closing = true })
 	dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	cmd := cluster.DedupCommand(cl.run+"stop", 0, appendLogCmd(nil, &logCmd{op: opDetachNode, node: cl.id}))
+	cmd := cluster.DedupCommand(cl.run+"stop", 0, cl.encode(&logCmd{op: opDetachNode, node: cl.id}))
 	if _, err := s.replicate(dctx, cmd); err != nil {
 		s.log.Warn("cluster: shutdown: sessions not detached; the leader detaches them when it loses this node", "err", err)
 	}

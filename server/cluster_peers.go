@@ -71,7 +71,7 @@ func (s *Server) watchPeers() {
 	detach := func(node string, since time.Time, why string) bool {
 		n++
 		cmd := cluster.DedupCommand(cl.run+"lost/"+strconv.FormatUint(n, 10), 0,
-			appendLogCmd(nil, &logCmd{op: opDetachNode, node: node}))
+			cl.encode(&logCmd{op: opDetachNode, node: node}))
 		ctx, cancel := context.WithTimeout(cl.ctx, window)
 		defer cancel()
 		if _, err := cl.node.Propose(ctx, cmd); err != nil {
@@ -100,7 +100,7 @@ func (s *Server) watchPeers() {
 			// Every node checks its settings against this leader's: at once,
 			// and again now and then for the nodes that restarted since.
 			ctx, cancel := context.WithTimeout(cl.ctx, window)
-			if _, err := cl.node.Propose(ctx, cluster.DedupCommand("", 0, appendLogCmd(nil, &logCmd{op: opParams, params: s.stateParams()}))); err == nil {
+			if _, err := cl.node.Propose(ctx, cluster.DedupCommand("", 0, cl.encode(&logCmd{op: opParams, params: s.stateParams()}))); err == nil {
 				paramsAt = time.Now()
 			}
 			cancel()

@@ -201,7 +201,7 @@ func (r *pipeRun) runLocal(it *item) bool {
 		// attached here must be known, or its detach (clusterCleanup) would
 		// be skipped and the session stay attached to a dead connection,
 		// its grace never starting.
-		res, err := s.replicate(s.cl.ctx, c.dedupCmd(p.seq, appendLogCmd(nil, it.attach)))
+		res, err := s.replicate(s.cl.ctx, c.dedupCmd(p.seq, s.cl.encode(it.attach)))
 		if err != nil {
 			return false
 		}
@@ -636,7 +636,7 @@ func (c *conn) clusterCleanup() {
 		return
 	}
 	p.seq++
-	cmd := c.dedupCmd(p.seq, appendLogCmd(nil, &logCmd{op: opDetach, node: s.cl.id, conn: c.key, session: c.sid}))
+	cmd := c.dedupCmd(p.seq, s.cl.encode(&logCmd{op: opDetach, node: s.cl.id, conn: c.key, session: c.sid}))
 	if _, err := s.replicate(s.cl.ctx, cmd); err != nil {
 		s.log.Debug("cluster: detach not proposed (shutting down)", "remote", c.remote)
 	}

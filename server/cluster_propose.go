@@ -73,7 +73,7 @@ func (c *conn) dedupCmd(seq uint64, body []byte) []byte {
 func (s *Server) detachOwnPast() {
 	cl := s.cl
 	defer cl.bg.Done()
-	cmd := cluster.DedupCommand(cl.run+"past", 0, appendLogCmd(nil, &logCmd{op: opDetachNode, node: cl.id, conn: cl.run}))
+	cmd := cluster.DedupCommand(cl.run+"past", 0, cl.encode(&logCmd{op: opDetachNode, node: cl.id, conn: cl.run}))
 	if _, err := s.replicate(cl.ctx, cmd); err != nil && cl.ctx.Err() == nil {
 		s.log.Warn("cluster: detaching the sessions of an earlier run", "err", err)
 	}

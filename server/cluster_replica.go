@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -42,32 +43,39 @@ type replica struct{ s *Server }
 func (r *replica) Apply(now int64, cmds [][]byte) [][]byte {
 	s := r.s
 	out := make([][]byte, len(cmds))
-	var genesis []byte
+	if s.cl.halted.Load() != "" {
+		return out // stopped: see halt
+	}
+	ms, ok := s.decodeEntry(cmds)
+	if !ok {
+		return out
+	}
 	// A failover is applied at the time of the previous entry, before this
 	// entry's time processes what is due: after a long election, or a
 	// restart of the whole cluster, the deadlines that passed meanwhile
 	// are moved to the end of the window instead of running first.
-	for _, b := range cmds {
-		if len(b) > 0 && b[0] == opFailover {
-			var m logCmd
-			if decodeLogCmd(b, &m) == nil {
-				c := s.core()
-				c.BatchAt(c.Now(), func(tx *core.Tx) { tx.Apply(&core.Command{Op: core.OpFailover, Until: m.until}) })
-			}
+	for i := range ms {
+		if ms[i].op == opFailover {
+			c := s.core()
+			c.BatchAt(c.Now(), func(tx *core.Tx) { tx.Apply(&core.Command{Op: core.OpFailover, Until: ms[i].until}) })
 		}
 	}
+	var genesis *logCmd
 	s.core().BatchAt(now, func(tx *core.Tx) {
 		if len(cmds) == 0 {
 			tx.Apply(&core.Command{Op: core.OpTick})
 			return
 		}
-		for i, b := range cmds {
-			if len(b) > 0 && b[0] == opGenesis {
-				genesis = b
+		for i := range ms {
+			switch ms[i].op {
+			case 0, opGenesis: // skipped (logged); the genesis replaces the core below
 				out[i] = []byte{0}
-				continue
+				if ms[i].op == opGenesis {
+					genesis = &ms[i]
+				}
+			default:
+				out[i] = s.applyLocked(tx, &ms[i])
 			}
-			out[i] = s.applyLocked(tx, b)
 		}
 	})
 	if genesis != nil {
@@ -76,31 +84,34 @@ func (r *replica) Apply(now int64, cmds [][]byte) [][]byte {
 	return out
 }
 
+// decodeEntry decodes the commands of one entry before any is applied. A
+// command that does not decode is logged and skipped (op 0); one of a
+// format this build does not read stops the node before the entry
+// (halt): false.
+func (s *Server) decodeEntry(cmds [][]byte) ([]logCmd, bool) {
+	ms := make([]logCmd, len(cmds))
+	for i, b := range cmds {
+		err := decodeLogCmd(b, &ms[i])
+		var future *errFutureFormat
+		switch {
+		case errors.As(err, &future):
+			s.halt(err)
+			return nil, false
+		case err != nil:
+			s.log.Error("cluster: log command does not decode: skipped", "err", err)
+			ms[i] = logCmd{}
+		}
+	}
+	return ms, true
+}
+
 // applyGenesis replaces the empty core of a new cluster with one seeded by
 // the command, with the settings it carries in force (once: a repeat does
 // nothing). A genesis of an earlier version, without settings, keeps the
 // node's own in force until the first opParams.
-func (s *Server) applyGenesis(now int64, b []byte) {
+func (s *Server) applyGenesis(now int64, m *logCmd) {
 	cl := s.cl
-	if len(b) < 1+32+1 {
-		return
-	}
-	var seed [32]byte
-	copy(seed[:], b[1:33])
-	d := decoder{p: b[33:]}
-	first := d.uvarint()
-	if d.bad {
-		return
-	}
-	var params string
-	hasParams := len(d.p) > 0
-	if hasParams {
-		params = d.str()
-		if d.bad || len(d.p) != 0 {
-			s.log.Error("cluster: genesis: the settings do not decode: the node's own stay in force")
-			hasParams = false
-		}
-	}
+	seed, first, params, hasParams := m.seed, m.first, m.params, m.hasParams
 	old := s.core()
 	fresh := false
 	var set settings
@@ -137,19 +148,14 @@ func (s *Server) applyGenesis(now int64, b []byte) {
 }
 
 // applyLocked applies one log command and returns its answer.
-func (s *Server) applyLocked(tx *core.Tx, b []byte) []byte {
-	var m logCmd
-	if err := decodeLogCmd(b, &m); err != nil {
-		s.log.Error("cluster: log command does not decode: skipped", "err", err)
-		return []byte{0}
-	}
+func (s *Server) applyLocked(tx *core.Tx, m *logCmd) []byte {
 	cl := s.cl
 	cl.ans = append(cl.ans[:0], 0)
 	switch m.op {
 	case opFrames:
-		s.applyFramesLocked(tx, &m)
+		s.applyFramesLocked(tx, m)
 	case opAttach:
-		s.applyAttachLocked(tx, &m)
+		s.applyAttachLocked(tx, m)
 	case opDetach:
 		if sess := s.sessions[m.session]; sess != nil && sess.node == m.node && sess.key == m.conn {
 			s.detachLocked(tx, sess)
@@ -175,9 +181,46 @@ func (s *Server) applyLocked(tx *core.Tx, b []byte) []byte {
 		tx.Apply(&core.Command{Op: core.OpHoldGrants, Until: m.until})
 	case opParams:
 		s.applyParamsLocked(tx, m.params)
+	case opVersion:
+		s.setVersionLocked(int(min(m.version, logFormat)))
 	}
 	s.deliverPushesLocked()
 	return []byte{cl.ans[0]}
+}
+
+// setVersionLocked puts cluster version v in force (an opVersion, or a
+// snapshot's): every node may write the log formats up to it from now on.
+// It never goes down in the log; a snapshot restores its own.
+func (s *Server) setVersionLocked(v int) {
+	cl := s.cl
+	if v == cl.version {
+		return
+	}
+	cl.version = v
+	cl.versionNow.Store(int64(v))
+	s.log.Info("cluster: cluster version in force", "version", v, "this-build-reads", logFormat)
+}
+
+// halt stops this node's state machine for good (until it restarts with a
+// build that reads the log): it met a command it cannot read (err, which
+// names the format and the one this build reads up to). It applies nothing
+// more, takes no snapshot (the entries stay in its log, to be applied by
+// that build), closes its clients' connections and serves none.
+func (s *Server) halt(err error) {
+	cl := s.cl
+	if cl.halted.Load() != "" {
+		return
+	}
+	cl.halted.Store(err.Error())
+	s.log.Error("cluster: this node stops applying the log: it cannot read a command the leader wrote; "+
+		"its clients go to other nodes. Restart it with a build that reads the log", "err", err)
+	s.batch(func(*core.Tx) {
+		for c := range s.conns {
+			if !c.forward {
+				c.finish()
+			}
+		}
+	})
 }
 
 // stateParams is the canonical text of this node's own settings that

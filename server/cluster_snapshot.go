@@ -9,26 +9,48 @@ import (
 	"github.com/mlock-dev/mlock/internal/core"
 )
 
-// Snapshot layout: "MLSS" 2, genesis byte, the settings in force (string,
-// settings.String), uvarint sessions, each: id, principal, node, key,
+// Snapshot layout: "MLSS", the format (one byte), genesis byte, the
+// settings in force (string, settings.String), [format 3: the cluster
+// version, uvarint], uvarint sessions, each: id, principal, node, key,
 // offline (length-prefixed), pruned byte; in id order; then the core's
-// snapshot. Version 1 has no settings: it restores with the node's own,
-// until the next opParams.
+// snapshot. Format 1 has no settings: it restores with the node's own,
+// until the next opParams. Format 2 is the previous build's: it restores
+// with cluster version 1.
+//
+// A build reads every format up to snapFormat and refuses a higher one
+// (errFutureFormat). It writes format 3 once the cluster version is 2 or
+// more (every member reads it), format 2 before: a snapshot goes to
+// followers that lag, whatever their build.
 const (
+	snapMagic       = "MLSS"
+	snapFormat      = 3
 	sessionsMagic   = "MLSS\x02"
 	sessionsMagicV1 = "MLSS\x01"
 )
 
 func (r *replica) Snapshot() ([]byte, error) {
 	s := r.s
-	b := []byte(sessionsMagic)
+	if why := s.cl.halted.Load(); why != "" {
+		// Its state is that of the entry before the one it could not
+		// read: a snapshot would mark the later ones applied.
+		return nil, errors.New("server: no snapshot: the node stopped applying the log: " + why)
+	}
+	b := []byte(snapMagic)
 	s.batch(func(*core.Tx) {
+		format := byte(2)
+		if s.cl.version >= logFormat2 {
+			format = snapFormat
+		}
+		b = append(b, format)
 		if s.cl.genesis {
 			b = append(b, 1)
 		} else {
 			b = append(b, 0)
 		}
 		b = appendStr(b, s.set.String())
+		if format >= 3 {
+			b = binary.AppendUvarint(b, uint64(s.cl.version))
+		}
 		ids := make([]string, 0, len(s.sessions))
 		for id := range s.sessions {
 			ids = append(ids, id)
@@ -59,14 +81,23 @@ func (r *replica) Snapshot() ([]byte, error) {
 
 func (r *replica) Restore(snap []byte) error {
 	s := r.s
-	if len(snap) < len(sessionsMagic)+1 || string(snap[:len(sessionsMagic)]) != sessionsMagic &&
-		string(snap[:len(sessionsMagicV1)]) != sessionsMagicV1 {
+	if why := s.cl.halted.Load(); why != "" {
+		return errors.New("server: no restore: the node stopped applying the log: " + why)
+	}
+	if len(snap) < len(snapMagic)+2 || string(snap[:len(snapMagic)]) != snapMagic || snap[len(snapMagic)] == 0 {
 		return errors.New("server: not a cluster snapshot")
 	}
-	genesis := snap[len(sessionsMagic)] == 1
-	d := decoder{p: snap[len(sessionsMagic)+1:]}
+	format := snap[len(snapMagic)]
+	if format > snapFormat {
+		err := &errFutureFormat{what: "snapshot", got: uint64(format), max: snapFormat}
+		s.halt(err)
+		return err
+	}
+	genesis := snap[len(snapMagic)+1] == 1
+	d := decoder{p: snap[len(snapMagic)+2:]}
 	set := settingsOf(&s.cfg) // an older snapshot's: the node's own
-	if string(snap[:len(sessionsMagic)]) == sessionsMagic {
+	version := logFormat1
+	if format >= 2 {
 		text := d.str()
 		if d.bad {
 			return errBadCommand
@@ -76,6 +107,13 @@ func (r *replica) Restore(snap []byte) error {
 			return fmt.Errorf("server: cluster snapshot: %w", err)
 		}
 		set = st
+	}
+	if format >= 3 {
+		v := d.uvarint()
+		if d.bad || v < logFormat1 {
+			return errBadCommand
+		}
+		version = int(min(v, logFormat))
 	}
 	n := d.uvarint()
 	if d.bad || n > uint64(len(d.p)) {
@@ -121,6 +159,7 @@ func (r *replica) Restore(snap []byte) error {
 			s.rebindLocked(sess, false)
 		}
 		s.cl.genesis = genesis
+		s.setVersionLocked(version)
 		changed = s.set != set
 		s.set = set
 		s.corep.Store(c)

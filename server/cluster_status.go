@@ -14,7 +14,8 @@ func (s *Server) clusterStatus() *ClusterStatus {
 	st := s.cl.node.Status()
 	cs := &ClusterStatus{ID: st.ID, Role: string(st.Role), Ready: st.Ready, Leader: st.Leader.ID,
 		LeaderAddr: st.Leader.ClientAddr, Term: st.Term, LastIndex: st.LastIndex,
-		CommitIndex: st.CommitIndex, AppliedIndex: st.AppliedIndex, Peers: []ClusterNode{}}
+		CommitIndex: st.CommitIndex, AppliedIndex: st.AppliedIndex, Peers: []ClusterNode{},
+		Version: s.cl.writeFormat(), LogFormat: logFormat, Halted: s.cl.halted.Load()}
 	for _, p := range st.Peers {
 		cs.Peers = append(cs.Peers, ClusterNode{ID: p.ID, Addr: p.Addr, Suffrage: p.Suffrage, Failing: p.Failing})
 	}

@@ -1,0 +1,213 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mlock-dev/mlock/internal/cluster"
+	"github.com/mlock-dev/mlock/internal/core"
+)
+
+// A log command or a snapshot of a format above this build's is refused
+// with an error naming both formats; a node that meets such a command in
+// its log stops applying (nothing of the entry, nor of any later one) and
+// takes no snapshot.
+func TestLogFormatFutureRefused(t *testing.T) {
+	future := appendLogCmd(nil, &logCmd{format: logFormat2, op: opParams, params: "x"})
+	future[1] = logFormat + 1 // the header's format
+	var m logCmd
+	err := decodeLogCmd(future, &m)
+	var ff *errFutureFormat
+	if !errors.As(err, &ff) {
+		t.Fatalf("decoding a command of format %d: %v, want an errFutureFormat", logFormat+1, err)
+	}
+	want := "log command of format " + strconv.Itoa(logFormat+1) + ": this build reads log command formats up to " + strconv.Itoa(logFormat)
+	if !strings.Contains(err.Error(), want) {
+		t.Fatalf("error %q does not say %q", err, want)
+	}
+
+	const ms = int64(time.Millisecond)
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
+	s := replayServer(t, "r", nil)
+	d := s.cl.dedup
+	d.Apply(t0, [][]byte{cluster0(appendGenesis(nil, t0, replaySettings.String()))})
+	d.Apply(t0+ms, [][]byte{dedupCmd("x/1/1", 1, &logCmd{op: opAttach, node: "x", conn: "x/1/1", session: "s1"})})
+	before, err := d.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lock := func(req string) []byte {
+		return dedupCmd("x/1/1", 0, &logCmd{op: opFrames, node: "x", conn: "x/1/1", session: "s1",
+			frames: [][]byte{[]byte("lock " + req + " a 60000 0 0")}})
+	}
+	// The lock before the unreadable command, in the same entry, is not
+	// applied either: an entry is applied whole or not at all.
+	d.Apply(t0+2*ms, [][]byte{lock("1"), cluster0(future)})
+	why := s.cl.halted.Load()
+	if !strings.Contains(why, want) {
+		t.Fatalf("the node did not stop saying why: halted %q", why)
+	}
+	d.Apply(t0+3*ms, [][]byte{lock("2")})
+	n := 0
+	s.batch(func(tx *core.Tx) { tx.SessionLocks("s1", func(core.LockInfo) { n++ }) })
+	if n != 0 {
+		t.Fatalf("the stopped node applied %d locks", n)
+	}
+	if _, err := (&replica{s}).Snapshot(); err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("a stopped node took a snapshot: %v", err)
+	}
+
+	// A snapshot of a future format.
+	r := replayServer(t, "restore", nil)
+	inner := before[bytes.Index(before, []byte(snapMagic)):]
+	fut := append([]byte(nil), inner...)
+	fut[len(snapMagic)] = snapFormat + 1
+	err = (&replica{r}).Restore(fut)
+	wantSnap := "snapshot of format " + strconv.Itoa(snapFormat+1) + ": this build reads snapshot formats up to " + strconv.Itoa(snapFormat)
+	if !errors.As(err, &ff) || !strings.Contains(err.Error(), wantSnap) {
+		t.Fatalf("restoring a snapshot of format %d: %v, want %q", snapFormat+1, err, wantSnap)
+	}
+	if err := (&replica{r}).Restore(inner); err == nil {
+		t.Fatal("a node that refused a snapshot restored the next one: it stopped")
+	}
+}
+
+// The previous build's formats are read: its log (format 1: no header,
+// client frames) is what replayLog builds, and its snapshots (format 2)
+// are those a cluster of version 1 takes; both restore and snapshot back
+// byte for byte. A log of format 1 and one of format 2 bring a state
+// machine to the same state.
+func TestLogFormatPreviousRead(t *testing.T) {
+	log := replayLog()
+	for _, e := range log {
+		for _, c := range e.cmds {
+			_, _, body, err := cluster.ParseDedupCommand(c)
+			if err != nil || len(body) == 0 || body[0] == versionMark {
+				t.Fatalf("replayLog is not in the previous build's format: %x", c)
+			}
+		}
+	}
+	a := replaySM(t, "a")
+	for _, e := range log {
+		a.Apply(e.now, e.cmds)
+	}
+	snap, err := a.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(snap, []byte(sessionsMagic)) {
+		t.Fatalf("a cluster of version 1 did not write the previous build's snapshot format (%q)", sessionsMagic)
+	}
+	b := replaySM(t, "b")
+	if err := b.Restore(snap); err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := b.Snapshot(); !bytes.Equal(again, snap) {
+		t.Fatal("the previous format's snapshot restored differently")
+	}
+}
+
+// A log written by this build, once every member reads its format, is read
+// back by it after a restart of every node: the same locks, fencing tokens
+// and sessions, the cluster version kept, and the commands written after
+// the version was raised carry the format header.
+func TestClusterVersionedLogRestart(t *testing.T) {
+	var mu sync.Mutex
+	versioned, unversioned := 0, 0
+	raised := false
+	testApplyHook = func(node string, now int64, cmds [][]byte) {
+		if node != "n0" {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range cmds {
+			_, _, body, err := cluster.ParseDedupCommand(c)
+			if err != nil || len(body) == 0 {
+				continue
+			}
+			switch {
+			case body[0] == versionMark:
+				versioned++
+			case raised && body[0] != opFrames: // client frames: typed in format 2 once requests are
+				unversioned++
+			}
+		}
+	}
+	t.Cleanup(func() { testApplyHook = nil })
+	tc := newTestCluster(t, 3, true)
+	l := tc.leader()
+	tc.raiseVersion(l)
+	mu.Lock()
+	raised = true
+	mu.Unlock()
+	a := tc.dial(1, "keeper")
+	a.expect("connected 1.0 new * **")
+	id := a.lock("1", "kept 600000 0 0 owner1")
+	tok := a.locked(id)
+	tc.nodes[0].cl.node.Snapshot() // compact once: the restart restores a snapshot, then the log
+	id2 := a.lock("2", "kept2 600000 0 0 owner1")
+	tok2 := a.locked(id2)
+	a.send("renew 3 owner1 kept2 600000")
+	a.expect("result 3 success * " + tok2)
+	a.nc.Close()
+	for i := range 3 {
+		tc.stop(i)
+	}
+	mu.Lock()
+	if versioned == 0 || unversioned != 0 {
+		t.Errorf("after the version was raised: %d commands with the format header, %d without", versioned, unversioned)
+	}
+	mu.Unlock()
+	for i := range 3 {
+		tc.start(i)
+	}
+	tc.leader()
+	b := tc.dial(2, "keeper")
+	if got := b.readWithin(10 * time.Second); !match(got, "connected 1.0 resumed * **") {
+		t.Fatalf("after the restart: %q", got)
+	}
+	seen := map[string]bool{}
+	for range 2 {
+		f := strings.Split(b.read(), " ")
+		seen[f[1]+" "+f[3]] = true
+	}
+	if !seen[id+" "+tok] || !seen[id2+" "+tok2] {
+		t.Fatalf("locks after the restart: %v, want %s %s and %s %s", seen, id, tok, id2, tok2)
+	}
+	id3 := b.lock("4", "new 1000 0 0")
+	if tok3, _ := strconv.ParseUint(b.locked(id3), 10, 64); tok3 <= mustUint(tok2) {
+		t.Fatalf("token %d after %s", tok3, tok2)
+	}
+	for i := range 3 {
+		if v := tc.nodes[i].ClusterStatus().Version; v != logFormat {
+			t.Fatalf("n%d: cluster version %d after the restart, want %d", i, v, logFormat)
+		}
+	}
+}
+
+// raiseVersion raises the cluster version to this build's log format
+// through the leader l, and waits until every node applied it.
+func (tc *testCluster) raiseVersion(l int) {
+	tc.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cmd := cluster0(appendLogCmd(nil, &logCmd{format: logFormat, op: opVersion, version: logFormat}))
+	if _, err := tc.nodes[l].replicate(ctx, cmd); err != nil {
+		tc.t.Fatal(err)
+	}
+	for i := range tc.n {
+		for tc.nodes[i].cl.writeFormat() != logFormat {
+			if ctx.Err() != nil {
+				tc.t.Fatalf("n%d did not apply the cluster version", i)
+			}
+			time.Sleep(5 * time.Millisecond) // polled: the apply has no event to wait on
+		}
+	}
+}
