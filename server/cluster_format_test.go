@@ -12,6 +12,7 @@ import (
 
 	"github.com/mlock-dev/mlock/internal/cluster"
 	"github.com/mlock-dev/mlock/internal/core"
+	"github.com/mlock-dev/mlock/internal/protocol"
 )
 
 // A log command or a snapshot of a format above this build's is refused
@@ -135,7 +136,7 @@ func TestClusterVersionedLogRestart(t *testing.T) {
 			switch {
 			case body[0] == versionMark:
 				versioned++
-			case raised && body[0] != opFrames: // client frames: typed in format 2 once requests are
+			case raised:
 				unversioned++
 			}
 		}
@@ -210,4 +211,71 @@ func (tc *testCluster) raiseVersion(l int) {
 			time.Sleep(5 * time.Millisecond) // polled: the apply has no event to wait on
 		}
 	}
+}
+
+// The same requests as client frames (format 1) and typed (format 2) bring
+// a state machine to the same state, with the same answers: the typed log
+// is the single node's parse step done once, the apply step everywhere.
+func TestLogFormatTypedSameState(t *testing.T) {
+	log := replayLog()
+	frames := replayServer(t, "frames", nil)
+	typed := replayServer(t, "typed", nil)
+	for k, e := range log {
+		cmds := make([][]byte, len(e.cmds))
+		for i, c := range e.cmds {
+			client, seq, body, err := cluster.ParseDedupCommand(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var m logCmd
+			if err := decodeLogCmd(body, &m); err != nil {
+				t.Fatal(err)
+			}
+			if m.op == opFrames {
+				for _, fr := range m.frames {
+					var r request
+					if !parseRequest(verbOf(fr), protocol.Split(nil, fr), &r) {
+						t.Fatalf("frame %q is no request", fr)
+					}
+					m.reqs = append(m.reqs, r)
+				}
+				m.op, m.frames = opRequests, nil
+			}
+			m.format = logFormat2
+			cmds[i] = cluster.DedupCommand(client, seq, appendLogCmd(nil, &m))
+		}
+		if k == 1 {
+			// Once the genesis is applied: the typed log's cluster version.
+			v := cluster0(appendLogCmd(nil, &logCmd{format: logFormat2, op: opVersion, version: logFormat2}))
+			typed.cl.dedup.Apply(e.now, [][]byte{v})
+			frames.cl.dedup.Apply(e.now, [][]byte{cluster0(appendLogCmd(nil, &logCmd{op: opDetach, node: "z", session: "none"}))}) // does nothing, at the same time
+		}
+		want := frames.cl.dedup.Apply(e.now, e.cmds)
+		got := typed.cl.dedup.Apply(e.now, cmds)
+		for i := range want {
+			if !bytes.Equal(got[i], want[i]) {
+				t.Fatalf("entry %d command %d: typed answered %v, frames %v", k, i, got[i], want[i])
+			}
+		}
+	}
+	a, err := frames.core().Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := typed.core().Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(a, b) {
+		t.Fatalf("the lock tables differ (%d and %d bytes)", len(a), len(b))
+	}
+	if typed.cl.writeFormat() != logFormat2 || frames.cl.writeFormat() != logFormat1 {
+		t.Fatalf("cluster versions %d (typed) and %d (frames)", typed.cl.writeFormat(), frames.cl.writeFormat())
+	}
+}
+
+// verbOf returns the verb of a frame.
+func verbOf(fr []byte) protocol.Verb {
+	v, _ := protocol.ParseVerb(protocol.Split(nil, fr)[0])
+	return v
 }

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"sync"
@@ -36,9 +37,10 @@ type pipeline struct {
 
 // item is one decided request.
 type item struct {
-	frame  []byte // a replicated request (a copy of its payload)
-	local  []byte // else: frames to write (already answered here)
-	end    bool   // the connection ends after local
+	frame  []byte   // a replicated request: a copy of its payload (format 1)
+	req    *request // ... and the same, parsed (format 2)
+	local  []byte   // else: frames to write (already answered here)
+	end    bool     // the connection ends after local
 	attach *logCmd
 	bye    bool
 	change *clusterChange // a membership change, run by the pipeline in its turn
@@ -87,9 +89,10 @@ type pipeRun struct {
 	s   *Server
 	p   *pipeline
 	ctx context.Context // ends with the connection or the node
-	// group: the replicated requests read since the last proposal, and
-	// their size in bytes.
+	// group: the replicated requests read since the last proposal, as
+	// frames (format 1) and parsed (format 2), and their size in bytes.
 	group [][]byte
+	reqs  []request
 	size  int
 	// fl: proposals queued on this node's leadership and not yet answered,
 	// oldest first (they are answered in order: raft commits a prefix).
@@ -169,6 +172,7 @@ func (r *pipeRun) next() ([]item, bool) {
 func (r *pipeRun) run(it *item) bool {
 	if it.frame != nil {
 		r.group = append(r.group, it.frame)
+		r.reqs = append(r.reqs, *it.req)
 		r.size += len(it.frame)
 		if r.size < maxGroupBytes {
 			return true
@@ -303,8 +307,12 @@ func (r *pipeRun) flush() bool {
 	}
 	c, s, p := r.c, r.s, r.p
 	p.seq++
-	body := appendLogCmd(nil, &logCmd{op: opFrames, node: s.cl.id, conn: c.key, seq: p.seq, session: c.sid, frames: r.group})
-	r.group, r.size = nil, 0
+	m := &logCmd{op: opFrames, node: s.cl.id, conn: c.key, seq: p.seq, session: c.sid, frames: r.group}
+	if s.cl.writeFormat() >= logFormat2 {
+		m.op, m.frames, m.reqs = opRequests, nil, r.reqs // typed: every member reads them
+	}
+	body := s.cl.encode(m)
+	r.group, r.reqs, r.size = nil, nil, 0
 	cmd := c.dedupCmd(p.seq, body)
 	var after *cluster.Proposal
 	if len(r.fl) > 0 {
@@ -481,17 +489,7 @@ func (c *conn) decideRequest(tx *core.Tx, f [][]byte, payload []byte) (it item, 
 	if c.sess != nil && c.sess.c == c {
 		p = c.sess.p // the rights in force (the auth file may have been reloaded)
 	}
-	replicated := func() item { return item{frame: append([]byte(nil), payload...)} }
 	switch verb {
-	case protocol.VerbPing:
-		// Through the log: the answer then comes after the pushes of every
-		// entry committed before the ping was sent, and proves the session
-		// attached in the replicated state. A client counts a pong as a
-		// lower bound of when its session was last alive and of when later
-		// grants were made; a pong from this node's own state could be
-		// answered by a node that lags, or that a partition cut off while
-		// the leader already detached the session.
-		return replicated(), false, true
 	case protocol.VerbStatus:
 		if p.Admin && !s.allowListing(tx, p.Name) {
 			c.failed(req, protocol.CodeRateLimited)
@@ -507,39 +505,59 @@ func (c *conn) decideRequest(tx *core.Tx, f [][]byte, payload []byte) (it item, 
 		return item{bye: true}, true, true
 	case protocol.VerbConnect:
 		c.sendError(protocol.CodeDuplicateConnect)
+	case protocol.VerbCluster:
+		if ch := c.decideChange(req, p, f); ch != nil {
+			return item{change: ch}, false, true
+		}
 	case protocol.VerbEvict:
 		if !p.Admin {
 			s.counters.forbidden++
 			c.failed(req, protocol.CodeForbidden)
 			break
 		}
-		return replicated(), false, true
-	case protocol.VerbCluster:
-		if ch := c.decideChange(req, p, f); ch != nil {
-			return item{change: ch}, false, true
-		}
-	case protocol.VerbLock, protocol.VerbTryLock:
-		if c.mayLockHere(tx, req, p, f) {
-			return replicated(), false, true
-		}
-	case protocol.VerbExtend, protocol.VerbRenew:
-		// The rights in force on this node now, as on a single node: a
-		// reload may have taken the lock's resources away from the
-		// principal. Giving a lock up (unlock, release) stays allowed.
-		if !p.Admin {
-			if r, ok := c.revoked(tx, p, verb, f); ok {
-				s.counters.forbidden++
-				c.write(protocol.AppendFailed(nil, req, protocol.CodeForbidden, r))
-				break
-			}
-		}
-		return replicated(), false, true
-	case protocol.VerbUnlock, protocol.VerbRelease, protocol.VerbReleaseAll, protocol.VerbReleaseIn, protocol.VerbReleaseAllIn:
-		return replicated(), false, true
+		return c.decideReplicated(tx, p, verb, f, payload)
+	case protocol.VerbLock, protocol.VerbTryLock, protocol.VerbExtend, protocol.VerbRenew, protocol.VerbUnlock,
+		protocol.VerbRelease, protocol.VerbReleaseAll, protocol.VerbReleaseIn, protocol.VerbReleaseAllIn, protocol.VerbPing:
+		// A ping goes through the log too: the answer then comes after the
+		// pushes of every entry committed before the ping was sent, and
+		// proves the session attached in the replicated state. A client
+		// counts a pong as a lower bound of when its session was last alive
+		// and of when later grants were made; a pong from this node's own
+		// state could be answered by a node that lags, or that a partition
+		// cut off while the leader already detached the session.
+		return c.decideReplicated(tx, p, verb, f, payload)
 	default:
 		c.failed(req, protocol.CodeInvalidMessage)
 	}
 	return item{}, false, false
+}
+
+// decideReplicated decides a request that goes through the log: the
+// single dispatcher's parse step (parseRequest) runs here, once, then the
+// checks that need this node's configuration (the principal's rights, its
+// quota of locks), as on a single node after the parse. A refusal by them
+// is answered here (done false); a request whose arguments do not parse
+// goes to the log as a refusal, answered in its turn on every node.
+func (c *conn) decideReplicated(tx *core.Tx, p *auth.Principal, verb protocol.Verb, f [][]byte, payload []byte) (it item, stop, done bool) {
+	var r request
+	parseRequest(verb, f, &r)
+	switch r.kind {
+	case reqLock, reqTryLock:
+		if !c.mayLockHere(tx, r.req, p, r.lock.Resources) {
+			return item{}, false, false
+		}
+	case reqExtend, reqRenew:
+		// The rights in force on this node now, as on a single node: a
+		// reload may have taken the lock's resources away from the
+		// principal. Giving a lock up (unlock, release) stays allowed.
+		if res, ok := c.revoked(tx, p, &r); ok {
+			c.srv.counters.forbidden++
+			c.write(protocol.AppendFailed(nil, r.req, protocol.CodeForbidden, res))
+			return item{}, false, false
+		}
+	}
+	r.req = bytes.Clone(r.req) // it aliases the reader's buffer
+	return item{frame: bytes.Clone(payload), req: &r}, false, true
 }
 
 // decideChange checks a membership change (administrators only) and
@@ -563,10 +581,10 @@ func (c *conn) decideChange(req []byte, p *auth.Principal, f [][]byte) *clusterC
 // mayLockHere makes the checks of a lock or trylock that need this node's
 // configuration: the principal's rights and its quota of locks. A refusal
 // is answered.
-func (c *conn) mayLockHere(tx *core.Tx, req []byte, p *auth.Principal, f [][]byte) bool {
+func (c *conn) mayLockHere(tx *core.Tx, req []byte, p *auth.Principal, resources string) bool {
 	s := c.srv
-	if len(f) >= 3 && !p.Admin {
-		for _, r := range s.splitResources(string(f[2])) {
+	if !p.Admin {
+		for _, r := range s.splitResources(resources) {
 			if !p.May(r) {
 				s.counters.forbidden++
 				c.write(protocol.AppendFailed(nil, req, protocol.CodeForbidden, r))
@@ -585,16 +603,19 @@ func (c *conn) mayLockHere(tx *core.Tx, req []byte, p *auth.Principal, f [][]byt
 	return true
 }
 
-// revoked returns the first resource of an extend's lock (f[2], known to
-// this node and p's own: another's is answered lock not exist! by the
-// apply) or of a renew (f[3]) that p may no longer lock.
-func (c *conn) revoked(tx *core.Tx, p *auth.Principal, verb protocol.Verb, f [][]byte) (string, bool) {
+// revoked returns the first resource of an extend's lock (known to this
+// node and p's own: another's is answered lock not exist! by the apply) or
+// of a renew that p, not an administrator, may no longer lock.
+func (c *conn) revoked(tx *core.Tx, p *auth.Principal, r *request) (string, bool) {
+	if p.Admin {
+		return "", false
+	}
 	var resources []string
-	switch {
-	case verb == protocol.VerbRenew && len(f) >= 4:
-		resources = c.srv.splitResources(string(f[3]))
-	case verb == protocol.VerbExtend && len(f) >= 3:
-		id, ok := core.ParseID(f[2])
+	switch r.kind {
+	case reqRenew:
+		resources = c.srv.splitResources(r.renew.Resources)
+	case reqExtend:
+		id, ok := protocol.ParseID([]byte(r.extend.ID))
 		if !ok {
 			return "", false
 		}
@@ -607,9 +628,9 @@ func (c *conn) revoked(tx *core.Tx, p *auth.Principal, verb protocol.Verb, f [][
 		}
 		resources = li.Resources
 	}
-	for _, r := range resources {
-		if !p.May(r) {
-			return r, true
+	for _, res := range resources {
+		if !p.May(res) {
+			return res, true
 		}
 	}
 	return "", false

@@ -10,6 +10,7 @@ import (
 	"github.com/mlock-dev/mlock/internal/auth"
 	"github.com/mlock-dev/mlock/internal/core"
 	"github.com/mlock-dev/mlock/internal/protocol"
+	"github.com/mlock-dev/mlock/server/observe"
 )
 
 // testApplyHook, if set (tests), sees every entry a node applies.
@@ -152,8 +153,8 @@ func (s *Server) applyLocked(tx *core.Tx, m *logCmd) []byte {
 	cl := s.cl
 	cl.ans = append(cl.ans[:0], 0)
 	switch m.op {
-	case opFrames:
-		s.applyFramesLocked(tx, m)
+	case opFrames, opRequests:
+		s.applySessionLocked(tx, m)
 	case opAttach:
 		s.applyAttachLocked(tx, m)
 	case opDetach:
@@ -440,11 +441,13 @@ func (s *Server) answerLocked(c *conn, seq uint64, frames []byte, end bool) {
 	}
 }
 
-// applyFramesLocked runs the client frames of a connection, in order, with
-// the handlers of a single node (rights were checked where it is
-// connected). A connection that no longer holds its session (taken over,
-// detached) is closed instead.
-func (s *Server) applyFramesLocked(tx *core.Tx, m *logCmd) {
+// applySessionLocked runs a connection's requests of one log command, in
+// order: the typed requests of format 2 (opRequests) with the apply step
+// of a single node's handlers, or the client frames of format 1 (opFrames),
+// parsed with the typed Parse of a single node and applied alike. Rights
+// were checked where the client is connected. A connection that no longer
+// holds its session (taken over, detached) is closed instead.
+func (s *Server) applySessionLocked(tx *core.Tx, m *logCmd) {
 	cl := s.cl
 	local := s.localConn(m)
 	sess := s.sessions[m.session]
@@ -457,13 +460,21 @@ func (s *Server) applyFramesLocked(tx *core.Tx, m *logCmd) {
 	}
 	ac := &cl.ac
 	*ac = conn{srv: s, sess: sess, trusted: true, capture: &cl.ans, remote: "cluster"}
-	for _, fr := range m.frames {
-		cl.fields = protocol.Split(cl.fields[:0], fr)
-		if len(cl.fields) == 0 {
-			continue
-		}
+	n := len(m.reqs)
+	if m.op == opFrames {
+		n = len(m.frames)
+	}
+	for i := range n {
 		at := len(cl.ans)
-		ac.observeCommand(tx, cl.fields)
+		if m.op == opFrames {
+			cl.fields = protocol.Split(cl.fields[:0], m.frames[i])
+			if len(cl.fields) == 0 {
+				continue
+			}
+			ac.observeCommand(tx, cl.fields)
+		} else {
+			ac.observeRequest(tx, &m.reqs[i])
+		}
 		if local != nil && local.answered < m.seq {
 			local.write(cl.ans[at:]) // the answer, then its pushes
 		}
@@ -498,5 +509,27 @@ func (c *conn) setAnswered(seq uint64) {
 		case c.pipe.applied <- struct{}{}:
 		default:
 		}
+	}
+}
+
+// observeRequest applies one typed request of the log (applyRequest) and
+// counts it by kind and outcome, as observeCommand counts a frame. It runs
+// in a core batch.
+func (c *conn) observeRequest(tx *core.Tx, r *request) {
+	s := c.srv
+	o := &s.obs
+	failed, forbidden := o.failed, s.counters.forbidden
+	c.applyRequest(tx, r)
+	v := r.verb()
+	if int(v) >= observe.MaxVerbs {
+		v = 0
+	}
+	out := observe.OK
+	if o.failed != failed || s.counters.forbidden != forbidden {
+		out = observe.Failed
+	}
+	o.requests[v][out]++
+	if o.debug {
+		s.logCommand(c, v, r.resources(), out)
 	}
 }

@@ -33,36 +33,13 @@ func (c *conn) handle(tx *core.Tx, f [][]byte) bool {
 		}
 		return c.connect(tx, f)
 	}
-	var req []byte
-	if len(f) > 1 {
-		req = f[1]
-	}
+	req := requestID(f)
 	switch verb {
-	case protocol.VerbLock:
-		c.lock(tx, req, f, false)
-	case protocol.VerbTryLock:
-		c.lock(tx, req, f, true)
-	case protocol.VerbExtend:
-		c.extend(tx, req, f)
-	case protocol.VerbUnlock:
-		var a protocol.IDArgs
-		if code := a.Parse(f); code != protocol.CodeUnknown {
-			c.failed(req, code)
-			return false
-		}
-		id, ok := c.lockID(tx, a.ID)
-		if !ok {
-			c.failed(req, protocol.CodeLockNotExist)
-			return false
-		}
-		if r := tx.Apply(&core.Command{Op: core.OpUnlock, ID: id, Session: c.sess.id}); r.Err != nil {
-			c.failedErr(req, r.Err)
-			return false
-		}
-		c.ok(req, []byte("done"))
-		s.noteUnlocked(tx.Now())
-	case protocol.VerbPing:
-		c.ok(req, []byte("pong"))
+	case protocol.VerbLock, protocol.VerbTryLock, protocol.VerbExtend, protocol.VerbUnlock, protocol.VerbPing,
+		protocol.VerbRenew, protocol.VerbRelease, protocol.VerbReleaseIn, protocol.VerbReleaseAll, protocol.VerbReleaseAllIn:
+		var r request
+		parseRequest(verb, f, &r)
+		c.applyRequest(tx, &r)
 	case protocol.VerbStatus:
 		detail := c.sess.p.Admin
 		if detail && !s.allowListing(tx, c.sess.p.Name) {
@@ -73,13 +50,16 @@ func (c *conn) handle(tx *core.Tx, f [][]byte) bool {
 	case protocol.VerbLocks:
 		c.locks(tx, req, f)
 	case protocol.VerbEvict:
-		c.evict(tx, req, f)
+		if !c.sess.p.Admin && !c.trusted {
+			s.counters.forbidden++
+			c.failed(req, protocol.CodeForbidden)
+			return false
+		}
+		var r request
+		parseRequest(verb, f, &r)
+		c.applyRequest(tx, &r)
 	case protocol.VerbCluster:
 		c.failed(req, protocol.CodeNotCluster) // a cluster node decides it in decide
-	case protocol.VerbRelease, protocol.VerbReleaseIn, protocol.VerbReleaseAll, protocol.VerbReleaseAllIn:
-		c.release(tx, req, verb, f)
-	case protocol.VerbRenew:
-		c.renew(tx, req, f)
 	case protocol.VerbBye:
 		c.bye()
 		return true
@@ -92,17 +72,109 @@ func (c *conn) handle(tx *core.Tx, f [][]byte) bool {
 	return false
 }
 
-// release handles "release <req> <owner> <resources>" and "releaseall <req>
+// requestID returns the request id of a frame's fields (the field after
+// the verb), nil if there is none.
+func requestID(f [][]byte) []byte {
+	if len(f) > 1 {
+		return f[1]
+	}
+	return nil
+}
+
+// parseRequest is the parse step of the commands that change the lock
+// table, and of ping: it fills r from the fields of a frame of verb with
+// the protocol's typed Parse. Arguments that do not parse make r a refusal
+// (reqRefused, with the code to answer), answered in its turn by
+// applyRequest. It reports false for any other verb. A single node parses
+// and applies at once; a cluster node parses where the client is
+// connected and every node applies the request from the log.
+func parseRequest(verb protocol.Verb, f [][]byte, r *request) bool {
+	*r = request{req: requestID(f)}
+	code := protocol.CodeUnknown
+	switch verb {
+	case protocol.VerbLock, protocol.VerbTryLock:
+		r.kind = reqLock
+		if verb == protocol.VerbTryLock {
+			r.kind = reqTryLock
+		}
+		code = r.lock.Parse(f, verb == protocol.VerbTryLock)
+	case protocol.VerbExtend:
+		r.kind, code = reqExtend, r.extend.Parse(f)
+	case protocol.VerbUnlock:
+		r.kind, code = reqUnlock, r.unlock.Parse(f)
+	case protocol.VerbRenew:
+		r.kind, code = reqRenew, r.renew.Parse(f)
+	case protocol.VerbRelease, protocol.VerbReleaseIn, protocol.VerbReleaseAll, protocol.VerbReleaseAllIn:
+		r.kind, code = reqRelease, r.release.Parse(verb, f)
+	case protocol.VerbEvict:
+		r.kind, code = reqEvict, r.evict.Parse(f)
+	case protocol.VerbPing:
+		r.kind = reqPing
+	default:
+		return false
+	}
+	if code != protocol.CodeUnknown {
+		*r = request{kind: reqRefused, req: r.req, refusedVerb: verb, refusedCode: code}
+	}
+	return true
+}
+
+// applyRequest is the apply step of a parsed request (parseRequest): the
+// checks that need the state (the settings in force, the lock ids, the
+// principal's rights where they are checked here) and the engine. It runs
+// in a core batch, on a single node and on every node of a cluster alike.
+func (c *conn) applyRequest(tx *core.Tx, r *request) {
+	switch r.kind {
+	case reqLock, reqTryLock:
+		c.applyLock(tx, r.req, &r.lock)
+	case reqExtend:
+		c.applyExtend(tx, r.req, &r.extend)
+	case reqUnlock:
+		c.applyUnlock(tx, r.req, &r.unlock)
+	case reqRenew:
+		c.applyRenew(tx, r.req, &r.renew)
+	case reqRelease:
+		c.applyRelease(tx, r.req, &r.release)
+	case reqEvict:
+		c.applyEvict(tx, r.req, &r.evict)
+	case reqPing:
+		c.ok(r.req, []byte("pong"))
+	case reqRefused:
+		c.refused(tx, r.req, r.refusedVerb, r.refusedCode)
+	}
+}
+
+// refused answers a request refused before the engine with code. An extend
+// counts as failed (extendFailedCount), as every extend answered failed.
+func (c *conn) refused(tx *core.Tx, req []byte, verb protocol.Verb, code protocol.Code) {
+	if verb == protocol.VerbExtend {
+		c.extendRefused(tx)
+	}
+	c.failed(req, code)
+}
+
+// applyUnlock is the apply step of "unlock <req> <lockId>".
+func (c *conn) applyUnlock(tx *core.Tx, req []byte, a *protocol.IDArgs) {
+	s := c.srv
+	id, ok := c.lockID(tx, a.ID)
+	if !ok {
+		c.failed(req, protocol.CodeLockNotExist)
+		return
+	}
+	if r := tx.Apply(&core.Command{Op: core.OpUnlock, ID: id, Session: c.sess.id}); r.Err != nil {
+		c.failedErr(req, r.Err)
+		return
+	}
+	c.ok(req, []byte("done"))
+	s.noteUnlocked(tx.Now())
+}
+
+// applyRelease is the apply step of "release <req> <owner> <resources>" and "releaseall <req>
 // <owner>", and their confined forms releasein and releaseallin (a prefix
 // last). release answers true or false, releaseall the number of locks
 // released.
-func (c *conn) release(tx *core.Tx, req []byte, verb protocol.Verb, f [][]byte) {
+func (c *conn) applyRelease(tx *core.Tx, req []byte, a *protocol.ReleaseArgs) {
 	s := c.srv
-	var a protocol.ReleaseArgs
-	if code := a.Parse(verb, f); code != protocol.CodeUnknown {
-		c.failed(req, code)
-		return
-	}
 	owner, ok := c.owner(req, a.Owner)
 	if !ok {
 		return
@@ -243,16 +315,13 @@ func (c *conn) connect(tx *core.Tx, f [][]byte) bool {
 	return false
 }
 
-// lock handles "lock <req> <resources> <ttl> <timeout> <tolerate> [owner
-// [modes]]" and "trylock <req> <resources> <ttl> [owner [modes]]". An empty
-// owner is none; absent or empty modes take every resource exclusively.
-func (c *conn) lock(tx *core.Tx, req []byte, f [][]byte, try bool) {
+// applyLock is the apply step of "lock <req> <resources> <ttl> <timeout>
+// <tolerate> [owner [modes]]" and "trylock <req> <resources> <ttl> [owner
+// [modes]]". An empty owner is none; absent or empty modes take every
+// resource exclusively.
+func (c *conn) applyLock(tx *core.Tx, req []byte, a *protocol.LockArgs) {
 	s := c.srv
-	var a protocol.LockArgs
-	if code := a.Parse(f, try); code != protocol.CodeUnknown {
-		c.failed(req, code)
-		return
-	}
+	try := a.Try
 	ttl, ok := s.ttlOf(a.TTL)
 	if !ok {
 		c.failed(req, protocol.CodeInvalidTTL)
@@ -308,7 +377,7 @@ func (c *conn) lock(tx *core.Tx, req []byte, f [][]byte, try bool) {
 	}
 }
 
-// extend handles "extend <req> <lockId> <ttl>". A principal that may no
+// applyExtend is the apply step of "extend <req> <lockId> <ttl>". A principal that may no
 // longer lock one of the lock's resources (the auth file was reloaded) is
 // answered permission denied! naming it.
 //
@@ -316,24 +385,21 @@ func (c *conn) lock(tx *core.Tx, req []byte, f [][]byte, try bool) {
 // here before the engine (a missing argument, a bad ttl, a malformed lock id
 // or another principal's), except permission denied! (counted as forbidden;
 // a cluster node refuses it before the log).
-func (c *conn) extend(tx *core.Tx, req []byte, f [][]byte) {
+func (c *conn) applyExtend(tx *core.Tx, req []byte, a *protocol.ExtendArgs) {
 	s := c.srv
-	var a protocol.ExtendArgs
-	code := a.Parse(f)
 	ttl, ok := s.ttlOf(a.TTL)
 	var id core.ID
-	switch {
-	case code == protocol.CodeUnknown && !ok:
-		code = protocol.CodeInvalidTTL
-	case code == protocol.CodeUnknown:
+	code := protocol.CodeInvalidTTL
+	if ok {
 		var found bool
-		if id, found = c.lockID(tx, a.ID); !found {
+		if id, found = c.lockID(tx, a.ID); found {
+			code = protocol.CodeUnknown
+		} else {
 			code = protocol.CodeLockNotExist
 		}
 	}
 	if code != protocol.CodeUnknown {
-		c.extendRefused(tx)
-		c.failed(req, code)
+		c.refused(tx, req, protocol.VerbExtend, code)
 		return
 	}
 	if p := c.sess.p; !p.Admin && p.Prefixes != nil && !c.trusted {
@@ -359,20 +425,15 @@ func (c *conn) extendRefused(tx *core.Tx) {
 	tx.Apply(&core.Command{Op: core.OpExtend, ID: core.NoID, TTL: time.Second, Session: c.sess.id})
 }
 
-// renew handles "renew <req> <owner> <resources> <ttl>": the owner's granted
+// applyRenew is the apply step of "renew <req> <owner> <resources> <ttl>": the owner's granted
 // lock on exactly resources (in any order, duplicates folded) gets a new
 // expiry, keeping its id, token and session. The answer is
 // "<expiresAtMs> <token>"; an owner that holds no such lock (also after a
 // release of some of them, and for the anonymous owner) gets lock not
 // exist!, a principal that may no longer lock one of the resources
 // permission denied!. Renewing uses no token and pushes nothing.
-func (c *conn) renew(tx *core.Tx, req []byte, f [][]byte) {
+func (c *conn) applyRenew(tx *core.Tx, req []byte, a *protocol.RenewArgs) {
 	s := c.srv
-	var a protocol.RenewArgs
-	if code := a.Parse(f); code != protocol.CodeUnknown {
-		c.failed(req, code)
-		return
-	}
 	ttl, ok := s.ttlOf(a.TTL)
 	if !ok {
 		c.failed(req, protocol.CodeInvalidTTL)
@@ -445,21 +506,12 @@ func (c *conn) may(req []byte, resources []string) bool {
 	return true
 }
 
-// evict handles "evict <req> <resources>" (extension, administrators only):
-// the granted lock holding each resource is released whole, whoever holds
-// it, and its session is told. The answer is the number of locks released.
-func (c *conn) evict(tx *core.Tx, req []byte, f [][]byte) {
+// applyEvict is the apply step of "evict <req> <resources>" (extension,
+// administrators only, checked before the parse step): the granted lock
+// holding each resource is released whole, whoever holds it, and its
+// session is told. The answer is the number of locks released.
+func (c *conn) applyEvict(tx *core.Tx, req []byte, a *protocol.EvictArgs) {
 	s := c.srv
-	if !c.sess.p.Admin && !c.trusted {
-		s.counters.forbidden++
-		c.failed(req, protocol.CodeForbidden)
-		return
-	}
-	var a protocol.EvictArgs
-	if code := a.Parse(f); code != protocol.CodeUnknown {
-		c.failed(req, code)
-		return
-	}
 	r := tx.Apply(&core.Command{Op: core.OpEvict, Resources: s.splitResources(a.Resources)})
 	if r.Err != nil {
 		c.failedErr(req, r.Err)

@@ -152,16 +152,53 @@ const (
 // request is one typed request of a client: what parseRequest makes of a
 // frame, applied by applyRequest on every node (and on a single node).
 type request struct {
-	kind    byte
-	req     string // the client's request id
-	lock    protocol.LockArgs
-	extend  protocol.ExtendArgs
-	unlock  protocol.IDArgs
-	renew   protocol.RenewArgs
-	release protocol.ReleaseArgs
-	evict   protocol.EvictArgs
-	verb    protocol.Verb // refused
-	code    protocol.Code // refused
+	kind        byte
+	req         []byte // the client's request id
+	lock        protocol.LockArgs
+	extend      protocol.ExtendArgs
+	unlock      protocol.IDArgs
+	renew       protocol.RenewArgs
+	release     protocol.ReleaseArgs
+	evict       protocol.EvictArgs
+	refusedVerb protocol.Verb // refused: the command
+	refusedCode protocol.Code // refused: the answer
+}
+
+// verb returns the command the request is (a refusal's included).
+func (r *request) verb() protocol.Verb {
+	switch r.kind {
+	case reqLock, reqTryLock:
+		return r.lock.Verb()
+	case reqExtend:
+		return protocol.VerbExtend
+	case reqUnlock:
+		return protocol.VerbUnlock
+	case reqRenew:
+		return protocol.VerbRenew
+	case reqRelease:
+		return r.release.Verb()
+	case reqEvict:
+		return protocol.VerbEvict
+	case reqPing:
+		return protocol.VerbPing
+	}
+	return r.refusedVerb
+}
+
+// resources returns the resources the request names, as sent ("" for
+// none), for the debug log.
+func (r *request) resources() string {
+	switch r.kind {
+	case reqLock, reqTryLock:
+		return r.lock.Resources
+	case reqRenew:
+		return r.renew.Resources
+	case reqRelease:
+		return r.release.Resources
+	case reqEvict:
+		return r.evict.Resources
+	}
+	return ""
 }
 
 // appendLogCmd encodes m onto dst in format m.format (0 is format 1).
@@ -222,7 +259,8 @@ func appendConnFields(dst []byte, m *logCmd) []byte {
 // appendRequest encodes one typed request.
 func appendRequest(dst []byte, r *request) []byte {
 	dst = append(dst, r.kind)
-	dst = appendStr(dst, r.req)
+	dst = binary.AppendUvarint(dst, uint64(len(r.req)))
+	dst = append(dst, r.req...)
 	switch r.kind {
 	case reqLock, reqTryLock:
 		a := &r.lock
@@ -259,8 +297,8 @@ func appendRequest(dst []byte, r *request) []byte {
 	case reqEvict:
 		dst = appendStr(dst, r.evict.Resources)
 	case reqRefused:
-		dst = appendStr(dst, r.verb.String())
-		dst = appendStr(dst, r.code.Text())
+		dst = appendStr(dst, r.refusedVerb.String())
+		dst = appendStr(dst, r.refusedCode.Text())
 	}
 	return dst
 }
@@ -429,7 +467,7 @@ func decodeLogCmd(p []byte, m *logCmd) error {
 // decodeRequest decodes one typed request; a failure sets d.bad.
 func decodeRequest(d *decoder, r *request) {
 	*r = request{kind: d.byte1()}
-	r.req = d.str()
+	r.req = d.bytes()
 	switch r.kind {
 	case reqLock, reqTryLock:
 		a := &r.lock
@@ -459,9 +497,9 @@ func decodeRequest(d *decoder, r *request) {
 	case reqRefused:
 		word, text := d.bytes(), d.bytes()
 		var ok bool
-		r.verb, ok = protocol.ParseVerb(word)
-		r.code = protocol.CodeOf(text)
-		if !ok || r.verb.String() != string(word) || r.code == protocol.CodeUnknown || r.code.Text() != string(text) {
+		r.refusedVerb, ok = protocol.ParseVerb(word)
+		r.refusedCode = protocol.CodeOf(text)
+		if !ok || r.refusedVerb.String() != string(word) || r.refusedCode == protocol.CodeUnknown || r.refusedCode.Text() != string(text) {
 			d.bad = true
 		}
 	default:
