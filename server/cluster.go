@@ -143,6 +143,9 @@ type clusterState struct {
 	// halted says why this node stopped applying the log ("": it did not;
 	// see halt).
 	halted textValue
+	// formats: what the members said of the log formats they read
+	// (cluster_version.go).
+	formats formats
 }
 
 // textValue is a string read and written atomically.
@@ -301,7 +304,7 @@ func appendGenesis(dst []byte, now int64, params string) []byte {
 // writeFormat is the log format this node writes now: the cluster version
 // (the highest every member reads).
 func (cl *clusterState) writeFormat() int {
-	return int(min(cl.versionNow.Load(), logFormat))
+	return min(int(cl.versionNow.Load()), cl.ownFormat())
 }
 
 // encode returns m in the format this node writes now.

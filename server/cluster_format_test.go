@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -278,4 +279,130 @@ func TestLogFormatTypedSameState(t *testing.T) {
 func verbOf(fr []byte) protocol.Verb {
 	v, _ := protocol.ParseVerb(protocol.Split(nil, fr)[0])
 	return v
+}
+
+// The cluster version gates the log format: while a member says it reads
+// only format 1 (a node of the previous build), every node writes the old
+// form (client frames, no header) and the version stays 1; once that member
+// runs this build (restarted on its directory), the leader raises the
+// version and the requests are written typed, with the header. Status shows
+// the version and what each member reads.
+func TestClusterVersionGate(t *testing.T) {
+	var old atomic.Bool
+	old.Store(true)
+	testOwnFormat = func(id string) int {
+		if id == "n2" && old.Load() {
+			return logFormat1
+		}
+		return 0
+	}
+	var mu sync.Mutex
+	var bodies [][]byte
+	testApplyHook = func(node string, now int64, cmds [][]byte) {
+		if node != "n0" {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range cmds {
+			if _, _, body, err := cluster.ParseDedupCommand(c); err == nil && len(body) > 0 {
+				bodies = append(bodies, append([]byte(nil), body...))
+			}
+		}
+	}
+	t.Cleanup(func() { testOwnFormat, testApplyHook = nil, nil })
+	tc := newTestCluster(t, 3, true)
+	l := tc.leader()
+	want := map[string]int{"n0": logFormat, "n1": logFormat, "n2": logFormat1}
+	tc.waitFormats(l, want)
+	c := tc.dial(0, "gate")
+	c.expect("connected 1.0 new * **")
+	id := c.lock("1", "g 60000 0 0")
+	c.locked(id)
+	c.send("unlock 2 " + id)
+	c.expect("result 2 success done")
+	mu.Lock()
+	frames := 0
+	for _, b := range bodies {
+		switch {
+		case b[0] == versionMark:
+			t.Errorf("a command of format %d was written while n2 reads format 1: %x", b[1], b)
+		case b[0] == opFrames:
+			frames++
+		}
+	}
+	bodies = nil
+	mu.Unlock()
+	if frames == 0 {
+		t.Fatal("no client frames (format 1) were written")
+	}
+	for i := range 3 {
+		if v := tc.nodes[i].ClusterStatus().Version; v != logFormat1 {
+			t.Fatalf("n%d: cluster version %d while n2 reads format 1", i, v)
+		}
+	}
+
+	// n2 is upgraded: stopped, started again on its directory.
+	c.nc.Close()
+	tc.stop(2)
+	old.Store(false)
+	tc.start(2)
+	l = tc.leader()
+	want["n2"] = logFormat
+	tc.waitFormats(l, want)
+	deadline := time.Now().Add(10 * time.Second)
+	for i := 0; i < 3; {
+		if tc.nodes[i].ClusterStatus().Version == logFormat {
+			i++
+			continue
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("n%d: cluster version %d, want %d once every member reads it", i, tc.nodes[i].ClusterStatus().Version, logFormat)
+		}
+		time.Sleep(10 * time.Millisecond) // polled: status has no event to wait on
+	}
+	d := tc.dial(1, "gate2")
+	d.expect("connected 1.0 new * **")
+	id = d.lock("1", "g2 60000 0 0")
+	d.locked(id)
+	mu.Lock()
+	defer mu.Unlock()
+	typed := 0
+	for _, b := range bodies {
+		var m logCmd
+		if decodeLogCmd(b, &m) == nil && m.op == opRequests && m.format == logFormat {
+			typed++
+		}
+		if b[0] == opFrames {
+			t.Errorf("client frames written at cluster version %d: %q", logFormat, b)
+		}
+	}
+	if typed == 0 {
+		t.Fatal("no typed requests were written once every member reads them")
+	}
+}
+
+// waitFormats waits until the leader l's status shows the log format each
+// member said it reads, as want.
+func (tc *testCluster) waitFormats(l int, want map[string]int) {
+	tc.t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		st := tc.nodes[l].ClusterStatus()
+		got := map[string]int{}
+		for _, p := range st.Peers {
+			got[p.ID] = p.LogFormat
+		}
+		same := len(got) == len(want)
+		for id, f := range want {
+			same = same && got[id] == f
+		}
+		if same {
+			return
+		}
+		if time.Now().After(deadline) {
+			tc.t.Fatalf("the leader's view of the members' formats: %v, want %v", got, want)
+		}
+		time.Sleep(10 * time.Millisecond) // polled: status has no event to wait on
+	}
 }

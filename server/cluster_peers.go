@@ -90,6 +90,7 @@ func (s *Server) watchPeers() {
 		st := s.refreshStatus()
 		s.watchRemoved(st)
 		if !cl.node.IsLeader() {
+			s.announceFormat()
 			clear(done)
 			clear(gone)
 			members = ""
@@ -106,6 +107,7 @@ func (s *Server) watchPeers() {
 			cancel()
 		}
 		peers := cl.node.Status().Peers
+		s.raiseVersion(peers)
 		for _, p := range peers {
 			if !p.Failing {
 				delete(done, p.ID)

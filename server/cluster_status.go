@@ -15,9 +15,13 @@ func (s *Server) clusterStatus() *ClusterStatus {
 	cs := &ClusterStatus{ID: st.ID, Role: string(st.Role), Ready: st.Ready, Leader: st.Leader.ID,
 		LeaderAddr: st.Leader.ClientAddr, Term: st.Term, LastIndex: st.LastIndex,
 		CommitIndex: st.CommitIndex, AppliedIndex: st.AppliedIndex, Peers: []ClusterNode{},
-		Version: s.cl.writeFormat(), LogFormat: logFormat, Halted: s.cl.halted.Load()}
+		Version: int(s.cl.versionNow.Load()), LogFormat: s.cl.ownFormat(), Halted: s.cl.halted.Load()}
 	for _, p := range st.Peers {
-		cs.Peers = append(cs.Peers, ClusterNode{ID: p.ID, Addr: p.Addr, Suffrage: p.Suffrage, Failing: p.Failing})
+		n := ClusterNode{ID: p.ID, Addr: p.Addr, Suffrage: p.Suffrage, Failing: p.Failing}
+		if f, known := s.cl.memberFormat(p.ID); known {
+			n.LogFormat = f
+		}
+		cs.Peers = append(cs.Peers, n)
 	}
 	return cs
 }
