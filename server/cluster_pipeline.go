@@ -434,24 +434,21 @@ func (c *conn) decideHandshake(tx *core.Tx, f [][]byte) (it item, stop, done boo
 		c.sendError(protocol.CodeConnectFirst)
 		return item{}, false, false
 	}
+	a, code := s.parseConnect(f)
 	switch {
-	case len(f) < 2 || len(f[1]) == 0:
-		c.sendError(protocol.CodeSocketIDRequired)
-	case len(f) < 3 || len(f[2]) == 0:
-		c.sendError(protocol.CodeAPIVersionRequired)
-	case len(f[1]) > s.cfg.MaxSocketIDLen:
-		c.sendError(protocol.CodeSocketIDTooLong)
-	case bytes0(f[1]):
-		c.sendError(protocol.CodeInvalidSocketID)
+	case code != protocol.CodeUnknown:
+		c.sendError(code)
 	case s.closing:
 		c.sendError(protocol.CodeShuttingDown)
-	case s.cl.removed.Load():
-		c.finish() // not a member: its client goes to another node (see watchRemoved)
+	case s.cl.removed.Load() || s.cl.halted.Load() != "":
+		// Not a member, or stopped applying the log: its client goes to
+		// another node (see watchRemoved, halt).
+		c.finish()
 	}
 	if c.ended {
 		return item{}, false, false
 	}
-	cred, hasCred := authField(f[3:])
+	cred, hasCred := authField(a.fields)
 	p, code := s.principalFor(c, cred, hasCred)
 	if p == nil {
 		s.counters.authFailed++
@@ -461,7 +458,7 @@ func (c *conn) decideHandshake(tx *core.Tx, f [][]byte) (it item, stop, done boo
 		c.sendError(code)
 		return item{}, false, false
 	}
-	sid := scope(p, string(f[1]))
+	sid := scope(p, string(a.socketID))
 	old := s.sessions[sid]
 	if !s.connQuotaLocked(tx, c, p, old == nil, old != nil && old.c != nil && old.c.counted == p.Name) {
 		return item{}, false, false
@@ -469,7 +466,7 @@ func (c *conn) decideHandshake(tx *core.Tx, f [][]byte) (it item, stop, done boo
 	c.p, c.sid = p, sid
 	s.leavePreLocked(c)
 	c.authed = true
-	c.wantLeader = hasField(f[3:], "want=leader")
+	c.wantLeader = hasField(a.fields, "want=leader")
 	return item{attach: &logCmd{op: opAttach, node: s.cl.id, conn: c.key, session: c.sid, principal: p.Name}}, false, true
 }
 
@@ -481,10 +478,7 @@ func (c *conn) decideHandshake(tx *core.Tx, f [][]byte) (it item, stop, done boo
 func (c *conn) decideRequest(tx *core.Tx, f [][]byte, payload []byte) (it item, stop, done bool) {
 	s := c.srv
 	verb, _ := protocol.ParseVerb(f[0])
-	var req []byte
-	if len(f) > 1 {
-		req = f[1]
-	}
+	req := requestID(f)
 	p := c.p
 	if c.sess != nil && c.sess.c == c {
 		p = c.sess.p // the rights in force (the auth file may have been reloaded)
@@ -636,14 +630,6 @@ func (c *conn) revoked(tx *core.Tx, p *auth.Principal, r *request) (string, bool
 	return "", false
 }
 
-func bytes0(b []byte) bool {
-	for _, x := range b {
-		if x == 0 {
-			return true
-		}
-	}
-	return false
-}
 
 // clusterCleanup is cleanup's cluster part, before the local one: the
 // pipeline finishes what was read, then the session (if this connection

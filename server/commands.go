@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mlock-dev/mlock/internal/auth"
 	"github.com/mlock-dev/mlock/internal/core"
 	"github.com/mlock-dev/mlock/internal/protocol"
 )
@@ -208,28 +209,43 @@ func (c *conn) bye() {
 	c.finish()
 }
 
+// connectArgs are the arguments of "connect <socketId> <apiVersion>
+// [<field>...]".
+type connectArgs struct {
+	socketID []byte
+	fields   [][]byte // after the api version: auth=<name>:<token>, want=leader; others are ignored
+}
+
+// parseConnect is the parse step of connect, on a single node and on a
+// cluster node alike: the arguments, or the code of the error to answer.
+func (s *Server) parseConnect(f [][]byte) (connectArgs, protocol.Code) {
+	const socketAt, apiAt = 1, 2 // after the verb
+	switch {
+	case len(f) <= socketAt || len(f[socketAt]) == 0:
+		return connectArgs{}, protocol.CodeSocketIDRequired
+	case len(f) <= apiAt || len(f[apiAt]) == 0:
+		return connectArgs{}, protocol.CodeAPIVersionRequired
+	case len(f[socketAt]) > s.cfg.MaxSocketIDLen:
+		return connectArgs{}, protocol.CodeSocketIDTooLong
+	case bytes.IndexByte(f[socketAt], 0) >= 0: // the scope separator
+		return connectArgs{}, protocol.CodeInvalidSocketID
+	}
+	return connectArgs{socketID: f[socketAt], fields: f[apiAt+1:]}, protocol.CodeUnknown
+}
+
 // connect handles "connect <socketId> <apiVersion>".
 func (c *conn) connect(tx *core.Tx, f [][]byte) bool {
 	s := c.srv
-	switch {
-	case len(f) < 2 || len(f[1]) == 0:
-		c.sendError(protocol.CodeSocketIDRequired)
-		return true
-	case len(f) < 3 || len(f[2]) == 0:
-		c.sendError(protocol.CodeAPIVersionRequired)
-		return true
-	case len(f[1]) > s.cfg.MaxSocketIDLen:
-		c.sendError(protocol.CodeSocketIDTooLong)
-		return true
-	case bytes.IndexByte(f[1], 0) >= 0: // the scope separator
-		c.sendError(protocol.CodeInvalidSocketID)
+	a, code := s.parseConnect(f)
+	if code != protocol.CodeUnknown {
+		c.sendError(code)
 		return true
 	}
 	if s.closing {
 		c.sendError(protocol.CodeShuttingDown)
 		return true
 	}
-	cred, hasCred := authField(f[3:])
+	cred, hasCred := authField(a.fields)
 	p, code := s.principalFor(c, cred, hasCred)
 	if p == nil {
 		s.counters.authFailed++
@@ -239,38 +255,9 @@ func (c *conn) connect(tx *core.Tx, f [][]byte) bool {
 		c.sendError(code)
 		return true
 	}
-	id := scope(p, string(f[1]))
-	sess := s.sessions[id]
-	if sess != nil && sess.c == nil {
-		// The session's grace may be over while the deadline timer has
-		// not run yet: process what is due, and if the engine closed the
-		// session, this connect starts a new one. The old one's events
-		// of this batch, its end included, stay its own (eventLocked).
-		tx.Apply(&core.Command{Op: core.OpTick})
-		if !tx.HasSession(id) {
-			delete(s.sessions, id)
-			if s.ended == nil {
-				s.ended = make(map[string]*session)
-			}
-			s.ended[id] = sess
-			sess = nil
-		}
-	}
-	resumed := sess != nil
-	if !s.connQuotaLocked(tx, c, p, !resumed, resumed && sess.c != nil && sess.c.counted == p.Name) {
-		return true
-	}
+	sess, resumed := c.takeSession(tx, p, scope(p, string(a.socketID)))
 	if sess == nil {
-		if len(s.sessions) >= s.set.MaxSessions {
-			s.counters.sessionsRefused++
-			s.logRefusal(tx.Now(), "connect refused: too many sessions", "remote", c.remote, "sessions", len(s.sessions))
-			c.sendError(protocol.CodeTooManySessions)
-			return true
-		}
-		sess = &session{id: id, p: p, hash: s.shortHash(id)}
-		s.sessions[id] = sess
-	} else {
-		sess.p = p // the rights in force now (the auth file may have been reloaded)
+		return true
 	}
 	if old := sess.c; old != nil && resumed {
 		// The old connection may be half-open: the new one takes over. The
@@ -280,7 +267,7 @@ func (c *conn) connect(tx *core.Tx, f [][]byte) bool {
 		old.sendError(protocol.CodeTakenOver)
 		s.log.Info("session taken over by a new connection", "session", sess.hash, "old", old.remote, "new", c.remote)
 	}
-	resumed = tx.Apply(&core.Command{Op: core.OpAttach, Session: id}).OK && resumed
+	resumed = tx.Apply(&core.Command{Op: core.OpAttach, Session: sess.id}).OK && resumed
 	if sess.c == nil {
 		s.online++
 	}
@@ -302,7 +289,7 @@ func (c *conn) connect(tx *core.Tx, f [][]byte) bool {
 		// which the answers of the new connection would let its holder
 		// outlive. Clients ignore a locked for a lock they already hold or
 		// do not wait for, and an expired for a lock they do not hold.
-		tx.SessionLocks(id, func(li core.LockInfo) {
+		tx.SessionLocks(sess.id, func(li core.LockInfo) {
 			switch {
 			case li.Revoked:
 				s.push(sess, protocol.PushEvicted, li.ID)
@@ -313,6 +300,46 @@ func (c *conn) connect(tx *core.Tx, f [][]byte) bool {
 	}
 	s.log.Debug("session connected", "session", sess.hash, "principal", p.Name, "remote", c.remote, "resumed", resumed)
 	return false
+}
+
+// takeSession returns the session id that a connect of c by p attaches:
+// the one that exists (resumed), or a new one. Nil: refused (a quota, the
+// number of sessions), and answered.
+func (c *conn) takeSession(tx *core.Tx, p *auth.Principal, id string) (*session, bool) {
+	s := c.srv
+	sess := s.sessions[id]
+	if sess != nil && sess.c == nil {
+		// The session's grace may be over while the deadline timer has
+		// not run yet: process what is due, and if the engine closed the
+		// session, this connect starts a new one. The old one's events
+		// of this batch, its end included, stay its own (eventLocked).
+		tx.Apply(&core.Command{Op: core.OpTick})
+		if !tx.HasSession(id) {
+			delete(s.sessions, id)
+			if s.ended == nil {
+				s.ended = make(map[string]*session)
+			}
+			s.ended[id] = sess
+			sess = nil
+		}
+	}
+	resumed := sess != nil
+	if !s.connQuotaLocked(tx, c, p, !resumed, resumed && sess.c != nil && sess.c.counted == p.Name) {
+		return nil, false
+	}
+	if sess == nil {
+		if len(s.sessions) >= s.set.MaxSessions {
+			s.counters.sessionsRefused++
+			s.logRefusal(tx.Now(), "connect refused: too many sessions", "remote", c.remote, "sessions", len(s.sessions))
+			c.sendError(protocol.CodeTooManySessions)
+			return nil, false
+		}
+		sess = &session{id: id, p: p, hash: s.shortHash(id)}
+		s.sessions[id] = sess
+	} else {
+		sess.p = p // the rights in force now (the auth file may have been reloaded)
+	}
+	return sess, resumed
 }
 
 // applyLock is the apply step of "lock <req> <resources> <ttl> <timeout>
@@ -530,18 +557,19 @@ func (c *conn) applyEvict(tx *core.Tx, req []byte, a *protocol.EvictArgs) {
 // token, lock or session.
 func (c *conn) locks(tx *core.Tx, req []byte, f [][]byte) {
 	s := c.srv
-	arg := func(i int) string {
-		if i < len(f) {
-			return string(f[i])
+	// The arguments after the verb and the request id, in order.
+	var args [3]string
+	for i := range args {
+		if j := i + 2; j < len(f) {
+			args[i] = string(f[j])
 		}
-		return ""
 	}
-	prefix, after := arg(2), arg(4)
+	prefix, l, after := args[0], args[1], args[2]
 	if prefix == "|" {
 		prefix = "" // no name holds '|': the placeholder for "no prefix" before a limit
 	}
 	limit := s.cfg.StatusLimit
-	if l := arg(3); l != "" && l != "0" {
+	if l != "" && l != "0" {
 		n, ok := protocol.Int([]byte(l))
 		if !ok || n < 0 {
 			c.failed(req, protocol.CodeInvalidMessage)
