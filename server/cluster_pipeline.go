@@ -630,7 +630,6 @@ func (c *conn) revoked(tx *core.Tx, p *auth.Principal, r *request) (string, bool
 	return "", false
 }
 
-
 // clusterCleanup is cleanup's cluster part, before the local one: the
 // pipeline finishes what was read, then the session (if this connection
 // attached it) is detached in the log, after every answer it was given.
