@@ -423,6 +423,8 @@ func (src obsSource) Ready() (bool, string) {
 		return true, ""
 	case s.cl.removed.Load():
 		return false, "removed from the cluster: serves no client until added again"
+	case s.cl.halted.Load() != "":
+		return false, "stopped applying the log: " + s.cl.halted.Load()
 	}
 	st := s.cl.node.Status()
 	switch {
