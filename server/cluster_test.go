@@ -612,7 +612,8 @@ func replayServer(t *testing.T, id string, configure func(*Config)) *Server {
 	cfg = cfg.withDefaults()
 	s := &Server{cfg: cfg, log: cfg.Logger, sessions: map[string]*session{}, conns: map[*conn]struct{}{},
 		perIP: nil, buckets: map[string]*bucket{}, set: settingsOf(&cfg)}
-	s.cl = &clusterState{id: id, conns: map[string]*conn{}}
+	s.cl = &clusterState{id: id, conns: map[string]*conn{}, version: logFormat1}
+	s.cl.versionNow.Store(logFormat1)
 	c, err := s.newCore(s.set, nil, nil, 0)
 	if err != nil {
 		t.Fatal(err)

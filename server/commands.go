@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mlock-dev/mlock/internal/auth"
 	"github.com/mlock-dev/mlock/internal/core"
 	"github.com/mlock-dev/mlock/internal/protocol"
 )
@@ -33,36 +34,13 @@ func (c *conn) handle(tx *core.Tx, f [][]byte) bool {
 		}
 		return c.connect(tx, f)
 	}
-	var req []byte
-	if len(f) > 1 {
-		req = f[1]
-	}
+	req := requestID(f)
 	switch verb {
-	case protocol.VerbLock:
-		c.lock(tx, req, f, false)
-	case protocol.VerbTryLock:
-		c.lock(tx, req, f, true)
-	case protocol.VerbExtend:
-		c.extend(tx, req, f)
-	case protocol.VerbUnlock:
-		var a protocol.IDArgs
-		if code := a.Parse(f); code != protocol.CodeUnknown {
-			c.failed(req, code)
-			return false
-		}
-		id, ok := c.lockID(tx, a.ID)
-		if !ok {
-			c.failed(req, protocol.CodeLockNotExist)
-			return false
-		}
-		if r := tx.Apply(&core.Command{Op: core.OpUnlock, ID: id, Session: c.sess.id}); r.Err != nil {
-			c.failedErr(req, r.Err)
-			return false
-		}
-		c.ok(req, []byte("done"))
-		s.noteUnlocked(tx.Now())
-	case protocol.VerbPing:
-		c.ok(req, []byte("pong"))
+	case protocol.VerbLock, protocol.VerbTryLock, protocol.VerbExtend, protocol.VerbUnlock, protocol.VerbPing,
+		protocol.VerbRenew, protocol.VerbRelease, protocol.VerbReleaseIn, protocol.VerbReleaseAll, protocol.VerbReleaseAllIn:
+		var r request
+		parseRequest(verb, f, &r)
+		c.applyRequest(tx, &r)
 	case protocol.VerbStatus:
 		detail := c.sess.p.Admin
 		if detail && !s.allowListing(tx, c.sess.p.Name) {
@@ -73,13 +51,16 @@ func (c *conn) handle(tx *core.Tx, f [][]byte) bool {
 	case protocol.VerbLocks:
 		c.locks(tx, req, f)
 	case protocol.VerbEvict:
-		c.evict(tx, req, f)
+		if !c.sess.p.Admin && !c.trusted {
+			s.counters.forbidden++
+			c.failed(req, protocol.CodeForbidden)
+			return false
+		}
+		var r request
+		parseRequest(verb, f, &r)
+		c.applyRequest(tx, &r)
 	case protocol.VerbCluster:
 		c.failed(req, protocol.CodeNotCluster) // a cluster node decides it in decide
-	case protocol.VerbRelease, protocol.VerbReleaseIn, protocol.VerbReleaseAll, protocol.VerbReleaseAllIn:
-		c.release(tx, req, verb, f)
-	case protocol.VerbRenew:
-		c.renew(tx, req, f)
 	case protocol.VerbBye:
 		c.bye()
 		return true
@@ -92,17 +73,109 @@ func (c *conn) handle(tx *core.Tx, f [][]byte) bool {
 	return false
 }
 
-// release handles "release <req> <owner> <resources>" and "releaseall <req>
+// requestID returns the request id of a frame's fields (the field after
+// the verb), nil if there is none.
+func requestID(f [][]byte) []byte {
+	if len(f) > 1 {
+		return f[1]
+	}
+	return nil
+}
+
+// parseRequest is the parse step of the commands that change the lock
+// table, and of ping: it fills r from the fields of a frame of verb with
+// the protocol's typed Parse. Arguments that do not parse make r a refusal
+// (reqRefused, with the code to answer), answered in its turn by
+// applyRequest. It reports false for any other verb. A single node parses
+// and applies at once; a cluster node parses where the client is
+// connected and every node applies the request from the log.
+func parseRequest(verb protocol.Verb, f [][]byte, r *request) bool {
+	*r = request{req: requestID(f)}
+	code := protocol.CodeUnknown
+	switch verb {
+	case protocol.VerbLock, protocol.VerbTryLock:
+		r.kind = reqLock
+		if verb == protocol.VerbTryLock {
+			r.kind = reqTryLock
+		}
+		code = r.lock.Parse(f, verb == protocol.VerbTryLock)
+	case protocol.VerbExtend:
+		r.kind, code = reqExtend, r.extend.Parse(f)
+	case protocol.VerbUnlock:
+		r.kind, code = reqUnlock, r.unlock.Parse(f)
+	case protocol.VerbRenew:
+		r.kind, code = reqRenew, r.renew.Parse(f)
+	case protocol.VerbRelease, protocol.VerbReleaseIn, protocol.VerbReleaseAll, protocol.VerbReleaseAllIn:
+		r.kind, code = reqRelease, r.release.Parse(verb, f)
+	case protocol.VerbEvict:
+		r.kind, code = reqEvict, r.evict.Parse(f)
+	case protocol.VerbPing:
+		r.kind = reqPing
+	default:
+		return false
+	}
+	if code != protocol.CodeUnknown {
+		*r = request{kind: reqRefused, req: r.req, refusedVerb: verb, refusedCode: code}
+	}
+	return true
+}
+
+// applyRequest is the apply step of a parsed request (parseRequest): the
+// checks that need the state (the settings in force, the lock ids, the
+// principal's rights where they are checked here) and the engine. It runs
+// in a core batch, on a single node and on every node of a cluster alike.
+func (c *conn) applyRequest(tx *core.Tx, r *request) {
+	switch r.kind {
+	case reqLock, reqTryLock:
+		c.applyLock(tx, r.req, &r.lock)
+	case reqExtend:
+		c.applyExtend(tx, r.req, &r.extend)
+	case reqUnlock:
+		c.applyUnlock(tx, r.req, &r.unlock)
+	case reqRenew:
+		c.applyRenew(tx, r.req, &r.renew)
+	case reqRelease:
+		c.applyRelease(tx, r.req, &r.release)
+	case reqEvict:
+		c.applyEvict(tx, r.req, &r.evict)
+	case reqPing:
+		c.ok(r.req, []byte("pong"))
+	case reqRefused:
+		c.refused(tx, r.req, r.refusedVerb, r.refusedCode)
+	}
+}
+
+// refused answers a request refused before the engine with code. An extend
+// counts as failed (extendFailedCount), as every extend answered failed.
+func (c *conn) refused(tx *core.Tx, req []byte, verb protocol.Verb, code protocol.Code) {
+	if verb == protocol.VerbExtend {
+		c.extendRefused(tx)
+	}
+	c.failed(req, code)
+}
+
+// applyUnlock is the apply step of "unlock <req> <lockId>".
+func (c *conn) applyUnlock(tx *core.Tx, req []byte, a *protocol.IDArgs) {
+	s := c.srv
+	id, ok := c.lockID(tx, a.ID)
+	if !ok {
+		c.failed(req, protocol.CodeLockNotExist)
+		return
+	}
+	if r := tx.Apply(&core.Command{Op: core.OpUnlock, ID: id, Session: c.sess.id}); r.Err != nil {
+		c.failedErr(req, r.Err)
+		return
+	}
+	c.ok(req, []byte("done"))
+	s.noteUnlocked(tx.Now())
+}
+
+// applyRelease is the apply step of "release <req> <owner> <resources>" and "releaseall <req>
 // <owner>", and their confined forms releasein and releaseallin (a prefix
 // last). release answers true or false, releaseall the number of locks
 // released.
-func (c *conn) release(tx *core.Tx, req []byte, verb protocol.Verb, f [][]byte) {
+func (c *conn) applyRelease(tx *core.Tx, req []byte, a *protocol.ReleaseArgs) {
 	s := c.srv
-	var a protocol.ReleaseArgs
-	if code := a.Parse(verb, f); code != protocol.CodeUnknown {
-		c.failed(req, code)
-		return
-	}
 	owner, ok := c.owner(req, a.Owner)
 	if !ok {
 		return
@@ -136,28 +209,43 @@ func (c *conn) bye() {
 	c.finish()
 }
 
+// connectArgs are the arguments of "connect <socketId> <apiVersion>
+// [<field>...]".
+type connectArgs struct {
+	socketID []byte
+	fields   [][]byte // after the api version: auth=<name>:<token>, want=leader; others are ignored
+}
+
+// parseConnect is the parse step of connect, on a single node and on a
+// cluster node alike: the arguments, or the code of the error to answer.
+func (s *Server) parseConnect(f [][]byte) (connectArgs, protocol.Code) {
+	const socketAt, apiAt = 1, 2 // after the verb
+	switch {
+	case len(f) <= socketAt || len(f[socketAt]) == 0:
+		return connectArgs{}, protocol.CodeSocketIDRequired
+	case len(f) <= apiAt || len(f[apiAt]) == 0:
+		return connectArgs{}, protocol.CodeAPIVersionRequired
+	case len(f[socketAt]) > s.cfg.MaxSocketIDLen:
+		return connectArgs{}, protocol.CodeSocketIDTooLong
+	case bytes.IndexByte(f[socketAt], 0) >= 0: // the scope separator
+		return connectArgs{}, protocol.CodeInvalidSocketID
+	}
+	return connectArgs{socketID: f[socketAt], fields: f[apiAt+1:]}, protocol.CodeUnknown
+}
+
 // connect handles "connect <socketId> <apiVersion>".
 func (c *conn) connect(tx *core.Tx, f [][]byte) bool {
 	s := c.srv
-	switch {
-	case len(f) < 2 || len(f[1]) == 0:
-		c.sendError(protocol.CodeSocketIDRequired)
-		return true
-	case len(f) < 3 || len(f[2]) == 0:
-		c.sendError(protocol.CodeAPIVersionRequired)
-		return true
-	case len(f[1]) > s.cfg.MaxSocketIDLen:
-		c.sendError(protocol.CodeSocketIDTooLong)
-		return true
-	case bytes.IndexByte(f[1], 0) >= 0: // the scope separator
-		c.sendError(protocol.CodeInvalidSocketID)
+	a, code := s.parseConnect(f)
+	if code != protocol.CodeUnknown {
+		c.sendError(code)
 		return true
 	}
 	if s.closing {
 		c.sendError(protocol.CodeShuttingDown)
 		return true
 	}
-	cred, hasCred := authField(f[3:])
+	cred, hasCred := authField(a.fields)
 	p, code := s.principalFor(c, cred, hasCred)
 	if p == nil {
 		s.counters.authFailed++
@@ -167,23 +255,9 @@ func (c *conn) connect(tx *core.Tx, f [][]byte) bool {
 		c.sendError(code)
 		return true
 	}
-	id := scope(p, string(f[1]))
-	sess := s.liveSession(tx, id)
-	resumed := sess != nil
-	if !s.connQuotaLocked(tx, c, p, !resumed, resumed && sess.c != nil && sess.c.counted == p.Name) {
-		return true
-	}
+	sess, resumed := c.takeSession(tx, p, scope(p, string(a.socketID)))
 	if sess == nil {
-		if len(s.sessions) >= s.set.MaxSessions {
-			s.counters.sessionsRefused++
-			s.logRefusal(tx.Now(), "connect refused: too many sessions", "remote", c.remote, "sessions", len(s.sessions))
-			c.sendError(protocol.CodeTooManySessions)
-			return true
-		}
-		sess = &session{id: id, p: p, hash: s.shortHash(id)}
-		s.sessions[id] = sess
-	} else {
-		sess.p = p // the rights in force now (the auth file may have been reloaded)
+		return true
 	}
 	if old := sess.c; old != nil && resumed {
 		// The old connection may be half-open: the new one takes over. The
@@ -193,7 +267,7 @@ func (c *conn) connect(tx *core.Tx, f [][]byte) bool {
 		old.sendError(protocol.CodeTakenOver)
 		s.log.Info("session taken over by a new connection", "session", sess.hash, "old", old.remote, "new", c.remote)
 	}
-	resumed = tx.Apply(&core.Command{Op: core.OpAttach, Session: id}).OK && resumed
+	resumed = tx.Apply(&core.Command{Op: core.OpAttach, Session: sess.id}).OK && resumed
 	if sess.c == nil {
 		s.online++
 	}
@@ -215,28 +289,6 @@ func (c *conn) connect(tx *core.Tx, f [][]byte) bool {
 	return false
 }
 
-// liveSession returns the session id if it is still alive, or nil. A
-// detached session's grace may be over while the deadline timer has not run
-// yet: what is due is processed first, and a session the engine closed is
-// forgotten, so that the connect starts a new one. The old one's events of
-// this batch, its end included, stay its own (eventLocked).
-func (s *Server) liveSession(tx *core.Tx, id string) *session {
-	sess := s.sessions[id]
-	if sess == nil || sess.c != nil {
-		return sess
-	}
-	tx.Apply(&core.Command{Op: core.OpTick})
-	if tx.HasSession(id) {
-		return sess
-	}
-	delete(s.sessions, id)
-	if s.ended == nil {
-		s.ended = make(map[string]*session)
-	}
-	s.ended[id] = sess
-	return nil
-}
-
 // reannounce tells a resumed session again of its held and evicted locks.
 // A push written to the old connection just before it died is lost; an
 // evicted lock ends at the eviction plus the grace, which the answers of
@@ -254,16 +306,53 @@ func (s *Server) reannounce(tx *core.Tx, sess *session) {
 	})
 }
 
-// lock handles "lock <req> <resources> <ttl> <timeout> <tolerate> [owner
-// [modes]]" and "trylock <req> <resources> <ttl> [owner [modes]]". An empty
-// owner is none; absent or empty modes take every resource exclusively.
-func (c *conn) lock(tx *core.Tx, req []byte, f [][]byte, try bool) {
+// takeSession returns the session id that a connect of c by p attaches:
+// the one that exists (resumed), or a new one. Nil: refused (a quota, the
+// number of sessions), and answered.
+func (c *conn) takeSession(tx *core.Tx, p *auth.Principal, id string) (*session, bool) {
 	s := c.srv
-	var a protocol.LockArgs
-	if code := a.Parse(f, try); code != protocol.CodeUnknown {
-		c.failed(req, code)
-		return
+	sess := s.sessions[id]
+	if sess != nil && sess.c == nil {
+		// The session's grace may be over while the deadline timer has
+		// not run yet: process what is due, and if the engine closed the
+		// session, this connect starts a new one. The old one's events
+		// of this batch, its end included, stay its own (eventLocked).
+		tx.Apply(&core.Command{Op: core.OpTick})
+		if !tx.HasSession(id) {
+			delete(s.sessions, id)
+			if s.ended == nil {
+				s.ended = make(map[string]*session)
+			}
+			s.ended[id] = sess
+			sess = nil
+		}
 	}
+	resumed := sess != nil
+	if !s.connQuotaLocked(tx, c, p, !resumed, resumed && sess.c != nil && sess.c.counted == p.Name) {
+		return nil, false
+	}
+	if sess == nil {
+		if len(s.sessions) >= s.set.MaxSessions {
+			s.counters.sessionsRefused++
+			s.logRefusal(tx.Now(), "connect refused: too many sessions", "remote", c.remote, "sessions", len(s.sessions))
+			c.sendError(protocol.CodeTooManySessions)
+			return nil, false
+		}
+		sess = &session{id: id, p: p, hash: s.shortHash(id)}
+		s.sessions[id] = sess
+	} else {
+		sess.p = p // the rights in force now (the auth file may have been reloaded)
+	}
+	return sess, resumed
+}
+
+// applyLock is the apply step of "lock <req> <resources> <ttl> <timeout>
+// <tolerate> [owner [modes]]" and "trylock <req> <resources> <ttl> [owner
+// [modes]]". An empty owner is none; absent or empty modes take every
+// resource exclusively.
+func (c *conn) applyLock(tx *core.Tx, req []byte, a *protocol.LockArgs) {
+	s := c.srv
+	try := a.Try
 	ttl, ok := s.ttlOf(a.TTL)
 	if !ok {
 		c.failed(req, protocol.CodeInvalidTTL)
@@ -319,7 +408,7 @@ func (c *conn) lock(tx *core.Tx, req []byte, f [][]byte, try bool) {
 	}
 }
 
-// extend handles "extend <req> <lockId> <ttl>". A principal that may no
+// applyExtend is the apply step of "extend <req> <lockId> <ttl>". A principal that may no
 // longer lock one of the lock's resources (the auth file was reloaded) is
 // answered permission denied! naming it.
 //
@@ -327,24 +416,21 @@ func (c *conn) lock(tx *core.Tx, req []byte, f [][]byte, try bool) {
 // here before the engine (a missing argument, a bad ttl, a malformed lock id
 // or another principal's), except permission denied! (counted as forbidden;
 // a cluster node refuses it before the log).
-func (c *conn) extend(tx *core.Tx, req []byte, f [][]byte) {
+func (c *conn) applyExtend(tx *core.Tx, req []byte, a *protocol.ExtendArgs) {
 	s := c.srv
-	var a protocol.ExtendArgs
-	code := a.Parse(f)
 	ttl, ok := s.ttlOf(a.TTL)
 	var id core.ID
-	switch {
-	case code == protocol.CodeUnknown && !ok:
-		code = protocol.CodeInvalidTTL
-	case code == protocol.CodeUnknown:
+	code := protocol.CodeInvalidTTL
+	if ok {
 		var found bool
-		if id, found = c.lockID(tx, a.ID); !found {
+		if id, found = c.lockID(tx, a.ID); found {
+			code = protocol.CodeUnknown
+		} else {
 			code = protocol.CodeLockNotExist
 		}
 	}
 	if code != protocol.CodeUnknown {
-		c.extendRefused(tx)
-		c.failed(req, code)
+		c.refused(tx, req, protocol.VerbExtend, code)
 		return
 	}
 	if p := c.sess.p; !p.Admin && p.Prefixes != nil && !c.trusted {
@@ -370,20 +456,15 @@ func (c *conn) extendRefused(tx *core.Tx) {
 	tx.Apply(&core.Command{Op: core.OpExtend, ID: core.NoID, TTL: time.Second, Session: c.sess.id})
 }
 
-// renew handles "renew <req> <owner> <resources> <ttl>": the owner's granted
+// applyRenew is the apply step of "renew <req> <owner> <resources> <ttl>": the owner's granted
 // lock on exactly resources (in any order, duplicates folded) gets a new
 // expiry, keeping its id, token and session. The answer is
 // "<expiresAtMs> <token>"; an owner that holds no such lock (also after a
 // release of some of them, and for the anonymous owner) gets lock not
 // exist!, a principal that may no longer lock one of the resources
 // permission denied!. Renewing uses no token and pushes nothing.
-func (c *conn) renew(tx *core.Tx, req []byte, f [][]byte) {
+func (c *conn) applyRenew(tx *core.Tx, req []byte, a *protocol.RenewArgs) {
 	s := c.srv
-	var a protocol.RenewArgs
-	if code := a.Parse(f); code != protocol.CodeUnknown {
-		c.failed(req, code)
-		return
-	}
 	ttl, ok := s.ttlOf(a.TTL)
 	if !ok {
 		c.failed(req, protocol.CodeInvalidTTL)
@@ -456,21 +537,12 @@ func (c *conn) may(req []byte, resources []string) bool {
 	return true
 }
 
-// evict handles "evict <req> <resources>" (extension, administrators only):
-// the granted lock holding each resource is released whole, whoever holds
-// it, and its session is told. The answer is the number of locks released.
-func (c *conn) evict(tx *core.Tx, req []byte, f [][]byte) {
+// applyEvict is the apply step of "evict <req> <resources>" (extension,
+// administrators only, checked before the parse step): the granted lock
+// holding each resource is released whole, whoever holds it, and its
+// session is told. The answer is the number of locks released.
+func (c *conn) applyEvict(tx *core.Tx, req []byte, a *protocol.EvictArgs) {
 	s := c.srv
-	if !c.sess.p.Admin && !c.trusted {
-		s.counters.forbidden++
-		c.failed(req, protocol.CodeForbidden)
-		return
-	}
-	var a protocol.EvictArgs
-	if code := a.Parse(f); code != protocol.CodeUnknown {
-		c.failed(req, code)
-		return
-	}
 	r := tx.Apply(&core.Command{Op: core.OpEvict, Resources: s.splitResources(a.Resources)})
 	if r.Err != nil {
 		c.failedErr(req, r.Err)
@@ -489,18 +561,19 @@ func (c *conn) evict(tx *core.Tx, req []byte, f [][]byte) {
 // token, lock or session.
 func (c *conn) locks(tx *core.Tx, req []byte, f [][]byte) {
 	s := c.srv
-	arg := func(i int) string {
-		if i < len(f) {
-			return string(f[i])
+	// The arguments after the verb and the request id, in order.
+	var args [3]string
+	for i := range args {
+		if j := i + 2; j < len(f) {
+			args[i] = string(f[j])
 		}
-		return ""
 	}
-	prefix, after := arg(2), arg(4)
+	prefix, l, after := args[0], args[1], args[2]
 	if prefix == "|" {
 		prefix = "" // no name holds '|': the placeholder for "no prefix" before a limit
 	}
 	limit := s.cfg.StatusLimit
-	if l := arg(3); l != "" && l != "0" {
+	if l != "" && l != "0" {
 		n, ok := protocol.Int([]byte(l))
 		if !ok || n < 0 {
 			c.failed(req, protocol.CodeInvalidMessage)

@@ -27,12 +27,14 @@ import (
 // a status byte and the result. Kinds: fwdPropose (a cluster.DedupCommand:
 // proposed, the answer is its result), fwdJoin ("<id> <raft addr>": add a
 // voter), fwdRemove ("<id>": remove a member), fwdPing (keeps the
-// connection past the idle timeout).
+// connection past the idle timeout), fwdFormat ("<id> <format>": the highest
+// log format the member reads; a leader of an older build refuses it).
 const (
 	fwdPropose byte = 'P'
 	fwdJoin    byte = 'J'
 	fwdRemove  byte = 'R'
 	fwdPing    byte = 'K'
+	fwdFormat  byte = 'F' // "<id> <format>": the highest log format the member reads (cluster_version.go)
 
 	fwdOK        byte = 0
 	fwdNotLeader byte = 1 // nothing was done: ask the leader (the result is its client address, if known)
@@ -119,6 +121,13 @@ func (s *Server) serveForwarded(kind byte, req []byte) (byte, []byte) {
 		default:
 			return fwdFailed, []byte(err.Error())
 		}
+	case fwdFormat:
+		id, f, ok := parseFormatSaid(req)
+		if !ok {
+			return fwdFailed, []byte("bad format")
+		}
+		cl.noteFormat(id, f)
+		return fwdOK, nil
 	case fwdJoin, fwdRemove:
 		ch := &clusterChange{join: kind == fwdJoin, by: "a cluster node"}
 		if ch.join {

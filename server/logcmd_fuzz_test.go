@@ -2,29 +2,101 @@ package server
 
 import (
 	"bytes"
+	"errors"
 	"testing"
+
+	"github.com/mlock-dev/mlock/internal/protocol"
 )
 
-// FuzzLogCmd: decoding never panics, and what decodes encodes back to the
-// same bytes.
-func FuzzLogCmd(f *testing.F) {
-	for _, m := range []logCmd{
+// logCmdSeeds are commands of every op and request kind, in both formats.
+func logCmdSeeds() []logCmd {
+	reqs := []request{
+		{kind: reqLock, req: []byte("1"), lock: protocol.LockArgs{Resources: "a|b", TTL: 100, Timeout: 5, Tolerate: 1 << 31, Owner: "o", Modes: "sx"}},
+		{kind: reqTryLock, req: []byte("2"), lock: protocol.LockArgs{Try: true, Resources: "a"}},
+		{kind: reqExtend, req: []byte("3"), extend: protocol.ExtendArgs{ID: "abc", TTL: 9}},
+		{kind: reqUnlock, req: []byte("4"), unlock: protocol.IDArgs{ID: "abc"}},
+		{kind: reqRenew, req: []byte("5"), renew: protocol.RenewArgs{Owner: "o", Resources: "a", TTL: 1}},
+		{kind: reqRelease, req: []byte("6"), release: protocol.ReleaseArgs{All: true, In: true, Owner: "o", Prefix: "p:"}},
+		{kind: reqEvict, req: []byte("7"), evict: protocol.EvictArgs{Resources: "a|b"}},
+		{kind: reqPing, req: []byte("8")},
+		{kind: reqRefused, req: []byte("9"), refusedVerb: protocol.VerbExtend, refusedCode: protocol.CodeInvalidTTL},
+	}
+	g := newGenesis(1<<50, "max-ttl=1h")
+	g1 := *g
+	g1.hasParams, g1.params = false, ""
+	seeds := []logCmd{
 		{op: opFrames, node: "n1", conn: "n1/ab/1", seq: 3, session: "s", frames: [][]byte{[]byte("lock 1 a 100 0 0"), []byte("unlock 2 x")}},
 		{op: opAttach, node: "n2", conn: "k", seq: 1, session: "p\x00s", principal: "p"},
 		{op: opDetach, node: "n", conn: "k", session: "s"},
 		{op: opDetachNode, node: "n", conn: "n/x/"},
 		{op: opFailover, until: 1 << 60},
 		{op: opHoldGrants, until: -5},
-	} {
+		{op: opParams, params: "max-ttl=1h"},
+		*g, g1,
+		{format: logFormat2, op: opRequests, node: "n1", conn: "n1/ab/1", seq: 4, session: "s", reqs: reqs},
+		{format: logFormat2, op: opAttach, node: "n2", conn: "k", seq: 1, session: "s", principal: "p"},
+		{format: logFormat2, op: opFailover, until: 7},
+		{format: logFormat2, op: opVersion, version: logFormat2},
+		{format: logFormat2, op: opParams, params: "x"},
+	}
+	g2 := *g
+	g2.format = logFormat2
+	return append(seeds, g2)
+}
+
+// FuzzLogCmd: decoding never panics, what decodes encodes back to the same
+// bytes, and a format above this build's is refused as such.
+func FuzzLogCmd(f *testing.F) {
+	for _, m := range logCmdSeeds() {
 		f.Add(appendLogCmd(nil, &m))
 	}
+	f.Add([]byte{versionMark, logFormat + 1, opParams, 0})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var m logCmd
-		if decodeLogCmd(b, &m) != nil {
+		err := decodeLogCmd(b, &m)
+		var future *errFutureFormat
+		if errors.As(err, &future) {
+			if future.got <= logFormat {
+				t.Fatalf("format %d refused as a future one", future.got)
+			}
+			return
+		}
+		if err != nil {
 			return
 		}
 		if got := appendLogCmd(nil, &m); !bytes.Equal(got, b) {
 			t.Fatalf("re-encoded %x, want %x", got, b)
 		}
 	})
+}
+
+// Every seed decodes to itself; the requests survive the round trip.
+func TestLogCmdRoundTrip(t *testing.T) {
+	for _, m := range logCmdSeeds() {
+		b := appendLogCmd(nil, &m)
+		var got logCmd
+		if err := decodeLogCmd(b, &got); err != nil {
+			t.Fatalf("op %d format %d: %v", m.op, m.format, err)
+		}
+		if again := appendLogCmd(nil, &got); !bytes.Equal(again, b) {
+			t.Fatalf("op %d format %d: re-encoded %x, want %x", m.op, m.format, again, b)
+		}
+		for i := range m.reqs {
+			w, g := m.reqs[i], got.reqs[i]
+			if w.kind != g.kind || !bytes.Equal(w.req, g.req) || w.lock != g.lock || w.extend != g.extend ||
+				w.unlock != g.unlock || w.renew != g.renew || w.release != g.release || w.evict != g.evict ||
+				w.refusedVerb != g.refusedVerb || w.refusedCode != g.refusedCode {
+				t.Fatalf("request %d: %+v, want %+v", i, g, w)
+			}
+		}
+		if m.format == 0 && b[0] == versionMark || m.format == logFormat2 && b[0] != versionMark {
+			t.Fatalf("op %d format %d: header %x", m.op, m.format, b[:1])
+		}
+	}
+	// A typed request or the cluster version are not format 1 commands.
+	for _, op := range []byte{opRequests, opVersion} {
+		if err := decodeLogCmd([]byte{op, 0}, new(logCmd)); err == nil {
+			t.Fatalf("op %d accepted without the format header", op)
+		}
+	}
 }

@@ -22,17 +22,18 @@ type clusterChange struct {
 
 // parseClusterChange reads the arguments of a cluster command.
 func parseClusterChange(f [][]byte) (*clusterChange, bool) {
-	if len(f) < 4 || len(f[3]) == 0 {
+	const actionAt, idAt, addrAt = 2, 3, 4 // after the verb and the request id
+	if len(f) <= idAt || len(f[idAt]) == 0 {
 		return nil, false
 	}
 	switch {
-	case protocol.Lower(f[2], "join"):
-		if len(f) < 5 || len(f[4]) == 0 {
+	case protocol.Lower(f[actionAt], "join"):
+		if len(f) <= addrAt || len(f[addrAt]) == 0 {
 			return nil, false
 		}
-		return &clusterChange{join: true, id: string(f[3]), addr: string(f[4])}, true
-	case protocol.Lower(f[2], "remove"):
-		return &clusterChange{id: string(f[3])}, true
+		return &clusterChange{join: true, id: string(f[idAt]), addr: string(f[addrAt])}, true
+	case protocol.Lower(f[actionAt], "remove"):
+		return &clusterChange{id: string(f[idAt])}, true
 	}
 	return nil, false
 }

@@ -98,7 +98,9 @@ func (c *conn) observeCommand(tx *core.Tx, f [][]byte) bool {
 	}
 	o.requests[v][out]++
 	if o.debug {
-		s.logCommand(c, v, f, out)
+		var r request
+		parseRequest(v, f, &r)
+		s.logCommand(c, v, r.resources(), out)
 	}
 	return stop
 }
@@ -125,29 +127,22 @@ func (c *conn) observeDecide(tx *core.Tx, f [][]byte, payload []byte) (item, boo
 	}
 	o.requests[v][out]++
 	if o.debug {
-		s.logCommand(c, v, f, out)
+		var r request
+		parseRequest(v, f, &r)
+		s.logCommand(c, v, r.resources(), out)
 	}
 	return it, stop
 }
 
 // logCommand logs one command at debug level: its kind, outcome, session
 // (hashed) and resources, never a lock id or socketId.
-func (s *Server) logCommand(c *conn, v protocol.Verb, f [][]byte, out int) {
+func (s *Server) logCommand(c *conn, v protocol.Verb, resources string, out int) {
 	attrs := []any{"cmd", s.obs.verbNames[v], "ok", out == observe.OK, "remote", c.remote}
 	if c.sess != nil {
 		attrs = append(attrs, "session", c.sess.hash)
 	}
-	arg := func(i int) string {
-		if i < len(f) {
-			return string(f[i])
-		}
-		return ""
-	}
-	switch v {
-	case protocol.VerbLock, protocol.VerbTryLock, protocol.VerbEvict:
-		attrs = append(attrs, "resources", arg(2))
-	case protocol.VerbRelease, protocol.VerbRenew:
-		attrs = append(attrs, "resources", arg(3))
+	if resources != "" {
+		attrs = append(attrs, "resources", resources)
 	}
 	s.log.Debug("command", attrs...)
 }
@@ -428,6 +423,8 @@ func (src obsSource) Ready() (bool, string) {
 		return true, ""
 	case s.cl.removed.Load():
 		return false, "removed from the cluster: serves no client until added again"
+	case s.cl.halted.Load() != "":
+		return false, "stopped applying the log: " + s.cl.halted.Load()
 	}
 	st := s.cl.node.Status()
 	switch {

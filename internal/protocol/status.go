@@ -70,6 +70,13 @@ type StatusCluster struct {
 	CommitIndex  uint64              `json:"commitIndex"`
 	AppliedIndex uint64              `json:"appliedIndex"`
 	Peers        []StatusClusterNode `json:"peers"`
+	// Version is the cluster version: the highest log format every member
+	// reads, which every node writes (docs/cluster.md).
+	Version int `json:"version,omitempty"`
+	// LogFormat is the highest log format this node's build reads.
+	LogFormat int `json:"logFormat,omitempty"`
+	// Halted says why this node stopped applying the log ("": it applies).
+	Halted string `json:"halted,omitempty"`
 }
 
 // StatusClusterNode is one member of the cluster in StatusCluster.
@@ -78,6 +85,10 @@ type StatusClusterNode struct {
 	Addr     string `json:"addr"`              // its Raft address
 	Suffrage string `json:"suffrage"`          // voter, nonvoter
 	Failing  bool   `json:"failing,omitempty"` // (on the leader) heartbeats to it fail
+	// LogFormat is (on the leader) the highest log format the member said
+	// its build reads; 0: not known (a build that does not say reads
+	// format 1).
+	LogFormat int `json:"logFormat,omitempty"`
 }
 
 // StatusLimits describes the server's limits in Status: the current use,

@@ -1,0 +1,427 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/mlock-dev/mlock/internal/cluster"
+	"github.com/mlock-dev/mlock/internal/core"
+	"github.com/mlock-dev/mlock/internal/protocol"
+)
+
+// A log command or a snapshot of a format above this build's is refused
+// with an error naming both formats; a node that meets such a command in
+// its log stops applying (nothing of the entry, nor of any later one) and
+// takes no snapshot.
+func TestLogFormatFutureRefused(t *testing.T) {
+	future := appendLogCmd(nil, &logCmd{format: logFormat2, op: opParams, params: "x"})
+	future[1] = logFormat + 1 // the header's format
+	var m logCmd
+	err := decodeLogCmd(future, &m)
+	var ff *errFutureFormat
+	if !errors.As(err, &ff) {
+		t.Fatalf("decoding a command of format %d: %v, want an errFutureFormat", logFormat+1, err)
+	}
+	want := "log command of format " + strconv.Itoa(logFormat+1) + ": this build reads log command formats up to " + strconv.Itoa(logFormat)
+	if !strings.Contains(err.Error(), want) {
+		t.Fatalf("error %q does not say %q", err, want)
+	}
+
+	const ms = int64(time.Millisecond)
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
+	s := replayServer(t, "r", nil)
+	d := s.cl.dedup
+	d.Apply(t0, [][]byte{cluster0(appendGenesis(nil, t0, replaySettings.String()))})
+	d.Apply(t0+ms, [][]byte{dedupCmd("x/1/1", 1, &logCmd{op: opAttach, node: "x", conn: "x/1/1", session: "s1"})})
+	before, err := d.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lock := func(req string) []byte {
+		return dedupCmd("x/1/1", 0, &logCmd{op: opFrames, node: "x", conn: "x/1/1", session: "s1",
+			frames: [][]byte{[]byte("lock " + req + " a 60000 0 0")}})
+	}
+	// The lock before the unreadable command, in the same entry, is not
+	// applied either: an entry is applied whole or not at all.
+	d.Apply(t0+2*ms, [][]byte{lock("1"), cluster0(future)})
+	why := s.cl.halted.Load()
+	if !strings.Contains(why, want) {
+		t.Fatalf("the node did not stop saying why: halted %q", why)
+	}
+	d.Apply(t0+3*ms, [][]byte{lock("2")})
+	n := 0
+	s.batch(func(tx *core.Tx) { tx.SessionLocks("s1", func(core.LockInfo) { n++ }) })
+	if n != 0 {
+		t.Fatalf("the stopped node applied %d locks", n)
+	}
+	if _, err := (&replica{s}).Snapshot(); err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("a stopped node took a snapshot: %v", err)
+	}
+
+	// A snapshot of a future format.
+	r := replayServer(t, "restore", nil)
+	inner := before[bytes.Index(before, []byte(snapMagic)):]
+	fut := append([]byte(nil), inner...)
+	fut[len(snapMagic)] = snapFormat + 1
+	err = (&replica{r}).Restore(fut)
+	wantSnap := "snapshot of format " + strconv.Itoa(snapFormat+1) + ": this build reads snapshot formats up to " + strconv.Itoa(snapFormat)
+	if !errors.As(err, &ff) || !strings.Contains(err.Error(), wantSnap) {
+		t.Fatalf("restoring a snapshot of format %d: %v, want %q", snapFormat+1, err, wantSnap)
+	}
+	if err := (&replica{r}).Restore(inner); err == nil {
+		t.Fatal("a node that refused a snapshot restored the next one: it stopped")
+	}
+}
+
+// The previous build's formats are read: its log (format 1: no header,
+// client frames) is what replayLog builds, and its snapshots (format 2)
+// are those a cluster of version 1 takes; both restore and snapshot back
+// byte for byte. A log of format 1 and one of format 2 bring a state
+// machine to the same state.
+func TestLogFormatPreviousRead(t *testing.T) {
+	log := replayLog()
+	for _, e := range log {
+		for _, c := range e.cmds {
+			_, _, body, err := cluster.ParseDedupCommand(c)
+			if err != nil || len(body) == 0 || body[0] == versionMark {
+				t.Fatalf("replayLog is not in the previous build's format: %x", c)
+			}
+		}
+	}
+	a := replaySM(t, "a")
+	for _, e := range log {
+		a.Apply(e.now, e.cmds)
+	}
+	snap, err := a.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(snap, []byte(sessionsMagic)) {
+		t.Fatalf("a cluster of version 1 did not write the previous build's snapshot format (%q)", sessionsMagic)
+	}
+	b := replaySM(t, "b")
+	if err := b.Restore(snap); err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := b.Snapshot(); !bytes.Equal(again, snap) {
+		t.Fatal("the previous format's snapshot restored differently")
+	}
+}
+
+// A log written by this build, once every member reads its format, is read
+// back by it after a restart of every node: the same locks, fencing tokens
+// and sessions, the cluster version kept, and the commands written after
+// the version was raised carry the format header.
+func TestClusterVersionedLogRestart(t *testing.T) {
+	var mu sync.Mutex
+	versioned, unversioned := 0, 0
+	raised := false
+	testApplyHook = func(node string, now int64, cmds [][]byte) {
+		if node != "n0" {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range cmds {
+			// The commands of the client that connects once the version is
+			// raised. (A node's own commands encoded before, and proposed
+			// again with the same bytes under load, may be applied later.)
+			_, _, body, err := cluster.ParseDedupCommand(c)
+			var m logCmd
+			if err != nil || !raised || decodeLogCmd(body, &m) != nil || !strings.HasSuffix(m.session, "keeper") {
+				continue
+			}
+			if m.format == logFormat {
+				versioned++
+			} else {
+				unversioned++
+			}
+		}
+	}
+	t.Cleanup(func() { testApplyHook = nil })
+	tc := newTestCluster(t, 3, true)
+	l := tc.leader()
+	tc.raiseVersion(l)
+	mu.Lock()
+	raised = true
+	mu.Unlock()
+	a := tc.dial(1, "keeper")
+	a.expect("connected 1.0 new * **")
+	id := a.lock("1", "kept 600000 0 0 owner1")
+	tok := a.locked(id)
+	tc.nodes[0].cl.node.Snapshot() // compact once: the restart restores a snapshot, then the log
+	id2 := a.lock("2", "kept2 600000 0 0 owner1")
+	tok2 := a.locked(id2)
+	a.send("renew 3 owner1 kept2 600000")
+	a.expect("result 3 success * " + tok2)
+	a.nc.Close()
+	for i := range 3 {
+		tc.stop(i)
+	}
+	mu.Lock()
+	if versioned == 0 || unversioned != 0 {
+		t.Errorf("the client's commands after the version was raised: %d of format %d, %d of an older one", versioned, logFormat, unversioned)
+	}
+	mu.Unlock()
+	for i := range 3 {
+		tc.start(i)
+	}
+	tc.leader()
+	b := tc.dial(2, "keeper")
+	if got := b.readWithin(10 * time.Second); !match(got, "connected 1.0 resumed * **") {
+		t.Fatalf("after the restart: %q", got)
+	}
+	seen := map[string]bool{}
+	for range 2 {
+		f := strings.Split(b.read(), " ")
+		seen[f[1]+" "+f[3]] = true
+	}
+	if !seen[id+" "+tok] || !seen[id2+" "+tok2] {
+		t.Fatalf("locks after the restart: %v, want %s %s and %s %s", seen, id, tok, id2, tok2)
+	}
+	id3 := b.lock("4", "new 1000 0 0")
+	if tok3, _ := strconv.ParseUint(b.locked(id3), 10, 64); tok3 <= mustUint(tok2) {
+		t.Fatalf("token %d after %s", tok3, tok2)
+	}
+	for i := range 3 {
+		if v := tc.nodes[i].ClusterStatus().Version; v != logFormat {
+			t.Fatalf("n%d: cluster version %d after the restart, want %d", i, v, logFormat)
+		}
+	}
+}
+
+// raiseVersion raises the cluster version to this build's log format
+// through the leader l, and waits until every node applied it.
+func (tc *testCluster) raiseVersion(l int) {
+	tc.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cmd := cluster0(appendLogCmd(nil, &logCmd{format: logFormat, op: opVersion, version: logFormat}))
+	if _, err := tc.nodes[l].replicate(ctx, cmd); err != nil {
+		tc.t.Fatal(err)
+	}
+	for i := range tc.n {
+		for tc.nodes[i].cl.writeFormat() != logFormat {
+			if ctx.Err() != nil {
+				tc.t.Fatalf("n%d did not apply the cluster version", i)
+			}
+			time.Sleep(5 * time.Millisecond) // polled: the apply has no event to wait on
+		}
+	}
+}
+
+// The same requests as client frames (format 1) and typed (format 2) bring
+// a state machine to the same state, with the same answers: the typed log
+// is the single node's parse step done once, the apply step everywhere.
+func TestLogFormatTypedSameState(t *testing.T) {
+	log := replayLog()
+	frames := replayServer(t, "frames", nil)
+	typed := replayServer(t, "typed", nil)
+	for k, e := range log {
+		cmds := make([][]byte, len(e.cmds))
+		for i, c := range e.cmds {
+			client, seq, body, err := cluster.ParseDedupCommand(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var m logCmd
+			if err := decodeLogCmd(body, &m); err != nil {
+				t.Fatal(err)
+			}
+			if m.op == opFrames {
+				for _, fr := range m.frames {
+					var r request
+					if !parseRequest(verbOf(fr), protocol.Split(nil, fr), &r) {
+						t.Fatalf("frame %q is no request", fr)
+					}
+					m.reqs = append(m.reqs, r)
+				}
+				m.op, m.frames = opRequests, nil
+			}
+			m.format = logFormat2
+			cmds[i] = cluster.DedupCommand(client, seq, appendLogCmd(nil, &m))
+		}
+		if k == 1 {
+			// Once the genesis is applied: the typed log's cluster version.
+			v := cluster0(appendLogCmd(nil, &logCmd{format: logFormat2, op: opVersion, version: logFormat2}))
+			typed.cl.dedup.Apply(e.now, [][]byte{v})
+			frames.cl.dedup.Apply(e.now, [][]byte{cluster0(appendLogCmd(nil, &logCmd{op: opDetach, node: "z", session: "none"}))}) // does nothing, at the same time
+		}
+		want := frames.cl.dedup.Apply(e.now, e.cmds)
+		got := typed.cl.dedup.Apply(e.now, cmds)
+		for i := range want {
+			if !bytes.Equal(got[i], want[i]) {
+				t.Fatalf("entry %d command %d: typed answered %v, frames %v", k, i, got[i], want[i])
+			}
+		}
+	}
+	a, err := frames.core().Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := typed.core().Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(a, b) {
+		t.Fatalf("the lock tables differ (%d and %d bytes)", len(a), len(b))
+	}
+	if typed.cl.writeFormat() != logFormat2 || frames.cl.writeFormat() != logFormat1 {
+		t.Fatalf("cluster versions %d (typed) and %d (frames)", typed.cl.writeFormat(), frames.cl.writeFormat())
+	}
+}
+
+// verbOf returns the verb of a frame.
+func verbOf(fr []byte) protocol.Verb {
+	v, _ := protocol.ParseVerb(protocol.Split(nil, fr)[0])
+	return v
+}
+
+// The cluster version gates the log format: while a member says it reads
+// only format 1 (a node of the previous build), every node writes the old
+// form (client frames, no header) and the version stays 1; once that member
+// runs this build (restarted on its directory), the leader raises the
+// version and the requests are written typed, with the header. Status shows
+// the version and what each member reads.
+func TestClusterVersionGate(t *testing.T) {
+	var old atomic.Bool
+	old.Store(true)
+	testOwnFormat = func(id string) int {
+		if id == "n2" && old.Load() {
+			return logFormat1
+		}
+		return 0
+	}
+	var mu sync.Mutex
+	var bodies [][]byte
+	testApplyHook = func(node string, now int64, cmds [][]byte) {
+		if node != "n0" {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range cmds {
+			if _, _, body, err := cluster.ParseDedupCommand(c); err == nil && len(body) > 0 {
+				bodies = append(bodies, append([]byte(nil), body...))
+			}
+		}
+	}
+	t.Cleanup(func() { testOwnFormat, testApplyHook = nil, nil })
+	tc := newTestCluster(t, 3, true)
+	l := tc.leader()
+	want := map[string]int{"n0": logFormat, "n1": logFormat, "n2": logFormat1}
+	tc.waitFormats(l, want)
+	c := tc.dial(0, "gate")
+	c.expect("connected 1.0 new * **")
+	id := c.lock("1", "g 60000 0 0")
+	c.locked(id)
+	c.send("unlock 2 " + id)
+	c.expect("result 2 success done")
+	tc.waitApplied(0, l)
+	mu.Lock()
+	frames := 0
+	for _, b := range bodies {
+		switch {
+		case b[0] == versionMark:
+			t.Errorf("a command of format %d was written while n2 reads format 1: %x", b[1], b)
+		case b[0] == opFrames:
+			frames++
+		}
+	}
+	bodies = nil
+	mu.Unlock()
+	if frames == 0 {
+		t.Fatal("no client frames (format 1) were written")
+	}
+	for i := range 3 {
+		if v := tc.nodes[i].ClusterStatus().Version; v != logFormat1 {
+			t.Fatalf("n%d: cluster version %d while n2 reads format 1", i, v)
+		}
+	}
+
+	// n2 is upgraded: stopped, started again on its directory.
+	c.nc.Close()
+	tc.stop(2)
+	old.Store(false)
+	tc.start(2)
+	l = tc.leader()
+	want["n2"] = logFormat
+	tc.waitFormats(l, want)
+	deadline := time.Now().Add(10 * time.Second)
+	for i := 0; i < 3; {
+		if tc.nodes[i].ClusterStatus().Version == logFormat {
+			i++
+			continue
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("n%d: cluster version %d, want %d once every member reads it", i, tc.nodes[i].ClusterStatus().Version, logFormat)
+		}
+		time.Sleep(10 * time.Millisecond) // polled: status has no event to wait on
+	}
+	d := tc.dial(1, "gate2")
+	d.expect("connected 1.0 new * **")
+	id = d.lock("1", "g2 60000 0 0")
+	d.locked(id)
+	tc.waitApplied(0, l)
+	mu.Lock()
+	defer mu.Unlock()
+	typed := 0
+	for _, b := range bodies {
+		var m logCmd
+		if decodeLogCmd(b, &m) == nil && m.op == opRequests && m.format == logFormat {
+			typed++
+		}
+		if b[0] == opFrames {
+			t.Errorf("client frames written at cluster version %d: %q", logFormat, b)
+		}
+	}
+	if typed == 0 {
+		t.Fatal("no typed requests were written once every member reads them")
+	}
+}
+
+// waitFormats waits until the leader l's status shows the log format each
+// member said it reads, as want.
+func (tc *testCluster) waitFormats(l int, want map[string]int) {
+	tc.t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		st := tc.nodes[l].ClusterStatus()
+		got := map[string]int{}
+		for _, p := range st.Peers {
+			got[p.ID] = p.LogFormat
+		}
+		same := len(got) == len(want)
+		for id, f := range want {
+			same = same && got[id] == f
+		}
+		if same {
+			return
+		}
+		if time.Now().After(deadline) {
+			tc.t.Fatalf("the leader's view of the members' formats: %v, want %v", got, want)
+		}
+		time.Sleep(10 * time.Millisecond) // polled: status has no event to wait on
+	}
+}
+
+// waitApplied waits until node i has applied what the leader l has
+// committed now (n0's apply hook then saw it).
+func (tc *testCluster) waitApplied(i, l int) {
+	tc.t.Helper()
+	commit := tc.nodes[l].cl.node.Status().CommitIndex
+	deadline := time.Now().Add(10 * time.Second)
+	for tc.nodes[i].cl.node.Status().AppliedIndex < commit {
+		if time.Now().After(deadline) {
+			tc.t.Fatalf("n%d did not apply up to %d", i, commit)
+		}
+		time.Sleep(5 * time.Millisecond) // polled: the apply has no event to wait on
+	}
+}

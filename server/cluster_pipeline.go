@@ -1,0 +1,649 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"sync"
+
+	"github.com/mlock-dev/mlock/internal/auth"
+	"github.com/mlock-dev/mlock/internal/cluster"
+	"github.com/mlock-dev/mlock/internal/core"
+	"github.com/mlock-dev/mlock/internal/protocol"
+)
+
+// pipeline is a connection's commands in cluster mode, in arrival order:
+// the reader decides each frame (and queues it); one goroutine proposes the
+// replicated ones (all that are queued, in one log command) and writes the
+// local answers in between, once every earlier log command is answered, so
+// answers keep the order of the requests. On the leader a log command is
+// queued behind the connection's earlier ones without waiting for them (at
+// most maxInflight on their way); elsewhere it is forwarded once the
+// previous one is answered.
+type pipeline struct {
+	mu     sync.Mutex
+	items  []item // guarded by mu
+	closed bool   // guarded by mu: the reader ended
+	wake   chan struct{}
+	// applied (cap 1) is poked when this node's apply writes an answer to
+	// one of the connection's proposals (conn.answered moves).
+	applied chan struct{}
+	done    chan struct{} // closed when the pipeline goroutine ends
+	seq     uint64        // pipeline goroutine only: the last proposal
+	// attached: an attach of this connection was applied (its detach is
+	// due when it ends). Pipeline goroutine, then cleanup.
+	attached bool
+}
+
+// item is one decided request.
+type item struct {
+	frame  []byte   // a replicated request: a copy of its payload (format 1)
+	req    *request // ... and the same, parsed (format 2)
+	local  []byte   // else: frames to write (already answered here)
+	end    bool     // the connection ends after local
+	attach *logCmd
+	bye    bool
+	change *clusterChange // a membership change, run by the pipeline in its turn
+}
+
+func newPipeline() *pipeline {
+	return &pipeline{wake: make(chan struct{}, 1), applied: make(chan struct{}, 1), done: make(chan struct{})}
+}
+
+func (p *pipeline) push(items []item) {
+	p.mu.Lock()
+	p.items = append(p.items, items...)
+	p.mu.Unlock()
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (p *pipeline) close() {
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// maxGroupBytes bounds the frames of one proposal.
+const maxGroupBytes = 256 << 10
+
+// maxInflight bounds a connection's proposals on their way at once on the
+// leader (pipelining: the next is queued while the earlier ones commit).
+const maxInflight = 8
+
+// flight is one of a connection's proposals queued on the leader.
+type flight struct {
+	cmd []byte // the DedupCommand, to propose again after a failure
+	pr  *cluster.Proposal
+}
+
+// pipeRun is the state of a connection's pipeline goroutine (pipeLoop).
+type pipeRun struct {
+	c   *conn
+	s   *Server
+	p   *pipeline
+	ctx context.Context // ends with the connection or the node
+	// group: the replicated requests read since the last proposal, as
+	// frames (format 1) and parsed (format 2), and their size in bytes.
+	group [][]byte
+	reqs  []request
+	size  int
+	// fl: proposals queued on this node's leadership and not yet answered,
+	// oldest first (they are answered in order: raft commits a prefix).
+	fl []flight
+}
+
+// pipeLoop is the pipeline goroutine of c: it takes the decided items in
+// arrival order, groups the replicated ones into one log command and runs
+// the others in their turn.
+func (c *conn) pipeLoop() {
+	s := c.srv
+	defer s.wg.Done()
+	defer close(c.pipe.done)
+	ctx, cancel := context.WithCancel(s.cl.ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-c.done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	r := &pipeRun{c: c, s: s, p: c.pipe, ctx: ctx}
+	for {
+		items, ok := r.next()
+		if !ok {
+			return
+		}
+		for i := range items {
+			if !r.run(&items[i]) {
+				return
+			}
+		}
+		if !r.flush() {
+			return
+		}
+	}
+}
+
+// next returns the items queued since the last call, waiting for some.
+// While it waits, the oldest proposal on its way is still checked as soon
+// as it is answered, so a failed one is proposed again without waiting for
+// the client's next request. False: the pipeline ends (the reader ended,
+// or the connection or node did).
+func (r *pipeRun) next() ([]item, bool) {
+	p := r.p
+	for {
+		p.mu.Lock()
+		items, closed := p.items, p.closed
+		p.items = nil
+		p.mu.Unlock()
+		if len(items) > 0 {
+			return items, true
+		}
+		if closed {
+			return nil, false
+		}
+		var oldest <-chan struct{}
+		if len(r.fl) > 0 {
+			oldest = r.fl[0].pr.Done()
+		}
+		select {
+		case <-p.wake:
+		case <-oldest:
+			if !r.settle(len(r.fl) - 1) {
+				return nil, false
+			}
+		case <-r.ctx.Done():
+			return nil, false
+		}
+	}
+}
+
+// run handles one item in its turn: a replicated request joins the group
+// (proposed when it is full); anything else is run once every earlier
+// request is answered. False: the connection ends.
+func (r *pipeRun) run(it *item) bool {
+	if it.frame != nil {
+		r.group = append(r.group, it.frame)
+		r.reqs = append(r.reqs, *it.req)
+		r.size += len(it.frame)
+		if r.size < maxGroupBytes {
+			return true
+		}
+	}
+	if !r.flush() {
+		return false
+	}
+	if it.frame != nil {
+		return true
+	}
+	if !r.settle(0) {
+		return false // what follows is answered here, after every earlier answer
+	}
+	if it.attach == nil && !r.applied() {
+		return false // ... and after this node's apply wrote them
+	}
+	return r.runLocal(it)
+}
+
+// runLocal runs an item that is not a replicated request: an attach (through
+// the log, on its own), a membership change, a bye, or answers decided here.
+func (r *pipeRun) runLocal(it *item) bool {
+	c, s, p := r.c, r.s, r.p
+	switch {
+	case it.attach != nil:
+		p.seq++
+		it.attach.seq = p.seq
+		// Not cut short by the connection's end: whether the session was
+		// attached here must be known, or its detach (clusterCleanup) would
+		// be skipped and the session stay attached to a dead connection,
+		// its grace never starting.
+		res, err := s.replicate(s.cl.ctx, c.dedupCmd(p.seq, s.cl.encode(it.attach)))
+		if err != nil {
+			return false
+		}
+		if len(res) > 0 && res[0]&ansAttached != 0 {
+			p.attached = true
+		}
+		return c.goesOn(res)
+	case it.change != nil:
+		ans := s.changeMembers(r.ctx, it.change)
+		s.batch(func(*core.Tx) { c.write(ans) })
+	case it.bye:
+		s.batch(func(*core.Tx) { c.bye() })
+		return false
+	case it.local != nil || it.end:
+		s.batch(func(*core.Tx) {
+			c.write(it.local)
+			if it.end {
+				c.finish()
+			}
+		})
+		return !it.end
+	}
+	return true
+}
+
+// settle waits for the oldest in-flight proposals until at most keep
+// remain. After a failure (not applied, or outcome unknown: leadership
+// lost) it waits for every later one, then proposes the failed one and
+// every later one again, in order, each once applied (those already
+// applied are answered by the de-duplication window). False: the
+// connection ends.
+func (r *pipeRun) settle(keep int) bool {
+	for len(r.fl) > keep {
+		res, err := r.fl[0].pr.Wait(r.ctx)
+		if err == nil {
+			r.fl = r.fl[1:]
+			if !r.c.goesOn(res) {
+				return false
+			}
+			continue
+		}
+		if r.ctx.Err() != nil || errors.Is(err, cluster.ErrClosed) {
+			return false
+		}
+		if !r.proposeAgain() {
+			return false
+		}
+	}
+	return true
+}
+
+// proposeAgain proposes every in-flight proposal again, in order, once the
+// first failed: each after the previous one is applied.
+func (r *pipeRun) proposeAgain() bool {
+	again := r.fl
+	r.fl = nil
+	for _, f := range again[1:] {
+		_, _ = f.pr.Wait(r.ctx)
+	}
+	for _, f := range again {
+		res, err := r.s.replicate(r.ctx, f.cmd)
+		if err != nil || !r.c.goesOn(res) {
+			return false
+		}
+	}
+	return true
+}
+
+// applied waits until this node has applied the connection's last
+// proposal, which writes its answer: the leader answers a follower's
+// forwarded command before the follower applies it, and an answer written
+// here (status, locks, a refusal, bye, a membership change) must not
+// overtake it. On the leader it is so already. False: the connection ends
+// (its proposal found the session gone, or a snapshot replaced the entries:
+// the connection was closed).
+func (r *pipeRun) applied() bool {
+	c, p := r.c, r.p
+	for {
+		done := false
+		r.s.batch(func(*core.Tx) { done = c.answered >= p.seq })
+		if done {
+			return true
+		}
+		select {
+		case <-p.applied:
+		case <-r.ctx.Done():
+			return false
+		}
+	}
+}
+
+// flush proposes the group, if any, as the connection's next log command.
+// On the leader it is queued behind the earlier ones of the same leadership
+// without waiting for them; elsewhere (a follower forwards; no ready
+// leader) it is proposed after everything on its way, one at a time.
+func (r *pipeRun) flush() bool {
+	if len(r.group) == 0 {
+		return true
+	}
+	c, s, p := r.c, r.s, r.p
+	p.seq++
+	m := &logCmd{op: opFrames, node: s.cl.id, conn: c.key, seq: p.seq, session: c.sid, frames: r.group}
+	if s.cl.writeFormat() >= logFormat2 {
+		m.op, m.frames, m.reqs = opRequests, nil, r.reqs // typed: every member reads them
+	}
+	body := s.cl.encode(m)
+	r.group, r.reqs, r.size = nil, nil, 0
+	cmd := c.dedupCmd(p.seq, body)
+	var after *cluster.Proposal
+	if len(r.fl) > 0 {
+		after = r.fl[len(r.fl)-1].pr
+	}
+	if pr, err := s.cl.node.ProposeAsync(r.ctx, cmd, after); err == nil {
+		r.fl = append(r.fl, flight{cmd: cmd, pr: pr})
+		return r.settle(maxInflight)
+	}
+	if !r.settle(0) {
+		return false
+	}
+	res, err := s.replicate(r.ctx, cmd)
+	if err != nil {
+		return false
+	}
+	return c.goesOn(res)
+}
+
+// goesOn reports, from the result res of a proposal the leader applied,
+// whether the connection goes on. It writes nothing: the answer (and the
+// pushes of the entries before it) are written by this node's own apply of
+// the entry, in log order. Writing the leader's result at once would let an
+// answer overtake a grant pushed by an earlier entry this node has not
+// applied yet, and a client counts a grant's lease from the send time of
+// the last request answered before it (see the root package's safety rule).
+func (c *conn) goesOn(res []byte) bool {
+	return len(res) == 0 || res[0]&ansEnd == 0
+}
+
+// decideFrames is handleFrames in cluster mode: every complete frame is
+// decided (parsed, checked against this node's rights) and queued on the
+// pipeline in one local batch.
+func (c *conn) decideFrames(buf []byte, fields [][]byte) ([]byte, [][]byte, bool) {
+	s := c.srv
+	if c.forward {
+		return c.forwardFrames(buf)
+	}
+	off := 0
+	stop := false
+	var items []item
+	s.batch(func(tx *core.Tx) {
+		for !stop {
+			payload, n, want, err := protocol.Next(buf[off:], c.maxFrame())
+			if err != nil {
+				items = append(items, item{local: protocol.AppendError(nil, c.badFrame(err)), end: true})
+				stop = true
+				break
+			}
+			if n == 0 {
+				if want > cap(buf) {
+					nb := make([]byte, len(buf)-off, want)
+					copy(nb, buf[off:])
+					buf, off = nb, 0
+				}
+				break
+			}
+			fields = protocol.Split(fields[:0], payload)
+			s.framesIn.Add(1)
+			var it item
+			it, stop = c.observeDecide(tx, fields, payload)
+			items = append(items, it)
+			off += n
+			if c.forward {
+				stop = false
+				break
+			}
+		}
+	})
+	if len(items) > 0 {
+		c.pipe.push(items)
+	}
+	rest := copy(buf, buf[off:])
+	buf = buf[:rest]
+	if c.forward && !stop {
+		return c.forwardFrames(buf)
+	}
+	return buf, fields, stop
+}
+
+// decide handles one frame on the connection's node: what needs only this
+// node (the connect's credentials, rights, ping, status, listings) is
+// answered here, in order; the rest is queued for the log. The answers
+// written meanwhile are captured into the item.
+func (c *conn) decide(tx *core.Tx, f [][]byte, payload []byte) (item, bool) {
+	var buf []byte
+	c.capture, c.ended = &buf, false
+	defer func() { c.capture = nil }()
+	var (
+		it   item
+		stop bool
+		done bool
+	)
+	if c.p == nil {
+		it, stop, done = c.decideHandshake(tx, f)
+	} else {
+		it, stop, done = c.decideRequest(tx, f, payload)
+	}
+	if done {
+		return it, stop
+	}
+	return item{local: buf, end: c.ended}, c.ended
+}
+
+// decideHandshake decides a frame before the connect is accepted: a
+// forwarding connection's hello, or the connect itself (checked here, then
+// attached through the log). done false: the answers written are the item.
+func (c *conn) decideHandshake(tx *core.Tx, f [][]byte) (it item, stop, done bool) {
+	s := c.srv
+	verb, _ := protocol.ParseVerb(f[0])
+	if c.evicted {
+		return item{end: true}, true, true // evicted before its handshake: told, and closing
+	}
+	if string(f[0]) == "forward" && len(f) >= 2 {
+		it, stop = c.acceptForward(f[1])
+		return it, stop, true
+	}
+	if verb != protocol.VerbConnect {
+		c.sendError(protocol.CodeConnectFirst)
+		return item{}, false, false
+	}
+	a, code := s.parseConnect(f)
+	switch {
+	case code != protocol.CodeUnknown:
+		c.sendError(code)
+	case s.closing:
+		c.sendError(protocol.CodeShuttingDown)
+	case s.cl.removed.Load() || s.cl.halted.Load() != "":
+		// Not a member, or stopped applying the log: its client goes to
+		// another node (see watchRemoved, halt).
+		c.finish()
+	}
+	if c.ended {
+		return item{}, false, false
+	}
+	cred, hasCred := authField(a.fields)
+	p, code := s.principalFor(c, cred, hasCred)
+	if p == nil {
+		s.counters.authFailed++
+		s.logRefusal(tx.Now(), "connect refused: "+code.Text(), "remote", c.remote, "tls", s.tlsConf != nil)
+		c.park = s.crowdedLocked(c) // limits.go: the tarpit
+		s.leavePreLocked(c)         // done with its handshake: its slot is free now
+		c.sendError(code)
+		return item{}, false, false
+	}
+	sid := scope(p, string(a.socketID))
+	old := s.sessions[sid]
+	if !s.connQuotaLocked(tx, c, p, old == nil, old != nil && old.c != nil && old.c.counted == p.Name) {
+		return item{}, false, false
+	}
+	c.p, c.sid = p, sid
+	s.leavePreLocked(c)
+	c.authed = true
+	c.wantLeader = hasField(a.fields, "want=leader")
+	return item{attach: &logCmd{op: opAttach, node: s.cl.id, conn: c.key, session: c.sid, principal: p.Name}}, false, true
+}
+
+// decideRequest decides a request of a connected client: ping and the
+// commands that change the lock table go to the log, after the checks that
+// need this node's configuration (rights, quotas); status, listings and
+// refusals are answered here. done false: the answers written are the
+// item.
+func (c *conn) decideRequest(tx *core.Tx, f [][]byte, payload []byte) (it item, stop, done bool) {
+	s := c.srv
+	verb, _ := protocol.ParseVerb(f[0])
+	req := requestID(f)
+	p := c.p
+	if c.sess != nil && c.sess.c == c {
+		p = c.sess.p // the rights in force (the auth file may have been reloaded)
+	}
+	switch verb {
+	case protocol.VerbStatus:
+		if p.Admin && !s.allowListing(tx, p.Name) {
+			c.failed(req, protocol.CodeRateLimited)
+		} else {
+			c.ok(req, s.statusJSON(tx, p.Admin))
+		}
+	case protocol.VerbLocks:
+		sess := c.sess
+		c.sess = &session{p: p}
+		c.locks(tx, req, f)
+		c.sess = sess
+	case protocol.VerbBye:
+		return item{bye: true}, true, true
+	case protocol.VerbConnect:
+		c.sendError(protocol.CodeDuplicateConnect)
+	case protocol.VerbCluster:
+		if ch := c.decideChange(req, p, f); ch != nil {
+			return item{change: ch}, false, true
+		}
+	case protocol.VerbEvict:
+		if !p.Admin {
+			s.counters.forbidden++
+			c.failed(req, protocol.CodeForbidden)
+			break
+		}
+		return c.decideReplicated(tx, p, verb, f, payload)
+	case protocol.VerbLock, protocol.VerbTryLock, protocol.VerbExtend, protocol.VerbRenew, protocol.VerbUnlock,
+		protocol.VerbRelease, protocol.VerbReleaseAll, protocol.VerbReleaseIn, protocol.VerbReleaseAllIn, protocol.VerbPing:
+		// A ping goes through the log too: the answer then comes after the
+		// pushes of every entry committed before the ping was sent, and
+		// proves the session attached in the replicated state. A client
+		// counts a pong as a lower bound of when its session was last alive
+		// and of when later grants were made; a pong from this node's own
+		// state could be answered by a node that lags, or that a partition
+		// cut off while the leader already detached the session.
+		return c.decideReplicated(tx, p, verb, f, payload)
+	default:
+		c.failed(req, protocol.CodeInvalidMessage)
+	}
+	return item{}, false, false
+}
+
+// decideReplicated decides a request that goes through the log: the
+// single dispatcher's parse step (parseRequest) runs here, once, then the
+// checks that need this node's configuration (the principal's rights, its
+// quota of locks), as on a single node after the parse. A refusal by them
+// is answered here (done false); a request whose arguments do not parse
+// goes to the log as a refusal, answered in its turn on every node.
+func (c *conn) decideReplicated(tx *core.Tx, p *auth.Principal, verb protocol.Verb, f [][]byte, payload []byte) (it item, stop, done bool) {
+	var r request
+	parseRequest(verb, f, &r)
+	switch r.kind {
+	case reqLock, reqTryLock:
+		if !c.mayLockHere(tx, r.req, p, r.lock.Resources) {
+			return item{}, false, false
+		}
+	case reqExtend, reqRenew:
+		// The rights in force on this node now, as on a single node: a
+		// reload may have taken the lock's resources away from the
+		// principal. Giving a lock up (unlock, release) stays allowed.
+		if res, ok := c.revoked(tx, p, &r); ok {
+			c.srv.counters.forbidden++
+			c.write(protocol.AppendFailed(nil, r.req, protocol.CodeForbidden, res))
+			return item{}, false, false
+		}
+	}
+	r.req = bytes.Clone(r.req) // it aliases the reader's buffer
+	return item{frame: bytes.Clone(payload), req: &r}, false, true
+}
+
+// decideChange checks a membership change (administrators only) and
+// returns it, or nil when it was refused (answered).
+func (c *conn) decideChange(req []byte, p *auth.Principal, f [][]byte) *clusterChange {
+	s := c.srv
+	if !p.Admin {
+		s.counters.forbidden++
+		c.failed(req, protocol.CodeForbidden)
+		return nil
+	}
+	ch, ok := parseClusterChange(f)
+	if !ok {
+		c.failed(req, protocol.CodeMissingArguments)
+		return nil
+	}
+	ch.req, ch.by = string(req), p.Name
+	return ch
+}
+
+// mayLockHere makes the checks of a lock or trylock that need this node's
+// configuration: the principal's rights and its quota of locks. A refusal
+// is answered.
+func (c *conn) mayLockHere(tx *core.Tx, req []byte, p *auth.Principal, resources string) bool {
+	s := c.srv
+	if !p.Admin {
+		for _, r := range s.splitResources(resources) {
+			if !p.May(r) {
+				s.counters.forbidden++
+				c.write(protocol.AppendFailed(nil, req, protocol.CodeForbidden, r))
+				return false
+			}
+		}
+	}
+	if !s.lockQuotaLocked(tx, p) {
+		// Against the replicated state this node has applied: requests
+		// of the principal on their way through the log are not in it
+		// yet (see docs/security.md).
+		s.counters.quotaRefused++
+		c.failed(req, protocol.CodeQuotaLocks)
+		return false
+	}
+	return true
+}
+
+// revoked returns the first resource of an extend's lock (known to this
+// node and p's own: another's is answered lock not exist! by the apply) or
+// of a renew that p, not an administrator, may no longer lock.
+func (c *conn) revoked(tx *core.Tx, p *auth.Principal, r *request) (string, bool) {
+	if p.Admin {
+		return "", false
+	}
+	var resources []string
+	switch r.kind {
+	case reqRenew:
+		resources = c.srv.splitResources(r.renew.Resources)
+	case reqExtend:
+		id, ok := protocol.ParseID([]byte(r.extend.ID))
+		if !ok {
+			return "", false
+		}
+		li, found := tx.Lookup(id)
+		if !found {
+			return "", false
+		}
+		if owner, _ := unscope(li.Session); owner != p.Name {
+			return "", false
+		}
+		resources = li.Resources
+	}
+	for _, res := range resources {
+		if !p.May(res) {
+			return res, true
+		}
+	}
+	return "", false
+}
+
+// clusterCleanup is cleanup's cluster part, before the local one: the
+// pipeline finishes what was read, then the session (if this connection
+// attached it) is detached in the log, after every answer it was given.
+func (c *conn) clusterCleanup() {
+	s := c.srv
+	p := c.pipe
+	p.close()
+	<-p.done
+	if !p.attached {
+		return
+	}
+	p.seq++
+	cmd := c.dedupCmd(p.seq, s.cl.encode(&logCmd{op: opDetach, node: s.cl.id, conn: c.key, session: c.sid}))
+	if _, err := s.replicate(s.cl.ctx, cmd); err != nil {
+		s.log.Debug("cluster: detach not proposed (shutting down)", "remote", c.remote)
+	}
+}

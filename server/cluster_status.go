@@ -1,0 +1,50 @@
+package server
+
+import (
+	"github.com/mlock-dev/mlock/internal/protocol"
+)
+
+// ClusterStatus is the "cluster" object of the status document of a node.
+type ClusterStatus = protocol.StatusCluster
+
+// ClusterNode is one member in ClusterStatus.
+type ClusterNode = protocol.StatusClusterNode
+
+func (s *Server) clusterStatus() *ClusterStatus {
+	st := s.cl.node.Status()
+	cs := &ClusterStatus{ID: st.ID, Role: string(st.Role), Ready: st.Ready, Leader: st.Leader.ID,
+		LeaderAddr: st.Leader.ClientAddr, Term: st.Term, LastIndex: st.LastIndex,
+		CommitIndex: st.CommitIndex, AppliedIndex: st.AppliedIndex, Peers: []ClusterNode{},
+		Version: int(s.cl.versionNow.Load()), LogFormat: s.cl.ownFormat(), Halted: s.cl.halted.Load()}
+	for _, p := range st.Peers {
+		n := ClusterNode{ID: p.ID, Addr: p.Addr, Suffrage: p.Suffrage, Failing: p.Failing}
+		if f, known := s.cl.memberFormat(p.ID); known {
+			n.LogFormat = f
+		}
+		cs.Peers = append(cs.Peers, n)
+	}
+	return cs
+}
+
+// refreshStatus reads the node's view of the cluster and stores it for the
+// status command, which must not read raft under the core's lock. It runs
+// every 100 ms (watchPeers) and once a membership change made here is
+// committed, so that a status asked right after the change shows it.
+func (s *Server) refreshStatus() *ClusterStatus {
+	cl := s.cl
+	cl.statusMu.Lock()
+	defer cl.statusMu.Unlock()
+	st := s.clusterStatus()
+	cl.status.Store(st)
+	return st
+}
+
+// ClusterStatus returns the node's view of the cluster now, nil on a
+// single node. (The status command shows one at most 100 ms old, and on
+// the leader one that has every membership change it committed.)
+func (s *Server) ClusterStatus() *ClusterStatus {
+	if s.cl == nil {
+		return nil
+	}
+	return s.clusterStatus()
+}
