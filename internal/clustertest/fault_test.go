@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/mlock-dev/mlock"
+	"github.com/mlock-dev/mlock/internal/lease"
 	"go.uber.org/goleak"
 )
 
@@ -416,7 +417,7 @@ func report(t *testing.T, c *cluster, rounds int, elapsed time.Duration, ops []o
 	vs, empty := checkSafety(grants)
 	short, faulty := checkArrivals(grants, events)
 	fmt.Fprintf(&b, "arrival: %d grants believed for less than %v on arrival after a wait without a fault, %d after one "+
-		"(bound: %d, a wait per worker and fault)\n", len(short), time.Duration(minUsable(min(ttl, grace))), faulty, workers*rounds)
+		"(bound: %d, a wait per worker and fault)\n", len(short), lease.MinUsable(min(ttl, grace)), faulty, workers*rounds)
 	vs = append(vs, short...)
 	if faulty > workers*rounds {
 		vs = append(vs, violation{kind: "arrival", msg: fmt.Sprintf("%d grants short on arrival after a fault, above the bound %d",
