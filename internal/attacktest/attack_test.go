@@ -22,6 +22,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mlock-dev/mlock/internal/proctest"
+
 	"go.uber.org/goleak"
 
 	"github.com/mlock-dev/mlock/internal/protocol"
@@ -109,38 +111,21 @@ var (
 func mlockdBin(t *testing.T) string {
 	t.Helper()
 	buildOnce.Do(func() {
-		out, err := exec.Command("go", "env", "GOMOD").Output()
-		if err != nil || strings.TrimSpace(string(out)) == "" {
-			buildErr = fmt.Errorf("finding the module root: %v", err)
-			return
-		}
 		dir, err := os.MkdirTemp("", "mlockd-attack-")
 		if err != nil {
 			buildErr = err
 			return
 		}
-		binDir, binPath = dir, filepath.Join(dir, "mlockd")
-		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/mlockd")
-		cmd.Dir = filepath.Dir(strings.TrimSpace(string(out)))
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build ./cmd/mlockd: %v\n%s", err, out)
+		binDir = dir
+		var b []string
+		if b, buildErr = proctest.BuildErr(dir, "./cmd/mlockd"); buildErr == nil {
+			binPath = b[0]
 		}
 	})
 	if buildErr != nil {
 		t.Fatal(buildErr)
 	}
 	return binPath
-}
-
-// freeAddr returns a loopback host:port that was free a moment ago.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 // proc is a running mlockd.
@@ -564,7 +549,7 @@ func TestAttackSingleNode(t *testing.T) {
 	bin := mlockdBin(t)
 	dir := t.TempDir()
 	file, tok := authFile(t, dir)
-	p := startMlockd(t, bin, dir, freeAddr(t), "--auth-file", file, "--data-dir", "none", "--quiet-period", "0",
+	p := startMlockd(t, bin, dir, proctest.FreeAddr(t), "--auth-file", file, "--data-dir", "none", "--quiet-period", "0",
 		"--auth-timeout", authTimeout().String())
 	t.Run("one address", func(t *testing.T) { runAttack(t, p.addr, p.cmd.Process.Pid, tok, loopbacks(1)) })
 	t.Run("50 addresses", func(t *testing.T) { runAttack(t, p.addr, p.cmd.Process.Pid, tok, loopbacks(50)) })
@@ -584,7 +569,7 @@ func TestAttackClusterNode(t *testing.T) {
 	var nodes []nodeAddrs
 	var peers []string
 	for i := range 3 {
-		n := nodeAddrs{id: "n" + strconv.Itoa(i+1), client: freeAddr(t), raft: freeAddr(t)}
+		n := nodeAddrs{id: "n" + strconv.Itoa(i+1), client: proctest.FreeAddr(t), raft: proctest.FreeAddr(t)}
 		nodes = append(nodes, n)
 		peers = append(peers, n.id+"="+n.raft)
 	}

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/mlock-dev/mlock/internal/proctest"
 )
 
 // Environment:
@@ -179,7 +181,7 @@ func runKind(t *testing.T, k kind) {
 	}
 	t.Cleanup(func() { o.Close() })
 	h.srvO = o
-	port := freePort(t)
+	port := proctest.FreePort(t)
 	h.addr = fmt.Sprintf("127.0.0.1:%d", port)
 	switch k.backend {
 	case "mlockd":

@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mlock-dev/mlock/internal/proctest"
 	"go.uber.org/goleak"
 )
 
@@ -191,7 +192,7 @@ func (s *scene) run(t *testing.T, logPath string, specs []spec) []proc {
 	start := func(i int) {
 		sp := specs[i]
 		cmd := exec.Command(sp.argv[0], sp.argv[1:]...)
-		cmd.Env = cleanEnv()
+		cmd.Env = proctest.CleanEnv()
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		out, err := os.Create(filepath.Join(dir, sp.id+".out"))
 		if err != nil {
@@ -407,7 +408,7 @@ type nodeTools struct {
 
 // findNode looks for node, npm and the built packages in js/.
 func findNode(t *testing.T) *nodeTools {
-	js := filepath.Join(moduleRoot(t), "js")
+	js := filepath.Join(proctest.ModuleRoot(t), "js")
 	n := &nodeTools{js: js}
 	for _, tool := range []string{"npm", "node"} {
 		p, err := exec.LookPath(tool)
