@@ -8,6 +8,7 @@ import (
 
 	"github.com/mlock-dev/mlock"
 	"github.com/mlock-dev/mlock/internal/lease"
+	"github.com/mlock-dev/mlock/internal/proctest"
 	"github.com/mlock-dev/mlock/server"
 )
 
@@ -27,13 +28,7 @@ func fakeClient(t *testing.T, addr string, o mlock.Options) (*mlock.Client, *mlo
 // Advance made due has been sent and answered.
 func settle(t *testing.T, fc *mlock.FakeClock) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !fc.Idle() {
-		if time.Now().After(deadline) {
-			t.Fatal("the pinger did not settle within 10 s")
-		}
-		time.Sleep(time.Millisecond) // polled: the pinger's state has no event to wait on
-	}
+	proctest.WaitFor(t, 10*time.Second, "the pinger settles", fc.Idle)
 }
 
 // step advances fc by d, in steps of every, settling after each.

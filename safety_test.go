@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mlock-dev/mlock"
+	"github.com/mlock-dev/mlock/internal/proctest"
 	"github.com/mlock-dev/mlock/internal/protocol"
 	"github.com/mlock-dev/mlock/server"
 )
@@ -65,7 +66,8 @@ func TestBlackholedHolderLosesBeforeTheServerGrants(t *testing.T) {
 	job := <-jobCtx
 	g := lockAsync(ctx, waiter, "bh", nil)
 	waitQueue(t, waiter, "bh", 2)
-	time.Sleep(400 * time.Millisecond) // the holder extends meanwhile
+	d0 := l.Deadline()
+	proctest.WaitFor(t, 5*time.Second, "the holder extends", func() bool { return l.Deadline().After(d0) })
 	px.drop.Store(true)
 	blackholed := time.Now()
 

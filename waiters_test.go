@@ -6,6 +6,7 @@ import (
 
 	"github.com/mlock-dev/mlock"
 	"github.com/mlock-dev/mlock/internal/lease"
+	"github.com/mlock-dev/mlock/internal/proctest"
 	"github.com/mlock-dev/mlock/server"
 )
 
@@ -14,6 +15,7 @@ import (
 // its confirmation finds it gone, and the request is asked again, then
 // granted.
 func TestGrantGoneBeforeArrivalIsAskedAgain(t *testing.T) {
+	t.Parallel()
 	const ttl = 300 * time.Millisecond
 	addr, _ := startServer(t, server.Config{SessionGrace: 10 * time.Second}, "")
 	holder := client(t, addr, mlock.Options{})
@@ -30,14 +32,17 @@ func TestGrantGoneBeforeArrivalIsAskedAgain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Held back 600 ms: the 300 ms lease ends on the server first (the
+	// Held back until the 300 ms lease has ended on the server (the
 	// waiter's unanswered pings give up only after a second).
 	resume := p.pause()
 	if err := h.Unlock(ctx); err != nil {
 		resume()
 		t.Fatal(err)
 	}
-	time.Sleep(600 * time.Millisecond)
+	proctest.WaitFor(t, 5*time.Second, "the grant's lease ends on the server", func() bool {
+		st, err := holder.Status(ctx)
+		return err == nil && st.ExpiredCount > st0.ExpiredCount
+	})
 	resume()
 	got := <-g
 	if got.err != nil {

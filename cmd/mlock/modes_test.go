@@ -13,6 +13,7 @@ import (
 // second --shared run of the same resource runs and ends; mlock locks
 // shows the mode; --permits takes permits; bad flags are usage errors.
 func TestRunSharedAndPermits(t *testing.T) {
+	t.Parallel()
 	uri := startServer(t)
 	admin, _ := holder(t, uri, "unrelated", "")
 	dir := t.TempDir()

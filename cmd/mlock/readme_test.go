@@ -47,6 +47,7 @@ type readmeCommand struct {
 // --vs) and bench's length (--duration 1s). go install writes into a
 // temporary GOBIN.
 func TestReadmeCommands(t *testing.T) {
+	t.Parallel()
 	root, err := filepath.Abs(filepath.Join("..", ".."))
 	if err != nil {
 		t.Fatal(err)

@@ -22,6 +22,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/mlock-dev/mlock"
+	"github.com/mlock-dev/mlock/internal/proctest"
 	"github.com/mlock-dev/mlock/server"
 	"github.com/mlock-dev/mlock/server/servertest"
 )
@@ -30,6 +31,7 @@ import (
 // reports it, MLOCK_EXPIRES_AT; inherited values are replaced; the lock id
 // is never passed.
 func TestRunEnvironment(t *testing.T) {
+	t.Parallel()
 	uri := startServer(t)
 	admin, _ := holder(t, uri, "unrelated", "")
 	targets := []struct {
@@ -117,6 +119,7 @@ func TestRunEnvironment(t *testing.T) {
 // ttl/4; a ttl too short for the lead (kill-after + 100ms below ttl/2) is
 // refused. Refusals are usage errors.
 func TestRunKillAfterAgainstTTL(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		ttl, kill time.Duration
 		given     bool
@@ -219,6 +222,7 @@ func (b *blackhole) pipe(dst, src net.Conn) {
 // command, which ignores SIGTERM, is SIGKILLed and dead before the server's
 // lease of the lock ends, that is before anyone else can be granted it.
 func TestRunLeadKillsBeforeTheLeaseEnds(t *testing.T) {
+	t.Parallel()
 	uri := startServer(t)
 	admin, _ := holder(t, uri, "unrelated", "")
 	proxy := newBlackhole(t, strings.TrimPrefix(uri, "mlock://"))
@@ -280,6 +284,7 @@ func TestRunLeadKillsBeforeTheLeaseEnds(t *testing.T) {
 // A waiting run whose server restarts asks again (it held nothing) instead
 // of failing: it gets the lock from the new server and runs the command.
 func TestRunWaitSurvivesServerRestart(t *testing.T) {
+	t.Parallel()
 	addr, stop := servertest.Start(t, server.Config{}, "")
 	uri := "mlock://" + addr
 	holder(t, uri, "restart", "")
@@ -333,6 +338,7 @@ func TestRunWaitSurvivesServerRestart(t *testing.T) {
 // came 4.745 s after the last answer with pings every 5 s, so a 12 s command
 // was stopped after about 4.75 s; now renewals come about every 1.6 s.
 func TestRunLeadAgainstTheGrace(t *testing.T) {
+	t.Parallel()
 	addr, _ := servertest.Start(t, server.Config{SessionGrace: 3 * time.Second}, "")
 	uri := "mlock://" + addr
 	cmd := mlockCmd("run", "--uri", uri, "--ttl", "20s", "--kill-after", "2s", "grace", "--", "sleep", "6")
@@ -356,6 +362,7 @@ func TestRunLeadAgainstTheGrace(t *testing.T) {
 // before the lock is asked for), with the rule and the value that fits; the
 // command does not run and the lock stays free.
 func TestRunKillAfterAgainstTheGrace(t *testing.T) {
+	t.Parallel()
 	addr, _ := servertest.Start(t, server.Config{SessionGrace: 3 * time.Second}, "")
 	uri := "mlock://" + addr
 	marker := filepath.Join(t.TempDir(), "ran")
@@ -389,15 +396,17 @@ func TestRunKillAfterAgainstTheGrace(t *testing.T) {
 // runCommand stopped for a loss returns an error that is errLostLock and
 // wraps the loss (the context's cause).
 func TestRunCommandNamesTheLoss(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithCancelCause(context.Background())
 	loss := errors.New("test: the lease ran out")
 	sigc := make(chan os.Signal, 1)
 	var stderr bytes.Buffer
 	errc := make(chan error, 1)
+	started := filepath.Join(t.TempDir(), "started")
 	go func() {
-		errc <- runCommand(ctx, []string{"sleep", "30"}, os.Environ(), sigc, 100*time.Millisecond, &stderr)
+		errc <- runCommand(ctx, []string{"sh", "-c", "touch " + started + "; exec sleep 30"}, os.Environ(), sigc, 100*time.Millisecond, &stderr)
 	}()
-	time.Sleep(50 * time.Millisecond)
+	proctest.WaitFor(t, 10*time.Second, "the command starts", func() bool { _, err := os.Stat(started); return err == nil })
 	cancel(loss)
 	select {
 	case err := <-errc:
@@ -415,6 +424,7 @@ func TestRunCommandNamesTheLoss(t *testing.T) {
 // A lock lost on a provider (here Redis: the key deleted under the run) is
 // said once on stderr, when the command is stopped, as on mlock://.
 func TestRunProviderLossSaidOnce(t *testing.T) {
+	t.Parallel()
 	u := os.Getenv("REDIS_URL")
 	if u == "" {
 		t.Skip("REDIS_URL is not set: no Redis to lose a lock on")
@@ -457,6 +467,7 @@ func TestRunProviderLossSaidOnce(t *testing.T) {
 // mlock run got ready, say) does not start the command only to stop it:
 // the command never runs, and the loss is said and returned.
 func TestRunCommandNotStartedAfterLoss(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithCancelCause(context.Background())
 	loss := errors.New("test: the lease ran out")
 	cancel(loss)
@@ -478,6 +489,7 @@ func TestRunCommandNotStartedAfterLoss(t *testing.T) {
 // grace (a quarter of it), so the plain command works on a server with a
 // short grace.
 func TestRunDefaultKillAfterFitsAShortGrace(t *testing.T) {
+	t.Parallel()
 	addr, _ := servertest.Start(t, server.Config{SessionGrace: 2 * time.Second}, "")
 	var stderr bytes.Buffer
 	if code := cli([]string{"run", "--uri", "mlock://" + addr, "--ttl", "8s", "job", "--", "true"}, &stderr, &stderr); code != 0 {
@@ -495,6 +507,7 @@ func TestRunDefaultKillAfterFitsAShortGrace(t *testing.T) {
 // A clean shutdown of the server while the command runs stops the command
 // and says so: exit 75, "the server is shutting down".
 func TestRunServerShutdownNamesIt(t *testing.T) {
+	t.Parallel()
 	addr, stop := servertest.Start(t, server.Config{}, "")
 	cmd := mlockCmd("run", "--uri", "mlock://"+addr, "--ttl", "10s", "sd", "--", "sleep", "30")
 	var stderr bytes.Buffer

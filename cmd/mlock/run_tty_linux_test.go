@@ -43,6 +43,7 @@ func openPty(t *testing.T) (ptm, pts *os.File) {
 // would not stop cleanly). A signal sent to mlock run alone is still
 // forwarded.
 func TestRunTerminalInterruptOnce(t *testing.T) {
+	t.Parallel()
 	python, err := exec.LookPath("python3")
 	if err != nil {
 		t.Skip("needs python3 for a command that counts its signals")
