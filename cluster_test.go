@@ -863,7 +863,7 @@ func TestClusterChangeAnswerDoesNotMoveTheLease(t *testing.T) {
 	ctx := ctxT(t)
 	g := lockAsync(ctx, c, "change", &mlock.LockOptions{TTL: ttl})
 	<-queued
-	before := time.Now() // after the lock request was sent
+	before := time.Now()              // after the lock request was sent
 	time.Sleep(50 * time.Millisecond) // fixed: time passes, which a lease moved by the answer would show
 	if err := c.ClusterJoin(ctx, "n4", "10.0.0.4:7000"); err != nil {
 		t.Fatal(err)

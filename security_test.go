@@ -453,7 +453,7 @@ func TestRefusalFailsAWaitingLock(t *testing.T) {
 			return
 		}
 		c.Write(protocol.Append(nil, "result", f[1], "success", strings.Repeat("ab", 16))) // queued
-		time.Sleep(100 * time.Millisecond) // fixed: the connection stays up a while with the lock queued
+		time.Sleep(100 * time.Millisecond)                                                 // fixed: the connection stays up a while with the lock queued
 	})
 	c := client(t, addr, mlock.Options{Name: "svc", Token: topSecret, MaxBackoff: 200 * time.Millisecond})
 	ctx := ctxT(t)

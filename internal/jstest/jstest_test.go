@@ -5,12 +5,17 @@ package jstest
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/mlock-dev/mlock/internal/proctest"
 )
 
 // required reports whether a missing Node.js toolchain fails the test
@@ -19,9 +24,9 @@ func required() bool {
 	return os.Getenv("CI_REQUIRE_NODE") == "1" || os.Getenv("CI") == "true"
 }
 
-// TestNodePackages runs npm test in js/ against an mlockd built from this
-// repository (MLOCKD_BIN): the client against real servers (single node,
-// restarts, a cut connection, a 3-node cluster) and the Medusa provider in
+// TestNodePackages runs the tests of js/package.json's test script
+// against an mlockd built from this repository (MLOCKD_BIN): the client
+// against real servers (single node, restarts, a cut connection, a 3-node cluster) and the Medusa provider in
 // the real @medusajs/locking module, with @medusajs/locking-redis alongside
 // when REDIS_URL is set (the differential suite: the same scenarios through
 // both, side by side). Without node, npm or js/node_modules (npm ci in js/)
@@ -56,34 +61,105 @@ func TestNodePackages(t *testing.T) {
 		t.Fatal("REDIS_URL is not set: the differential suite (locking-redis against locking-mlock) is required in CI")
 	}
 
+	// The programs and the TypeScript build are independent: built side
+	// by side.
 	dir := t.TempDir()
-	bin, cli := filepath.Join(dir, "mlockd"), filepath.Join(dir, "mlock")
-	for _, b := range [][2]string{{bin, "github.com/mlock-dev/mlock/cmd/mlockd"}, {cli, "github.com/mlock-dev/mlock/cmd/mlock"}} {
-		build := exec.Command("go", "build", "-o", b[0], b[1])
-		if out, err := build.CombinedOutput(); err != nil {
-			t.Fatalf("go build %s: %v\n%s", b[1], err, out)
+	script, err := readTestScript(js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	t.Cleanup(cancel) // after the parallel subtests, not when this function returns
+	var bins []string
+	built := make(chan error, 1)
+	go func() {
+		var err error
+		bins, err = proctest.BuildErr(dir, "./cmd/mlockd", "./cmd/mlock")
+		built <- err
+	}()
+	env := append(os.Environ(), "NO_COLOR=1", "PATH="+filepath.Join(js, "node_modules", ".bin")+string(os.PathListSeparator)+os.Getenv("PATH"))
+	for _, step := range script.build {
+		if out, err := runGroup(ctx, js, env, "sh", "-c", step); err != nil {
+			<-built
+			t.Fatalf("%s: %v\n%s", step, err, out)
 		}
 	}
+	if err := <-built; err != nil {
+		t.Fatal(err)
+	}
+	env = append(env, "MLOCKD_BIN="+bins[0], "MLOCK_CLI="+bins[1])
 
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "npm", "test")
-	cmd.Dir = js
-	cmd.Env = append(os.Environ(), "MLOCKD_BIN="+bin, "MLOCK_CLI="+cli, "NO_COLOR=1")
-	// npm, node and the servers the tests start share a process group: a
-	// timeout ends them all, by the group of the PID started here.
+	// Each test file in its own node process, the files side by side (npm
+	// test runs them one after the other): every suite starts its own
+	// servers on free ports, and only the differential suite uses Redis.
+	for _, file := range script.files {
+		t.Run(filepath.Base(file), func(t *testing.T) {
+			t.Parallel()
+			out, err := runGroup(ctx, js, env, "node", append(append([]string{"--test"}, script.flags...), file)...)
+			if ctx.Err() != nil {
+				t.Fatalf("node --test %s did not finish within the time allowed\n%s", file, out)
+			}
+			if err != nil {
+				t.Fatalf("node --test %s: %v\n%s", file, err, out)
+			}
+			t.Logf("%s", out)
+		})
+	}
+}
+
+// testScript is js/package.json's test script: "npm run build && tsc -p
+// test && node --test [flags] FILES...", read so that the script stays the
+// one list of the build steps, node's flags and the test files.
+type testScript struct {
+	build []string // the steps before node, each a shell command
+	flags []string // node's flags (--test-concurrency left out: one file per process)
+	files []string
+}
+
+// readTestScript reads and splits js/package.json's test script.
+func readTestScript(js string) (testScript, error) {
+	b, err := os.ReadFile(filepath.Join(js, "package.json"))
+	if err != nil {
+		return testScript{}, err
+	}
+	var pkg struct {
+		Scripts map[string]string `json:"scripts"`
+	}
+	if err := json.Unmarshal(b, &pkg); err != nil {
+		return testScript{}, fmt.Errorf("js/package.json: %v", err)
+	}
+	steps := strings.Split(pkg.Scripts["test"], " && ")
+	last := strings.Fields(steps[len(steps)-1])
+	if len(last) < 3 || last[0] != "node" || last[1] != "--test" {
+		return testScript{}, fmt.Errorf("js/package.json: the test script %q does not end in node --test FILES", pkg.Scripts["test"])
+	}
+	sc := testScript{build: steps[:len(steps)-1]}
+	for _, w := range last[2:] {
+		switch {
+		case strings.HasPrefix(w, "--test-concurrency"):
+		case strings.HasPrefix(w, "-"):
+			sc.flags = append(sc.flags, w)
+		default:
+			sc.files = append(sc.files, w)
+		}
+	}
+	if len(sc.files) == 0 {
+		return testScript{}, fmt.Errorf("js/package.json: the test script names no test file")
+	}
+	return sc, nil
+}
+
+// runGroup runs name with args in dir and returns its output. The process
+// and those it starts (node's servers) share a process group: a timeout
+// ends them all, by the group of the PID started here.
+func runGroup(ctx context.Context, dir string, env []string, name string, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Dir, cmd.Env = dir, env
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 10 * time.Second
 	var out bytes.Buffer
-	cmd.Stdout = &out
-	cmd.Stderr = &out
-	err = cmd.Run()
-	if ctx.Err() != nil {
-		t.Fatalf("npm test did not finish within the time allowed\n%s", out.Bytes())
-	}
-	if err != nil {
-		t.Fatalf("npm test: %v\n%s", err, out.Bytes())
-	}
-	t.Logf("%s", out.Bytes())
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	return out.Bytes(), err
 }
