@@ -196,7 +196,7 @@ func TestRunVerbose(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("no place in the queue told:\n%s", stderr.String())
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // poll interval
 	}
 	l.Unlock(context.Background())
 	if code := exitCodeOf(t, cmd.Wait()); code != 0 {

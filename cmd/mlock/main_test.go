@@ -184,7 +184,7 @@ func TestRunLostLockStopsTheWholeCommand(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("the command did not start its child")
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // poll interval
 	}
 	if _, err := admin.ReleaseAll(context.Background(), "cron-g"); err != nil {
 		t.Fatal(err)
@@ -201,7 +201,7 @@ func TestRunLostLockStopsTheWholeCommand(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the command's child %d outlived mlock run", pid)
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // poll interval
 	}
 }
 
@@ -342,7 +342,7 @@ func TestRunKilledTakesTheCommandWithIt(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("the command did not start")
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // poll interval
 	}
 	cmd.Process.Kill()
 	cmd.Wait()
@@ -355,7 +355,7 @@ func TestRunKilledTakesTheCommandWithIt(t *testing.T) {
 			syscall.Kill(pid, syscall.SIGKILL)
 			t.Fatalf("the command %d outlived the killed mlock run", pid)
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // poll interval
 	}
 }
 

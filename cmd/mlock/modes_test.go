@@ -75,7 +75,7 @@ func TestRunSharedAndPermits(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("two permit holders never held: %+v %v", ls, err)
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // poll interval
 	}
 	if code := cli([]string{"run", "--uri", uri, "--permits", "1/2", "--skip-if-locked", "--skip-exit", "3", "--quiet", "psp",
 		"--", "true"}, &out, &errb); code != 3 {

@@ -586,7 +586,7 @@ func (r *readmeRun) locks(c readmeCommand) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the waiter never queued on %s: %+v %v", in, ls, err)
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // poll interval
 	}
 	stdout, stderr, code := r.exec(r.env(c, nil), c.args[1:]...)
 	if code != 0 || stderr != "" {

@@ -246,7 +246,7 @@ func TestRunLeadKillsBeforeTheLeaseEnds(t *testing.T) {
 		if time.Since(start) > 10*time.Second {
 			t.Fatal("the command did not start")
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond) // poll interval
 	}
 	// A lower bound of the end of the lease on the server.
 	sent := time.Now()
@@ -265,7 +265,7 @@ func TestRunLeadKillsBeforeTheLeaseEnds(t *testing.T) {
 		if time.Now().After(leaseEnd.Add(5 * time.Second)) {
 			t.Fatal("the command was never killed")
 		}
-		time.Sleep(2 * time.Millisecond)
+		time.Sleep(2 * time.Millisecond) // poll interval
 	}
 	if died.After(leaseEnd) {
 		t.Fatalf("the command died %v after the server's lease ended", died.Sub(leaseEnd))
@@ -310,7 +310,7 @@ func TestRunWaitSurvivesServerRestart(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the run is not waiting: %+v, %v", ls, err)
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // poll interval
 	}
 	stop()
 	servertest.Start(t, server.Config{}, addr)
@@ -451,7 +451,7 @@ func TestRunProviderLossSaidOnce(t *testing.T) {
 			cmd.Process.Kill()
 			t.Fatal("the lock was never taken")
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // poll interval
 	}
 	rdb.Del(ctx, "medusa_lock:"+key)
 	if code := exitCodeOf(t, cmd.Wait()); code != exitLost {

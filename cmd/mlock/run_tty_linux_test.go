@@ -82,7 +82,7 @@ while True:
 				b, _ := os.ReadFile(path)
 				t.Fatalf("%s never held %q (it holds %q)", path, want, b)
 			}
-			time.Sleep(10 * time.Millisecond)
+			time.Sleep(10 * time.Millisecond) // poll interval
 		}
 	}
 	waitFile(ready, "")

@@ -68,7 +68,7 @@ func TestTop(t *testing.T) {
 		waited <- err
 	}()
 	defer func() { cancel(); <-waited }()
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) { // poll interval
 		ls, err := c.Locks(context.Background(), "orders:")
 		if err == nil && len(ls.Queues) == 1 && ls.Queues[0].Length == 2 {
 			break

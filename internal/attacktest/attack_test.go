@@ -169,7 +169,7 @@ func startMlockd(t *testing.T, bin, dir, addr string, args ...string) *proc {
 		if time.Now().After(deadline) {
 			t.Fatalf("mlockd on %s did not start: %v", addr, err)
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // poll interval
 	}
 }
 
@@ -233,7 +233,7 @@ func attackerMain() int {
 	for i := range n {
 		go attackWorker(addr, ips[i%len(ips)], i%2 == 1, i, &opened, &failed)
 	}
-	time.Sleep(d)
+	time.Sleep(d) // fixed: the attack's duration
 	fmt.Printf("%d %d\n", opened.Load(), failed.Load())
 	return 0
 }
@@ -248,7 +248,7 @@ func attackWorker(addr, ip string, connect bool, i int, opened, failed *atomic.U
 		nc, err := d.Dial("tcp", addr)
 		if err != nil {
 			failed.Add(1)
-			time.Sleep(20 * time.Millisecond)
+			time.Sleep(20 * time.Millisecond) // the attacker's back-off after a failed dial
 			continue
 		}
 		opened.Add(1)
@@ -490,7 +490,7 @@ func runAttack(t *testing.T, target string, pid int, tok string, ips []string) {
 	var h *healthy
 	done := make(chan struct{})
 	go func() { h = measure(target, tok, stop); close(done) }()
-	time.Sleep(duration())
+	time.Sleep(duration()) // fixed: the measurement window under attack
 	close(stop)
 	<-done
 	<-sampled
@@ -592,7 +592,7 @@ func TestAttackClusterNode(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the cluster node does not serve: %v", err)
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // poll interval
 	}
 	t.Run("one address", func(t *testing.T) { runAttack(t, target.addr, target.cmd.Process.Pid, tok, loopbacks(1)) })
 	t.Run("50 addresses", func(t *testing.T) { runAttack(t, target.addr, target.cmd.Process.Pid, tok, loopbacks(50)) })

@@ -213,7 +213,7 @@ func (c *cluster) start(n *node) error {
 			conn.Close()
 			return nil
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // poll interval
 	}
 	return fmt.Errorf("%s not listening on %s after 10s", n.id, n.addr)
 }
@@ -332,7 +332,7 @@ func (c *cluster) waitHealthy(d time.Duration) (*node, error) {
 		if ok {
 			last = fmt.Sprintf("leaders %v, ready %v", leaders, ready)
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // poll interval (status is rate-limited)
 	}
 	return nil, fmt.Errorf("not healthy after %v: %s", d, last)
 }

@@ -66,6 +66,7 @@ func envRounds(def int) int {
 // processes and injects one fault per round (see the package
 // documentation), then checks safety, linearizability and availability.
 func TestClusterFaults(t *testing.T) {
+	t.Parallel() // its own cluster; TestFailover runs alongside
 	if runtime.GOOS != "linux" {
 		t.Skipf("SKIPPED: the cluster fault test needs Linux (signals, process groups); this is %s", runtime.GOOS)
 	}
@@ -119,12 +120,12 @@ func TestClusterFaults(t *testing.T) {
 	start := time.Now()
 	for r := 1; r <= rounds; r++ {
 		kind := faultKinds[(r-1)%len(faultKinds)]
-		time.Sleep(loadBefore)
+		time.Sleep(loadBefore) // fixed: load before the fault, the test's input
 		if err := runFault(c, h, clients[r%workers], r, kind); err != nil {
 			t.Errorf("round %d (%s): %v\n%s", r, kind, err, c.logTails())
 			break
 		}
-		time.Sleep(settle)
+		time.Sleep(settle) // fixed: the cluster settles after the fault, the test's input
 	}
 	elapsed := time.Since(start)
 	stopWorkers()
@@ -170,13 +171,13 @@ func runFault(c *cluster, h *history, probe *mlock.Client, round int, kind strin
 	case "stop-leader":
 		ev("stop", victim)
 		victim.signal(syscall.SIGSTOP)
-		time.Sleep(pauseFor)
+		time.Sleep(pauseFor) // fixed: the fault's duration
 		ev("cont", victim)
 		victim.signal(syscall.SIGCONT)
 	default:
 		ev("kill", victim)
 		victim.kill()
-		time.Sleep(downFor)
+		time.Sleep(downFor) // fixed: the fault's duration
 		ev("restart", victim)
 		if err := c.start(victim); err != nil {
 			return fmt.Errorf("restarting %s: %v", victim.id, err)

@@ -178,7 +178,7 @@ func waitDial(p *proc, addr string, redis bool) error {
 				return nil
 			}
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // poll interval
 	}
 	return fmt.Errorf("%s not listening after 10s", addr)
 }

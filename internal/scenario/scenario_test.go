@@ -85,8 +85,11 @@ func TestScenarios(t *testing.T) {
 			"started its command (mlock run checks its own belief: exit 125 if too short)\n%s", version, seed, strings.Join(rows, "\n"))
 	})
 
+	// The single server and the cluster side by side: each has its own
+	// processes and ports, and a scenario's checks read only its own logs.
 	for _, topo := range []string{"single", "cluster"} {
 		t.Run(topo, func(t *testing.T) {
+			t.Parallel()
 			var tg *target
 			orders, nodes, medusa := sz.orders, sz.nodes, sz.medusa
 			if topo == "single" {
@@ -285,7 +288,7 @@ func (s *scene) waitReady(logPath string, specs []spec, dones []chan struct{}, w
 		if time.Now().After(deadline) {
 			return fmt.Errorf("only %d of %d workers ready after a minute", len(ready), want)
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // poll interval
 	}
 }
 

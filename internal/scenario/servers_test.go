@@ -80,7 +80,7 @@ func startDaemon(t testing.TB, bin, dir, name, addr string, args ...string) *dae
 		if time.Now().After(deadline) {
 			t.Fatalf("%s not listening on %s after 15s:\n%s", name, addr, tail(d.log, 20))
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // poll interval
 	}
 }
 
