@@ -69,7 +69,7 @@ func TestNodePackages(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-	t.Cleanup(cancel) // after the parallel subtests, not when this function returns
+	defer cancel()
 	var bins []string
 	built := make(chan error, 1)
 	go func() {
@@ -89,20 +89,32 @@ func TestNodePackages(t *testing.T) {
 	}
 	env = append(env, "MLOCKD_BIN="+bins[0], "MLOCK_CLI="+bins[1])
 
-	// Each test file in its own node process, the files side by side (npm
-	// test runs them one after the other): every suite starts its own
+	// Each test file in its own node process, every file at once (npm test
+	// runs them one after the other; go test's -parallel would run only
+	// GOMAXPROCS of them, and they mostly wait): every suite starts its own
 	// servers on free ports, and only the differential suite uses Redis.
-	for _, file := range script.files {
-		t.Run(filepath.Base(file), func(t *testing.T) {
-			t.Parallel()
+	type run struct {
+		out []byte
+		err error
+	}
+	runs := make([]chan run, len(script.files))
+	for i, file := range script.files {
+		runs[i] = make(chan run, 1)
+		go func() {
 			out, err := runGroup(ctx, js, env, "node", append(append([]string{"--test"}, script.flags...), file)...)
+			runs[i] <- run{out, err}
+		}()
+	}
+	for i, file := range script.files {
+		r := <-runs[i] // waited for even if a subtest before failed: no process outlives the test
+		t.Run(filepath.Base(file), func(t *testing.T) {
 			if ctx.Err() != nil {
-				t.Fatalf("node --test %s did not finish within the time allowed\n%s", file, out)
+				t.Fatalf("node --test %s did not finish within the time allowed\n%s", file, r.out)
 			}
-			if err != nil {
-				t.Fatalf("node --test %s: %v\n%s", file, err, out)
+			if r.err != nil {
+				t.Fatalf("node --test %s: %v\n%s", file, r.err, r.out)
 			}
-			t.Logf("%s", out)
+			t.Logf("%s", r.out)
 		})
 	}
 }
