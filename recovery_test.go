@@ -477,8 +477,9 @@ func TestOwnerRequestRenewingAnAbandonedGrantIsAskedAgain(t *testing.T) {
 	if got := <-first; got.err == nil {
 		t.Fatal("Lock succeeded after its context was cancelled")
 	}
+	st0 := status(t, other)
 	second := lockAsync(ctx, c, "reentry", o) // renews the first grant by re-entry
-	time.Sleep(100 * time.Millisecond)        // fixed: the re-entry reaches the server (its answer is held back: no event)
+	waitCount(t, other, "the re-entry reaches the server", func(st *mlock.Status) bool { return st.LockCount > st0.LockCount })
 	resume()
 	var l *mlock.Lock
 	select {
@@ -491,6 +492,27 @@ func TestOwnerRequestRenewingAnAbandonedGrantIsAskedAgain(t *testing.T) {
 		t.Fatal("the second request is never answered")
 	}
 	heldThenFree(t, other, l, "reentry")
+}
+
+// status returns the server's status as c reads it.
+func status(t *testing.T, c *mlock.Client) *mlock.Status {
+	t.Helper()
+	st, err := c.Status(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// waitCount waits until the server's counters, read through c, satisfy
+// cond: a request sent on a connection whose answers are held back has
+// reached the server.
+func waitCount(t *testing.T, c *mlock.Client, what string, cond func(*mlock.Status) bool) {
+	t.Helper()
+	proctest.WaitFor(t, 5*time.Second, what, func() bool {
+		st, err := c.Status(ctxT(t))
+		return err == nil && cond(st)
+	})
 }
 
 // heldThenFree checks that l, which its client believes held, is held on
@@ -532,11 +554,12 @@ func TestOwnerLockDuringUnlockOfTheSameLockIsAskedAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	resume := px.pause()
+	st0 := status(t, other)
 	second := lockAsync(ctx, c, "during-unlock", o) // sent first: renews the first lock
-	time.Sleep(50 * time.Millisecond)               // fixed: sent before the unlock (answers held back: no event)
+	waitCount(t, other, "the re-entry reaches the server", func(st *mlock.Status) bool { return st.LockCount > st0.LockCount })
 	unlocked := make(chan error, 1)
 	go func() { unlocked <- first.Unlock(ctx) }() // then unlocks it
-	time.Sleep(50 * time.Millisecond)             // fixed: the unlock reaches the server (answers held back: no event)
+	waitCount(t, other, "the unlock reaches the server", func(st *mlock.Status) bool { return st.FinishedCount > st0.FinishedCount })
 	resume()
 	if err := <-unlocked; err != nil {
 		t.Fatalf("Unlock: %v", err)
