@@ -3,6 +3,8 @@ package mlock
 import (
 	"sync"
 	"time"
+
+	"github.com/mlock-dev/mlock/internal/core"
 )
 
 // SetMaxPending sets the most bytes of commands a session queues for one
@@ -31,19 +33,24 @@ func (c *Client) Backoff() (skipWaits, misses int) {
 	return c.s.skipWaits, c.s.misses
 }
 
-// FakeClock is a clock that moves only when told to, for the tests of the
-// safety rule's arithmetic: the session's deadlines, staleness and
-// keep-alive period read it instead of the system's clock. It is safe for
-// concurrent use.
+// FakeClock is a session clock on internal/core's FakeClock (the engine's
+// fake time), for the tests of the safety rule's arithmetic: the session's
+// deadlines, staleness and keep-alive period read it instead of the
+// system's clock. It moves only when told to, and is safe for concurrent
+// use.
 type FakeClock struct {
-	mu     sync.Mutex
-	origin time.Time     // the wall time of 0
-	t      time.Duration // guarded by mu: now
-	timers []*fakeTimer  // guarded by mu: every timer ever made
+	c      *core.FakeClock
+	origin time.Time // the wall time of 0
+
+	mu    sync.Mutex
+	chans []*fakeChanTimer // guarded by mu: every channel timer made
 }
 
 // NewFakeClock returns a FakeClock whose time 0 is the present.
-func NewFakeClock() *FakeClock { return &FakeClock{origin: time.Now()} }
+func NewFakeClock() *FakeClock {
+	o := time.Now()
+	return &FakeClock{c: core.NewFakeClock(o), origin: o}
+}
 
 // WithClock returns o with the session's clock set to c: the Client made
 // with it has a session of its own, on c's time.
@@ -53,135 +60,119 @@ func WithClock(o Options, c *FakeClock) Options {
 }
 
 // Now returns the fake time.
-func (c *FakeClock) Now() time.Time {
+func (c *FakeClock) Now() time.Time { return c.origin.Add(c.now()) }
+
+// Advance moves the clock forward by d and fires the timers that fall due
+// in the order of their deadlines (see core.FakeClock.Advance): a function
+// timer runs in the caller's goroutine, so its effect (a lock lost at its
+// Deadline) is seen when Advance returns; a channel timer (the pinger's)
+// sends.
+func (c *FakeClock) Advance(d time.Duration) { c.c.Advance(d) }
+
+// Idle reports whether every channel timer the clock made is stopped or
+// armed, none fired and not yet rearmed, and one at least armed: the
+// pinger waits for the clock; it does not ping or read a firing.
+func (c *FakeClock) Idle() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.origin.Add(c.t)
+	armed := false
+	for _, t := range c.chans {
+		switch t.state {
+		case timerFired:
+			return false
+		case timerArmed:
+			armed = true
+		}
+	}
+	return armed
 }
 
-func (c *FakeClock) now() time.Duration {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
+func (c *FakeClock) now() time.Duration { return time.Duration(c.c.Now() - c.origin.UnixNano()) }
 
 func (c *FakeClock) wall(d time.Duration) time.Time { return c.origin.Add(d) }
 
 func (c *FakeClock) afterFunc(d time.Duration, f func()) timer {
-	return c.add(&fakeTimer{c: c, f: f}, d)
-}
-
-func (c *FakeClock) newTimer(d time.Duration) timer {
-	return c.add(&fakeTimer{c: c, ch: make(chan time.Time, 1)}, d)
-}
-
-func (c *FakeClock) add(t *fakeTimer, d time.Duration) *fakeTimer {
-	c.mu.Lock()
-	c.timers = append(c.timers, t)
-	c.mu.Unlock()
-	t.Reset(d)
+	t := &fakeFuncTimer{f: f}
+	t.t = c.c.AfterFunc(max(d, 0), f)
+	if d <= 0 {
+		t.Reset(d)
+	}
 	return t
 }
 
-// Advance moves the clock forward by d and fires, one at a time and in the
-// order of their deadlines (the clock set to each in turn), the timers that
-// fall due: a function timer runs in the caller's goroutine, so its effect
-// (a lock lost at its Deadline) is seen when Advance returns; a channel
-// timer (the pinger's) sends.
-func (c *FakeClock) Advance(d time.Duration) {
+func (c *FakeClock) newTimer(d time.Duration) timer {
+	t := &fakeChanTimer{c: c, ch: make(chan time.Time, 1)}
+	t.t = c.c.AfterFunc(d, t.fire)
 	c.mu.Lock()
-	target := c.t + max(d, 0)
+	t.state = timerArmed
+	c.chans = append(c.chans, t)
 	c.mu.Unlock()
-	for {
-		c.mu.Lock()
-		var next *fakeTimer
-		for _, t := range c.timers {
-			if t.armed && t.at <= target && (next == nil || t.at < next.at) {
-				next = t
-			}
-		}
-		if next == nil {
-			c.t = target
-			c.mu.Unlock()
-			return
-		}
-		next.armed = false
-		c.t = max(c.t, next.at)
-		c.mu.Unlock()
-		next.fire()
-	}
+	return t
 }
 
-// Idle reports whether every channel timer made by the clock is either
-// stopped or armed for a time still to come, and its channel empty: the
-// pinger waits for the clock, it does not ping or read a firing.
-func (c *FakeClock) Idle() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	n := 0
-	for _, t := range c.timers {
-		if t.ch == nil {
-			continue
-		}
-		if len(t.ch) > 0 {
-			return false
-		}
-		if t.armed && t.at > c.t {
-			n++
-		}
-	}
-	return n > 0
+// fakeFuncTimer is afterFunc's timer. Like time.AfterFunc's, one armed for
+// a time already past runs at once, in its own goroutine (the caller may
+// hold the session's lock).
+type fakeFuncTimer struct {
+	t core.Timer
+	f func()
 }
 
-type fakeTimer struct {
+func (t *fakeFuncTimer) C() <-chan time.Time { return nil }
+func (t *fakeFuncTimer) Stop() bool          { return t.t.Stop() }
+func (t *fakeFuncTimer) Reset(d time.Duration) bool {
+	if d <= 0 {
+		was := t.t.Stop()
+		go t.f()
+		return was
+	}
+	return t.t.Reset(d)
+}
+
+// The states of a channel timer.
+const (
+	timerStopped = iota
+	timerArmed
+	timerFired // sent, not rearmed since
+)
+
+// fakeChanTimer is newTimer's timer: a channel of capacity 1 it sends the
+// fake time on.
+type fakeChanTimer struct {
 	c     *FakeClock
-	f     func()         // a function timer
-	ch    chan time.Time // or a channel timer (cap 1)
-	at    time.Duration  // guarded by c.mu
-	armed bool           // guarded by c.mu
+	t     core.Timer
+	ch    chan time.Time
+	state int // guarded by c.mu
 }
 
-func (t *fakeTimer) C() <-chan time.Time { return t.ch }
+func (t *fakeChanTimer) C() <-chan time.Time { return t.ch }
 
-func (t *fakeTimer) fire() {
-	if t.f != nil {
-		t.f()
-		return
-	}
+func (t *fakeChanTimer) fire() {
+	t.c.mu.Lock()
+	t.state = timerFired
+	t.c.mu.Unlock()
 	select {
 	case t.ch <- t.c.Now():
 	default:
 	}
 }
 
-func (t *fakeTimer) Stop() bool {
+func (t *fakeChanTimer) Stop() bool {
 	t.c.mu.Lock()
-	defer t.c.mu.Unlock()
-	was := t.armed
-	t.armed = false
-	return was
+	t.state = timerStopped
+	t.c.mu.Unlock()
+	return t.t.Stop()
 }
 
 // Reset arms t for d from now. Like time.Timer's since Go 1.23, no value
-// sent before is received after it. A function timer already due runs at
-// once, in its own goroutine (the caller may hold the session's lock).
-func (t *fakeTimer) Reset(d time.Duration) bool {
+// sent before is received after it.
+func (t *fakeChanTimer) Reset(d time.Duration) bool {
 	t.c.mu.Lock()
-	was := t.armed
-	t.at, t.armed = t.c.t+d, d > 0
-	if t.ch != nil {
-		select {
-		case <-t.ch:
-		default:
-		}
+	t.state = timerArmed
+	select {
+	case <-t.ch:
+	default:
 	}
 	t.c.mu.Unlock()
-	if d <= 0 {
-		if t.f != nil {
-			go t.f()
-		} else {
-			t.fire()
-		}
-	}
-	return was
+	return t.t.Reset(d)
 }
