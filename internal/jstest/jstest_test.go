@@ -140,10 +140,16 @@ func readTestScript(js string) (testScript, error) {
 	if err := json.Unmarshal(b, &pkg); err != nil {
 		return testScript{}, fmt.Errorf("js/package.json: %v", err)
 	}
-	steps := strings.Split(pkg.Scripts["test"], " && ")
+	return parseTestScript(pkg.Scripts["test"])
+}
+
+// parseTestScript splits a test script "STEP && ... && node --test [flags]
+// FILES...".
+func parseTestScript(script string) (testScript, error) {
+	steps := strings.Split(script, " && ")
 	last := strings.Fields(steps[len(steps)-1])
 	if len(last) < 3 || last[0] != "node" || last[1] != "--test" {
-		return testScript{}, fmt.Errorf("js/package.json: the test script %q does not end in node --test FILES", pkg.Scripts["test"])
+		return testScript{}, fmt.Errorf("js/package.json: the test script %q does not end in node --test FILES", script)
 	}
 	sc := testScript{build: steps[:len(steps)-1]}
 	for _, w := range last[2:] {
@@ -174,4 +180,45 @@ func runGroup(ctx context.Context, dir string, env []string, name string, args .
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()
 	return out.Bytes(), err
+}
+
+func TestParseTestScript(t *testing.T) {
+	for _, c := range []struct {
+		script string
+		want   testScript
+		err    bool
+	}{
+		{"npm run build && tsc -p test && node --test --test-concurrency=1 --test-timeout=60000 a.js b.js",
+			testScript{build: []string{"npm run build", "tsc -p test"}, flags: []string{"--test-timeout=60000"}, files: []string{"a.js", "b.js"}}, false},
+		{"node --test a.js", testScript{files: []string{"a.js"}}, false},
+		{"", testScript{}, true},
+		{"npm test", testScript{}, true},
+		{"tsc && node --test --test-timeout=1", testScript{}, true},
+	} {
+		got, err := parseTestScript(c.script)
+		if (err != nil) != c.err || !c.err && fmt.Sprint(got) != fmt.Sprint(c.want) {
+			t.Errorf("parseTestScript(%q) = %+v, %v; want %+v, error %v", c.script, got, err, c.want, c.err)
+		}
+	}
+}
+
+// FuzzParseTestScript: any script is split without a panic, and what it
+// returns runs node on files only (a flag is never taken for a file).
+func FuzzParseTestScript(f *testing.F) {
+	f.Add("npm run build && tsc -p test && node --test --test-concurrency=1 --test-timeout=60000 a.js b.js")
+	f.Add("node --test && node --test x")
+	f.Fuzz(func(t *testing.T, script string) {
+		sc, err := parseTestScript(script)
+		if err != nil {
+			return
+		}
+		if len(sc.files) == 0 {
+			t.Fatalf("%q: no file and no error", script)
+		}
+		for _, file := range sc.files {
+			if strings.HasPrefix(file, "-") {
+				t.Fatalf("%q: flag %q taken for a file", script, file)
+			}
+		}
+	})
 }

@@ -8,7 +8,11 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestFreeAddrNeverTwice(t *testing.T) {
 	seen := map[string]bool{}
