@@ -76,14 +76,16 @@ func TestBlackholedHolderLosesBeforeTheServerGrants(t *testing.T) {
 		t.Fatal(got.err)
 	}
 	defer got.l.Unlock(ctx)
-	// Checked when the waiter is granted: the holder's state, not when a
-	// goroutine got to record it.
-	if l.Err() == nil {
-		t.Fatalf("the waiter was granted %v after the blackhole; the holder still believes it holds the lock",
-			got.at.Sub(blackholed))
+	// Checked when the waiter is granted: the holder's belief, not when a
+	// goroutine got to record it. A holder believes its lock until its
+	// Deadline; the loss is then noted by a timer that a loaded machine
+	// may run some milliseconds late, so the Deadline is the bound checked.
+	if l.Err() == nil && l.Deadline().After(got.at) {
+		t.Fatalf("the waiter was granted %v after the blackhole; the holder believes it holds the lock for %v more",
+			got.at.Sub(blackholed), l.Deadline().Sub(got.at))
 	}
-	if job.Err() == nil {
-		t.Fatal("the holder's job was still running when the waiter was granted")
+	if job.Err() == nil && l.Deadline().After(got.at) {
+		t.Fatal("the holder's job was still running, within its Deadline, when the waiter was granted")
 	}
 	lost, stopped := <-lostAt, <-cancelled
 	t.Logf("after the blackhole: holder lost at %v, job stopped at %v, waiter granted at %v",

@@ -119,7 +119,7 @@ func TestRunEnvironment(t *testing.T) {
 // ttl/4; a ttl too short for the lead (kill-after + 100ms below ttl/2) is
 // refused. Refusals are usage errors.
 func TestRunKillAfterAgainstTTL(t *testing.T) {
-	t.Parallel()
+	// Not parallel: its bounds leave milliseconds for a round trip.
 	for _, c := range []struct {
 		ttl, kill time.Duration
 		given     bool
@@ -222,7 +222,7 @@ func (b *blackhole) pipe(dst, src net.Conn) {
 // command, which ignores SIGTERM, is SIGKILLed and dead before the server's
 // lease of the lock ends, that is before anyone else can be granted it.
 func TestRunLeadKillsBeforeTheLeaseEnds(t *testing.T) {
-	t.Parallel()
+	// Not parallel: its bounds leave milliseconds for a round trip.
 	uri := startServer(t)
 	admin, _ := holder(t, uri, "unrelated", "")
 	proxy := newBlackhole(t, strings.TrimPrefix(uri, "mlock://"))
@@ -338,7 +338,7 @@ func TestRunWaitSurvivesServerRestart(t *testing.T) {
 // came 4.745 s after the last answer with pings every 5 s, so a 12 s command
 // was stopped after about 4.75 s; now renewals come about every 1.6 s.
 func TestRunLeadAgainstTheGrace(t *testing.T) {
-	t.Parallel()
+	// Not parallel: its bounds leave milliseconds for a round trip.
 	addr, _ := servertest.Start(t, server.Config{SessionGrace: 3 * time.Second}, "")
 	uri := "mlock://" + addr
 	cmd := mlockCmd("run", "--uri", uri, "--ttl", "20s", "--kill-after", "2s", "grace", "--", "sleep", "6")
@@ -362,7 +362,7 @@ func TestRunLeadAgainstTheGrace(t *testing.T) {
 // before the lock is asked for), with the rule and the value that fits; the
 // command does not run and the lock stays free.
 func TestRunKillAfterAgainstTheGrace(t *testing.T) {
-	t.Parallel()
+	// Not parallel: its bounds leave milliseconds for a round trip.
 	addr, _ := servertest.Start(t, server.Config{SessionGrace: 3 * time.Second}, "")
 	uri := "mlock://" + addr
 	marker := filepath.Join(t.TempDir(), "ran")
@@ -489,7 +489,7 @@ func TestRunCommandNotStartedAfterLoss(t *testing.T) {
 // grace (a quarter of it), so the plain command works on a server with a
 // short grace.
 func TestRunDefaultKillAfterFitsAShortGrace(t *testing.T) {
-	t.Parallel()
+	// Not parallel: its bounds leave milliseconds for a round trip.
 	addr, _ := servertest.Start(t, server.Config{SessionGrace: 2 * time.Second}, "")
 	var stderr bytes.Buffer
 	if code := cli([]string{"run", "--uri", "mlock://" + addr, "--ttl", "8s", "job", "--", "true"}, &stderr, &stderr); code != 0 {
