@@ -242,22 +242,12 @@ func TestFakeClockGrantAfterALongWaitIsUsable(t *testing.T) {
 func TestFakeClockStaleGrantIsConfirmed(t *testing.T) {
 	t.Parallel()
 	const ttl = time.Minute
-	addr, _ := startServer(t, server.Config{SessionGrace: time.Hour}, "")
-	holder := client(t, addr, quietOptions)
-	px := newProxy(t, addr)
-	waiter, fc := fakeClient(t, px.addr(), mlock.Options{})
 	ctx := ctxT(t)
-	h, err := holder.Lock(ctx, "stale", &mlock.LockOptions{TTL: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := lockAsync(ctx, waiter, "stale", &mlock.LockOptions{TTL: ttl, Timeout: time.Hour})
-	waitQueue(t, holder, "stale", 2)
+	var fc *mlock.FakeClock
+	q := queueBehind(t, time.Hour, "stale", func(addr string) (c *mlock.Client) { c, fc = fakeClient(t, addr, mlock.Options{}); return c },
+		&mlock.LockOptions{TTL: ttl, Timeout: time.Hour})
+	holder, h, px, g, st0 := q.holder, q.h, q.px, q.g, q.st0
 	settle(t, fc)
-	st0, err := holder.Status(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
 	// The grant is pushed while the path back to the waiter is held, then
 	// half its ttl passes: it arrives with less than lease.MinUsable to believe.
 	resume := px.pause()

@@ -10,6 +10,36 @@ import (
 	"github.com/mlock-dev/mlock/server"
 )
 
+// queued is a waiter queued behind a holder (see queueBehind).
+type queued struct {
+	holder *mlock.Client // on the server directly
+	h      *mlock.Lock   // the holder's lock
+	px     *proxy        // the waiter's path to the server
+	g      <-chan grant  // the waiter's Lock
+	st0    *mlock.Status // the server's, the waiter queued
+}
+
+// queueBehind starts a server with the session grace, a holder of res and
+// a waiter (made by waiter, given the proxy's address) that asks for res
+// with o, and returns once the waiter is queued.
+func queueBehind(t *testing.T, grace time.Duration, res string, waiter func(addr string) *mlock.Client, o *mlock.LockOptions) queued {
+	t.Helper()
+	addr, _ := startServer(t, server.Config{SessionGrace: grace}, "")
+	q := queued{holder: client(t, addr, quietOptions), px: newProxy(t, addr)}
+	w := waiter(q.px.addr())
+	ctx := ctxT(t)
+	var err error
+	if q.h, err = q.holder.Lock(ctx, res, &mlock.LockOptions{TTL: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	q.g = lockAsync(ctx, w, res, o)
+	waitQueue(t, q.holder, res, 2)
+	if q.st0, err = q.holder.Status(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return q
+}
+
 // A grant whose lease ran out on the server before it arrived (the path
 // back held it for longer than the ttl) is not handed over as a lost lock:
 // its confirmation finds it gone, and the request is asked again, then
@@ -17,21 +47,10 @@ import (
 func TestGrantGoneBeforeArrivalIsAskedAgain(t *testing.T) {
 	t.Parallel()
 	const ttl = 300 * time.Millisecond
-	addr, _ := startServer(t, server.Config{SessionGrace: 10 * time.Second}, "")
-	holder := client(t, addr, mlock.Options{})
-	p := newProxy(t, addr)
-	waiter := client(t, p.addr(), mlock.Options{})
 	ctx := ctxT(t)
-	h, err := holder.Lock(ctx, "gone", &mlock.LockOptions{TTL: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := lockAsync(ctx, waiter, "gone", &mlock.LockOptions{TTL: ttl, Timeout: 9 * time.Second})
-	waitQueue(t, holder, "gone", 2)
-	st0, err := holder.Status(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	q := queueBehind(t, 10*time.Second, "gone", func(addr string) *mlock.Client { return client(t, addr, mlock.Options{}) },
+		&mlock.LockOptions{TTL: ttl, Timeout: 9 * time.Second})
+	holder, h, p, g, st0 := q.holder, q.h, q.px, q.g, q.st0
 	// Held back until the 300 ms lease has ended on the server (the
 	// waiter's unanswered pings give up only after a second).
 	resume := p.pause()
