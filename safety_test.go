@@ -123,9 +123,11 @@ func TestOutageLongerThanTheGrace(t *testing.T) {
 		t.Fatal(got.err)
 	}
 	defer got.l.Unlock(ctx)
-	if l.Err() == nil {
-		t.Fatalf("the server dropped the session and granted the waiter %v after the cut; the holder still believes",
-			got.at.Sub(cut))
+	// The holder's belief at the grant: its Deadline (the loss's timer
+	// may run some milliseconds late on a loaded machine).
+	if l.Err() == nil && l.Deadline().After(got.at) {
+		t.Fatalf("the server dropped the session and granted the waiter %v after the cut; the holder believes for %v more",
+			got.at.Sub(cut), l.Deadline().Sub(got.at))
 	}
 	lost := <-lostAt
 	t.Logf("after the cut: holder lost at %v, waiter granted at %v", lost.Sub(cut), got.at.Sub(cut))
