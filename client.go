@@ -252,7 +252,7 @@ func (c *Client) lock(ctx context.Context, names []string, o *LockOptions, try b
 	var bounds []shortened
 	if lo.Owner != "" {
 		// A re-entry renews the owner's held lock to this ttl.
-		now := monoNow()
+		now := c.s.clk.now()
 		c.s.mu.Lock()
 		bounds = c.s.shortenOwnedLocked(lo.Owner, res, now, lo.TTL)
 		c.s.mu.Unlock()
@@ -307,7 +307,7 @@ func (c *Client) Hold(ctx context.Context, l *Lock, fn func(context.Context) err
 			ucancel()
 		}
 	}()
-	start := epoch.Add(v.base)
+	start := l.s.clk.wall(v.base)
 	fnErr, lostErr := lease.Run(ctx, lease.Options{
 		TTL:      v.ttl,
 		Lead:     l.lead,
@@ -421,7 +421,7 @@ func (c *Client) Renew(ctx context.Context, owner string, resources []string, tt
 	if ttl < time.Millisecond || ttl%time.Millisecond != 0 {
 		return time.Time{}, 0, &Error{Type: TypeRequest, Msg: "ttl should be whole milliseconds > 0"}
 	}
-	now := monoNow()
+	now := c.s.clk.now()
 	c.s.mu.Lock()
 	bounds := c.s.shortenOwnedLocked(owner, res, now, ttl)
 	c.s.mu.Unlock()

@@ -54,6 +54,7 @@ func ctxT(t testing.TB) context.Context {
 }
 
 func TestParseURI(t *testing.T) {
+	t.Parallel()
 	o, err := mlock.ParseURI("mlock://localhost:12340?timeout=5000&ttl=3000&prefix=order:&tolerate=3")
 	if err != nil {
 		t.Fatal(err)
@@ -82,6 +83,7 @@ func TestParseURI(t *testing.T) {
 }
 
 func TestLockUnlockWithPrefix(t *testing.T) {
+	t.Parallel()
 	addr, _ := startServer(t, server.Config{}, "")
 	c := client(t, addr, mlock.Options{Prefix: "order:"})
 	ctx := ctxT(t)
@@ -118,6 +120,7 @@ func TestLockUnlockWithPrefix(t *testing.T) {
 }
 
 func TestSharedConnection(t *testing.T) {
+	t.Parallel()
 	addr, _ := startServer(t, server.Config{}, "")
 	a := client(t, addr, mlock.Options{})
 	b := client(t, addr, mlock.Options{})
@@ -141,6 +144,7 @@ func TestSharedConnection(t *testing.T) {
 }
 
 func TestErrorTypes(t *testing.T) {
+	t.Parallel()
 	addr, _ := startServer(t, server.Config{}, "")
 	c := client(t, addr, mlock.Options{})
 	ctx := ctxT(t)
@@ -182,7 +186,7 @@ func waitQueue(t *testing.T, c *mlock.Client, resource string, n int) {
 	for {
 		ls, err := c.Locks(context.Background(), resource)
 		if errors.Is(err, mlock.ErrRateLimited) {
-			time.Sleep(50 * time.Millisecond)
+			time.Sleep(50 * time.Millisecond) // poll: the server's listing rate
 			continue
 		}
 		if err != nil {
@@ -200,11 +204,12 @@ func waitQueue(t *testing.T, c *mlock.Client, resource string, n int) {
 		if time.Now().After(deadline) {
 			t.Fatalf("queue %s has %d entries, want %d", resource, got, n)
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond) // poll interval
 	}
 }
 
 func TestCancelLeavesTheQueue(t *testing.T) {
+	t.Parallel()
 	addr, _ := startServer(t, server.Config{}, "")
 	c := client(t, addr, mlock.Options{})
 	ctx := ctxT(t)
@@ -224,6 +229,7 @@ func TestCancelLeavesTheQueue(t *testing.T) {
 }
 
 func TestLostLockAndExtend(t *testing.T) {
+	t.Parallel()
 	addr, _ := startServer(t, server.Config{}, "")
 	c := client(t, addr, mlock.Options{})
 	ctx := ctxT(t)
@@ -252,6 +258,7 @@ func TestLostLockAndExtend(t *testing.T) {
 }
 
 func TestDoExtendsWhileRunning(t *testing.T) {
+	t.Parallel()
 	addr, _ := startServer(t, server.Config{}, "")
 	c := client(t, addr, mlock.Options{})
 	ctx := ctxT(t)
@@ -276,6 +283,7 @@ func TestDoExtendsWhileRunning(t *testing.T) {
 }
 
 func TestDoCancelsOnLoss(t *testing.T) {
+	t.Parallel()
 	addr, _ := startServer(t, server.Config{}, "")
 	c := client(t, addr, mlock.Options{})
 	admin := client(t, addr, mlock.Options{})
@@ -302,6 +310,7 @@ func TestDoCancelsOnLoss(t *testing.T) {
 }
 
 func TestOwnerReleaseAndReentry(t *testing.T) {
+	t.Parallel()
 	addr, _ := startServer(t, server.Config{}, "")
 	c := client(t, addr, mlock.Options{})
 	ctx := ctxT(t)
@@ -328,6 +337,7 @@ func TestOwnerReleaseAndReentry(t *testing.T) {
 }
 
 func TestInFlightCallsFailFastAndLocksSurviveReconnect(t *testing.T) {
+	t.Parallel()
 	addr, _ := startServer(t, server.Config{SessionGrace: 10 * time.Second}, "")
 	px := newProxy(t, addr)
 	holder := client(t, addr, mlock.Options{})
@@ -378,6 +388,7 @@ func TestInFlightCallsFailFastAndLocksSurviveReconnect(t *testing.T) {
 }
 
 func TestInFlightCallFailsFast(t *testing.T) {
+	t.Parallel()
 	addr, _ := startServer(t, server.Config{}, "")
 	px := newProxy(t, addr)
 	c := client(t, px.addr(), mlock.Options{MaxBackoff: 100 * time.Millisecond})
@@ -388,7 +399,7 @@ func TestInFlightCallFailsFast(t *testing.T) {
 	px.drop.Store(true) // the request never reaches the server
 	errc := make(chan error, 1)
 	go func() { _, err := c.Release(ctx, "o", "x"); errc <- err }()
-	time.Sleep(50 * time.Millisecond)
+	time.Sleep(50 * time.Millisecond) // fixed: the request is in flight (nothing answers it, so nothing tells)
 	start := time.Now()
 	px.cut()
 	err := <-errc
@@ -405,6 +416,7 @@ func TestInFlightCallFailsFast(t *testing.T) {
 }
 
 func TestClosingOneClientDoesNotDisturbAnother(t *testing.T) {
+	t.Parallel()
 	addr, _ := startServer(t, server.Config{}, "")
 	holder := client(t, "localhost:"+strings.Split(addr, ":")[1], mlock.Options{}) // another address string: another connection
 	a := client(t, addr, mlock.Options{})
@@ -444,6 +456,7 @@ func TestClosingOneClientDoesNotDisturbAnother(t *testing.T) {
 // keeps the session up), and it does not wait out the DialTimeout when the
 // session ends with it.
 func TestCloseEndsACallWaitingForTheConnection(t *testing.T) {
+	t.Parallel()
 	for _, shared := range []bool{false, true} {
 		t.Run("shared="+strconv.FormatBool(shared), func(t *testing.T) {
 			addr, stop := startServer(t, server.Config{SessionGrace: 5 * time.Second}, "")
@@ -464,7 +477,7 @@ func TestCloseEndsACallWaitingForTheConnection(t *testing.T) {
 				if i == 500 {
 					t.Fatal("still connected")
 				}
-				time.Sleep(10 * time.Millisecond)
+				time.Sleep(10 * time.Millisecond) // poll interval
 			}
 			errc := make(chan error, 1)
 			go func() {
@@ -474,7 +487,7 @@ func TestCloseEndsACallWaitingForTheConnection(t *testing.T) {
 				}
 				errc <- err
 			}()
-			time.Sleep(50 * time.Millisecond) // the call waits for the connection
+			time.Sleep(50 * time.Millisecond) // fixed: the call waits for the connection (a state with no event)
 			a.Close()
 			if shared {
 				startServer(t, server.Config{SessionGrace: 5 * time.Second}, addr)
@@ -492,6 +505,7 @@ func TestCloseEndsACallWaitingForTheConnection(t *testing.T) {
 // Unlock sends one unlock: the server's answer ends the lock, nothing is
 // given back after it.
 func TestUnlockSendsOneCommand(t *testing.T) {
+	t.Parallel()
 	addr, _ := startServer(t, server.Config{}, "")
 	c := client(t, addr, mlock.Options{})
 	admin := client(t, "localhost:"+strings.Split(addr, ":")[1], mlock.Options{}) // another session
@@ -526,6 +540,7 @@ func TestUnlockSendsOneCommand(t *testing.T) {
 // A handle must never claim resources it no longer holds: releasing part of
 // a multi-resource lock by owner loses the whole handle.
 func TestPartialReleaseLosesTheHandle(t *testing.T) {
+	t.Parallel()
 	addr, _ := startServer(t, server.Config{}, "")
 	c := client(t, addr, mlock.Options{})
 	admin := client(t, "localhost:"+strings.Split(addr, ":")[1], mlock.Options{}) // another session
@@ -557,6 +572,7 @@ func TestPartialReleaseLosesTheHandle(t *testing.T) {
 }
 
 func TestTryLockAllNamesTheBusyResource(t *testing.T) {
+	t.Parallel()
 	addr, _ := startServer(t, server.Config{}, "")
 	c := client(t, addr, mlock.Options{Prefix: "p:"})
 	ctx := ctxT(t)
@@ -591,6 +607,7 @@ func TestTryLockAllNamesTheBusyResource(t *testing.T) {
 }
 
 func TestRenewByOwner(t *testing.T) {
+	t.Parallel()
 	addr, _ := startServer(t, server.Config{}, "")
 	c := client(t, addr, mlock.Options{})
 	other := client(t, "localhost:"+strings.Split(addr, ":")[1], mlock.Options{}) // another session
@@ -624,6 +641,7 @@ func TestRenewByOwner(t *testing.T) {
 }
 
 func TestErrorText(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		err  *mlock.Error
 		want string
@@ -649,6 +667,7 @@ func TestErrorText(t *testing.T) {
 // TestTTLOverTheMaximumSaysTheRange: the server's 1.0 text "ttl should be
 // integer!" says nothing of the range; the client's error does.
 func TestTTLOverTheMaximumSaysTheRange(t *testing.T) {
+	t.Parallel()
 	addr, _ := startServer(t, server.Config{MaxTTL: time.Minute}, "")
 	c := client(t, addr, mlock.Options{})
 	_, err := c.Lock(context.Background(), "r", &mlock.LockOptions{TTL: 2 * time.Minute})
@@ -661,6 +680,7 @@ func TestTTLOverTheMaximumSaysTheRange(t *testing.T) {
 // connection (nothing listens) fails at once, not after DialTimeout, with
 // one clear line that keeps the cause.
 func TestNothingListeningFailsFast(t *testing.T) {
+	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -692,6 +712,7 @@ func TestNothingListeningFailsFast(t *testing.T) {
 // Hold of a lock that is not held (unlocked, or lost) does not run the job:
 // nothing protects it.
 func TestHoldOfALockNotHeld(t *testing.T) {
+	t.Parallel()
 	addr, _ := startServer(t, server.Config{}, "")
 	c := client(t, addr, mlock.Options{})
 	ctx := ctxT(t)
@@ -725,6 +746,7 @@ func TestHoldOfALockNotHeld(t *testing.T) {
 // A job that panics gives its lock back as one that returns: another
 // client gets it at once, and the panic reaches Do's caller.
 func TestDoPanicUnlocks(t *testing.T) {
+	t.Parallel()
 	addr, _ := startServer(t, server.Config{}, "")
 	c := client(t, addr, mlock.Options{})
 	other := client(t, addr, mlock.Options{})

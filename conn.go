@@ -214,7 +214,7 @@ func (s *session) dial(i int, askLeader bool) (link, error) {
 		}
 		nc = tc
 	}
-	sent := monoNow()
+	sent := s.clk.now()
 	args := [3]string{"1.0"}
 	n := 1
 	if s.opts.Name != "" {
@@ -318,11 +318,11 @@ func (s *session) serve(c link, i int) (bye bool) {
 	clear(s.nodeErrs)
 	switch {
 	case s.everUp && !h.resumed:
-		s.newSessionLocked(monoNow())
+		s.newSessionLocked(s.clk.now())
 	case s.everUp:
-		s.probeWaitsLocked(monoNow())
+		s.probeWaitsLocked(s.clk.now())
 	}
-	s.reaskCallsLocked(monoNow())
+	s.reaskCallsLocked(s.clk.now())
 	s.everUp = true
 	close(s.up)
 	s.rearmLocked() // the grace may have changed
@@ -559,7 +559,7 @@ func (s *session) writeLoop(c link, box *protocol.Outbox, stop chan struct{}, wg
 // the connection.
 func (s *session) pingLoop(ctx context.Context, nc net.Conn, stop chan struct{}, wg *sync.WaitGroup) {
 	defer wg.Done()
-	t := time.NewTimer(time.Hour)
+	t := s.clk.newTimer(time.Hour)
 	defer t.Stop()
 	kicked := false
 	for {
@@ -571,7 +571,7 @@ func (s *session) pingLoop(ctx context.Context, nc net.Conn, stop chan struct{},
 			s.pingEvery = s.pingPeriodLocked()
 		}
 		every := s.pingEvery
-		wait := s.lastAck + every - monoNow()
+		wait := s.lastAck + every - s.clk.now()
 		s.mu.Unlock()
 		kicked = false
 		if wait > 0 {
@@ -581,7 +581,7 @@ func (s *session) pingLoop(ctx context.Context, nc net.Conn, stop chan struct{},
 				return
 			case <-s.pingKick:
 				kicked = true
-			case <-t.C:
+			case <-t.C():
 			}
 			continue
 		}
@@ -603,7 +603,7 @@ func (s *session) pingLoop(ctx context.Context, nc net.Conn, stop chan struct{},
 			select {
 			case <-stop:
 				return
-			case <-t.C:
+			case <-t.C():
 			}
 		}
 	}
@@ -702,7 +702,7 @@ func (s *session) resultLocked(m *protocol.Message) {
 		// A try-lock asked again after a connection loss, refused by its
 		// own first grant, which this session is giving back: once more.
 		cl.busyRetried = true
-		s.resendLocked(cl, monoNow())
+		s.resendLocked(cl, s.clk.now())
 		return
 	}
 	if !m.OK {
@@ -733,7 +733,7 @@ func (s *session) resultLocked(m *protocol.Message) {
 		if _, gone := s.giving[string(m.Payload)]; gone {
 			// An owner's request that renewed, by re-entry, a grant this
 			// session is giving back: the unlock that follows frees it.
-			s.resendLocked(cl, monoNow())
+			s.resendLocked(cl, s.clk.now())
 			return
 		}
 		old := s.locks[string(m.Payload)]
@@ -742,7 +742,7 @@ func (s *session) resultLocked(m *protocol.Message) {
 			// unlock that follows frees it), or onto a waiting request
 			// whose grant has not arrived yet (it comes with the answer of
 			// the request asked again, which then renews the held lock).
-			s.resendLocked(cl, monoNow())
+			s.resendLocked(cl, s.clk.now())
 			return
 		}
 		if old != nil && old.state == held {

@@ -124,7 +124,7 @@ func pingRounds(t *testing.T, callers, rounds int, pause func(i int) time.Durati
 			defer wg.Done()
 			for r := range rounds {
 				if r > 0 {
-					time.Sleep(pause(i))
+					time.Sleep(pause(i)) // fixed: the callers' think time, the test's input
 				}
 				if err := c.Ping(ctx); err != nil {
 					t.Error(err)
@@ -190,7 +190,7 @@ func TestReaderBacksOff(t *testing.T) {
 	// The reader may still be in round 10's wait when the callers return.
 	skip, misses := c.Backoff()
 	for end := time.Now().Add(2 * time.Second); misses < 2 && time.Now().Before(end); {
-		time.Sleep(time.Millisecond)
+		time.Sleep(time.Millisecond) // poll interval
 		skip, misses = c.Backoff()
 	}
 	if misses != 2 || skip != 16 {

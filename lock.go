@@ -39,7 +39,7 @@ type Lock struct {
 	// timeout changes, guarded by s.mu, when the request is asked again.
 	req protocol.LockArgs
 
-	// All below guarded by s.mu. Times are monotonic, since epoch.
+	// All below guarded by s.mu. Times are monotonic, read from the session's clock.
 	id        string
 	state     lockState
 	ttl       time.Duration
@@ -103,7 +103,7 @@ func (l *Lock) Deadline() time.Time {
 		return time.Time{}
 	}
 	d, _ := s.deadlineLocked(l)
-	return epoch.Add(d)
+	return s.clk.wall(d)
 }
 
 // Lost returns a channel closed when the held lock is lost: it expired, was
@@ -178,7 +178,7 @@ func (l *Lock) grantedLocked(token uint64, expiresAt time.Time) {
 		return // announced again while its confirmation is asked (see probeWaitsLocked)
 	}
 	l.base = max(l.sent, s.resultAck)
-	now := monoNow()
+	now := s.clk.now()
 	if s.staleLocked(l, now) {
 		l.confirming = true
 		s.confirmLocked(l, now)

@@ -10,6 +10,7 @@ import (
 )
 
 func TestModeStrings(t *testing.T) {
+	t.Parallel()
 	for m, want := range map[mlock.Mode]string{mlock.Exclusive: "x", mlock.Shared: "s", mlock.Permits(2, 5): "2/5",
 		mlock.Permits(0, 5): "invalid", mlock.Permits(6, 5): "invalid", mlock.Permits(1, mlock.MaxPermits+1): "invalid"} {
 		if m.String() != want {
@@ -22,6 +23,7 @@ func TestModeStrings(t *testing.T) {
 // blocks later readers, a semaphore admits n permits, a mixed request is
 // granted at once, and the refusals of modes come back as typed errors.
 func TestSharedLocksAndSemaphores(t *testing.T) {
+	t.Parallel()
 	addr, stop := startServer(t, server.Config{}, "")
 	defer stop()
 	ctx := ctxT(t)
@@ -63,7 +65,7 @@ func TestSharedLocksAndSemaphores(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("the writer never queued")
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond) // poll interval
 	}
 	if _, err := b.TryLock(ctx, "catalog", shared); !errors.Is(err, mlock.ErrBusy) {
 		t.Fatalf("a reader passed a waiting writer: %v", err)

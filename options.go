@@ -118,6 +118,10 @@ type Options struct {
 	MaxBackoff time.Duration
 	// Logger receives reconnection events. Default: discard.
 	Logger *slog.Logger
+
+	// clock is the session's clock (nil: the system's); set by the
+	// package's tests.
+	clock clock
 }
 
 // ParseURI parses the URI form of Options,

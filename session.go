@@ -173,13 +173,14 @@ type session struct {
 	giving    map[string]uint64 // guarded by mu
 	givingSeq map[uint64]string // guarded by mu
 
-	// The safety rule (safety.go). Times are monotonic, since epoch.
+	// The safety rule (safety.go). Times are monotonic, read from clk.
 	lastAck     time.Duration // guarded by mu: the latest send time of a request answered on this session with success (not status, locks), handshakes included: the session's end counts from it
 	resultAck   time.Duration // guarded by mu: the latest send time of a request whose success was read (not status, locks): grants count from it
 	grace       time.Duration // guarded by mu: the session grace the server announced
 	graceMargin time.Duration // guarded by mu: lease.Margin(grace)
 	graceKnown  bool          // guarded by mu: the server announced its grace
-	clock       *time.Timer   // guarded by mu: the one timer: deadlines of held locks, backstops of waits
+	clk         clock         // the time of the rule (systemClock outside tests)
+	clock       timer         // guarded by mu: the one timer: deadlines of held locks, backstops of waits
 	clockAt     time.Duration // guarded by mu: when clock fires, if clockOn
 	clockOn     bool          // guarded by mu
 	pingEvery   time.Duration // guarded by mu: the keep-alive period the pinger sleeps with
@@ -206,6 +207,10 @@ func newSession(key string, nodes []node, sid string, o Options) *session {
 		up: make(chan struct{}), failed: make(chan struct{}), calls: map[uint64]*call{}, locks: map[string]*Lock{},
 		nodeErrs: make([]error, len(nodes)), wokenWait: wokenWait,
 		wake: make(chan struct{}, 1), pingKick: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
+	s.clk = o.clock
+	if s.clk == nil {
+		s.clk = systemClock{}
+	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.tls = make([]*tls.Config, len(nodes))
 	for i, n := range nodes {
@@ -236,7 +241,7 @@ func addrList(nodes []node) string {
 type call struct {
 	ch        chan reply // cap 1: the one answer
 	seq       uint64
-	sent      time.Duration // when the command was queued (monotonic, since epoch)
+	sent      time.Duration // when the command was queued (monotonic, from the session's clock)
 	verb      protocol.Verb
 	c         *Client // whose call it is (nil: the session's own)
 	lock      *Lock   // lock, trylock: the new handle
@@ -341,7 +346,7 @@ func (s *session) send(ctx context.Context, c *Client, l *Lock, cmd protocol.Com
 		}
 		// The send time: before the command is queued, so a lower bound
 		// of when the server handles it.
-		now := monoNow()
+		now := s.clk.now()
 		s.mu.Lock()
 		if c != nil && c.closed {
 			// Closed while the call waited for the connection: detach
@@ -623,7 +628,7 @@ var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); retu
 
 // extend renews l's lease to now + ttl on the server.
 func (s *session) extend(ctx context.Context, l *Lock, ttl time.Duration) (time.Time, error) {
-	now := monoNow() // before the extend is sent
+	now := s.clk.now() // before the extend is sent
 	s.mu.Lock()
 	if ttl == 0 {
 		ttl = l.ttl
@@ -697,7 +702,7 @@ func (s *session) unlock(ctx context.Context, l *Lock) error {
 	gone := err == nil || err.code.Class() == protocol.ClassNotFound // the server holds it no more
 	s.mu.Lock()
 	if retried && err != nil && l.state == held && err.code.Class() == protocol.ClassNotFound {
-		if d, _ := s.deadlineLocked(l); monoNow() < d {
+		if d, _ := s.deadlineLocked(l); s.clk.now() < d {
 			// The lease had not run out when the server answered (it
 			// ends no earlier than the Deadline): the first unlock, whose
 			// answer was lost with the connection, freed the lock.

@@ -129,7 +129,7 @@ func TestMemoryCloseWakesWaiters(t *testing.T) {
 		_, err := m.Acquire(ctx, []string{"k"}, locking.AcquireOptions{OwnerID: "b", AwaitQueue: true})
 		errc <- err
 	}()
-	time.Sleep(20 * time.Millisecond)
+	time.Sleep(20 * time.Millisecond) // fixed: the waiter is queued (the provider API shows no waiting state)
 	m.Close()
 	if err := <-errc; !errors.Is(err, locking.ErrClosed) {
 		t.Fatalf("waiter after Close: %v", err)

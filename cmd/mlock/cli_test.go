@@ -21,15 +21,55 @@ import (
 	"github.com/mlock-dev/mlock/server/servertest"
 )
 
-// runMlock runs the mlock command as a child process and returns its
-// output and exit status.
+// runMlock runs the mlock command and returns its output and exit status:
+// "mlock run" as a child process (it runs a command, forwards signals and
+// exits with the command), every other command in this process through
+// cli, what main runs before os.Exit (TestMainExitsWithTheCode checks that
+// path): a child process of the race-enabled test binary costs the loaded
+// machine far more than the command itself.
 func runMlock(t *testing.T, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	if len(args) > 0 && args[0] == "run" {
+		return runMlockProcess(t, args...)
+	}
+	code = cli(args, &out, &errb)
+	return out.String(), errb.String(), code
+}
+
+// runMlockProcess runs the mlock command as a child process and returns
+// its output and exit status.
+func runMlockProcess(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
 	cmd := mlockCmd(args...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	code = exitCodeOf(t, cmd.Run())
 	return out.String(), errb.String(), code
+}
+
+// The process exits with cli's status, and writes where cli writes: help
+// on stdout, usage errors on stderr.
+func TestMainExitsWithTheCode(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		args   []string
+		code   int
+		stdout string // a prefix
+		stderr string // a prefix
+	}{
+		{[]string{"--help"}, exitOK, "Usage:", ""},
+		{nil, exitUsage, "", "Usage:"},
+		{[]string{"status", "--no-such-flag"}, exitUsage, "", "mlock status: flag provided but not defined: -no-such-flag\n"},
+		{[]string{"ping", "--uri", "mlock://" + refusedAddr(t), "--timeout", "2s"}, exitError, "", "mlock ping: "},
+	} {
+		stdout, stderr, code := runMlockProcess(t, c.args...)
+		if code != c.code || !strings.HasPrefix(stdout, c.stdout) || !strings.HasPrefix(stderr, c.stderr) ||
+			(c.stdout == "" && stdout != "") || (c.stderr == "" && stderr != "") {
+			t.Errorf("mlock %v: exit %d, stdout %q, stderr %q; want exit %d, stdout %q..., stderr %q...",
+				c.args, code, stdout, stderr, c.code, c.stdout, c.stderr)
+		}
+	}
 }
 
 // refusedAddr is a loopback address where nothing listens.
@@ -47,6 +87,7 @@ func refusedAddr(t *testing.T) string {
 // --help on every command prints the help on stdout and exits 0; a bad
 // flag prints one line and a pointer to --help on stderr, and exits 2.
 func TestHelpAndUsageErrors(t *testing.T) {
+	t.Parallel()
 	for _, cmd := range []string{"run", "status", "ping", "locks", "bench", "evict", "token", "version"} {
 		for _, h := range []string{"--help", "-h"} {
 			stdout, stderr, code := runMlock(t, cmd, h)
@@ -82,6 +123,7 @@ func TestHelpAndUsageErrors(t *testing.T) {
 // Each command's help says what its --uri accepts: run and bench any lock
 // provider, the others an mlock server.
 func TestURIHelpPerCommand(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		cmd       string
 		providers bool
@@ -103,6 +145,7 @@ func TestURIHelpPerCommand(t *testing.T) {
 // --skip-if-locked --quiet prints nothing and exits --skip-exit; without
 // --quiet the skip is told in one line.
 func TestRunSkipQuiet(t *testing.T) {
+	t.Parallel()
 	uri := startServer(t)
 	_, l := holder(t, uri, "cron:job", "other")
 	defer l.Unlock(context.Background())
@@ -138,6 +181,7 @@ func TestRunSkipQuiet(t *testing.T) {
 // --verbose tells that the run waits, its place in the queue and who
 // holds the lock, and when it got the lock.
 func TestRunVerbose(t *testing.T) {
+	t.Parallel()
 	uri := startServer(t)
 	_, l := holder(t, uri, "v:a", "the-holder")
 	cmd := mlockCmd("run", "--uri", uri, "--verbose", "v:a|v:b", "--", "true")
@@ -152,7 +196,7 @@ func TestRunVerbose(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("no place in the queue told:\n%s", stderr.String())
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // poll interval
 	}
 	l.Unlock(context.Background())
 	if code := exitCodeOf(t, cmd.Wait()); code != 0 {
@@ -178,6 +222,7 @@ func TestRunVerbose(t *testing.T) {
 // On a terminal, mlock run tells its progress without --verbose (not with
 // --quiet), and bench shows a progress line.
 func TestTerminalProgress(t *testing.T) {
+	t.Parallel()
 	script, err := exec.LookPath("script")
 	if err != nil {
 		t.Skip("needs script(1) for a terminal")
@@ -214,6 +259,7 @@ func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''
 // ping fails at once, naming the cause, when nothing listens; --timeout
 // bounds the wait for a server that does not answer.
 func TestPingRefusedAndTimeout(t *testing.T) {
+	t.Parallel()
 	addr := refusedAddr(t)
 	start := time.Now()
 	stdout, stderr, code := runMlock(t, "ping", "--uri", "mlock://"+addr)
@@ -277,6 +323,7 @@ func TestPingRefusedAndTimeout(t *testing.T) {
 // --version prints this command's version; "mlock version" the server's
 // too.
 func TestVersion(t *testing.T) {
+	t.Parallel()
 	stdout, stderr, code := runMlock(t, "--version")
 	if code != 0 || stderr != "" || !strings.HasPrefix(stdout, "mlock "+mlock.Version+" (go") {
 		t.Fatalf("--version: exit %d, stdout %q, stderr %q", code, stdout, stderr)
@@ -297,6 +344,7 @@ func TestVersion(t *testing.T) {
 
 // Errors are one line, without "mlock: mlock:".
 func TestErrorsAreOneLine(t *testing.T) {
+	t.Parallel()
 	uri := startServer(t)
 	_, l := holder(t, uri, "busy", "")
 	defer l.Unlock(context.Background())
@@ -316,6 +364,7 @@ func TestErrorsAreOneLine(t *testing.T) {
 }
 
 func TestHuman(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		d    time.Duration
 		want string
@@ -336,6 +385,7 @@ func TestHuman(t *testing.T) {
 
 // bench's tables fit 100 columns and print latencies in human units.
 func TestBenchTables(t *testing.T) {
+	t.Parallel()
 	uri := startServer(t)
 	stdout, stderr, code := runMlock(t, "bench", "--scenario", "hotkey", "--workers", "4", "--duration", "400ms", uri, "--vs", "memory:")
 	if code != 0 {
@@ -393,6 +443,7 @@ func (b *syncBuffer) String() string {
 
 // A lock released elsewhere is told apart from an expired one.
 func TestLossText(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		err  error
 		want string
@@ -420,6 +471,7 @@ func TestLossText(t *testing.T) {
 // cluster node (status lists it as such and exits 125; join and remove get
 // the server's refusal). A real cluster is exercised in internal/clustertest.
 func TestClusterCommand(t *testing.T) {
+	t.Parallel()
 	if stdout, stderr, code := runMlock(t, "cluster", "--help"); code != 0 || stderr != "" || !strings.HasPrefix(stdout, "Usage:\n  mlock cluster status") {
 		t.Errorf("cluster --help: exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
@@ -444,6 +496,7 @@ func TestClusterCommand(t *testing.T) {
 // is a secret: neither the help nor the output of the inspection commands
 // or of bench shows it.
 func TestURITokenNotShown(t *testing.T) {
+	t.Parallel()
 	token := auth.NewToken()
 	line, err := auth.Line("orders", token, "admin")
 	if err != nil {
@@ -490,6 +543,7 @@ func TestURITokenNotShown(t *testing.T) {
 // reminder that the token is shown once on stderr (docs/security.md): the
 // line, put in an auth file, lets the token in.
 func TestToken(t *testing.T) {
+	t.Parallel()
 	stdout, stderr, code := runMlock(t, "token", "orders", "prefix=order:", "prefix=product:")
 	if code != 0 || stderr != "(give it to the client; it is shown once)\n" {
 		t.Fatalf("mlock token: exit %d, stderr %q", code, stderr)

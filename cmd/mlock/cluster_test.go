@@ -15,6 +15,7 @@ import (
 // that the others still name as leader until they elect another (it serves
 // no client any more).
 func TestClusterStatusAfterRemove(t *testing.T) {
+	t.Parallel()
 	const n = 3
 	ids := []string{"a", "b", "c"}
 	var client, raftAddr []string

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/mlock-dev/mlock"
+	"github.com/mlock-dev/mlock/internal/proctest"
 	"github.com/mlock-dev/mlock/server"
 	"github.com/mlock-dev/mlock/server/servertest"
 )
@@ -69,6 +71,7 @@ func holder(t *testing.T, uri, res string, owner string) (*mlock.Client, *mlock.
 }
 
 func TestRunExitCodes(t *testing.T) {
+	t.Parallel()
 	uri := startServer(t)
 	dir := t.TempDir()
 	marker := filepath.Join(dir, "ran")
@@ -110,8 +113,10 @@ func TestRunExitCodes(t *testing.T) {
 				defer l.Unlock(context.Background())
 				if tc.name == "tolerate" {
 					// holder + one waiter: more than 1 entry, refused at once
-					go c.Lock(context.Background(), tc.hold, &mlock.LockOptions{Timeout: 2 * time.Second})
-					time.Sleep(100 * time.Millisecond)
+					// The waiter waits longer than mlock run takes to start
+					// on a loaded machine; it goes with its Client.
+					go c.Lock(context.Background(), tc.hold, &mlock.LockOptions{Timeout: time.Minute})
+					waitQueued(t, c, tc.hold, 2)
 					tc.want = exitNotTaken
 				}
 			}
@@ -130,6 +135,7 @@ func TestRunExitCodes(t *testing.T) {
 }
 
 func TestRunLostLockStopsTheCommand(t *testing.T) {
+	t.Parallel()
 	uri := startServer(t)
 	admin, _ := holder(t, uri, "unrelated", "")
 	cmd := mlockCmd("run", "--uri", uri, "--owner", "cron-1", "--kill-after", "2s", "nightly", "--", "sleep", "30")
@@ -159,6 +165,7 @@ func TestRunLostLockStopsTheCommand(t *testing.T) {
 // A lost lock stops what the command started too: the shell's background
 // child, which ignores SIGTERM, must be dead when mlock run exits.
 func TestRunLostLockStopsTheWholeCommand(t *testing.T) {
+	t.Parallel()
 	uri := startServer(t)
 	admin, _ := holder(t, uri, "unrelated", "")
 	pidFile := filepath.Join(t.TempDir(), "child.pid")
@@ -177,7 +184,7 @@ func TestRunLostLockStopsTheWholeCommand(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("the command did not start its child")
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // poll interval
 	}
 	if _, err := admin.ReleaseAll(context.Background(), "cron-g"); err != nil {
 		t.Fatal(err)
@@ -194,19 +201,21 @@ func TestRunLostLockStopsTheWholeCommand(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the command's child %d outlived mlock run", pid)
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // poll interval
 	}
 }
 
 func TestRunForwardsSignals(t *testing.T) {
+	t.Parallel()
 	uri := startServer(t)
 	admin, _ := holder(t, uri, "unrelated", "")
-	cmd := mlockCmd("run", "--uri", uri, "sig", "--", "sh", "-c", `trap "exit 42" TERM; while :; do sleep 0.05; done`)
+	trapped := filepath.Join(t.TempDir(), "trapped")
+	cmd := mlockCmd("run", "--uri", uri, "sig", "--", "sh", "-c", `trap "exit 42" TERM; touch `+trapped+`; while :; do sleep 0.05; done`)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	waitHeld(t, admin, "sig")
-	time.Sleep(100 * time.Millisecond) // the shell has set its trap
+	proctest.WaitFor(t, 5*time.Second, "the shell sets its trap", func() bool { _, err := os.Stat(trapped); return err == nil })
 	cmd.Process.Signal(syscall.SIGTERM)
 	if code := exitCodeOf(t, cmd.Wait()); code != 42 {
 		t.Fatalf("exit %d, want the command's 42", code)
@@ -221,18 +230,23 @@ func TestRunForwardsSignals(t *testing.T) {
 
 func waitHeld(t *testing.T, c *mlock.Client, res string) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
+	proctest.WaitFor(t, 5*time.Second, res+" held", func() bool {
 		ls, err := c.Locks(context.Background(), res)
-		if err == nil && len(ls.Queues) == 1 && len(ls.Queues[0].Entries) > 0 && ls.Queues[0].Entries[0].State == "held" {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("%s was never held", res)
+		return err == nil && len(ls.Queues) == 1 && len(ls.Queues[0].Entries) > 0 && ls.Queues[0].Entries[0].State == "held"
+	})
+}
+
+// waitQueued waits until res's queue holds n entries.
+func waitQueued(t *testing.T, c *mlock.Client, res string, n int) {
+	t.Helper()
+	proctest.WaitFor(t, 5*time.Second, fmt.Sprintf("%d entries in %s's queue", n, res), func() bool {
+		ls, err := c.Locks(context.Background(), res)
+		return err == nil && len(ls.Queues) == 1 && len(ls.Queues[0].Entries) == n
+	})
 }
 
 func TestInspectCommands(t *testing.T) {
+	t.Parallel()
 	uri := startServer(t)
 	holder(t, uri, "order:1|order:2", "w1")
 	run := func(args ...string) (string, int) {
@@ -266,6 +280,7 @@ func TestInspectCommands(t *testing.T) {
 }
 
 func TestBenchCommand(t *testing.T) {
+	t.Parallel()
 	uri := startServer(t)
 	var out, errb bytes.Buffer
 	code := cli([]string{"bench", "--scenario", "shop", "--workers", "8", "--duration", "400ms", "--hold", "100us",
@@ -307,6 +322,7 @@ func TestBenchCommand(t *testing.T) {
 // it: the lock is no longer renewed, so the command must not outlive it and
 // run beside the next holder.
 func TestRunKilledTakesTheCommandWithIt(t *testing.T) {
+	t.Parallel()
 	if runtime.GOOS != "linux" {
 		t.Skip("the parent-death signal is Linux's")
 	}
@@ -326,7 +342,7 @@ func TestRunKilledTakesTheCommandWithIt(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("the command did not start")
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // poll interval
 	}
 	cmd.Process.Kill()
 	cmd.Wait()
@@ -339,13 +355,14 @@ func TestRunKilledTakesTheCommandWithIt(t *testing.T) {
 			syscall.Kill(pid, syscall.SIGKILL)
 			t.Fatalf("the command %d outlived the killed mlock run", pid)
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // poll interval
 	}
 }
 
 // A target that completes no operation (here a server in its quiet period,
 // which grants nothing) measured nothing: bench says so and exits 125.
 func TestBenchNothingMeasured(t *testing.T) {
+	t.Parallel()
 	addr, _ := servertest.Start(t, server.Config{QuietPeriod: time.Minute}, "")
 	var out, errb bytes.Buffer
 	code := cli([]string{"bench", "--scenario", "uncontended", "--workers", "2", "--duration", "300ms", "mlock://" + addr}, &out, &errb)

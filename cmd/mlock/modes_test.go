@@ -13,6 +13,7 @@ import (
 // second --shared run of the same resource runs and ends; mlock locks
 // shows the mode; --permits takes permits; bad flags are usage errors.
 func TestRunSharedAndPermits(t *testing.T) {
+	t.Parallel()
 	uri := startServer(t)
 	admin, _ := holder(t, uri, "unrelated", "")
 	dir := t.TempDir()
@@ -74,7 +75,7 @@ func TestRunSharedAndPermits(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("two permit holders never held: %+v %v", ls, err)
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // poll interval
 	}
 	if code := cli([]string{"run", "--uri", uri, "--permits", "1/2", "--skip-if-locked", "--skip-exit", "3", "--quiet", "psp",
 		"--", "true"}, &out, &errb); code != 3 {

@@ -48,6 +48,7 @@ type readmeCommand struct {
 // --vs) and bench's length (--duration 1s). go install writes into a
 // temporary GOBIN.
 func TestReadmeCommands(t *testing.T) {
+	t.Parallel()
 	root, err := filepath.Abs(filepath.Join("..", ".."))
 	if err != nil {
 		t.Fatal(err)
@@ -586,7 +587,7 @@ func (r *readmeRun) locks(c readmeCommand) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the waiter never queued on %s: %+v %v", in, ls, err)
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // poll interval
 	}
 	stdout, stderr, code := r.exec(r.env(c, nil), c.args[1:]...)
 	if code != 0 || stderr != "" {

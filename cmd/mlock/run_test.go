@@ -22,6 +22,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/mlock-dev/mlock"
+	"github.com/mlock-dev/mlock/internal/proctest"
 	"github.com/mlock-dev/mlock/server"
 	"github.com/mlock-dev/mlock/server/servertest"
 )
@@ -30,6 +31,7 @@ import (
 // reports it, MLOCK_EXPIRES_AT; inherited values are replaced; the lock id
 // is never passed.
 func TestRunEnvironment(t *testing.T) {
+	t.Parallel()
 	uri := startServer(t)
 	admin, _ := holder(t, uri, "unrelated", "")
 	targets := []struct {
@@ -117,6 +119,7 @@ func TestRunEnvironment(t *testing.T) {
 // ttl/4; a ttl too short for the lead (kill-after + 100ms below ttl/2) is
 // refused. Refusals are usage errors.
 func TestRunKillAfterAgainstTTL(t *testing.T) {
+	// Not parallel: its bounds leave milliseconds for a round trip.
 	for _, c := range []struct {
 		ttl, kill time.Duration
 		given     bool
@@ -219,6 +222,7 @@ func (b *blackhole) pipe(dst, src net.Conn) {
 // command, which ignores SIGTERM, is SIGKILLed and dead before the server's
 // lease of the lock ends, that is before anyone else can be granted it.
 func TestRunLeadKillsBeforeTheLeaseEnds(t *testing.T) {
+	// Not parallel: its bounds leave milliseconds for a round trip.
 	uri := startServer(t)
 	admin, _ := holder(t, uri, "unrelated", "")
 	proxy := newBlackhole(t, strings.TrimPrefix(uri, "mlock://"))
@@ -242,7 +246,7 @@ func TestRunLeadKillsBeforeTheLeaseEnds(t *testing.T) {
 		if time.Since(start) > 10*time.Second {
 			t.Fatal("the command did not start")
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond) // poll interval
 	}
 	// A lower bound of the end of the lease on the server.
 	sent := time.Now()
@@ -261,7 +265,7 @@ func TestRunLeadKillsBeforeTheLeaseEnds(t *testing.T) {
 		if time.Now().After(leaseEnd.Add(5 * time.Second)) {
 			t.Fatal("the command was never killed")
 		}
-		time.Sleep(2 * time.Millisecond)
+		time.Sleep(2 * time.Millisecond) // poll interval
 	}
 	if died.After(leaseEnd) {
 		t.Fatalf("the command died %v after the server's lease ended", died.Sub(leaseEnd))
@@ -280,6 +284,7 @@ func TestRunLeadKillsBeforeTheLeaseEnds(t *testing.T) {
 // A waiting run whose server restarts asks again (it held nothing) instead
 // of failing: it gets the lock from the new server and runs the command.
 func TestRunWaitSurvivesServerRestart(t *testing.T) {
+	t.Parallel()
 	addr, stop := servertest.Start(t, server.Config{}, "")
 	uri := "mlock://" + addr
 	holder(t, uri, "restart", "")
@@ -305,7 +310,7 @@ func TestRunWaitSurvivesServerRestart(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the run is not waiting: %+v, %v", ls, err)
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // poll interval
 	}
 	stop()
 	servertest.Start(t, server.Config{}, addr)
@@ -333,6 +338,7 @@ func TestRunWaitSurvivesServerRestart(t *testing.T) {
 // came 4.745 s after the last answer with pings every 5 s, so a 12 s command
 // was stopped after about 4.75 s; now renewals come about every 1.6 s.
 func TestRunLeadAgainstTheGrace(t *testing.T) {
+	// Not parallel: its bounds leave milliseconds for a round trip.
 	addr, _ := servertest.Start(t, server.Config{SessionGrace: 3 * time.Second}, "")
 	uri := "mlock://" + addr
 	cmd := mlockCmd("run", "--uri", uri, "--ttl", "20s", "--kill-after", "2s", "grace", "--", "sleep", "6")
@@ -356,6 +362,7 @@ func TestRunLeadAgainstTheGrace(t *testing.T) {
 // before the lock is asked for), with the rule and the value that fits; the
 // command does not run and the lock stays free.
 func TestRunKillAfterAgainstTheGrace(t *testing.T) {
+	// Not parallel: its bounds leave milliseconds for a round trip.
 	addr, _ := servertest.Start(t, server.Config{SessionGrace: 3 * time.Second}, "")
 	uri := "mlock://" + addr
 	marker := filepath.Join(t.TempDir(), "ran")
@@ -389,15 +396,17 @@ func TestRunKillAfterAgainstTheGrace(t *testing.T) {
 // runCommand stopped for a loss returns an error that is errLostLock and
 // wraps the loss (the context's cause).
 func TestRunCommandNamesTheLoss(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithCancelCause(context.Background())
 	loss := errors.New("test: the lease ran out")
 	sigc := make(chan os.Signal, 1)
 	var stderr bytes.Buffer
 	errc := make(chan error, 1)
+	started := filepath.Join(t.TempDir(), "started")
 	go func() {
-		errc <- runCommand(ctx, []string{"sleep", "30"}, os.Environ(), sigc, 100*time.Millisecond, &stderr)
+		errc <- runCommand(ctx, []string{"sh", "-c", "touch " + started + "; exec sleep 30"}, os.Environ(), sigc, 100*time.Millisecond, &stderr)
 	}()
-	time.Sleep(50 * time.Millisecond)
+	proctest.WaitFor(t, 10*time.Second, "the command starts", func() bool { _, err := os.Stat(started); return err == nil })
 	cancel(loss)
 	select {
 	case err := <-errc:
@@ -415,6 +424,7 @@ func TestRunCommandNamesTheLoss(t *testing.T) {
 // A lock lost on a provider (here Redis: the key deleted under the run) is
 // said once on stderr, when the command is stopped, as on mlock://.
 func TestRunProviderLossSaidOnce(t *testing.T) {
+	t.Parallel()
 	u := os.Getenv("REDIS_URL")
 	if u == "" {
 		t.Skip("REDIS_URL is not set: no Redis to lose a lock on")
@@ -441,7 +451,7 @@ func TestRunProviderLossSaidOnce(t *testing.T) {
 			cmd.Process.Kill()
 			t.Fatal("the lock was never taken")
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // poll interval
 	}
 	rdb.Del(ctx, "medusa_lock:"+key)
 	if code := exitCodeOf(t, cmd.Wait()); code != exitLost {
@@ -457,6 +467,7 @@ func TestRunProviderLossSaidOnce(t *testing.T) {
 // mlock run got ready, say) does not start the command only to stop it:
 // the command never runs, and the loss is said and returned.
 func TestRunCommandNotStartedAfterLoss(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithCancelCause(context.Background())
 	loss := errors.New("test: the lease ran out")
 	cancel(loss)
@@ -478,6 +489,7 @@ func TestRunCommandNotStartedAfterLoss(t *testing.T) {
 // grace (a quarter of it), so the plain command works on a server with a
 // short grace.
 func TestRunDefaultKillAfterFitsAShortGrace(t *testing.T) {
+	// Not parallel: its bounds leave milliseconds for a round trip.
 	addr, _ := servertest.Start(t, server.Config{SessionGrace: 2 * time.Second}, "")
 	var stderr bytes.Buffer
 	if code := cli([]string{"run", "--uri", "mlock://" + addr, "--ttl", "8s", "job", "--", "true"}, &stderr, &stderr); code != 0 {
@@ -495,6 +507,7 @@ func TestRunDefaultKillAfterFitsAShortGrace(t *testing.T) {
 // A clean shutdown of the server while the command runs stops the command
 // and says so: exit 75, "the server is shutting down".
 func TestRunServerShutdownNamesIt(t *testing.T) {
+	t.Parallel()
 	addr, stop := servertest.Start(t, server.Config{}, "")
 	cmd := mlockCmd("run", "--uri", "mlock://"+addr, "--ttl", "10s", "sd", "--", "sleep", "30")
 	var stderr bytes.Buffer
@@ -520,13 +533,15 @@ func TestRunServerShutdownNamesIt(t *testing.T) {
 // every run gets a lock it can use, runs its command whole, and no two
 // commands overlap (the reproduction of a lock lost on arrival).
 func TestRunQueueLongerThanTheTTL(t *testing.T) {
-	t.Parallel()
+	// Not parallel, and its cases one after the other: twenty race-enabled
+	// processes renewing 500 ms leases need the CPU the other tests of the
+	// package would take (a run starved past its Deadline gives its lock up,
+	// as it must, and exits 75).
 	for _, tc := range []struct {
 		n   int
 		ttl string
 	}{{10, "1s"}, {20, "500ms"}} {
 		t.Run(fmt.Sprintf("%dx%s", tc.n, tc.ttl), func(t *testing.T) {
-			t.Parallel()
 			runQueue(t, tc.n, tc.ttl)
 		})
 	}

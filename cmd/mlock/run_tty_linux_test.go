@@ -43,6 +43,7 @@ func openPty(t *testing.T) (ptm, pts *os.File) {
 // would not stop cleanly). A signal sent to mlock run alone is still
 // forwarded.
 func TestRunTerminalInterruptOnce(t *testing.T) {
+	t.Parallel()
 	python, err := exec.LookPath("python3")
 	if err != nil {
 		t.Skip("needs python3 for a command that counts its signals")
@@ -81,7 +82,7 @@ while True:
 				b, _ := os.ReadFile(path)
 				t.Fatalf("%s never held %q (it holds %q)", path, want, b)
 			}
-			time.Sleep(10 * time.Millisecond)
+			time.Sleep(10 * time.Millisecond) // poll interval
 		}
 	}
 	waitFile(ready, "")

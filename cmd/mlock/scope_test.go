@@ -14,6 +14,7 @@ import (
 // does not stop an mlock run of owner u1 outside that namespace: the run
 // keeps its lock and its command finishes with its own status.
 func TestRunSurvivesReleaseAllOfAnotherNamespace(t *testing.T) {
+	t.Parallel()
 	uri := startServer(t)
 	admin, _ := holder(t, uri, "unrelated", "")
 	cmd := mlockCmd("run", "--uri", uri, "--owner", "u1", "--ttl", "10s", "report:nightly", "--", "sleep", "1")

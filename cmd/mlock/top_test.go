@@ -52,6 +52,7 @@ func startObservedWith(t *testing.T, cfg server.Config) (string, string) {
 // mlock top shows the busiest resources with their holder and waiters,
 // and the counts, from the JSON API and from the lock protocol alike.
 func TestTop(t *testing.T) {
+	t.Parallel()
 	uri, base := startObserved(t)
 	holder(t, uri, "orders:1", "alice")
 	holder(t, uri, "stock:2", "carol")
@@ -67,7 +68,7 @@ func TestTop(t *testing.T) {
 		waited <- err
 	}()
 	defer func() { cancel(); <-waited }()
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) { // poll interval
 		ls, err := c.Locks(context.Background(), "orders:")
 		if err == nil && len(ls.Queues) == 1 && ls.Queues[0].Length == 2 {
 			break
@@ -118,6 +119,7 @@ func TestTop(t *testing.T) {
 }
 
 func TestTopErrors(t *testing.T) {
+	t.Parallel()
 	if _, errOut, code := runMlock(t, "top", "--http", "http://"+refusedAddr(t)); code != exitError || !strings.Contains(errOut, "mlock top:") {
 		t.Errorf("unreachable: exit %d %q", code, errOut)
 	}
@@ -132,6 +134,7 @@ func TestTopErrors(t *testing.T) {
 // resources, mlock top does not show that many as the number of resources
 // held or waited for: it says "at least".
 func TestTopProtocolCountsPastTheStatusLimit(t *testing.T) {
+	t.Parallel()
 	uri, base := startObservedWith(t, server.Config{StatusLimit: 2})
 	for _, r := range []string{"a", "b", "c", "d"} {
 		holder(t, uri, r, "o-"+r)
@@ -153,6 +156,7 @@ func TestTopProtocolCountsPastTheStatusLimit(t *testing.T) {
 // (the image sets it for mlockd): the variable is only a default for
 // --http. Both flags at once are a usage error.
 func TestTopExplicitURIWinsOverMLOCK_HTTP(t *testing.T) {
+	t.Parallel()
 	uri, base := startObserved(t)
 	holder(t, uri, "orders:1", "alice")
 	cmd := mlockCmd("top", "--uri", uri)
@@ -171,6 +175,7 @@ func TestTopExplicitURIWinsOverMLOCK_HTTP(t *testing.T) {
 // administrator's name and token in the URL (sent as Basic credentials),
 // and never prints the token; without them it says the server refused.
 func TestTopWithCredentials(t *testing.T) {
+	t.Parallel()
 	tok := auth.NewToken()
 	line, err := auth.Line("ops", tok, "admin")
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 // from the terminal itself: shells do not export $COLUMNS, and a line
 // wider than the terminal wraps and scrolls the screen.
 func TestTopFitsTheTerminal(t *testing.T) {
+	t.Parallel()
 	uri, base := startObserved(t)
 	holder(t, uri, "orders:1", "alice")
 	ptm, pts := openPty(t)

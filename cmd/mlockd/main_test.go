@@ -20,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mlock-dev/mlock/internal/proctest"
+
 	"github.com/mlock-dev/mlock"
 	"github.com/mlock-dev/mlock/internal/auth"
 	"github.com/mlock-dev/mlock/internal/protocol"
@@ -117,7 +119,7 @@ func mlockdLog(t *testing.T, args ...string) (*exec.Cmd, string, *syncBuffer) {
 		if i > 500 {
 			t.Fatalf("mlockd did not start: %v\n%s", err, stderr.String())
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // poll interval
 	}
 	return cmd, addr, &stderr
 }
@@ -351,7 +353,7 @@ func TestSIGHUPReloadsTheAuthFile(t *testing.T) {
 	if err := os.WriteFile(file, []byte(lineA+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cmd, addr := mlockd(t, "--data-dir", "none", "--quiet-period", "0", "--auth-file", file)
+	cmd, addr, stderr := mlockdLog(t, "--data-dir", "none", "--quiet-period", "0", "--auth-file", file)
 	a := dialAuth(t, addr, "sa", "a:"+tokA)
 	a.lockHeld("1", "a:x")
 	if got := connectAuth(t, addr, "sb", "b:"+tokB); got != "error authentication failed!" {
@@ -373,7 +375,7 @@ func TestSIGHUPReloadsTheAuthFile(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("b still refused after SIGHUP")
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // poll interval
 	}
 	// A broken file keeps the principals in force.
 	if err := os.WriteFile(file, []byte("b plaintext-token prefix=b:\n"), 0o600); err != nil {
@@ -382,7 +384,9 @@ func TestSIGHUPReloadsTheAuthFile(t *testing.T) {
 	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(200 * time.Millisecond)
+	proctest.WaitFor(t, 5*time.Second, "the bad reload is logged", func() bool {
+		return strings.Contains(stderr.String(), "reload failed; keeping the previous configuration")
+	})
 	if got := connectAuth(t, addr, "sb2", "b:"+tokB); got != "connected 1.0 new 15000" {
 		t.Fatalf("b after a bad reload: %q", got)
 	}
@@ -595,7 +599,7 @@ func TestSIGHUPIsLogged(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("no log line for SIGHUP:\n%s", stderr.String())
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // poll interval
 	}
 	dial(t, addr, "after-hup").lockHeld("1", "r")
 }

@@ -22,6 +22,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mlock-dev/mlock/internal/proctest"
+
 	"go.uber.org/goleak"
 
 	"github.com/mlock-dev/mlock/internal/protocol"
@@ -109,38 +111,21 @@ var (
 func mlockdBin(t *testing.T) string {
 	t.Helper()
 	buildOnce.Do(func() {
-		out, err := exec.Command("go", "env", "GOMOD").Output()
-		if err != nil || strings.TrimSpace(string(out)) == "" {
-			buildErr = fmt.Errorf("finding the module root: %v", err)
-			return
-		}
 		dir, err := os.MkdirTemp("", "mlockd-attack-")
 		if err != nil {
 			buildErr = err
 			return
 		}
-		binDir, binPath = dir, filepath.Join(dir, "mlockd")
-		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/mlockd")
-		cmd.Dir = filepath.Dir(strings.TrimSpace(string(out)))
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build ./cmd/mlockd: %v\n%s", err, out)
+		binDir = dir
+		var b []string
+		if b, buildErr = proctest.BuildErr(dir, "./cmd/mlockd"); buildErr == nil {
+			binPath = b[0]
 		}
 	})
 	if buildErr != nil {
 		t.Fatal(buildErr)
 	}
 	return binPath
-}
-
-// freeAddr returns a loopback host:port that was free a moment ago.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 // proc is a running mlockd.
@@ -184,7 +169,7 @@ func startMlockd(t *testing.T, bin, dir, addr string, args ...string) *proc {
 		if time.Now().After(deadline) {
 			t.Fatalf("mlockd on %s did not start: %v", addr, err)
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // poll interval
 	}
 }
 
@@ -248,7 +233,7 @@ func attackerMain() int {
 	for i := range n {
 		go attackWorker(addr, ips[i%len(ips)], i%2 == 1, i, &opened, &failed)
 	}
-	time.Sleep(d)
+	time.Sleep(d) // fixed: the attack's duration
 	fmt.Printf("%d %d\n", opened.Load(), failed.Load())
 	return 0
 }
@@ -263,7 +248,7 @@ func attackWorker(addr, ip string, connect bool, i int, opened, failed *atomic.U
 		nc, err := d.Dial("tcp", addr)
 		if err != nil {
 			failed.Add(1)
-			time.Sleep(20 * time.Millisecond)
+			time.Sleep(20 * time.Millisecond) // the attacker's back-off after a failed dial
 			continue
 		}
 		opened.Add(1)
@@ -505,7 +490,7 @@ func runAttack(t *testing.T, target string, pid int, tok string, ips []string) {
 	var h *healthy
 	done := make(chan struct{})
 	go func() { h = measure(target, tok, stop); close(done) }()
-	time.Sleep(duration())
+	time.Sleep(duration()) // fixed: the measurement window under attack
 	close(stop)
 	<-done
 	<-sampled
@@ -564,7 +549,7 @@ func TestAttackSingleNode(t *testing.T) {
 	bin := mlockdBin(t)
 	dir := t.TempDir()
 	file, tok := authFile(t, dir)
-	p := startMlockd(t, bin, dir, freeAddr(t), "--auth-file", file, "--data-dir", "none", "--quiet-period", "0",
+	p := startMlockd(t, bin, dir, proctest.FreeAddr(t), "--auth-file", file, "--data-dir", "none", "--quiet-period", "0",
 		"--auth-timeout", authTimeout().String())
 	t.Run("one address", func(t *testing.T) { runAttack(t, p.addr, p.cmd.Process.Pid, tok, loopbacks(1)) })
 	t.Run("50 addresses", func(t *testing.T) { runAttack(t, p.addr, p.cmd.Process.Pid, tok, loopbacks(50)) })
@@ -584,7 +569,7 @@ func TestAttackClusterNode(t *testing.T) {
 	var nodes []nodeAddrs
 	var peers []string
 	for i := range 3 {
-		n := nodeAddrs{id: "n" + strconv.Itoa(i+1), client: freeAddr(t), raft: freeAddr(t)}
+		n := nodeAddrs{id: "n" + strconv.Itoa(i+1), client: proctest.FreeAddr(t), raft: proctest.FreeAddr(t)}
 		nodes = append(nodes, n)
 		peers = append(peers, n.id+"="+n.raft)
 	}
@@ -607,7 +592,7 @@ func TestAttackClusterNode(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the cluster node does not serve: %v", err)
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // poll interval
 	}
 	t.Run("one address", func(t *testing.T) { runAttack(t, target.addr, target.cmd.Process.Pid, tok, loopbacks(1)) })
 	t.Run("50 addresses", func(t *testing.T) { runAttack(t, target.addr, target.cmd.Process.Pid, tok, loopbacks(50)) })

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+
+	"github.com/mlock-dev/mlock/internal/lease"
 )
 
 // violation is one broken rule with the history that shows it.
@@ -53,20 +55,13 @@ func checkSafety(grants []grant) (vs []violation, empty int) {
 	return vs, empty
 }
 
-// minUsable is the client's promise for a grant: at least two thirds of
-// the shorter of its ttl and the session grace, less its drift margin
-// (span/100 + 5 ms), left to believe on arrival.
-func minUsable(span time.Duration) int64 {
-	return int64((span - span/100 - 5*time.Millisecond) / 3 * 2)
-}
-
 // faultNear is how long before a lock call a fault still counts as one
 // during its wait, and after the cluster is healthy again: the client may
 // still be moving to another node.
 const faultNear = int64(time.Second)
 
 // checkArrivals requires every grant whose wait saw no fault to arrive with
-// at least minUsable(min(ttl, grace)) to believe (a lock lost, or about to be, on
+// at least lease.MinUsable(min(ttl, grace)) to believe (a lock lost, or about to be, on
 // arrival is a bug whatever the wait), and counts those short on arrival
 // whose wait saw a fault (from its first event less faultNear to its
 // "healthy" event plus faultNear): a fault can hold back every answer of
@@ -89,7 +84,7 @@ func checkArrivals(grants []grant, events []event) (vs []violation, faulty int) 
 		ws = append(ws, *w)
 	}
 	for _, g := range grants {
-		if g.Arrival-g.Start >= minUsable(min(ttl, grace)) {
+		if g.Arrival-g.Start >= int64(lease.MinUsable(min(ttl, grace))) {
 			continue
 		}
 		if slices.ContainsFunc(ws, func(w window) bool { return g.Call <= w.to && g.Start >= w.from }) {
@@ -393,8 +388,8 @@ func TestCheckers(t *testing.T) {
 // counts one whose wait saw a fault.
 func TestCheckArrivals(t *testing.T) {
 	sec := int64(time.Second)
-	usable := grant{Res: "r", Call: 0, Start: 5 * sec, Arrival: 5*sec + minUsable(min(ttl, grace))}
-	short := grant{Res: "r", Call: 10 * sec, Start: 12 * sec, Arrival: 12*sec + minUsable(min(ttl, grace))/2}
+	usable := grant{Res: "r", Call: 0, Start: 5 * sec, Arrival: 5*sec + int64(lease.MinUsable(min(ttl, grace)))}
+	short := grant{Res: "r", Call: 10 * sec, Start: 12 * sec, Arrival: 12*sec + int64(lease.MinUsable(min(ttl, grace)))/2}
 	lost := grant{Res: "r", Call: 20 * sec, Start: 22 * sec}
 	faultDuring := []event{{T: 11 * sec, Round: 1, What: "kill"}, {T: 11*sec + sec/2, Round: 1, What: "healthy, leader"}}
 	faultBefore := []event{{T: 1 * sec, Round: 1, What: "kill"}, {T: 2 * sec, Round: 1, What: "healthy, leader"}}

@@ -17,65 +17,14 @@ import (
 	"time"
 
 	"github.com/mlock-dev/mlock"
+	"github.com/mlock-dev/mlock/internal/proctest"
 )
 
 // buildMlockd builds cmd/mlockd (without -race) into dir and returns its
-// path. It is built afresh by every run: the server changes under the test.
+// path.
 func buildMlockd(t testing.TB, dir string) string {
 	t.Helper()
-	out, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil || strings.TrimSpace(string(out)) == "" {
-		t.Fatalf("finding the module root: %v", err)
-	}
-	root := filepath.Dir(strings.TrimSpace(string(out)))
-	bin := filepath.Join(dir, "mlockd")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/mlockd")
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/mlockd: %v\n%s", err, out)
-	}
-	return bin
-}
-
-// cleanEnv is the environment without MLOCK_ variables, so the caller's
-// settings do not leak into the servers.
-func cleanEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "MLOCK_") {
-			env = append(env, kv)
-		}
-	}
-	return env
-}
-
-// handedOut holds the addresses freeAddr returned: the kernel may hand out
-// a port just closed again, and two nodes given one port fail to start.
-var handedOut = struct {
-	sync.Mutex
-	m map[string]bool
-}{m: map[string]bool{}}
-
-// freeAddr returns a loopback host:port that was free a moment ago and was
-// not returned before in this test binary.
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	handedOut.Lock()
-	defer handedOut.Unlock()
-	for range 100 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		a := ln.Addr().String()
-		ln.Close()
-		if !handedOut.m[a] {
-			handedOut.m[a] = true
-			return a
-		}
-	}
-	t.Fatal("no new free port in 100 tries")
-	return ""
+	return proctest.Build(t, dir, "./cmd/mlockd")[0]
 }
 
 // token returns a random token and its auth file credential.
@@ -145,7 +94,7 @@ func newCluster(t testing.TB, bin string, o clusterOptions) *cluster {
 	}
 	var peers []string
 	for i := range 3 {
-		n := &node{id: fmt.Sprintf("n%d", i+1), addr: freeAddr(t), raft: freeAddr(t)}
+		n := &node{id: fmt.Sprintf("n%d", i+1), addr: proctest.FreeAddr(t), raft: proctest.FreeAddr(t)}
 		n.dir = filepath.Join(dir, n.id)
 		if err := os.MkdirAll(n.dir, 0o755); err != nil {
 			t.Fatal(err)
@@ -238,7 +187,7 @@ func (c *cluster) start(n *node) error {
 	fmt.Fprintf(n.logf, "---- start %d at %s\n", n.runs, time.Now().Format(time.RFC3339Nano))
 	cmd := exec.Command(c.bin, n.args...)
 	cmd.Dir = n.dir
-	cmd.Env = cleanEnv()
+	cmd.Env = proctest.CleanEnv()
 	cmd.Stdout, cmd.Stderr = n.logf, n.logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
@@ -264,7 +213,7 @@ func (c *cluster) start(n *node) error {
 			conn.Close()
 			return nil
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // poll interval
 	}
 	return fmt.Errorf("%s not listening on %s after 10s", n.id, n.addr)
 }
@@ -383,7 +332,7 @@ func (c *cluster) waitHealthy(d time.Duration) (*node, error) {
 		if ok {
 			last = fmt.Sprintf("leaders %v, ready %v", leaders, ready)
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // poll interval (status is rate-limited)
 	}
 	return nil, fmt.Errorf("not healthy after %v: %s", d, last)
 }

@@ -28,6 +28,7 @@ import (
 //
 // MLOCK_FAILOVER_ROUNDS sets the rounds (default 2).
 func TestFailover(t *testing.T) {
+	t.Parallel() // its own cluster; TestClusterFaults runs alongside
 	if runtime.GOOS != "linux" {
 		t.Skipf("SKIPPED: the failover test needs Linux (signals, process groups); this is %s", runtime.GOOS)
 	}
@@ -90,7 +91,7 @@ func TestFailover(t *testing.T) {
 				if !holders[r].CompareAndSwap(0, int32(w+1)) {
 					violated.Add(1)
 				}
-				time.Sleep(hold)
+				time.Sleep(hold) // fixed: the critical section, the workload's input
 				holders[r].CompareAndSwap(int32(w+1), 0)
 				uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), waitFor)
 				if err := l.Unlock(uctx); err != nil && !errors.Is(err, mlock.ErrExpired) {
@@ -147,7 +148,7 @@ func TestFailover(t *testing.T) {
 			if time.Now().After(deadline) {
 				t.Fatalf("round %d: not every worker was granted again within 20 s of the kill\n%s", r, c.logTails())
 			}
-			time.Sleep(2 * time.Millisecond)
+			time.Sleep(2 * time.Millisecond) // poll interval
 		}
 		if _, err := c.waitHealthy(20 * time.Second); err != nil {
 			t.Fatalf("round %d: %v\n%s", r, err, c.logTails())

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/mlock-dev/mlock"
+	"github.com/mlock-dev/mlock/internal/lease"
 	"go.uber.org/goleak"
 )
 
@@ -65,6 +66,7 @@ func envRounds(def int) int {
 // processes and injects one fault per round (see the package
 // documentation), then checks safety, linearizability and availability.
 func TestClusterFaults(t *testing.T) {
+	t.Parallel() // its own cluster; TestFailover runs alongside
 	if runtime.GOOS != "linux" {
 		t.Skipf("SKIPPED: the cluster fault test needs Linux (signals, process groups); this is %s", runtime.GOOS)
 	}
@@ -118,12 +120,12 @@ func TestClusterFaults(t *testing.T) {
 	start := time.Now()
 	for r := 1; r <= rounds; r++ {
 		kind := faultKinds[(r-1)%len(faultKinds)]
-		time.Sleep(loadBefore)
+		time.Sleep(loadBefore) // fixed: load before the fault, the test's input
 		if err := runFault(c, h, clients[r%workers], r, kind); err != nil {
 			t.Errorf("round %d (%s): %v\n%s", r, kind, err, c.logTails())
 			break
 		}
-		time.Sleep(settle)
+		time.Sleep(settle) // fixed: the cluster settles after the fault, the test's input
 	}
 	elapsed := time.Since(start)
 	stopWorkers()
@@ -169,13 +171,13 @@ func runFault(c *cluster, h *history, probe *mlock.Client, round int, kind strin
 	case "stop-leader":
 		ev("stop", victim)
 		victim.signal(syscall.SIGSTOP)
-		time.Sleep(pauseFor)
+		time.Sleep(pauseFor) // fixed: the fault's duration
 		ev("cont", victim)
 		victim.signal(syscall.SIGCONT)
 	default:
 		ev("kill", victim)
 		victim.kill()
-		time.Sleep(downFor)
+		time.Sleep(downFor) // fixed: the fault's duration
 		ev("restart", victim)
 		if err := c.start(victim); err != nil {
 			return fmt.Errorf("restarting %s: %v", victim.id, err)
@@ -416,7 +418,7 @@ func report(t *testing.T, c *cluster, rounds int, elapsed time.Duration, ops []o
 	vs, empty := checkSafety(grants)
 	short, faulty := checkArrivals(grants, events)
 	fmt.Fprintf(&b, "arrival: %d grants believed for less than %v on arrival after a wait without a fault, %d after one "+
-		"(bound: %d, a wait per worker and fault)\n", len(short), time.Duration(minUsable(min(ttl, grace))), faulty, workers*rounds)
+		"(bound: %d, a wait per worker and fault)\n", len(short), lease.MinUsable(min(ttl, grace)), faulty, workers*rounds)
 	vs = append(vs, short...)
 	if faulty > workers*rounds {
 		vs = append(vs, violation{kind: "arrival", msg: fmt.Sprintf("%d grants short on arrival after a fault, above the bound %d",

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mlock-dev/mlock/internal/lease"
 )
 
 // The history log. Workers append (see testdata/worker):
@@ -234,28 +236,23 @@ func (h *history) check(fenced time.Duration) []violation {
 // during its wait: the client may still be reconnecting from it.
 const faultNear = int64(time.Second)
 
-// minUsable is the client's promise for a grant: at least two thirds of
-// the shorter of its ttl and the session grace, less its drift margin
-// (span/100 + 5 ms), left to believe when it arrives.
-func minUsable(span int64) int64 { return (span - (span/100 + int64(5*time.Millisecond))) / 3 * 2 }
-
 // checkArrivals requires of every grant whose wait (from
 // faultNear before its call to its arrival) saw no fault line that it
-// arrived with at least minUsable of its span to believe: a lock that is
+// arrived with at least lease.MinUsable of its span to believe: a lock that is
 // lost, or about to be, on arrival is a bug whatever the wait. Grants whose
 // wait saw a fault are left out: the fault may hold back every answer of
 // the confirmation (see the client's Safety).
 func (h *history) checkArrivals() []violation {
 	var vs []violation
 	for _, a := range h.arrivals {
-		if a.believed >= minUsable(a.span) || h.faultIn(a.call-faultNear, a.at) {
+		if a.believed >= int64(lease.MinUsable(time.Duration(a.span))) || h.faultIn(a.call-faultNear, a.at) {
 			continue
 		}
 		vs = append(vs, violation{
 			kind: "arrival",
 			msg: fmt.Sprintf("resource %s: worker %s was granted the lock at %s after a wait of %v without a fault, "+
 				"believed held for only %v (want at least %v)", a.res, a.wid, h.at(a.at), time.Duration(a.at-a.call),
-				time.Duration(a.believed), time.Duration(minUsable(a.span))),
+				time.Duration(a.believed), lease.MinUsable(time.Duration(a.span))),
 			from: a.call, to: a.at, wids: []string{a.wid},
 		})
 	}
@@ -269,7 +266,7 @@ func (h *history) checkArrivals() []violation {
 func (h *history) shortAfterFault() int {
 	n := 0
 	for _, a := range h.arrivals {
-		if a.believed < minUsable(a.span) && h.faultIn(a.call-faultNear, a.at) {
+		if a.believed < int64(lease.MinUsable(time.Duration(a.span))) && h.faultIn(a.call-faultNear, a.at) {
 			n++
 		}
 	}

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/mlock-dev/mlock/internal/proctest"
 )
 
 // Environment:
@@ -55,7 +57,7 @@ func kinds() []kind {
 		base("blackhole", func(h *harness) { h.blackhole(3 * ttl) }),
 		base("cut", func(h *harness) {
 			h.cut()
-			time.Sleep(300 * time.Millisecond)
+			time.Sleep(300 * time.Millisecond) // fixed: the gap between two cuts, the fault's shape
 			h.cut()
 		}),
 		base("delay", func(h *harness) { h.delay(100*time.Millisecond, 3*ttl) }),
@@ -179,7 +181,7 @@ func runKind(t *testing.T, k kind) {
 	}
 	t.Cleanup(func() { o.Close() })
 	h.srvO = o
-	port := freePort(t)
+	port := proctest.FreePort(t)
 	h.addr = fmt.Sprintf("127.0.0.1:%d", port)
 	switch k.backend {
 	case "mlockd":
@@ -264,7 +266,7 @@ func (h *harness) slot(stop <-chan struct{}, mode string) {
 		paused := h.paused
 		h.mu.Unlock()
 		if paused {
-			time.Sleep(20 * time.Millisecond)
+			time.Sleep(20 * time.Millisecond) // poll interval (new workers held back)
 			continue
 		}
 		p := h.spawn(mode)
@@ -357,7 +359,7 @@ func (h *harness) holder(limit time.Duration) *proc {
 				}
 			}
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // poll interval
 	}
 	return nil
 }
@@ -372,7 +374,7 @@ func (h *harness) serverKill(down time.Duration) {
 	h.mu.Lock()
 	h.paused = true
 	h.mu.Unlock()
-	time.Sleep(300 * time.Millisecond)
+	time.Sleep(300 * time.Millisecond) // fixed: workers started just before the kill settle into holding or waiting (no event across processes)
 	h.mu.Lock()
 	for w := range h.live {
 		h.waiters[w] = true
@@ -380,7 +382,7 @@ func (h *harness) serverKill(down time.Duration) {
 	h.mu.Unlock()
 	h.log.printf("fault %d %s kill -9", now(), h.k.backend)
 	h.srv.kill()
-	time.Sleep(down)
+	time.Sleep(down) // fixed: the fault's duration
 	h.startServer()
 	h.log.printf("fault %d %s restarted", now(), h.k.backend)
 	h.newcomer()
@@ -392,7 +394,7 @@ func (h *harness) serverKill(down time.Duration) {
 func (h *harness) serverStop(d time.Duration) {
 	h.log.printf("fault %d server SIGSTOP for %v", now(), d)
 	h.srv.signal(syscall.SIGSTOP)
-	time.Sleep(d)
+	time.Sleep(d) // fixed: the fault's duration
 	h.srv.signal(syscall.SIGCONT)
 	h.log.printf("fault %d server SIGCONT", now())
 }
@@ -406,7 +408,7 @@ func (h *harness) holderStop(d time.Duration) {
 	}
 	h.log.printf("fault %d holder %s SIGSTOP for %v", now(), p.wid, d)
 	p.signal(syscall.SIGSTOP)
-	time.Sleep(d)
+	time.Sleep(d) // fixed: the fault's duration
 	p.signal(syscall.SIGCONT)
 	h.log.printf("fault %d holder %s SIGCONT", now(), p.wid)
 }
@@ -414,7 +416,7 @@ func (h *harness) holderStop(d time.Duration) {
 func (h *harness) blackhole(d time.Duration) {
 	h.log.printf("fault %d proxy blackhole for %v", now(), d)
 	h.px.setBlackhole(true)
-	time.Sleep(d)
+	time.Sleep(d) // fixed: the fault's duration
 	h.px.setBlackhole(false)
 	h.log.printf("fault %d proxy forwards again", now())
 }
@@ -429,7 +431,7 @@ func (h *harness) down(d time.Duration) {
 	h.log.printf("fault %d proxy down for %v", now(), d)
 	h.px.setRefuse(true)
 	h.px.cut()
-	time.Sleep(d)
+	time.Sleep(d) // fixed: the fault's duration
 	h.px.setRefuse(false)
 	h.log.printf("fault %d proxy up", now())
 }
@@ -437,7 +439,7 @@ func (h *harness) down(d time.Duration) {
 func (h *harness) delay(d, span time.Duration) {
 	h.log.printf("fault %d proxy delay %v for %v", now(), d, span)
 	h.px.setDelay(d)
-	time.Sleep(span)
+	time.Sleep(span) // fixed: the fault's duration
 	h.px.setDelay(0)
 	h.log.printf("fault %d proxy delay off", now())
 }

@@ -7,7 +7,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/mlock-dev/mlock/internal/proctest"
 
 	"go.uber.org/goleak"
 )
@@ -47,53 +48,20 @@ func TestMain(m *testing.M) {
 func binaries(t testing.TB) {
 	t.Helper()
 	bins.once.Do(func() {
-		out, err := exec.Command("go", "env", "GOMOD").Output()
-		if err != nil || strings.TrimSpace(string(out)) == "" {
-			bins.err = fmt.Errorf("finding the module root: %v", err)
-			return
-		}
-		root := filepath.Dir(strings.TrimSpace(string(out)))
 		if bins.dir, bins.err = os.MkdirTemp("", "mlock-faulttest-"); bins.err != nil {
 			return
 		}
-		cmd := exec.Command("go", "build", "-o", bins.dir+string(filepath.Separator),
-			"./cmd/mlockd", "./cmd/mlock", "./internal/faulttest/testdata/worker")
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			bins.err = fmt.Errorf("go build: %v\n%s", err, out)
+		b, err := proctest.BuildErr(bins.dir, "./cmd/mlockd", "./cmd/mlock", "./internal/faulttest/testdata/worker")
+		if err != nil {
+			bins.err = err
 			return
 		}
-		bins.mlockd = filepath.Join(bins.dir, "mlockd")
-		bins.mlock = filepath.Join(bins.dir, "mlock")
-		bins.worker = filepath.Join(bins.dir, "worker")
+		bins.mlockd, bins.mlock, bins.worker = b[0], b[1], b[2]
 		bins.redis, _ = exec.LookPath("redis-server")
 	})
 	if bins.err != nil {
 		t.Fatal(bins.err)
 	}
-}
-
-// cleanEnv is the environment without MLOCK_ variables, so the caller's
-// settings do not leak into the processes under test.
-func cleanEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "MLOCK_") {
-			env = append(env, kv)
-		}
-	}
-	return env
-}
-
-// freePort returns a loopback port that was free a moment ago.
-func freePort(t testing.TB) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }
 
 // proc is a started process in its own process group. done closes when it
@@ -135,7 +103,7 @@ func (w *tailBuffer) String() string {
 func start(t testing.TB, dir string, stdout *os.File, name string, args ...string) (*proc, error) {
 	cmd := exec.Command(name, args...)
 	cmd.Dir = dir
-	cmd.Env = cleanEnv()
+	cmd.Env = proctest.CleanEnv()
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	p := &proc{cmd: cmd, done: make(chan struct{}), stderr: &tailBuffer{}}
 	if stdout != nil {
@@ -210,7 +178,7 @@ func waitDial(p *proc, addr string, redis bool) error {
 				return nil
 			}
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // poll interval
 	}
 	return fmt.Errorf("%s not listening after 10s", addr)
 }

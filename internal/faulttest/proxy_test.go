@@ -121,7 +121,7 @@ func (p *proxy) pipe(dst, src net.Conn) {
 			d := p.delay
 			p.mu.Unlock()
 			if wait := time.Until(ch.at.Add(d)); wait > 0 {
-				time.Sleep(wait)
+				time.Sleep(wait) // fixed: the delay the fault injects
 			}
 			if _, err := dst.Write(ch.b); err != nil {
 				src.Close()

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mlock-dev/mlock/internal/proctest"
 )
 
 // TestIssue7RunEnv checks that "mlock run" gives the command its fencing
@@ -17,7 +19,7 @@ import (
 func TestIssue7RunEnv(t *testing.T) {
 	binaries(t)
 	dir := t.TempDir()
-	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	addr := fmt.Sprintf("127.0.0.1:%d", proctest.FreePort(t))
 	o, err := os.Create(filepath.Join(dir, "server.log"))
 	if err != nil {
 		t.Fatal(err)

@@ -5,19 +5,24 @@ package jstest
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/mlock-dev/mlock/internal/proctest"
+
 	"github.com/mlock-dev/mlock/internal/testenv"
 )
 
-// TestNodePackages runs npm test in js/ against an mlockd built from this
-// repository (MLOCKD_BIN): the client against real servers (single node,
-// restarts, a cut connection, a 3-node cluster) and the Medusa provider in
+// TestNodePackages runs the tests of js/package.json's test script
+// against an mlockd built from this repository (MLOCKD_BIN): the client
+// against real servers (single node, restarts, a cut connection, a 3-node cluster) and the Medusa provider in
 // the real @medusajs/locking module, with @medusajs/locking-redis alongside
 // when REDIS_URL is set (the differential suite: the same scenarios through
 // both, side by side). Without node, npm or js/node_modules (npm ci in js/)
@@ -44,34 +49,164 @@ func TestNodePackages(t *testing.T) {
 		t.Fatal("REDIS_URL is not set: the differential suite (locking-redis against locking-mlock) is required in CI")
 	}
 
+	// The programs and the TypeScript build are independent: built side
+	// by side.
 	dir := t.TempDir()
-	bin, cli := filepath.Join(dir, "mlockd"), filepath.Join(dir, "mlock")
-	for _, b := range [][2]string{{bin, "github.com/mlock-dev/mlock/cmd/mlockd"}, {cli, "github.com/mlock-dev/mlock/cmd/mlock"}} {
-		build := exec.Command("go", "build", "-o", b[0], b[1])
-		if out, err := build.CombinedOutput(); err != nil {
-			t.Fatalf("go build %s: %v\n%s", b[1], err, out)
-		}
+	script, err := readTestScript(js)
+	if err != nil {
+		t.Fatal(err)
 	}
-
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "npm", "test")
-	cmd.Dir = js
-	cmd.Env = append(os.Environ(), "MLOCKD_BIN="+bin, "MLOCK_CLI="+cli, "NO_COLOR=1")
-	// npm, node and the servers the tests start share a process group: a
-	// timeout ends them all, by the group of the PID started here.
+	var bins []string
+	built := make(chan error, 1)
+	go func() {
+		var err error
+		bins, err = proctest.BuildErr(dir, "./cmd/mlockd", "./cmd/mlock")
+		built <- err
+	}()
+	env := append(os.Environ(), "NO_COLOR=1", "PATH="+filepath.Join(js, "node_modules", ".bin")+string(os.PathListSeparator)+os.Getenv("PATH"))
+	for _, step := range script.build {
+		if out, err := runGroup(ctx, js, env, "sh", "-c", step); err != nil {
+			<-built
+			t.Fatalf("%s: %v\n%s", step, err, out)
+		}
+	}
+	if err := <-built; err != nil {
+		t.Fatal(err)
+	}
+	env = append(env, "MLOCKD_BIN="+bins[0], "MLOCK_CLI="+bins[1])
+
+	// Each test file in its own node process, every file at once (npm test
+	// runs them one after the other; go test's -parallel would run only
+	// GOMAXPROCS of them, and they mostly wait): every suite starts its own
+	// servers on free ports, and only the differential suite uses Redis.
+	type run struct {
+		out []byte
+		err error
+	}
+	runs := make([]chan run, len(script.files))
+	for i, file := range script.files {
+		runs[i] = make(chan run, 1)
+		go func() {
+			out, err := runGroup(ctx, js, env, "node", append(append([]string{"--test"}, script.flags...), file)...)
+			runs[i] <- run{out, err}
+		}()
+	}
+	for i, file := range script.files {
+		r := <-runs[i] // waited for even if a subtest before failed: no process outlives the test
+		t.Run(filepath.Base(file), func(t *testing.T) {
+			if ctx.Err() != nil {
+				t.Fatalf("node --test %s did not finish within the time allowed\n%s", file, r.out)
+			}
+			if r.err != nil {
+				t.Fatalf("node --test %s: %v\n%s", file, r.err, r.out)
+			}
+			t.Logf("%s", r.out)
+		})
+	}
+}
+
+// testScript is js/package.json's test script: "npm run build && tsc -p
+// test && node --test [flags] FILES...", read so that the script stays the
+// one list of the build steps, node's flags and the test files.
+type testScript struct {
+	build []string // the steps before node, each a shell command
+	flags []string // node's flags (--test-concurrency left out: one file per process)
+	files []string
+}
+
+// readTestScript reads and splits js/package.json's test script.
+func readTestScript(js string) (testScript, error) {
+	b, err := os.ReadFile(filepath.Join(js, "package.json"))
+	if err != nil {
+		return testScript{}, err
+	}
+	var pkg struct {
+		Scripts map[string]string `json:"scripts"`
+	}
+	if err := json.Unmarshal(b, &pkg); err != nil {
+		return testScript{}, fmt.Errorf("js/package.json: %v", err)
+	}
+	return parseTestScript(pkg.Scripts["test"])
+}
+
+// parseTestScript splits a test script "STEP && ... && node --test [flags]
+// FILES...".
+func parseTestScript(script string) (testScript, error) {
+	steps := strings.Split(script, " && ")
+	last := strings.Fields(steps[len(steps)-1])
+	if len(last) < 3 || last[0] != "node" || last[1] != "--test" {
+		return testScript{}, fmt.Errorf("js/package.json: the test script %q does not end in node --test FILES", script)
+	}
+	sc := testScript{build: steps[:len(steps)-1]}
+	for _, w := range last[2:] {
+		switch {
+		case strings.HasPrefix(w, "--test-concurrency"):
+		case strings.HasPrefix(w, "-"):
+			sc.flags = append(sc.flags, w)
+		default:
+			sc.files = append(sc.files, w)
+		}
+	}
+	if len(sc.files) == 0 {
+		return testScript{}, fmt.Errorf("js/package.json: the test script names no test file")
+	}
+	return sc, nil
+}
+
+// runGroup runs name with args in dir and returns its output. The process
+// and those it starts (node's servers) share a process group: a timeout
+// ends them all, by the group of the PID started here.
+func runGroup(ctx context.Context, dir string, env []string, name string, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Dir, cmd.Env = dir, env
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 10 * time.Second
 	var out bytes.Buffer
-	cmd.Stdout = &out
-	cmd.Stderr = &out
-	err = cmd.Run()
-	if ctx.Err() != nil {
-		t.Fatalf("npm test did not finish within the time allowed\n%s", out.Bytes())
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	return out.Bytes(), err
+}
+
+func TestParseTestScript(t *testing.T) {
+	for _, c := range []struct {
+		script string
+		want   testScript
+		err    bool
+	}{
+		{"npm run build && tsc -p test && node --test --test-concurrency=1 --test-timeout=60000 a.js b.js",
+			testScript{build: []string{"npm run build", "tsc -p test"}, flags: []string{"--test-timeout=60000"}, files: []string{"a.js", "b.js"}}, false},
+		{"node --test a.js", testScript{files: []string{"a.js"}}, false},
+		{"", testScript{}, true},
+		{"npm test", testScript{}, true},
+		{"tsc && node --test --test-timeout=1", testScript{}, true},
+	} {
+		got, err := parseTestScript(c.script)
+		if (err != nil) != c.err || !c.err && fmt.Sprint(got) != fmt.Sprint(c.want) {
+			t.Errorf("parseTestScript(%q) = %+v, %v; want %+v, error %v", c.script, got, err, c.want, c.err)
+		}
 	}
-	if err != nil {
-		t.Fatalf("npm test: %v\n%s", err, out.Bytes())
-	}
-	t.Logf("%s", out.Bytes())
+}
+
+// FuzzParseTestScript: any script is split without a panic, and what it
+// returns runs node on files only (a flag is never taken for a file).
+func FuzzParseTestScript(f *testing.F) {
+	f.Add("npm run build && tsc -p test && node --test --test-concurrency=1 --test-timeout=60000 a.js b.js")
+	f.Add("node --test && node --test x")
+	f.Fuzz(func(t *testing.T, script string) {
+		sc, err := parseTestScript(script)
+		if err != nil {
+			return
+		}
+		if len(sc.files) == 0 {
+			t.Fatalf("%q: no file and no error", script)
+		}
+		for _, file := range sc.files {
+			if strings.HasPrefix(file, "-") {
+				t.Fatalf("%q: flag %q taken for a file", script, file)
+			}
+		}
+	})
 }

@@ -66,6 +66,13 @@ var ErrOptions = errors.New("lease: invalid options")
 // server's millisecond leases.
 func Margin(d time.Duration) time.Duration { return d/100 + 5*time.Millisecond }
 
+// MinUsable is the least a grant leaves its holder to believe when it
+// reaches the caller: two thirds of span (the shorter of the lock's ttl and
+// the session grace) less its Margin. The Go client confirms a grant that
+// arrives with less before it hands it over; the checkers of the test
+// suites hold every grant that saw no fault to it.
+func MinUsable(span time.Duration) time.Duration { return (span - Margin(span)) / 3 * 2 }
+
 // Options describes a lease.
 type Options struct {
 	// TTL is the length of the lease. It is renewed every TTL/3 (never more

@@ -355,7 +355,7 @@ func TestNoTTLNoRenewal(t *testing.T) {
 	fnErr, lostErr := Run(context.Background(), Options{Renew: func(context.Context) (bool, error) {
 		calls.Add(1)
 		return true, nil
-	}}, func(context.Context) error { time.Sleep(20 * time.Millisecond); return nil })
+	}}, func(context.Context) error { time.Sleep(20 * time.Millisecond); return nil }) // fixed: the job's duration, the test's input
 	if fnErr != nil || lostErr != nil || calls.Load() != 0 {
 		t.Fatalf("Run = %v, %v after %d renewals", fnErr, lostErr, calls.Load())
 	}

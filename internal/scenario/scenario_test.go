@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mlock-dev/mlock/internal/proctest"
 	"go.uber.org/goleak"
 
 	"github.com/mlock-dev/mlock/internal/testenv"
@@ -86,8 +87,11 @@ func TestScenarios(t *testing.T) {
 			"started its command (mlock run checks its own belief: exit 125 if too short)\n%s", version, seed, strings.Join(rows, "\n"))
 	})
 
+	// The single server and the cluster side by side: each has its own
+	// processes and ports, and a scenario's checks read only its own logs.
 	for _, topo := range []string{"single", "cluster"} {
 		t.Run(topo, func(t *testing.T) {
+			t.Parallel()
 			var tg *target
 			orders, nodes, medusa := sz.orders, sz.nodes, sz.medusa
 			if topo == "single" {
@@ -193,7 +197,7 @@ func (s *scene) run(t *testing.T, logPath string, specs []spec) []proc {
 	start := func(i int) {
 		sp := specs[i]
 		cmd := exec.Command(sp.argv[0], sp.argv[1:]...)
-		cmd.Env = cleanEnv()
+		cmd.Env = proctest.CleanEnv()
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		out, err := os.Create(filepath.Join(dir, sp.id+".out"))
 		if err != nil {
@@ -286,7 +290,7 @@ func (s *scene) waitReady(logPath string, specs []spec, dones []chan struct{}, w
 		if time.Now().After(deadline) {
 			return fmt.Errorf("only %d of %d workers ready after a minute", len(ready), want)
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // poll interval
 	}
 }
 
@@ -409,7 +413,7 @@ type nodeTools struct {
 
 // findNode looks for node, npm and the built packages in js/.
 func findNode(t *testing.T) *nodeTools {
-	js := filepath.Join(moduleRoot(t), "js")
+	js := filepath.Join(proctest.ModuleRoot(t), "js")
 	n := &nodeTools{js: js}
 	for _, tool := range []string{"npm", "node"} {
 		p, err := exec.LookPath(tool)

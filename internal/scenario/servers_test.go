@@ -12,23 +12,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/mlock-dev/mlock"
+	"github.com/mlock-dev/mlock/internal/proctest"
 )
-
-// moduleRoot is the directory of go.mod.
-func moduleRoot(t testing.TB) string {
-	t.Helper()
-	out, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil || strings.TrimSpace(string(out)) == "" {
-		t.Fatalf("finding the module root: %v", err)
-	}
-	return filepath.Dir(strings.TrimSpace(string(out)))
-}
 
 // binaries are the programs the scenarios run, built (without -race) from
 // this repository into a temporary directory.
@@ -39,53 +29,8 @@ type binaries struct {
 // build builds mlockd, mlock and the Go worker into dir, in one go build.
 func build(t testing.TB, dir string) binaries {
 	t.Helper()
-	cmd := exec.Command("go", "build", "-o", dir+string(filepath.Separator),
-		"./cmd/mlockd", "./cmd/mlock", "./internal/scenario/testdata/order")
-	cmd.Dir = moduleRoot(t)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return binaries{mlockd: filepath.Join(dir, "mlockd"), mlock: filepath.Join(dir, "mlock"), order: filepath.Join(dir, "order")}
-}
-
-// cleanEnv is the environment without MLOCK_ variables, so that the
-// caller's settings reach neither the servers nor the workers.
-func cleanEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "MLOCK_") {
-			env = append(env, kv)
-		}
-	}
-	return env
-}
-
-// handedOut holds the addresses freeAddr returned, so that a port closed a
-// moment ago is not handed out twice.
-var handedOut = struct {
-	sync.Mutex
-	m map[string]bool
-}{m: map[string]bool{}}
-
-// freeAddr returns a loopback host:port that was free a moment ago.
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	handedOut.Lock()
-	defer handedOut.Unlock()
-	for range 100 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		a := ln.Addr().String()
-		ln.Close()
-		if !handedOut.m[a] {
-			handedOut.m[a] = true
-			return a
-		}
-	}
-	t.Fatal("no new free port in 100 tries")
-	return ""
+	b := proctest.Build(t, dir, "./cmd/mlockd", "./cmd/mlock", "./internal/scenario/testdata/order")
+	return binaries{mlockd: b[0], mlock: b[1], order: b[2]}
 }
 
 // daemon is one mlockd process.
@@ -110,7 +55,7 @@ func startDaemon(t testing.TB, bin, dir, name, addr string, args ...string) *dae
 	defer f.Close()
 	d.cmd = exec.Command(bin, append([]string{"--listen", addr, "--log-level", "warn"}, args...)...)
 	d.cmd.Dir = dir
-	d.cmd.Env = cleanEnv()
+	d.cmd.Env = proctest.CleanEnv()
 	d.cmd.Stdout, d.cmd.Stderr = f, f
 	if err := d.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -135,7 +80,7 @@ func startDaemon(t testing.TB, bin, dir, name, addr string, args ...string) *dae
 		if time.Now().After(deadline) {
 			t.Fatalf("%s not listening on %s after 15s:\n%s", name, addr, tail(d.log, 20))
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // poll interval
 	}
 }
 
@@ -185,7 +130,7 @@ func (tg *target) logTails() string {
 // startSingle starts one mlockd with its defaults.
 func startSingle(t testing.TB, bin string) *target {
 	dir := t.TempDir()
-	return &target{name: "single", daemons: []*daemon{startDaemon(t, bin, dir, "mlockd", freeAddr(t))}}
+	return &target{name: "single", daemons: []*daemon{startDaemon(t, bin, dir, "mlockd", proctest.FreeAddr(t))}}
 }
 
 // startCluster starts three mlockd nodes on loopback as docs/cluster.md
@@ -202,7 +147,7 @@ func startCluster(t testing.TB, bin string) *target {
 	ids := []string{"a", "b", "c"}
 	var addrs, rafts, peers []string
 	for _, id := range ids {
-		addrs, rafts = append(addrs, freeAddr(t)), append(rafts, freeAddr(t))
+		addrs, rafts = append(addrs, proctest.FreeAddr(t)), append(rafts, proctest.FreeAddr(t))
 		peers = append(peers, id+"="+rafts[len(rafts)-1])
 	}
 	tg := &target{name: "cluster"}

@@ -323,7 +323,7 @@ func TestOverlappingSetsStress(t *testing.T) {
 					holders[k] = owner
 				}
 				mu.Unlock()
-				time.Sleep(time.Millisecond)
+				time.Sleep(time.Millisecond) // fixed: the critical section, where an overlap would show
 				mu.Lock()
 				for _, k := range keys {
 					delete(holders, k)

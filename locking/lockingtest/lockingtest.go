@@ -141,7 +141,7 @@ func testOversell(t *testing.T, p locking.Provider, k func(string) string) {
 		stock.Store(5)
 		buy := func(context.Context) error {
 			if stock.Load() > 0 {
-				time.Sleep(10 * time.Millisecond)
+				time.Sleep(10 * time.Millisecond) // fixed: widens the check-then-act window the lock must close
 				stock.Add(-1)
 			}
 			return nil
@@ -264,7 +264,7 @@ func testTimeoutOrdering(t *testing.T, p locking.Provider, k func(string) string
 		defer wg.Done()
 		err := locking.Execute(c, p, []string{key}, func(context.Context) error {
 			close(started)
-			time.Sleep(400 * time.Millisecond)
+			time.Sleep(400 * time.Millisecond) // fixed: the first job holds while the others queue
 			results[0] = "fn_1"
 			return nil
 		}, locking.ExecuteOptions{Timeout: time.Second})
@@ -396,12 +396,12 @@ func testOppositeOrder(t *testing.T, p locking.Provider, k func(string) string) 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = locking.Execute(c, p, keys, func(context.Context) error { time.Sleep(10 * time.Millisecond); return nil },
+			errs[i] = locking.Execute(c, p, keys, func(context.Context) error { time.Sleep(10 * time.Millisecond); return nil }, // the job holds a moment
 				locking.ExecuteOptions{Timeout: 3 * time.Second})
 		}()
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond) // fixed: the two callers ask in this order (the provider API shows no waiting state)
 	}
-	time.Sleep(50 * time.Millisecond)
+	time.Sleep(50 * time.Millisecond) // fixed: both callers are waiting (the provider API shows no waiting state)
 	p.Release(c, []string{b}, locking.ReleaseOptions{OwnerID: "holder"})
 	wg.Wait()
 	if errs[0] != nil || errs[1] != nil {
@@ -501,7 +501,7 @@ func testAwaitQueue(t *testing.T, p locking.Provider, k func(string) string) {
 		_, err := p.Acquire(c, []string{key}, locking.AcquireOptions{OwnerID: "second", AwaitQueue: true, Expire: time.Minute})
 		got <- err
 	}()
-	time.Sleep(100 * time.Millisecond)
+	time.Sleep(100 * time.Millisecond) // fixed: the second caller is waiting (the provider API shows no waiting state)
 	released := time.Now()
 	p.Release(c, []string{key}, locking.ReleaseOptions{OwnerID: "first"})
 	if err := <-got; err != nil {
@@ -523,7 +523,7 @@ func testAcquireDeadline(t *testing.T, p locking.Provider, k func(string) string
 		t.Fatalf("waiting past the deadline: %v", err)
 	}
 	p.Release(c, []string{key}, locking.ReleaseOptions{OwnerID: "holder"})
-	time.Sleep(50 * time.Millisecond)
+	time.Sleep(50 * time.Millisecond) // fixed: a wrong late grant to the timed-out waiter would land meanwhile
 	if _, err := p.Acquire(c, []string{key}, locking.AcquireOptions{OwnerID: "third"}); err != nil {
 		t.Fatalf("a timed-out waiter kept the key: %v", err)
 	}
@@ -535,7 +535,7 @@ func testReentryRenewsExpire(t *testing.T, p locking.Provider, k func(string) st
 	if _, err := p.Acquire(c, []string{key}, o); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(200 * time.Millisecond)
+	time.Sleep(200 * time.Millisecond) // fixed: real time on the provider's clock: the re-entry comes before the first expiry
 	o.Expire = time.Second
 	if _, err := p.Acquire(c, []string{key}, o); err != nil {
 		t.Fatalf("re-entry: %v", err)
@@ -667,7 +667,7 @@ func testRenewalCadence(t *testing.T, p locking.Provider, k func(string) string)
 	}
 	err := locking.Execute(ctx(t), r, []string{k("cadence")}, func(context.Context) error {
 		for i := 0; seen() < 2 && i < 1000; i++ {
-			time.Sleep(10 * time.Millisecond)
+			time.Sleep(10 * time.Millisecond) // poll interval
 		}
 		return nil
 	}, locking.ExecuteOptions{Expire: 900 * time.Millisecond})
@@ -675,7 +675,7 @@ func testRenewalCadence(t *testing.T, p locking.Provider, k func(string) string)
 		t.Fatal(err)
 	}
 	after := seen()
-	time.Sleep(750 * time.Millisecond)
+	time.Sleep(750 * time.Millisecond) // fixed: the window in which a renewal after the job would show
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if len(r.renews) != 2 || after != 2 {

@@ -54,7 +54,7 @@ func startCluster(t *testing.T) *goredis.ClusterClient {
 		if time.Now().After(deadline) {
 			t.Fatal("redis-server did not start")
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // poll interval
 	}
 	if err := node.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", 0, 16383).Err(); err != nil {
 		t.Fatal(err)
@@ -66,7 +66,7 @@ func startCluster(t *testing.T) *goredis.ClusterClient {
 		if time.Now().After(deadline) {
 			t.Fatal("the cluster never became ready")
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // poll interval
 	}
 	c := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: []string{addr}})
 	t.Cleanup(func() { c.Close() })

@@ -259,7 +259,7 @@ func TestMedusaMode(t *testing.T) {
 		_, err := m.Acquire(ctx, []string{"b"}, locking.AcquireOptions{OwnerID: "w", AwaitQueue: true, Expire: time.Minute})
 		got <- err
 	}()
-	time.Sleep(30 * time.Millisecond)
+	time.Sleep(30 * time.Millisecond) // fixed: the waiter is polling (the provider API shows no waiting state)
 	if ok, _ := m.Release(ctx, []string{"b"}, locking.ReleaseOptions{OwnerID: "o"}); !ok {
 		t.Fatal("release b")
 	}

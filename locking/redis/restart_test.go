@@ -62,7 +62,7 @@ func (r *ownRedis) start() {
 		if i == 100 {
 			r.t.Fatal("the test's redis-server did not start")
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // poll interval
 	}
 }
 
@@ -81,7 +81,7 @@ func (r *ownRedis) stop() {
 		if syscall.Kill(pid, 0) != nil {
 			break
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // poll interval
 	}
 	os.Remove(r.pidfile)
 }

@@ -1,0 +1,137 @@
+// Package proctest is what the test suites that run the module's programs
+// as processes share (internal/scenario, internal/clustertest,
+// internal/faulttest, internal/attacktest): the module's root, one go build
+// of the programs, an environment without the caller's MLOCK_ settings,
+// free loopback addresses, and waiting for a condition with a deadline.
+// It is for tests only.
+package proctest
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// ModuleRoot returns the directory of the module's go.mod.
+func ModuleRoot(t testing.TB) string {
+	t.Helper()
+	root, err := moduleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+func moduleRoot() (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil || strings.TrimSpace(string(out)) == "" {
+		return "", fmt.Errorf("finding the module root: %v", err)
+	}
+	return filepath.Dir(strings.TrimSpace(string(out))), nil
+}
+
+// Build builds the packages (paths relative to the module root, such as
+// "./cmd/mlockd") without -race into dir, in one go build, and returns the
+// path of each program in their order. The programs change under the tests:
+// they are built afresh by every test binary (go's cache makes it cheap).
+func Build(t testing.TB, dir string, pkgs ...string) []string {
+	t.Helper()
+	bins, err := BuildErr(dir, pkgs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bins
+}
+
+// BuildErr is Build for a caller without a test at hand (a sync.Once).
+func BuildErr(dir string, pkgs ...string) ([]string, error) {
+	root, err := moduleRoot()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command("go", append([]string{"build", "-o", dir + string(filepath.Separator)}, pkgs...)...)
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("go build %s: %v\n%s", strings.Join(pkgs, " "), err, out)
+	}
+	bins := make([]string, len(pkgs))
+	for i, p := range pkgs {
+		bins[i] = filepath.Join(dir, path.Base(p))
+	}
+	return bins, nil
+}
+
+// CleanEnv returns this process's environment without the MLOCK_
+// variables, so that the caller's settings reach neither the servers nor
+// the workers the tests start.
+func CleanEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "MLOCK_") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+// handedOut holds the addresses FreeAddr returned: the kernel may hand out
+// a port just closed again, and two servers given one port fail to start.
+var handedOut = struct {
+	sync.Mutex
+	m map[string]bool
+}{m: map[string]bool{}}
+
+// FreeAddr returns a loopback host:port that was free a moment ago and was
+// not returned before in this test binary.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	for range 100 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := ln.Addr().String()
+		ln.Close()
+		if !handedOut.m[a] {
+			handedOut.m[a] = true
+			return a
+		}
+	}
+	t.Fatal("no new free port in 100 tries")
+	return ""
+}
+
+// FreePort is FreeAddr's port.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	_, port, _ := net.SplitHostPort(FreeAddr(t))
+	n := 0
+	for _, c := range port {
+		n = n*10 + int(c-'0')
+	}
+	return n
+}
+
+// WaitFor polls cond until it holds, and fails the test with what (what
+// was waited for) if it does not within timeout. For states that announce
+// themselves by no event (another process's files, a server's counters):
+// where there is a channel or a log line to wait on, wait on that.
+func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for pause := time.Millisecond; !cond(); pause = min(2*pause, 50*time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, timeout)
+		}
+		time.Sleep(pause) // the poll's interval: cond has no event to wait on
+	}
+}

@@ -1,0 +1,6 @@
+// Command hello prints hello: the program proctest's test builds.
+package main
+
+import "fmt"
+
+func main() { fmt.Println("hello") }
