@@ -287,17 +287,60 @@ func looksLikeTLS(r *bufio.Reader) bool {
 // shuts down. It reports whether the server said it is shutting down.
 func (s *session) serve(c link, i int) (bye bool) {
 	addr := s.nodes[i].addr
-	nc, r, h := c.nc, c.r, c.h
+	nc := c.nc
 	box := protocol.NewOutbox(maxPending)
 	// The last Client's Close bounds a write blocked on a server that reads
 	// nothing (the writer notices the session's end only between writes):
 	// it gets a second to flush what is queued.
 	unhook := context.AfterFunc(s.ctx, func() { _ = nc.SetWriteDeadline(time.Now().Add(time.Second)) })
 	defer unhook()
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
+	if !s.attach(c, addr, box) {
 		nc.Close()
+		return false
+	}
+	s.log.Debug("mlock: connected", "node", addr, "resumed", c.h.resumed, "graceMs", c.h.graceMs)
+
+	stop := make(chan struct{})
+	cctx, ccancel := context.WithCancel(s.ctx)
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go s.writeLoop(c, box, stop, &wg)
+	go s.pingLoop(cctx, c.tcp, stop, &wg)
+	s.kick() // requests asked again on this session
+	bye, err := s.readLoop(c, box)
+	if bye {
+		// Every held lock is marked lost: confirm it to the server, which
+		// counts only bye (not a closed connection) as heard.
+		s.mu.Lock()
+		s.seq++
+		s.queueLocked(s.seq, &protocol.Words{V: protocol.VerbBye})
+		s.mu.Unlock()
+		_ = nc.SetWriteDeadline(time.Now().Add(time.Second))
+		_, _ = box.Flush(c.w) // or the flush under way writes it
+	}
+	close(stop)
+	ccancel() // a ping in flight
+	if bye {
+		wg.Wait() // a flush under way ends (at the write deadline at worst)
+	}
+	// The raw connection: a TLS close_notify could block on a full socket.
+	c.tcp.Close()
+	wg.Wait()
+	s.detachConn(addr, err)
+	if !errors.Is(err, net.ErrClosed) && !bye {
+		s.log.Warn("mlock: connection lost; reconnecting", "node", addr, "err", err)
+	}
+	return bye
+}
+
+// attach makes c, to node addr, the session's connection: the handshake's
+// grace and send time, the waits probed or asked again. It reports false if
+// the session is closed.
+func (s *session) attach(c link, addr string, box *protocol.Outbox) bool {
+	h := c.h
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
 		return false
 	}
 	s.graceKnown = h.graceMs >= 0
@@ -327,55 +370,38 @@ func (s *session) serve(c link, i int) (bye bool) {
 	close(s.up)
 	s.rearmLocked() // the grace may have changed
 	s.pingEvery = 0 // the pinger computes it
-	s.mu.Unlock()
-	s.log.Debug("mlock: connected", "node", addr, "resumed", h.resumed, "graceMs", h.graceMs)
+	return true
+}
 
-	stop := make(chan struct{})
-	cctx, ccancel := context.WithCancel(s.ctx)
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go s.writeLoop(c, box, stop, &wg)
-	go s.pingLoop(cctx, c.tcp, stop, &wg)
-	s.kick() // requests asked again on this session
-	try, _ := tryWriter(nc)
-	var err error
+// readLoop reads and dispatches c's frames until the connection breaks or
+// the server says it is shutting down (bye). At the end of what a read
+// brought, it writes the commands of the callers it answered (endBatch).
+func (s *session) readLoop(c link, box *protocol.Outbox) (bye bool, err error) {
+	try, _ := tryWriter(c.nc)
 	var buf []byte
 	for {
 		var p []byte
-		if p, err = protocol.ReadFrame(r, buf, protocol.MaxFrameLimit); err != nil {
-			break
+		if p, err = protocol.ReadFrame(c.r, buf, protocol.MaxFrameLimit); err != nil {
+			return false, err
 		}
 		if s.dispatch(p) {
-			bye, err = true, errShuttingDown
-			break
+			return true, errShuttingDown
 		}
 		if cap(p) > cap(buf) && cap(p) <= 1<<20 {
 			buf = p[:0] // a large frame's buffer, kept for the next one
 		}
-		if !frameBuffered(r) {
+		if !frameBuffered(c.r) {
 			s.endBatch(c.tcp, box, try)
 		}
 	}
-	if bye {
-		// Every held lock is marked lost: confirm it to the server, which
-		// counts only bye (not a closed connection) as heard.
-		s.mu.Lock()
-		s.seq++
-		s.queueLocked(s.seq, &protocol.Words{V: protocol.VerbBye})
-		s.mu.Unlock()
-		_ = nc.SetWriteDeadline(time.Now().Add(time.Second))
-		_, _ = box.Flush(c.w) // or the flush under way writes it
-	}
-	close(stop)
-	ccancel() // a ping in flight
-	if bye {
-		wg.Wait() // a flush under way ends (at the write deadline at worst)
-	}
-	// The raw connection: a TLS close_notify could block on a full socket.
-	c.tcp.Close()
-	wg.Wait()
+}
 
+// detachConn ends the session's connection to addr, which broke with err:
+// the calls in flight fail, or are asked again on the next connection when
+// their outcome is unknown.
+func (s *session) detachConn(addr string, err error) {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.box, s.nc, s.node = nil, nil, ""
 	s.answered = false // the next connection's callers wake its writer
 	s.woken = 0        // a read cut short (bye, a bad frame) left it
@@ -401,14 +427,8 @@ func (s *session) serve(c link, i int) (bye bool) {
 	// A timeout push can be lost with the connection: the waits' backstops
 	// join the session's timer (held locks are on it already).
 	s.rearmLocked()
-	s.mu.Unlock()
-	if !errors.Is(err, net.ErrClosed) && !bye {
-		s.log.Warn("mlock: connection lost; reconnecting", "node", addr, "err", err)
-	}
-	return bye
 }
 
-// frameBuffered reports whether r holds a whole frame: reading it does not
 // block.
 func frameBuffered(r *bufio.Reader) bool {
 	b, _ := r.Peek(r.Buffered())
@@ -715,49 +735,7 @@ func (s *session) resultLocked(m *protocol.Message) {
 	r := reply{sent: cl.sent, node: s.node}
 	switch cl.verb {
 	case protocol.VerbLock, protocol.VerbTryLock:
-		l := cl.lock
-		if cl.abandoned {
-			// Nobody waits for it: give it back, unless the answer names a
-			// lock another handle of the session holds or waits for (an
-			// owner's re-entry): that lock stays theirs.
-			id := string(m.Payload)
-			switch old := s.locks[id]; {
-			case old == nil:
-				s.forgetLocked(id)
-			case old.state == held:
-				old.renewedLocked(cl.sent, l.ttl, time.Time{}) // renewed by the re-entry
-			}
-			cl.ch <- reply{err: &Error{Type: TypeConnection, Err: ErrClosed}}
-			return
-		}
-		if _, gone := s.giving[string(m.Payload)]; gone {
-			// An owner's request that renewed, by re-entry, a grant this
-			// session is giving back: the unlock that follows frees it.
-			s.resendLocked(cl, s.clk.now())
-			return
-		}
-		old := s.locks[string(m.Payload)]
-		if old != nil && old != l && (old.unlocking || old.state == waiting) {
-			// An owner's re-entry onto a lock being unlocked here (the
-			// unlock that follows frees it), or onto a waiting request
-			// whose grant has not arrived yet (it comes with the answer of
-			// the request asked again, which then renews the held lock).
-			s.resendLocked(cl, s.clk.now())
-			return
-		}
-		if old != nil && old.state == held {
-			// An owner's renewal of a lock it holds: the same lock.
-			old.renewedLocked(cl.sent, l.ttl, time.Time{})
-			l.state = released
-			s.answerLocked(cl, reply{lock: old})
-			return
-		}
-		// Granted or queued: the call is answered by the locked push (or
-		// the failure) that follows.
-		l.id = string(m.Payload)
-		s.locks[l.id] = l
-		l.wait = cl
-		s.keepAliveLocked(s.keepSpanLocked(l)) // the session must stay up for it
+		s.lockAnsweredLocked(cl, string(m.Payload))
 		return
 	case protocol.VerbExtend, protocol.VerbReleaseAll, protocol.VerbReleaseAllIn, protocol.VerbEvict:
 		r.n, _ = protocol.Int(m.Payload)
@@ -773,6 +751,55 @@ func (s *session) resultLocked(m *protocol.Message) {
 		r.data = append([]byte(nil), m.Payload...)
 	}
 	s.answerLocked(cl, r)
+}
+
+// lockAnsweredLocked handles the successful answer to a lock or try-lock
+// call: the lock id, granted or queued. The call is answered by the locked
+// push (or the failure) that follows, unless the answer is an owner's
+// re-entry onto a lock this session holds, gives back or waits for.
+func (s *session) lockAnsweredLocked(cl *call, id string) {
+	l := cl.lock
+	if cl.abandoned {
+		// Nobody waits for it: give it back, unless the answer names a
+		// lock another handle of the session holds or waits for (an
+		// owner's re-entry): that lock stays theirs.
+		switch old := s.locks[id]; {
+		case old == nil:
+			s.forgetLocked(id)
+		case old.state == held:
+			old.renewedLocked(cl.sent, l.ttl, time.Time{}) // renewed by the re-entry
+		}
+		cl.ch <- reply{err: &Error{Type: TypeConnection, Err: ErrClosed}}
+		return
+	}
+	if _, gone := s.giving[id]; gone {
+		// An owner's request that renewed, by re-entry, a grant this
+		// session is giving back: the unlock that follows frees it.
+		s.resendLocked(cl, s.clk.now())
+		return
+	}
+	old := s.locks[id]
+	if old != nil && old != l && (old.unlocking || old.state == waiting) {
+		// An owner's re-entry onto a lock being unlocked here (the
+		// unlock that follows frees it), or onto a waiting request
+		// whose grant has not arrived yet (it comes with the answer of
+		// the request asked again, which then renews the held lock).
+		s.resendLocked(cl, s.clk.now())
+		return
+	}
+	if old != nil && old.state == held {
+		// An owner's renewal of a lock it holds: the same lock.
+		old.renewedLocked(cl.sent, l.ttl, time.Time{})
+		l.state = released
+		s.answerLocked(cl, reply{lock: old})
+		return
+	}
+	// Granted or queued: the call is answered by the locked push (or
+	// the failure) that follows.
+	l.id = id
+	s.locks[l.id] = l
+	l.wait = cl
+	s.keepAliveLocked(s.keepSpanLocked(l)) // the session must stay up for it
 }
 
 // answerLocked gives the reader's answer to the caller waiting on cl, who

@@ -159,7 +159,7 @@ func ParseURI(uri string) (Options, error) {
 	if err != nil {
 		return o, &Error{Type: TypeRequest, Msg: "invalid URI: " + uriProblem(err)}
 	}
-	var useTLS, tlsOff bool
+	var useTLS bool
 	switch u.Scheme {
 	case "mlock":
 	case "mlocks":
@@ -178,9 +178,38 @@ func ParseURI(uri string) (Options, error) {
 		}
 		o.Name, o.Token = u.User.Username(), Secret(tok)
 	}
+	if err := o.setHosts(hosts); err != nil {
+		return o, err
+	}
+	ut, flag, err := o.setParams(u.Query())
+	if err != nil {
+		return o, err
+	}
+	useTLS = useTLS || flag == 1
+	tlsOff := flag == 0
+	if ut != (uriTLS{}) {
+		useTLS = true
+	}
+	switch {
+	case useTLS && tlsOff:
+		return o, &Error{Type: TypeRequest, Msg: "URI: tls=0 with mlocks:// or a tls-* parameter"}
+	case useTLS:
+		if o.TLS, err = ut.config(); err != nil {
+			return o, err
+		}
+		ut.cfg = o.TLS
+		o.uri = ut
+	}
+	return o, o.Validate()
+}
+
+// setHosts sets the address (Host, Port) or addresses (Addrs) of a URI's
+// host list.
+func (o *Options) setHosts(hosts []string) error {
+	var err error
 	if len(hosts) == 1 {
 		if o.Host, o.Port, err = uriHost(hosts[0]); err != nil {
-			return o, &Error{Type: TypeRequest, Msg: "invalid URI: " + err.Error()}
+			return &Error{Type: TypeRequest, Msg: "invalid URI: " + err.Error()}
 		}
 	} else {
 		o.Addrs = make([]string, len(hosts))
@@ -192,30 +221,38 @@ func ParseURI(uri string) (Options, error) {
 			if err != nil {
 				// The address is not quoted: a URI missing its '@' has the
 				// token where the port goes.
-				return o, &Error{Type: TypeRequest, Msg: fmt.Sprintf("invalid URI: address %d of %d: %v", i+1, len(hosts), err)}
+				return &Error{Type: TypeRequest, Msg: fmt.Sprintf("invalid URI: address %d of %d: %v", i+1, len(hosts), err)}
 			}
 			o.Addrs[i] = net.JoinHostPort(host, strconv.Itoa(cmp.Or(port, DefaultPort)))
 		}
 	}
-	// A bare number is milliseconds, as in the seed; a Go duration (5s,
-	// 1m30s) is accepted too, as redis:// URLs do.
-	ms := func(k, v string) (time.Duration, error) {
-		if n, err := strconv.ParseInt(v, 10, 64); err == nil && n >= 0 {
-			return time.Duration(n) * time.Millisecond, nil
-		}
-		if d, err := time.ParseDuration(v); err == nil && d >= 0 {
-			return d, nil
-		}
-		return 0, &Error{Type: TypeRequest, Msg: fmt.Sprintf("URI parameter %s=%q: want milliseconds >= 0 or a duration such as 5s", k, v)}
+	return nil
+}
+
+// uriMs parses the value v of URI parameter k: a bare number is
+// milliseconds, as in the seed; a Go duration (5s, 1m30s) is accepted too,
+// as redis:// URLs do.
+func uriMs(k, v string) (time.Duration, error) {
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil && n >= 0 {
+		return time.Duration(n) * time.Millisecond, nil
 	}
-	var ut uriTLS
-	for k, vs := range u.Query() {
+	if d, err := time.ParseDuration(v); err == nil && d >= 0 {
+		return d, nil
+	}
+	return 0, &Error{Type: TypeRequest, Msg: fmt.Sprintf("URI parameter %s=%q: want milliseconds >= 0 or a duration such as 5s", k, v)}
+}
+
+// setParams sets the options of a URI's query parameters. It returns the
+// tls-* parameters and what tls= says: 1 on, 0 off, -1 not given.
+func (o *Options) setParams(q url.Values) (ut uriTLS, tls int, err error) {
+	tls = -1
+	for k, vs := range q {
 		v := vs[len(vs)-1]
 		switch k {
 		case "timeout":
-			o.Timeout, err = ms(k, v)
+			o.Timeout, err = uriMs(k, v)
 		case "ttl":
-			o.TTL, err = ms(k, v)
+			o.TTL, err = uriMs(k, v)
 		case "tolerate":
 			o.Tolerate, err = strconv.Atoi(v)
 			if err != nil || o.Tolerate < 0 {
@@ -237,9 +274,9 @@ func ParseURI(uri string) (Options, error) {
 		case "tls":
 			switch v {
 			case "1", "true":
-				useTLS = true
+				tls = 1
 			case "0", "false":
-				tlsOff = true
+				tls = 0
 			default:
 				err = &Error{Type: TypeRequest, Msg: fmt.Sprintf("URI parameter tls=%q: want 1 or 0", v)}
 			}
@@ -255,23 +292,10 @@ func ParseURI(uri string) (Options, error) {
 			err = &Error{Type: TypeRequest, Msg: fmt.Sprintf("unknown URI parameter %q", k)}
 		}
 		if err != nil {
-			return o, err
+			return ut, tls, err
 		}
 	}
-	if ut != (uriTLS{}) {
-		useTLS = true
-	}
-	switch {
-	case useTLS && tlsOff:
-		return o, &Error{Type: TypeRequest, Msg: "URI: tls=0 with mlocks:// or a tls-* parameter"}
-	case useTLS:
-		if o.TLS, err = ut.config(); err != nil {
-			return o, err
-		}
-		ut.cfg = o.TLS
-		o.uri = ut
-	}
-	return o, o.Validate()
+	return ut, tls, nil
 }
 
 // splitHostList cuts the list of hosts out of a URI's authority: it

@@ -6,9 +6,13 @@ package layers
 
 import (
 	"encoding/json"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -159,5 +163,44 @@ func TestReadmeLayoutIsTheTable(t *testing.T) {
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("README.md's Layout table:\n%s\nthe layers of this test, top first:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// TestNoLongFunctions keeps the functions of the client (the root package)
+// and the server (server/...) under 100 lines: a longer one is a sequence
+// of steps that want names. Test files are not counted.
+func TestNoLongFunctions(t *testing.T) {
+	const limit = 100
+	dirs := []string{"../.."}
+	sub, _ := filepath.Glob("../../server*")
+	more, _ := filepath.Glob("../../server/*")
+	dirs = append(dirs, sub...)
+	dirs = append(dirs, more...)
+	checked := 0
+	for _, dir := range dirs {
+		files, _ := filepath.Glob(filepath.Join(dir, "*.go"))
+		for _, f := range files {
+			if strings.HasSuffix(f, "_test.go") {
+				continue
+			}
+			fs := token.NewFileSet()
+			af, err := parser.ParseFile(fs, f, nil, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, d := range af.Decls {
+				fd, ok := d.(*ast.FuncDecl)
+				if !ok || fd.Body == nil {
+					continue
+				}
+				checked++
+				if n := fs.Position(fd.End()).Line - fs.Position(fd.Pos()).Line + 1; n > limit {
+					t.Errorf("%s: %s is %d lines (at most %d)", fs.Position(fd.Pos()), fd.Name.Name, n, limit)
+				}
+			}
+		}
+	}
+	if checked < 300 {
+		t.Fatalf("only %d functions checked: the layout changed?", checked)
 	}
 }
