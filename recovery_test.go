@@ -399,7 +399,9 @@ func TestHoldStopsTheJobLeadBeforeTheDeadline(t *testing.T) {
 	if !errors.Is(err, mlock.ErrLost) {
 		t.Fatalf("Hold = %v", err)
 	}
-	if d := <-left; d < lead-50*time.Millisecond {
+	// Without the lead the job would stop at the Deadline (0 left); half the
+	// lead of slack absorbs a timer or a wake-up run late on a loaded machine.
+	if d := <-left; d < lead/2 {
 		t.Fatalf("the job was stopped %v before the Deadline, want about %v", d, lead)
 	}
 }
