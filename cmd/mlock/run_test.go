@@ -534,13 +534,15 @@ func TestRunServerShutdownNamesIt(t *testing.T) {
 // commands overlap (the reproduction of a lock lost on arrival).
 func TestRunQueueLongerThanTheTTL(t *testing.T) {
 	// Not parallel, and its cases one after the other: twenty race-enabled
-	// processes renewing 500 ms leases need the CPU the other tests of the
+	// processes renewing short leases need the CPU the other tests of the
 	// package would take (a run starved past its Deadline gives its lock up,
-	// as it must, and exits 75).
+	// as it must, and exits 75). The shorter ttl is 750 ms: a grant is
+	// usable for 2/3 of it, and with 500 ms an extend answered 150 ms late
+	// (the other test packages run beside this one) lost a lock.
 	for _, tc := range []struct {
 		n   int
 		ttl string
-	}{{10, "1s"}, {20, "500ms"}} {
+	}{{10, "1s"}, {20, "750ms"}} {
 		t.Run(fmt.Sprintf("%dx%s", tc.n, tc.ttl), func(t *testing.T) {
 			runQueue(t, tc.n, tc.ttl)
 		})
