@@ -16,6 +16,7 @@ import (
 // for the new one's: it forgot the new session, and the client's first
 // request after its connect closed the connection.
 func TestClusterAttachAtTheEndOfTheGrace(t *testing.T) {
+	t.Parallel()
 	const grace = 300 * time.Millisecond
 	tc := newTestClusterWith(t, 3, false, func(tc *testCluster) {
 		tc.configure = func(_ int, c *Config) { c.SessionGrace = grace }
@@ -76,6 +77,7 @@ func TestClusterAttachAtTheEndOfTheGrace(t *testing.T) {
 // eviction plus the grace, which the answers of the new connection would
 // let its holder outlive.
 func TestClusterResumeRetellsAnEviction(t *testing.T) {
+	t.Parallel()
 	tc := newTestCluster(t, 3, false)
 	l := tc.leader()
 	f := (l + 1) % 3

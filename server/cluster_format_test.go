@@ -21,6 +21,7 @@ import (
 // its log stops applying (nothing of the entry, nor of any later one) and
 // takes no snapshot.
 func TestLogFormatFutureRefused(t *testing.T) {
+	t.Parallel()
 	future := appendLogCmd(nil, &logCmd{format: logFormat2, op: opParams, params: "x"})
 	future[1] = logFormat + 1 // the header's format
 	var m logCmd
@@ -86,6 +87,7 @@ func TestLogFormatFutureRefused(t *testing.T) {
 // byte for byte. A log of format 1 and one of format 2 bring a state
 // machine to the same state.
 func TestLogFormatPreviousRead(t *testing.T) {
+	t.Parallel()
 	log := replayLog()
 	for _, e := range log {
 		for _, c := range e.cmds {
@@ -221,6 +223,7 @@ func (tc *testCluster) raiseVersion(l int) {
 // a state machine to the same state, with the same answers: the typed log
 // is the single node's parse step done once, the apply step everywhere.
 func TestLogFormatTypedSameState(t *testing.T) {
+	t.Parallel()
 	log := replayLog()
 	frames := replayServer(t, "frames", nil)
 	typed := replayServer(t, "typed", nil)

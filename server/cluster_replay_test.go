@@ -79,6 +79,7 @@ func replayLog() []replayEntry {
 // anywhere in the log, then applying the rest of the log, ends byte for byte
 // like the state that applied the whole log, and answers alike.
 func TestClusterReplayRestoreMidway(t *testing.T) {
+	t.Parallel()
 	log := replayLog()
 	full := replaySM(t, "r")
 	var want [][][]byte
@@ -142,6 +143,7 @@ func (tc *testCluster) cutRaft(f int, heal bool) {
 // writes when it applies their entry: never before them, even when the
 // leader has already answered the forwarded command.
 func TestClusterFollowerLocalAnswerKeepsOrder(t *testing.T) {
+	t.Parallel()
 	tc := newTestCluster(t, 3, false)
 	l := tc.leader()
 	f := (l + 1) % 3
@@ -164,6 +166,7 @@ func TestClusterFollowerLocalAnswerKeepsOrder(t *testing.T) {
 // A connect on a follower is answered before the requests that follow it,
 // even those the follower answers itself.
 func TestClusterFollowerConnectAnsweredFirst(t *testing.T) {
+	t.Parallel()
 	tc := newTestCluster(t, 3, false)
 	l := tc.leader()
 	f := (l + 1) % 3
@@ -196,6 +199,7 @@ func (tc *testCluster) sessionNode(i int, sid string) (node string, ok bool) {
 // cut off from it are detached (their grace starts), as those of a node
 // the leader lost: a removed node is never heard from again.
 func TestClusterRemovedNodeSessionsDetached(t *testing.T) {
+	t.Parallel()
 	tc := newTestCluster(t, 3, false)
 	l := tc.leader()
 	g := (l + 1) % 3
@@ -224,6 +228,7 @@ func TestClusterRemovedNodeSessionsDetached(t *testing.T) {
 // as the leader's are applied (they are in force on it: see
 // TestClusterLeaderSettingsInForce).
 func TestClusterLimitsDifferFromTheLeader(t *testing.T) {
+	t.Parallel()
 	odd := -1
 	tc := newTestClusterWith(t, 3, false, func(tc *testCluster) {
 		tc.configure = func(i int, c *Config) {
@@ -274,6 +279,7 @@ func (tc *testCluster) sessionLocks(i int, sid string) int {
 // applied once, and the answers come in order once the old leader has
 // caught up.
 func TestClusterLeaderCutWithCommandsOnTheirWay(t *testing.T) {
+	t.Parallel()
 	tc := newTestCluster(t, 3, false)
 	l := tc.leader()
 	c := tc.dial(l, "busy")
@@ -320,6 +326,7 @@ func TestClusterLeaderCutWithCommandsOnTheirWay(t *testing.T) {
 // other nodes would forward to their own machine, and clients would be
 // sent there.
 func TestClusterWildcardClientAddrRefused(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct{ listen, advertise string }{
 		{"0.0.0.0:12340", ""}, {":12340", ""}, {"[::]:12340", ""}, {"127.0.0.1:12340", "0.0.0.0:12340"},
 	} {
@@ -336,6 +343,7 @@ func TestClusterWildcardClientAddrRefused(t *testing.T) {
 // again: it closes its clients' connections and those that connect later,
 // so that the clients move to another node; added again, it serves.
 func TestClusterRemovedNodeClosesItsClients(t *testing.T) {
+	t.Parallel()
 	tc := newTestCluster(t, 3, false)
 	l := tc.leader()
 	g := (l + 1) % 3
@@ -361,6 +369,7 @@ func TestClusterRemovedNodeClosesItsClients(t *testing.T) {
 // off), or give one address two ids. A join of a member at its own address
 // does nothing.
 func TestClusterJoinMistakesRefused(t *testing.T) {
+	t.Parallel()
 	tc := newTestCluster(t, 3, false)
 	l := tc.leader()
 	g := (l + 1) % 3
@@ -389,6 +398,7 @@ func TestClusterJoinMistakesRefused(t *testing.T) {
 // the leader's snapshot: a detached session's offline pushes come with it,
 // and its client resuming on that follower gets them.
 func TestClusterSnapshotInstallKeepsOfflinePushes(t *testing.T) {
+	t.Parallel()
 	tc := newTestClusterWith(t, 3, false, func(tc *testCluster) {
 		tc.configure = func(i int, c *Config) {
 			c.Cluster.TrailingLogs = 1
@@ -445,6 +455,7 @@ func TestClusterSnapshotInstallKeepsOfflinePushes(t *testing.T) {
 // commands applied before the takeover (the others find the session gone),
 // then told; the session keeps exactly those locks.
 func TestClusterTakeoverWithCommandsOnTheirWay(t *testing.T) {
+	t.Parallel()
 	tc := newTestCluster(t, 3, false)
 	l := tc.leader()
 	f := (l + 1) % 3

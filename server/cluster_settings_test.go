@@ -211,6 +211,7 @@ func inForce(s *Server) settings {
 // opParams, which then puts the leader's in force, every later command
 // applied with them (a ttl above the node's own max is granted).
 func TestClusterGenesisAndParamsSetTheSettings(t *testing.T) {
+	t.Parallel()
 	const ms = int64(time.Millisecond)
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
 	leader := replaySettings
@@ -324,6 +325,7 @@ func cluster0(body []byte) []byte { return cluster.DedupCommand("", 0, body) }
 // writes the same bytes for the same Config, and a log carrying them puts
 // the same settings in force.
 func TestReplicatedSettingsTextUnchanged(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name string
 		cfg  Config

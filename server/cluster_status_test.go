@@ -16,6 +16,7 @@ import (
 // after "cluster join" it lists it again (mlock cluster status takes the
 // members from the leader's view).
 func TestClusterStatusRightAfterMembershipChange(t *testing.T) {
+	t.Parallel()
 	for _, stopped := range []bool{false, true} {
 		t.Run("stopped="+strconv.FormatBool(stopped), func(t *testing.T) {
 			tc := newTestClusterWith(t, 3, false, func(tc *testCluster) {

@@ -258,6 +258,7 @@ func (c *raw) readWithin(d time.Duration) string {
 }
 
 func TestClusterLocksThroughEveryNode(t *testing.T) {
+	t.Parallel()
 	tc := newTestCluster(t, 3, false)
 	tc.leader()
 	var cs []*raw
@@ -342,6 +343,7 @@ func frame(p string) []byte {
 }
 
 func TestClusterSessionMovesToAnotherNode(t *testing.T) {
+	t.Parallel()
 	tc := newTestCluster(t, 3, false)
 	tc.leader()
 	a := tc.dial(0, "mover")
@@ -377,6 +379,7 @@ func TestClusterSessionMovesToAnotherNode(t *testing.T) {
 }
 
 func TestClusterLeaderLoss(t *testing.T) {
+	t.Parallel()
 	tc := newTestCluster(t, 3, false)
 	l := tc.leader()
 	f1, f2 := (l+1)%3, (l+2)%3
@@ -410,6 +413,7 @@ func TestClusterLeaderLoss(t *testing.T) {
 // contending for one resource while the leader is stopped; fencing tokens
 // show no two holders at once.
 func TestClusterGoClient(t *testing.T) {
+	t.Parallel()
 	tc := newTestCluster(t, 3, false)
 	l := tc.leader()
 	var mu sync.Mutex
@@ -475,6 +479,7 @@ func TestClusterGoClient(t *testing.T) {
 }
 
 func TestClusterRestartFromDisk(t *testing.T) {
+	t.Parallel()
 	tc := newTestCluster(t, 3, true)
 	tc.leader()
 	a := tc.dial(1, "keeper")
@@ -627,6 +632,7 @@ func replayServer(t *testing.T, id string, configure func(*Config)) *Server {
 // removed and joins again; removing a stranger fails saying why; a single
 // server answers that it is not a cluster node.
 func TestClusterMembershipThroughAnyNode(t *testing.T) {
+	t.Parallel()
 	tc := newTestCluster(t, 3, false)
 	l := tc.leader()
 	via, gone := (l+1)%3, (l+2)%3 // ask a follower to remove the other follower
@@ -694,6 +700,7 @@ func (tc *testCluster) tlsClientOnFollower(ca *testcert.CA) (*mlock.Client, int)
 // With TLS on the client ports, a follower forwards to the leader over TLS,
 // verifying the leader's certificate: a TLS client on a follower locks.
 func TestClusterForwardsOverTLS(t *testing.T) {
+	t.Parallel()
 	ca := testcert.New(t)
 	cert, key := ca.Server(t, "127.0.0.1")
 	tc := newTestClusterWith(t, 3, false, func(tc *testCluster) {
@@ -718,6 +725,7 @@ func TestClusterForwardsOverTLS(t *testing.T) {
 // the node's certificate (reloaded with it): a 3-node cluster elects a
 // leader and a TLS client on a follower locks.
 func TestClusterRaftOverTLS(t *testing.T) {
+	t.Parallel()
 	ca := testcert.New(t)
 	cert, key := ca.Server(t, "127.0.0.1")
 	// Three distinct free ports: each listener stays open until all three
@@ -790,6 +798,7 @@ func TestClusterRaftOverTLS(t *testing.T) {
 // answered before it: an answer read first would stretch the lease past the
 // server's expiry.)
 func TestClusterFollowerAnswersInLogOrder(t *testing.T) {
+	t.Parallel()
 	tc := newTestCluster(t, 3, false)
 	l := tc.leader()
 	f := (l + 1) % 3
@@ -830,6 +839,7 @@ func TestClusterFollowerAnswersInLogOrder(t *testing.T) {
 // A follower names the leader in its handshake; the Go client moves there
 // unless told to stay.
 func TestClusterClientMovesToTheLeader(t *testing.T) {
+	t.Parallel()
 	tc := newTestCluster(t, 3, false)
 	l := tc.leader()
 	f := (l + 1) % 3
@@ -876,6 +886,7 @@ func TestClusterClientMovesToTheLeader(t *testing.T) {
 // failovers) never crowd that address out. (They used to stay counted
 // under their address for good.)
 func TestClusterForwardingConnectionsLeaveThePreHandshakePool(t *testing.T) {
+	t.Parallel()
 	tc := newTestCluster(t, 3, false)
 	l := tc.leader()
 	hello := "forward " + hex.EncodeToString(tc.nodes[l].cl.secret[:])
