@@ -156,6 +156,7 @@ func (s *scene) run(t *testing.T, logPath string, specs []spec) []proc {
 	procs := make([]proc, len(specs))
 	cmds := make([]*exec.Cmd, len(specs))
 	dones := make([]chan struct{}, len(specs))
+	exited := make([]int64, len(specs)) // wall clock when the process was reaped, Unix ns; written before dones[i] closes
 	var stdins []io.WriteCloser
 	// Every process is in a process group of its own, led by it: a kill
 	// ends what it started too (mlock run's command).
@@ -213,10 +214,11 @@ func (s *scene) run(t *testing.T, logPath string, specs []spec) []proc {
 			t.Fatalf("starting %s: %v", sp.id, err)
 		}
 		cmds[i], dones[i] = cmd, make(chan struct{})
-		go func(done chan struct{}) {
+		go func(i int) {
 			_ = cmd.Wait()
-			close(done)
-		}(dones[i])
+			exited[i] = time.Now().UnixNano()
+			close(dones[i])
+		}(i)
 	}
 	// The workers that take a start signal: start them, wait until all are
 	// ready, then close their standard input together.
@@ -249,6 +251,7 @@ func (s *scene) run(t *testing.T, logPath string, specs []spec) []proc {
 	}
 	for i, cmd := range cmds {
 		procs[i].exit = cmd.ProcessState.ExitCode()
+		procs[i].exited = exited[i]
 		out, _ := os.ReadFile(filepath.Join(dir, specs[i].id+".out"))
 		procs[i].stderr = string(out)
 	}
@@ -311,8 +314,39 @@ func (s *scene) finish(t *testing.T, scenario string, ttl time.Duration, logPath
 	r := analyze(s.tg.name, scenario, ttl, procs, evs)
 	if len(r.problems) > 0 {
 		t.Logf("servers' logs:\n%s", s.tg.logTails())
+		s.keep(t, filepath.Dir(logPath))
 	}
 	return r
+}
+
+// keep copies the files of a failing scenario (the shared log, every
+// process's output) and the servers' logs to $MLOCK_TEST_ARTIFACTS/<test>,
+// if it is set.
+func (s *scene) keep(t *testing.T, dir string) {
+	t.Helper()
+	root := os.Getenv("MLOCK_TEST_ARTIFACTS")
+	if root == "" {
+		return
+	}
+	dst := filepath.Join(root, strings.ReplaceAll(t.Name(), "/", "_")+"-"+strconv.FormatInt(time.Now().UnixNano(), 10))
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		t.Logf("keeping the logs: %v", err)
+		return
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "*"))
+	for _, d := range s.tg.daemons {
+		files = append(files, d.log)
+	}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err == nil {
+			err = os.WriteFile(filepath.Join(dst, filepath.Base(f)), data, 0o644)
+		}
+		if err != nil {
+			t.Logf("keeping %s: %v", f, err)
+		}
+	}
+	t.Logf("the scenario's logs and the servers' are kept in %s", dst)
 }
 
 // flashSale runs n orders on 5 hot SKUs, each locking 1 to 3 of them and
@@ -368,8 +402,14 @@ func drawOrders(n int, ttl time.Duration, seed uint64) []order {
 
 // cronJob is the job of the cron fleet: it writes the start and the end of
 // its run to the log ($2) under its id ($1), with its fencing token, its
-// resources and its lease's end, and takes 150 ms.
-const cronJob = `echo "start $1 $(date +%s%N) $MLOCK_TOKEN $MLOCK_RESOURCES $MLOCK_EXPIRES_AT" >>"$2"; sleep 0.15; ` +
+// resources and its lease's end, and takes 150 ms. Stopped by mlock run for
+// a lost lock (SIGTERM to its process group, which ends the sleep at once),
+// it writes when it stopped (a stop line) and exits: its critical section
+// ended there. If the SIGKILL that follows kill-after later comes first, no
+// line says when it stopped, and the checker counts the section until mlock
+// run exited (after it reaped the command).
+const cronJob = `trap 'echo "stop $1 $(date +%s%N) $MLOCK_TOKEN $MLOCK_RESOURCES" >>"$2"; exit 143' TERM; ` +
+	`echo "start $1 $(date +%s%N) $MLOCK_TOKEN $MLOCK_RESOURCES $MLOCK_EXPIRES_AT" >>"$2"; sleep 0.15 & wait $!; ` +
 	`echo "end $1 $(date +%s%N) $MLOCK_TOKEN $MLOCK_RESOURCES" >>"$2"`
 
 // cronFleet runs skips mlock run --skip-if-locked and waits waiting mlock

@@ -12,12 +12,19 @@ function nowNs() {
   return BigInt(Math.floor(ms)) * 1000000n + BigInt(Math.round((ms % 1) * 1e6));
 }
 
+// openLog returns log(kind, ...fields), which writes a line with the time
+// now, and log.at(ns, kind, ...fields), which writes it with the time ns (a
+// section's start and end are logged with the time their lock was last seen
+// believed held: the process may be descheduled before it writes the line).
 function openLog(path, id) {
   const fd = fs.openSync(path, 'a');
-  return (kind, ...fields) => {
-    const line = [kind, id, nowNs().toString(), ...fields.map((f) => String(f).replace(/\n/g, ' '))].join(' ') + '\n';
+  const at = (ns, kind, ...fields) => {
+    const line = [kind, id, ns.toString(), ...fields.map((f) => String(f).replace(/\n/g, ' '))].join(' ') + '\n';
     fs.writeSync(fd, line);
   };
+  const log = (kind, ...fields) => at(nowNs(), kind, ...fields);
+  log.at = at;
+  return log;
 }
 
 function startSignal() {
