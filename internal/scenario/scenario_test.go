@@ -588,3 +588,43 @@ func TestDrawOrders(t *testing.T) {
 		}
 	}
 }
+
+// TestLateEndLine: a worker descheduled between its end-of-section check
+// and the write of its end line (made to stall there, past its lease) logs
+// the end it checked, so that the next holder, granted once the lease ran
+// out on the server, does not seem to overlap it. Two orders on one
+// resource, both stalling: the first's unlock finds its lock gone (a loss,
+// which shows that the next grant came during the stall), and no sections
+// overlap.
+func TestLateEndLine(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: skipping the user-scenario suite")
+	}
+	bins := build(t, t.TempDir())
+	tg := startSingle(t, bins.mlockd)
+	sc := &scene{bins: bins, tg: tg, limit: 30 * time.Second}
+	logPath := filepath.Join(t.TempDir(), "log")
+	ttl := 300 * time.Millisecond
+	var specs []spec
+	for i := range 2 {
+		id := fmt.Sprintf("order%02d", i)
+		specs = append(specs, spec{id: id, role: waiter, ready: true, argv: []string{bins.order, "-uri", tg.uri(0, ""),
+			"-id", id, "-resources", "x", "-ttl", ttl.String(), "-hold", "20ms", "-timeout", "10s", "-log", logPath,
+			"-stall", "900ms"}})
+	}
+	procs := sc.run(t, logPath, specs)
+	evs, err := readLog(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := analyze(tg.name, "late-end", ttl, procs, evs)
+	if r.grants != 2 || r.overlaps != 0 || r.tokenInversions != 0 {
+		t.Errorf("%d grants, %d overlaps, %d tokens out of order: want 2, 0, 0\n%s", r.grants, r.overlaps, r.tokenInversions,
+			strings.Join(r.problems, "\n"))
+	}
+	// Both unlocks come after the lease ran out: each finds its lock gone.
+	// The first's shows that the second was granted during its stall.
+	if r.losses != 2 {
+		t.Errorf("%d losses, want 2 (each unlock after its stall finds the lock gone)\n%s", r.losses, strings.Join(r.problems, "\n"))
+	}
+}

@@ -39,6 +39,8 @@ func run() int {
 	hold := flag.Duration("hold", 100*time.Millisecond, "how long to hold the lock")
 	timeout := flag.Duration("timeout", time.Minute, "longest wait")
 	logPath := flag.String("log", "", "the shared log")
+	stall := flag.Duration("stall", 0, "for the suite's own test: pause this long between the end-of-section check and the end line,\n"+
+		"as a process descheduled there would")
 	flag.Parse()
 	if *uri == "" || *id == "" || *resources == "" || *logPath == "" || strings.ContainsAny(*id, " \n") {
 		fmt.Fprintln(os.Stderr, "order: -uri, -id (no spaces), -resources and -log are required")
@@ -122,6 +124,7 @@ func run() int {
 		logf("loss", "hold", "past the deadline at the end of the section:", err)
 		return 3
 	}
+	time.Sleep(*stall)
 	logAt(at, "end", l.Token(), *resources)
 	uctx, ucancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer ucancel()
