@@ -402,14 +402,14 @@ func drawOrders(n int, ttl time.Duration, seed uint64) []order {
 
 // cronJob is the job of the cron fleet: it writes the start and the end of
 // its run to the log ($2) under its id ($1), with its fencing token, its
-// resources and its lease's end, and takes 150 ms. Stopped by mlock run for
+// resources and its lease's end, and takes $3 seconds (the fleet's: 0.15). Stopped by mlock run for
 // a lost lock (SIGTERM to its process group, which ends the sleep at once),
 // it writes when it stopped (a stop line) and exits: its critical section
 // ended there. If the SIGKILL that follows kill-after later comes first, no
 // line says when it stopped, and the checker counts the section until mlock
 // run exited (after it reaped the command).
 const cronJob = `trap 'echo "stop $1 $(date +%s%N) $MLOCK_TOKEN $MLOCK_RESOURCES" >>"$2"; exit 143' TERM; ` +
-	`echo "start $1 $(date +%s%N) $MLOCK_TOKEN $MLOCK_RESOURCES $MLOCK_EXPIRES_AT" >>"$2"; sleep 0.15 & wait $!; ` +
+	`echo "start $1 $(date +%s%N) $MLOCK_TOKEN $MLOCK_RESOURCES $MLOCK_EXPIRES_AT" >>"$2"; sleep "$3" & wait $!; ` +
 	`echo "end $1 $(date +%s%N) $MLOCK_TOKEN $MLOCK_RESOURCES" >>"$2"`
 
 // cronFleet runs skips mlock run --skip-if-locked and waits waiting mlock
@@ -429,7 +429,7 @@ func (s *scene) cronFleet(t *testing.T, skips, waits int, ttl time.Duration) *re
 				id, flags = fmt.Sprintf("skip%02d", i), []string{"--skip-if-locked"}
 			}
 			argv := append([]string{s.bins.mlock, "run", "--uri", s.tg.uri(len(specs), ""), "--ttl", ttl.String(), "--quiet"}, flags...)
-			argv = append(argv, "cron:nightly", "--", "sh", "-c", cronJob, "sh", id, logPath)
+			argv = append(argv, "cron:nightly", "--", "sh", "-c", cronJob, "sh", id, logPath, "0.15")
 			specs = append(specs, spec{id: id, role: r, argv: argv})
 		}
 	}
@@ -626,5 +626,95 @@ func TestLateEndLine(t *testing.T) {
 	// The first's shows that the second was granted during its stall.
 	if r.losses != 2 {
 		t.Errorf("%d losses, want 2 (each unlock after its stall finds the lock gone)\n%s", r.losses, strings.Join(r.problems, "\n"))
+	}
+}
+
+// TestCronStoppedForLoss: two mlock run on one job; once the first's
+// command has started, the server is stopped (SIGSTOP) until mlock run has
+// stopped the command for the loss of its lock (no renewal answered before
+// its Deadline less its lead): the command writes when it stopped, and
+// mlock run exits 75. The server, continued, ends the lease by its own clock
+// and grants the second run. Its section starts after the first's stopped:
+// no overlap (the first's section has no end line: it is bounded by its
+// stop line, not counted as running for ever).
+func TestCronStoppedForLoss(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: skipping the user-scenario suite")
+	}
+	bins := build(t, t.TempDir())
+	tg := startSingle(t, bins.mlockd)
+	srv := tg.daemons[0].cmd.Process
+	t.Cleanup(func() { _ = srv.Signal(syscall.SIGCONT) })
+	sc := &scene{bins: bins, tg: tg, limit: 60 * time.Second}
+	logPath := filepath.Join(t.TempDir(), "log")
+	var specs []spec
+	for i := range 2 {
+		id := fmt.Sprintf("wait%02d", i)
+		specs = append(specs, spec{id: id, role: waiter, argv: []string{bins.mlock, "run", "--uri", tg.uri(0, ""), "--ttl", "1s",
+			"--quiet", "--timeout", "30s", "cron:x", "--", "sh", "-c", cronJob, "sh", id, logPath, "2"}})
+	}
+	// The fault: SIGSTOP the server once a command has started, SIGCONT
+	// it once that command has stopped (or after 10 s).
+	fault := make(chan string, 1)
+	go func() {
+		lines := func(kind string) bool {
+			data, _ := os.ReadFile(logPath)
+			for line := range strings.Lines(string(data)) {
+				if strings.HasPrefix(line, kind+" ") {
+					return true
+				}
+			}
+			return false
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for !lines("start") {
+			if time.Now().After(deadline) {
+				fault <- "no command started within 30s"
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		if err := srv.Signal(syscall.SIGSTOP); err != nil {
+			fault <- err.Error()
+			return
+		}
+		deadline = time.Now().Add(10 * time.Second)
+		for !lines("stop") && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		if err := srv.Signal(syscall.SIGCONT); err != nil {
+			fault <- err.Error()
+			return
+		}
+		fault <- ""
+	}()
+	procs := sc.run(t, logPath, specs)
+	if msg := <-fault; msg != "" {
+		t.Fatalf("the fault: %s", msg)
+	}
+	evs, err := readLog(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := analyze(tg.name, "cron-stopped", time.Second, procs, evs)
+	var lines []string
+	for _, e := range evs {
+		lines = append(lines, formatLine(e))
+	}
+	t.Logf("log:\n%s", strings.Join(lines, "\n"))
+	var stops, exits75 int
+	for _, e := range evs {
+		if e.kind == "stop" {
+			stops++
+		}
+	}
+	for _, p := range procs {
+		if p.exit == 75 {
+			exits75++
+		}
+	}
+	if stops != 1 || exits75 != 1 || r.grants != 2 || r.losses != 1 || r.overlaps != 0 || r.tokenInversions != 0 {
+		t.Errorf("%d stop lines, %d runs exited 75, %d grants, %d losses, %d overlaps, %d tokens out of order: want 1, 1, 2, 1, 0, 0\n%s",
+			stops, exits75, r.grants, r.losses, r.overlaps, r.tokenInversions, strings.Join(r.problems, "\n"))
 	}
 }
