@@ -3,6 +3,7 @@
 package scenario
 
 import (
+	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -716,5 +717,71 @@ func TestCronStoppedForLoss(t *testing.T) {
 	if stops != 1 || exits75 != 1 || r.grants != 2 || r.losses != 1 || r.overlaps != 0 || r.tokenInversions != 0 {
 		t.Errorf("%d stop lines, %d runs exited 75, %d grants, %d losses, %d overlaps, %d tokens out of order: want 1, 1, 2, 1, 0, 0\n%s",
 			stops, exits75, r.grants, r.losses, r.overlaps, r.tokenInversions, strings.Join(r.problems, "\n"))
+	}
+}
+
+// TestNodeClock: the times the Node.js workers log compare with the Go
+// workers' and with each other's (the checker compares the sections of
+// different processes). Each of 8 Node.js processes, started at once, is
+// asked for its log time between two readings of this process's wall
+// clock, t1 before the question and t2 after the answer: it must lie
+// between them, give or take clockSlack.
+// clockSlack is what TestNodeClock allows a Node.js process's log time
+// outside the interval it was asked in: the rounding of
+// performance.timeOrigin + performance.now(), in ns.
+const clockSlack = 50_000
+
+func TestNodeClock(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: skipping the user-scenario suite")
+	}
+	node := findNode(t)
+	node.need(t)
+	type worker struct {
+		cmd *exec.Cmd
+		in  io.WriteCloser
+		out *bufio.Reader
+	}
+	var ws []worker
+	for range 8 {
+		cmd := exec.Command(node.node, script(t, "clock.js"))
+		in, err := cmd.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			in.Close()
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		})
+		ws = append(ws, worker{cmd, in, bufio.NewReader(out)})
+	}
+	for i, w := range ws {
+		for k := range 20 {
+			t1 := time.Now().UnixNano()
+			if _, err := io.WriteString(w.in, "?\n"); err != nil {
+				t.Fatal(err)
+			}
+			line, err := w.out.ReadString('\n')
+			t2 := time.Now().UnixNano()
+			if err != nil {
+				t.Fatalf("worker %d: %v", i, err)
+			}
+			var ns int64
+			if _, err := fmt.Sscan(line, &ns); err != nil {
+				t.Fatalf("worker %d: %q: %v", i, line, err)
+			}
+			if ns < t1-clockSlack || ns > t2+clockSlack {
+				t.Fatalf("worker %d, question %d: its time %d is not between %d and %d: %+.3f ms off",
+					i, k, ns, t1, t2, float64(min(ns-t1, 0)+max(ns-t2, 0))/1e6)
+			}
+		}
 	}
 }

@@ -6,7 +6,8 @@ const fs = require('node:fs');
 
 // Wall clock in ns with sub-millisecond precision: performance.timeOrigin is
 // the wall clock at the start of the process, performance.now() the
-// monotonic time since.
+// monotonic time since. TestNodeClock checks that it compares with the Go
+// processes' wall clock.
 function nowNs() {
   const ms = performance.timeOrigin + performance.now();
   return BigInt(Math.floor(ms)) * 1000000n + BigInt(Math.round((ms % 1) * 1e6));
