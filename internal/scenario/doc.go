@@ -52,7 +52,12 @@
 // the check and the write would otherwise log an end later than any moment
 // it could justify, and a section that seems to overlap the next holder's.
 // Every process runs on the one machine, so the wall clocks of the lines
-// compare.
+// compare: the Go processes and the cron jobs read the system's; the
+// Node.js workers add to their monotonic clock its offset from it, measured
+// when they start (not performance.timeOrigin, which a start descheduled at
+// the wrong moment puts tens of ms off: testdata/node/common.js);
+// TestNodeClock checks that their times fall between two readings of the
+// test's own clock.
 //
 // BELIEVED is, for the Go client, time.Until(Lock.Deadline()) when Lock
 // returns, and for Node.js, lock.deadline - Date.now() when acquire resolves
