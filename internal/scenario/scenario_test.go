@@ -657,7 +657,18 @@ func TestCronStoppedForLoss(t *testing.T) {
 	// The fault: SIGSTOP the server once a command has started, SIGCONT
 	// it once that command has stopped (or after 10 s).
 	fault := make(chan string, 1)
+	quit, exited := make(chan struct{}), make(chan struct{})
+	t.Cleanup(func() { close(quit); <-exited }) // if the test ends first
 	go func() {
+		defer close(exited)
+		wait := func() bool { // false: the test ended
+			select {
+			case <-quit:
+				return false
+			case <-time.After(5 * time.Millisecond):
+				return true
+			}
+		}
 		lines := func(kind string) bool {
 			data, _ := os.ReadFile(logPath)
 			for line := range strings.Lines(string(data)) {
@@ -669,11 +680,10 @@ func TestCronStoppedForLoss(t *testing.T) {
 		}
 		deadline := time.Now().Add(30 * time.Second)
 		for !lines("start") {
-			if time.Now().After(deadline) {
+			if time.Now().After(deadline) || !wait() {
 				fault <- "no command started within 30s"
 				return
 			}
-			time.Sleep(5 * time.Millisecond)
 		}
 		if err := srv.Signal(syscall.SIGSTOP); err != nil {
 			fault <- err.Error()
@@ -681,7 +691,9 @@ func TestCronStoppedForLoss(t *testing.T) {
 		}
 		deadline = time.Now().Add(10 * time.Second)
 		for !lines("stop") && time.Now().Before(deadline) {
-			time.Sleep(5 * time.Millisecond)
+			if !wait() {
+				break
+			}
 		}
 		if err := srv.Signal(syscall.SIGCONT); err != nil {
 			fault <- err.Error()
