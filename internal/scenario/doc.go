@@ -37,10 +37,27 @@
 //	                                     run: EXP is MLOCK_EXPIRES_AT, Unix ms)
 //	end ID NS TOKEN RESOURCES            the critical section ends, the lock
 //	                                     still believed held
+//	stop ID NS TOKEN RESOURCES           a cron run's command, stopped by
+//	                                     mlock run for a lost lock (SIGTERM),
+//	                                     stops there
 //	loss ID NS WHERE WHY...              the lock was lost: on arrival, during
 //	                                     the hold, or found gone by the unlock
 //	error ID NS WHAT...                  anything else that went wrong
 //	done ID NS                           unlocked
+//
+// The Go and Node.js workers log a section's start and end with the time
+// they read just before they checked that the lock was still believed held
+// (the Go client's Deadline, the Node client's held, both on the monotonic
+// clock), not the time they write the line: a worker descheduled between
+// the check and the write would otherwise log an end later than any moment
+// it could justify, and a section that seems to overlap the next holder's.
+// Every process runs on the one machine, so the wall clocks of the lines
+// compare: the Go processes and the cron jobs read the system's; the
+// Node.js workers add to their monotonic clock its offset from it, measured
+// when they start (not performance.timeOrigin, which a start descheduled at
+// the wrong moment puts tens of ms off: testdata/node/common.js);
+// TestNodeClock checks that their times fall between two readings of the
+// test's own clock.
 //
 // BELIEVED is, for the Go client, time.Until(Lock.Deadline()) when Lock
 // returns, and for Node.js, lock.deadline - Date.now() when acquire resolves
@@ -59,7 +76,10 @@
 // For each scenario and target the test prints a row: processes, grants,
 // skipped cron runs, grants lost on arrival (lost, or believed for less than
 // two thirds of ttl - ttl/100 - 5 ms when they arrive), losses during the
-// hold, overlapping critical sections on one resource, fencing tokens out of
+// hold, overlapping critical sections on one resource (a section with no end
+// line counts until its loss line, its stop line, or the exit of its process
+// as the test saw it, whichever comes first: mlock run reaps its command
+// before it exits; a process killed or not reaped, for ever), fencing tokens out of
 // order along a resource's sections, unexpected exit statuses, the wait p50,
 // p99 and maximum, the ttl and the least time believed at arrival. It fails
 // unless every count of trouble is 0, every process exits 0, every waiting
@@ -77,7 +97,9 @@
 //
 // The Node.js scenarios need node and the built packages (npm ci and npm run
 // build in js/); without them they skip, except under CI=true, where they
-// fail. -short skips the whole suite. Linux
+// fail. -short skips the whole suite. MLOCK_TEST_ARTIFACTS=DIR keeps the
+// files of a failing scenario (the shared log, every process's output, the
+// servers' logs) in DIR. Linux
 // and the BSDs only (process groups); every process is stopped by its
 // process id at the end of the test.
 package scenario

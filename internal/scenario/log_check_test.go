@@ -91,6 +91,31 @@ func TestAnalyze(t *testing.T) {
 		{"cron run stopped for a loss", []proc{{id: "w", role: waiter, exit: 75, launched: ms(0)}},
 			[]string{fmt.Sprintf("start w %d 6 job %d", ms(120), ms(1120)/1e6)},
 			counts{grants: 1, losses: 1, badExits: 1, maxWait: 120 * time.Millisecond}, "did not end"},
+		// mlock run stops its command for a loss (exit 75) kill-after +
+		// 100 ms before its Deadline, so that it is dead before the lease
+		// can end on the server and the next run be granted: the section
+		// ends where the command said it stopped, else when mlock run
+		// exited (it reaps its command first), not never.
+		{"cron run stopped for a loss, then the next run", []proc{{id: "w", role: waiter, exit: 75, launched: ms(0), exited: ms(700)},
+			{id: "v", role: waiter, launched: ms(0), exited: ms(900)}},
+			[]string{fmt.Sprintf("start w %d 6 job %d", ms(120), ms(620)/1e6), fmt.Sprintf("stop w %d 6 job", ms(400)),
+				fmt.Sprintf("start v %d 7 job %d", ms(640), ms(1140)/1e6), fmt.Sprintf("end v %d 7 job", ms(790))},
+			counts{grants: 2, losses: 1, badExits: 1, maxWait: 640 * time.Millisecond}, "did not end"},
+		{"cron run stopped for a loss, no stop line: until mlock run exited", []proc{{id: "w", role: waiter, exit: 75, launched: ms(0), exited: ms(500)},
+			{id: "v", role: waiter, launched: ms(0), exited: ms(900)}},
+			[]string{fmt.Sprintf("start w %d 6 job %d", ms(120), ms(620)/1e6),
+				fmt.Sprintf("start v %d 7 job %d", ms(640), ms(1140)/1e6), fmt.Sprintf("end v %d 7 job", ms(790))},
+			counts{grants: 2, losses: 1, badExits: 1, maxWait: 640 * time.Millisecond}, "did not end"},
+		{"cron run stopped after the next run started", []proc{{id: "w", role: waiter, exit: 75, launched: ms(0), exited: ms(800)},
+			{id: "v", role: waiter, launched: ms(0), exited: ms(900)}},
+			[]string{fmt.Sprintf("start w %d 6 job %d", ms(120), ms(620)/1e6), fmt.Sprintf("stop w %d 6 job", ms(650)),
+				fmt.Sprintf("start v %d 7 job %d", ms(640), ms(1140)/1e6), fmt.Sprintf("end v %d 7 job", ms(790))},
+			counts{grants: 2, losses: 1, overlaps: 1, badExits: 1, maxWait: 640 * time.Millisecond}, "overlap on job: w"},
+		{"cron run stopped, exited after the next run started", []proc{{id: "w", role: waiter, exit: 75, launched: ms(0), exited: ms(660)},
+			{id: "v", role: waiter, launched: ms(0), exited: ms(900)}},
+			[]string{fmt.Sprintf("start w %d 6 job %d", ms(120), ms(620)/1e6),
+				fmt.Sprintf("start v %d 7 job %d", ms(640), ms(1140)/1e6), fmt.Sprintf("end v %d 7 job", ms(790))},
+			counts{grants: 2, losses: 1, overlaps: 1, badExits: 1, maxWait: 640 * time.Millisecond}, "overlap on job: w"},
 		{"cron run started with little lease left (shown, not checked)", []proc{{id: "w", role: waiter, launched: ms(0)}},
 			[]string{fmt.Sprintf("start w %d 6 job %d", ms(120), ms(200)/1e6), fmt.Sprintf("end w %d 6 job", ms(190))},
 			counts{grants: 1, maxWait: 120 * time.Millisecond}, ""},
@@ -158,6 +183,9 @@ func TestParseLine(t *testing.T) {
 		{"grant o1 5 -3 9 a", event{kind: "grant", id: "o1", ns: 5, believed: -3, token: 9, resources: []string{"a"}}, ""},
 		{"start o1 5 9 a 1700", event{kind: "start", id: "o1", ns: 5, token: 9, resources: []string{"a"}, expiresAt: 1700}, ""},
 		{"end o1 5 9 a", event{kind: "end", id: "o1", ns: 5, token: 9, resources: []string{"a"}}, ""},
+		{"stop o1 5 9 a", event{kind: "stop", id: "o1", ns: 5, token: 9, resources: []string{"a"}}, ""},
+		{"end o1 5 9 a 1700", event{}, "want 2 fields"},
+		{"stop o1 5", event{}, "want 2 to 3 fields"},
 		{"loss o1 5 hold lock lost: expired", event{kind: "loss", id: "o1", ns: 5, text: "hold lock lost: expired"}, ""},
 		{"", event{}, "want at least"},
 		{"ready o1", event{}, "want at least"},
@@ -197,7 +225,7 @@ func TestParseLine(t *testing.T) {
 // panic; what parses formats back to a line that parses to the same event.
 func FuzzParseLine(f *testing.F) {
 	for _, s := range []string{"ready o1 5", "ask o1 5 a|b", "grant o1 5 -3 9 a", "start o1 5 9 a 1700",
-		"end o1 5 9 a|b|c", "loss o1 5 hold lock lost", "error o1 5 lock: timeout", "done o1 5", "grant o 1 1 1 |"} {
+		"end o1 5 9 a|b|c", "stop o1 5 9 a", "loss o1 5 hold lock lost", "error o1 5 lock: timeout", "done o1 5", "grant o 1 1 1 |"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, line string) {

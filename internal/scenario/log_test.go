@@ -18,8 +18,8 @@ type event struct {
 	id        string
 	ns        int64    // wall clock, Unix ns
 	believed  int64    // grant: ns the lock is believed held at arrival
-	token     uint64   // grant, start, end: the fencing token
-	resources []string // ask, grant, start, end
+	token     uint64   // grant, start, end, stop: the fencing token
+	resources []string // ask, grant, start, end, stop
 	expiresAt int64    // start of a cron run: MLOCK_EXPIRES_AT, Unix ms (0: not given)
 	text      string   // loss: where, then why; error: what
 }
@@ -72,7 +72,7 @@ func parseLine(line string) (event, error) {
 			break
 		}
 		e.resources, err = parseResources(args[2])
-	case "start", "end":
+	case "start", "end", "stop":
 		if err = want(2, 3); err != nil {
 			break
 		}
@@ -84,6 +84,10 @@ func parseLine(line string) (event, error) {
 			break
 		}
 		if len(args) == 3 {
+			if e.kind != "start" {
+				err = fmt.Errorf("%s: want 2 fields after the time, got 3", e.kind)
+				break
+			}
 			if e.expiresAt, err = strconv.ParseInt(args[2], 10, 64); err != nil || e.expiresAt <= 0 {
 				err = fmt.Errorf("%s: expiry %q: want Unix ms > 0", e.kind, args[2])
 			}
@@ -119,7 +123,7 @@ func formatLine(e event) string {
 		return head + " " + res
 	case "grant":
 		return fmt.Sprintf("%s %d %d %s", head, e.believed, e.token, res)
-	case "start", "end":
+	case "start", "end", "stop":
 		if e.expiresAt != 0 {
 			return fmt.Sprintf("%s %d %s %d", head, e.token, res, e.expiresAt)
 		}
@@ -163,6 +167,7 @@ type proc struct {
 	id       string
 	role     role
 	launched int64 // wall clock when it was started, Unix ns
+	exited   int64 // wall clock when the test reaped it, Unix ns (0: not reaped)
 	exit     int   // -1: killed or not reaped
 	stderr   string
 }
@@ -170,6 +175,7 @@ type proc struct {
 // worker is what the log says of one process.
 type worker struct {
 	ready, ask, grant, start, end int64 // Unix ns, 0: not logged
+	stop                          int64 // a cron command stopped for a loss: when (Unix ns, 0: not logged)
 	believed                      int64 // grant: ns believed held at arrival
 	token                         uint64
 	resources                     []string
@@ -234,6 +240,8 @@ func analyze(target, scenario string, ttl time.Duration, procs []proc, evs []eve
 			w.start, w.token, w.resources, w.expiresAt = e.ns, e.token, e.resources, e.expiresAt
 		case "end":
 			w.end = e.ns
+		case "stop":
+			w.stop = e.ns
 		case "loss":
 			w.losses = append(w.losses, e)
 		case "error":
@@ -307,15 +315,7 @@ func analyze(target, scenario string, ttl time.Duration, procs []proc, evs []eve
 			end := w.end
 			if end == 0 {
 				bad("its critical section did not end")
-				// A worker that saw its loss stopped there; otherwise (a
-				// command stopped by mlock run, a process killed) it may
-				// have run on: overlaps count against it.
-				end = math.MaxInt64
-				for _, l := range w.losses {
-					if l.ns >= w.start {
-						end = min(end, l.ns)
-					}
-				}
+				end = sectionBound(p, w)
 			}
 			for _, res := range w.resources {
 				byRes[res] = append(byRes[res], section{id: p.id, start: w.start, end: end, token: w.token})
@@ -356,6 +356,28 @@ func analyze(target, scenario string, ttl time.Duration, procs []proc, evs []eve
 	}
 	slices.Sort(r.waits)
 	return r
+}
+
+// sectionBound is the latest a critical section that did not end can have
+// lasted, from what the test can prove: a worker that saw its loss stopped
+// there; a cron command stopped by mlock run said when (its stop line); a
+// process that exited holds nothing after the test reaped it (mlock run
+// reaps its command before it exits); one killed or never reaped may have
+// run on for ever. Overlaps count against the section up to this bound.
+func sectionBound(p proc, w *worker) int64 {
+	end := int64(math.MaxInt64)
+	if p.exit >= 0 && p.exited != 0 {
+		end = p.exited
+	}
+	if w.stop >= w.start && w.stop != 0 {
+		end = min(end, w.stop)
+	}
+	for _, l := range w.losses {
+		if l.ns >= w.start {
+			end = min(end, l.ns)
+		}
+	}
+	return end
 }
 
 func cmpInt(a, b int64) int {

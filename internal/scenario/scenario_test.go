@@ -3,6 +3,7 @@
 package scenario
 
 import (
+	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -160,6 +161,7 @@ func (s *scene) run(t *testing.T, logPath string, specs []spec) []proc {
 	procs := make([]proc, len(specs))
 	cmds := make([]*exec.Cmd, len(specs))
 	dones := make([]chan struct{}, len(specs))
+	exited := make([]int64, len(specs)) // wall clock when the process was reaped, Unix ns; written before dones[i] closes
 	var stdins []io.WriteCloser
 	// Every process is in a process group of its own, led by it: a kill
 	// ends what it started too (mlock run's command).
@@ -217,10 +219,11 @@ func (s *scene) run(t *testing.T, logPath string, specs []spec) []proc {
 			t.Fatalf("starting %s: %v", sp.id, err)
 		}
 		cmds[i], dones[i] = cmd, make(chan struct{})
-		go func(done chan struct{}) {
+		go func(i int) {
 			_ = cmd.Wait()
-			close(done)
-		}(dones[i])
+			exited[i] = time.Now().UnixNano()
+			close(dones[i])
+		}(i)
 	}
 	// The workers that take a start signal: start them, wait until all are
 	// ready, then close their standard input together.
@@ -253,6 +256,7 @@ func (s *scene) run(t *testing.T, logPath string, specs []spec) []proc {
 	}
 	for i, cmd := range cmds {
 		procs[i].exit = cmd.ProcessState.ExitCode()
+		procs[i].exited = exited[i]
 		out, _ := os.ReadFile(filepath.Join(dir, specs[i].id+".out"))
 		procs[i].stderr = string(out)
 	}
@@ -315,8 +319,39 @@ func (s *scene) finish(t *testing.T, scenario string, ttl time.Duration, logPath
 	r := analyze(s.tg.name, scenario, ttl, procs, evs)
 	if len(r.problems) > 0 {
 		t.Logf("servers' logs:\n%s", s.tg.logTails())
+		s.keep(t, filepath.Dir(logPath))
 	}
 	return r
+}
+
+// keep copies the files of a failing scenario (the shared log, every
+// process's output) and the servers' logs to $MLOCK_TEST_ARTIFACTS/<test>,
+// if it is set.
+func (s *scene) keep(t *testing.T, dir string) {
+	t.Helper()
+	root := os.Getenv("MLOCK_TEST_ARTIFACTS")
+	if root == "" {
+		return
+	}
+	dst := filepath.Join(root, strings.ReplaceAll(t.Name(), "/", "_")+"-"+strconv.FormatInt(time.Now().UnixNano(), 10))
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		t.Logf("keeping the logs: %v", err)
+		return
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "*"))
+	for _, d := range s.tg.daemons {
+		files = append(files, d.log)
+	}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err == nil {
+			err = os.WriteFile(filepath.Join(dst, filepath.Base(f)), data, 0o644)
+		}
+		if err != nil {
+			t.Logf("keeping %s: %v", f, err)
+		}
+	}
+	t.Logf("the scenario's logs and the servers' are kept in %s", dst)
 }
 
 // flashSale runs n orders on 5 hot SKUs, each locking 1 to 3 of them and
@@ -372,8 +407,14 @@ func drawOrders(n int, ttl time.Duration, seed uint64) []order {
 
 // cronJob is the job of the cron fleet: it writes the start and the end of
 // its run to the log ($2) under its id ($1), with its fencing token, its
-// resources and its lease's end, and takes 150 ms.
-const cronJob = `echo "start $1 $(date +%s%N) $MLOCK_TOKEN $MLOCK_RESOURCES $MLOCK_EXPIRES_AT" >>"$2"; sleep 0.15; ` +
+// resources and its lease's end, and takes $3 seconds (the fleet's: 0.15). Stopped by mlock run for
+// a lost lock (SIGTERM to its process group, which ends the sleep at once),
+// it writes when it stopped (a stop line) and exits: its critical section
+// ended there. If the SIGKILL that follows kill-after later comes first, no
+// line says when it stopped, and the checker counts the section until mlock
+// run exited (after it reaped the command).
+const cronJob = `trap 'echo "stop $1 $(date +%s%N) $MLOCK_TOKEN $MLOCK_RESOURCES" >>"$2"; exit 143' TERM; ` +
+	`echo "start $1 $(date +%s%N) $MLOCK_TOKEN $MLOCK_RESOURCES $MLOCK_EXPIRES_AT" >>"$2"; sleep "$3" & wait $!; ` +
 	`echo "end $1 $(date +%s%N) $MLOCK_TOKEN $MLOCK_RESOURCES" >>"$2"`
 
 // cronFleet runs skips mlock run --skip-if-locked and waits waiting mlock
@@ -393,7 +434,7 @@ func (s *scene) cronFleet(t *testing.T, skips, waits int, ttl time.Duration) *re
 				id, flags = fmt.Sprintf("skip%02d", i), []string{"--skip-if-locked"}
 			}
 			argv := append([]string{s.bins.mlock, "run", "--uri", s.tg.uri(len(specs), ""), "--ttl", ttl.String(), "--quiet"}, flags...)
-			argv = append(argv, "cron:nightly", "--", "sh", "-c", cronJob, "sh", id, logPath)
+			argv = append(argv, "cron:nightly", "--", "sh", "-c", cronJob, "sh", id, logPath, "0.15")
 			specs = append(specs, spec{id: id, role: r, argv: argv})
 		}
 	}
@@ -548,6 +589,218 @@ func TestDrawOrders(t *testing.T) {
 			}
 			if again := drawOrders(c.n, c.ttl, seed); !slices.Equal(again, orders) {
 				t.Fatalf("seed %d: two draws differ", seed)
+			}
+		}
+	}
+}
+
+// TestLateEndLine: a worker descheduled between its end-of-section check
+// and the write of its end line (made to stall there, past its lease) logs
+// the end it checked, so that the next holder, granted once the lease ran
+// out on the server, does not seem to overlap it. Two orders on one
+// resource, both stalling: the first's unlock finds its lock gone (a loss,
+// which shows that the next grant came during the stall), and no sections
+// overlap.
+func TestLateEndLine(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: skipping the user-scenario suite")
+	}
+	bins := build(t, t.TempDir())
+	tg := startSingle(t, bins.mlockd)
+	sc := &scene{bins: bins, tg: tg, limit: 30 * time.Second}
+	logPath := filepath.Join(t.TempDir(), "log")
+	ttl := 300 * time.Millisecond
+	var specs []spec
+	for i := range 2 {
+		id := fmt.Sprintf("order%02d", i)
+		specs = append(specs, spec{id: id, role: waiter, ready: true, argv: []string{bins.order, "-uri", tg.uri(0, ""),
+			"-id", id, "-resources", "x", "-ttl", ttl.String(), "-hold", "20ms", "-timeout", "10s", "-log", logPath,
+			"-stall", "900ms"}})
+	}
+	procs := sc.run(t, logPath, specs)
+	evs, err := readLog(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := analyze(tg.name, "late-end", ttl, procs, evs)
+	if r.grants != 2 || r.overlaps != 0 || r.tokenInversions != 0 {
+		t.Errorf("%d grants, %d overlaps, %d tokens out of order: want 2, 0, 0\n%s", r.grants, r.overlaps, r.tokenInversions,
+			strings.Join(r.problems, "\n"))
+	}
+	// Both unlocks come after the lease ran out: each finds its lock gone.
+	// The first's shows that the second was granted during its stall.
+	if r.losses != 2 {
+		t.Errorf("%d losses, want 2 (each unlock after its stall finds the lock gone)\n%s", r.losses, strings.Join(r.problems, "\n"))
+	}
+}
+
+// TestCronStoppedForLoss: two mlock run on one job; once the first's
+// command has started, the server is stopped (SIGSTOP) until mlock run has
+// stopped the command for the loss of its lock (no renewal answered before
+// its Deadline less its lead): the command writes when it stopped, and
+// mlock run exits 75. The server, continued, ends the lease by its own clock
+// and grants the second run. Its section starts after the first's stopped:
+// no overlap (the first's section has no end line: it is bounded by its
+// stop line, not counted as running for ever).
+func TestCronStoppedForLoss(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: skipping the user-scenario suite")
+	}
+	bins := build(t, t.TempDir())
+	tg := startSingle(t, bins.mlockd)
+	srv := tg.daemons[0].cmd.Process
+	t.Cleanup(func() { _ = srv.Signal(syscall.SIGCONT) })
+	sc := &scene{bins: bins, tg: tg, limit: 60 * time.Second}
+	logPath := filepath.Join(t.TempDir(), "log")
+	var specs []spec
+	for i := range 2 {
+		id := fmt.Sprintf("wait%02d", i)
+		specs = append(specs, spec{id: id, role: waiter, argv: []string{bins.mlock, "run", "--uri", tg.uri(0, ""), "--ttl", "1s",
+			"--quiet", "--timeout", "30s", "cron:x", "--", "sh", "-c", cronJob, "sh", id, logPath, "2"}})
+	}
+	// The fault: SIGSTOP the server once a command has started, SIGCONT
+	// it once that command has stopped (or after 10 s).
+	fault := make(chan string, 1)
+	quit, exited := make(chan struct{}), make(chan struct{})
+	t.Cleanup(func() { close(quit); <-exited }) // if the test ends first
+	go func() {
+		defer close(exited)
+		wait := func() bool { // false: the test ended
+			select {
+			case <-quit:
+				return false
+			case <-time.After(5 * time.Millisecond):
+				return true
+			}
+		}
+		lines := func(kind string) bool {
+			data, _ := os.ReadFile(logPath)
+			for line := range strings.Lines(string(data)) {
+				if strings.HasPrefix(line, kind+" ") {
+					return true
+				}
+			}
+			return false
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for !lines("start") {
+			if time.Now().After(deadline) || !wait() {
+				fault <- "no command started within 30s"
+				return
+			}
+		}
+		if err := srv.Signal(syscall.SIGSTOP); err != nil {
+			fault <- err.Error()
+			return
+		}
+		deadline = time.Now().Add(10 * time.Second)
+		for !lines("stop") && time.Now().Before(deadline) {
+			if !wait() {
+				break
+			}
+		}
+		if err := srv.Signal(syscall.SIGCONT); err != nil {
+			fault <- err.Error()
+			return
+		}
+		fault <- ""
+	}()
+	procs := sc.run(t, logPath, specs)
+	if msg := <-fault; msg != "" {
+		t.Fatalf("the fault: %s", msg)
+	}
+	evs, err := readLog(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := analyze(tg.name, "cron-stopped", time.Second, procs, evs)
+	var lines []string
+	for _, e := range evs {
+		lines = append(lines, formatLine(e))
+	}
+	t.Logf("log:\n%s", strings.Join(lines, "\n"))
+	var stops, exits75 int
+	for _, e := range evs {
+		if e.kind == "stop" {
+			stops++
+		}
+	}
+	for _, p := range procs {
+		if p.exit == 75 {
+			exits75++
+		}
+	}
+	if stops != 1 || exits75 != 1 || r.grants != 2 || r.losses != 1 || r.overlaps != 0 || r.tokenInversions != 0 {
+		t.Errorf("%d stop lines, %d runs exited 75, %d grants, %d losses, %d overlaps, %d tokens out of order: want 1, 1, 2, 1, 0, 0\n%s",
+			stops, exits75, r.grants, r.losses, r.overlaps, r.tokenInversions, strings.Join(r.problems, "\n"))
+	}
+}
+
+// TestNodeClock: the times the Node.js workers log compare with the Go
+// workers' and the servers' (the checker compares the sections of
+// different processes). Each of 16 Node.js processes, started at once, is
+// asked for its log time between two readings of this process's wall
+// clock, t1 before the question and t2 after the answer: it must lie
+// between them, give or take clockSlack. The workers logged with
+// performance.timeOrigin + performance.now() before, which is off by as
+// long as the start of the process was descheduled between the origin's
+// two readings (65 ms seen in a loaded run); it fails this test when that
+// happens to one of the 16.
+// clockSlack is what TestNodeClock allows a Node.js process's log time
+// outside the interval it was asked in (the error of its clock's offset is
+// a few microseconds), in ns.
+const clockSlack = 50_000
+
+func TestNodeClock(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: skipping the user-scenario suite")
+	}
+	node := findNode(t)
+	node.need(t)
+	type worker struct {
+		cmd *exec.Cmd
+		in  io.WriteCloser
+		out *bufio.Reader
+	}
+	var ws []worker
+	for range 16 {
+		cmd := exec.Command(node.node, script(t, "clock.js"))
+		in, err := cmd.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			in.Close()
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		})
+		ws = append(ws, worker{cmd, in, bufio.NewReader(out)})
+	}
+	for i, w := range ws {
+		for k := range 20 {
+			t1 := time.Now().UnixNano()
+			if _, err := io.WriteString(w.in, "?\n"); err != nil {
+				t.Fatal(err)
+			}
+			line, err := w.out.ReadString('\n')
+			t2 := time.Now().UnixNano()
+			if err != nil {
+				t.Fatalf("worker %d: %v", i, err)
+			}
+			var ns int64
+			if _, err := fmt.Sscan(line, &ns); err != nil {
+				t.Fatalf("worker %d: %q: %v", i, line, err)
+			}
+			if ns < t1-clockSlack || ns > t2+clockSlack {
+				t.Fatalf("worker %d, question %d: its time %d is not between %d and %d: %+.3f ms off",
+					i, k, ns, t1, t2, float64(min(ns-t1, 0)+max(ns-t2, 0))/1e6)
 			}
 		}
 	}

@@ -53,7 +53,11 @@ func startDaemon(t testing.TB, bin, dir, name, addr string, args ...string) *dae
 		t.Fatal(err)
 	}
 	defer f.Close()
-	d.cmd = exec.Command(bin, append([]string{"--listen", addr, "--log-level", "warn"}, args...)...)
+	level := "warn"
+	if l := os.Getenv("MLOCK_SCENARIO_LOG_LEVEL"); l != "" {
+		level = l // debug: every command applied, with its session
+	}
+	d.cmd = exec.Command(bin, append([]string{"--listen", addr, "--log-level", level}, args...)...)
 	d.cmd.Dir = dir
 	d.cmd.Env = proctest.CleanEnv()
 	d.cmd.Stdout, d.cmd.Stderr = f, f

@@ -9,7 +9,7 @@
 // Exit status: 0 held for the whole hold and unlocked; 3 the lock was lost
 // (on arrival, during the hold, or found gone by the unlock); 4 not granted
 // or another error.
-const { openLog, startSignal, sleep, message } = require('./common');
+const { nowNs, openLog, startSignal, sleep, message } = require('./common');
 
 async function main() {
   const a = JSON.parse(process.argv[2]);
@@ -40,15 +40,24 @@ async function main() {
     log('loss', 'arrival', message(lock.error));
     return 3;
   }
-  log('start', lock.token, a.resources);
+  // The section starts, and later ends, at a moment the lock is seen
+  // believed held: the time is read first, then lock.held (which checks the
+  // deadline on the monotonic clock) after it.
+  let at = nowNs();
+  if (!lock.held) {
+    log('loss', 'arrival', 'past the deadline at the start of the section:', message(lock.error));
+    return 3;
+  }
+  log.at(at, 'start', lock.token, a.resources);
   const lost = new AbortController();
   lock.lost.then(() => lost.abort());
   await sleep(a.hold, lost.signal);
-  if (!lock.held || lock.deadline <= Date.now()) {
+  at = nowNs();
+  if (!lock.held) {
     log('loss', 'hold', message(lock.error));
     return 3;
   }
-  log('end', lock.token, a.resources);
+  log.at(at, 'end', lock.token, a.resources);
   try {
     await lock.unlock();
   } catch (e) {

@@ -17,7 +17,7 @@
 // another error.
 const path = require('node:path');
 const { createRequire } = require('node:module');
-const { openLog, startSignal, sleep, message } = require('./common');
+const { nowNs, openLog, startSignal, sleep, message } = require('./common');
 
 const logger = { info() {}, warn: (m) => console.error(m), error: console.error, debug() {}, log() {}, activity() {}, progress() {}, failure() {}, success() {}, panic() {}, shouldLog: () => false, setLogLevel() {}, unsetLogLevel() {} };
 
@@ -30,12 +30,14 @@ async function main() {
   // The mlock client as the provider loads it.
   const Mlock = createRequire(path.join(providerDir, 'package.json'))('mlock');
   let token = 0;
+  let granted; // the lock of the last grant: the job checks it is still believed held
   let arrivedLost = false;
   const acquire = Mlock.prototype.acquire;
   Mlock.prototype.acquire = function (...args) {
     return acquire.apply(this, args).then((lock) => {
       const deadline = lock.deadline;
       token = lock.token;
+      granted = lock;
       log('grant', deadline === 0 ? 0 : Math.round((deadline - Date.now()) * 1e6), lock.token, lock.resources);
       if (!lock.held) {
         arrivedLost = true;
@@ -69,15 +71,26 @@ async function main() {
     await service.execute(
       a.keys,
       async (signal) => {
+        // The section starts, and later ends, at a moment the lock is seen
+        // believed held: the time is read first, then the signal and
+        // lock.held (the deadline on the monotonic clock: the signal's timer
+        // may not have run yet) after it.
+        let at = nowNs();
         if (arrivedLost || signal.aborted) return;
-        log('start', token, keys);
-        await sleep(a.hold, signal);
-        if (signal.aborted) {
-          lostInJob = true;
-          log('loss', 'hold', message(signal.reason));
+        if (!granted || !granted.held) {
+          arrivedLost = true;
+          log('loss', 'arrival', 'past the deadline at the start of the section:', message(granted && granted.error));
           return;
         }
-        log('end', token, keys);
+        log.at(at, 'start', token, keys);
+        await sleep(a.hold, signal);
+        at = nowNs();
+        if (signal.aborted || !granted.held) {
+          lostInJob = true;
+          log('loss', 'hold', message(signal.aborted ? signal.reason : granted.error));
+          return;
+        }
+        log.at(at, 'end', token, keys);
       },
       { expire: a.expire, timeout: a.timeout },
     );

@@ -39,6 +39,8 @@ func run() int {
 	hold := flag.Duration("hold", 100*time.Millisecond, "how long to hold the lock")
 	timeout := flag.Duration("timeout", time.Minute, "longest wait")
 	logPath := flag.String("log", "", "the shared log")
+	stall := flag.Duration("stall", 0, "for the suite's own test: pause this long between the end-of-section check and the end line,\n"+
+		"as a process descheduled there would")
 	flag.Parse()
 	if *uri == "" || *id == "" || *resources == "" || *logPath == "" || strings.ContainsAny(*id, " \n") {
 		fmt.Fprintln(os.Stderr, "order: -uri, -id (no spaces), -resources and -log are required")
@@ -50,8 +52,11 @@ func run() int {
 		return 2
 	}
 	defer f.Close()
-	logf := func(kind string, args ...any) {
-		line := kind + " " + *id + " " + strconv.FormatInt(time.Now().UnixNano(), 10)
+	// logAt writes a line with the time at (a section's start and end are
+	// logged with the time their lock was last seen believed held: the
+	// process may be descheduled before it writes the line).
+	logAt := func(at time.Time, kind string, args ...any) {
+		line := kind + " " + *id + " " + strconv.FormatInt(at.UnixNano(), 10)
 		for _, a := range args {
 			line += " " + fmt.Sprint(a)
 		}
@@ -59,6 +64,7 @@ func run() int {
 			fmt.Fprintln(os.Stderr, "order: writing the log:", err)
 		}
 	}
+	logf := func(kind string, args ...any) { logAt(time.Now(), kind, args...) }
 
 	c, err := mlock.New(*uri)
 	if err != nil {
@@ -95,7 +101,16 @@ func run() int {
 		logf("loss", "arrival", err)
 		return 3
 	}
-	logf("start", l.Token(), *resources)
+	// The section starts, and later ends, at a moment the lock is seen
+	// believed held: the time is read first, then the Deadline checked
+	// against it (the check comes after: if the lock is believed held then,
+	// it was at that time).
+	at := time.Now()
+	if err := l.Err(); err != nil || !at.Before(l.Deadline()) {
+		logf("loss", "arrival", "past the deadline at the start of the section:", err)
+		return 3
+	}
+	logAt(at, "start", l.Token(), *resources)
 	t := time.NewTimer(*hold)
 	select {
 	case <-t.C:
@@ -104,11 +119,13 @@ func run() int {
 		return 3
 	}
 	// Still believed held at the end of the section?
-	if err := l.Err(); err != nil || !time.Now().Before(l.Deadline()) {
+	at = time.Now()
+	if err := l.Err(); err != nil || !at.Before(l.Deadline()) {
 		logf("loss", "hold", "past the deadline at the end of the section:", err)
 		return 3
 	}
-	logf("end", l.Token(), *resources)
+	time.Sleep(*stall)
+	logAt(at, "end", l.Token(), *resources)
 	uctx, ucancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer ucancel()
 	if err := l.Unlock(uctx); err != nil {
