@@ -363,11 +363,7 @@ func (c *conn) decideFrames(buf []byte, fields [][]byte) ([]byte, [][]byte, bool
 				break
 			}
 			if n == 0 {
-				if want > cap(buf) {
-					nb := make([]byte, len(buf)-off, want)
-					copy(nb, buf[off:])
-					buf, off = nb, 0
-				}
+				buf, off = roomFor(buf, off, want)
 				break
 			}
 			fields = protocol.Split(fields[:0], payload)

@@ -404,12 +404,7 @@ func (c *conn) handleFrames(buf []byte, fields [][]byte) ([]byte, [][]byte, bool
 				break
 			}
 			if n == 0 {
-				if want > cap(buf) {
-					// Make room for the whole frame (want <= MaxFrame+5).
-					nb := make([]byte, len(buf)-off, want)
-					copy(nb, buf[off:])
-					buf, off = nb, 0
-				}
+				buf, off = roomFor(buf, off, want)
 				break
 			}
 			fields = protocol.Split(fields[:0], payload)
@@ -543,4 +538,16 @@ func (c *conn) cleanup() {
 		}
 	})
 	c.finish()
+}
+
+// roomFor returns buf and off, or, when a frame of want bytes (want <=
+// MaxFrame+5) does not fit in buf's capacity, a new buffer that holds
+// buf[off:] at its start and offset 0.
+func roomFor(buf []byte, off, want int) ([]byte, int) {
+	if want <= cap(buf) {
+		return buf, off
+	}
+	nb := make([]byte, len(buf)-off, want)
+	copy(nb, buf[off:])
+	return nb, 0
 }

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/mlock-dev/mlock"
+	"github.com/mlock-dev/mlock/internal/proctest"
 )
 
 // The runbook tests run the command blocks of docs/operations.md, as
@@ -89,36 +90,10 @@ func newOpsEnv(t *testing.T) *opsEnv {
 func (e *opsEnv) node(ids ...string) {
 	for _, id := range ids {
 		x := strings.ToUpper(id)
-		e.vars[x+"_ADDR"] = freeLoopback(e.t)
-		e.vars[x+"_RAFT"] = freeLoopback(e.t)
+		e.vars[x+"_ADDR"] = proctest.FreeAddr(e.t)
+		e.vars[x+"_RAFT"] = proctest.FreeAddr(e.t)
 		e.vars[x+"_DIR"] = filepath.Join(e.dir, id, "raft")
 	}
-}
-
-var handedOutPorts = struct {
-	sync.Mutex
-	m map[string]bool
-}{m: map[string]bool{}}
-
-// freeLoopback returns a loopback address free a moment ago and not
-// returned before in this test binary.
-func freeLoopback(t *testing.T) string {
-	handedOutPorts.Lock()
-	defer handedOutPorts.Unlock()
-	for range 100 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		a := ln.Addr().String()
-		ln.Close()
-		if !handedOutPorts.m[a] {
-			handedOutPorts.m[a] = true
-			return a
-		}
-	}
-	t.Fatal("no new free port")
-	return ""
 }
 
 // left is the time left in the scenario's budget, failing the test when it
