@@ -15,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/mlock-dev/mlock"
+	"github.com/mlock-dev/mlock/internal/testenv"
 	"github.com/mlock-dev/mlock/server"
 	"github.com/mlock-dev/mlock/server/servertest"
 )
@@ -22,6 +23,7 @@ import (
 // TestMain checks for leaked goroutines. Ignored: the waiter of a raft future that raft never answers
 // (an entry it found already applied; see internal/cluster futureError): it ends only with the process.
 func TestMain(m *testing.M) {
+	testenv.WaitBound(8) // the parallel tests wait for servers, proxies and leases
 	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/mlock-dev/mlock/internal/cluster.(*leadership).futureError.func1"))
 }
 

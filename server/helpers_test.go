@@ -13,11 +13,15 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/mlock-dev/mlock/internal/protocol"
+	"github.com/mlock-dev/mlock/internal/testenv"
 )
 
 // TestMain checks for leaked goroutines. Ignored: the waiter of a raft future that raft never answers
 // (an entry it found already applied; see internal/cluster futureError): it ends only with the process.
 func TestMain(m *testing.M) {
+	// The cluster tests wait for elections, leases and timeouts far more
+	// than they compute: 16 at a time, not GOMAXPROCS.
+	testenv.WaitBound(16)
 	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/mlock-dev/mlock/internal/cluster.(*leadership).futureError.func1"))
 }
 

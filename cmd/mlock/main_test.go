@@ -18,6 +18,7 @@ import (
 
 	"github.com/mlock-dev/mlock"
 	"github.com/mlock-dev/mlock/internal/proctest"
+	"github.com/mlock-dev/mlock/internal/testenv"
 	"github.com/mlock-dev/mlock/server"
 	"github.com/mlock-dev/mlock/server/servertest"
 )
@@ -28,6 +29,7 @@ func TestMain(m *testing.M) {
 		main()
 		return
 	}
+	testenv.WaitBound(8) // most tests wait for a server, a queue or a child process
 	os.Exit(m.Run())
 }
 

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/mlock-dev/mlock/internal/proctest"
+	"github.com/mlock-dev/mlock/internal/testenv"
 
 	"github.com/mlock-dev/mlock"
 	"github.com/mlock-dev/mlock/internal/auth"
@@ -75,6 +76,7 @@ func TestMain(m *testing.M) {
 		main()
 		os.Exit(0)
 	}
+	testenv.WaitBound(8) // the runbook tests wait for processes and elections
 	os.Exit(m.Run())
 }
 

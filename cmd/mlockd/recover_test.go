@@ -507,6 +507,7 @@ func others(all []string, not ...string) []string {
 // never heard of with a token above the lost one, grows back to three with
 // two new nodes, and serves after the loss of its leader.
 func TestRunbookRecoverLostQuorum(t *testing.T) {
+	t.Parallel()
 	e := newOpsEnv(t)
 	start := time.Now()
 	e.node("a", "b", "c", "d", "e")
@@ -616,6 +617,7 @@ func TestRunbookRecoverLostQuorum(t *testing.T) {
 // a new id joins; the three serve after the loss of the leader, and a
 // client's lock survives it all.
 func TestRunbookReplaceDeadNode(t *testing.T) {
+	t.Parallel()
 	e := newOpsEnv(t)
 	start := time.Now()
 	e.node("a", "b", "c", "d")
@@ -658,6 +660,7 @@ func TestRunbookReplaceDeadNode(t *testing.T) {
 // address: it holds the locks of the moment of the copy, and its tokens are
 // above every token the cluster gave after it.
 func TestRunbookBackup(t *testing.T) {
+	t.Parallel()
 	e := newOpsEnv(t)
 	e.node("a", "b", "c", "r")
 	e.vars["BACKUP"] = filepath.Join(e.dir, "backup")

@@ -13,6 +13,7 @@
 package testenv
 
 import (
+	"flag"
 	"os"
 	"os/exec"
 	"strconv"
@@ -67,4 +68,20 @@ func Getenv(t testing.TB, name, why string) string {
 		Missing(t, name+" is not set", why)
 	}
 	return v
+}
+
+// WaitBound raises go test's -parallel, when the command line does not set
+// it, to n: for a package whose parallel tests mostly wait (elections,
+// leases, processes) rather than compute, the default (GOMAXPROCS) leaves
+// the CPU idle. Call it from TestMain before m.Run. An explicit -parallel
+// wins.
+func WaitBound(n int) {
+	if !flag.Parsed() {
+		flag.Parse()
+	}
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		_ = flag.Set("test.parallel", strconv.Itoa(n))
+	}
 }
