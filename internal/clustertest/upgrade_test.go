@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -165,19 +166,38 @@ func TestRollingUpgrade(t *testing.T) {
 			break
 		}
 		// Mixed: the version stays 1 on every new node for as long as the
-		// load runs.
-		deadline := time.Now().Add(plan.mixedFor)
-		checks := 0
-		for time.Now().Before(deadline) {
-			if err := c.checkVersions(i+1, 1); err != nil {
-				stopLoad()
-				t.Fatalf("mixed cluster (%d of %d nodes upgraded): %v", i+1, len(c.nodes), err)
+		// load runs. Halfway, the leader is restarted on its own build, so
+		// that the leadership moves between the builds.
+		mixed := func(d time.Duration) int {
+			checks := 0
+			for deadline := time.Now().Add(d); time.Now().Before(deadline); checks++ {
+				if err := c.checkVersions(i+1, 1); err != nil {
+					stopLoad()
+					t.Fatalf("mixed cluster (%d of %d nodes upgraded): %v", i+1, len(c.nodes), err)
+				}
+				time.Sleep(250 * time.Millisecond) // the check's interval: status has no event to wait on
 			}
-			checks++
-			time.Sleep(250 * time.Millisecond) // the check's interval: status has no event to wait on
+			return checks
 		}
-		t.Logf("mixed cluster, %d of %d nodes on the new build: cluster version 1 on every new node, %d checks in %v",
-			i+1, len(c.nodes), checks, plan.mixedFor)
+		checks := mixed(plan.mixedFor / 2)
+		was := c.leader()
+		if was == nil {
+			stopLoad()
+			t.Fatalf("mixed cluster: no leader\n%s", c.logTails())
+		}
+		wasBin := oldB.mlockd
+		if c.index(was) <= i {
+			wasBin = newB.mlockd
+		}
+		replace(was, wasBin, "mixed-leader-restart")
+		checks += mixed(plan.mixedFor - plan.mixedFor/2)
+		now, nowID := c.leader(), "none"
+		if now != nil {
+			nowID = now.id
+		}
+		t.Logf("mixed cluster, %d of %d nodes on the new build: cluster version 1 on every new node, %d checks in %v; "+
+			"leader %s (%s build) restarted, leader now %s (%s build)", i+1, len(c.nodes), checks, plan.mixedFor,
+			was.id, c.buildOf(was, i), nowID, c.buildOf(now, i))
 	}
 	// Every member reads format 2 now: each says so within 10 s, and the
 	// leader raises the version.
@@ -213,6 +233,23 @@ func TestRollingUpgrade(t *testing.T) {
 	report(t, c, round, elapsed, ops, grants, events)
 	failedRequests(t, ops)
 	runs.check(t, hd)
+}
+
+// index returns n's position in c.nodes (the order of the upgrade).
+func (c *cluster) index(n *node) int {
+	return slices.Index(c.nodes, n)
+}
+
+// buildOf names n's build while the nodes up to c.nodes[last] run the new
+// one.
+func (c *cluster) buildOf(n *node, last int) string {
+	if n == nil {
+		return "none"
+	}
+	if c.index(n) <= last {
+		return "new"
+	}
+	return "old"
 }
 
 // replace stops n with SIGTERM, starts bin on its directories and
