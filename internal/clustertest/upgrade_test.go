@@ -2,6 +2,7 @@ package clustertest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -153,7 +154,7 @@ func TestRollingUpgrade(t *testing.T) {
 	replace := func(n *node, bin, kind string) {
 		t.Helper()
 		round++
-		if err := c.replace(h, n, bin, round, kind); err != nil {
+		if err := c.replace(h, n, bin, newB.mlock, round, kind); err != nil {
 			stopLoad()
 			t.Fatalf("round %d (%s of %s): %v\n%s", round, kind, n.id, err, c.logTails())
 		}
@@ -255,7 +256,7 @@ func (c *cluster) buildOf(n *node, last int) string {
 // replace stops n with SIGTERM, starts bin on its directories and
 // addresses, and waits until n has caught up with the leader and the
 // cluster is healthy.
-func (c *cluster) replace(h *history, n *node, bin string, round int, kind string) error {
+func (c *cluster) replace(h *history, n *node, bin, cli string, round int, kind string) error {
 	ev := func(what string, id string) {
 		h.addEvent(event{T: h.now(), Round: round, Kind: kind, What: what, Node: id})
 	}
@@ -274,13 +275,13 @@ func (c *cluster) replace(h *history, n *node, bin string, round int, kind strin
 	if err != nil {
 		return err
 	}
-	lag, err := c.waitCaughtUp(n, l, 20*time.Second)
+	index, vs, err := c.waitCaughtUp(cli, n, 20*time.Second)
 	if err != nil {
 		return err
 	}
 	ev("healthy, leader", l.id)
-	c.t.Logf("round %d %s: %s stopped by SIGTERM in %v, started, caught up with leader %s at index %d %v after the stop",
-		round, kind, n.id, stopped.Round(time.Millisecond), l.id, lag, time.Since(t0).Round(time.Millisecond))
+	c.t.Logf("round %d %s: %s stopped by SIGTERM in %v, started, caught up with leader %s at index %d %v after the stop; %s",
+		round, kind, n.id, stopped.Round(time.Millisecond), l.id, index, time.Since(t0).Round(time.Millisecond), versions(vs))
 	return nil
 }
 
@@ -302,25 +303,77 @@ func (n *node) terminate(d time.Duration) error {
 	}
 }
 
-// waitCaughtUp waits until n has applied the leader's commit index of the
-// moment it started waiting, and returns that index.
-func (c *cluster) waitCaughtUp(n, leader *node, d time.Duration) (uint64, error) {
-	st, err := leader.status(2 * time.Second)
-	if err != nil || st.Cluster == nil {
-		return 0, fmt.Errorf("leader %s status: %v", leader.id, err)
+// statusView is one node's entry in `mlock cluster status --json`.
+type statusView struct {
+	Addr    string               `json:"addr"`
+	Cluster *mlock.StatusCluster `json:"cluster"`
+	Lag     *uint64              `json:"lag"`
+	Error   string               `json:"error"`
+}
+
+// clusterStatus runs `mlock cluster status --json` (cli is the mlock
+// program) on every node, as the obs principal.
+func (c *cluster) clusterStatus(cli string) ([]statusView, error) {
+	uri := fmt.Sprintf("mlock://obs:%s@%s", c.tokens["obs"], strings.Join(c.addrs(0), ","))
+	cmd := exec.Command(cli, "cluster", "status", "--json", "--timeout", "2s", "--uri", uri)
+	cmd.Env = proctest.CleanEnv()
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("mlock cluster status: %v: %s", err, strings.TrimSpace(stderr.String()))
 	}
-	want := st.Cluster.CommitIndex
+	var vs []statusView
+	if err := json.Unmarshal(out, &vs); err != nil {
+		return nil, fmt.Errorf("mlock cluster status --json: %v: %s", err, out)
+	}
+	return vs, nil
+}
+
+// waitCaughtUp runs `mlock cluster status` until it exits 0 (every node
+// answered, a leader is known) and n has applied the leader's commit index
+// of its first answer; it returns that index and the last answer.
+func (c *cluster) waitCaughtUp(cli string, n *node, d time.Duration) (uint64, []statusView, error) {
 	deadline := time.Now().Add(d)
+	var want uint64
 	for {
-		st, err := n.status(time.Second)
-		if err == nil && st.Cluster != nil && st.Cluster.AppliedIndex >= want {
-			return want, nil
+		vs, err := c.clusterStatus(cli)
+		if err == nil {
+			for _, v := range vs {
+				if want == 0 && v.Cluster != nil && v.Cluster.Role == "leader" {
+					want = v.Cluster.CommitIndex
+				}
+			}
+			for _, v := range vs {
+				if want != 0 && v.Cluster != nil && v.Cluster.ID == n.id && v.Cluster.AppliedIndex >= want {
+					return want, vs, nil
+				}
+			}
 		}
 		if time.Now().After(deadline) {
-			return 0, fmt.Errorf("%s has not applied index %d within %v (%v)", n.id, want, d, err)
+			return 0, nil, fmt.Errorf("%s has not applied index %d within %v (%v)", n.id, want, d, err)
 		}
-		time.Sleep(50 * time.Millisecond) // poll interval: status has no event to wait on
+		time.Sleep(100 * time.Millisecond) // poll interval: status has no event to wait on
 	}
+}
+
+// versions summarises an answer of mlock cluster status: each node's
+// cluster version and log format ("-": not announced, the previous
+// release).
+func versions(vs []statusView) string {
+	dash := func(n int) string {
+		if n == 0 {
+			return "-"
+		}
+		return strconv.Itoa(n)
+	}
+	var b []string
+	for _, v := range vs {
+		if v.Cluster != nil {
+			b = append(b, fmt.Sprintf("%s version %s format %s", v.Cluster.ID, dash(v.Cluster.Version), dash(v.Cluster.LogFormat)))
+		}
+	}
+	return strings.Join(b, ", ")
 }
 
 // checkVersions asks every node for its status: the first upgraded ones
