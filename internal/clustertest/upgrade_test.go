@@ -114,7 +114,10 @@ func TestRollingUpgrade(t *testing.T) {
 		}()
 	}
 
-	// The mlock run holders, all on one resource.
+	// The mlock run holders, all on one resource. At the end each finishes
+	// its run; hard ends those still running 20 s later (SIGKILL by pid).
+	hard, hardStop := context.WithCancel(context.Background())
+	defer hardStop()
 	hd := t.TempDir()
 	runs := &holderRuns{}
 	for k := range plan.holders {
@@ -127,7 +130,7 @@ func TestRollingUpgrade(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			runHolder(ctx, runs, bin, uri, hd, k)
+			runHolder(ctx, hard, runs, bin, uri, hd, k)
 		}()
 	}
 	stopped := false
@@ -142,7 +145,12 @@ func TestRollingUpgrade(t *testing.T) {
 		select {
 		case <-done:
 		case <-time.After(2 * callLimit):
-			t.Errorf("the load did not stop within %v", 2*callLimit)
+			t.Errorf("the load did not stop within %v: the mlock run still running are killed", 2*callLimit)
+			hardStop()
+			select {
+			case <-done:
+			case <-time.After(callLimit):
+			}
 		}
 		for _, cl := range clients {
 			cl.Close()
@@ -444,13 +452,13 @@ type holderRun struct {
 	out    string
 }
 
-// runHolder runs `mlock run` on upg:cron in a loop until ctx ends; the
-// command fails (exit 3) if another holder's command is inside, and
+// runHolder runs `mlock run` on upg:cron in a loop until ctx ends (a run
+// is killed only when hard ends); the command fails (exit 3) if another holder's command is inside, and
 // appends its fencing token to dir/tokens.
-func runHolder(ctx context.Context, runs *holderRuns, bin, uri, dir string, k int) {
+func runHolder(ctx, hard context.Context, runs *holderRuns, bin, uri, dir string, k int) {
 	const script = `mkdir "$D/held" || exit 3; echo "$MLOCK_TOKEN" >> "$D/tokens"; sleep 0.2; rmdir "$D/held"`
 	for ctx.Err() == nil {
-		cmd := exec.Command(bin, "run", "--uri", uri, "--ttl", "2s", "--timeout", "60s",
+		cmd := exec.CommandContext(hard, bin, "run", "--uri", uri, "--ttl", "2s", "--timeout", "60s",
 			"--owner", fmt.Sprintf("holder-%d-%d", k, time.Now().UnixNano()), "upg:cron", "--", "sh", "-c", script)
 		cmd.Env = append(proctest.CleanEnv(), "D="+dir)
 		t0 := time.Now()
