@@ -3,6 +3,7 @@
 // nothing of the module.
 package buildinfo
 
-// Version is the version of this build (the release tag without its "v"):
-// what `mlockd --version` prints and the status command reports.
-const Version = "0.1.0"
+// Version is the version of this build (the release tag without its "v";
+// "-dev" between releases): what `mlockd --version` prints and the status
+// command reports. CHANGELOG.md lists the releases.
+const Version = "0.2.0-dev"
