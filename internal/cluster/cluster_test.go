@@ -12,6 +12,7 @@ import (
 )
 
 func TestSingleNodeProposeAndTick(t *testing.T) {
+	t.Parallel()
 	sm := newLockedSM(false)
 	var clock struct {
 		sync.Mutex
@@ -92,6 +93,7 @@ func TestSingleNodeProposeAndTick(t *testing.T) {
 }
 
 func TestGroupCommitThreeNodes(t *testing.T) {
+	t.Parallel()
 	tc := newInmemCluster(t, 3, false, nil)
 	li := tc.leader()
 	ld := tc.nodes[li]
@@ -177,6 +179,7 @@ func TestGroupCommitThreeNodes(t *testing.T) {
 // whichever node leads: a new leader takes over (its failover entry first), proposals resume, and after
 // the heal every command is in every log exactly once.
 func TestLeaderLossDedup(t *testing.T) {
+	t.Parallel()
 	tc := newInmemCluster(t, 3, true, nil)
 	old := tc.leader()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -242,6 +245,7 @@ func TestLeaderLossDedup(t *testing.T) {
 // TestPartitionHeal: a minority follower cut off misses entries and catches up after the heal; a
 // cut-off leader's proposal ends in ErrUnknownOutcome (or ErrNotLeader), never a false success.
 func TestPartitionHeal(t *testing.T) {
+	t.Parallel()
 	tc := newInmemCluster(t, 3, false, nil)
 	li := tc.leader()
 	fi := (li + 1) % 3
@@ -280,6 +284,7 @@ func TestPartitionHeal(t *testing.T) {
 
 // TestSnapshotCatchUp: a node that missed more than TrailingLogs entries catches up from a snapshot.
 func TestSnapshotCatchUp(t *testing.T) {
+	t.Parallel()
 	tc := newInmemCluster(t, 3, true, func(i int, c *Config) {
 		c.SnapshotThreshold = 16
 		c.TrailingLogs = 4
@@ -319,6 +324,7 @@ func TestSnapshotCatchUp(t *testing.T) {
 }
 
 func TestJoinRemove(t *testing.T) {
+	t.Parallel()
 	tc := newInmemCluster(t, 3, false, func(i int, c *Config) {
 		if i != 0 {
 			c.Bootstrap = false
@@ -362,6 +368,7 @@ func TestJoinRemove(t *testing.T) {
 // followers that an entry is committed only with the next entry or a minute later; the leader's
 // notice entry tells them at once, so each follower applies every command while the leader is idle.
 func TestFollowersLearnCommitsAtOnce(t *testing.T) {
+	t.Parallel()
 	tc := newInmemCluster(t, 3, false, func(_ int, c *Config) { c.CommitTimeout = time.Minute })
 	li := tc.leader()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -397,6 +404,7 @@ func TestFollowersLearnCommitsAtOnce(t *testing.T) {
 // order (each result, the log length, is one more than the last), while several are on their way; a
 // command queued behind a Proposal of another leadership is refused, and nothing is queued.
 func TestProposeAsyncKeepsOrder(t *testing.T) {
+	t.Parallel()
 	tc := newInmemCluster(t, 3, false, nil)
 	ld := tc.nodes[tc.leader()]
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -441,6 +449,7 @@ func TestProposeAsyncKeepsOrder(t *testing.T) {
 // abandoned while still queued is skipped too, never taken into an entry: what is applied of a chain is
 // a prefix of it, even when the caller gave up on an earlier command.
 func TestAbandonedProposalSkipsItsChain(t *testing.T) {
+	t.Parallel()
 	l := &leadership{n: &Node{cfg: Config{MaxBatch: 16, BatchWindow: -1}}, queue: make(chan *proposal, 16)}
 	newProp := func(cmd string, prev *proposal) *proposal {
 		return &proposal{cmd: []byte(cmd), done: make(chan proposalResult, 1), fin: make(chan struct{}), prev: prev}

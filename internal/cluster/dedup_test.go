@@ -7,6 +7,7 @@ import (
 )
 
 func TestDedupApply(t *testing.T) {
+	t.Parallel()
 	toy := &toySM{}
 	d := NewDedup(toy, 3)
 	cmd := func(client string, seq uint64, s string) []byte { return DedupCommand(client, seq, []byte(s)) }
@@ -75,6 +76,7 @@ func TestDedupApply(t *testing.T) {
 // SetWindow changes the size from the next result on: a smaller one
 // forgets the oldest at once, and the size goes with the snapshot.
 func TestDedupSetWindow(t *testing.T) {
+	t.Parallel()
 	cmd := func(client string, seq uint64) []byte { return DedupCommand(client, seq, []byte("x")) }
 	d := NewDedup(&toySM{}, 3)
 	d.Apply(1, [][]byte{cmd("a", 1), cmd("a", 2), cmd("a", 3)})

@@ -6,6 +6,7 @@ import (
 )
 
 func TestEntryRoundTrip(t *testing.T) {
+	t.Parallel()
 	for _, e := range []entry{
 		{kind: entryBatch, now: 42},
 		{kind: entryBatch, now: -1, cmds: [][]byte{[]byte("a"), {}, []byte("ccc")}},

@@ -13,10 +13,12 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/mlock-dev/mlock/internal/testenv"
 	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) {
+	testenv.WaitBound(8) // the tests wait for elections and timeouts
 	// The waiter of a raft future raft never answers (see futureError) ends only with the process.
 	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/mlock-dev/mlock/internal/cluster.(*leadership).futureError.func1"))
 }

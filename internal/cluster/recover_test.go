@@ -19,6 +19,7 @@ import (
 // never received), which elects itself, accepts proposals and grows back with Join; a fresh node
 // catches up to the same state.
 func TestRecoverLostQuorum(t *testing.T) {
+	t.Parallel()
 	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
 	tc := newInmemCluster(t, 3, true, func(i int, c *Config) { c.Dir = dirs[i] })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -162,6 +163,7 @@ func TestRecoverLostQuorum(t *testing.T) {
 
 // TestRecoverNoWAL: a directory without a log is refused, and nothing is created in it.
 func TestRecoverNoWAL(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	if _, err := Recover(RecoverConfig{Dir: dir, ID: "a", SM: newLockedSM(false)}); !errors.Is(err, ErrNoState) {
 		t.Fatalf("got %v", err)
@@ -178,6 +180,7 @@ func TestRecoverNoWAL(t *testing.T) {
 // holds it (its removal reached it) is still recovered under its id, at its
 // address of the configuration before.
 func TestRecoverRemovedNode(t *testing.T) {
+	t.Parallel()
 	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
 	tc := newInmemCluster(t, 3, true, func(i int, c *Config) { c.Dir = dirs[i] })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -33,6 +33,7 @@ func openDiskNode(t *testing.T, dir string, sm *lockedSM) *Node {
 // TestRestartKeepsLogAndTerm: a node reopened on its Dir finds its term and its log in the WAL (no
 // snapshot was taken: the state comes back by replaying the log), and goes on from there.
 func TestRestartKeepsLogAndTerm(t *testing.T) {
+	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "node")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -92,6 +93,7 @@ func TestRestartKeepsLogAndTerm(t *testing.T) {
 // marked the truncated segment sealed without writing its index, and the node then failed at every
 // start ("sealed segment has no index block").
 func TestTruncatedLogRestart(t *testing.T) {
+	t.Parallel()
 	base := t.TempDir()
 	onDisk := func(i int, c *Config) { c.Dir = filepath.Join(base, fmt.Sprintf("n%d", i)) }
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -136,6 +138,7 @@ func TestTruncatedLogRestart(t *testing.T) {
 // refused, untouched, with an error that says what to do; once a wal directory exists, a raft.db
 // beside it is a leftover that Open ignores.
 func TestOldLogStoreRefused(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	old := filepath.Join(dir, "raft.db")
 	if err := os.WriteFile(old, []byte("an old bbolt file"), 0o600); err != nil {
@@ -187,6 +190,7 @@ func TestStdLogKept(t *testing.T) {
 // TestDirInUseRefused: a second node on the directory of a running one is refused at once, naming
 // the holder, instead of waiting on the log's files; the directory is free again after Close.
 func TestDirInUseRefused(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	open := func() (*Node, error) {
 		return Open(Config{ID: "n0", RaftAddr: "127.0.0.1:0", Dir: dir, Bootstrap: true,
@@ -234,6 +238,7 @@ func (m *failingMeta) CommitState(s types.PersistentState) error {
 // append, after every restart; repairSealedTail records the rotation, and the log goes on with every
 // entry kept.
 func TestSealedTailRepaired(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	m := &failingMeta{BoltMetaDB: &metadb.BoltMetaDB{}}
 	w, err := raftwal.Open(dir, raftwal.WithMetaStore(m), raftwal.WithSegmentSize(8192))

@@ -148,6 +148,7 @@ func (tc *tcpCluster) converge(want string) string {
 // TestTCPRestart: a 3-node cluster over loopback TCP with on-disk state; all three stop and reopen and
 // the state (log, dedup window) is back, with a snapshot in the middle of it.
 func TestTCPRestart(t *testing.T) {
+	t.Parallel()
 	tc := newTCPCluster(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -199,6 +200,7 @@ func TestTCPRestart(t *testing.T) {
 // TestTCPThroughput measures proposals/s on a 3-node loopback cluster with fsync (reported, not
 // asserted).
 func TestTCPThroughput(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("measurement")
 	}

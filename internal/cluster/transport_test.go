@@ -50,6 +50,7 @@ func accepted(s *streamLayer) <-chan error {
 
 // Peers that share the secret talk; the handshake is invisible to raft.
 func TestRaftConnectionsAuthenticated(t *testing.T) {
+	t.Parallel()
 	a, b := newLayer(t, "the-cluster-secret"), newLayer(t, "the-cluster-secret")
 	got := accepted(b)
 	c, err := a.Dial(raft.ServerAddress(b.Addr().String()), time.Second)
@@ -72,6 +73,7 @@ func TestRaftConnectionsAuthenticated(t *testing.T) {
 // A peer with another secret is refused both ways: its Dial fails, and the
 // acceptor never reads its bytes.
 func TestRaftConnectionWrongSecret(t *testing.T) {
+	t.Parallel()
 	a, b := newLayer(t, "one-secret-of-a-cluster"), newLayer(t, "another-secret-entirely")
 	got := accepted(b)
 	if _, err := a.Dial(raft.ServerAddress(b.Addr().String()), time.Second); !errors.Is(err, errRaftAuth) {
@@ -85,6 +87,7 @@ func TestRaftConnectionWrongSecret(t *testing.T) {
 // A client that does not speak the handshake (or sends raft RPCs right
 // away) is closed without its bytes being read as raft traffic.
 func TestRaftConnectionWithoutHandshake(t *testing.T) {
+	t.Parallel()
 	b := newLayer(t, "the-cluster-secret")
 	got := accepted(b)
 	c, err := net.Dial("tcp", "127.0.0.1:"+portOf(b))

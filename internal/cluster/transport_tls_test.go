@@ -63,6 +63,7 @@ func talk(t *testing.T, a *streamLayer, addr string) net.Conn {
 
 // Two nodes with TLS talk over TLS 1.2+, the authentication inside it.
 func TestRaftTLSConnections(t *testing.T) {
+	t.Parallel()
 	ca := testcert.New(t)
 	a := newTLSLayer(t, "the-cluster-secret", tlsFor(t, ca, ca.Pool()))
 	b := newTLSLayer(t, "the-cluster-secret", tlsFor(t, ca, ca.Pool()))
@@ -169,6 +170,7 @@ func (r *recorder) recorded() (toServer, toClient []byte) {
 // the handshake nor the data appear in plaintext. (The same exchange without
 // TLS shows both, so the recorder sees what passes.)
 func TestRaftTLSOnTheWire(t *testing.T) {
+	t.Parallel()
 	ca := testcert.New(t)
 	for _, withTLS := range []bool{false, true} {
 		var ca1, ca2 *tls.Config
@@ -204,6 +206,7 @@ func TestRaftTLSOnTheWire(t *testing.T) {
 // A plain TCP client that sends the raft handshake to a TLS raft port gets
 // no answer in plaintext: the port speaks only TLS, and closes.
 func TestRaftTLSPortRefusesPlaintext(t *testing.T) {
+	t.Parallel()
 	ca := testcert.New(t)
 	b := newTLSLayer(t, "the-cluster-secret", tlsFor(t, ca, ca.Pool()))
 	got := accepted(b)
@@ -226,6 +229,7 @@ func TestRaftTLSPortRefusesPlaintext(t *testing.T) {
 // A peer whose certificate the cluster CA does not verify (another CA, or
 // another host) is refused, and so is a dialer to it.
 func TestRaftTLSWrongCertificate(t *testing.T) {
+	t.Parallel()
 	ca, other := testcert.New(t), testcert.New(t)
 	for _, tt := range []struct {
 		name string
@@ -251,6 +255,7 @@ func TestRaftTLSWrongCertificate(t *testing.T) {
 // A node with TLS and a node without do not talk, either way, and say why
 // at once (well within the handshake timeout), instead of hanging.
 func TestRaftTLSAndPlainRefused(t *testing.T) {
+	t.Parallel()
 	ca := testcert.New(t)
 	for _, dialerTLS := range []bool{false, true} {
 		conf := tlsFor(t, ca, ca.Pool())
@@ -284,6 +289,7 @@ func TestRaftTLSAndPlainRefused(t *testing.T) {
 // silent client holds up neither Accept nor the next peer, and its
 // connection fails within the handshake timeout.
 func TestRaftTLSAcceptDoesNotWait(t *testing.T) {
+	t.Parallel()
 	ca := testcert.New(t)
 	a := newTLSLayer(t, "the-cluster-secret", tlsFor(t, ca, ca.Pool()))
 	b := newTLSLayer(t, "the-cluster-secret", tlsFor(t, ca, ca.Pool()))
@@ -337,6 +343,7 @@ func TestRaftTLSAcceptDoesNotWait(t *testing.T) {
 // applies commands over TLS; its raft ports speak TLS with the nodes'
 // certificates.
 func TestTCPClusterOverTLS(t *testing.T) {
+	t.Parallel()
 	ca := testcert.New(t)
 	tc := newTCPClusterWith(t, 3, func(i int, c *Config) { c.TLS = tlsFor(t, ca, ca.Pool()) })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -362,6 +369,7 @@ func TestTCPClusterOverTLS(t *testing.T) {
 // Under valid TLS the secret still decides: a node with another secret is
 // refused both ways.
 func TestRaftTLSWrongSecretRefused(t *testing.T) {
+	t.Parallel()
 	ca := testcert.New(t)
 	a := newTLSLayer(t, "the-cluster-secret", tlsFor(t, ca, ca.Pool()))
 	b := newTLSLayer(t, "another-cluster-secret", tlsFor(t, ca, ca.Pool()))
@@ -383,6 +391,7 @@ func TestRaftTLSWrongSecretRefused(t *testing.T) {
 // certificate the cluster CA accepts for the dialed host, and forwards the
 // handshake bytes unchanged between two TLS sessions of its own, fails it.
 func TestRaftTLSRelayRefused(t *testing.T) {
+	t.Parallel()
 	ca := testcert.New(t)
 	a := newTLSLayer(t, "the-cluster-secret", tlsFor(t, ca, ca.Pool()))
 	b := newTLSLayer(t, "the-cluster-secret", tlsFor(t, ca, ca.Pool()))
