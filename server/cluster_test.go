@@ -271,7 +271,7 @@ func TestClusterLocksThroughEveryNode(t *testing.T) {
 	id0 := cs[0].lock("1", "hot 10000 0 0")
 	tok0, _ := strconv.ParseUint(cs[0].locked(id0), 10, 64)
 	id1 := cs[1].lock("1", "hot 10000 0 0")
-	time.Sleep(50 * time.Millisecond)
+	time.Sleep(50 * time.Millisecond) // fixed: 1's lock reaches the leader before 2's (the order under test; no event says it was forwarded)
 	id2 := cs[2].lock("1", "hot 10000 0 0")
 	cs[1].quiet()
 	cs[2].quiet()
@@ -460,7 +460,7 @@ func TestClusterGoClient(t *testing.T) {
 			}
 		}()
 	}
-	time.Sleep(time.Second)
+	time.Sleep(time.Second) // fixed: the load runs a second before the leader stops (the test's input)
 	tc.stop(l)
 	wg.Wait()
 	close(errs)
@@ -557,9 +557,9 @@ func TestClusterDeterminism(t *testing.T) {
 			c.expectAfterLocked("result " + strconv.Itoa(k) + " success *")
 		}
 	}
-	time.Sleep(700 * time.Millisecond) // expiries, grants, ticks
+	time.Sleep(700 * time.Millisecond) // fixed: the 300 ms leases expire and are granted on (the test's input)
 	cs[0].nc.Close()
-	time.Sleep(200 * time.Millisecond)
+	time.Sleep(200 * time.Millisecond) // fixed: the close's detach goes through the log (no event on the other nodes)
 	for i := range 3 {
 		tc.stop(i)
 	}

@@ -306,7 +306,7 @@ func TestSlowHandoffLogged(t *testing.T) {
 	id := a.lock("1", "slow:1 60000 0 0")
 	a.locked(id)
 	idb := b.lock("2", "slow:1 60000 0 0")
-	time.Sleep(40 * time.Millisecond)
+	time.Sleep(40 * time.Millisecond) // fixed: b waits at least 40 ms (the wait the histogram must record)
 	a.send("unlock 3 " + id)
 	a.expect("result 3 success done")
 	b.locked(idb)
