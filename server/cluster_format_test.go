@@ -172,22 +172,7 @@ func TestClusterVersionedLogRestart(t *testing.T) {
 		t.Errorf("the client's commands after the version was raised: %d of format %d, %d of an older one", versioned, logFormat, unversioned)
 	}
 	mu.Unlock()
-	for i := range 3 {
-		tc.start(i)
-	}
-	tc.leader()
-	b := tc.dial(2, "keeper")
-	if got := b.readWithin(10 * time.Second); !match(got, "connected 1.0 resumed * **") {
-		t.Fatalf("after the restart: %q", got)
-	}
-	seen := map[string]bool{}
-	for range 2 {
-		f := strings.Split(b.read(), " ")
-		seen[f[1]+" "+f[3]] = true
-	}
-	if !seen[id+" "+tok] || !seen[id2+" "+tok2] {
-		t.Fatalf("locks after the restart: %v, want %s %s and %s %s", seen, id, tok, id2, tok2)
-	}
+	b := restartKeeper(t, tc, id+" "+tok, id2+" "+tok2)
 	id3 := b.lock("4", "new 1000 0 0")
 	if tok3, _ := strconv.ParseUint(b.locked(id3), 10, 64); tok3 <= mustUint(tok2) {
 		t.Fatalf("token %d after %s", tok3, tok2)

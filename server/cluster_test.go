@@ -493,6 +493,19 @@ func TestClusterRestartFromDisk(t *testing.T) {
 	for i := range 3 {
 		tc.stop(i)
 	}
+	b := restartKeeper(t, tc, id+" "+tok, id2+" "+tok2)
+	// Tokens keep increasing.
+	id3 := b.lock("3", "new 1000 0 0")
+	if tok3, _ := strconv.ParseUint(b.locked(id3), 10, 64); tok3 <= mustUint(tok2) {
+		t.Fatalf("token %d after %s", tok3, tok2)
+	}
+}
+
+// restartKeeper starts tc's three stopped nodes, waits for a leader and
+// resumes the session "keeper" on node 2, which must be told again of its
+// two held locks, each "<id> <token>" of want.
+func restartKeeper(t *testing.T, tc *testCluster, want ...string) *raw {
+	t.Helper()
 	for i := range 3 {
 		tc.start(i)
 	}
@@ -506,14 +519,12 @@ func TestClusterRestartFromDisk(t *testing.T) {
 		f := strings.Split(b.read(), " ")
 		seen[f[1]+" "+f[3]] = true
 	}
-	if !seen[id+" "+tok] || !seen[id2+" "+tok2] {
-		t.Fatalf("locks after the restart: %v", seen)
+	for _, w := range want {
+		if !seen[w] {
+			t.Fatalf("locks after the restart: %v, want %v", seen, want)
+		}
 	}
-	// Tokens keep increasing.
-	id3 := b.lock("3", "new 1000 0 0")
-	if tok3, _ := strconv.ParseUint(b.locked(id3), 10, 64); tok3 <= mustUint(tok2) {
-		t.Fatalf("token %d after %s", tok3, tok2)
-	}
+	return b
 }
 
 func mustUint(s string) uint64 { n, _ := strconv.ParseUint(s, 10, 64); return n }

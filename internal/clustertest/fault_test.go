@@ -75,28 +75,9 @@ func TestClusterFaults(t *testing.T) {
 	c := newCluster(t, bin, clusterOptions{grace: grace, workers: workers})
 	h := newHistory()
 
-	// The clients: one principal (one session) each, starting on
-	// different nodes; every other one stays there (a follower's clients:
-	// forwarding), the others move to the leader the node names.
-	clients := make([]*mlock.Client, workers)
-	for i := range workers {
-		cl, err := mlock.NewClient(mlock.Options{Addrs: c.addrs(i), StayOnNode: i%2 == 1, Name: fmt.Sprintf("w%d", i),
-			Token: mlock.Secret(c.tokens[fmt.Sprintf("w%d", i)]), TTL: ttl, Timeout: waitLimit,
-			DialTimeout: 2 * time.Second, MaxBackoff: 300 * time.Millisecond, PingInterval: time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		clients[i] = cl
-	}
 	ctx, stop := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	for i, cl := range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			runWorker(ctx, h, i, cl)
-		}()
-	}
+	clients := startWorkers(t, ctx, &wg, c, h, workers)
 	stopped := false
 	stopWorkers := func() {
 		if stopped {
@@ -189,6 +170,33 @@ func runFault(c *cluster, h *history, probe *mlock.Client, round int, kind strin
 	}
 	ev("healthy, leader", l)
 	return nil
+}
+
+// startWorkers starts n workers (runWorker) on c, each with its own
+// client (one principal, one session), until ctx ends; wg counts them. The
+// clients start on different nodes; every other one stays there (a
+// follower's clients: forwarding), the others move to the leader the node
+// names.
+func startWorkers(t *testing.T, ctx context.Context, wg *sync.WaitGroup, c *cluster, h *history, n int) []*mlock.Client {
+	t.Helper()
+	clients := make([]*mlock.Client, n)
+	for i := range n {
+		cl, err := mlock.NewClient(mlock.Options{Addrs: c.addrs(i), StayOnNode: i%2 == 1, Name: fmt.Sprintf("w%d", i),
+			Token: mlock.Secret(c.tokens[fmt.Sprintf("w%d", i)]), TTL: ttl, Timeout: waitLimit,
+			DialTimeout: 2 * time.Second, MaxBackoff: 300 * time.Millisecond, PingInterval: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		clients[i] = cl
+	}
+	for i, cl := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			runWorker(ctx, h, i, cl)
+		}()
+	}
+	return clients
 }
 
 // runWorker locks a random resource, holds it for a while with extends,

@@ -94,25 +94,9 @@ func TestRollingUpgrade(t *testing.T) {
 	start := time.Now()
 
 	// The Go workers.
-	clients := make([]*mlock.Client, workers)
-	for i := range workers {
-		cl, err := mlock.NewClient(mlock.Options{Addrs: c.addrs(i), StayOnNode: i%2 == 1, Name: fmt.Sprintf("w%d", i),
-			Token: mlock.Secret(c.tokens[fmt.Sprintf("w%d", i)]), TTL: ttl, Timeout: waitLimit,
-			DialTimeout: 2 * time.Second, MaxBackoff: 300 * time.Millisecond, PingInterval: time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		clients[i] = cl
-	}
 	ctx, stop := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	for i, cl := range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			runWorker(ctx, h, i, cl)
-		}()
-	}
+	clients := startWorkers(t, ctx, &wg, c, h, workers)
 
 	// The mlock run holders, all on one resource. At the end each finishes
 	// its run; hard ends those still running 20 s later (SIGKILL by pid).
