@@ -183,8 +183,10 @@ func TestIdleTimeoutCountsFromTheLastFrame(t *testing.T) {
 	c := connected(t, srv, "c")
 	// A frame just before the deadline would move (half the timeout).
 	time.Sleep(idle/2 - 30*time.Millisecond) // the test's input: a frame just before the deadline would move
-	c.ping("1")
+	// The server reads the ping after this instant, so its last frame is
+	// no earlier: taken after the answer, the round trip would count.
 	last := time.Now()
+	c.ping("1")
 	p, err := c.next(2 * time.Second)
 	if err != nil || p != "error idle timeout!" {
 		t.Fatalf("got %q, %v", p, err)

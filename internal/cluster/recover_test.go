@@ -182,21 +182,28 @@ func TestRecoverNoWAL(t *testing.T) {
 // hears of its own removal races with the leader stopping its replication
 // to it, and with the other tests' elections beside it that race was lost.
 func TestRecoverRemovedNode(t *testing.T) {
-	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
-	tc := newInmemCluster(t, 3, true, func(i int, c *Config) { c.Dir = dirs[i] })
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	l := tc.leader()
-	s := (l + 1) % 3
-	if err := tc.nodes[l].Remove(ctx, tc.nodes[s].ID()); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for len(tc.nodes[s].Status().Peers) != 2 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the removal did not reach n%d: %+v", s, tc.nodes[s].Status().Peers)
+	// Raft delivers the removal to the removed node at best once: when that
+	// one send fails (a busy follower, a loaded machine), the node never
+	// hears of it. That is the precondition of this test, not what it
+	// checks, so a missed delivery starts the cluster again (3 tries).
+	var (
+		dirs []string
+		tc   *testCluster
+		s    int
+	)
+	for try := 1; ; try++ {
+		dirs = []string{t.TempDir(), t.TempDir(), t.TempDir()}
+		tc = newInmemCluster(t, 3, true, func(i int, c *Config) { c.Dir = dirs[i] })
+		if s = removeOne(t, tc); s >= 0 {
+			break
 		}
-		time.Sleep(10 * time.Millisecond)
+		for _, n := range tc.nodes {
+			n.Close()
+		}
+		if try == 3 {
+			t.Fatal("the removal did not reach the removed node in 3 tries")
+		}
+		t.Logf("try %d: the removal did not reach the removed node; again", try)
 	}
 	for _, n := range tc.nodes {
 		n.Close()
@@ -208,4 +215,25 @@ func TestRecoverRemovedNode(t *testing.T) {
 	if len(rep.Previous) != 2 || rep.Voter.ID != tc.nodes[s].ID() || rep.Voter.Addr != string(tc.trans[s].LocalAddr()) {
 		t.Fatalf("%+v", rep)
 	}
+}
+
+// removeOne removes a follower of tc and returns its index once its own
+// configuration shows the removal, or -1 if that did not happen in 5 s.
+func removeOne(t *testing.T, tc *testCluster) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	l := tc.leader()
+	s := (l + 1) % 3
+	if err := tc.nodes[l].Remove(ctx, tc.nodes[s].ID()); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for len(tc.nodes[s].Status().Peers) != 2 {
+		if time.Now().After(deadline) {
+			return -1
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return s
 }
