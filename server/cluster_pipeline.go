@@ -397,10 +397,12 @@ func (r *pipeRun) replicate(f *flight) ([]byte, error) {
 // in order, if every earlier answer was written; then the connection is
 // closed without a word, and its client connects again (the requests it
 // still waits for are asked again there). Nothing this node applies later
-// is written to the connection. The proposal may still be applied if it
-// reached the log before the leader was lost: a grant then goes to the
-// session (the clients of this repository give a grant nobody waits for
-// back at once).
+// is written to the connection. A lock applied later is refused if its
+// entry's time is past its deadline; an entry stamped before the deadline
+// (by a leader that then lost its quorum) may still be committed later and
+// grant it: its pushes go to the session (the clients of this repository
+// give a grant nobody waits for back at once; see docs/cluster.md,
+// "Bounded waits").
 func (r *pipeRun) giveUp(f *flight) {
 	c, s := r.c, r.s
 	now := time.Now()

@@ -16,14 +16,17 @@ import (
 	"github.com/mlock-dev/mlock/internal/protocol"
 )
 
-// TestLeaderlessWait: with two of three nodes paused (SIGSTOP) for 10 s, the
+// TestLeaderlessWait: with two of three nodes paused (SIGSTOP) for 10 s (in
+// one round the survivor is a follower, in the next the leader), the
 // survivor has no leader and no quorum. A lock with a 2 s wait timeout asked
 // there is answered as timed out in 2 s ± 0.5 s, both through the Go client
 // (ErrTimeout) and on a raw connection (a result with a lock id, then
 // "timeout" with it); once the two are back, locks work again and neither
 // timed-out request was granted: another session takes both resources at
 // once with trylock (the servers' grace is longer than the test, so a grant
-// of the raw connection's session would still hold its resource).
+// of the raw connection's session would still hold its resource). Except,
+// when the survivor led, the raw one's: its entry, stamped before the
+// deadline, may be committed late (the Go client gives such a grant back).
 func TestLeaderlessWait(t *testing.T) {
 	t.Parallel()
 	if runtime.GOOS != "linux" {
@@ -31,10 +34,6 @@ func TestLeaderlessWait(t *testing.T) {
 	}
 	bin := buildMlockd(t, t.TempDir())
 	c := newCluster(t, bin, clusterOptions{grace: time.Minute, workers: 2})
-	leader, err := c.waitHealthy(20 * time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
 	// The deadlines of locks are written once every member reads them
 	// (cluster version 3): wait for it on every node.
 	deadline := time.Now().Add(20 * time.Second)
@@ -50,16 +49,30 @@ func TestLeaderlessWait(t *testing.T) {
 			time.Sleep(50 * time.Millisecond) // poll interval (status is rate-limited)
 		}
 	}
+	for round, survivorLeads := range []bool{false, true} {
+		leaderlessRound(t, c, round, survivorLeads)
+	}
+}
+
+// leaderlessRound pauses the two nodes other than the survivor (the leader
+// or a follower) for 10 s and checks the bounded waits there, then that
+// nothing was granted to the timed-out requests once they are back.
+func leaderlessRound(t *testing.T, c *cluster, round int, survivorLeads bool) {
+	leader, err := c.waitHealthy(30 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var survivor *node
 	var paused []*node
 	for _, n := range c.nodes {
-		if n != leader && survivor == nil {
+		if survivor == nil && (n == leader) == survivorLeads {
 			survivor = n
 		} else {
 			paused = append(paused, n)
 		}
 	}
-	t.Logf("leader %s, survivor %s", leader.id, survivor.id)
+	t.Logf("round %d: leader %s, survivor %s", round, leader.id, survivor.id)
+	resGo, resRaw := fmt.Sprintf("lw%d:go", round), fmt.Sprintf("lw%d:raw", round)
 
 	cl, err := mlock.NewClient(mlock.Options{Addrs: []string{survivor.addr}, Name: "w0",
 		Token: mlock.Secret(c.tokens["w0"]), TTL: 10 * time.Second, MaxBackoff: 300 * time.Millisecond})
@@ -80,11 +93,11 @@ func TestLeaderlessWait(t *testing.T) {
 		}
 	}
 	stopped := time.Now()
-	t.Cleanup(func() {
+	defer func() {
 		for _, n := range paused {
 			n.signal(syscall.SIGCONT)
 		}
-	})
+	}()
 
 	type outcome struct {
 		took time.Duration
@@ -93,27 +106,26 @@ func TestLeaderlessWait(t *testing.T) {
 	goDone := make(chan outcome, 1)
 	go func() {
 		start := time.Now()
-		l, err := cl.Lock(ctx, "lw:go", &mlock.LockOptions{Timeout: 2 * time.Second})
+		l, err := cl.Lock(ctx, resGo, &mlock.LockOptions{Timeout: 2 * time.Second})
 		if err == nil {
 			err = fmt.Errorf("granted: token %d", l.Token())
 		}
 		goDone <- outcome{time.Since(start), err}
 	}()
-	rawTook, rawErr := raw.lockTimedOut("lw:raw", 2000)
+	rawTook, rawErr := raw.lockTimedOut(resRaw, 2000)
 	goRes := <-goDone
 
 	check := func(what string, took time.Duration, err error) {
-		t.Logf("%s: answered after %v: %v", what, took.Round(time.Millisecond), err)
+		t.Logf("round %d: %s: answered after %v", round, what, took.Round(time.Millisecond))
 		if err != nil {
-			t.Errorf("%s: %v", what, err)
+			t.Errorf("round %d: %s: %v", round, what, err)
 		}
 		if took < 1500*time.Millisecond || took > 2500*time.Millisecond {
-			t.Errorf("%s: answered after %v, want 2 s ± 0.5 s", what, took)
+			t.Errorf("round %d: %s: answered after %v, want 2 s ± 0.5 s", round, what, took)
 		}
 	}
 	if !errors.Is(goRes.err, mlock.ErrTimeout) {
-		t.Errorf("Go client: Lock returned %v, want ErrTimeout", goRes.err)
-		goRes.err = nil
+		goRes.err = fmt.Errorf("Lock returned %v, want ErrTimeout", goRes.err)
 	} else {
 		goRes.err = nil
 	}
@@ -127,7 +139,7 @@ func TestLeaderlessWait(t *testing.T) {
 	if _, err := c.waitHealthy(30 * time.Second); err != nil {
 		t.Fatalf("the cluster did not recover: %v\n%s", err, c.logTails())
 	}
-	t.Logf("recovered %v after the pause began", time.Since(stopped).Round(time.Millisecond))
+	t.Logf("round %d: recovered %v after the pause began", round, time.Since(stopped).Round(time.Millisecond))
 
 	// Nothing was granted to the timed-out requests: another session takes
 	// both resources at once.
@@ -137,10 +149,19 @@ func TestLeaderlessWait(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer other.Close()
-	for _, res := range []string{"lw:raw", "lw:go"} {
+	for _, res := range []string{resRaw, resGo} {
 		l, err := other.TryLock(ctx, res, nil)
+		if err != nil && survivorLeads && res == resRaw {
+			// Known (docs/cluster.md, "Bounded waits"): the survivor led, so
+			// the lock's entry was in its own log, stamped before the
+			// deadline, and committed when it led again after the pause.
+			// The raw session holds it until its grace ends; the Go client
+			// gives such a grant back (resGo).
+			t.Logf("round %d: trylock %s after the recovery: %v: the entry stamped before its deadline was committed late", round, res, err)
+			continue
+		}
 		if err != nil {
-			t.Errorf("trylock %s after the recovery: %v (a timed-out request was granted?)", res, err)
+			t.Errorf("round %d: trylock %s after the recovery: %v (a timed-out request was granted?)", round, res, err)
 			continue
 		}
 		if err := l.Unlock(ctx); err != nil {
@@ -148,9 +169,9 @@ func TestLeaderlessWait(t *testing.T) {
 		}
 	}
 	// And the survivor's client locks again.
-	l, err := cl.Lock(ctx, "lw:go", &mlock.LockOptions{Timeout: 10 * time.Second})
+	l, err := cl.Lock(ctx, resGo, &mlock.LockOptions{Timeout: 10 * time.Second})
 	if err != nil {
-		t.Fatalf("Lock after the recovery: %v\n%s", err, c.logTails())
+		t.Fatalf("round %d: Lock after the recovery: %v\n%s", round, err, c.logTails())
 	}
 	if err := l.Unlock(ctx); err != nil {
 		t.Errorf("unlock: %v", err)
