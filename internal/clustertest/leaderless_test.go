@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os/exec"
 	"runtime"
 	"strings"
 	"syscall"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/mlock-dev/mlock"
+	"github.com/mlock-dev/mlock/internal/proctest"
 	"github.com/mlock-dev/mlock/internal/protocol"
 )
 
@@ -26,14 +28,15 @@ import (
 // once with trylock (the servers' grace is longer than the test, so a grant
 // of the raw connection's session would still hold its resource). Except,
 // when the survivor led, the raw one's: its entry, stamped before the
-// deadline, may be committed late (the Go client gives such a grant back).
+// deadline, may be committed late; the lease it asked for bounds it (the Go
+// client gives such a grant back at once).
 func TestLeaderlessWait(t *testing.T) {
 	t.Parallel()
 	if runtime.GOOS != "linux" {
 		t.Skipf("SKIPPED: the test needs Linux (signals, process groups); this is %s", runtime.GOOS)
 	}
-	bin := buildMlockd(t, t.TempDir())
-	c := newCluster(t, bin, clusterOptions{grace: time.Minute, workers: 2})
+	bins := proctest.Build(t, t.TempDir(), "./cmd/mlockd", "./cmd/mlock")
+	c := newCluster(t, bins[0], clusterOptions{grace: time.Minute, workers: 2})
 	// The deadlines of locks are written once every member reads them
 	// (cluster version 3): wait for it on every node.
 	deadline := time.Now().Add(20 * time.Second)
@@ -50,14 +53,14 @@ func TestLeaderlessWait(t *testing.T) {
 		}
 	}
 	for round, survivorLeads := range []bool{false, true} {
-		leaderlessRound(t, c, round, survivorLeads)
+		leaderlessRound(t, c, bins[1], round, survivorLeads)
 	}
 }
 
 // leaderlessRound pauses the two nodes other than the survivor (the leader
 // or a follower) for 10 s and checks the bounded waits there, then that
 // nothing was granted to the timed-out requests once they are back.
-func leaderlessRound(t *testing.T, c *cluster, round int, survivorLeads bool) {
+func leaderlessRound(t *testing.T, c *cluster, cli string, round int, survivorLeads bool) {
 	leader, err := c.waitHealthy(30 * time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -112,8 +115,29 @@ func leaderlessRound(t *testing.T, c *cluster, round int, survivorLeads bool) {
 		}
 		goDone <- outcome{time.Since(start), err}
 	}()
+	runDone := make(chan outcome, 1)
+	go func() {
+		// A fresh process: it connects while there is no leader.
+		start := time.Now()
+		uri := fmt.Sprintf("mlock://w0:%s@%s", c.tokens["w0"], survivor.addr)
+		cmd := exec.Command(cli, "run", "--uri", uri, "--timeout", "2s", fmt.Sprintf("lw%d:run", round), "--", "true")
+		out, err := cmd.CombinedOutput()
+		took := time.Since(start)
+		var ee *exec.ExitError
+		switch {
+		case errors.As(err, &ee) && ee.ExitCode() == 124:
+			err = nil
+		case err == nil:
+			err = errors.New("exit 0: the command ran")
+		}
+		if err != nil {
+			err = fmt.Errorf("%w, want exit 124: %s", err, out)
+		}
+		runDone <- outcome{took, err}
+	}()
 	rawTook, rawErr := raw.lockTimedOut(resRaw, 2000)
 	goRes := <-goDone
+	runRes := <-runDone
 
 	check := func(what string, took time.Duration, err error) {
 		t.Logf("round %d: %s: answered after %v", round, what, took.Round(time.Millisecond))
@@ -131,6 +155,7 @@ func leaderlessRound(t *testing.T, c *cluster, round int, survivorLeads bool) {
 	}
 	check("Go client Lock (timeout 2 s)", goRes.took, goRes.err)
 	check("raw lock (timeout 2000)", rawTook, rawErr)
+	check("mlock run --timeout 2s, a new process", runRes.took, runRes.err)
 
 	time.Sleep(time.Until(stopped.Add(10 * time.Second))) // the leaderless period: 10 s in all
 	for _, n := range paused {
@@ -150,22 +175,8 @@ func leaderlessRound(t *testing.T, c *cluster, round int, survivorLeads bool) {
 	}
 	defer other.Close()
 	for _, res := range []string{resRaw, resGo} {
-		l, err := other.TryLock(ctx, res, nil)
-		if err != nil && survivorLeads && res == resRaw {
-			// Known (docs/cluster.md, "Bounded waits"): the survivor led, so
-			// the lock's entry was in its own log, stamped before the
-			// deadline, and committed when it led again after the pause.
-			// The raw session holds it until its grace ends; the Go client
-			// gives such a grant back (resGo).
-			t.Logf("round %d: trylock %s after the recovery: %v: the entry stamped before its deadline was committed late", round, res, err)
-			continue
-		}
-		if err != nil {
-			t.Errorf("round %d: trylock %s after the recovery: %v (a timed-out request was granted?)", round, res, err)
-			continue
-		}
-		if err := l.Unlock(ctx); err != nil {
-			t.Errorf("unlock %s: %v", res, err)
+		if err := takeWithin(t, ctx, other, res, survivorLeads && res == resRaw); err != nil {
+			t.Errorf("round %d: %s after the recovery: %v", round, res, err)
 		}
 	}
 	// And the survivor's client locks again.
@@ -219,7 +230,7 @@ func (rc *rawConn) read(d time.Duration) (string, error) {
 // how long the timeout push took.
 func (rc *rawConn) lockTimedOut(res string, ms int) (time.Duration, error) {
 	start := time.Now()
-	rc.send("lock", "r1", res, "10000", fmt.Sprint(ms), "0")
+	rc.send("lock", "r1", res, fmt.Sprint(rawTTL.Milliseconds()), fmt.Sprint(ms), "0")
 	p, err := rc.read(10 * time.Second)
 	if err != nil {
 		return time.Since(start), fmt.Errorf("no result: %w", err)
@@ -237,4 +248,34 @@ func (rc *rawConn) lockTimedOut(res string, ms int) (time.Duration, error) {
 		return took, fmt.Errorf("after %q: %q, want the timeout push", p, q)
 	}
 	return took, nil
+}
+
+// rawTTL is the lease the raw connection's lock asks for (lockTimedOut).
+const rawTTL = 10 * time.Second
+
+// takeWithin trylocks res with cl and unlocks it. When late is false the
+// resource must be free at once: the request that timed out took nothing.
+// When late is true (the survivor led: its own entry of the timed-out lock,
+// stamped before the deadline, may be committed when it leads again, see
+// docs/cluster.md "Bounded waits"), the lock so granted belongs to a session
+// that never learns its id: it must be free within the lease it asked for
+// (rawTTL) and a margin, as a crashed holder's lock is.
+func takeWithin(t *testing.T, ctx context.Context, cl *mlock.Client, res string, late bool) error {
+	start := time.Now()
+	for {
+		l, err := cl.TryLock(ctx, res, nil)
+		if err == nil {
+			if late {
+				t.Logf("%s free %v after the recovery", res, time.Since(start).Round(time.Millisecond))
+			}
+			return l.Unlock(ctx)
+		}
+		if !late {
+			return fmt.Errorf("trylock: %w (a timed-out request was granted?)", err)
+		}
+		if time.Since(start) > rawTTL+3*time.Second {
+			return fmt.Errorf("still held %v after the recovery (lease %v): %w", time.Since(start), rawTTL, err)
+		}
+		time.Sleep(200 * time.Millisecond) // poll interval
+	}
 }
