@@ -91,7 +91,11 @@ type Options struct {
 	uri uriTLS
 
 	// DialTimeout bounds a connection attempt, and how long a call waits
-	// for the connection to come back while it is down. Default 5 s.
+	// for the connection to come back while it is down; a Lock whose wait
+	// timeout is shorter waits at most that, then fails with ErrTimeout
+	// (its cause the connection's error), and a Lock that waited for the
+	// connection asks the server for what is left of its timeout.
+	// Default 5 s.
 	DialTimeout time.Duration
 	// PingInterval is how often an idle connection is checked while the
 	// session holds and waits for no lock: a ping goes out when nothing was

@@ -340,9 +340,22 @@ func (s *session) mayBeReleased(owner, res string) {
 // send registers a call and queues its command once the connection is up.
 // A closed Client's command is not sent: it fails with ErrClosed.
 func (s *session) send(ctx context.Context, c *Client, l *Lock, cmd protocol.Command) (*call, *Error) {
+	// A lock waits for the connection at most its own wait timeout, if
+	// shorter than DialTimeout: the caller asked not to wait longer.
+	wait, lockWait := s.opts.DialTimeout, false
+	if l != nil && l.timeout > 0 && l.timeout < wait {
+		wait, lockWait = l.timeout, true
+	}
+	start := time.Now()
+	end, down := start.Add(wait), !s.isUp()
 	for {
-		if err := s.waitUp(ctx, c); err != nil {
+		if err := s.waitUp(ctx, c, time.Until(end), lockWait); err != nil {
 			return nil, err
+		}
+		if la, ok := cmd.(*protocol.LockArgs); ok && down && l != nil && l.timeout > 0 {
+			// The wait for the connection counts in the lock's wait
+			// timeout: the server is asked for what is left of it.
+			la.Timeout = max((l.timeout - time.Since(start)).Milliseconds(), 1)
 		}
 		// The send time: before the command is queued, so a lower bound
 		// of when the server handles it.
@@ -414,11 +427,26 @@ func (s *session) abandon(cl *call) bool {
 	return false
 }
 
-// waitUp waits until the connection is up, at most DialTimeout, or until
-// client c (if not nil) is closed. While the server refuses the connection
-// (see permanent) it fails at once with the refusal. Its errors name the
-// node, or the nodes, that failed.
-func (s *session) waitUp(ctx context.Context, c *Client) *Error {
+// isUp reports whether the connection is up now.
+func (s *session) isUp() bool {
+	s.mu.Lock()
+	up := s.up
+	s.mu.Unlock()
+	select {
+	case <-up:
+		return true
+	default:
+		return false
+	}
+}
+
+// waitUp waits until the connection is up, at most wait, or until client c
+// (if not nil) is closed. While the server refuses the connection (see
+// permanent) it fails at once with the refusal. Its errors name the node,
+// or the nodes, that failed. Past wait, the error is of TypeConnection, or,
+// if lockWait (wait is a lock's wait timeout), of TypeTimeout with the
+// connection's error as its cause: the lock was not taken in time.
+func (s *session) waitUp(ctx context.Context, c *Client, wait time.Duration, lockWait bool) *Error {
 	var cdone chan struct{}
 	if c != nil {
 		cdone = c.done
@@ -440,7 +468,7 @@ func (s *session) waitUp(ctx context.Context, c *Client) *Error {
 			return refused
 		}
 		if t == nil {
-			t = time.NewTimer(s.opts.DialTimeout)
+			t = time.NewTimer(max(wait, 0))
 			defer t.Stop()
 		}
 		select {
@@ -463,7 +491,12 @@ func (s *session) waitUp(ctx context.Context, c *Client) *Error {
 		case <-t.C:
 			s.mu.Lock()
 			defer s.mu.Unlock()
-			return s.unreachableLocked()
+			e := s.unreachableLocked()
+			if lockWait {
+				return &Error{Type: TypeTimeout, Msg: "Lock timeout: no connection to the server within the lock's wait timeout",
+					Node: e.Node, Err: e}
+			}
+			return e
 		}
 	}
 }

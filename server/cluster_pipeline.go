@@ -3,8 +3,10 @@ package server
 import (
 	"bytes"
 	"context"
+	crand "crypto/rand"
 	"errors"
 	"sync"
+	"time"
 
 	"github.com/mlock-dev/mlock/internal/auth"
 	"github.com/mlock-dev/mlock/internal/cluster"
@@ -77,10 +79,88 @@ const maxGroupBytes = 256 << 10
 // leader (pipelining: the next is queued while the earlier ones commit).
 const maxInflight = 8
 
-// flight is one of a connection's proposals queued on the leader.
+// noLeaderWait bounds how long a request without a wait timeout of its own
+// (extend, unlock, trylock, ping, release..., and the connect's attach)
+// waits for the log, through an election or while the node reaches no
+// quorum; then its connection is closed without a word and the client
+// connects again, to this node or another (see docs/cluster.md, "Bounded
+// waits"). A var for tests.
+var noLeaderWait = 5 * time.Second
+
+// A lock with a deadline (format 3) whose proposal is not applied by
+// deadline + giveUpMargin, and at least minLockWait after it was proposed,
+// is answered here as timed out: applied after its deadline it would be
+// refused anyway (on every node), so the answer cannot turn out wrong. The
+// margin covers the leader's clock being behind this node's (the nodes'
+// clocks must agree far better than that, see docs/cluster.md); the least
+// wait keeps a short timeout from closing a connection over a commit of a
+// few ms.
+const (
+	giveUpMargin = 200 * time.Millisecond
+	minLockWait  = time.Second
+)
+
+// flight is one of a connection's proposals: queued on the leader, or
+// being replicated.
 type flight struct {
 	cmd []byte // the DedupCommand, to propose again after a failure
 	pr  *cluster.Proposal
+	seq uint64
+	// at: when it was proposed; reqs: its requests (their answers if it
+	// is not committed in time); bound: when the wait for its answer ends
+	// (see boundOf).
+	at    time.Time
+	reqs  []request
+	bound time.Time
+}
+
+// maxDeadlineMs bounds the wait timeouts that get a deadline (about 139
+// years: now plus it fits an int64 of ns).
+const maxDeadlineMs = 1 << 42
+
+// boundOf returns when a proposal of reqs made at at stops waiting for
+// the log: at the earliest give-up time of its locks with a deadline (see
+// lockGiveUp), at noLeaderWait otherwise.
+func boundOf(at time.Time, reqs []request) time.Time {
+	b := at.Add(noLeaderWait)
+	for i := range reqs {
+		if g, ok := lockGiveUp(at, &reqs[i]); ok {
+			b = minTime(b, g)
+		}
+	}
+	return b
+}
+
+// lockGiveUp is when the lock request r, proposed at at, is answered here
+// as timed out if its proposal was not applied; false if it has no
+// deadline.
+func lockGiveUp(at time.Time, r *request) (time.Time, bool) {
+	if r.kind != reqLock || r.deadline == 0 {
+		return time.Time{}, false
+	}
+	g := time.Unix(0, r.deadline).Add(giveUpMargin)
+	if m := at.Add(minLockWait); g.Before(m) {
+		g = m
+	}
+	return g, true
+}
+
+// appendTimedOut appends the answer of a lock (request id req) whose wait
+// ended before it was queued: as a lock that timed out in its queue is
+// answered, a result with a lock id, then "timeout" with it. The id is
+// random and names no lock.
+func appendTimedOut(dst, req []byte) []byte {
+	var id protocol.ID
+	_, _ = crand.Read(id[:])
+	dst = protocol.AppendOKID(dst, req, id)
+	return protocol.AppendPush(dst, protocol.PushTimeout, id)
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // pipeRun is the state of a connection's pipeline goroutine (pipeLoop).
@@ -205,8 +285,20 @@ func (r *pipeRun) runLocal(it *item) bool {
 		// attached here must be known, or its detach (clusterCleanup) would
 		// be skipped and the session stay attached to a dead connection,
 		// its grace never starting.
-		res, err := s.replicate(s.cl.ctx, c.dedupCmd(p.seq, s.cl.encode(it.attach)))
+		// Bounded by noLeaderWait: a node without a leader closes the
+		// connection without a word, and its client tries another node.
+		// The attach may still be applied later: it is then detached as
+		// when the connection ends (attached is set).
+		ctx, cancel := context.WithTimeout(s.cl.ctx, noLeaderWait)
+		res, err := s.replicate(ctx, c.dedupCmd(p.seq, s.cl.encode(it.attach)))
+		cancel()
 		if err != nil {
+			if errors.Is(err, context.DeadlineExceeded) {
+				p.attached = true
+				s.log.Warn("cluster: a connect was not committed in time (no leader, or no quorum): connection closed",
+					"remote", c.remote, "waited", noLeaderWait)
+				s.batch(func(*core.Tx) { c.finish() })
+			}
 			return false
 		}
 		if len(res) > 0 && res[0]&ansAttached != 0 {
@@ -239,7 +331,9 @@ func (r *pipeRun) runLocal(it *item) bool {
 // connection ends.
 func (r *pipeRun) settle(keep int) bool {
 	for len(r.fl) > keep {
-		res, err := r.fl[0].pr.Wait(r.ctx)
+		ctx, cancel := context.WithDeadline(r.ctx, r.fl[0].bound)
+		res, err := r.fl[0].pr.Wait(ctx)
+		cancel()
 		if err == nil {
 			r.fl = r.fl[1:]
 			if !r.c.goesOn(res) {
@@ -248,6 +342,10 @@ func (r *pipeRun) settle(keep int) bool {
 			continue
 		}
 		if r.ctx.Err() != nil || errors.Is(err, cluster.ErrClosed) {
+			return false
+		}
+		if errors.Is(err, context.DeadlineExceeded) {
+			r.giveUp(&r.fl[0])
 			return false
 		}
 		if !r.proposeAgain() {
@@ -263,15 +361,78 @@ func (r *pipeRun) proposeAgain() bool {
 	again := r.fl
 	r.fl = nil
 	for _, f := range again[1:] {
-		_, _ = f.pr.Wait(r.ctx)
+		ctx, cancel := context.WithDeadline(r.ctx, f.bound)
+		_, _ = f.pr.Wait(ctx)
+		cancel()
 	}
-	for _, f := range again {
-		res, err := r.s.replicate(r.ctx, f.cmd)
+	for i := range again {
+		r.fl = again[i:] // what is still unanswered, if the wait ends
+		res, err := r.replicate(&again[i])
 		if err != nil || !r.c.goesOn(res) {
 			return false
 		}
 	}
+	r.fl = nil
 	return true
+}
+
+// replicate proposes f (Server.replicate) until it is applied or its
+// bound passes: then its requests are answered here (giveUp) and the
+// connection ends (an error).
+func (r *pipeRun) replicate(f *flight) ([]byte, error) {
+	ctx, cancel := context.WithDeadline(r.ctx, f.bound)
+	defer cancel()
+	res, err := r.s.replicate(ctx, f.cmd)
+	if err != nil && r.ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+		r.giveUp(f)
+	}
+	return res, err
+}
+
+// giveUp ends the connection when its oldest unanswered proposal f was not
+// applied by its bound (no leader, or no quorum: see docs/cluster.md,
+// "Bounded waits"). The locks at the head of f whose own wait timeout has
+// passed are answered as a lock that timed out in its queue is (a result
+// with a lock id, then "timeout" with it: the id is new and names nothing),
+// in order, if every earlier answer was written; then the connection is
+// closed without a word, and its client connects again (the requests it
+// still waits for are asked again there). Nothing this node applies later
+// is written to the connection. A lock applied later is refused if its
+// entry's time is past its deadline; an entry stamped before the deadline
+// (by a leader that then lost its quorum) may still be committed later and
+// grant it: its pushes go to the session (the clients of this repository
+// give a grant nobody waits for back at once; see docs/cluster.md,
+// "Bounded waits").
+func (r *pipeRun) giveUp(f *flight) {
+	c, s := r.c, r.s
+	now := time.Now()
+	last := f.seq
+	if n := len(r.fl); n > 0 {
+		last = max(last, r.fl[n-1].seq)
+	}
+	answered := 0
+	s.batch(func(*core.Tx) {
+		if c.answered+1 >= f.seq { // every earlier answer is written: these may follow
+			var out []byte
+			for i := range f.reqs {
+				q := &f.reqs[i]
+				g, ok := lockGiveUp(f.at, q)
+				if !ok || now.Before(g) {
+					break
+				}
+				out = appendTimedOut(out, q.req)
+				answered++
+			}
+			c.write(out)
+		}
+		if c.answered < last {
+			c.setAnswered(last)
+		}
+		c.finish()
+	})
+	s.log.Warn("cluster: a request was not committed in time (no leader, or no quorum): connection closed",
+		"remote", c.remote, "waited", now.Sub(f.at).Round(time.Millisecond), "requests", len(f.reqs),
+		"answered-timeout", answered)
 }
 
 // applied waits until this node has applied the connection's last
@@ -283,6 +444,10 @@ func (r *pipeRun) proposeAgain() bool {
 // the connection was closed).
 func (r *pipeRun) applied() bool {
 	c, p := r.c, r.p
+	// A follower that lost the leader may never learn that the entry was
+	// committed: bounded as a request is.
+	t := time.NewTimer(noLeaderWait)
+	defer t.Stop()
 	for {
 		done := false
 		r.s.batch(func(*core.Tx) { done = c.answered >= p.seq })
@@ -292,6 +457,9 @@ func (r *pipeRun) applied() bool {
 		select {
 		case <-p.applied:
 		case <-r.ctx.Done():
+			return false
+		case <-t.C:
+			r.s.batch(func(*core.Tx) { c.finish() })
 			return false
 		}
 	}
@@ -308,24 +476,35 @@ func (r *pipeRun) flush() bool {
 	c, s, p := r.c, r.s, r.p
 	p.seq++
 	m := &logCmd{op: opFrames, node: s.cl.id, conn: c.key, seq: p.seq, session: c.sid, frames: r.group}
-	if s.cl.writeFormat() >= logFormat2 {
+	now := time.Now()
+	if f := s.cl.writeFormat(); f >= logFormat2 {
 		m.op, m.frames, m.reqs = opRequests, nil, r.reqs // typed: every member reads them
+		if f >= logFormat3 {
+			for i := range r.reqs {
+				// (A timeout past --max-timeout is refused where it is applied.)
+				if q := &r.reqs[i]; q.kind == reqLock && q.lock.Timeout > 0 && q.lock.Timeout <= maxDeadlineMs {
+					// Its wait counts from its arrival here (this proposal).
+					q.deadline = now.Add(time.Duration(q.lock.Timeout) * time.Millisecond).UnixNano()
+				}
+			}
+		}
 	}
 	body := s.cl.encode(m)
+	f := flight{cmd: c.dedupCmd(p.seq, body), seq: p.seq, at: now, reqs: r.reqs, bound: boundOf(now, r.reqs)}
 	r.group, r.reqs, r.size = nil, nil, 0
-	cmd := c.dedupCmd(p.seq, body)
 	var after *cluster.Proposal
 	if len(r.fl) > 0 {
 		after = r.fl[len(r.fl)-1].pr
 	}
-	if pr, err := s.cl.node.ProposeAsync(r.ctx, cmd, after); err == nil {
-		r.fl = append(r.fl, flight{cmd: cmd, pr: pr})
+	if pr, err := s.cl.node.ProposeAsync(r.ctx, f.cmd, after); err == nil {
+		f.pr = pr
+		r.fl = append(r.fl, f)
 		return r.settle(maxInflight)
 	}
 	if !r.settle(0) {
 		return false
 	}
-	res, err := s.replicate(r.ctx, cmd)
+	res, err := r.replicate(&f)
 	if err != nil {
 		return false
 	}

@@ -127,7 +127,7 @@ func parseRequest(verb protocol.Verb, f [][]byte, r *request) bool {
 func (c *conn) applyRequest(tx *core.Tx, r *request) {
 	switch r.kind {
 	case reqLock, reqTryLock:
-		c.applyLock(tx, r.req, &r.lock)
+		c.applyLock(tx, r.req, &r.lock, r.deadline)
 	case reqExtend:
 		c.applyExtend(tx, r.req, &r.extend)
 	case reqUnlock:
@@ -350,7 +350,14 @@ func (c *conn) takeSession(tx *core.Tx, p *auth.Principal, id string) (*session,
 // <tolerate> [owner [modes]]" and "trylock <req> <resources> <ttl> [owner
 // [modes]]". An empty owner is none; absent or empty modes take every
 // resource exclusively.
-func (c *conn) applyLock(tx *core.Tx, req []byte, a *protocol.LockArgs) {
+//
+// deadline (a cluster's format 3 lock, else 0) is when the lock's wait ends,
+// in Unix ns: applied at or after it, the lock is answered as one that timed
+// out in its queue (a result with a lock id that names nothing, then
+// "timeout" with it) and is never queued; before it, it waits until it at
+// most. Both answers are frames for the proposing connection only: nothing
+// of the replicated state depends on the id.
+func (c *conn) applyLock(tx *core.Tx, req []byte, a *protocol.LockArgs, deadline int64) {
 	s := c.srv
 	try := a.Try
 	ttl, ok := s.ttlOf(a.TTL)
@@ -388,6 +395,13 @@ func (c *conn) applyLock(tx *core.Tx, req []byte, a *protocol.LockArgs) {
 		return
 	}
 	r.Modes = s.modeBuf
+	if deadline != 0 {
+		if r.Timeout = time.Duration(deadline - tx.Now()); r.Timeout <= 0 {
+			s.scratch = appendTimedOut(s.scratch[:0], req)
+			c.write(s.scratch)
+			return
+		}
+	}
 	res := tx.Apply(&cmd)
 	if err := res.Err; err != nil {
 		switch {

@@ -25,6 +25,12 @@ import (
 //     op. A client's requests are typed (opRequests): parsed once, where the
 //     client is connected, with the protocol's typed Parse; applied on every
 //     node by the handlers' apply step. opVersion raises the cluster version.
+//   - Format 3: as format 2, and a lock with a wait timeout carries its
+//     deadline (reqLockBy): the time its wait ends, on the clock of the node
+//     that holds the connection. Applied at or after it, the lock is
+//     answered as timed out and never queued; before it, it waits until it
+//     at most. So a lock that its node answered as timed out while the log
+//     had no leader is never granted later (see pipeRun.giveUp).
 //
 // A build reads every format up to logFormat and refuses a higher one with
 // an error naming both (errFutureFormat): the node stops applying (see
@@ -34,8 +40,9 @@ import (
 const (
 	logFormat1 = 1
 	logFormat2 = 2
+	logFormat3 = 3
 	// logFormat is the highest format this build reads and writes.
-	logFormat = logFormat2
+	logFormat = logFormat3
 	// versionMark starts a command of format 2 or later: no op is 0.
 	versionMark byte = 0
 )
@@ -133,6 +140,9 @@ type logCmd struct {
 //	reqRefused   verb (its word), code (its text): a request whose parse
 //	             failed where the client is connected, answered failed in
 //	             its turn (and counted, as a single node counts it)
+//	reqLockBy    (format 3) a lock with a wait timeout: the fields of
+//	             reqLock, then its deadline (varint, Unix ns, > 0); decoded
+//	             as a reqLock with request.deadline set
 //
 // Numbers are uvarints; ttl 0 is the default lease. The lock id is the
 // client's text, checked where the request is applied (an unknown id is
@@ -147,6 +157,7 @@ const (
 	reqEvict   byte = 7
 	reqPing    byte = 8
 	reqRefused byte = 9
+	reqLockBy  byte = 10
 )
 
 // request is one typed request of a client: what parseRequest makes of a
@@ -162,6 +173,10 @@ type request struct {
 	evict       protocol.EvictArgs
 	refusedVerb protocol.Verb // refused: the command
 	refusedCode protocol.Code // refused: the answer
+	// deadline (a lock, format 3; 0: none): when its wait ends, Unix ns on
+	// the clock of the node that holds the connection (its arrival there
+	// plus its timeout).
+	deadline int64
 }
 
 // verb returns the command the request is (a refusal's included).
@@ -258,7 +273,11 @@ func appendConnFields(dst []byte, m *logCmd) []byte {
 
 // appendRequest encodes one typed request.
 func appendRequest(dst []byte, r *request) []byte {
-	dst = append(dst, r.kind)
+	kind := r.kind
+	if kind == reqLock && r.deadline != 0 {
+		kind = reqLockBy
+	}
+	dst = append(dst, kind)
 	dst = binary.AppendUvarint(dst, uint64(len(r.req)))
 	dst = append(dst, r.req...)
 	switch r.kind {
@@ -272,6 +291,9 @@ func appendRequest(dst []byte, r *request) []byte {
 		}
 		dst = appendStr(dst, a.Owner)
 		dst = appendStr(dst, a.Modes)
+		if kind == reqLockBy {
+			dst = binary.AppendVarint(dst, r.deadline)
+		}
 	case reqExtend:
 		dst = appendStr(dst, r.extend.ID)
 		dst = binary.AppendUvarint(dst, uint64(r.extend.TTL))
@@ -430,7 +452,7 @@ func decodeLogCmd(p []byte, m *logCmd) error {
 		}
 		m.reqs = make([]request, n)
 		for i := range m.reqs {
-			decodeRequest(&d, &m.reqs[i])
+			decodeRequest(&d, &m.reqs[i], format)
 		}
 	case opAttach:
 		m.node, m.conn, m.seq, m.session, m.principal = d.str(), d.str(), d.uvarint(), d.str(), d.str()
@@ -464,10 +486,18 @@ func decodeLogCmd(p []byte, m *logCmd) error {
 	return nil
 }
 
-// decodeRequest decodes one typed request; a failure sets d.bad.
-func decodeRequest(d *decoder, r *request) {
+// decodeRequest decodes one typed request of a command of format f; a
+// failure sets d.bad.
+func decodeRequest(d *decoder, r *request, f int) {
 	*r = request{kind: d.byte1()}
 	r.req = d.bytes()
+	by := r.kind == reqLockBy
+	if by {
+		r.kind = reqLock
+		if f < logFormat3 {
+			d.bad = true
+		}
+	}
 	switch r.kind {
 	case reqLock, reqTryLock:
 		a := &r.lock
@@ -477,6 +507,12 @@ func decodeRequest(d *decoder, r *request) {
 			a.Timeout, a.Tolerate = d.num(), d.num()
 		}
 		a.Owner, a.Modes = d.str(), d.str()
+		if by {
+			// One encoding: a lock without a deadline is a reqLock.
+			if r.deadline = d.varint(); r.deadline == 0 {
+				d.bad = true
+			}
+		}
 	case reqExtend:
 		r.extend.ID, r.extend.TTL = d.str(), d.num()
 	case reqUnlock:

@@ -41,6 +41,13 @@ func logCmdSeeds() []logCmd {
 	}
 	g2 := *g
 	g2.format = logFormat2
+	// Format 3: a lock with a deadline among the others.
+	reqs3 := append(append([]request(nil), reqs...),
+		request{kind: reqLock, req: []byte("10"), lock: protocol.LockArgs{Resources: "a", Timeout: 2000}, deadline: 1<<60 + 3},
+		request{kind: reqLock, req: []byte("11"), lock: protocol.LockArgs{Resources: "a", Timeout: 1}, deadline: -1})
+	seeds = append(seeds,
+		logCmd{format: logFormat3, op: opRequests, node: "n1", conn: "n1/ab/1", seq: 5, session: "s", reqs: reqs3},
+		logCmd{format: logFormat3, op: opVersion, version: logFormat3})
 	return append(seeds, g2)
 }
 
@@ -85,11 +92,11 @@ func TestLogCmdRoundTrip(t *testing.T) {
 			w, g := m.reqs[i], got.reqs[i]
 			if w.kind != g.kind || !bytes.Equal(w.req, g.req) || w.lock != g.lock || w.extend != g.extend ||
 				w.unlock != g.unlock || w.renew != g.renew || w.release != g.release || w.evict != g.evict ||
-				w.refusedVerb != g.refusedVerb || w.refusedCode != g.refusedCode {
+				w.refusedVerb != g.refusedVerb || w.refusedCode != g.refusedCode || w.deadline != g.deadline {
 				t.Fatalf("request %d: %+v, want %+v", i, g, w)
 			}
 		}
-		if m.format == 0 && b[0] == versionMark || m.format == logFormat2 && b[0] != versionMark {
+		if m.format == 0 && b[0] == versionMark || m.format >= logFormat2 && b[0] != versionMark {
 			t.Fatalf("op %d format %d: header %x", m.op, m.format, b[:1])
 		}
 	}
@@ -97,6 +104,41 @@ func TestLogCmdRoundTrip(t *testing.T) {
 	for _, op := range []byte{opRequests, opVersion} {
 		if err := decodeLogCmd([]byte{op, 0}, new(logCmd)); err == nil {
 			t.Fatalf("op %d accepted without the format header", op)
+		}
+	}
+}
+
+// A lock with a deadline (reqLockBy) is a format 3 request: refused in a
+// format 2 command, and refused with a deadline of 0 (a lock without one
+// is a reqLock: one encoding per command).
+func TestLogCmdLockDeadline(t *testing.T) {
+	lock := request{kind: reqLock, req: []byte("1"), lock: protocol.LockArgs{Resources: "a", Timeout: 2000}, deadline: 12345}
+	m := logCmd{format: logFormat3, op: opRequests, node: "n", conn: "k", seq: 1, session: "s", reqs: []request{lock}}
+	b := appendLogCmd(nil, &m)
+	var got logCmd
+	if err := decodeLogCmd(b, &got); err != nil || got.reqs[0].kind != reqLock || got.reqs[0].deadline != 12345 {
+		t.Fatalf("format 3: %+v, %v", got.reqs, err)
+	}
+	m.format = logFormat2
+	if err := decodeLogCmd(appendLogCmd(nil, &m), &got); err == nil {
+		t.Fatal("a lock with a deadline accepted in a format 2 command")
+	}
+	// The deadline 0 spelled out: the last byte is the varint 12345's;
+	// rewrite it as a one-byte 0.
+	m.format = logFormat3
+	m.reqs[0].deadline = 1 // a one-byte varint (2)
+	b = appendLogCmd(nil, &m)
+	b[len(b)-1] = 0
+	if err := decodeLogCmd(b, &got); err == nil {
+		t.Fatal("a lock with deadline 0 accepted as reqLockBy")
+	}
+	// Without a deadline it is a plain lock, in both formats.
+	m.reqs[0].deadline = 0
+	for _, f := range []int{logFormat2, logFormat3} {
+		m.format = f
+		b = appendLogCmd(nil, &m)
+		if err := decodeLogCmd(b, &got); err != nil || got.reqs[0].deadline != 0 {
+			t.Fatalf("format %d, no deadline: %+v, %v", f, got.reqs, err)
 		}
 	}
 }

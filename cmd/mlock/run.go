@@ -271,6 +271,7 @@ type runner struct {
 	resources string
 	ttl, lead time.Duration
 	timeout   time.Duration // 0: no limit
+	begin     time.Time     // when the wait that timeout bounds began (the run's first connection)
 	skip      bool
 	owner     string
 	mode      mlock.Mode // mlock:// only
@@ -281,6 +282,9 @@ type runner struct {
 	killAfter *time.Duration
 	killGiven bool
 }
+
+// errWaitRanOut is the cause of a wait for the server cut by --timeout.
+var errWaitRanOut = errors.New("the wait ran out")
 
 // retryPause is the pause between two tries of a wait cut by a lost
 // session or connection.
@@ -294,13 +298,29 @@ func (r *runner) mlock(ctx context.Context, uri string, tolerate int) error {
 		return err
 	}
 	defer c.Close()
+	// --timeout counts from here: the wait for a connection is part of it.
+	if r.timeout > 0 && r.begin.IsZero() {
+		r.begin = time.Now()
+	}
 	// A server never reached is a usage or network problem, not a restart:
 	// fail at once (a refused connection without waiting for the dial
 	// timeout, see failFast).
 	pctx, stop := failFast(ctx, c.Addrs(), c.Options().DialTimeout)
+	if r.timeout > 0 && !r.skip {
+		// A server that does not answer (a cluster node without a leader)
+		// is waited for no longer than --timeout: the lock was not taken
+		// in time (exit 124).
+		var cancel context.CancelFunc
+		pctx, cancel = context.WithTimeoutCause(pctx, r.timeout, errWaitRanOut)
+		defer cancel()
+	}
 	err = c.Ping(pctx)
 	stop()
 	if err != nil {
+		if errors.Is(context.Cause(pctx), errWaitRanOut) {
+			return &mlock.Error{Type: mlock.TypeTimeout, Err: err,
+				Msg: fmt.Sprintf("no answer from %s within --timeout %v: the lock was not asked for", strings.Join(c.Addrs(), ", "), r.timeout)}
+		}
 		return explain(pctx, err, c.Addrs(), c.Options().DialTimeout)
 	}
 	if grace, ok := c.SessionGrace(); ok {
@@ -325,7 +345,11 @@ func (r *runner) lockMlock(ctx context.Context, c *mlock.Client, tolerate int) (
 	}
 	var end time.Time
 	if r.timeout > 0 {
-		end = time.Now().Add(r.timeout)
+		begin := r.begin
+		if begin.IsZero() {
+			begin = time.Now()
+		}
+		end = begin.Add(r.timeout)
 	}
 	if r.progress.on {
 		wctx, stop := context.WithCancel(ctx)

@@ -192,19 +192,19 @@ func TestRollingUpgrade(t *testing.T) {
 			"leader %s (%s build) restarted, leader now %s (%s build)", i+1, len(c.nodes), checks, plan.mixedFor,
 			was.id, c.buildOf(was, i), nowID, c.buildOf(now, i))
 	}
-	// Every member reads format 2 now: each says so within 10 s, and the
-	// leader raises the version.
+	// Every member reads this build's formats now: each says so within
+	// 10 s, and the leader raises the version.
 	upgradedAt := time.Now()
 	var verr error
-	proctest.WaitFor(t, 30*time.Second, "cluster version 2 on every node", func() bool {
-		verr = c.checkVersions(len(c.nodes), 2)
+	proctest.WaitFor(t, 30*time.Second, fmt.Sprintf("cluster version %d on every node", headLogFormat), func() bool {
+		verr = c.checkVersions(len(c.nodes), headLogFormat)
 		return verr == nil
 	})
-	t.Logf("cluster version 2 on every node %v after the last node was upgraded", time.Since(upgradedAt).Round(time.Millisecond))
+	t.Logf("cluster version %d on every node %v after the last node was upgraded", headLogFormat, time.Since(upgradedAt).Round(time.Millisecond))
 	for r := range plan.restarts {
 		for _, n := range c.nodes {
 			replace(n, newB.mlockd, fmt.Sprintf("restart-%d", r+1))
-			if err := c.checkVersions(len(c.nodes), 2); err != nil {
+			if err := c.checkVersions(len(c.nodes), headLogFormat); err != nil {
 				t.Errorf("after restarting %s: %v", n.id, err)
 			}
 		}
@@ -368,8 +368,12 @@ func versions(vs []statusView) string {
 	return strings.Join(b, ", ")
 }
 
+// headLogFormat is the highest log format this build reads (server's
+// logFormat): 2 typed requests, 3 locks with deadlines.
+const headLogFormat = 3
+
 // checkVersions asks every node for its status: the first upgraded ones
-// must say they read log format 2 and run at cluster version want; the
+// must say they read log format headLogFormat and run at cluster version want; the
 // others (the previous release) announce neither. The leader, if new,
 // must list the formats its members said.
 func (c *cluster) checkVersions(upgraded, want int) error {
@@ -388,8 +392,8 @@ func (c *cluster) checkVersions(upgraded, want int) error {
 			}
 			continue
 		}
-		if cl.LogFormat != 2 {
-			return fmt.Errorf("%s (new build) says it reads log format %d, want 2", n.id, cl.LogFormat)
+		if cl.LogFormat != headLogFormat {
+			return fmt.Errorf("%s (new build) says it reads log format %d, want %d", n.id, cl.LogFormat, headLogFormat)
 		}
 		if cl.Version != want {
 			return fmt.Errorf("%s: cluster version %d, want %d (%d of %d nodes upgraded)", n.id, cl.Version, want, upgraded, len(c.nodes))

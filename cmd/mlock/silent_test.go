@@ -1,0 +1,49 @@
+package main
+
+import (
+	"net"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+// mlock run against a server that accepts the connection and never answers
+// (a cluster node without a leader) waits no longer than --timeout and
+// exits 124, the lock not taken in time, without running the command; not
+// 125 after the client's dial timeout.
+func TestRunTimeoutBoundsTheWaitForTheServer(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close() // read nothing, answer nothing
+		}
+	}()
+	marker := t.TempDir() + "/ran"
+	start := time.Now()
+	_, stderr, code := runMlock(t, "run", "--uri", "mlock://"+ln.Addr().String(), "--timeout", "700ms",
+		"silent:job", "--", "touch", marker)
+	took := time.Since(start)
+	if code != exitNotTaken {
+		t.Fatalf("exit %d, want %d; stderr %q", code, exitNotTaken, stderr)
+	}
+	if !strings.Contains(stderr, "lock not taken") || !strings.Contains(stderr, "within --timeout") {
+		t.Errorf("stderr %q does not say why", stderr)
+	}
+	// The process's start-up is part of what is measured: a wide bound.
+	if took > 700*time.Millisecond+2*time.Second {
+		t.Errorf("exited after %v, want about --timeout (700ms)", took)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Error("the command ran")
+	}
+}

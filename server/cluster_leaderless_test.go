@@ -1,0 +1,83 @@
+package server
+
+import (
+	"errors"
+	"io"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestClusterLeaderlessBounds: with two of three nodes stopped, the survivor
+// has no leader. A lock with a wait timeout of 1 s is answered as timed out
+// (a result with a lock id, then "timeout" with it) 1 s + giveUpMargin after
+// it was sent, and the connection closes; a connect is not answered and
+// closes after noLeaderWait. Once the two are back, neither the lock nor
+// the connect took anything: another session trylocks the resource.
+func TestClusterLeaderlessBounds(t *testing.T) {
+	t.Parallel()
+	tc := newTestCluster(t, 3, true)
+	l := tc.leader()
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		n := 0
+		for _, s := range tc.nodes {
+			if s.cl.writeFormat() >= logFormat3 {
+				n++
+			}
+		}
+		if n == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("cluster version 3 not in force on every node after 10 s")
+		}
+		time.Sleep(20 * time.Millisecond) // poll interval
+	}
+	sv := (l + 1) % 3
+	c := tc.dial(sv, "leaderless")
+	c.expect("connected 1.0 new * **")
+	for i := range 3 {
+		if i != sv {
+			tc.stop(i)
+		}
+	}
+
+	start := time.Now()
+	c.send("lock 1 lw 60000 1000 0")
+	res := c.readWithin(5 * time.Second)
+	f := strings.Fields(res)
+	if len(f) != 4 || f[0] != "result" || f[1] != "1" || f[2] != "success" {
+		t.Fatalf("lock: %q", res)
+	}
+	if got := c.readWithin(5 * time.Second); got != "timeout "+f[3] {
+		t.Fatalf("after %q: %q, want the timeout push", res, got)
+	}
+	took := time.Since(start)
+	if took < time.Second || took > time.Second+giveUpMargin+500*time.Millisecond {
+		t.Errorf("timed out after %v, want 1 s + %v", took, giveUpMargin)
+	}
+	if p, err := c.next(2 * time.Second); !errors.Is(err, io.EOF) {
+		t.Errorf("after the timeout: %q, %v; want the connection closed", p, err)
+	}
+
+	start = time.Now()
+	h := tc.dial(sv, "leaderless-connect")
+	if p, err := h.next(noLeaderWait + 2*time.Second); !errors.Is(err, io.EOF) {
+		t.Errorf("connect without a leader: %q, %v; want the connection closed", p, err)
+	}
+	if took := time.Since(start); took < noLeaderWait-100*time.Millisecond || took > noLeaderWait+time.Second {
+		t.Errorf("connect closed after %v, want %v", took, noLeaderWait)
+	}
+
+	for i := range 3 {
+		if i != sv {
+			tc.start(i)
+		}
+	}
+	tc.leader()
+	o := tc.dial(l, "other")
+	o.expect("connected 1.0 new * **")
+	o.send("trylock 1 lw 60000")
+	o.expect("result 1 success *")
+	o.expect("locked * * *")
+}
