@@ -124,6 +124,14 @@ type clusterState struct {
 
 	bg sync.WaitGroup // background goroutines (detach of a lost node, ...)
 
+	// givenUp: this node's connections whose proposals from a seq on were
+	// given up (pipeRun.giveUp), by key, oldest first in givenOrder (at
+	// most maxGivenUp): the locks those proposals make when they are
+	// applied after all are cancelled (opCancel). Guarded by the core; not
+	// replicated (what a cancel unlocks is).
+	givenUp    map[string]uint64
+	givenOrder []string
+
 	// removed: this node is not in the cluster's latest configuration (it
 	// was removed): it serves no client (see watchPeers).
 	removed atomic.Bool

@@ -425,6 +425,7 @@ func (r *pipeRun) giveUp(f *flight) {
 			}
 			c.write(out)
 		}
+		s.giveUpLocked(c)
 		if c.answered < last {
 			c.setAnswered(last)
 		}
@@ -459,7 +460,10 @@ func (r *pipeRun) applied() bool {
 		case <-r.ctx.Done():
 			return false
 		case <-t.C:
-			r.s.batch(func(*core.Tx) { c.finish() })
+			r.s.batch(func(*core.Tx) {
+				r.s.giveUpLocked(c)
+				c.finish()
+			})
 			return false
 		}
 	}

@@ -184,6 +184,8 @@ func (s *Server) applyLocked(tx *core.Tx, m *logCmd) []byte {
 		s.applyParamsLocked(tx, m.params)
 	case opVersion:
 		s.setVersionLocked(int(min(m.version, logFormat)))
+	case opCancel:
+		s.applyCancelLocked(tx, m)
 	}
 	s.deliverPushesLocked()
 	return []byte{cl.ans[0]}
@@ -460,6 +462,10 @@ func (s *Server) applySessionLocked(tx *core.Tx, m *logCmd) {
 	}
 	ac := &cl.ac
 	*ac = conn{srv: s, sess: sess, trusted: true, capture: &cl.ans, remote: "cluster"}
+	var made []protocol.ID
+	if s.givenUpLocked(m) {
+		ac.made = &made
+	}
 	n := len(m.reqs)
 	if m.op == opFrames {
 		n = len(m.frames)
@@ -496,7 +502,11 @@ func (s *Server) applySessionLocked(tx *core.Tx, m *logCmd) {
 	if local != nil && local.answered < m.seq {
 		local.setAnswered(m.seq)
 	}
-	ac.capture = nil
+	ac.capture, ac.made = nil, nil
+	if len(made) > 0 {
+		cl.bg.Add(1)
+		go s.proposeCancel(m.conn, m.seq, m.session, made)
+	}
 }
 
 // setAnswered records that this node's apply wrote the answer to the

@@ -414,6 +414,9 @@ func (c *conn) applyLock(tx *core.Tx, req []byte, a *protocol.LockArgs, deadline
 		return
 	}
 	g := res.Grant
+	if c.made != nil {
+		*c.made = append(*c.made, g.ID)
+	}
 	s.noteAccepted(tx, &g, a.Resources)
 	s.scratch = protocol.AppendOKID(s.scratch[:0], req, g.ID)
 	c.write(s.scratch)

@@ -57,15 +57,18 @@ type conn struct {
 	flushing atomic.Int32
 
 	// Cluster mode (see cluster.go).
-	key      string          // the connection's key, unique in the cluster: "<node>/<run>/<n>"
-	p        *auth.Principal // reader: the principal of its connect, once decided
-	sid      string          // reader: its session id, once decided
-	capture  *[]byte         // guarded by the core: while set, write appends here (decide, apply)
-	ended    bool            // guarded by the core: finish was called while capture was set
-	trusted  bool            // apply: the proposing node checked the rights
-	answered uint64          // guarded by the core: the last proposal whose answer was written
-	pipe     *pipeline       // the connection's commands, in order; nil on a single node
-	forward  bool            // reader only: a follower's forwarding connection
+	key     string          // the connection's key, unique in the cluster: "<node>/<run>/<n>"
+	p       *auth.Principal // reader: the principal of its connect, once decided
+	sid     string          // reader: its session id, once decided
+	capture *[]byte         // guarded by the core: while set, write appends here (decide, apply)
+	ended   bool            // guarded by the core: finish was called while capture was set
+	// made: while set (a cluster node applies a command it gave up, see
+	// cluster_cancel.go), applyLock appends the id of each lock it makes.
+	made     *[]protocol.ID
+	trusted  bool      // apply: the proposing node checked the rights
+	answered uint64    // guarded by the core: the last proposal whose answer was written
+	pipe     *pipeline // the connection's commands, in order; nil on a single node
+	forward  bool      // reader only: a follower's forwarding connection
 	// wantLeader: the connect asked a cluster follower to name the leader
 	// (set before the attach is queued, read by its apply).
 	wantLeader bool

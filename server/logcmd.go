@@ -30,7 +30,9 @@ import (
 //     that holds the connection. Applied at or after it, the lock is
 //     answered as timed out and never queued; before it, it waits until it
 //     at most. So a lock that its node answered as timed out while the log
-//     had no leader is never granted later (see pipeRun.giveUp).
+//     had no leader is never granted later (see pipeRun.giveUp). opCancel
+//     unlocks what given-up requests made all the same (their entry was
+//     stamped before the deadline, or they had none).
 //
 // A build reads every format up to logFormat and refuses a higher one with
 // an error naming both (errFutureFormat): the node stops applying (see
@@ -89,6 +91,13 @@ const (
 	// member reads the log formats up to it, which every node may write
 	// from the next command on. It never goes down.
 	opVersion byte = 10
+	// opCancel (format 3): session, uvarint count >= 1, count lock ids (16
+	// bytes each). Unlocks each of the ids that is still a lock (granted or
+	// waiting): the locks that requests of the session made although the
+	// node that held their connection had given them up (see
+	// pipeRun.giveUp). Proposed by that node, which saw them made when it
+	// applied them.
+	opCancel byte = 11
 )
 
 // errBadCommand is the error of a log command that does not decode.
@@ -111,19 +120,20 @@ func (e *errFutureFormat) Error() string {
 type logCmd struct {
 	format    int // 1: no header; else the header's
 	op        byte
-	node      string    // the proposing node (frames, requests, attach, detach, detachnode)
-	conn      string    // its connection's key (frames, requests, attach, detach); a key prefix (detachnode)
-	seq       uint64    // the connection's proposal number (frames, requests, attach)
-	session   string    // the engine session id (frames, requests, attach, detach)
-	principal string    // attach
-	until     int64     // failover, holdgrants: Unix ns
-	frames    [][]byte  // frames: payloads, in order
-	reqs      []request // requests, in order
-	params    string    // params, genesis
-	hasParams bool      // genesis: params present (always in format 2)
-	seed      [32]byte  // genesis
-	first     uint64    // genesis: the first fencing token
-	version   uint64    // version
+	node      string        // the proposing node (frames, requests, attach, detach, detachnode)
+	conn      string        // its connection's key (frames, requests, attach, detach); a key prefix (detachnode)
+	seq       uint64        // the connection's proposal number (frames, requests, attach)
+	session   string        // the engine session id (frames, requests, attach, detach)
+	principal string        // attach
+	until     int64         // failover, holdgrants: Unix ns
+	frames    [][]byte      // frames: payloads, in order
+	reqs      []request     // requests, in order
+	params    string        // params, genesis
+	hasParams bool          // genesis: params present (always in format 2)
+	seed      [32]byte      // genesis
+	first     uint64        // genesis: the first fencing token
+	version   uint64        // version
+	ids       []protocol.ID // cancel
 }
 
 // Kinds of typed requests (opRequests): the kind, the client's request id,
@@ -259,6 +269,12 @@ func appendLogCmd(dst []byte, m *logCmd) []byte {
 		dst = appendStr(dst, m.params)
 	case opVersion:
 		dst = binary.AppendUvarint(dst, m.version)
+	case opCancel:
+		dst = appendStr(dst, m.session)
+		dst = binary.AppendUvarint(dst, uint64(len(m.ids)))
+		for _, id := range m.ids {
+			dst = append(dst, id[:]...)
+		}
 	}
 	return dst
 }
@@ -416,7 +432,10 @@ func opIn(op byte, f int) bool {
 	if f == logFormat1 {
 		return op >= opFrames && op <= opParams
 	}
-	return op >= opAttach && op <= opVersion
+	if f == logFormat2 {
+		return op >= opAttach && op <= opVersion
+	}
+	return op >= opAttach && op <= opCancel
 }
 
 // decodeLogCmd decodes p into m; frames alias p. A command of a format this
@@ -478,6 +497,16 @@ func decodeLogCmd(p []byte, m *logCmd) error {
 		m.version = d.uvarint()
 		if m.version <= logFormat1 {
 			return errBadCommand
+		}
+	case opCancel:
+		m.session = d.str()
+		n := d.uvarint()
+		if d.bad || n == 0 || n > uint64(len(d.p)/len(protocol.ID{})) {
+			return errBadCommand
+		}
+		m.ids = make([]protocol.ID, n)
+		for i := range m.ids {
+			d.p = d.p[copy(m.ids[i][:], d.p):]
 		}
 	}
 	if d.bad || len(d.p) != 0 {

@@ -47,7 +47,8 @@ func logCmdSeeds() []logCmd {
 		request{kind: reqLock, req: []byte("11"), lock: protocol.LockArgs{Resources: "a", Timeout: 1}, deadline: -1})
 	seeds = append(seeds,
 		logCmd{format: logFormat3, op: opRequests, node: "n1", conn: "n1/ab/1", seq: 5, session: "s", reqs: reqs3},
-		logCmd{format: logFormat3, op: opVersion, version: logFormat3})
+		logCmd{format: logFormat3, op: opVersion, version: logFormat3},
+		logCmd{format: logFormat3, op: opCancel, session: "s", ids: []protocol.ID{{1, 2, 3}, {15: 0xff}}})
 	return append(seeds, g2)
 }
 
@@ -99,6 +100,24 @@ func TestLogCmdRoundTrip(t *testing.T) {
 		if m.format == 0 && b[0] == versionMark || m.format >= logFormat2 && b[0] != versionMark {
 			t.Fatalf("op %d format %d: header %x", m.op, m.format, b[:1])
 		}
+	}
+	// A cancel is a format 3 command; it names at least one lock, whole.
+	cancel := logCmd{format: logFormat3, op: opCancel, session: "s", ids: []protocol.ID{{1}}}
+	b := appendLogCmd(nil, &cancel)
+	var got logCmd
+	if err := decodeLogCmd(b, &got); err != nil || got.session != "s" || len(got.ids) != 1 || got.ids[0] != cancel.ids[0] {
+		t.Fatalf("cancel: %+v, %v", got, err)
+	}
+	if err := decodeLogCmd(b[:len(b)-1], &got); err == nil {
+		t.Fatal("a cancel with a short lock id accepted")
+	}
+	cancel.format = logFormat2
+	if err := decodeLogCmd(appendLogCmd(nil, &cancel), &got); err == nil {
+		t.Fatal("a cancel accepted in a format 2 command")
+	}
+	cancel.format, cancel.ids = logFormat3, nil
+	if err := decodeLogCmd(appendLogCmd(nil, &cancel), &got); err == nil {
+		t.Fatal("a cancel of no lock accepted")
 	}
 	// A typed request or the cluster version are not format 1 commands.
 	for _, op := range []byte{opRequests, opVersion} {

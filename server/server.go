@@ -107,6 +107,7 @@ type counters struct {
 	authFailed                   uint64 // connects refused: credentials missing, wrong or not allowed (protected mode included)
 	sessionsRefused              uint64 // connects refused by MaxSessions
 	idleClosed                   uint64 // connections closed by IdleTimeout
+	cancelled                    uint64 // cluster: locks unlocked by opCancel (made by given-up requests)
 	forbidden                    uint64 // commands refused: permission denied
 	serverFull                   uint64 // requests refused by a server-wide engine limit
 	rateLimited                  uint64 // status and locks refused by StatusRate
