@@ -874,3 +874,52 @@ describe('a grant after a long wait', () => {
     }
   });
 });
+
+describe('a lock on a server that does not answer the handshake', () => {
+  test("waits for the connection at most the lock's timeout, then fails with type timeout", async () => {
+    // A cluster node without a leader accepts the connection and answers nothing.
+    const silent = await fakeServer(() => {});
+    const c = new Client({ host: '127.0.0.1', port: silent.port, socketId: r('silent'), dialTimeout: 5000 });
+    try {
+      const start = Date.now();
+      const e = (await c.lock(r('job'), 60000, 400).then(
+        () => assert.fail('granted'),
+        (err: unknown) => err,
+      )) as MlockError;
+      const took = Date.now() - start;
+      assert.equal(e.type, 'timeout', String(e));
+      assert.match(e.message, /no connection/);
+      assert.equal((e.cause as MlockError).type, 'connection');
+      assert.ok(took >= 390 && took < 1500, `failed after ${took} ms, want about the lock's 400 ms`);
+    } finally {
+      c.destroy();
+      silent.close();
+    }
+  });
+
+  test('a lock that waited for the connection asks the server for what is left of its timeout', async () => {
+    let asked = '';
+    const late = await fakeServer((s, w) => {
+      if (w[0] === 'connect') {
+        setTimeout(() => s.write(encode('connected 1.0 new 15000')), 300); // the handshake, answered late
+      } else if (w[0] === 'lock') {
+        asked = w[4];
+        const id = 'ab'.repeat(16);
+        s.write(encode(`result ${w[1]} success ${id}`));
+        s.write(encode(`timeout ${id}`));
+      }
+    });
+    const c = new Client({ host: '127.0.0.1', port: late.port, socketId: r('late') });
+    try {
+      await c.lock(r('job'), 60000, 2000).then(
+        () => assert.fail('granted'),
+        (err: MlockError) => assert.equal(err.type, 'timeout', String(err)),
+      );
+      const ms = Number(asked);
+      assert.ok(ms >= 1 && ms <= 1750, `asked the server to wait ${asked} ms, want 2000 less the wait for the handshake`);
+    } finally {
+      c.destroy();
+      late.close();
+    }
+  });
+});

@@ -40,7 +40,11 @@ export interface MlockOptions {
   token?: string;
   /** TLS options: speak TLS to the server (the `mlocks://` scheme sets `{}`). Default: plain TCP. */
   tls?: ConnectionOptions;
-  /** Bound of a connection attempt, and of how long a call waits for the connection while it is down, ms. Default 5000. */
+  /**
+   * Bound of a connection attempt, and of how long a call waits for the connection while it is down, ms. A lock
+   * with a shorter wait timeout waits at most that (then type `timeout`, its cause the connection's error) and asks
+   * the server for what is left of it. Default 5000.
+   */
   dialTimeout?: number;
   /** How often an idle connection is checked while nothing is held or waited for, ms. Default 20000. */
   pingInterval?: number;

@@ -108,7 +108,13 @@ export interface CallCtx {
    * settled, as if its signal aborted then (see deadlineError).
    */
   deadline?: number;
+  /** Unix ms at which a lock's wait timeout ends, counted from its first wait for the connection. */
+  lockEnd?: number;
 }
+
+/** The error of a lock whose wait timeout ran out while the connection was down: its cause is the connection's error. */
+const lockWaitError = (cause: MlockError) =>
+  new MlockError("Lock timeout: no connection to the server within the lock's wait timeout", 'timeout', { cause });
 
 /** The error of a call given up at its deadline. */
 export const deadlineError = () => new MlockError('call given up at its deadline', 'timeout', { reason: 'deadline' });
@@ -744,13 +750,16 @@ export class Session {
   }
 
   /** Waits until the connection is up, at most dialTimeout (and until deadline, Unix ms). */
-  private waitUp(signal?: AbortSignal, client?: LockOwner, deadline?: number): Promise<void> {
+  private waitUp(signal?: AbortSignal, client?: LockOwner, deadline?: number, lockEnd?: number): Promise<void> {
     if (this.closed) return Promise.reject(destroyedError());
     if (this.connected) return Promise.resolve();
     if (this.refused) return Promise.reject(this.refused);
-    const left = deadline === undefined ? Infinity : deadline - Date.now();
-    const byDeadline = left < this.opts.dialTimeout;
-    const wait = byDeadline ? Math.max(left, 0) : this.opts.dialTimeout;
+    const now = Date.now();
+    const left = deadline === undefined ? Infinity : deadline - now;
+    const lockLeft = lockEnd === undefined ? Infinity : lockEnd - now;
+    const byLock = lockLeft < this.opts.dialTimeout && lockLeft <= left;
+    const byDeadline = !byLock && left < this.opts.dialTimeout;
+    const wait = byLock ? Math.max(lockLeft, 0) : byDeadline ? Math.max(left, 0) : this.opts.dialTimeout;
     return new Promise<void>((resolve, reject) => {
       const w: UpWaiter = {
         client,
@@ -764,7 +773,7 @@ export class Session {
         },
         timer: setTimeout(() => {
           this.upWaiters.delete(w);
-          w.reject(byDeadline ? deadlineError() : this.unreachable());
+          w.reject(byLock ? lockWaitError(this.unreachable()) : byDeadline ? deadlineError() : this.unreachable());
           this.idleCheck();
         }, wait),
       };
@@ -830,7 +839,15 @@ export class Session {
     const dl = ctx?.deadline;
     if (dl !== undefined && dl <= Date.now()) return Promise.reject(deadlineError());
     if (this.connected && !this.closed) return this.send(verb, args, signal, lock, ctx);
-    return this.waitUp(signal, ctx?.client ?? lock?.client, dl).then(() => this.call(verb, args, signal, lock, ctx));
+    // A lock waits for the connection at most its own wait timeout, and then
+    // asks the server for what is left of it.
+    let lockEnd = ctx?.lockEnd;
+    if (lockEnd === undefined && lock !== undefined && verb === 'lock' && lock.timeout > 0) lockEnd = Date.now() + lock.timeout;
+    return this.waitUp(signal, ctx?.client ?? lock?.client, dl, lockEnd).then(() => {
+      if (lockEnd === undefined) return this.call(verb, args, signal, lock, ctx);
+      args[2] = String(Math.max(1, Math.floor(lockEnd - Date.now())));
+      return this.call(verb, args, signal, lock, { ...ctx, lockEnd });
+    });
   }
 
   private send(verb: string, args: string[], signal: AbortSignal | undefined, lock: Lock | undefined, ctx: CallCtx | undefined): Promise<Reply> {
