@@ -235,6 +235,11 @@ func (n *node) signal(sig syscall.Signal) bool {
 	}
 	switch sig {
 	case syscall.SIGSTOP:
+		// Its threads stop when next scheduled: on a loaded machine, later.
+		// What the caller sends next must find it stopped.
+		if !proctest.WaitStopped(n.cmd.Process.Pid, 5*time.Second) {
+			return false
+		}
 		n.paused = true
 	case syscall.SIGCONT:
 		n.paused = false

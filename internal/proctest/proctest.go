@@ -7,12 +7,14 @@
 package proctest
 
 import (
+	"bytes"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -134,4 +136,46 @@ func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool)
 		}
 		time.Sleep(pause) // the poll's interval: cond has no event to wait on
 	}
+}
+
+// WaitStopped waits until every thread of process pid is stopped (state T
+// in /proc, after a SIGSTOP), at most d, and reports whether it is. A
+// stopped process answers nothing, but the stop takes effect when each of
+// its threads is next scheduled: on a loaded machine a test that pauses a
+// server and at once sends it work must wait for this first. Linux only:
+// elsewhere it reports true at once.
+func WaitStopped(pid int, d time.Duration) bool {
+	if runtime.GOOS != "linux" {
+		return true
+	}
+	deadline := time.Now().Add(d)
+	for {
+		if allStopped(pid) {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(time.Millisecond) // poll interval: no event says a process stopped
+	}
+}
+
+// allStopped reports whether every thread of pid is in state T or t.
+func allStopped(pid int) bool {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil || len(tasks) == 0 {
+		return false
+	}
+	for _, task := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
+		if err != nil {
+			return false
+		}
+		// pid (comm) state ...: comm may hold spaces and parentheses.
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 || i+2 >= len(b) || (b[i+2] != 'T' && b[i+2] != 't') {
+			return false
+		}
+	}
+	return true
 }

@@ -4,8 +4,10 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -72,4 +74,31 @@ func TestBuild(t *testing.T) {
 func execOutput(bin string) (string, error) {
 	out, err := exec.Command(bin).Output()
 	return string(out), err
+}
+
+// WaitStopped sees a SIGSTOP take effect, and a SIGCONT undo it.
+func TestWaitStopped(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("SKIPPED: /proc is Linux's")
+	}
+	cmd := exec.Command("sleep", "30")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	if allStopped(cmd.Process.Pid) {
+		t.Fatal("a running process reads as stopped")
+	}
+	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	if !WaitStopped(cmd.Process.Pid, 5*time.Second) {
+		t.Fatal("not stopped 5 s after SIGSTOP")
+	}
+	if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if WaitStopped(cmd.Process.Pid, 100*time.Millisecond) {
+		t.Fatal("still stopped after SIGCONT")
+	}
 }
