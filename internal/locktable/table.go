@@ -84,6 +84,7 @@ type Table struct {
 	next     uint64
 	held     int
 	free     []*queue
+	parked   parkRing // empty queues kept for their next request (see parkRing)
 	stats    Stats
 	now      int64 // the latest time seen; time never runs backwards
 
@@ -145,6 +146,7 @@ func newTable(cfg Config) (*Table, error) {
 		cfg:      cfg,
 		queues:   make(map[string]*queue),
 		idx:      nameIndex{max: youngMax, slack: dropSlack},
+		parked:   parkRing{max: maxParked},
 		sessions: make(map[string]*session),
 		groups:   make(map[string]*group),
 		owners:   make(map[string]*ownerList),
