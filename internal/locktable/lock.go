@@ -72,8 +72,8 @@ type Grant struct {
 // Try, is refused with ErrBusy) like any request.
 func (t *Table) Lock(now int64, req *Request) (Grant, error) {
 	now = t.advance(now)
-	s, ok := t.sessions[req.Session]
-	if !ok {
+	s := t.session(req.Session)
+	if s == nil {
 		return Grant{}, ErrUnknownSession
 	}
 	if err := t.checkRequest(req); err != nil {
@@ -239,7 +239,9 @@ func (t *Table) insert(now int64, s *session, req *Request) (*lock, int) {
 		t.enqueue(q, n, req.modeAt(i))
 		b += int64(len(r))
 	}
-	clear(t.found)
+	for i := range t.found {
+		t.found[i] = nil
+	}
 	t.entries += int(l.live)
 	t.bytes += b
 	s.bytes += b

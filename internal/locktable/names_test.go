@@ -87,7 +87,8 @@ func checkParked(t *Table) error {
 		switch {
 		case q.name != name:
 			return fmt.Errorf("queue %s mapped under %s", q.name, name)
-		case q.parked > 0 && (q.n != 0 || q.head != nil || q.nadm != 0 || q.busy != 0 || q.young != 0 || r.ring[q.parked-1] != q):
+		case q.parked > 0 && (q.n != 0 || q.head != nil || q.tail != nil || q.gate != nil || q.nadm != 0 || q.nshared != 0 ||
+			q.used != 0 || q.busy != 0 || q.young != 0 || r.ring[q.parked-1] != q):
 			return fmt.Errorf("parked queue %s: %d entries, busy %d, young %d, in its slot %v",
 				name, q.n, q.busy, q.young, r.ring[q.parked-1] == q)
 		case q.parked == 0 && q.n == 0:

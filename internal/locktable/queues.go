@@ -94,19 +94,25 @@ func (t *Table) newQueue(name string) *queue {
 // parked queues, forgetting the one parked longest ago if the ring is full.
 func (t *Table) park(q *queue) {
 	t.indexDel(q)
-	*q = queue{name: q.name}
+	// An empty queue's entries and links are gone already (nil, 0).
+	q.nadm, q.nshared, q.of, q.used = 0, 0, 0, 0
 	r := &t.parked
 	if r.len == r.max {
 		old := r.ring[r.head]
 		r.ring[r.head] = nil
-		r.head = (r.head + 1) % r.max
+		if r.head++; r.head == r.max {
+			r.head = 0
+		}
 		r.len--
 		if old != nil {
 			r.n--
 			t.freeQueue(old)
 		}
 	}
-	i := (r.head + r.len) % r.max
+	i := r.head + r.len
+	if i >= r.max {
+		i -= r.max
+	}
 	r.ring[i] = q
 	q.parked = int32(i + 1)
 	r.len++

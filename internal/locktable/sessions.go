@@ -37,6 +37,19 @@ func (t *Table) Attach(now int64, id string) (existed bool) {
 	return false
 }
 
+// session returns session id, or nil if there is none. The session of the
+// previous call is remembered: a connection's requests come in runs.
+func (t *Table) session(id string) *session {
+	if s := t.lastSess; s != nil && s.id == id {
+		return s
+	}
+	s := t.sessions[id]
+	if s != nil {
+		t.lastSess = s
+	}
+	return s
+}
+
 // newSession returns a new attached session, counted in its group.
 func (t *Table) newSession(id string) *session {
 	s := &session{id: id, attached: true, hidx: -1}
@@ -114,6 +127,9 @@ func (t *Table) dropSession(s *session) {
 		t.heap.remove(int(s.hidx))
 	}
 	delete(t.sessions, s.id)
+	if t.lastSess == s {
+		t.lastSess = nil
+	}
 	if g := s.grp; g != nil {
 		if g.sessions--; g.sessions == 0 {
 			name, _, _ := strings.Cut(s.id, "\x00")

@@ -2,6 +2,7 @@ package locktable
 
 import (
 	crand "crypto/rand"
+	"encoding/binary"
 	"math/rand/v2"
 	"time"
 )
@@ -77,6 +78,7 @@ type Table struct {
 	idx      nameIndex // the queues' names, in order, while listings use them
 	all      *lock     // every live request, newest first
 	sessions map[string]*session
+	lastSess *session          // the session Lock found last, nil if it was dropped
 	groups   map[string]*group // by the part of a session id before its first NUL byte
 	owners   map[string]*ownerList
 	heap     deadlines
@@ -192,15 +194,9 @@ func (t *Table) newLock(k int) *lock {
 	if a == 0 && uint32(b) == 0 {
 		a = 1 // never NoID
 	}
-	for i := 0; i < 4; i++ {
-		l.id[i] = byte(idx >> (8 * i))
-	}
-	for i := 0; i < 8; i++ {
-		l.id[4+i] = byte(a >> (8 * i))
-	}
-	for i := 0; i < 4; i++ {
-		l.id[12+i] = byte(b >> (8 * i))
-	}
+	binary.LittleEndian.PutUint32(l.id[0:4], idx)
+	binary.LittleEndian.PutUint64(l.id[4:12], a)
+	binary.LittleEndian.PutUint32(l.id[12:16], uint32(b))
 	t.live++
 	return l
 }
@@ -230,7 +226,7 @@ func (l *lock) nodes() []node {
 
 // lookup returns the live request with this id, or nil.
 func (t *Table) lookup(id ID) *lock {
-	idx := uint32(id[0]) | uint32(id[1])<<8 | uint32(id[2])<<16 | uint32(id[3])<<24
+	idx := binary.LittleEndian.Uint32(id[0:4])
 	if idx >= uint32(len(t.slots)) {
 		return nil
 	}
@@ -242,7 +238,7 @@ func (t *Table) lookup(id ID) *lock {
 
 // freeLock releases l's slot and keeps the struct for reuse.
 func (t *Table) freeLock(l *lock) {
-	idx := uint32(l.id[0]) | uint32(l.id[1])<<8 | uint32(l.id[2])<<16 | uint32(l.id[3])<<24
+	idx := binary.LittleEndian.Uint32(l.id[0:4])
 	t.slots[idx] = nil
 	t.freeIdx = append(t.freeIdx, idx)
 	if l.aprev != nil {
@@ -254,7 +250,9 @@ func (t *Table) freeLock(l *lock) {
 		l.anext.aprev = l.aprev
 	}
 	t.live--
-	clear(l.nodes())
+	if m := l.more; m != nil && len(*m) > 0 {
+		clear(*m) // l.one is cleared with l
+	}
 	more, own := l.more, l.own
 	*l = lock{hidx: -1}
 	if more != nil {
