@@ -18,6 +18,7 @@ const (
 	flagCut                         // Release: the lock already lost resources in this call
 	flagPartial                     // a Release took some of its resources: Extend by id no longer finds it
 	flagRevoked                     // Evict revoked it: it is nobody's any more and ends at its expiry
+	flagTimer                       // not a request: a session's timer in the deadline heap (session.tm)
 )
 
 type node struct {
@@ -99,7 +100,7 @@ type Table struct {
 	cut       []*node  // Release's scratch list
 	found     []*queue // Lock's scratch list: the queues of a request's resources, nil for none
 
-	// While grants are held (hold.hidx >= 0: the end of the hold is in the
+	// While grants are held (hold.tm.hidx >= 0: the end of the hold is in the
 	// deadline heap), every request that becomes grantable is put in ready
 	// as well, and endHold grants them, in arrival order, when the hold
 	// ends. hold is a sentinel session, never in sessions, that only marks
@@ -158,7 +159,7 @@ func newTable(cfg Config) (*Table, error) {
 	if t.next == 0 {
 		t.next = 1
 	}
-	t.hold.hidx = -1
+	t.hold.timer()
 	return t, nil
 }
 
