@@ -62,19 +62,6 @@ func (t *Table) queue(name string) *queue {
 // queueCount returns the number of non-empty queues.
 func (t *Table) queueCount() int { return len(t.queues) - t.parked.n }
 
-// queueFor returns the queue of name for a new entry: the live one, the
-// parked one taken back, or a new one.
-func (t *Table) queueFor(name string) *queue {
-	q := t.queues[name]
-	switch {
-	case q == nil:
-		q = t.newQueue(name)
-	case q.parked > 0:
-		t.unpark(q)
-	}
-	return q
-}
-
 // newQueue returns an empty queue for name, registered in the Table.
 func (t *Table) newQueue(name string) *queue {
 	var q *queue
