@@ -22,7 +22,7 @@ import (
 // is none.
 func (t *Table) Busiest(prefix string, n, maxEntries int, fn func(QueueInfo) bool) (matched int) {
 	n, maxEntries = max(n, 1), max(maxEntries, 1)
-	top := make(queueHeap, 0, min(n, len(t.queues)))
+	top := make(queueHeap, 0, min(n, t.queueCount()))
 	for _, q := range t.busy {
 		if !strings.HasPrefix(q.name, prefix) {
 			continue
@@ -38,7 +38,7 @@ func (t *Table) Busiest(prefix string, n, maxEntries int, fn func(QueueInfo) boo
 	// Fill with queues of one entry, in name order; count the matches.
 	need := n - len(top)
 	if prefix == "" {
-		matched = len(t.queues)
+		matched = t.queueCount()
 	}
 	if need > 0 || prefix != "" {
 		t.index().AscendGreaterOrEqual(keyOf(prefix), func(k nameKey) bool {
@@ -49,7 +49,7 @@ func (t *Table) Busiest(prefix string, n, maxEntries int, fn func(QueueInfo) boo
 				matched++
 			}
 			if need > 0 {
-				if q := t.queues[k.name]; q.n == 1 {
+				if q := t.queue(k.name); q.n == 1 {
 					top.push(q)
 					need--
 				}

@@ -176,6 +176,14 @@
 // [Table.Locks] walks a list of the live requests and costs what it
 // returns.
 //
+// The hash map of queues keeps an emptied queue, parked, for the next
+// request of its name: up to 1024 of them, the oldest forgotten first, so
+// that a resource taken and released over and over costs one map lookup
+// per cycle. A parked queue holds nothing: no call, count, listing or
+// snapshot sees it. The deadline heap holds 16 bytes per timer; a
+// session's grace end is the deadline of a timer struct the session keeps
+// from its first detach on.
+//
 // # Caveats
 //
 // A Table is not safe for concurrent use; its owner serialises calls (one

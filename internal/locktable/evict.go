@@ -44,7 +44,7 @@ func (t *Table) Evict(now int64, resources []string) (int, error) {
 	at := now + int64(t.cfg.SessionGrace)
 	n := 0
 	for _, r := range resources {
-		q := t.queues[r]
+		q := t.queue(r)
 		if q == nil {
 			continue
 		}
@@ -74,7 +74,7 @@ func (t *Table) Evict(now int64, resources []string) (int, error) {
 func (t *Table) evictNow(resources []string) int {
 	cut := t.cut[:0]
 	for _, r := range resources {
-		q := t.queues[r]
+		q := t.queue(r)
 		if q == nil {
 			continue
 		}

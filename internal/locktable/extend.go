@@ -99,7 +99,7 @@ func (t *Table) Renew(now int64, owner string, resources []string, ttl time.Dura
 // resources, or nil. An owner may hold several shared locks on one
 // resource: each of them is tried.
 func (t *Table) ownerLock(owner string, resources []string) *lock {
-	q := t.queues[resources[0]]
+	q := t.queue(resources[0])
 	if q == nil {
 		return nil
 	}
@@ -111,7 +111,7 @@ func (t *Table) ownerLock(owner string, resources []string) *lock {
 			return true
 		}
 		for _, r := range resources[1:] {
-			if q := t.queues[r]; q == nil || l.nodeIn(q) == nil {
+			if q := t.queue(r); q == nil || l.nodeIn(q) == nil {
 				return true
 			}
 		}

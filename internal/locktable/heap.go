@@ -4,40 +4,29 @@ package locktable
 // deadlines due at the same instant are ordered by the seq of their request
 // (or of the session's detach; the end of a hold on grants, seq 0, comes
 // first), so the order in which they are processed is defined by the state,
-// whatever the layout of the heap. Each item points back to its lock or
-// session, which records its index so that it can be removed or moved in
-// O(log n).
+// whatever the layout of the heap. Each item points back to its lock, which
+// records its index so that it can be removed or moved in O(log n). A
+// session's grace end, and the end of a hold on grants, is the deadline of
+// the session's timer (session.tm): a lock struct marked flagTimer that
+// only carries the index, the seq and the session, so that an item is 16
+// bytes, one per live lock.
 type deadlines []deadline
 
 type deadline struct {
 	at int64
-	l  *lock    // exactly one of l and s is set
-	s  *session // session grace timer
+	l  *lock // a request, or a session's timer (flagTimer)
 }
 
-func (h deadlines) setIndex(i int) {
-	if d := h[i]; d.l != nil {
-		d.l.hidx = int32(i)
-	} else {
-		d.s.hidx = int32(i)
-	}
-}
+func (h deadlines) setIndex(i int) { h[i].l.hidx = int32(i) }
 
 func (h deadlines) less(i, j int) bool {
 	a, b := &h[i], &h[j]
 	if a.at != b.at {
 		return a.at < b.at
 	}
-	return a.seq() < b.seq()
-}
-
-// seq is the deadline's tie-break: its request's arrival number, or its
-// session's detach number.
-func (d *deadline) seq() uint64 {
-	if d.l != nil {
-		return d.l.seq
-	}
-	return d.s.seq
+	// The tie-break: a request's arrival number, or its session's detach
+	// number.
+	return a.l.seq < b.l.seq
 }
 
 func (h deadlines) swap(i, j int) {
@@ -89,11 +78,7 @@ func (h *deadlines) push(d deadline) {
 func (h *deadlines) remove(i int) {
 	old := *h
 	n := len(old) - 1
-	if d := old[i]; d.l != nil {
-		d.l.hidx = -1
-	} else {
-		d.s.hidx = -1
-	}
+	old[i].l.hidx = -1
 	if i != n {
 		old[i] = old[n]
 		old.setIndex(i)

@@ -28,11 +28,11 @@ func (t *Table) HoldGrants(now, until int64) {
 	}
 	t.holdUntil = until
 	if t.holding() {
-		t.heap[t.hold.hidx].at = until
-		t.heap.fix(int(t.hold.hidx))
+		t.heap[t.hold.tm.hidx].at = until
+		t.heap.fix(int(t.hold.tm.hidx))
 		return
 	}
-	t.heap.push(deadline{at: until, s: &t.hold})
+	t.heap.push(deadline{at: until, l: t.hold.tm})
 }
 
 // HoldUntil returns the end (ns) of the hold on grants in force, or 0 if
@@ -45,7 +45,7 @@ func (t *Table) HoldUntil() int64 {
 }
 
 // holding reports whether grants are held.
-func (t *Table) holding() bool { return t.hold.hidx >= 0 }
+func (t *Table) holding() bool { return t.hold.tm.hidx >= 0 }
 
 // endHold ends the hold on grants, whose deadline has just been removed from
 // the heap, and grants in arrival order every request that became

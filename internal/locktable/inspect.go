@@ -35,7 +35,7 @@ func (t *Table) Stats() Stats {
 	s.Entries = t.entries
 	s.NameBytes = t.bytes
 	s.Held = t.held
-	s.Queues = len(t.queues)
+	s.Queues = t.queueCount()
 	s.Sessions = len(t.sessions)
 	s.LastToken = t.next - 1
 	s.HoldUntil = t.HoldUntil()
@@ -150,7 +150,7 @@ func queueEntry(q *queue, n *node) QueueEntry {
 // request that reserves it. False if nobody holds or waits for resource. It
 // costs O(k), k the request's resources.
 func (t *Table) Head(resource string) (LockInfo, bool) {
-	q := t.queues[resource]
+	q := t.queue(resource)
 	if q == nil {
 		return LockInfo{}, false
 	}
@@ -188,7 +188,7 @@ func (t *Table) QueuesPage(prefix, after string, maxQueues, maxEntries int, fn f
 		case !strings.HasPrefix(name, prefix):
 			return false
 		}
-		q := t.queues[name]
+		q := t.queue(name)
 		page = append(page, q)
 		if len(page) <= maxQueues {
 			total += q.n
@@ -215,7 +215,7 @@ func (t *Table) QueuesPage(prefix, after string, maxQueues, maxEntries int, fn f
 // QueueLen returns the number of entries in resource's queue, holder
 // included.
 func (t *Table) QueueLen(resource string) int {
-	if q := t.queues[resource]; q != nil {
+	if q := t.queue(resource); q != nil {
 		return q.n
 	}
 	return 0

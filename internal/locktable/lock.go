@@ -72,8 +72,8 @@ type Grant struct {
 // Try, is refused with ErrBusy) like any request.
 func (t *Table) Lock(now int64, req *Request) (Grant, error) {
 	now = t.advance(now)
-	s, ok := t.sessions[req.Session]
-	if !ok {
+	s := t.session(req.Session)
+	if s == nil {
 		return Grant{}, ErrUnknownSession
 	}
 	if err := t.checkRequest(req); err != nil {
@@ -145,13 +145,18 @@ func (t *Table) scan(req *Request) (mine *lock, size int64, err error) {
 	size = int64(len(req.Owner))
 	t.found = t.found[:0]
 	for i, r := range req.Resources {
-		if err := CheckName(r, t.maxName); err != nil {
-			return nil, 0, err
+		// A name with a queue, live or parked, keeps the rule of names
+		// (it was checked when its queue was made): only the longest
+		// name may have changed since (SetLimits).
+		q := t.queues[r]
+		if q == nil || len(r) > t.maxName {
+			if err := CheckName(r, t.maxName); err != nil {
+				return nil, 0, err
+			}
 		}
 		size += int64(len(r))
-		q := t.queues[r]
 		t.found = append(t.found, q)
-		if q == nil {
+		if q == nil || q.parked > 0 {
 			foreign = true
 			continue
 		}
@@ -223,6 +228,8 @@ func (t *Table) insert(now int64, s *session, req *Request) (*lock, int) {
 			}
 		case q == nil:
 			q = t.newQueue(r)
+		case q.parked > 0:
+			t.unpark(q)
 		case q.tail.l == l:
 			continue // duplicate resource
 		}
@@ -232,7 +239,9 @@ func (t *Table) insert(now int64, s *session, req *Request) (*lock, int) {
 		t.enqueue(q, n, req.modeAt(i))
 		b += int64(len(r))
 	}
-	clear(t.found)
+	for i := range t.found {
+		t.found[i] = nil
+	}
 	t.entries += int(l.live)
 	t.bytes += b
 	s.bytes += b
@@ -341,7 +350,7 @@ func (t *Table) reenter(now int64, s *session, l *lock, req *Request) (Grant, er
 	}
 	// In the same modes: no upgrade, no downgrade.
 	for i, r := range req.Resources {
-		q := t.queues[r]
+		q := t.queue(r)
 		if q.mode(l.nodeIn(q)) != req.modeAt(i) {
 			return Grant{}, &ResourceError{Err: ErrModeChange, Resource: r}
 		}

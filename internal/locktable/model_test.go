@@ -552,6 +552,9 @@ func plantedProp(steps int, plant uint8) func(*rapid.T) {
 		// it: built, young queues moved in, dropped and built again.
 		tab.idx.max = rapid.IntRange(1, 4).Draw(rt, "youngMax")
 		tab.idx.slack = rapid.IntRange(0, 6).Draw(rt, "dropSlack")
+		// A small ring of parked queues, so that emptied queues are
+		// taken back, and forgotten, on the way.
+		tab.parked.max = rapid.IntRange(1, 3).Draw(rt, "maxParked")
 		for _, s := range modelSessions {
 			tab.Attach(m.now, s)
 		}

@@ -142,7 +142,7 @@ func (t *Table) indexFlush() {
 // since the last listing than a rebuild would.
 func (t *Table) indexCheck() {
 	x := &t.idx
-	if x.ops <= len(t.queues)+x.slack {
+	if x.ops <= t.queueCount()+x.slack {
 		return
 	}
 	for i, q := range x.young {
@@ -159,9 +159,11 @@ func (t *Table) indexCheck() {
 func (t *Table) index() *btree.BTreeG[nameKey] {
 	x := &t.idx
 	if x.tree == nil {
-		keys := make([]nameKey, 0, len(t.queues))
-		for name := range t.queues {
-			keys = append(keys, keyOf(name))
+		keys := make([]nameKey, 0, t.queueCount())
+		for name, q := range t.queues {
+			if q.parked == 0 {
+				keys = append(keys, keyOf(name))
+			}
 		}
 		slices.SortFunc(keys, nameCmp)
 		x.tree = btree.NewG(nameDegree, nameLess)

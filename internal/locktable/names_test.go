@@ -10,8 +10,12 @@ import (
 )
 
 // checkIndex checks the index of names: none, or one that holds every
-// queue exactly once, young or in the tree, and nothing else.
+// live queue exactly once, young or in the tree, and nothing else (no
+// parked queue); and the ring of parked queues (checkParked).
 func checkIndex(t *Table) error {
+	if err := checkParked(t); err != nil {
+		return err
+	}
 	x := &t.idx
 	if x.tree == nil {
 		if len(x.young) != 0 || x.ops != 0 {
@@ -28,8 +32,8 @@ func checkIndex(t *Table) error {
 		return fmt.Errorf("%d young queues, more than %d", len(x.young), x.max)
 	}
 	for i, q := range x.young {
-		if int(q.young) != i+1 || t.queues[q.name] != q {
-			return fmt.Errorf("young queue %d: %s (position %d), live %v", i, q.name, q.young, t.queues[q.name] == q)
+		if int(q.young) != i+1 || t.queue(q.name) != q {
+			return fmt.Errorf("young queue %d: %s (position %d), live %v", i, q.name, q.young, t.queue(q.name) == q)
 		}
 	}
 	var inTree []string
@@ -41,13 +45,55 @@ func checkIndex(t *Table) error {
 		return fmt.Errorf("tree out of order: %q", inTree)
 	}
 	for _, name := range inTree {
-		q := t.queues[name]
+		q := t.queue(name)
 		if q == nil || q.young != 0 {
-			return fmt.Errorf("tree holds %s, which is not a queue of the tree (%v)", name, q)
+			return fmt.Errorf("tree holds %s, which is not a live queue of the tree (%v)", name, q)
 		}
 	}
-	if len(inTree)+len(x.young) != len(t.queues) {
-		return fmt.Errorf("tree %d and young %d, for %d queues", len(inTree), len(x.young), len(t.queues))
+	if len(inTree)+len(x.young) != t.queueCount() {
+		return fmt.Errorf("tree %d and young %d, for %d queues", len(inTree), len(x.young), t.queueCount())
+	}
+	return nil
+}
+
+// checkParked checks that the queues of the map are the live ones (not
+// empty) and the parked ones (empty, out of the index), and that the ring
+// of parked queues holds exactly the parked ones, each at its position.
+func checkParked(t *Table) error {
+	r := &t.parked
+	if r.max < 1 || r.max > maxParked || r.len > r.max || r.n > r.len || r.head < 0 || r.head >= r.max {
+		return fmt.Errorf("parked ring: head %d, %d slots in use, %d queues", r.head, r.len, r.n)
+	}
+	inRing := 0
+	for i, q := range r.ring {
+		if q == nil {
+			continue
+		}
+		if i >= r.max {
+			return fmt.Errorf("parked queue %s in slot %d of %d", q.name, i, r.max)
+		}
+		if used := (i - r.head + r.max) % r.max; used >= r.len {
+			return fmt.Errorf("parked queue %s in slot %d, outside the %d in use from %d", q.name, i, r.len, r.head)
+		}
+		if int(q.parked) != i+1 || t.queues[q.name] != q {
+			return fmt.Errorf("slot %d: queue %s (position %d), mapped %v", i, q.name, q.parked, t.queues[q.name] == q)
+		}
+		inRing++
+	}
+	if inRing != r.n {
+		return fmt.Errorf("%d parked queues in the ring, %d counted", inRing, r.n)
+	}
+	for name, q := range t.queues {
+		switch {
+		case q.name != name:
+			return fmt.Errorf("queue %s mapped under %s", q.name, name)
+		case q.parked > 0 && (q.n != 0 || q.head != nil || q.tail != nil || q.gate != nil || q.nadm != 0 || q.nshared != 0 ||
+			q.used != 0 || q.busy != 0 || q.young != 0 || r.ring[q.parked-1] != q):
+			return fmt.Errorf("parked queue %s: %d entries, busy %d, young %d, in its slot %v",
+				name, q.n, q.busy, q.young, r.ring[q.parked-1] == q)
+		case q.parked == 0 && q.n == 0:
+			return fmt.Errorf("queue %s is empty but not parked", name)
+		}
 	}
 	return nil
 }
@@ -61,6 +107,7 @@ func TestIndexOfNamesStates(t *testing.T) {
 		h := newHarness(t, Config{MaxLocksPerSession: -1})
 		h.tab.idx.max = rapid.IntRange(1, 8).Draw(rt, "youngMax")
 		h.tab.idx.slack = rapid.IntRange(0, 16).Draw(rt, "dropSlack")
+		h.tab.parked.max = rapid.IntRange(1, 8).Draw(rt, "maxParked")
 		live := map[string]ID{}
 		for range rapid.IntRange(1, 300).Draw(rt, "ops") {
 			name := fmt.Sprintf("r%02d", rapid.IntRange(0, 40).Draw(rt, "r"))

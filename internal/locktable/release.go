@@ -56,7 +56,7 @@ func (t *Table) ReleaseIn(now int64, owner string, resources []string, prefix st
 	all := true
 	cut := t.cut[:0]
 	for _, r := range resources {
-		q := t.queues[r]
+		q := t.queue(r)
 		if q == nil || !strings.HasPrefix(r, prefix) {
 			all = false
 			continue
@@ -229,7 +229,7 @@ func (t *Table) unqueue(n *node) {
 	}
 	t.unlink(q, n)
 	if q.n == 0 {
-		t.freeQueue(q)
+		t.park(q)
 		return
 	}
 	// Admit what now fits: O(entries admitted).

@@ -15,11 +15,14 @@ type session struct {
 	id       string
 	grp      *group // nil: the id has no NUL byte
 	attached bool
-	hidx     int32
-	seq      uint64 // the Table's seq at its detach: orders its grace end among deadlines due at once
-	head     *lock
-	n        int
-	bytes    int64 // name bytes of its requests (see Config.MaxNameBytes)
+	// tm is the session's timer in the deadline heap, made at its first
+	// detach: tm.hidx >= 0 while its grace runs, and tm.seq is the Table's
+	// seq at its detach (it orders its grace end among deadlines due at
+	// once).
+	tm    *lock
+	head  *lock
+	n     int
+	bytes int64 // name bytes of its requests (see Config.MaxNameBytes)
 }
 
 // Attach attaches session id, creating it if it is new, and stops its grace
@@ -27,8 +30,8 @@ type session struct {
 func (t *Table) Attach(now int64, id string) (existed bool) {
 	t.advance(now)
 	if s, ok := t.sessions[id]; ok {
-		if s.hidx >= 0 {
-			t.heap.remove(int(s.hidx))
+		if s.timed() {
+			t.heap.remove(int(s.tm.hidx))
 		}
 		s.attached = true
 		return true
@@ -37,9 +40,22 @@ func (t *Table) Attach(now int64, id string) (existed bool) {
 	return false
 }
 
+// session returns session id, or nil if there is none. The session of the
+// previous call is remembered: a connection's requests come in runs.
+func (t *Table) session(id string) *session {
+	if s := t.lastSess; s != nil && s.id == id {
+		return s
+	}
+	s := t.sessions[id]
+	if s != nil {
+		t.lastSess = s
+	}
+	return s
+}
+
 // newSession returns a new attached session, counted in its group.
 func (t *Table) newSession(id string) *session {
-	s := &session{id: id, attached: true, hidx: -1}
+	s := &session{id: id, attached: true}
 	if name, _, ok := strings.Cut(id, "\x00"); ok {
 		g := t.groups[name]
 		if g == nil {
@@ -89,9 +105,21 @@ func (t *Table) Detach(now int64, id string) {
 		return
 	}
 	t.seq++
-	s.seq = t.seq
-	t.heap.push(deadline{at: now + int64(t.cfg.SessionGrace), s: s})
+	tm := s.timer()
+	tm.seq = t.seq
+	t.heap.push(deadline{at: now + int64(t.cfg.SessionGrace), l: tm})
 }
+
+// timer returns s's timer, made on first use.
+func (s *session) timer() *lock {
+	if s.tm == nil {
+		s.tm = &lock{hidx: -1, flags: flagTimer, sess: s}
+	}
+	return s.tm
+}
+
+// timed reports whether s's timer is in the deadline heap.
+func (s *session) timed() bool { return s.tm != nil && s.tm.hidx >= 0 }
 
 // HasSession reports whether session id exists (attached or in its grace
 // period).
@@ -110,10 +138,13 @@ func (t *Table) dropSession(s *session) {
 		t.emit(Event{Kind: Dropped, ID: l.id, Session: s.id, Owner: l.owner(), Token: l.token, Held: l.state == stateGranted, Since: l.since()})
 		t.remove(l)
 	}
-	if s.hidx >= 0 {
-		t.heap.remove(int(s.hidx))
+	if s.timed() {
+		t.heap.remove(int(s.tm.hidx))
 	}
 	delete(t.sessions, s.id)
+	if t.lastSess == s {
+		t.lastSess = nil
+	}
 	if g := s.grp; g != nil {
 		if g.sessions--; g.sessions == 0 {
 			name, _, _ := strings.Cut(s.id, "\x00")

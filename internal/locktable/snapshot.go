@@ -180,10 +180,10 @@ func (t *Table) appendSessions(b []byte) []byte {
 	for _, id := range ids {
 		s := t.sessions[id]
 		b = appendBytes(b, id)
-		if s.hidx >= 0 {
+		if s.timed() {
 			b = append(b, snapDetached)
-			b = binary.AppendVarint(b, t.heap[s.hidx].at-t.now)
-			b = binary.AppendUvarint(b, s.seq)
+			b = binary.AppendVarint(b, t.heap[s.tm.hidx].at-t.now)
+			b = binary.AppendUvarint(b, s.tm.seq)
 		} else {
 			b = append(b, snapAttached)
 		}
@@ -316,7 +316,7 @@ func (t *Table) decode(d *decoder) error {
 		}
 	}
 	if d.hold {
-		t.heap = append(t.heap, deadline{at: t.holdUntil, s: &t.hold})
+		t.heap = append(t.heap, deadline{at: t.holdUntil, l: t.hold.tm})
 	}
 	t.heap.init()
 	if t.holding() {
@@ -389,11 +389,12 @@ func (t *Table) decodeSessions(d *decoder) error {
 		case snapDetached:
 			s.attached = false
 			at := t.now + d.varint("grace")
-			s.seq = d.uvarint("detach seq")
-			if s.seq > t.seq {
+			tm := s.timer()
+			tm.seq = d.uvarint("detach seq")
+			if tm.seq > t.seq {
 				return d.fail("detach seq")
 			}
-			t.heap = append(t.heap, deadline{at: at, s: s})
+			t.heap = append(t.heap, deadline{at: at, l: tm})
 		default:
 			return d.fail("session state")
 		}

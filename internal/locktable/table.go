@@ -2,6 +2,7 @@ package locktable
 
 import (
 	crand "crypto/rand"
+	"encoding/binary"
 	"math/rand/v2"
 	"time"
 )
@@ -17,6 +18,7 @@ const (
 	flagCut                         // Release: the lock already lost resources in this call
 	flagPartial                     // a Release took some of its resources: Extend by id no longer finds it
 	flagRevoked                     // Evict revoked it: it is nobody's any more and ends at its expiry
+	flagTimer                       // not a request: a session's timer in the deadline heap (session.tm)
 )
 
 type node struct {
@@ -77,6 +79,7 @@ type Table struct {
 	idx      nameIndex // the queues' names, in order, while listings use them
 	all      *lock     // every live request, newest first
 	sessions map[string]*session
+	lastSess *session          // the session Lock found last, nil if it was dropped
 	groups   map[string]*group // by the part of a session id before its first NUL byte
 	owners   map[string]*ownerList
 	heap     deadlines
@@ -84,6 +87,7 @@ type Table struct {
 	next     uint64
 	held     int
 	free     []*queue
+	parked   parkRing // empty queues kept for their next request (see parkRing)
 	stats    Stats
 	now      int64 // the latest time seen; time never runs backwards
 
@@ -96,7 +100,7 @@ type Table struct {
 	cut       []*node  // Release's scratch list
 	found     []*queue // Lock's scratch list: the queues of a request's resources, nil for none
 
-	// While grants are held (hold.hidx >= 0: the end of the hold is in the
+	// While grants are held (hold.tm.hidx >= 0: the end of the hold is in the
 	// deadline heap), every request that becomes grantable is put in ready
 	// as well, and endHold grants them, in arrival order, when the hold
 	// ends. hold is a sentinel session, never in sessions, that only marks
@@ -145,6 +149,7 @@ func newTable(cfg Config) (*Table, error) {
 		cfg:      cfg,
 		queues:   make(map[string]*queue),
 		idx:      nameIndex{max: youngMax, slack: dropSlack},
+		parked:   parkRing{max: maxParked},
 		sessions: make(map[string]*session),
 		groups:   make(map[string]*group),
 		owners:   make(map[string]*ownerList),
@@ -154,7 +159,7 @@ func newTable(cfg Config) (*Table, error) {
 	if t.next == 0 {
 		t.next = 1
 	}
-	t.hold.hidx = -1
+	t.hold.timer()
 	return t, nil
 }
 
@@ -190,15 +195,9 @@ func (t *Table) newLock(k int) *lock {
 	if a == 0 && uint32(b) == 0 {
 		a = 1 // never NoID
 	}
-	for i := 0; i < 4; i++ {
-		l.id[i] = byte(idx >> (8 * i))
-	}
-	for i := 0; i < 8; i++ {
-		l.id[4+i] = byte(a >> (8 * i))
-	}
-	for i := 0; i < 4; i++ {
-		l.id[12+i] = byte(b >> (8 * i))
-	}
+	binary.LittleEndian.PutUint32(l.id[0:4], idx)
+	binary.LittleEndian.PutUint64(l.id[4:12], a)
+	binary.LittleEndian.PutUint32(l.id[12:16], uint32(b))
 	t.live++
 	return l
 }
@@ -228,7 +227,7 @@ func (l *lock) nodes() []node {
 
 // lookup returns the live request with this id, or nil.
 func (t *Table) lookup(id ID) *lock {
-	idx := uint32(id[0]) | uint32(id[1])<<8 | uint32(id[2])<<16 | uint32(id[3])<<24
+	idx := binary.LittleEndian.Uint32(id[0:4])
 	if idx >= uint32(len(t.slots)) {
 		return nil
 	}
@@ -240,7 +239,7 @@ func (t *Table) lookup(id ID) *lock {
 
 // freeLock releases l's slot and keeps the struct for reuse.
 func (t *Table) freeLock(l *lock) {
-	idx := uint32(l.id[0]) | uint32(l.id[1])<<8 | uint32(l.id[2])<<16 | uint32(l.id[3])<<24
+	idx := binary.LittleEndian.Uint32(l.id[0:4])
 	t.slots[idx] = nil
 	t.freeIdx = append(t.freeIdx, idx)
 	if l.aprev != nil {
@@ -252,7 +251,9 @@ func (t *Table) freeLock(l *lock) {
 		l.anext.aprev = l.aprev
 	}
 	t.live--
-	clear(l.nodes())
+	if m := l.more; m != nil && len(*m) > 0 {
+		clear(*m) // l.one is cleared with l
+	}
 	more, own := l.more, l.own
 	*l = lock{hidx: -1}
 	if more != nil {

@@ -10,17 +10,16 @@ func (t *Table) advance(now int64) int64 {
 	}
 	now = t.now
 	for len(t.heap) > 0 && t.heap[0].at <= now {
-		d := t.heap[0]
-		if d.s != nil {
+		l := t.heap[0].l
+		if l.flags&flagTimer != 0 {
 			t.heap.remove(0)
-			if d.s == &t.hold {
+			if s := l.sess; s == &t.hold {
 				t.endHold()
 			} else {
-				t.dropSession(d.s)
+				t.dropSession(s)
 			}
 			continue
 		}
-		l := d.l
 		if l.state == stateGranted {
 			t.stats.Expired++
 			t.emit(Event{Kind: Expired, ID: l.id, Session: l.sess.id, Owner: l.owner(), Token: l.token, Since: l.since(),
@@ -59,11 +58,11 @@ func (t *Table) Failover(now, until int64) int {
 	n := 0
 	for i := range t.heap {
 		d := &t.heap[i]
-		if d.at >= until || d.s == &t.hold {
+		if d.at >= until || d.l == t.hold.tm {
 			continue
 		}
 		d.at = until
-		if d.l != nil {
+		if d.l.flags&flagTimer == 0 {
 			d.l.deadline = until
 		}
 		n++
