@@ -3,8 +3,9 @@ package locktable
 import "github.com/mlock-dev/mlock/internal/protocol"
 
 // ID identifies one lock request: the wire vocabulary's protocol.ID, 128
-// random bits from a cryptographically strong generator, 32 lowercase hex
-// digits on the wire.
+// bits (the lock's slot in the table and 96 bits from a ChaCha8 generator
+// seeded from crypto/rand, so unguessable), 32 lowercase hex digits on the
+// wire.
 type ID = protocol.ID
 
 // NoID is the zero ID, which no lock ever has: Extend, Unlock and Lookup
