@@ -13,7 +13,9 @@ import (
 
 	"github.com/hashicorp/raft"
 	raftwal "github.com/hashicorp/raft-wal"
+	"github.com/hashicorp/raft-wal/fs"
 	"github.com/hashicorp/raft-wal/metadb"
+	"github.com/hashicorp/raft-wal/segment"
 	"github.com/mlock-dev/mlock/internal/datadir"
 )
 
@@ -320,7 +322,7 @@ func Open(cfg Config) (*Node, error) {
 			logger.Warn("cluster: the log's last segment was full and sealed but not recorded (a crash during its rotation): recorded now", "dir", walDir)
 		}
 		n.wal, err = raftwal.Open(walDir, raftwal.WithMetaStore(meta), raftwal.WithLogger(logger.Named("wal")),
-			raftwal.WithSegmentSize(walSegmentSize))
+			raftwal.WithSegmentSize(walSegmentSize), raftwal.WithSegmentFiler(segment.NewFiler(walDir, walFS{fs.New()})))
 		if err != nil {
 			meta.Close()
 			n.dirLock.Close()
