@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"sync"
@@ -286,7 +287,8 @@ func Open(cfg Config) (*Node, error) {
 		changed:  make(chan struct{}),
 		failing:  make(map[string]time.Time),
 	}
-	n.fsm = &fsm{sm: cfg.SM, applied: make(chan struct{}, 1), onLeaderInfo: n.notifyChanged}
+	n.fsm = &fsm{sm: cfg.SM, applied: make(chan struct{}, 1), onLeaderInfo: n.notifyChanged, nextDeadline: cfg.NextDeadline}
+	n.fsm.armed.Store(math.MinInt64) // not leading: no tick timer to re-arm
 
 	var (
 		logs   raft.LogStore
