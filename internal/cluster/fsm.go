@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"sync"
 	"sync/atomic"
 
@@ -174,9 +175,13 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []any {
 // pokeIfEarlier pokes applied if the next deadline is earlier than the one the leader's tick timer
 // is armed for (see applied). It runs on raft's FSM goroutine, after the entries were applied.
 func (f *fsm) pokeIfEarlier() {
+	armed := f.armed.Load()
+	if armed == math.MinInt64 {
+		return // not leading: nothing to re-arm (a new leadership arms its timer when it starts)
+	}
 	if f.nextDeadline != nil {
 		d, ok := f.nextDeadline()
-		if !ok || d >= f.armed.Load() {
+		if !ok || d >= armed {
 			return
 		}
 	}
