@@ -98,10 +98,12 @@ type Config struct {
 	// Clock returns the leader's time in Unix ns. Default: time.Now().UnixNano(). Entries never go
 	// backwards even if it does.
 	Clock func() int64
-	// NextDeadline returns the state machine's next deadline (Unix ns) and whether there is one. The
-	// leader calls it after every applied entry (from its own goroutine, concurrently with Apply), and
-	// when its clock passes the deadline it proposes a tick (an entry with no commands) at that time,
-	// unless an entry at least as late is already on its way. Followers never tick. Optional.
+	// NextDeadline returns the state machine's next deadline (Unix ns) and whether there is one. It is
+	// called after every batch of applied entries (from raft's goroutine that applies, after Apply
+	// returned) and by the leader when it sets its tick timer (from its own goroutine, concurrently
+	// with Apply); when the leader's clock passes the deadline it proposes a tick (an entry with no
+	// commands) at that time, unless an entry at least as late is already on its way. Followers never
+	// tick. Optional.
 	NextDeadline func() (int64, bool)
 	// OnLeader is called once each time this node becomes leader, after a barrier (every earlier entry
 	// is applied), with the time of the failover entry (>= every earlier entry's). It returns the
