@@ -213,9 +213,9 @@ func (c *conn) pipeLoop() {
 }
 
 // next returns the items queued since the last call, waiting for some.
-// While it waits, the oldest proposal on its way is still checked as soon
-// as it is answered, so a failed one is proposed again without waiting for
-// the client's next request. False: the pipeline ends (the reader ended,
+// While it waits, a failure of a proposal on its way is still seen at
+// once, so a failed one is proposed again without waiting for the client's
+// next request. False: the pipeline ends (the reader ended,
 // or the connection or node did).
 func (r *pipeRun) next() ([]item, bool) {
 	p := r.p
@@ -230,14 +230,19 @@ func (r *pipeRun) next() ([]item, bool) {
 		if closed {
 			return nil, false
 		}
-		var oldest <-chan struct{}
+		// The newest proposal on its way fails whenever an older one
+		// does (raft commits a prefix of what one leadership queued):
+		// waiting for its failure only, the goroutine is not woken for
+		// every answer (the answered ones are taken off at the next
+		// flush).
+		var failed <-chan struct{}
 		if len(r.fl) > 0 {
-			oldest = r.fl[0].pr.Done()
+			failed = r.fl[len(r.fl)-1].pr.Failed()
 		}
 		select {
 		case <-p.wake:
-		case <-oldest:
-			if !r.settle(len(r.fl) - 1) {
+		case <-failed:
+			if !r.settle(0) {
 				return nil, false
 			}
 		case <-r.ctx.Done():

@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strings"
 	"sync"
@@ -17,6 +18,7 @@ import (
 	"github.com/mlock-dev/mlock/internal/cluster"
 	"github.com/mlock-dev/mlock/internal/core"
 	"github.com/mlock-dev/mlock/internal/protocol"
+	"github.com/mlock-dev/mlock/internal/rawio"
 )
 
 // Forwarding. A follower hands the log commands of its clients to the
@@ -171,6 +173,9 @@ type fwdConn struct {
 	f    *forwarder
 	addr string
 	nc   net.Conn
+	// rw reads and writes nc: with raw system calls on a plain TCP
+	// connection (rawio), else nc itself.
+	rw   io.ReadWriter
 	wmu  sync.Mutex // serialises writes
 	mu   sync.Mutex
 	wait map[uint64]chan fwdResult // guarded by mu; nil once dead
@@ -278,7 +283,7 @@ func (fc *fwdConn) send(frame []byte) error {
 	fc.wmu.Lock()
 	defer fc.wmu.Unlock()
 	_ = fc.nc.SetWriteDeadline(time.Now().Add(10 * time.Second))
-	_, err := fc.nc.Write(frame)
+	_, err := fc.rw.Write(frame)
 	if err != nil {
 		fc.nc.Close()
 	}
@@ -307,7 +312,10 @@ func (f *forwarder) get(addr string) (*fwdConn, error) {
 		nc.Close()
 		return nil, err
 	}
-	fc := &fwdConn{f: f, addr: addr, nc: nc, wait: make(map[uint64]chan fwdResult), dead: make(chan struct{})}
+	fc := &fwdConn{f: f, addr: addr, nc: nc, rw: nc, wait: make(map[uint64]chan fwdResult), dead: make(chan struct{})}
+	if raw, ok := rawio.New(nc); ok {
+		fc.rw = raw
+	}
 	f.mu.Lock()
 	if f.closed || f.conns[addr] != nil {
 		other := f.conns[addr]
@@ -363,7 +371,7 @@ func (fc *fwdConn) readLoop() {
 		fc.mu.Unlock()
 		close(fc.dead)
 	}()
-	r := bufio.NewReaderSize(fc.nc, 64<<10)
+	r := bufio.NewReaderSize(fc.rw, 64<<10)
 	var buf []byte
 	for {
 		p, err := protocol.ReadFrame(r, buf, protocol.MaxFrameLimit)

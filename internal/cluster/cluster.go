@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"sync"
@@ -13,7 +14,9 @@ import (
 
 	"github.com/hashicorp/raft"
 	raftwal "github.com/hashicorp/raft-wal"
+	"github.com/hashicorp/raft-wal/fs"
 	"github.com/hashicorp/raft-wal/metadb"
+	"github.com/hashicorp/raft-wal/segment"
 	"github.com/mlock-dev/mlock/internal/datadir"
 )
 
@@ -95,10 +98,12 @@ type Config struct {
 	// Clock returns the leader's time in Unix ns. Default: time.Now().UnixNano(). Entries never go
 	// backwards even if it does.
 	Clock func() int64
-	// NextDeadline returns the state machine's next deadline (Unix ns) and whether there is one. The
-	// leader calls it after every applied entry (from its own goroutine, concurrently with Apply), and
-	// when its clock passes the deadline it proposes a tick (an entry with no commands) at that time,
-	// unless an entry at least as late is already on its way. Followers never tick. Optional.
+	// NextDeadline returns the state machine's next deadline (Unix ns) and whether there is one. It is
+	// called after every batch of applied entries (from raft's goroutine that applies, after Apply
+	// returned) and by the leader when it sets its tick timer (from its own goroutine, concurrently
+	// with Apply); when the leader's clock passes the deadline it proposes a tick (an entry with no
+	// commands) at that time, unless an entry at least as late is already on its way. Followers never
+	// tick. Optional.
 	NextDeadline func() (int64, bool)
 	// OnLeader is called once each time this node becomes leader, after a barrier (every earlier entry
 	// is applied), with the time of the failover entry (>= every earlier entry's). It returns the
@@ -284,7 +289,8 @@ func Open(cfg Config) (*Node, error) {
 		changed:  make(chan struct{}),
 		failing:  make(map[string]time.Time),
 	}
-	n.fsm = &fsm{sm: cfg.SM, applied: make(chan struct{}, 1), onLeaderInfo: n.notifyChanged}
+	n.fsm = &fsm{sm: cfg.SM, applied: make(chan struct{}, 1), onLeaderInfo: n.notifyChanged, nextDeadline: cfg.NextDeadline}
+	n.fsm.armed.Store(math.MinInt64) // not leading: no tick timer to re-arm
 
 	var (
 		logs   raft.LogStore
@@ -320,7 +326,7 @@ func Open(cfg Config) (*Node, error) {
 			logger.Warn("cluster: the log's last segment was full and sealed but not recorded (a crash during its rotation): recorded now", "dir", walDir)
 		}
 		n.wal, err = raftwal.Open(walDir, raftwal.WithMetaStore(meta), raftwal.WithLogger(logger.Named("wal")),
-			raftwal.WithSegmentSize(walSegmentSize))
+			raftwal.WithSegmentSize(walSegmentSize), raftwal.WithSegmentFiler(segment.NewFiler(walDir, walFS{fs.New()})))
 		if err != nil {
 			meta.Close()
 			n.dirLock.Close()

@@ -14,8 +14,9 @@
 // and RPC (MaxAppendEntries) and applies them through a batching FSM: one fsync per
 // group, never per command.
 //
-// Deadlines: the leader asks Config.NextDeadline after each applied entry and, when its clock passes
-// it, proposes a tick (an entry with no commands). Followers never tick.
+// Deadlines: the leader sets a timer for Config.NextDeadline (again whenever an applied entry brings
+// an earlier deadline) and, when its clock passes it, proposes a tick (an entry with no commands).
+// Followers never tick.
 //
 // Leader change: a new leader commits a barrier (every earlier entry applied), then one leader entry
 // carrying Config.OnLeader's command (the state machine's failover rule) and the leader's id and

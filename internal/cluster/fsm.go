@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"sync"
+	"sync/atomic"
 
 	"github.com/hashicorp/raft"
 )
@@ -126,8 +128,16 @@ type applyResult struct {
 // fsm adapts a StateMachine to raft.BatchingFSM. raft calls Apply, ApplyBatch, Snapshot and Restore
 // from one goroutine, in log order.
 type fsm struct {
-	sm      StateMachine
-	applied chan struct{} // cap 1; poked after every applied entry (the leader re-arms its tick)
+	sm StateMachine
+	// applied (cap 1) is poked after an applied entry when the leader's tick may be due earlier than
+	// its timer is set for (the leader then re-arms it): when nextDeadline is nil, after every one;
+	// else when the state machine's next deadline is earlier than armed, the deadline the leader's
+	// timer is set for (math.MinInt64 while this node does not lead: never; math.MaxInt64 while
+	// the leader's timer is stopped). A deadline that moves later needs no poke: the timer fires
+	// early and is set again.
+	applied      chan struct{}
+	nextDeadline func() (int64, bool)
+	armed        atomic.Int64
 
 	mu sync.Mutex
 	// lastNow is the time of the last applied entry (never decreases); guarded by mu.
@@ -146,7 +156,7 @@ func (f *fsm) Apply(l *raft.Log) any {
 		return nil
 	}
 	r := f.applyOne(l.Data)
-	f.poke()
+	f.pokeIfEarlier()
 	return r
 }
 
@@ -158,8 +168,24 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []any {
 			out[i] = f.applyOne(l.Data)
 		}
 	}
-	f.poke()
+	f.pokeIfEarlier()
 	return out
+}
+
+// pokeIfEarlier pokes applied if the next deadline is earlier than the one the leader's tick timer
+// is armed for (see applied). It runs on raft's FSM goroutine, after the entries were applied.
+func (f *fsm) pokeIfEarlier() {
+	armed := f.armed.Load()
+	if armed == math.MinInt64 {
+		return // not leading: nothing to re-arm (a new leadership arms its timer when it starts)
+	}
+	if f.nextDeadline != nil {
+		d, ok := f.nextDeadline()
+		if !ok || d >= armed {
+			return
+		}
+	}
+	f.poke()
 }
 
 func (f *fsm) poke() {

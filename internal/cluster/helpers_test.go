@@ -19,8 +19,9 @@ import (
 
 func TestMain(m *testing.M) {
 	testenv.WaitBound(8) // the tests wait for elections and timeouts
-	// The waiter of a raft future raft never answers (see futureError) ends only with the process.
-	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/mlock-dev/mlock/internal/cluster.(*leadership).futureError.func1"))
+	// The waiter of a raft future raft never answers (see futureError, awaitCompleter) ends only with
+	// the process.
+	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/mlock-dev/mlock/internal/cluster.(*leadership).futureError.func1"), goleak.IgnoreAnyFunction("github.com/mlock-dev/mlock/internal/cluster.(*leadership).complete"))
 }
 
 // toySM is a deterministic state machine: an append-only log of "now cmd" lines. A command's result

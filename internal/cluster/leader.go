@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync/atomic"
 	"time"
 
@@ -23,14 +24,24 @@ type proposal struct {
 	state atomic.Int32
 	done  chan proposalResult // cap 1
 	fin   chan struct{}       // closed once done holds the result
+	// failed is closed with fin when the result is an error (see Proposal.Failed).
+	failed chan struct{}
 	// prev is the proposal this one was queued behind (ProposeAsync's after), nil if none: if prev
 	// was abandoned, this one is skipped too, so that a chain is applied as a prefix.
 	prev *proposal
+	// answered is set by the first answer.
+	answered atomic.Bool
 }
 
-// answer gives p its result.
+// answer gives p its result, once: a later answer is dropped (see leadership.awaitCompleter).
 func (p *proposal) answer(r proposalResult) {
+	if !p.answered.CompareAndSwap(false, true) {
+		return
+	}
 	p.done <- r
+	if r.err != nil && p.failed != nil {
+		close(p.failed)
+	}
 	close(p.fin)
 }
 
@@ -65,13 +76,17 @@ type leadership struct {
 	// proposedNow is the time of the last entry handed to raft; submitted counts the entries handed
 	// to raft. Both owned by the batcher goroutine.
 	proposedNow int64
-	submitted   uint64
+	submitted   atomic.Uint64
 	// outstanding counts entries handed to raft and not yet answered; notices, the notices among them.
 	outstanding atomic.Int64
 	notices     atomic.Int64
-	// settled is signalled by the completer when an entry other than a notice was answered and none
-	// is outstanding (see settle).
-	settled chan struct{}
+	// notice is the timer of a notice (see settle): the completer sets it when an entry other than a
+	// notice was answered and none is outstanding (no goroutine is woken for it then), the batcher
+	// proposes the notice when it fires and nothing was submitted since noticeFrom.
+	notice     *time.Timer
+	noticeFrom atomic.Uint64
+	// current is the entry whose future the completer waits for (nil between two).
+	current atomic.Pointer[pending]
 }
 
 func newLeadership(n *Node) *leadership {
@@ -84,7 +99,7 @@ func newLeadership(n *Node) *leadership {
 		ready:    make(chan struct{}),
 		exited:   make(chan struct{}),
 		stopping: make(chan struct{}),
-		settled:  make(chan struct{}, 1),
+		notice:   stoppedTimer(),
 	}
 }
 
@@ -151,8 +166,9 @@ func (l *leadership) loop() {
 	completerDone := make(chan struct{})
 	go l.complete(inflight, completerDone)
 	defer func() {
+		n.fsm.armed.Store(math.MinInt64) // no tick timer any more
 		close(inflight)
-		<-completerDone
+		l.awaitCompleter(inflight, completerDone)
 		close(l.stopping) // a proposal queued from now on is answered by its enqueue
 		for {
 			select {
@@ -172,10 +188,7 @@ func (l *leadership) loop() {
 	window.Stop()
 	batch := make([]*proposal, 0, n.cfg.MaxBatch)
 	l.armTick(tick)
-	notice := time.NewTimer(time.Hour)
-	notice.Stop()
-	var noticeFrom uint64
-	l.settled <- struct{}{} // the followers learn soon that the leader entry is committed
+	l.armNotice() // the followers learn soon that the leader entry is committed
 	for {
 		select {
 		case <-l.ctx.Done():
@@ -193,16 +206,20 @@ func (l *leadership) loop() {
 				l.submit(nil, false, inflight)
 			}
 			l.armTick(tick)
-		case <-l.settled:
-			// An entry proposed within the window carries the commit index itself.
-			noticeFrom = l.submitted
-			notice.Reset(max(n.cfg.BatchWindow, 0))
-		case <-notice.C:
-			if l.submitted == noticeFrom {
+		case <-l.notice.C:
+			// An entry proposed within the window carried the commit index itself.
+			if l.submitted.Load() == l.noticeFrom.Load() {
 				l.settle(inflight)
 			}
 		}
 	}
+}
+
+// armNotice sets the notice timer: a batch window from now, the batcher proposes a notice if nothing
+// was submitted meanwhile (see settle).
+func (l *leadership) armNotice() {
+	l.noticeFrom.Store(l.submitted.Load())
+	l.notice.Reset(max(l.n.cfg.BatchWindow, 0))
 }
 
 // settle proposes a notice (an empty entry, a tick) when the leader has gone idle after an entry:
@@ -303,8 +320,44 @@ func (l *leadership) submit(batch []*proposal, notice bool, inflight chan<- *pen
 		l.notices.Add(1)
 	}
 	l.outstanding.Add(1)
-	l.submitted++
+	l.submitted.Add(1)
 	inflight <- &pending{f: n.raft.ApplyLog(raft.Log{Data: data}, 0), props: batch, notice: notice}
+}
+
+// awaitCompleter waits, once the leadership ended and inflight is closed, until the completer has
+// answered every entry. raft leaves the future of an entry it finds already applied unanswered
+// (raft.go processLogs, "skipping application of old log"), which would hold the completer, and so
+// the leadership's end and the node's Close, forever: unansweredWait after the end, the proposals
+// of the entry it waits for and of those after it count as ErrUnknownOutcome (proposed again with
+// the same key), and the completer is left to its future.
+func (l *leadership) awaitCompleter(inflight <-chan *pending, done <-chan struct{}) {
+	t := time.NewTimer(unansweredWait)
+	defer t.Stop()
+	select {
+	case <-done:
+		return
+	case <-t.C:
+	}
+	if lg := l.n.cfg.Logger; lg != nil {
+		lg.Warn("cluster: raft left an entry unanswered after the leadership ended; its outcome is unknown")
+	}
+	unknown := func(pe *pending) {
+		for _, p := range pe.props {
+			p.answer(proposalResult{err: ErrUnknownOutcome})
+		}
+	}
+	if pe := l.current.Load(); pe != nil {
+		unknown(pe)
+	}
+	for pe := range inflight { // the completer may take some of them too: the first answer counts
+		unknown(pe)
+	}
+}
+
+func stoppedTimer() *time.Timer {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return t
 }
 
 // unansweredWait is how long a future may stay unanswered once the leadership ended.
@@ -340,10 +393,15 @@ func (l *leadership) futureError(f raft.Future) error {
 // carry the next proposal of a chain); raft fails an entry only when the leadership is lost or the
 // node stops (LeadershipTransfer is called only before the leadership is ready), or if the apply
 // found the leader's own entry corrupt, which would be a bug here, not a condition to recover from.
+//
+// It waits for each future itself (a goroutine per entry to bound the wait cost a wake-up per entry);
+// the wait is bounded by awaitCompleter once the leadership ends.
 func (l *leadership) complete(inflight <-chan *pending, done chan<- struct{}) {
 	defer close(done)
 	for pe := range inflight {
-		err := l.futureError(pe.f)
+		l.current.Store(pe)
+		err := pe.f.Error()
+		l.current.Store(nil)
 		var r *applyResult
 		if err == nil {
 			r, _ = pe.f.Response().(*applyResult)
@@ -367,10 +425,7 @@ func (l *leadership) complete(inflight <-chan *pending, done chan<- struct{}) {
 			l.notices.Add(-1)
 		}
 		if l.outstanding.Add(-1) == 0 && !pe.notice {
-			select {
-			case l.settled <- struct{}{}:
-			default:
-			}
+			l.armNotice()
 		}
 	}
 }
@@ -388,9 +443,25 @@ func (l *leadership) deadline() (int64, bool) {
 	return d, true
 }
 
-// armTick sets the tick timer to the next deadline (or stops it).
+// armTick sets the tick timer to the next deadline (or stops it), and tells the FSM which deadline
+// it is set for: the FSM pokes fsm.applied only when an applied entry brings an earlier one.
+//
+// An entry applied while this runs may have read the value stored before: the deadline is read
+// again after the store, until it did not change.
 func (l *leadership) armTick(t *time.Timer) {
 	d, ok := l.deadline()
+	for {
+		armed := int64(math.MaxInt64)
+		if ok {
+			armed = d
+		}
+		l.n.fsm.armed.Store(armed)
+		d2, ok2 := l.deadline()
+		if d2 == d && ok2 == ok {
+			break
+		}
+		d, ok = d2, ok2
+	}
 	if !ok {
 		t.Stop()
 		return
@@ -472,7 +543,7 @@ func (n *Node) ProposeAsync(ctx context.Context, cmd []byte, after *Proposal) (*
 
 // enqueue puts cmd on l's queue.
 func (n *Node) enqueue(ctx context.Context, l *leadership, cmd []byte, after *Proposal) (*Proposal, error) {
-	p := &proposal{cmd: cmd, done: make(chan proposalResult, 1), fin: make(chan struct{})}
+	p := &proposal{cmd: cmd, done: make(chan proposalResult, 1), fin: make(chan struct{}), failed: make(chan struct{})}
 	if after != nil {
 		p.prev = after.p
 	}
@@ -498,6 +569,10 @@ func (n *Node) enqueue(ctx context.Context, l *leadership, cmd []byte, after *Pr
 // Done is closed once the proposal's result is known (Wait then returns at once): applied, failed,
 // skipped, or not proposed because the leadership ended. Never for one abandoned by its Wait's ctx.
 func (pr *Proposal) Done() <-chan struct{} { return pr.p.fin }
+
+// Failed is closed when Done is and the result is an error: a caller that needs to act only on a
+// failure (propose again) waits for it without being woken for every success.
+func (pr *Proposal) Failed() <-chan struct{} { return pr.p.failed }
 
 // Wait returns the proposal's result, with Propose's errors: once its command was taken into an entry,
 // losing leadership, closing the node or ctx ending give an error matching ErrUnknownOutcome; before

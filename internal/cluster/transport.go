@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/mlock-dev/mlock/internal/rawio"
 )
 
 // newTCPTransport returns raft's network transport over a TCP stream layer that closes every
@@ -67,6 +68,9 @@ type trackedConn struct {
 	authOnce sync.Once
 	authErr  error
 	accepted bool
+	// rw reads and writes a plain TCP connection with raw system calls (rawio: the runtime's syscall
+	// path wakes its monitor thread on every message after an idle moment); nil: through Conn (TLS).
+	rw io.ReadWriter
 }
 
 func (c *trackedConn) auth() error {
@@ -85,12 +89,18 @@ func (c *trackedConn) Read(p []byte) (int, error) {
 	if err := c.auth(); err != nil {
 		return 0, err
 	}
+	if c.rw != nil {
+		return c.rw.Read(p)
+	}
 	return c.Conn.Read(p)
 }
 
 func (c *trackedConn) Write(p []byte) (int, error) {
 	if err := c.auth(); err != nil {
 		return 0, err
+	}
+	if c.rw != nil {
+		return c.rw.Write(p)
 	}
 	return c.Conn.Write(p)
 }
@@ -131,6 +141,11 @@ func (c *trackedConn) Close() error {
 // track registers the connection raw (used as conn: raw or TLS over it).
 func (s *streamLayer) track(raw, conn net.Conn, accepted bool) (*trackedConn, error) {
 	tc := &trackedConn{Conn: conn, raw: raw, s: s, accepted: accepted}
+	if conn == raw {
+		if rc, ok := rawio.New(raw); ok {
+			tc.rw = rc
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
