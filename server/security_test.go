@@ -21,6 +21,7 @@ import (
 
 	"github.com/mlock-dev/mlock"
 	"github.com/mlock-dev/mlock/internal/auth"
+	"github.com/mlock-dev/mlock/internal/proctest"
 	"github.com/mlock-dev/mlock/internal/protocol"
 )
 
@@ -980,7 +981,7 @@ func TestStatusRate(t *testing.T) {
 	for i := range 30 {
 		a.statusOf(strconv.Itoa(i))
 	}
-	time.Sleep(400 * time.Millisecond) // 3 per second: a token is back
+	time.Sleep(400 * time.Millisecond) // fixed: 3 per second, a token comes back on the server's clock (asking sooner would count as a refusal)
 	st := adm.statusOf("6")
 	if st.Limits.RateLimited != 2 || st.Limits.StatusRatePerSec != 3 {
 		t.Fatalf("limits: rateLimited %d, statusRatePerSec %d", st.Limits.RateLimited, st.Limits.StatusRatePerSec)
@@ -1279,7 +1280,11 @@ func TestSecretsStayOutOfLogsAndListings(t *testing.T) {
 	a2.expect("error idle timeout!")
 	a2.closed()
 	refusedConnect(t, srv, "connect x 1.0 auth=nobody:"+wrong, "authentication failed!")
-	time.Sleep(200 * time.Millisecond) // the session's grace ends
+	// The session's grace ends (logged).
+	proctest.WaitFor(t, 10*time.Second, "the end of the session's grace in the log", func() bool {
+		l := logs.String()
+		return strings.Contains(l, "within the session grace") || strings.Contains(l, "after its grace period")
+	})
 	seen = append(seen, logs.String())
 	if !strings.Contains(logs.String(), "taken over") || !strings.Contains(logs.String(), "idle") {
 		t.Fatalf("the log lacks the events:\n%s", logs.String())
