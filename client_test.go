@@ -15,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/mlock-dev/mlock"
+	"github.com/mlock-dev/mlock/internal/proctest"
 	"github.com/mlock-dev/mlock/internal/testenv"
 	"github.com/mlock-dev/mlock/server"
 	"github.com/mlock-dev/mlock/server/servertest"
@@ -401,7 +402,8 @@ func TestInFlightCallFailsFast(t *testing.T) {
 	px.drop.Store(true) // the request never reaches the server
 	errc := make(chan error, 1)
 	go func() { _, err := c.Release(ctx, "o", "x"); errc <- err }()
-	time.Sleep(50 * time.Millisecond) // fixed: the request is in flight (nothing answers it, so nothing tells)
+	// The request is in flight: the proxy swallowed it.
+	proctest.WaitFor(t, 10*time.Second, "the request at the proxy", func() bool { return px.dropped.Load() > 0 })
 	start := time.Now()
 	px.cut()
 	err := <-errc
