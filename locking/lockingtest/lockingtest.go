@@ -559,7 +559,7 @@ func testAcquireDeadline(t *testing.T, p locking.Provider, k func(string) string
 		t.Fatalf("waiting past the deadline: %v", err)
 	}
 	p.Release(c, []string{key}, locking.ReleaseOptions{OwnerID: "holder"})
-	time.Sleep(50 * time.Millisecond) // fixed: a wrong late grant to the timed-out waiter would land meanwhile
+	waitQueued(t, key, 0) // the queue empties: a timed-out waiter granted late would hold the key
 	if _, err := p.Acquire(c, []string{key}, locking.AcquireOptions{OwnerID: "third"}); err != nil {
 		t.Fatalf("a timed-out waiter kept the key: %v", err)
 	}
