@@ -424,7 +424,7 @@ func TestRefusalsSurfaceAndBackOff(t *testing.T) {
 			if took > time.Second {
 				t.Fatalf("the refusal took %v to reach the caller", took)
 			}
-			time.Sleep(1200 * time.Millisecond) // fixed: the window over which the attempts are counted (a rate)
+			proctest.WaitFor(t, 10*time.Second, "three attempts", func() bool { return len(a.get()) >= 3 })
 			start = time.Now()
 			if err := c.Ping(ctx); !errors.Is(err, tc.cause) || time.Since(start) > 100*time.Millisecond {
 				t.Fatalf("Ping while refused = %v after %v, want the refusal at once", err, time.Since(start))
@@ -439,6 +439,7 @@ func TestRefusalsSurfaceAndBackOff(t *testing.T) {
 // forever for a connection that will not come.
 func TestRefusalFailsAWaitingLock(t *testing.T) {
 	n := 0
+	queued := make(chan struct{}) // the client knows its lock is queued
 	addr := fakeServer(t, func(c net.Conn, r *bufio.Reader) {
 		n++
 		if _, err := readCommand(r); err != nil {
@@ -454,12 +455,16 @@ func TestRefusalFailsAWaitingLock(t *testing.T) {
 			return
 		}
 		c.Write(protocol.Append(nil, "result", f[1], "success", strings.Repeat("ab", 16))) // queued
-		time.Sleep(100 * time.Millisecond)                                                 // fixed: the connection stays up a while with the lock queued
+		<-queued                                                                           // the connection stays up until the client read it
 	})
 	c := client(t, addr, mlock.Options{Name: "svc", Token: topSecret, MaxBackoff: 200 * time.Millisecond})
 	ctx := ctxT(t)
 	start := time.Now()
-	_, err := c.Lock(ctx, "w", nil)
+	errc := make(chan error, 1)
+	go func() { _, err := c.Lock(ctx, "w", nil); errc <- err }()
+	proctest.WaitFor(t, 10*time.Second, "the lock queued", func() bool { return c.KnownLocks() == 1 })
+	close(queued)
+	err := <-errc
 	if !errors.Is(err, mlock.ErrAuth) || !errors.Is(err, mlock.ErrConnection) {
 		t.Fatalf("Lock = %v, want the refusal", err)
 	}
