@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/mlock-dev/mlock/internal/auth"
+	"github.com/mlock-dev/mlock/internal/core"
+	"github.com/mlock-dev/mlock/internal/proctest"
 	"github.com/mlock-dev/mlock/internal/testcert"
 )
 
@@ -34,7 +36,17 @@ func TestEvictWaitsForTheHoldersBelief(t *testing.T) {
 			if detached {
 				detachedAt = time.Now()
 				a.nc.Close()
-				time.Sleep(50 * time.Millisecond)
+				proctest.WaitFor(t, 10*time.Second, "the holder's session detached", func() bool {
+					n := 0
+					srv.batch(func(*core.Tx) {
+						for _, sess := range srv.sessions {
+							if sess.c == nil {
+								n++
+							}
+						}
+					})
+					return n == 1
+				})
 			}
 			evicted := time.Now()
 			if got := ops.ask("1", "evict 1 a:x"); got != "1" {

@@ -1149,10 +1149,17 @@ func TestPingLatencyUnderListingAttack(t *testing.T) {
 				err                error
 			}
 			tallies := make(chan tally, attackers)
+			answered := make(chan struct{}, attackers) // each attacker's first answer (or its end)
 			for i, c := range conns {
 				go func() {
 					var tl tally
-					defer func() { tallies <- tl }()
+					first := true
+					defer func() {
+						if first {
+							answered <- struct{}{}
+						}
+						tallies <- tl
+					}()
 					deadline := time.Now().Add(attack)
 					for n := 0; time.Now().Before(deadline); n++ {
 						select {
@@ -1169,6 +1176,10 @@ func TestPingLatencyUnderListingAttack(t *testing.T) {
 							return
 						}
 						p, err := c.next(5 * time.Second)
+						if first && err == nil {
+							first = false
+							answered <- struct{}{}
+						}
 						switch {
 						case err != nil:
 							tl.err = err
@@ -1185,7 +1196,9 @@ func TestPingLatencyUnderListingAttack(t *testing.T) {
 					}
 				}()
 			}
-			time.Sleep(50 * time.Millisecond) // the attack is under way
+			for range attackers { // the attack is under way
+				<-answered
+			}
 			ds := pingLatencies(healthy, pings, 3*time.Millisecond)
 			close(stop)
 			var all tally
