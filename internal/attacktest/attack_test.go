@@ -507,6 +507,13 @@ func runAttack(t *testing.T, target string, pid int, tok string, ips []string) {
 	case <-time.After(20 * time.Second):
 		t.Fatalf("the attacker did not get under way: %q", a.out.String())
 	}
+	// The server has taken the first burst in: a connect dialled after
+	// every attacker's is answered (the listener accepts in order).
+	if nc, _, d, err := connectApp(target, "probe", tok); err != nil {
+		t.Logf("a connect after the attack's first burst: %v after %v", err, d)
+	} else {
+		nc.Close()
+	}
 	stop := make(chan struct{})
 	var peak atomic.Int64
 	sampled := make(chan struct{})
