@@ -44,7 +44,7 @@ func TestFailover(t *testing.T) {
 		waitFor  = 30 * time.Second // a lock's wait timeout: never reached unless something is wrong
 	)
 	hot := []string{"fo:a", "fo:b"}
-	bin := buildMlockd(t, t.TempDir())
+	bin := buildMlockd(t)
 	c := newCluster(t, bin, clusterOptions{grace: grace, workers: nWorkers})
 
 	var (

@@ -28,6 +28,9 @@ import (
 
 func TestMain(m *testing.M) {
 	code := m.Run()
+	if headDir != "" {
+		os.RemoveAll(headDir)
+	}
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)
@@ -71,7 +74,7 @@ func TestClusterFaults(t *testing.T) {
 		t.Skipf("SKIPPED: the cluster fault test needs Linux (signals, process groups); this is %s", runtime.GOOS)
 	}
 	rounds := envRounds(8)
-	bin := buildMlockd(t, t.TempDir())
+	bin := buildMlockd(t)
 	c := newCluster(t, bin, clusterOptions{grace: grace, workers: workers})
 	h := newHistory()
 
