@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"reflect"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -15,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/mlock-dev/mlock"
+	"github.com/mlock-dev/mlock/internal/proctest"
 	"github.com/mlock-dev/mlock/internal/testenv"
 	"github.com/mlock-dev/mlock/server"
 	"github.com/mlock-dev/mlock/server/servertest"
@@ -401,7 +403,8 @@ func TestInFlightCallFailsFast(t *testing.T) {
 	px.drop.Store(true) // the request never reaches the server
 	errc := make(chan error, 1)
 	go func() { _, err := c.Release(ctx, "o", "x"); errc <- err }()
-	time.Sleep(50 * time.Millisecond) // fixed: the request is in flight (nothing answers it, so nothing tells)
+	// The request is in flight: the proxy swallowed it.
+	proctest.WaitFor(t, 10*time.Second, "the request at the proxy", func() bool { return px.dropped.Load() > 0 })
 	start := time.Now()
 	px.cut()
 	err := <-errc
@@ -489,7 +492,7 @@ func TestCloseEndsACallWaitingForTheConnection(t *testing.T) {
 				}
 				errc <- err
 			}()
-			time.Sleep(50 * time.Millisecond) // fixed: the call waits for the connection (a state with no event)
+			waitParked(t, "mlock.(*session).waitUp") // the call waits for the connection
 			a.Close()
 			if shared {
 				startServer(t, server.Config{SessionGrace: 5 * time.Second}, addr)
@@ -770,4 +773,22 @@ func TestDoPanicUnlocks(t *testing.T) {
 	if err := l.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// waitParked waits until a goroutine of the test (one its function
+// started) in fn (a function name as stack traces print it) is parked in a
+// select: a call blocked in a wait that announces itself by no event.
+func waitParked(t *testing.T, fn string) {
+	t.Helper()
+	test := "mlock_test." + strings.Split(t.Name(), "/")[0] + "."
+	buf := make([]byte, 1<<20)
+	proctest.WaitFor(t, 10*time.Second, fn+" parked", func() bool {
+		n := runtime.Stack(buf, true)
+		for _, g := range strings.Split(string(buf[:n]), "\n\n") {
+			if strings.Contains(g, "[select") && strings.Contains(g, fn) && strings.Contains(g, test) {
+				return true
+			}
+		}
+		return false
+	})
 }

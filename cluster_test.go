@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/mlock-dev/mlock"
+	"github.com/mlock-dev/mlock/internal/proctest"
 	"github.com/mlock-dev/mlock/internal/protocol"
 	"github.com/mlock-dev/mlock/server"
 )
@@ -604,16 +605,22 @@ func TestRoundRobinWithBackoffBetweenRounds(t *testing.T) {
 		})
 		nodes = append(nodes, n.addr())
 	}
+	start := time.Now()
 	c, err := mlock.NewClient(mlock.Options{Addrs: nodes, DialTimeout: time.Second, MaxBackoff: 400 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(1500 * time.Millisecond) // fixed: the window over which the dials are counted (a rate)
+	// Five rounds: the gaps of round 4 and after are at the longest backoff.
+	proctest.WaitFor(t, 10*time.Second, "15 attempts", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(log) >= 15
+	})
 	c.Close()
 	mu.Lock()
 	defer mu.Unlock()
-	if len(log) < 12 {
-		t.Fatalf("%d attempts in 1.5 s", len(log))
+	if d := log[11].at.Sub(start); d > 1500*time.Millisecond {
+		t.Fatalf("12 attempts took %v, want at most 1.5 s", d)
 	}
 	for i, a := range log {
 		if a.node != i%3 {
@@ -855,16 +862,12 @@ func TestClusterChangeAnswerDoesNotMoveTheLease(t *testing.T) {
 			}
 		}
 	})
-	c, err := mlock.NewClient(clientOptions(addr, mlock.Options{}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c, fc := fakeClient(t, addr, mlock.Options{})
 	ctx := ctxT(t)
 	g := lockAsync(ctx, c, "change", &mlock.LockOptions{TTL: ttl})
 	<-queued
-	before := time.Now()              // after the lock request was sent
-	time.Sleep(50 * time.Millisecond) // fixed: time passes, which a lease moved by the answer would show
+	before := fc.Now()                // after the lock request was sent
+	fc.Advance(50 * time.Millisecond) // time passes, which a lease moved by the answer would show
 	if err := c.ClusterJoin(ctx, "n4", "10.0.0.4:7000"); err != nil {
 		t.Fatal(err)
 	}

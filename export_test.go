@@ -33,6 +33,14 @@ func (c *Client) Backoff() (skipWaits, misses int) {
 	return c.s.skipWaits, c.s.misses
 }
 
+// KnownLocks returns how many locks the client's session knows by id:
+// waiting (the server queued them) or held.
+func (c *Client) KnownLocks() int {
+	c.s.mu.Lock()
+	defer c.s.mu.Unlock()
+	return len(c.s.locks)
+}
+
 // FakeClock is a session clock on internal/core's FakeClock (the engine's
 // fake time), for the tests of the safety rule's arithmetic: the session's
 // deadlines, staleness and keep-alive period read it instead of the

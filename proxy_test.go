@@ -16,6 +16,8 @@ type proxy struct {
 	conns  []net.Conn
 	wg     sync.WaitGroup
 	drop   atomic.Bool // swallow what clients send
+	// dropped counts the client bytes drop swallowed.
+	dropped atomic.Int64
 	// dropBack swallows what the server sends.
 	dropBack atomic.Bool
 	// pauseBack, while set, holds what the server sends until it is closed.
@@ -72,7 +74,9 @@ func (p *proxy) forward(dst, src net.Conn) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
-		if n > 0 && !p.drop.Load() {
+		if n > 0 && p.drop.Load() {
+			p.dropped.Add(int64(n))
+		} else if n > 0 {
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return
 			}

@@ -146,6 +146,7 @@ func TestShutdownErrorFrame(t *testing.T) {
 		closed bool
 	}
 	got := make(chan seen, 4)
+	locked := make(chan struct{}) // the client returned the grant
 	addr := fakeServer(t, func(c net.Conn, r *bufio.Reader) {
 		if f, err := readCommand(r); err != nil || f[0] != "connect" {
 			return
@@ -158,7 +159,7 @@ func TestShutdownErrorFrame(t *testing.T) {
 		id := strings.Repeat("cd", 16)
 		c.Write(protocol.Append(nil, "result", f[1], "success", id))
 		c.Write(protocol.Append(nil, "locked", id, strconv.FormatInt(time.Now().Add(time.Minute).UnixMilli(), 10), "7"))
-		time.Sleep(20 * time.Millisecond) // fixed: the shutdown comes in a later read than the grant
+		<-locked // the shutdown comes in a later read than the grant
 		c.Write(protocol.AppendError(nil, protocol.CodeShuttingDown))
 		c.SetReadDeadline(time.Now().Add(2 * time.Second))
 		var s seen
@@ -176,6 +177,7 @@ func TestShutdownErrorFrame(t *testing.T) {
 	c := client(t, addr, mlock.Options{MaxBackoff: time.Second})
 	ctx := ctxT(t)
 	l, err := c.Lock(ctx, "sd", nil)
+	close(locked)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -747,20 +749,15 @@ func TestCloseEndsCallsInFlight(t *testing.T) {
 // attempts (a connection that lasts resets it).
 func TestConnectionsDroppedAtOnceBackOff(t *testing.T) {
 	t.Parallel()
-	var connects sync.WaitGroup
-	n := 0
+	var at []time.Time // the connects' times
 	var mu sync.Mutex
-	connects.Add(1)
 	addr := fakeServer(t, func(c net.Conn, r *bufio.Reader) {
 		f, err := readCommand(r)
 		if err != nil || f[0] != "connect" {
 			return
 		}
 		mu.Lock()
-		n++
-		if n == 1 {
-			connects.Done()
-		}
+		at = append(at, time.Now())
 		mu.Unlock()
 		c.Write(protocol.Append(nil, "connected", "1.0", "new", "15000"))
 	})
@@ -768,14 +765,20 @@ func TestConnectionsDroppedAtOnceBackOff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	connects.Wait()
-	time.Sleep(time.Second) // fixed: the window over which the connections are counted (a rate)
+	proctest.WaitFor(t, 10*time.Second, "5 connections", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(at) >= 5
+	})
 	c.Close()
 	mu.Lock()
 	defer mu.Unlock()
-	// 50 ms doubling with jitter: about 5 in a second; at once: thousands.
-	if n > 20 {
-		t.Fatalf("%d connections in a second", n)
+	// 50 ms doubling, with jitter down to half: the gaps are at least 25,
+	// 50, 100, 200 ms; at once, they would be a fraction of a millisecond.
+	for i := 1; i < 5; i++ {
+		if gap, want := at[i].Sub(at[i-1]), 25*time.Millisecond<<(i-1)-5*time.Millisecond; gap < want {
+			t.Fatalf("connection %d came %v after the one before, want at least %v", i+1, gap, want)
+		}
 	}
 }
 

@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/mlock-dev/mlock"
+	"github.com/mlock-dev/mlock/internal/proctest"
 	"github.com/mlock-dev/mlock/internal/protocol"
 )
 
@@ -423,7 +424,7 @@ func TestRefusalsSurfaceAndBackOff(t *testing.T) {
 			if took > time.Second {
 				t.Fatalf("the refusal took %v to reach the caller", took)
 			}
-			time.Sleep(1200 * time.Millisecond) // fixed: the window over which the attempts are counted (a rate)
+			proctest.WaitFor(t, 10*time.Second, "three attempts", func() bool { return len(a.get()) >= 3 })
 			start = time.Now()
 			if err := c.Ping(ctx); !errors.Is(err, tc.cause) || time.Since(start) > 100*time.Millisecond {
 				t.Fatalf("Ping while refused = %v after %v, want the refusal at once", err, time.Since(start))
@@ -438,6 +439,7 @@ func TestRefusalsSurfaceAndBackOff(t *testing.T) {
 // forever for a connection that will not come.
 func TestRefusalFailsAWaitingLock(t *testing.T) {
 	n := 0
+	queued := make(chan struct{}) // the client knows its lock is queued
 	addr := fakeServer(t, func(c net.Conn, r *bufio.Reader) {
 		n++
 		if _, err := readCommand(r); err != nil {
@@ -453,12 +455,16 @@ func TestRefusalFailsAWaitingLock(t *testing.T) {
 			return
 		}
 		c.Write(protocol.Append(nil, "result", f[1], "success", strings.Repeat("ab", 16))) // queued
-		time.Sleep(100 * time.Millisecond)                                                 // fixed: the connection stays up a while with the lock queued
+		<-queued                                                                           // the connection stays up until the client read it
 	})
 	c := client(t, addr, mlock.Options{Name: "svc", Token: topSecret, MaxBackoff: 200 * time.Millisecond})
 	ctx := ctxT(t)
 	start := time.Now()
-	_, err := c.Lock(ctx, "w", nil)
+	errc := make(chan error, 1)
+	go func() { _, err := c.Lock(ctx, "w", nil); errc <- err }()
+	proctest.WaitFor(t, 10*time.Second, "the lock queued", func() bool { return c.KnownLocks() == 1 })
+	close(queued)
+	err := <-errc
 	if !errors.Is(err, mlock.ErrAuth) || !errors.Is(err, mlock.ErrConnection) {
 		t.Fatalf("Lock = %v, want the refusal", err)
 	}
@@ -606,11 +612,11 @@ func TestTLSUntrustedCertificate(t *testing.T) {
 			t.Fatalf("%s: took %v", tc.name, time.Since(start))
 		}
 		t.Logf("%s: %v", tc.name, err)
+		// The client goes on trying, at its backoff.
+		first := len(a.get()) - 1
+		proctest.WaitFor(t, 10*time.Second, tc.name+": three attempts", func() bool { return len(a.get()) >= first+3 })
 		c.Close()
-	}
-	time.Sleep(time.Second) // fixed: the window over which the attempts are counted (a rate)
-	if n := len(a.get()); n > 2+2*int(time.Second/(maxBackoff/2)) {
-		t.Fatalf("%d connection attempts: a tight loop", n)
+		checkBackoff(t, a.get()[first:first+3], maxBackoff)
 	}
 }
 
@@ -642,7 +648,7 @@ func TestTLSClientPlainServer(t *testing.T) {
 		t.Fatalf("took %v", time.Since(start))
 	}
 	t.Log(err)
-	time.Sleep(time.Second) // fixed: the window over which the attempts are counted (a rate)
+	proctest.WaitFor(t, 10*time.Second, "three attempts", func() bool { return len(a.get()) >= 3 })
 	checkBackoff(t, a.get(), maxBackoff)
 }
 

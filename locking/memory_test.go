@@ -10,6 +10,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/mlock-dev/mlock/internal/proctest"
 	"github.com/mlock-dev/mlock/locking"
 	"github.com/mlock-dev/mlock/locking/lockingtest"
 )
@@ -23,6 +24,7 @@ func TestMemoryConformance(t *testing.T) {
 		Namespaced: func(_ *testing.T, p locking.Provider, ns string) locking.Provider {
 			return p.(*locking.Memory).Namespace(ns)
 		},
+		QueueLen: func(p locking.Provider, key string) int { return p.(*locking.Memory).QueueLen(key) },
 	})
 }
 
@@ -129,7 +131,7 @@ func TestMemoryCloseWakesWaiters(t *testing.T) {
 		_, err := m.Acquire(ctx, []string{"k"}, locking.AcquireOptions{OwnerID: "b", AwaitQueue: true})
 		errc <- err
 	}()
-	time.Sleep(20 * time.Millisecond) // fixed: the waiter is queued (the provider API shows no waiting state)
+	proctest.WaitFor(t, 10*time.Second, "the waiter queued", func() bool { return m.QueueLen("k") == 2 })
 	m.Close()
 	if err := <-errc; !errors.Is(err, locking.ErrClosed) {
 		t.Fatalf("waiter after Close: %v", err)

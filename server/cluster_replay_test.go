@@ -12,6 +12,7 @@ import (
 
 	"github.com/mlock-dev/mlock/internal/cluster"
 	"github.com/mlock-dev/mlock/internal/core"
+	"github.com/mlock-dev/mlock/internal/proctest"
 )
 
 // replayEntry is one log entry for a replayed state machine.
@@ -304,7 +305,11 @@ func TestClusterLeaderCutWithCommandsOnTheirWay(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	time.Sleep(300 * time.Millisecond) // the old leader's retries reach the new one
+	// The old leader steps down: its commands on their way are proposed
+	// again, through the new leader once it hears of it.
+	proctest.WaitFor(t, 10*time.Second, "the old leader steps down", func() bool {
+		return !tc.nodes[l].cl.node.IsLeader()
+	})
 	tc.cutRaft(l, true)
 	next := 1
 	for next <= n {

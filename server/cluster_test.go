@@ -25,6 +25,7 @@ import (
 	"github.com/mlock-dev/mlock"
 	"github.com/mlock-dev/mlock/internal/cluster"
 	"github.com/mlock-dev/mlock/internal/core"
+	"github.com/mlock-dev/mlock/internal/proctest"
 	"github.com/mlock-dev/mlock/internal/testcert"
 )
 
@@ -222,6 +223,17 @@ func (tc *testCluster) leader() int {
 }
 
 // dial connects a raw client to node i as sid.
+// waitQueue waits until node i's replicated state has n entries (holder
+// included) in resource's queue.
+func (tc *testCluster) waitQueue(i int, resource string, n int) {
+	tc.t.Helper()
+	proctest.WaitFor(tc.t, 10*time.Second, fmt.Sprintf("%d entries of %s on node %d", n, resource, i), func() bool {
+		got := 0
+		tc.nodes[i].batch(func(tx *core.Tx) { got = tx.QueueLen(resource) })
+		return got == n
+	})
+}
+
 func (tc *testCluster) dial(i int, sid string) *raw {
 	tc.t.Helper()
 	return tc.dialConnect(i, "connect "+sid+" 1.0")
@@ -271,7 +283,9 @@ func TestClusterLocksThroughEveryNode(t *testing.T) {
 	id0 := cs[0].lock("1", "hot 10000 0 0")
 	tok0, _ := strconv.ParseUint(cs[0].locked(id0), 10, 64)
 	id1 := cs[1].lock("1", "hot 10000 0 0")
-	time.Sleep(50 * time.Millisecond) // fixed: 1's lock reaches the leader before 2's (the order under test; no event says it was forwarded)
+	// 1's lock is in the log (node 2 applied it) before 2 asks: the order
+	// under test.
+	tc.waitQueue(2, "hot", 2)
 	id2 := cs[2].lock("1", "hot 10000 0 0")
 	cs[1].quiet()
 	cs[2].quiet()
@@ -460,7 +474,12 @@ func TestClusterGoClient(t *testing.T) {
 			}
 		}()
 	}
-	time.Sleep(time.Second) // fixed: the load runs a second before the leader stops (the test's input)
+	// The load runs (10 grants) before the leader stops.
+	proctest.WaitFor(t, 10*time.Second, "grants before the leader stops", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(tokens) >= 10
+	})
 	tc.stop(l)
 	wg.Wait()
 	close(errs)
@@ -568,9 +587,23 @@ func TestClusterDeterminism(t *testing.T) {
 			c.expectAfterLocked("result " + strconv.Itoa(k) + " success *")
 		}
 	}
-	time.Sleep(700 * time.Millisecond) // fixed: the 300 ms leases expire and are granted on (the test's input)
+	// The 300 ms leases expire and are granted on: two of each resource
+	// (r0 has 9 entries, r1 6) in n0's state.
+	proctest.WaitFor(t, 10*time.Second, "two expiries on each resource", func() bool {
+		var q0, q1 int
+		tc.nodes[0].batch(func(tx *core.Tx) { q0, q1 = tx.QueueLen("r0"), tx.QueueLen("r1") })
+		return q0 <= 7 && q1 <= 4
+	})
 	cs[0].nc.Close()
-	time.Sleep(200 * time.Millisecond) // fixed: the close's detach goes through the log (no event on the other nodes)
+	// The close's detach goes through the log to every node.
+	proctest.WaitFor(t, 10*time.Second, "d0 detached on every node", func() bool {
+		for i := range 3 {
+			if node, ok := tc.sessionNode(i, "d0"); !ok || node != "" {
+				return false
+			}
+		}
+		return true
+	})
 	for i := range 3 {
 		tc.stop(i)
 	}

@@ -178,8 +178,8 @@ func TestMetricsAfterWorkload(t *testing.T) {
 	c.send("lock r5 x 60000 30 0") // waits behind 2 (logged as a long queue), times out after 30 ms
 	id5 := c.expect("result r5 success *")[3]
 	c.expect("timeout " + id5)
-	time.Sleep(5 * time.Millisecond) // a hold of at least 5 ms
-	a.send("unlock r6 " + id1)       // b is granted: a hold ends, a wait ends
+	// a has held x for at least r5's 30 ms wait.
+	a.send("unlock r6 " + id1) // b is granted: a hold ends, a wait ends
 	a.expect("result r6 success done")
 	b.expect("locked " + id2 + " * *")
 	b.send("unlock r7 0123456789abcdef0123456789abcdef")

@@ -16,6 +16,7 @@ import (
 
 	"github.com/mlock-dev/mlock/internal/core"
 	"github.com/mlock-dev/mlock/internal/datadir"
+	"github.com/mlock-dev/mlock/internal/proctest"
 )
 
 // serve runs a server made by New(cfg) on 127.0.0.1:0; the returned stop
@@ -402,8 +403,12 @@ func TestShutdownTellsEveryConnection(t *testing.T) {
 	srv, stop := serve(t, cfg)
 	holder := connected(t, srv, "holder")
 	holder.locked(holder.lock("1", "held 60000 0 0"))
-	late := dialRaw(t, srv)           // accepted, not connected yet
-	time.Sleep(10 * time.Millisecond) // fixed: the server accepts it before the shutdown begins (no event for an accept)
+	late := dialRaw(t, srv) // accepted, not connected yet
+	proctest.WaitFor(t, 10*time.Second, "the server accepts the late connection", func() bool {
+		n := 0
+		srv.batch(func(*core.Tx) { n = len(srv.conns) })
+		return n == 2
+	})
 	stopped := make(chan error, 1)
 	go func() { stopped <- stop() }()
 	late.expect("error server shutting down!")

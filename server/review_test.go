@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/mlock-dev/mlock/internal/auth"
+	"github.com/mlock-dev/mlock/internal/core"
+	"github.com/mlock-dev/mlock/internal/proctest"
 	"github.com/mlock-dev/mlock/internal/testcert"
 )
 
@@ -34,7 +36,17 @@ func TestEvictWaitsForTheHoldersBelief(t *testing.T) {
 			if detached {
 				detachedAt = time.Now()
 				a.nc.Close()
-				time.Sleep(50 * time.Millisecond)
+				proctest.WaitFor(t, 10*time.Second, "the holder's session detached", func() bool {
+					n := 0
+					srv.batch(func(*core.Tx) {
+						for _, sess := range srv.sessions {
+							if sess.c == nil {
+								n++
+							}
+						}
+					})
+					return n == 1
+				})
 			}
 			evicted := time.Now()
 			if got := ops.ask("1", "evict 1 a:x"); got != "1" {
@@ -90,7 +102,7 @@ func TestOfflineBufferKeepsReleases(t *testing.T) {
 		waits = append(waits, a.lock(fmt.Sprint(i+20), fmt.Sprintf("y%d 60000 0 0", i)))
 	}
 	a.nc.Close()
-	time.Sleep(50 * time.Millisecond) // fixed: the server reads the close before the next commands (no event for it)
+	detachedSession(t, srv, "a") // the server reads the close before the next commands
 	for i, bid := range bids {
 		blocker.send(fmt.Sprintf("unlock %d %s", i+30, bid))
 		blocker.expect(fmt.Sprintf("result %d success done", i+30))
@@ -182,7 +194,7 @@ func TestIdleTimeoutCountsFromTheLastFrame(t *testing.T) {
 	srv := start(t, Config{IdleTimeout: idle, StatusRate: -1})
 	c := connected(t, srv, "c")
 	// A frame just before the deadline would move (half the timeout).
-	time.Sleep(idle/2 - 30*time.Millisecond) // the test's input: a frame just before the deadline would move
+	time.Sleep(idle/2 - 30*time.Millisecond) // fixed: the test's input: a frame just before the deadline would move
 	// The server reads the ping after this instant, so its last frame is
 	// no earlier: taken after the answer, the round trip would count.
 	last := time.Now()

@@ -21,6 +21,7 @@ import (
 
 	"github.com/mlock-dev/mlock"
 	"github.com/mlock-dev/mlock/internal/auth"
+	"github.com/mlock-dev/mlock/internal/proctest"
 	"github.com/mlock-dev/mlock/internal/protocol"
 )
 
@@ -980,7 +981,7 @@ func TestStatusRate(t *testing.T) {
 	for i := range 30 {
 		a.statusOf(strconv.Itoa(i))
 	}
-	time.Sleep(400 * time.Millisecond) // 3 per second: a token is back
+	time.Sleep(400 * time.Millisecond) // fixed: 3 per second, a token comes back on the server's clock (asking sooner would count as a refusal)
 	st := adm.statusOf("6")
 	if st.Limits.RateLimited != 2 || st.Limits.StatusRatePerSec != 3 {
 		t.Fatalf("limits: rateLimited %d, statusRatePerSec %d", st.Limits.RateLimited, st.Limits.StatusRatePerSec)
@@ -1148,10 +1149,17 @@ func TestPingLatencyUnderListingAttack(t *testing.T) {
 				err                error
 			}
 			tallies := make(chan tally, attackers)
+			answered := make(chan struct{}, attackers) // each attacker's first answer (or its end)
 			for i, c := range conns {
 				go func() {
 					var tl tally
-					defer func() { tallies <- tl }()
+					first := true
+					defer func() {
+						if first {
+							answered <- struct{}{}
+						}
+						tallies <- tl
+					}()
 					deadline := time.Now().Add(attack)
 					for n := 0; time.Now().Before(deadline); n++ {
 						select {
@@ -1168,6 +1176,10 @@ func TestPingLatencyUnderListingAttack(t *testing.T) {
 							return
 						}
 						p, err := c.next(5 * time.Second)
+						if first && err == nil {
+							first = false
+							answered <- struct{}{}
+						}
 						switch {
 						case err != nil:
 							tl.err = err
@@ -1184,7 +1196,9 @@ func TestPingLatencyUnderListingAttack(t *testing.T) {
 					}
 				}()
 			}
-			time.Sleep(50 * time.Millisecond) // the attack is under way
+			for range attackers { // the attack is under way
+				<-answered
+			}
 			ds := pingLatencies(healthy, pings, 3*time.Millisecond)
 			close(stop)
 			var all tally
@@ -1279,7 +1293,11 @@ func TestSecretsStayOutOfLogsAndListings(t *testing.T) {
 	a2.expect("error idle timeout!")
 	a2.closed()
 	refusedConnect(t, srv, "connect x 1.0 auth=nobody:"+wrong, "authentication failed!")
-	time.Sleep(200 * time.Millisecond) // the session's grace ends
+	// The session's grace ends (logged).
+	proctest.WaitFor(t, 10*time.Second, "the end of the session's grace in the log", func() bool {
+		l := logs.String()
+		return strings.Contains(l, "within the session grace") || strings.Contains(l, "after its grace period")
+	})
 	seen = append(seen, logs.String())
 	if !strings.Contains(logs.String(), "taken over") || !strings.Contains(logs.String(), "idle") {
 		t.Fatalf("the log lacks the events:\n%s", logs.String())

@@ -77,7 +77,11 @@ func TestMain(m *testing.M) {
 		os.Exit(0)
 	}
 	testenv.WaitBound(8) // the runbook tests wait for processes and elections
-	os.Exit(m.Run())
+	code := m.Run()
+	if opsBinDir != "" {
+		os.RemoveAll(opsBinDir)
+	}
+	os.Exit(code)
 }
 
 // mlockd runs this test binary as mlockd with args on a free loopback port

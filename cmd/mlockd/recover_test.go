@@ -29,6 +29,29 @@ import (
 // alike, in the environment. Every process is stopped by its pid at the
 // end; each scenario runs within a budget of 60 s after the build.
 
+// opsBins builds mlockd and mlock once for the runbook tests of this test
+// binary (they run in parallel: one go build instead of one each). The
+// directory is removed by TestMain.
+var opsBins = sync.OnceValue(func() (b opsBuild) {
+	dir, err := os.MkdirTemp("", "mlockd-ops-bin")
+	if err != nil {
+		b.err = err
+		return b
+	}
+	opsBinDir = dir
+	b.paths, b.err = proctest.BuildErr(dir, "./cmd/mlockd", "./cmd/mlock")
+	return b
+})
+
+// opsBuild is the outcome of opsBins: the programs' paths, or the error.
+type opsBuild struct {
+	paths []string
+	err   error
+}
+
+// opsBinDir is the directory of opsBins' programs ("" until they are built).
+var opsBinDir string
+
 // opsBudget bounds a scenario after the binaries are built.
 const opsBudget = 60 * time.Second
 
@@ -60,16 +83,11 @@ func newOpsEnv(t *testing.T) *opsEnv {
 	}
 	dir := t.TempDir()
 	e := &opsEnv{t: t, dir: dir, bin: map[string]string{}, vars: map[string]string{}, procs: map[string]*opsProc{}}
-	out, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil || strings.TrimSpace(string(out)) == "" {
-		t.Fatalf("finding the module root: %v", err)
+	bins := opsBins()
+	if bins.err != nil {
+		t.Fatal(bins.err)
 	}
-	build := exec.Command("go", "build", "-o", dir+string(filepath.Separator), "./cmd/mlockd", "./cmd/mlock")
-	build.Dir = filepath.Dir(strings.TrimSpace(string(out)))
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	e.bin["mlockd"], e.bin["mlock"] = filepath.Join(dir, "mlockd"), filepath.Join(dir, "mlock")
+	e.bin["mlockd"], e.bin["mlock"] = bins.paths[0], bins.paths[1]
 	secret := filepath.Join(dir, "secret")
 	if err := os.WriteFile(secret, []byte("a-long-random-secret-shared-by-the-nodes\n"), 0o600); err != nil {
 		t.Fatal(err)

@@ -233,7 +233,12 @@ func attackerMain() int {
 	for i := range n {
 		go attackWorker(addr, ips[i%len(ips)], i%2 == 1, i, &opened, &failed)
 	}
-	time.Sleep(d) // fixed: the attack's duration
+	// Under way once every worker has dialled.
+	for opened.Load()+failed.Load() < uint64(n) {
+		time.Sleep(5 * time.Millisecond) // poll interval: the workers' counters
+	}
+	fmt.Println(underWay)
+	time.Sleep(d) // fixed: the attack's duration, the test's input
 	fmt.Printf("%d %d\n", opened.Load(), failed.Load())
 	return 0
 }
@@ -267,13 +272,42 @@ func attackWorker(addr, ip string, connect bool, i int, opened, failed *atomic.U
 // attacker is a running attacker process.
 type attacker struct {
 	cmd *exec.Cmd
-	out strings.Builder
+	out attackerOutput
+}
+
+// underWay is the attacker's first line: every worker has dialled.
+const underWay = "under way"
+
+// attackerOutput is the attacker's standard output; underWay is closed
+// when its first line has come.
+type attackerOutput struct {
+	mu       sync.Mutex
+	b        strings.Builder
+	underWay chan struct{}
+}
+
+func (o *attackerOutput) Write(p []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	had := strings.HasPrefix(o.b.String(), underWay+"\n")
+	o.b.Write(p)
+	if !had && strings.HasPrefix(o.b.String(), underWay+"\n") {
+		close(o.underWay)
+	}
+	return len(p), nil
+}
+
+func (o *attackerOutput) String() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.b.String()
 }
 
 // attack starts an attacker process against addr from ips for d.
 func attack(t *testing.T, addr string, ips []string, n int, d time.Duration) *attacker {
 	t.Helper()
 	a := &attacker{cmd: exec.Command(os.Args[0], "-test.run=^$")}
+	a.out.underWay = make(chan struct{})
 	a.cmd.Env = append(os.Environ(), "MLOCK_ATTACKER=1", "MLOCK_ATTACK_ADDR="+addr, "MLOCK_ATTACK_IPS="+strings.Join(ips, ","),
 		"MLOCK_ATTACK_CONNS="+strconv.Itoa(n), "MLOCK_ATTACK_FOR="+d.String())
 	a.cmd.Stdout, a.cmd.Stderr = &a.out, os.Stderr
@@ -301,7 +335,7 @@ func (a *attacker) end(t *testing.T) (opened, failed uint64) {
 	if err := a.cmd.Wait(); err != nil {
 		t.Fatalf("attacker: %v", err)
 	}
-	if _, err := fmt.Sscan(a.out.String(), &opened, &failed); err != nil {
+	if _, err := fmt.Sscan(strings.TrimPrefix(a.out.String(), underWay+"\n"), &opened, &failed); err != nil {
 		t.Fatalf("attacker output %q: %v", a.out.String(), err)
 	}
 	return opened, failed
@@ -466,9 +500,20 @@ func runAttack(t *testing.T, target string, pid int, tok string, ips []string) {
 		connectGoal = b + maxConnect
 		t.Logf("the machine is busy: connect %v without an attack; the goal under attack is %v", b, connectGoal)
 	}
-	const warmup = 500 * time.Millisecond
-	a := attack(t, target, ips, attackConns, warmup+duration()+300*time.Millisecond)
-	time.Sleep(warmup) // the attack under way
+	began := time.Now()
+	a := attack(t, target, ips, attackConns, duration()+300*time.Millisecond)
+	select {
+	case <-a.out.underWay:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the attacker did not get under way: %q", a.out.String())
+	}
+	// The server has taken the first burst in: a connect dialled after
+	// every attacker's is answered (the listener accepts in order).
+	if nc, _, d, err := connectApp(target, "probe", tok); err != nil {
+		t.Logf("a connect after the attack's first burst: %v after %v", err, d)
+	} else {
+		nc.Close()
+	}
 	stop := make(chan struct{})
 	var peak atomic.Int64
 	sampled := make(chan struct{})
@@ -495,13 +540,14 @@ func runAttack(t *testing.T, target string, pid int, tok string, ips []string) {
 	<-done
 	<-sampled
 	opened, failed := a.end(t)
+	lasted := time.Since(began)
 
 	growth := peak.Load() - base
 	t.Logf("without an attack: %d connects, max %v; %d pings, p50 %v, p99 %v", len(before.connects),
 		percentile(before.connects, 1), len(before.pings), percentile(before.pings, 0.5), percentile(before.pings, 0.99))
 	t.Logf("attack from %d address(es), %v: %d attacker connections opened (%.0f/s), %d dials failed; "+
 		"healthy client: %d connects, max %v, p99 %v; %d pings, p50 %v, p99 %v, max %v; mlockd RSS %d MB idle, peak %d MB (+%.1f MB, bound %.1f MB)",
-		len(ips), duration(), opened, float64(opened)/(warmup+duration()).Seconds(), failed,
+		len(ips), duration(), opened, float64(opened)/lasted.Seconds(), failed,
 		len(h.connects), percentile(h.connects, 1), percentile(h.connects, 0.99),
 		len(h.pings), percentile(h.pings, 0.5), percentile(h.pings, 0.99), percentile(h.pings, 1),
 		base>>20, peak.Load()>>20, float64(growth)/1e6, float64(maxGrowth)/1e6)

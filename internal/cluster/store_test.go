@@ -182,7 +182,10 @@ func TestOldLogStoreRefused(t *testing.T) {
 // TestStdLogKept: importing raft-wal must not leave the standard library's log package redirected
 // (see the init in log.go).
 func TestStdLogKept(t *testing.T) {
-	if log.Writer() != os.Stderr || log.Flags() != log.LstdFlags || log.Prefix() != "" {
+	// The process's standard error: go test -json sets os.Stderr to
+	// os.Stdout after the package's init has run.
+	f, ok := log.Writer().(*os.File)
+	if !ok || f.Fd() != 2 || log.Flags() != log.LstdFlags || log.Prefix() != "" {
 		t.Fatalf("log package: writer %T, flags %d, prefix %q", log.Writer(), log.Flags(), log.Prefix())
 	}
 }

@@ -20,12 +20,31 @@ import (
 	"github.com/mlock-dev/mlock/internal/proctest"
 )
 
-// buildMlockd builds cmd/mlockd (without -race) into dir and returns its
-// path.
-func buildMlockd(t testing.TB, dir string) string {
+// buildMlockd returns the path of cmd/mlockd, built without -race (see
+// headBuild).
+func buildMlockd(t testing.TB) string {
 	t.Helper()
-	return proctest.Build(t, dir, "./cmd/mlockd")[0]
+	bins, err := headBuild()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bins[0]
 }
+
+// headBuild builds cmd/mlockd and cmd/mlock once for the package's tests
+// (they run in parallel: one go build instead of one each) into headDir,
+// which TestMain removes.
+var headBuild = sync.OnceValues(func() ([]string, error) {
+	dir, err := os.MkdirTemp("", "clustertest-bin")
+	if err != nil {
+		return nil, err
+	}
+	headDir = dir
+	return proctest.BuildErr(dir, "./cmd/mlockd", "./cmd/mlock")
+})
+
+// headDir is the directory of headBuild's programs ("" until built).
+var headDir string
 
 // token returns a random token and its auth file credential.
 func token() (string, string) {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/mlock-dev/mlock"
+	"github.com/mlock-dev/mlock/internal/proctest"
 )
 
 // TestFailover measures what a kill -9 of the leader costs clients under
@@ -43,7 +44,7 @@ func TestFailover(t *testing.T) {
 		waitFor  = 30 * time.Second // a lock's wait timeout: never reached unless something is wrong
 	)
 	hot := []string{"fo:a", "fo:b"}
-	bin := buildMlockd(t, t.TempDir())
+	bin := buildMlockd(t)
 	c := newCluster(t, bin, clusterOptions{grace: grace, workers: nWorkers})
 
 	var (
@@ -115,7 +116,15 @@ func TestFailover(t *testing.T) {
 
 	var recoveries []time.Duration
 	for r := 1; r <= rounds; r++ {
-		time.Sleep(time.Second) // load before the fault
+		// Load before the fault: every worker granted again since the
+		// round began.
+		began := time.Now()
+		proctest.WaitFor(t, 20*time.Second, fmt.Sprintf("round %d: load before the fault", r), func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			last := slices.MinFunc(lastAt, func(a, b time.Time) int { return a.Compare(b) })
+			return last.After(began)
+		})
 		victim := c.leader()
 		if victim == nil {
 			t.Fatalf("round %d: no leader\n%s", r, c.logTails())

@@ -28,6 +28,9 @@ import (
 
 func TestMain(m *testing.M) {
 	code := m.Run()
+	if headDir != "" {
+		os.RemoveAll(headDir)
+	}
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)
@@ -71,7 +74,7 @@ func TestClusterFaults(t *testing.T) {
 		t.Skipf("SKIPPED: the cluster fault test needs Linux (signals, process groups); this is %s", runtime.GOOS)
 	}
 	rounds := envRounds(8)
-	bin := buildMlockd(t, t.TempDir())
+	bin := buildMlockd(t)
 	c := newCluster(t, bin, clusterOptions{grace: grace, workers: workers})
 	h := newHistory()
 
@@ -148,21 +151,23 @@ func runFault(c *cluster, h *history, probe *mlock.Client, round int, kind strin
 	if victim == nil {
 		return fmt.Errorf("no node to fault (leader %v)", c.leader())
 	}
-	switch kind {
-	case "stop-leader":
-		ev("stop", victim)
-		victim.signal(syscall.SIGSTOP)
-		time.Sleep(pauseFor) // fixed: the fault's duration
-		ev("cont", victim)
-		victim.signal(syscall.SIGCONT)
-	default:
-		ev("kill", victim)
-		victim.kill()
-		time.Sleep(downFor) // fixed: the fault's duration
-		ev("restart", victim)
-		if err := c.start(victim); err != nil {
-			return fmt.Errorf("restarting %s: %v", victim.id, err)
+	// The fault: begin, its duration, end.
+	begin, on, d, end, off := "stop", func() { victim.signal(syscall.SIGSTOP) }, pauseFor,
+		"cont", func() error { victim.signal(syscall.SIGCONT); return nil }
+	if kind != "stop-leader" {
+		begin, on, d, end, off = "kill", victim.kill, downFor, "restart", func() error {
+			if err := c.start(victim); err != nil {
+				return fmt.Errorf("restarting %s: %v", victim.id, err)
+			}
+			return nil
 		}
+	}
+	ev(begin, victim)
+	on()
+	time.Sleep(d) // fixed: the fault's duration, the test's input
+	ev(end, victim)
+	if err := off(); err != nil {
+		return err
 	}
 	l, err := c.waitHealthy(20 * time.Second)
 	if err != nil {

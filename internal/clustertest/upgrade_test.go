@@ -529,14 +529,19 @@ func buildUpgradePair(t *testing.T) (old, cur build) {
 		}
 	}()
 	oldDir := filepath.Join(dir, "old")
-	cmd := exec.Command("go", "build", "-o", oldDir+string(filepath.Separator), "./cmd/mlockd", "./cmd/mlock")
+	// -trimpath: the source directory (a new one each run) is then no part
+	// of go's cache keys, so a run after the first links what it compiled.
+	cmd := exec.Command("go", "build", "-trimpath", "-o", oldDir+string(filepath.Separator), "./cmd/mlockd", "./cmd/mlock")
 	cmd.Dir = src
 	cmd.Env = append(proctest.CleanEnv(), "GOWORK=off")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("building %s: %v\n%s", rev, err, out)
 	}
 	old = build{mlockd: filepath.Join(oldDir, "mlockd"), mlock: filepath.Join(oldDir, "mlock")}
-	bins := proctest.Build(t, filepath.Join(dir, "new"), "./cmd/mlockd", "./cmd/mlock")
+	bins, err := headBuild()
+	if err != nil {
+		t.Fatal(err)
+	}
 	cur = build{mlockd: bins[0], mlock: bins[1]}
 	head := "HEAD"
 	if out, err := exec.Command(git, "-C", root, "rev-parse", "HEAD").Output(); err == nil {

@@ -55,11 +55,7 @@ func kinds() []kind {
 		base("server-stop", func(h *harness) { h.serverStop(3 * ttl) }),
 		withModes(base("holder-stop", func(h *harness) { h.holderStop(3 * ttl) }), "client"),
 		base("blackhole", func(h *harness) { h.blackhole(3 * ttl) }),
-		base("cut", func(h *harness) {
-			h.cut()
-			time.Sleep(300 * time.Millisecond) // fixed: the gap between two cuts, the fault's shape
-			h.cut()
-		}),
+		base("cut", func(h *harness) { h.cutTwice(300 * time.Millisecond) }),
 		base("delay", func(h *harness) { h.delay(100*time.Millisecond, 3*ttl) }),
 		redis(base("redis-restart", func(h *harness) { h.serverKill(300 * time.Millisecond) })),
 
@@ -380,23 +376,26 @@ func (h *harness) serverKill(down time.Duration) {
 		h.waiters[w] = true
 	}
 	h.mu.Unlock()
-	h.log.printf("fault %d %s kill -9", now(), h.k.backend)
-	h.srv.kill()
-	time.Sleep(down) // fixed: the fault's duration
-	h.startServer()
-	h.log.printf("fault %d %s restarted", now(), h.k.backend)
+	h.during(down, h.k.backend+" kill -9", h.srv.kill, h.k.backend+" restarted", h.startServer)
 	h.newcomer()
 	h.mu.Lock()
 	h.paused = false
 	h.mu.Unlock()
 }
 
+// during logs begin, runs on, and d later runs off and logs end: a fault
+// that lasts d.
+func (h *harness) during(d time.Duration, begin string, on func(), end string, off func()) {
+	h.log.printf("fault %d %s", now(), begin)
+	on()
+	time.Sleep(d) // fixed: the fault's duration, the test's input (every fault but a single cut lasts a while)
+	off()
+	h.log.printf("fault %d %s", now(), end)
+}
+
 func (h *harness) serverStop(d time.Duration) {
-	h.log.printf("fault %d server SIGSTOP for %v", now(), d)
-	h.srv.signal(syscall.SIGSTOP)
-	time.Sleep(d) // fixed: the fault's duration
-	h.srv.signal(syscall.SIGCONT)
-	h.log.printf("fault %d server SIGCONT", now())
+	h.during(d, fmt.Sprintf("server SIGSTOP for %v", d), func() { h.srv.signal(syscall.SIGSTOP) },
+		"server SIGCONT", func() { h.srv.signal(syscall.SIGCONT) })
 }
 
 // holderStop stops the process group of a worker in its critical section.
@@ -406,42 +405,29 @@ func (h *harness) holderStop(d time.Duration) {
 		h.log.printf("fault %d no holder to stop", now())
 		return
 	}
-	h.log.printf("fault %d holder %s SIGSTOP for %v", now(), p.wid, d)
-	p.signal(syscall.SIGSTOP)
-	time.Sleep(d) // fixed: the fault's duration
-	p.signal(syscall.SIGCONT)
-	h.log.printf("fault %d holder %s SIGCONT", now(), p.wid)
+	h.during(d, fmt.Sprintf("holder %s SIGSTOP for %v", p.wid, d), func() { p.signal(syscall.SIGSTOP) },
+		fmt.Sprintf("holder %s SIGCONT", p.wid), func() { p.signal(syscall.SIGCONT) })
 }
 
 func (h *harness) blackhole(d time.Duration) {
-	h.log.printf("fault %d proxy blackhole for %v", now(), d)
-	h.px.setBlackhole(true)
-	time.Sleep(d) // fixed: the fault's duration
-	h.px.setBlackhole(false)
-	h.log.printf("fault %d proxy forwards again", now())
+	h.during(d, fmt.Sprintf("proxy blackhole for %v", d), func() { h.px.setBlackhole(true) },
+		"proxy forwards again", func() { h.px.setBlackhole(false) })
 }
 
-func (h *harness) cut() {
-	h.log.printf("fault %d proxy cut", now())
-	h.px.cut()
+// cutTwice cuts every connection, and again gap later.
+func (h *harness) cutTwice(gap time.Duration) {
+	h.during(gap, "proxy cut", h.px.cut, "proxy cut", h.px.cut)
 }
 
 // down cuts every connection and refuses new ones for d.
 func (h *harness) down(d time.Duration) {
-	h.log.printf("fault %d proxy down for %v", now(), d)
-	h.px.setRefuse(true)
-	h.px.cut()
-	time.Sleep(d) // fixed: the fault's duration
-	h.px.setRefuse(false)
-	h.log.printf("fault %d proxy up", now())
+	h.during(d, fmt.Sprintf("proxy down for %v", d), func() { h.px.setRefuse(true); h.px.cut() },
+		"proxy up", func() { h.px.setRefuse(false) })
 }
 
 func (h *harness) delay(d, span time.Duration) {
-	h.log.printf("fault %d proxy delay %v for %v", now(), d, span)
-	h.px.setDelay(d)
-	time.Sleep(span) // fixed: the fault's duration
-	h.px.setDelay(0)
-	h.log.printf("fault %d proxy delay off", now())
+	h.during(span, fmt.Sprintf("proxy delay %v for %v", d, span), func() { h.px.setDelay(d) },
+		"proxy delay off", func() { h.px.setDelay(0) })
 }
 
 // report checks the history, logs the kind's counts and fails the test on a

@@ -7,6 +7,8 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,6 +16,27 @@ import (
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// waitBlocked waits until a goroutine in fn (a function name as stack
+// traces print it) waits for the network poller: the call is parked in
+// its wait for the socket, not merely started.
+func waitBlocked(t *testing.T, fn string) {
+	t.Helper()
+	buf := make([]byte, 1<<20)
+	deadline := time.Now().Add(10 * time.Second)
+	for pause := time.Millisecond; ; pause = min(2*pause, 20*time.Millisecond) {
+		n := runtime.Stack(buf, true)
+		for _, g := range strings.Split(string(buf[:n]), "\n\n") {
+			if strings.Contains(g, "[IO wait") && strings.Contains(g, fn) {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no goroutine in %s waits for the socket within 10 s", fn)
+		}
+		time.Sleep(pause) // the poll's interval: a parked goroutine sends no event
+	}
+}
 
 // pair returns the two ends of a loopback TCP connection.
 func pair(t *testing.T) (a, b net.Conn) {
@@ -124,7 +147,7 @@ func TestDeadlinesAndClose(t *testing.T) {
 		_, err := ra.Read(make([]byte, 10))
 		done <- err
 	}()
-	time.Sleep(20 * time.Millisecond)
+	waitBlocked(t, "rawio.(*Conn).Read")
 	a.Close()
 	if err := <-done; !errors.Is(err, net.ErrClosed) {
 		t.Fatalf("read of a closed connection: %v", err)
@@ -141,13 +164,13 @@ func TestReset(t *testing.T) {
 	ra := raw(t, a)
 	b.(*net.TCPConn).SetLinger(0)
 	b.Close() // RST
-	time.Sleep(20 * time.Millisecond)
+	// The reset arrives after a while: a write fails once it has.
 	var err error
-	for range 100 {
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
 		if _, err = ra.Write([]byte("after the reset")); err != nil {
 			break
 		}
-		time.Sleep(time.Millisecond)
+		time.Sleep(time.Millisecond) // the poll's interval: the reset's arrival sends no event
 	}
 	var oe *net.OpError
 	if !errors.As(err, &oe) || oe.Op != "write" {
@@ -186,7 +209,7 @@ func TestWriteWaitingThenClosed(t *testing.T) {
 		_, err := ra.Write(big)
 		done <- err
 	}()
-	time.Sleep(50 * time.Millisecond)
+	waitBlocked(t, "rawio.(*Conn).write")
 	select {
 	case err := <-done:
 		t.Fatalf("a write to a full socket returned: %v", err)

@@ -27,7 +27,20 @@ import (
 	"github.com/mlock-dev/mlock/internal/testenv"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(exitHook{m})
+}
+
+// exitHook runs the tests and then removes the programs build made.
+type exitHook struct{ m *testing.M }
+
+func (h exitHook) Run() int {
+	code := h.m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	return code
+}
 
 // sizes are a run's counts.
 type sizes struct {
@@ -66,7 +79,7 @@ func TestScenarios(t *testing.T) {
 		}
 	}
 	t.Logf("%s version, seed %d (MLOCK_SCENARIO_SEED=%d replays the flash sale's orders)", version, seed, seed)
-	bins := build(t, t.TempDir())
+	bins := build(t)
 	node := findNode(t)
 
 	var mu sync.Mutex
@@ -605,7 +618,8 @@ func TestLateEndLine(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: skipping the user-scenario suite")
 	}
-	bins := build(t, t.TempDir())
+	t.Parallel() // a server of its own; after TestScenarios, beside TestCronStoppedForLoss
+	bins := build(t)
 	tg := startSingle(t, bins.mlockd)
 	sc := &scene{bins: bins, tg: tg, limit: 30 * time.Second}
 	logPath := filepath.Join(t.TempDir(), "log")
@@ -646,7 +660,8 @@ func TestCronStoppedForLoss(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: skipping the user-scenario suite")
 	}
-	bins := build(t, t.TempDir())
+	t.Parallel() // a server of its own; after TestScenarios, beside TestLateEndLine
+	bins := build(t)
 	tg := startSingle(t, bins.mlockd)
 	srv := tg.daemons[0].cmd.Process
 	t.Cleanup(func() { _ = srv.Signal(syscall.SIGCONT) })

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -26,12 +27,28 @@ type binaries struct {
 	mlockd, mlock, order string
 }
 
-// build builds mlockd, mlock and the Go worker into dir, in one go build.
-func build(t testing.TB, dir string) binaries {
+// build returns mlockd, mlock and the Go worker, built once for the
+// package's tests, in one go build, into binDir (removed by TestMain).
+func build(t testing.TB) binaries {
 	t.Helper()
-	b := proctest.Build(t, dir, "./cmd/mlockd", "./cmd/mlock", "./internal/scenario/testdata/order")
+	b, err := buildOnce()
+	if err != nil {
+		t.Fatal(err)
+	}
 	return binaries{mlockd: b[0], mlock: b[1], order: b[2]}
 }
+
+var buildOnce = sync.OnceValues(func() ([]string, error) {
+	dir, err := os.MkdirTemp("", "scenario-bin")
+	if err != nil {
+		return nil, err
+	}
+	binDir = dir
+	return proctest.BuildErr(dir, "./cmd/mlockd", "./cmd/mlock", "./internal/scenario/testdata/order")
+})
+
+// binDir is the directory of buildOnce's programs ("" until built).
+var binDir string
 
 // daemon is one mlockd process.
 type daemon struct {

@@ -45,6 +45,34 @@ type Harness struct {
 	// prefix of New's namespace nor has it as a prefix. Without it the
 	// namespace cases are skipped.
 	Namespaced func(t *testing.T, p locking.Provider, namespace string) locking.Provider
+	// QueueLen, if set, returns the entries of key's queue in p's store
+	// (p is one New returned), holder included. The suite waits on it for
+	// a caller to be queued; without it (a provider whose waiters poll,
+	// which the store does not show) it pauses a fixed time instead.
+	QueueLen func(p locking.Provider, key string) int
+}
+
+// queueLens holds each running test's Harness.QueueLen, by test.
+var queueLens sync.Map // *testing.T -> func(string) int
+
+// waitQueued waits until key's queue holds n entries, holder included;
+// without Harness.QueueLen, it pauses long enough for a caller on loopback
+// to have asked.
+func waitQueued(t *testing.T, key string, n int) {
+	t.Helper()
+	f, ok := queueLens.Load(t)
+	if !ok {
+		time.Sleep(100 * time.Millisecond) // fixed: the provider shows no queue (its waiters poll); a caller on loopback has asked by now
+		return
+	}
+	queueLen := f.(func(string) int)
+	deadline := time.Now().Add(10 * time.Second)
+	for pause := time.Millisecond; queueLen(key) != n; pause = min(2*pause, 20*time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %d entries in the queue, want %d", key, queueLen(key), n)
+		}
+		time.Sleep(pause) // poll interval: the queue sends no event
+	}
 }
 
 // Run runs every conformance test as a subtest of t.
@@ -111,6 +139,10 @@ func Run(t *testing.T, h Harness) {
 		t.Run(tc.name, func(t *testing.T) {
 			p := h.New(t)
 			t.Cleanup(func() { p.Close() })
+			if h.QueueLen != nil {
+				queueLens.Store(t, func(key string) int { return h.QueueLen(p, key) })
+				t.Cleanup(func() { queueLens.Delete(t) })
+			}
 			prefix := fmt.Sprintf("%s:%x:", tc.name, rand.Uint32())
 			tc.fn(t, p, func(s string) string { return prefix + s })
 		})
@@ -259,12 +291,16 @@ func testTimeoutOrdering(t *testing.T, p locking.Provider, k func(string) string
 	var called2 atomic.Bool
 	var wg sync.WaitGroup
 	started := make(chan struct{})
+	second := make(chan struct{}) // the second caller gave up
 	wg.Add(3)
 	go func() {
 		defer wg.Done()
 		err := locking.Execute(c, p, []string{key}, func(context.Context) error {
 			close(started)
-			time.Sleep(400 * time.Millisecond) // fixed: the first job holds while the others queue
+			// The first job holds while the others queue: until the
+			// second has timed out and the third waits.
+			<-second
+			waitQueued(t, key, 2)
 			results[0] = "fn_1"
 			return nil
 		}, locking.ExecuteOptions{Timeout: time.Second})
@@ -275,6 +311,7 @@ func testTimeoutOrdering(t *testing.T, p locking.Provider, k func(string) string
 	<-started
 	go func() {
 		defer wg.Done()
+		defer close(second)
 		results[1] = locking.Execute(c, p, []string{key}, func(context.Context) error { called2.Store(true); return nil },
 			locking.ExecuteOptions{Timeout: 100 * time.Millisecond})
 	}()
@@ -399,9 +436,8 @@ func testOppositeOrder(t *testing.T, p locking.Provider, k func(string) string) 
 			errs[i] = locking.Execute(c, p, keys, func(context.Context) error { time.Sleep(10 * time.Millisecond); return nil }, // the job holds a moment
 				locking.ExecuteOptions{Timeout: 3 * time.Second})
 		}()
-		time.Sleep(5 * time.Millisecond) // fixed: the two callers ask in this order (the provider API shows no waiting state)
+		waitQueued(t, b, 2+i) // the two callers wait, in this order
 	}
-	time.Sleep(50 * time.Millisecond) // fixed: both callers are waiting (the provider API shows no waiting state)
 	p.Release(c, []string{b}, locking.ReleaseOptions{OwnerID: "holder"})
 	wg.Wait()
 	if errs[0] != nil || errs[1] != nil {
@@ -501,7 +537,7 @@ func testAwaitQueue(t *testing.T, p locking.Provider, k func(string) string) {
 		_, err := p.Acquire(c, []string{key}, locking.AcquireOptions{OwnerID: "second", AwaitQueue: true, Expire: time.Minute})
 		got <- err
 	}()
-	time.Sleep(100 * time.Millisecond) // fixed: the second caller is waiting (the provider API shows no waiting state)
+	waitQueued(t, key, 2) // the second caller waits
 	released := time.Now()
 	p.Release(c, []string{key}, locking.ReleaseOptions{OwnerID: "first"})
 	if err := <-got; err != nil {
@@ -523,7 +559,7 @@ func testAcquireDeadline(t *testing.T, p locking.Provider, k func(string) string
 		t.Fatalf("waiting past the deadline: %v", err)
 	}
 	p.Release(c, []string{key}, locking.ReleaseOptions{OwnerID: "holder"})
-	time.Sleep(50 * time.Millisecond) // fixed: a wrong late grant to the timed-out waiter would land meanwhile
+	waitQueued(t, key, 0) // the queue empties: a timed-out waiter granted late would hold the key
 	if _, err := p.Acquire(c, []string{key}, locking.AcquireOptions{OwnerID: "third"}); err != nil {
 		t.Fatalf("a timed-out waiter kept the key: %v", err)
 	}
@@ -535,12 +571,12 @@ func testReentryRenewsExpire(t *testing.T, p locking.Provider, k func(string) st
 	if _, err := p.Acquire(c, []string{key}, o); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(200 * time.Millisecond) // fixed: real time on the provider's clock: the re-entry comes before the first expiry
+	// The re-entry, before the first expiry, sets the new one.
 	o.Expire = time.Second
 	if _, err := p.Acquire(c, []string{key}, o); err != nil {
 		t.Fatalf("re-entry: %v", err)
 	}
-	time.Sleep(300 * time.Millisecond) // past the first expiry
+	time.Sleep(400 * time.Millisecond) // fixed: past the first expiry, on the provider's clock (a store's lease, no event)
 	_, err := p.Acquire(c, []string{key}, locking.AcquireOptions{OwnerID: "other"})
 	isConflict(t, err, key)
 	if ok, _ := p.Renew(c, []string{key}, "o", time.Second); !ok {

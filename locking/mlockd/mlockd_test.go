@@ -7,6 +7,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/mlock-dev/mlock"
 	"github.com/mlock-dev/mlock/locking"
 	"github.com/mlock-dev/mlock/locking/lockingtest"
 	_ "github.com/mlock-dev/mlock/locking/mlockd"
@@ -17,8 +18,14 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestConformance(t *testing.T) {
-	addr, _ := servertest.Start(t, server.Config{}, "")
+	// No rate on listings: the suite polls the queues.
+	addr, _ := servertest.Start(t, server.Config{StatusRate: -1}, "")
 	uri := "mlock://" + addr
+	admin, err := mlock.New(uri)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
 	lockingtest.Run(t, lockingtest.Harness{
 		New: func(t *testing.T) locking.Provider {
 			p, err := locking.Open(context.Background(), uri)
@@ -34,6 +41,20 @@ func TestConformance(t *testing.T) {
 				t.Fatal(err)
 			}
 			return p
+		},
+		QueueLen: func(_ locking.Provider, key string) int {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			l, err := admin.Locks(ctx, key)
+			if err != nil {
+				return -1
+			}
+			for _, q := range l.Queues {
+				if q.Resource == key {
+					return q.Length
+				}
+			}
+			return 0
 		},
 	})
 }

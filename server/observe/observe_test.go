@@ -57,8 +57,10 @@ func TestRatesAndTopCache(t *testing.T) {
 	h.mu.Unlock()
 	h.record()
 	src.grants = 30
-	time.Sleep(20 * time.Millisecond)
 	h.record()
+	h.mu.Lock()
+	h.samples[1].at = h.samples[0].at.Add(20 * time.Millisecond) // the second sample 20 ms later
+	h.mu.Unlock()
 	r := h.rates()
 	if len(r.Grants) != 1 || r.Grants[0] <= 0 {
 		t.Fatalf("rates %+v", r)
