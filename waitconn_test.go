@@ -58,7 +58,7 @@ func TestLockTimeoutLessTheWaitForTheConnection(t *testing.T) {
 		if err != nil || len(f) < 2 || f[0] != "connect" {
 			return
 		}
-		time.Sleep(300 * time.Millisecond) // the test's input: a handshake answered late
+		time.Sleep(300 * time.Millisecond) // fixed: the test's input, a handshake answered 300 ms late
 		_, _ = c.Write(protocol.Append(nil, "connected", "1.0", "new", "sid", "grace=60000"))
 		f, err = readCommand(r)
 		if err != nil {

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/mlock-dev/mlock"
-	"github.com/mlock-dev/mlock/internal/proctest"
 	"github.com/mlock-dev/mlock/internal/protocol"
 )
 
@@ -36,7 +35,10 @@ func TestLeaderlessWait(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skipf("SKIPPED: the test needs Linux (signals, process groups); this is %s", runtime.GOOS)
 	}
-	bins := proctest.Build(t, t.TempDir(), "./cmd/mlockd", "./cmd/mlock")
+	bins, err := headBuild()
+	if err != nil {
+		t.Fatal(err)
+	}
 	c := newCluster(t, bins[0], clusterOptions{grace: time.Minute, workers: 2})
 	// The deadlines of locks are written once every member reads them
 	// (cluster version 3): wait for it on every node.
@@ -158,7 +160,7 @@ func leaderlessRound(t *testing.T, c *cluster, cli string, round int, survivorLe
 	check("raw lock (timeout 2000)", rawTook, rawErr)
 	check("mlock run --timeout 2s, a new process", runRes.took, runRes.err)
 
-	time.Sleep(time.Until(stopped.Add(10 * time.Second))) // the leaderless period: 10 s in all
+	time.Sleep(time.Until(stopped.Add(10 * time.Second))) // fixed: the leaderless period, 10 s in all, the test's input
 	for _, n := range paused {
 		n.signal(syscall.SIGCONT)
 	}

@@ -30,7 +30,7 @@ const (
 
 // The rolling-upgrade run. MLOCK_UPGRADE_LONG=1 runs the long one.
 type upgradePlan struct {
-	loadBefore time.Duration // load on the old cluster before the first replacement
+	loadBefore int           // load on the old cluster before the first replacement: grants to the workers
 	mixedFor   time.Duration // load on a mixed cluster after each replacement but the last
 	restarts   int           // rounds of restarting every node, one at a time, on the new build
 	holders    int           // mlock run holders, half of HEAD's mlock, half of the previous release's
@@ -38,9 +38,9 @@ type upgradePlan struct {
 
 func upgradePlanFromEnv() upgradePlan {
 	if on, _ := strconv.ParseBool(os.Getenv("MLOCK_UPGRADE_LONG")); on {
-		return upgradePlan{loadBefore: 10 * time.Second, mixedFor: 60 * time.Second, restarts: 3, holders: 4}
+		return upgradePlan{loadBefore: 5000, mixedFor: 60 * time.Second, restarts: 3, holders: 4}
 	}
-	return upgradePlan{loadBefore: 2 * time.Second, mixedFor: 3 * time.Second, restarts: 1, holders: 2}
+	return upgradePlan{loadBefore: 300, mixedFor: 3 * time.Second, restarts: 1, holders: 2}
 }
 
 // build is one build's programs and where they come from.
@@ -152,7 +152,11 @@ func TestRollingUpgrade(t *testing.T) {
 		}
 	}
 
-	time.Sleep(plan.loadBefore) // fixed: load on the old cluster, the test's input
+	proctest.WaitFor(t, time.Minute, fmt.Sprintf("%d grants on the old cluster", plan.loadBefore), func() bool {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return len(h.grants) >= plan.loadBefore
+	})
 	for i, n := range c.nodes {
 		replace(n, newB.mlockd, "upgrade")
 		if i == len(c.nodes)-1 {
