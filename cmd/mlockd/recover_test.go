@@ -442,11 +442,18 @@ func (e *opsEnv) lock(c *mlock.Client, resource string, d time.Duration) *mlock.
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), min(d, e.left()))
 	defer cancel()
-	l, err := c.Lock(ctx, resource, &mlock.LockOptions{TTL: time.Minute})
-	if err != nil {
-		e.t.Fatalf("lock %s: %v", resource, err)
+	for {
+		l, err := c.Lock(ctx, resource, &mlock.LockOptions{TTL: time.Minute})
+		if err == nil {
+			return l
+		}
+		// No node answered within the client's DialTimeout (an election
+		// still running after a kill): a client asks again, within d.
+		if !errors.Is(err, mlock.ErrConnection) || errors.Is(err, mlock.ErrClosed) || ctx.Err() != nil {
+			e.t.Fatalf("lock %s: %v", resource, err)
+		}
+		e.t.Logf("lock %s: %v: again", resource, err)
 	}
-	return l
 }
 
 // held checks (bounded) that l is still held by its session: an extend

@@ -38,9 +38,9 @@ type upgradePlan struct {
 
 func upgradePlanFromEnv() upgradePlan {
 	if on, _ := strconv.ParseBool(os.Getenv("MLOCK_UPGRADE_LONG")); on {
-		return upgradePlan{loadBefore: 5000, mixedFor: 60 * time.Second, restarts: 3, holders: 4}
+		return upgradePlan{loadBefore: 150, mixedFor: 60 * time.Second, restarts: 3, holders: 4}
 	}
-	return upgradePlan{loadBefore: 300, mixedFor: 3 * time.Second, restarts: 1, holders: 2}
+	return upgradePlan{loadBefore: 25, mixedFor: 3 * time.Second, restarts: 1, holders: 2}
 }
 
 // build is one build's programs and where they come from.
