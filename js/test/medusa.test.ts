@@ -320,11 +320,7 @@ describe('locking-mlock: the server going away, namespaces, the causes of a loss
       assert.equal((e as MedusaError).type, MedusaError.Types.CONFLICT);
       assert.equal((e as Error).message, 'Timed-out acquiring lock.');
       assert.ok((e as Error).cause instanceof MlockError, 'our error is kept as the cause');
-      // The lock's own wait timeout ran out while the connection was down:
-      // a timeout whose cause is the connection's error.
-      const cause = (e as Error).cause as MlockError;
-      assert.equal(cause.type, 'timeout', String(cause));
-      assert.equal((cause.cause as MlockError).type, 'connection', String(cause.cause));
+      assert.equal(((e as Error).cause as MlockError).type, 'connection');
       assert.ok(took >= 1900 && took < 3500, `rejected after ${took} ms`);
       assert.equal(ran, false);
 

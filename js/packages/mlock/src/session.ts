@@ -757,7 +757,8 @@ export class Session {
     const now = Date.now();
     const left = deadline === undefined ? Infinity : deadline - now;
     const lockLeft = lockEnd === undefined ? Infinity : lockEnd - now;
-    const byLock = lockLeft < this.opts.dialTimeout && lockLeft <= left;
+    // The caller's own deadline wins a tie (it was set first, and names itself).
+    const byLock = lockLeft < this.opts.dialTimeout && lockLeft < left;
     const byDeadline = !byLock && left < this.opts.dialTimeout;
     const wait = byLock ? Math.max(lockLeft, 0) : byDeadline ? Math.max(left, 0) : this.opts.dialTimeout;
     return new Promise<void>((resolve, reject) => {
