@@ -131,6 +131,10 @@ type clusterState struct {
 	// replicated (what a cancel unlocks is).
 	givenUp    map[string]uint64
 	givenOrder []string
+	// cancels carries the cancels to propose (opCancel) from the apply to
+	// cancelLoop, which proposes them one after the other. Buffered; nil
+	// (a recovery, a test) drops them.
+	cancels chan cancelJob
 
 	// removed: this node is not in the cluster's latest configuration (it
 	// was removed): it serves no client (see watchPeers).
@@ -188,7 +192,7 @@ func (s *Server) openCluster() error {
 	_, _ = crand.Read(rnd[:])
 	cl := &clusterState{cfg: cc, id: cc.ID, run: cc.ID + "/" + hex.EncodeToString(rnd[:]) + "/",
 		secret: sha256.Sum256(append([]byte("mlock cluster forward\x00"), cc.Secret...)),
-		conns:  make(map[string]*conn), version: logFormat1}
+		conns:  make(map[string]*conn), version: logFormat1, cancels: make(chan cancelJob, maxCancelQueue)}
 	cl.versionNow.Store(logFormat1)
 	if cc.CAFile != "" {
 		pem, err := os.ReadFile(cc.CAFile)
@@ -248,9 +252,10 @@ func (s *Server) openCluster() error {
 		return fmt.Errorf("server: %w", err)
 	}
 	s.log.Info("cluster node", "id", cc.ID, "raft", cl.node.RaftAddr(), "dir", cc.Dir, "bootstrap", cc.Bootstrap)
-	cl.bg.Add(2)
+	cl.bg.Add(3)
 	go s.detachOwnPast()
 	go s.watchPeers()
+	go s.cancelLoop()
 	if cc.Join != "" {
 		cl.bg.Add(1)
 		go s.joinCluster()

@@ -51,13 +51,51 @@ func (s *Server) givenUpLocked(m *logCmd) bool {
 	return ok && m.seq >= from
 }
 
+// maxCancelQueue bounds the cancels waiting to be proposed; past it one is
+// dropped (logged): its locks end with their leases.
+const maxCancelQueue = 256
+
+// cancelJob is one cancel to propose: the locks (ids) that the given-up
+// command seq of connection key made for session.
+type cancelJob struct {
+	key     string
+	seq     uint64
+	session string
+	ids     []protocol.ID
+}
+
+// queueCancelLocked hands j to cancelLoop without waiting (it runs in the
+// apply, under the core's lock).
+func (s *Server) queueCancelLocked(j cancelJob) {
+	select {
+	case s.cl.cancels <- j:
+	default:
+		s.log.Warn("cluster: too many cancels of given-up requests waiting: one dropped (its locks end with their leases)",
+			"locks", len(j.ids))
+	}
+}
+
+// cancelLoop proposes the queued cancels, one after the other, until the
+// server shuts down.
+func (s *Server) cancelLoop() {
+	cl := s.cl
+	defer cl.bg.Done()
+	for {
+		select {
+		case j := <-cl.cancels:
+			s.proposeCancel(j.key, j.seq, j.session, j.ids)
+		case <-cl.ctx.Done():
+			return
+		}
+	}
+}
+
 // proposeCancel proposes an opCancel of ids, the locks that the given-up
 // command seq of connection key made for session, until it is applied or
 // the server shuts down (it waits for a leader). Its key makes a retry
 // apply once.
 func (s *Server) proposeCancel(key string, seq uint64, session string, ids []protocol.ID) {
 	cl := s.cl
-	defer cl.bg.Done()
 	if cl.writeFormat() < logFormat3 {
 		s.log.Warn("cluster: locks made by given-up requests are not cancelled: a member of the cluster runs an earlier build "+
 			"(they end with their leases)", "locks", len(ids))

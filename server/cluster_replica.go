@@ -504,8 +504,7 @@ func (s *Server) applySessionLocked(tx *core.Tx, m *logCmd) {
 	}
 	ac.capture, ac.made = nil, nil
 	if len(made) > 0 {
-		cl.bg.Add(1)
-		go s.proposeCancel(m.conn, m.seq, m.session, made)
+		s.queueCancelLocked(cancelJob{key: m.conn, seq: m.seq, session: m.session, ids: made})
 	}
 }
 
