@@ -1,11 +1,13 @@
 package server
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/mlock-dev/mlock/internal/core"
+	"github.com/mlock-dev/mlock/internal/proctest"
 )
 
 // TestClusterGivenUpLockCancelled: the leader loses both followers; a lock
@@ -82,22 +84,12 @@ func TestClusterGivenUpLockCancelled(t *testing.T) {
 // waitClusterVersion waits until every running node writes format v.
 func waitClusterVersion(t *testing.T, tc *testCluster, v int) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		n, all := 0, 0
+	proctest.WaitFor(t, 10*time.Second, fmt.Sprintf("cluster version %d in force on every node", v), func() bool {
 		for _, s := range tc.nodes {
-			if s != nil {
-				all++
-				if s.cl.writeFormat() >= v {
-					n++
-				}
+			if s != nil && s.cl.writeFormat() < v {
+				return false
 			}
 		}
-		if n == all {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("cluster version %d not in force on every node after 10 s", v)
-		}
-		time.Sleep(20 * time.Millisecond) // poll interval
-	}
+		return true
+	})
 }

@@ -18,21 +18,7 @@ func TestClusterLeaderlessBounds(t *testing.T) {
 	t.Parallel()
 	tc := newTestCluster(t, 3, true)
 	l := tc.leader()
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		n := 0
-		for _, s := range tc.nodes {
-			if s.cl.writeFormat() >= logFormat3 {
-				n++
-			}
-		}
-		if n == 3 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("cluster version 3 not in force on every node after 10 s")
-		}
-		time.Sleep(20 * time.Millisecond) // poll interval
-	}
+	waitClusterVersion(t, tc, logFormat3)
 	sv := (l + 1) % 3
 	c := tc.dial(sv, "leaderless")
 	c.expect("connected 1.0 new * **")

@@ -291,22 +291,9 @@ func TestPingRefusedAndTimeout(t *testing.T) {
 		}
 	}
 	// A server that accepts and never answers.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			defer c.Close()
-		}
-	}()
+	silent := silentServer(t)
 	start = time.Now()
-	_, stderr, code = runMlock(t, "ping", "--uri", "mlock://"+ln.Addr().String(), "--timeout", "400ms")
+	_, stderr, code = runMlock(t, "ping", "--uri", "mlock://"+silent, "--timeout", "400ms")
 	d := time.Since(start)
 	if code != exitError || !strings.HasPrefix(stderr, "mlock ping: ") || strings.Count(stderr, "\n") != 1 ||
 		strings.Contains(stderr, "mlock: ") {

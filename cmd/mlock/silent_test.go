@@ -14,23 +14,10 @@ import (
 // 125 after the client's dial timeout.
 func TestRunTimeoutBoundsTheWaitForTheServer(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			defer c.Close() // read nothing, answer nothing
-		}
-	}()
+	addr := silentServer(t)
 	marker := t.TempDir() + "/ran"
 	start := time.Now()
-	_, stderr, code := runMlock(t, "run", "--uri", "mlock://"+ln.Addr().String(), "--timeout", "700ms",
+	_, stderr, code := runMlock(t, "run", "--uri", "mlock://"+addr, "--timeout", "700ms",
 		"silent:job", "--", "touch", marker)
 	took := time.Since(start)
 	if code != exitNotTaken {
@@ -46,4 +33,34 @@ func TestRunTimeoutBoundsTheWaitForTheServer(t *testing.T) {
 	if _, err := os.Stat(marker); err == nil {
 		t.Error("the command ran")
 	}
+}
+
+// silentServer listens on loopback, accepts every connection and never reads
+// or answers (a cluster node without a leader, a hung server) until the
+// test ends; it returns its address.
+func silentServer(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var conns []net.Conn
+		defer func() {
+			for _, c := range conns {
+				c.Close()
+			}
+		}()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns = append(conns, c)
+		}
+	}()
+	t.Cleanup(func() { ln.Close(); <-done })
+	return ln.Addr().String()
 }
