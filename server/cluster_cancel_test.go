@@ -38,22 +38,12 @@ func TestClusterGivenUpLockCancelled(t *testing.T) {
 	}
 	before := tc.nodes[l].cl.node.Status().LastIndex
 	c.send("lock 1 gu 60000 1000 0")
-	for deadline := time.Now().Add(5 * time.Second); tc.nodes[l].cl.node.Status().LastIndex == before; {
-		if time.Now().After(deadline) {
-			t.Fatal("the lock's entry did not reach the leader's log")
-		}
-		time.Sleep(5 * time.Millisecond) // poll interval
-	}
+	proctest.WaitFor(t, 5*time.Second, "the lock's entry in the leader's log", func() bool {
+		return tc.nodes[l].cl.node.Status().LastIndex != before
+	})
 	tc.stop(f1)
 	tc.stop(f2)
-	res := c.readWithin(5 * time.Second)
-	f := strings.Fields(res)
-	if len(f) != 4 || f[0] != "result" || f[2] != "success" {
-		t.Fatalf("lock: %q", res)
-	}
-	if got := c.readWithin(5 * time.Second); got != "timeout "+f[3] {
-		t.Fatalf("after %q: %q, want the timeout push", res, got)
-	}
+	c.expectTimedOut("1")
 
 	tc.start(f1)
 	if got := tc.leader(); got != l {
@@ -92,4 +82,18 @@ func waitClusterVersion(t *testing.T, tc *testCluster, v int) {
 		}
 		return true
 	})
+}
+
+// expectTimedOut reads the answer of lock request req that timed out: a
+// result with a lock id, then "timeout" with that id.
+func (c *raw) expectTimedOut(req string) {
+	c.t.Helper()
+	res := c.readWithin(5 * time.Second)
+	f := strings.Fields(res)
+	if len(f) != 4 || f[0] != "result" || f[1] != req || f[2] != "success" {
+		c.t.Fatalf("lock %s: %q", req, res)
+	}
+	if got := c.readWithin(5 * time.Second); got != "timeout "+f[3] {
+		c.t.Fatalf("after %q: %q, want the timeout push", res, got)
+	}
 }

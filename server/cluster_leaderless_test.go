@@ -3,7 +3,6 @@ package server
 import (
 	"errors"
 	"io"
-	"strings"
 	"testing"
 	"time"
 )
@@ -30,14 +29,7 @@ func TestClusterLeaderlessBounds(t *testing.T) {
 
 	start := time.Now()
 	c.send("lock 1 lw 60000 1000 0")
-	res := c.readWithin(5 * time.Second)
-	f := strings.Fields(res)
-	if len(f) != 4 || f[0] != "result" || f[1] != "1" || f[2] != "success" {
-		t.Fatalf("lock: %q", res)
-	}
-	if got := c.readWithin(5 * time.Second); got != "timeout "+f[3] {
-		t.Fatalf("after %q: %q, want the timeout push", res, got)
-	}
+	c.expectTimedOut("1")
 	took := time.Since(start)
 	if took < time.Second || took > time.Second+giveUpMargin+500*time.Millisecond {
 		t.Errorf("timed out after %v, want 1 s + %v", took, giveUpMargin)
