@@ -162,7 +162,6 @@ func (r *replica) Restore(snap []byte) error {
 		s.setVersionLocked(version)
 		changed = s.set != set
 		s.set = set
-		s.corep.Store(c)
 		// The entries the snapshot covers are never applied here: the
 		// answers this node's connections wait for from them would never
 		// be written. Their clients reconnect, resume their sessions and
@@ -170,6 +169,9 @@ func (r *replica) Restore(snap []byte) error {
 		for _, lc := range s.cl.conns {
 			lc.finish()
 		}
+		// Last: from here on batches run on the new core, beside this one
+		// (see Server.batch).
+		s.corep.Store(c)
 	})
 	old.Close()
 	if changed {
