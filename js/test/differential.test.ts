@@ -316,15 +316,23 @@ interface Target {
   close(m: ILockingModule): Promise<void>;
 }
 
-async function loadLocking(provider: { resolve: string; id: string; options: Record<string, unknown> }): Promise<ILockingModule> {
-  MedusaModule.clearInstances();
-  const r = await MedusaModule.bootstrap<ILockingModule>({
-    moduleKey: 'locking',
-    defaultPath: require.resolve('@medusajs/locking'),
-    declaration: { scope: 'internal', resources: 'shared', options: { providers: [{ ...provider, is_default: true }] } } as never,
-    injectedDependencies: { logger },
-  });
-  return (r as Record<string, ILockingModule>).locking;
+/** Loads one at a time: MedusaModule's instances are global, and the two targets run side by side. */
+let loading: Promise<unknown> = Promise.resolve();
+
+function loadLocking(provider: { resolve: string; id: string; options: Record<string, unknown> }): Promise<ILockingModule> {
+  const load = async () => {
+    MedusaModule.clearInstances();
+    const r = await MedusaModule.bootstrap<ILockingModule>({
+      moduleKey: 'locking',
+      defaultPath: require.resolve('@medusajs/locking'),
+      declaration: { scope: 'internal', resources: 'shared', options: { providers: [{ ...provider, is_default: true }] } } as never,
+      injectedDependencies: { logger },
+    });
+    return (r as Record<string, ILockingModule>).locking;
+  };
+  const p = loading.then(load, load);
+  loading = p.catch(() => undefined);
+  return p;
 }
 
 function registration(m: ILockingModule, id: string): Record<string, unknown> {
@@ -421,7 +429,8 @@ describe('differential: @medusajs/locking-redis and locking-mlock, the same scen
 
   test('every difference is listed in js/README.md with its reason', async () => {
     const listed = listedDifferences();
-    const [redis, mlock] = [await runAll(targets[0]), await runAll(targets[1])];
+    // Side by side: each target has its own server, proxy and keys.
+    const [redis, mlock] = await Promise.all([runAll(targets[0]), runAll(targets[1])]);
     const rows: string[] = [];
     const unlisted: string[] = [];
     const stale: string[] = [];
