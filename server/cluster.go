@@ -78,6 +78,8 @@ type ClusterConfig struct {
 	// proposal (default 65536). Like the limits and the session grace, the
 	// leader's is in force on every node (see docs/cluster.md).
 	DedupWindow int
+
+	testHooks *clusterTestHooks // tests only
 }
 
 // ClusterPeer is one member of a bootstrapped cluster.
@@ -227,7 +229,7 @@ func (s *Server) openCluster() error {
 		TLS:       raftTLS,
 		Bootstrap: cc.Bootstrap, Peers: peers, SM: smHook{cl},
 		NextDeadline: func() (int64, bool) {
-			if testHoldTicks.Load() {
+			if hk := cc.testHooks; hk != nil && hk.holdTicks.Load() {
 				return 0, false
 			}
 			return s.core().NextDeadline()

@@ -23,8 +23,7 @@ func TestClusterAttachAtTheEndOfTheGrace(t *testing.T) {
 	})
 	l := tc.leader()
 	f := (l + 1) % 3
-	testHoldTicks.Store(true)
-	t.Cleanup(func() { testHoldTicks.Store(false) })
+	tc.hooks.holdTicks.Store(true)
 	a := tc.dial(f, "s")
 	a.expect("connected 1.0 new * **")
 	old := a.lock("1", "old 60000 0 0")

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/mlock-dev/mlock/internal/cluster"
 	"github.com/mlock-dev/mlock/internal/core"
+	"github.com/mlock-dev/mlock/internal/proctest"
 	"github.com/mlock-dev/mlock/internal/protocol"
 )
 
@@ -122,10 +124,11 @@ func TestLogFormatPreviousRead(t *testing.T) {
 // and sessions, the cluster version kept, and the commands written after
 // the version was raised carry the format header.
 func TestClusterVersionedLogRestart(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	versioned, unversioned := 0, 0
 	raised := false
-	testApplyHook = func(node string, now int64, cmds [][]byte) {
+	apply := func(node string, now int64, cmds [][]byte) {
 		if node != "n0" {
 			return
 		}
@@ -147,8 +150,7 @@ func TestClusterVersionedLogRestart(t *testing.T) {
 			}
 		}
 	}
-	t.Cleanup(func() { testApplyHook = nil })
-	tc := newTestCluster(t, 3, true)
+	tc := newTestClusterWith(t, 3, true, func(tc *testCluster) { tc.hooks.apply = apply })
 	l := tc.leader()
 	tc.raiseVersion(l)
 	mu.Lock()
@@ -177,10 +179,12 @@ func TestClusterVersionedLogRestart(t *testing.T) {
 	if tok3, _ := strconv.ParseUint(b.locked(id3), 10, 64); tok3 <= mustUint(tok2) {
 		t.Fatalf("token %d after %s", tok3, tok2)
 	}
+	// Each node is back at the version once it has applied its log again
+	// (a node may still be replaying it when the keeper is answered).
 	for i := range 3 {
-		if v := tc.nodes[i].ClusterStatus().Version; v != logFormat {
-			t.Fatalf("n%d: cluster version %d after the restart, want %d", i, v, logFormat)
-		}
+		proctest.WaitFor(t, 10*time.Second, fmt.Sprintf("n%d at cluster version %d after the restart", i, logFormat), func() bool {
+			return tc.nodes[i].ClusterStatus().Version == logFormat
+		})
 	}
 }
 
@@ -279,9 +283,10 @@ func verbOf(fr []byte) protocol.Verb {
 // version and the requests are written typed, with the header. Status shows
 // the version and what each member reads.
 func TestClusterVersionGate(t *testing.T) {
+	t.Parallel()
 	var old atomic.Bool
 	old.Store(true)
-	testOwnFormat = func(id string) int {
+	ownFormat := func(id string) int {
 		if id == "n2" && old.Load() {
 			return logFormat1
 		}
@@ -289,7 +294,7 @@ func TestClusterVersionGate(t *testing.T) {
 	}
 	var mu sync.Mutex
 	var bodies [][]byte
-	testApplyHook = func(node string, now int64, cmds [][]byte) {
+	apply := func(node string, now int64, cmds [][]byte) {
 		if node != "n0" {
 			return
 		}
@@ -301,8 +306,7 @@ func TestClusterVersionGate(t *testing.T) {
 			}
 		}
 	}
-	t.Cleanup(func() { testOwnFormat, testApplyHook = nil, nil })
-	tc := newTestCluster(t, 3, true)
+	tc := newTestClusterWith(t, 3, true, func(tc *testCluster) { tc.hooks.apply, tc.hooks.ownFormat = apply, ownFormat })
 	l := tc.leader()
 	want := map[string]int{"n0": logFormat, "n1": logFormat, "n2": logFormat1}
 	tc.waitFormats(l, want)

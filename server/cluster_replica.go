@@ -13,20 +13,28 @@ import (
 	"github.com/mlock-dev/mlock/server/observe"
 )
 
-// testApplyHook, if set (tests), sees every entry a node applies.
-var testApplyHook func(node string, now int64, cmds [][]byte)
-
-// testHoldTicks, if set (tests), keeps a leader from proposing ticks: a
-// deadline is processed by the next entry, whatever it is.
-var testHoldTicks atomic.Bool
+// clusterTestHooks are the tests' handles on one node (ClusterConfig's
+// testHooks; nil outside tests). A test's cluster shares one value among
+// its nodes, so that tests of different clusters run side by side.
+type clusterTestHooks struct {
+	// apply, if set before the node starts, sees every entry it applies.
+	apply func(node string, now int64, cmds [][]byte)
+	// ownFormat, if set before the node starts, replaces the highest log
+	// format the node says it reads (and so writes at most): a node of an
+	// older build. 0 keeps the build's.
+	ownFormat func(id string) int
+	// holdTicks keeps a leader from proposing ticks: a deadline is
+	// processed by the next entry, whatever it is.
+	holdTicks atomic.Bool
+}
 
 // smHook is the state machine the node drives: the de-duplication window
 // around the replica, and the tests' hook.
 type smHook struct{ cl *clusterState }
 
 func (h smHook) Apply(now int64, cmds [][]byte) [][]byte {
-	if testApplyHook != nil {
-		testApplyHook(h.cl.id, now, cmds)
+	if hk := h.cl.cfg.testHooks; hk != nil && hk.apply != nil {
+		hk.apply(h.cl.id, now, cmds)
 	}
 	return h.cl.dedup.Apply(now, cmds)
 }

@@ -71,9 +71,10 @@ func (tc *testCluster) replicaSnapshots() [][]byte {
 // state stays the leader's byte for byte. A replay of the same log into
 // state machines with other flags gives the same state.
 func TestClusterLeaderSettingsInForce(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	logs := map[string][]replayEntry{}
-	testApplyHook = func(node string, now int64, cmds [][]byte) {
+	apply := func(node string, now int64, cmds [][]byte) {
 		var cp [][]byte
 		if cmds != nil {
 			cp = make([][]byte, len(cmds))
@@ -85,7 +86,6 @@ func TestClusterLeaderSettingsInForce(t *testing.T) {
 		logs[node] = append(logs[node], replayEntry{now, cp})
 		mu.Unlock()
 	}
-	t.Cleanup(func() { testApplyHook = nil })
 	odd := -1
 	small := func(c *Config) {
 		c.MaxTTL = time.Minute
@@ -96,6 +96,7 @@ func TestClusterLeaderSettingsInForce(t *testing.T) {
 		c.Cluster.DedupWindow = 1000
 	}
 	tc := newTestClusterWith(t, 3, false, func(tc *testCluster) {
+		tc.hooks.apply = apply
 		tc.configure = func(i int, c *Config) {
 			if i == odd {
 				small(c)
@@ -152,7 +153,7 @@ func TestClusterLeaderSettingsInForce(t *testing.T) {
 	snaps := tc.replicaSnapshots()
 	for i := 1; i < len(snaps); i++ {
 		if !bytes.Equal(snaps[0], snaps[i]) {
-			t.Fatalf("node states differ (%d and %d bytes)", len(snaps[0]), len(snaps[i]))
+			t.Fatalf("node states differ (%d and %d bytes)\n%q\n%q", len(snaps[0]), len(snaps[i]), snaps[0], snaps[i])
 		}
 	}
 	leaderSet := tc.settingsIn(l)

@@ -31,10 +31,6 @@ const (
 	formatFresh   = 3 * announceEvery
 )
 
-// testOwnFormat, if set (tests), replaces the highest log format a node
-// says it reads (and so writes at most): a node of an older build.
-var testOwnFormat func(id string) int
-
 // formats is what the members said of their builds (on the leader).
 type formats struct {
 	mu   sync.Mutex
@@ -52,8 +48,8 @@ type formatSaid struct {
 
 // ownFormat is the highest log format this node's build reads.
 func (cl *clusterState) ownFormat() int {
-	if testOwnFormat != nil {
-		if f := testOwnFormat(cl.id); f > 0 {
+	if hk := cl.cfg.testHooks; hk != nil && hk.ownFormat != nil {
+		if f := hk.ownFormat(cl.id); f > 0 {
 			return f
 		}
 	}

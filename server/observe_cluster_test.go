@@ -14,6 +14,7 @@ import (
 // page's view its cluster, and /readyz is ready while a leader is known and
 // turns not ready when the node loses its leader.
 func TestClusterMetricsAndReadyz(t *testing.T) {
+	t.Parallel()
 	tc := newTestCluster(t, 3, false)
 	l := tc.leader()
 	f := (l + 1) % 3
@@ -79,6 +80,7 @@ func grepLines(s, sub string) string {
 // connections): /readyz says so at once, not only once it stops hearing
 // from the leader, and says it is removed; added again, it is ready.
 func TestClusterRemovedNodeNotReady(t *testing.T) {
+	t.Parallel()
 	tc := newTestCluster(t, 3, false)
 	l := tc.leader()
 	g := (l + 1) % 3
@@ -108,6 +110,7 @@ func TestClusterRemovedNodeNotReady(t *testing.T) {
 // mlock_cluster_leader_contact_seconds would never fire for a node cut
 // off from its start.
 func TestClusterLeaderContactNeverHeard(t *testing.T) {
+	t.Parallel()
 	tc := newTestCluster(t, 3, false)
 	for i := range 3 {
 		tc.stop(i)

@@ -21,6 +21,7 @@ import (
 // id and token), the lock it never heard of is not there, and its next
 // token is above the one the old majority gave.
 func TestRecoverClusterKeepsLocksAndRaisesTokens(t *testing.T) {
+	t.Parallel()
 	tc := newTestCluster(t, 3, true)
 	l := tc.leader()
 	s := (l + 1) % 3
