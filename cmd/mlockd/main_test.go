@@ -224,6 +224,7 @@ func (c *client) lockHeld(req, res string) string {
 }
 
 func TestSignalShutdown(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	cmd, addr := mlockd(t, "--data-dir", dir)
 	c := dial(t, addr, "sig")
@@ -259,6 +260,7 @@ func TestSignalShutdown(t *testing.T) {
 }
 
 func TestKillMakesNextStartQuiet(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	cmd, addr := mlockd(t, "--data-dir", dir, "--session-grace", "1s")
 	dial(t, addr, "holder").lockHeld("1", "r")
@@ -287,6 +289,7 @@ func TestKillMakesNextStartQuiet(t *testing.T) {
 }
 
 func TestNewDataDirIsNotQuiet(t *testing.T) {
+	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "new")
 	_, addr := mlockd(t, "--data-dir", dir)
 	c := dial(t, addr, "first")
@@ -300,6 +303,7 @@ func TestNewDataDirIsNotQuiet(t *testing.T) {
 }
 
 func TestQuietPeriodZeroTurnsItOff(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	cmd, addr := mlockd(t, "--data-dir", dir)
 	dial(t, addr, "holder").lockHeld("1", "r")
@@ -310,6 +314,7 @@ func TestQuietPeriodZeroTurnsItOff(t *testing.T) {
 }
 
 func TestSecondMlockdOnOneDataDirFails(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	mlockd(t, "--data-dir", dir)
 	err := run([]string{"--listen", "127.0.0.1:0", "--data-dir", dir}, io.Discard, io.Discard)
@@ -319,6 +324,7 @@ func TestSecondMlockdOnOneDataDirFails(t *testing.T) {
 }
 
 func TestDataDirNoneStartsQuiet(t *testing.T) {
+	t.Parallel()
 	_, addr := mlockd(t, "--data-dir", "none", "--session-grace", "200ms")
 	c := dial(t, addr, "nodir")
 	if q := c.quietUntil(); q.IsZero() {
@@ -330,6 +336,7 @@ func TestDataDirNoneStartsQuiet(t *testing.T) {
 // A restart after a crash with a shorter --session-grace stays quiet for
 // the crashed run's quiet period: its clients may believe that long.
 func TestCrashQuietKeepsTheCrashedRunsPeriod(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	cmd, addr := mlockd(t, "--data-dir", dir, "--session-grace", "5s")
 	dial(t, addr, "holder").lockHeld("1", "r")
@@ -349,6 +356,7 @@ func TestCrashQuietKeepsTheCrashedRunsPeriod(t *testing.T) {
 // lock; it reloads the auth file, so a principal added to it can connect,
 // and a bad file keeps the previous principals.
 func TestSIGHUPReloadsTheAuthFile(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	file := filepath.Join(dir, "auth")
 	tokA, tokB := auth.NewToken(), auth.NewToken()
@@ -407,6 +415,7 @@ func TestSIGHUPReloadsTheAuthFile(t *testing.T) {
 // --insecure, mlockd refuses to listen on a non-loopback address, and says
 // what to do.
 func TestListenBeyondLoopbackNeedsCredentials(t *testing.T) {
+	t.Parallel()
 	f, err := os.CreateTemp(t.TempDir(), "stderr")
 	if err != nil {
 		t.Fatal(err)
@@ -471,6 +480,7 @@ func runMlockd(t *testing.T, env []string, args ...string) (stdout, stderr strin
 // variable) and the value, then one line pointing to --help: exit 2,
 // nothing on stdout, no usage dump.
 func TestUsageErrors(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		env  []string
 		args []string
@@ -502,6 +512,7 @@ func TestUsageErrors(t *testing.T) {
 }
 
 func TestHelpAndVersion(t *testing.T) {
+	t.Parallel()
 	for _, arg := range []string{"--help", "-h"} {
 		stdout, stderr, code := runMlockd(t, nil, arg)
 		if code != 0 || stderr != "" || !strings.HasPrefix(stdout, "Usage: mlockd [flags]") ||
@@ -597,6 +608,7 @@ func TestConfigErrorNamesFlagsAndVariables(t *testing.T) {
 
 // SIGHUP leaves a line in the log and mlockd running.
 func TestSIGHUPIsLogged(t *testing.T) {
+	t.Parallel()
 	cmd, addr, stderr := mlockdLog(t, "--data-dir", "none", "--quiet-period", "0")
 	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
@@ -615,6 +627,7 @@ func TestSIGHUPIsLogged(t *testing.T) {
 // default (1 s, 100), which logged what the operator asked not to, and at
 // a threshold nobody gave. Unset, the defaults stay.
 func TestLogThresholdsZeroMeansNever(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		args []string
 		env  map[string]string
@@ -655,6 +668,7 @@ func TestLogThresholdsZeroMeansNever(t *testing.T) {
 // Without credentials, --http beyond loopback is refused at start, as the
 // lock port is, naming what to do.
 func TestHTTPBeyondLoopbackNeedsCredentials(t *testing.T) {
+	t.Parallel()
 	f, err := os.CreateTemp(t.TempDir(), "stderr")
 	if err != nil {
 		t.Fatal(err)
@@ -681,6 +695,7 @@ func freePort(t *testing.T) string {
 // with the lock port's certificate, answers 401 to /api/locks without an
 // administrator's token and 200 with it; /healthz stays open.
 func TestHTTPWithCredentialsAndTLS(t *testing.T) {
+	t.Parallel()
 	ca := testcert.New(t)
 	certFile, keyFile := ca.Server(t)
 	tok := auth.NewToken()

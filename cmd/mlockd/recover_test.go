@@ -743,6 +743,7 @@ func TestRunbookBackup(t *testing.T) {
 // directory without state is refused (exit 1) and left as it was; --help
 // prints the usage.
 func TestRecoverCommandRefusals(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	for _, c := range []struct {
 		args []string
