@@ -11,11 +11,15 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/mlock-dev/mlock/internal/proctest"
+	"github.com/mlock-dev/mlock/internal/testenv"
 	"github.com/mlock-dev/mlock/locking"
 	"github.com/mlock-dev/mlock/locking/lockingtest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	testenv.WaitBound(8) // the conformance subtests wait for leases and queues
+	goleak.VerifyTestMain(m)
+}
 
 func TestMemoryConformance(t *testing.T) {
 	lockingtest.Run(t, lockingtest.Harness{

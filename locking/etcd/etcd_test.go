@@ -22,7 +22,10 @@ import (
 	"github.com/mlock-dev/mlock/locking/lockingtest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	testenv.WaitBound(8) // the conformance subtests wait for leases and queues
+	goleak.VerifyTestMain(m)
+}
 
 // endpoints returns ETCD_ENDPOINTS (comma-separated host:port). Without it
 // the test is skipped, except under CI=true, where a missing etcd is a

@@ -75,7 +75,9 @@ func waitQueued(t *testing.T, key string, n int) {
 	}
 }
 
-// Run runs every conformance test as a subtest of t.
+// Run runs every conformance test as a subtest of t, side by side (each
+// with its own provider from h.New and its own keys): -parallel bounds how
+// many at once.
 func Run(t *testing.T, h Harness) {
 	tests := []struct {
 		name string
@@ -119,6 +121,7 @@ func Run(t *testing.T, h Harness) {
 			{"ReleaseAllStaysInNamespace", testReleaseAllStaysInNamespace},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
+				t.Parallel()
 				p := h.New(t)
 				t.Cleanup(func() { p.Close() })
 				id := rand.Uint32()
@@ -137,6 +140,7 @@ func Run(t *testing.T, h Harness) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			p := h.New(t)
 			t.Cleanup(func() { p.Close() })
 			if h.QueueLen != nil {

@@ -8,6 +8,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/mlock-dev/mlock"
+	"github.com/mlock-dev/mlock/internal/testenv"
 	"github.com/mlock-dev/mlock/locking"
 	"github.com/mlock-dev/mlock/locking/lockingtest"
 	_ "github.com/mlock-dev/mlock/locking/mlockd"
@@ -15,7 +16,10 @@ import (
 	"github.com/mlock-dev/mlock/server/servertest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	testenv.WaitBound(8) // the conformance subtests wait for leases and queues
+	goleak.VerifyTestMain(m)
+}
 
 func TestConformance(t *testing.T) {
 	// No rate on listings: the suite polls the queues.
@@ -25,7 +29,7 @@ func TestConformance(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer admin.Close()
+	t.Cleanup(func() { admin.Close() }) // after the parallel subtests
 	lockingtest.Run(t, lockingtest.Harness{
 		New: func(t *testing.T) locking.Provider {
 			p, err := locking.Open(context.Background(), uri)

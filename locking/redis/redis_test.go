@@ -19,7 +19,10 @@ import (
 	"github.com/mlock-dev/mlock/locking/redis"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	testenv.WaitBound(8) // the conformance subtests wait for leases and queues
+	goleak.VerifyTestMain(m)
+}
 
 // redisURL returns REDIS_URL. Without it the test is skipped, except under
 // CI=true, where a missing Redis is a failure.
