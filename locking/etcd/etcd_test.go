@@ -63,6 +63,7 @@ func ctx(t testing.TB) context.Context {
 }
 
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	pfx := prefix()
 	lockingtest.Run(t, lockingtest.Harness{
 		New:    func(t *testing.T) locking.Provider { return open(t, pfx) },
@@ -293,6 +294,7 @@ func TestLostOnRevoke(t *testing.T) {
 // Many workers, overlapping key sets in random orders, AwaitQueue: nobody
 // deadlocks and no key has two holders at once.
 func TestOverlappingSetsStress(t *testing.T) {
+	t.Parallel()
 	pfx := prefix()
 	a, b := open(t, pfx), open(t, pfx)
 	defer a.Close()
@@ -408,6 +410,7 @@ func (lateCtx) Deadline() (time.Time, bool) { return time.Now().Add(-time.Millis
 // the deadline, answers "request timed out" first) is a timeout, as the
 // end of the context is, not a failure of etcd.
 func TestDeadlinePassedIsATimeout(t *testing.T) {
+	t.Parallel()
 	p := open(t, prefix())
 	defer p.Close()
 	_, err := p.Acquire(lateCtx{context.Background()}, []string{"late"}, locking.AcquireOptions{Expire: 2 * time.Second})

@@ -42,6 +42,7 @@ func open(t testing.TB, o redis.Options) *redis.Provider {
 }
 
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	ns := fmt.Sprintf("mlocktest:%x:", rand.Uint32())
 	lockingtest.Run(t, lockingtest.Harness{
 		New:    func(t *testing.T) locking.Provider { return open(t, redis.Options{Namespace: ns}) },
@@ -56,6 +57,7 @@ func TestConformance(t *testing.T) {
 }
 
 func TestConformancePollingOnly(t *testing.T) {
+	t.Parallel()
 	ns := fmt.Sprintf("mlocktest:%x:", rand.Uint32())
 	lockingtest.Run(t, lockingtest.Harness{
 		New: func(t *testing.T) locking.Provider { return open(t, redis.Options{Namespace: ns, NoWake: true}) },
