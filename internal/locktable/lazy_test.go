@@ -19,6 +19,7 @@ import (
 // its lock's expiry, a lock at a holder's expiry, a release at a waiter's
 // timeout, in every mode (readers granted when a writer expires, say).
 func TestDeadlinesDueInsideCommands(t *testing.T) {
+	t.Parallel()
 	rapid.Check(t, func(rt *rapid.T) {
 		var evEager, evLazy []Event
 		seed := [32]byte{9}
