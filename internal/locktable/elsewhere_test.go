@@ -710,7 +710,7 @@ func TestQueuesPageMemoryIsBounded(t *testing.T) {
 // first listing builds the index, once, in O(Q log Q); queues created and
 // freed between listings cost the next one at most youngMax insertions.
 func TestQueuesPageAmongAMillionQueues(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it counts the bytes a listing allocates.
 	// The bounds count comparisons, not time: a tenth of a million proves
 	// the same with the suite; MLOCK_MODEL_LONG=1 (CI, without the race
 	// detector) takes the million.
