@@ -183,10 +183,11 @@ type readmeRun struct {
 func (r *readmeRun) goInstall(c readmeCommand) {
 	t := r.t
 	// go test runs with its go command on PATH, as the other tests that
-	// build binaries assume.
+	// build binaries assume. -trimpath, as proctest builds the programs the
+	// other tests start: the same compiled packages, from go's cache.
 	cmd := exec.Command("go", c.args[1:]...)
 	cmd.Dir = r.root
-	cmd.Env = append(os.Environ(), "GOBIN="+r.bin)
+	cmd.Env = append(os.Environ(), "GOBIN="+r.bin, "GOFLAGS="+strings.TrimSpace(os.Getenv("GOFLAGS")+" -trimpath"))
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("%s: %v\n%s", c.line, err, out)
 	}

@@ -43,6 +43,9 @@ func moduleRoot() (string, error) {
 // "./cmd/mlockd") without -race into dir, in one go build, and returns the
 // path of each program in their order. The programs change under the tests:
 // they are built afresh by every test binary (go's cache makes it cheap).
+// They are built with -trimpath: the compiled packages do not depend on
+// the checkout's directory, so another clone of the same commit finds them
+// in go's cache.
 func Build(t testing.TB, dir string, pkgs ...string) []string {
 	t.Helper()
 	bins, err := BuildErr(dir, pkgs...)
@@ -58,7 +61,7 @@ func BuildErr(dir string, pkgs ...string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command("go", append([]string{"build", "-o", dir + string(filepath.Separator)}, pkgs...)...)
+	cmd := exec.Command("go", append([]string{"build", "-trimpath", "-o", dir + string(filepath.Separator)}, pkgs...)...)
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("go build %s: %v\n%s", strings.Join(pkgs, " "), err, out)
