@@ -48,7 +48,8 @@ func TestMain(m *testing.M) {
 
 const (
 	attackConns = 4000
-	// What the healthy client must get during an attack.
+	// What an attack may add to the healthy client's slowest connect and ping
+	// p99, over what it gets without one.
 	maxConnect = time.Second
 	maxPingP99 = 50 * time.Millisecond
 	// maxGrowth is the bound of docs/security.md on what the pre-handshake
@@ -480,8 +481,9 @@ func percentile(d []time.Duration, p float64) time.Duration {
 // healthy client measures, and checks what it saw and mlockd's memory.
 func runAttack(t *testing.T, target string, pid int, tok string, ips []string) {
 	t.Helper()
-	// The machine's own latency, without the attack: on a machine too busy
-	// to ping under the goal at all, the goal is the baseline plus it.
+	// The machine's own latency, without the attack: the goal is what the
+	// attack may add to it (a p99 over a second varies by tens of ms on a
+	// busy machine, with or without an attack).
 	calm := make(chan struct{})
 	time.AfterFunc(time.Second, func() { close(calm) })
 	before := measure(target, tok, calm)
@@ -491,15 +493,10 @@ func runAttack(t *testing.T, target string, pid int, tok string, ips []string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pingGoal, connectGoal := maxPingP99, maxConnect
-	if b := percentile(before.pings, 0.99); b >= maxPingP99/2 {
-		pingGoal = b + maxPingP99
-		t.Logf("the machine is busy: ping p99 %v without an attack; the goal under attack is %v", b, pingGoal)
-	}
-	if b := percentile(before.connects, 1); b >= maxConnect/2 {
-		connectGoal = b + maxConnect
-		t.Logf("the machine is busy: connect %v without an attack; the goal under attack is %v", b, connectGoal)
-	}
+	pingGoal := percentile(before.pings, 0.99) + maxPingP99
+	connectGoal := percentile(before.connects, 1) + maxConnect
+	t.Logf("goals under attack: ping p99 < %v, every connect within %v (without an attack, plus %v and %v)",
+		pingGoal, connectGoal, maxPingP99, maxConnect)
 	began := time.Now()
 	a := attack(t, target, ips, attackConns, duration()+300*time.Millisecond)
 	select {
