@@ -16,13 +16,10 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { MedusaModule } from '@medusajs/framework/modules-sdk';
 import type { ILockingModule } from '@medusajs/framework/types';
 import { type Proxy, type Server, sleep, startProxy, startServer } from './helpers';
+import { LOCKING_MLOCK, loadLocking, registration } from './medusa';
 
-const logger = { info() {}, warn() {}, error() {}, debug() {}, log() {}, activity() {}, progress() {}, failure() {}, success() {}, panic() {}, shouldLog: () => false, setLogLevel() {}, unsetLogLevel() {} };
-
-const LOCKING_MLOCK = join(__dirname, '..', '..', 'packages', 'locking-mlock');
 const README = join(__dirname, '..', '..', 'README.md');
 
 const REDIS_URL = process.env.REDIS_URL ?? '';
@@ -316,29 +313,6 @@ interface Target {
   close(m: ILockingModule): Promise<void>;
 }
 
-/** Loads one at a time: MedusaModule's instances are global, and the two targets run side by side. */
-let loading: Promise<unknown> = Promise.resolve();
-
-function loadLocking(provider: { resolve: string; id: string; options: Record<string, unknown> }): Promise<ILockingModule> {
-  const load = async () => {
-    MedusaModule.clearInstances();
-    const r = await MedusaModule.bootstrap<ILockingModule>({
-      moduleKey: 'locking',
-      defaultPath: require.resolve('@medusajs/locking'),
-      declaration: { scope: 'internal', resources: 'shared', options: { providers: [{ ...provider, is_default: true }] } } as never,
-      injectedDependencies: { logger },
-    });
-    return (r as Record<string, ILockingModule>).locking;
-  };
-  const p = loading.then(load, load);
-  loading = p.catch(() => undefined);
-  return p;
-}
-
-function registration(m: ILockingModule, id: string): Record<string, unknown> {
-  return (m as unknown as { providerService_: { retrieveProviderRegistration(id: string): Record<string, unknown> } }).providerService_.retrieveProviderRegistration(id);
-}
-
 /** Runs every scenario on t and returns the outcomes by scenario. */
 async function runAll(t: Target): Promise<Map<string, string[]>> {
   const out = new Map<string, string[]>();
@@ -406,7 +380,7 @@ describe('differential: @medusajs/locking-redis and locking-mlock, the same scen
       name: 'locking-redis',
       proxy: redisProxy,
       load: (namespace) =>
-        loadLocking({ resolve: require.resolve('@medusajs/locking-redis'), id: 'locking-redis', options: { redisUrl: `redis://${redisProxy.addr}/${db}`, namespace } }),
+        loadLocking({ resolve: require.resolve('@medusajs/locking-redis'), id: 'locking-redis', options: { redisUrl: `redis://${redisProxy.addr}/${db}`, namespace } }, true),
       async close(m) {
         (registration(m, 'locking-redis').redisClient as { disconnect(): void }).disconnect();
       },
@@ -416,7 +390,7 @@ describe('differential: @medusajs/locking-redis and locking-mlock, the same scen
     targets.push({
       name: 'locking-mlock',
       proxy: mlockProxy,
-      load: (namespace) => loadLocking({ resolve: LOCKING_MLOCK, id: 'locking-mlock', options: { url: `mlock://${mlockProxy.addr}`, namespace } }),
+      load: (namespace) => loadLocking({ resolve: LOCKING_MLOCK, id: 'locking-mlock', options: { url: `mlock://${mlockProxy.addr}`, namespace } }, true),
       async close(m) {
         await (registration(m, 'locking-mlock') as { shutdown(): Promise<void> }).shutdown();
       },
