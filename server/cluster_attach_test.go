@@ -65,7 +65,7 @@ func TestClusterAttachAtTheEndOfTheGrace(t *testing.T) {
 	snaps := tc.replicaSnapshots()
 	for i := 1; i < len(snaps); i++ {
 		if !bytes.Equal(snaps[0], snaps[i]) {
-			t.Fatalf("node states differ (%d and %d bytes)", len(snaps[0]), len(snaps[i]))
+			t.Fatalf("node states differ (%d and %d bytes)\n%q\n%q", len(snaps[0]), len(snaps[i]), snaps[0], snaps[i])
 		}
 	}
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"fmt"
 	"strconv"
 	"sync"
 	"testing"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/mlock-dev/mlock/internal/cluster"
 	"github.com/mlock-dev/mlock/internal/core"
+	"github.com/mlock-dev/mlock/internal/proctest"
 )
 
 // settingsIn returns the settings in force on node i.
@@ -22,10 +24,15 @@ func (tc *testCluster) settingsIn(i int) settings {
 // replicaSnapshots waits until every running node has applied the same
 // entries, the leader's commit index, and returns each node's replicated
 // state (sessions, settings in force, engine) taken while none applied
-// anything else.
+// anything else. Raft counts an entry applied when it hands it to the
+// state machine's goroutine, a moment before the state has it: states
+// taken at one applied index may differ for that moment, so until the
+// deadline it takes them again until they are the same (a node whose state
+// truly differs never gets there, and the caller's comparison says so).
 func (tc *testCluster) replicaSnapshots() [][]byte {
 	tc.t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
+	var last [][]byte
 	for time.Now().Before(deadline) {
 		l := tc.leader()
 		commit := tc.nodes[l].cl.node.Status().CommitIndex
@@ -56,12 +63,28 @@ func (tc *testCluster) replicaSnapshots() [][]byte {
 				still = false
 			}
 		}
-		if still && tc.nodes[l].cl.node.Status().CommitIndex == commit {
+		if !still || tc.nodes[l].cl.node.Status().CommitIndex != commit {
+			continue
+		}
+		last = snaps
+		if allEqual(snaps) {
 			return snaps
 		}
+		time.Sleep(10 * time.Millisecond)
 	}
-	tc.t.Fatal("the nodes did not reach the same applied index")
-	return nil
+	if last == nil {
+		tc.t.Fatal("the nodes did not reach the same applied index")
+	}
+	return last
+}
+
+func allEqual(bs [][]byte) bool {
+	for _, b := range bs[1:] {
+		if !bytes.Equal(bs[0], b) {
+			return false
+		}
+	}
+	return true
 }
 
 // The leader's settings are in force on every node, whatever the node's own
@@ -131,10 +154,10 @@ func TestClusterLeaderSettingsInForce(t *testing.T) {
 	cl.locked(idl)
 	cf.send("extend 2 " + idf + " 90000")
 	cf.expect("result 2 success *")
-	for i := range 3 {
-		if n, m := tc.sessionLocks(i, "onfollower"), tc.sessionLocks(i, "onleader"); n != 1 || m != 1 {
-			t.Errorf("n%d holds %d and %d locks for the two sessions, want 1 and 1", i, n, m)
-		}
+	for i := range 3 { // each node once it has applied the grants
+		proctest.WaitFor(t, 10*time.Second, fmt.Sprintf("n%d holding one lock for each session", i), func() bool {
+			return tc.sessionLocks(i, "onfollower") == 1 && tc.sessionLocks(i, "onleader") == 1
+		})
 	}
 	// The follower's client goes: its grace, the leader's 3 s, starts on
 	// every node alike.
