@@ -220,6 +220,8 @@ export class MlockLockingProvider implements ILockingProvider {
     const timeout = args?.timeout === undefined || args?.timeout === null ? Math.max(this.waitLockingTimeout, 1) : Math.max(num(args.timeout) ?? 1, 1);
     const expire = Math.max(num(args?.expire) ?? DEFAULT_LOCK_EXPIRATION, 1);
     const list = this.keys(keys);
+    // One key goes as it is (the client's path without a list).
+    const res = list.length === 1 ? list[0] : list;
     const owner = `execute:${randomUUID()}`;
     const timedOut = (cause: unknown) => medusaError(MedusaError.Types.CONFLICT, 'Timed-out acquiring lock.', cause);
     let lock: Lock;
@@ -227,7 +229,7 @@ export class MlockLockingProvider implements ILockingProvider {
       // The server's own timeout, and the caller's: the wait for a server
       // that is unreachable counts too.
       lock = await this.whileUnreachable(Date.now(), Math.round(timeout * 1000), (left, deadline) =>
-        this.client.acquire(list, { owner, ttl: Math.round(expire * 1000), timeout: Math.max(left, 1), deadline }), timedOut);
+        this.client.acquire(res, { owner, ttl: Math.round(expire * 1000), timeout: Math.max(left, 1), deadline }), timedOut);
     } catch (e) {
       if (e instanceof MlockError && e.type === 'timeout') throw timedOut(e);
       throw this.conflict(e, list);

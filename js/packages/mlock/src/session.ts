@@ -25,6 +25,13 @@ import type { Resolved } from './options';
 // Lock requests whose connection drops before their answer are asked again on
 // the next connection (see detached, reaskCalls).
 
+/**
+ * What plain connections read into: each read is decoded before the next
+ * (the frames become strings, a partial frame is copied), so one buffer
+ * serves every connection of the process.
+ */
+const readBuffer = Buffer.allocUnsafe(64 * 1024);
+
 /** Monotonic milliseconds. */
 export const mono = (): number => performance.now();
 
@@ -495,19 +502,22 @@ export class Session {
       // With want=leader a cluster follower names the leader.
       sock.write(encode(`connect ${this.sid} 1.0${auth}${ask ? ' want=leader' : ''}`));
     };
+    // A plain connection reads into the shared read buffer (no buffer, and
+    // no stream event, per read); TLS through its stream.
     const sock: net.Socket = this.opts.tls
       ? tls.connect({ servername: net.isIP(n.host) ? undefined : n.host, minVersion: 'TLSv1.2', ...this.opts.tls, host: n.host, port: n.port }, onConnect)
-      : net.connect({ host: n.host, port: n.port }, onConnect);
+      : net.connect({ host: n.host, port: n.port, onread: { buffer: readBuffer, callback: onRead } }, onConnect);
     sock.setNoDelay(true);
     sock.setKeepAlive(true, 15000);
     if (!this.refed) sock.unref();
     const dialTimer = setTimeout(() => sock.destroy(new Error('connection attempt timed out')), this.opts.dialTimeout);
     dialTimer.unref();
     const dec = new Decoder();
-    sock.on('data', (chunk: Buffer) => {
+    // The frames of a chunk read; transient: chunk is the shared read buffer.
+    const onChunk = (chunk: Buffer, transient: boolean): void => {
       let frames: string[];
       try {
-        frames = dec.push(chunk);
+        frames = dec.push(chunk, transient);
       } catch (e) {
         sock.destroy(e as Error);
         return;
@@ -550,7 +560,12 @@ export class Session {
           return;
         }
       }
-    });
+    };
+    if (this.opts.tls) sock.on('data', (chunk: Buffer) => onChunk(chunk, false));
+    function onRead(len: number): boolean {
+      onChunk(readBuffer.subarray(0, len), true);
+      return true;
+    }
     sock.on('error', (e: Error) => {
       lastErr = e;
     });
@@ -812,14 +827,24 @@ export class Session {
   }
 
   private queue(text: string): void {
-    this.out.push(text);
     if (!this.flushQueued) {
       this.flushQueued = true;
-      // After the callers woken in this turn have queued their commands:
-      // one write for all of them.
-      process.nextTick(() => this.flush());
+      // The first command of a turn goes out at once when the socket has
+      // nothing waiting to be written: a lone command is never delayed, and
+      // the server starts on it while the rest of the turn runs. What the
+      // callers woken in the same turn queue after it goes in one write at
+      // the end of the turn.
+      process.nextTick(this.endTurn);
+      const sock = this.sock;
+      if (sock && this.connected && this.out.length === 0 && sock.writableLength === 0) {
+        sock.write(encode(text));
+        return;
+      }
     }
+    this.out.push(text);
   }
+
+  private readonly endTurn = (): void => this.flush();
 
   private flush(): void {
     this.flushQueued = false;
