@@ -122,6 +122,9 @@ export class MlockLockingProvider implements ILockingProvider {
   protected readonly waitLockingTimeout: number = 5;
   protected readonly maxExpire: number = 86400;
   private client_?: Mlock;
+  /** The owners of execute: this id (random, of this provider) and a count. */
+  private readonly executeId = randomUUID();
+  private executes = 0;
 
   /**
    * @param cradle the provider's container: its loader registers the
@@ -222,7 +225,8 @@ export class MlockLockingProvider implements ILockingProvider {
     const list = this.keys(keys);
     // One key goes as it is (the client's path without a list).
     const res = list.length === 1 ? list[0] : list;
-    const owner = `execute:${randomUUID()}`;
+    // An owner no other call has: the provider's random id and a count.
+    const owner = `execute:${this.executeId}:${(++this.executes).toString(36)}`;
     const timedOut = (cause: unknown) => medusaError(MedusaError.Types.CONFLICT, 'Timed-out acquiring lock.', cause);
     let lock: Lock;
     try {
@@ -244,7 +248,7 @@ export class MlockLockingProvider implements ILockingProvider {
       lost = medusaError(MedusaError.Types.CONFLICT, message, e);
       ac?.abort(lost);
     };
-    lock.once('lost', onLost);
+    lock.on('lost', onLost); // fires at most once: a lock is lost once
     const interval = Math.max(Math.floor((expire * 1000) / 3), 250);
     let timer: NodeJS.Timeout | undefined;
     let stopped = false;
