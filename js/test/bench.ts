@@ -317,7 +317,7 @@ async function main() {
     });
   }
   console.log(`node ${process.version}, ${workers} workers, ${seconds} s per target and scenario${rounds > 1 ? `, ${rounds} rounds` : ''}, mlockd on ${srv.addr}${process.env.REDIS_URL ? `, redis ${process.env.REDIS_URL}` : ''}`);
-  const running = only ? targets.filter((t) => only.some((o) => t.name.includes(o))) : targets;
+  const running = only?.length ? targets.filter((t) => only.some((o) => t.name.includes(o))) : targets;
   const row = (name: string, r: Result, hot: boolean) =>
     [
       name.padEnd(34),
