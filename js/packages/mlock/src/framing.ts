@@ -33,13 +33,13 @@ export function encodeAll(texts: string[]): Buffer {
   return b;
 }
 
+const EMPTY = Buffer.alloc(0);
+
 /**
  * Decodes frames from a byte stream split in any way. push returns the
  * payloads of the frames completed by the chunk, in order; a malformed frame
  * (L < 5, L above the cap, a last byte other than a newline) throws.
  */
-const EMPTY = Buffer.alloc(0);
-
 export class Decoder {
   private buf: Buffer = EMPTY;
 
