@@ -172,6 +172,8 @@ export class Lock extends EventEmitter {
   /** @internal */ sent = 0;
   /** @internal */ base = 0;
   /** @internal */ waitEnd = 0;
+  /** @internal The read (Session.reads) that carried the request's result. */
+  answeredIn = 0;
   /** @internal held: unlock()'s unlock is in flight. */ unlocking = false;
   /**
    * @internal waiting, granted, but the grant arrived with less than
@@ -416,6 +418,10 @@ export class Session {
   private connected = false;
   private out: string[] = [];
   private flushQueued = false;
+  // Reads so far, and whether the current turn hands a lock over: a read
+  // carried the grant of a request that waited in a queue (see queue).
+  private reads = 0;
+  private handoff = false;
   private seq = 0;
   private readonly calls = new Map<number, Call>();
   readonly locks = new Map<string, Lock>();
@@ -516,6 +522,7 @@ export class Session {
     // The frames of a chunk read; transient: chunk is the shared read buffer.
     const onChunk = (chunk: Buffer, transient: boolean): void => {
       let frames: string[];
+      this.reads++;
       try {
         frames = dec.push(chunk, transient);
       } catch (e) {
@@ -830,13 +837,16 @@ export class Session {
     if (!this.flushQueued) {
       this.flushQueued = true;
       // The first command of a turn goes out at once when the socket has
-      // nothing waiting to be written: a lone command is never delayed, and
-      // the server starts on it while the rest of the turn runs. What the
-      // callers woken in the same turn queue after it goes in one write at
-      // the end of the turn.
+      // nothing waiting to be written: the server starts on it while the rest
+      // of the turn runs. What the callers woken in the same turn queue after
+      // it goes in one write at the end of the turn (the same macrotask: a
+      // lone command is never delayed). A turn that hands a lock over goes
+      // whole in one write: the release that the next waiter's grant depends
+      // on need not be its first command, and one write gets it to the
+      // server soonest.
       process.nextTick(this.endTurn);
       const sock = this.sock;
-      if (sock && this.connected && this.out.length === 0 && sock.writableLength === 0) {
+      if (!this.handoff && sock && this.connected && this.out.length === 0 && sock.writableLength === 0) {
         sock.write(encode(text));
         return;
       }
@@ -848,6 +858,7 @@ export class Session {
 
   private flush(): void {
     this.flushQueued = false;
+    this.handoff = false;
     if (!this.sock || !this.connected || this.out.length === 0) return;
     const b = encodeAll(this.out);
     this.out = [];
@@ -1022,6 +1033,8 @@ export class Session {
           this.forget(id);
           break;
         }
+        // A grant that waited (its result came in an earlier read): a hand-off.
+        if (l.state === 'waiting' && l.answeredIn !== this.reads) this.handoff = true;
         l.granted(token === undefined ? 0 : Number(token), Number(exp));
         break;
       }
@@ -1153,6 +1166,7 @@ export class Session {
       // Granted or queued: the locked push (or the failure) that follows
       // answers the call.
       l._id = payload;
+      l.answeredIn = this.reads;
       this.locks.set(payload, l);
       l.call = cl;
       this.keepAlive(this.keepSpan(l));
