@@ -13,13 +13,16 @@
 // narrow the run, for profiling one target (node --cpu-prof).
 // MLOCK_BENCH_BEFORE names the js/ directory of another build (its packages
 // built): its client and provider run as targets too ("... before"), for a
-// before-and-after in one run.
+// before-and-after in one run; several, as label=dir,label=dir, run as
+// "... label" each.
 //
 // Scenarios (as mlock bench): uncontended (each worker its own key: lock,
 // unlock, again) and hotkey (every worker on one key; hand-off = from the
 // release to the next grant). cpu/op is this process's CPU time (user and
 // system) per operation, server cpu mlockd's (from /proc) or Redis's (its
-// INFO cpu) per operation, both over the target's run.
+// INFO cpu) per operation, both over the target's run; others is the CPU the
+// rest of the machine used meanwhile, in cores (from /proc/stat: near 0 on a
+// quiet machine, where single rounds can be compared).
 import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -34,6 +37,12 @@ const seconds = Number(process.argv[2] ?? 3);
 const workers = Number(process.argv[3] ?? 8);
 const rounds = Number(process.argv[4] ?? 1);
 const only = process.env.MLOCK_BENCH_TARGETS?.split(',').filter(Boolean);
+// The other builds: MLOCK_BENCH_BEFORE=dir ("before"), or label=dir,label=dir,...
+const builds = (process.env.MLOCK_BENCH_BEFORE?.split(',').filter(Boolean) ?? []).map((x, _, all) => {
+  const eq = x.indexOf('=');
+  if (eq > 0) return { label: x.slice(0, eq), dir: x.slice(eq + 1) };
+  return { label: all.length === 1 ? 'before' : x, dir: x };
+});
 const scenarios = (process.env.MLOCK_BENCH_SCENARIOS?.split(',').filter(Boolean) ?? ['uncontended', 'hotkey']) as ('uncontended' | 'hotkey')[];
 
 interface Target {
@@ -43,6 +52,8 @@ interface Target {
   close(): Promise<void> | void;
   /** CPU time (user + system, µs) the server process has used so far, if it can be read. */
   serverCpu?(): Promise<number>;
+  /** The server's reads and writes so far (mlockd's status), if it can be asked. */
+  serverIo?(): Promise<{ reads: number; writes: number }>;
 }
 
 interface Result {
@@ -56,6 +67,14 @@ interface Result {
   cpu: number;
   /** The server's CPU time per operation, µs (NaN: unknown). */
   serverCpu: number;
+  /**
+   * The CPU the rest of the machine used meanwhile (every process but this
+   * one and the server), in cores: near 0 on a quiet machine.
+   */
+  others: number;
+  /** The server's socket reads and writes per operation (NaN: unknown). */
+  reads: number;
+  writes: number;
 }
 
 /** CPU time (user + system, µs) process pid has used, from /proc (NaN where there is none). */
@@ -65,6 +84,17 @@ function procCpu(pid: number | undefined): number {
     const w = f.slice(f.lastIndexOf(')') + 2).split(' ');
     // utime and stime are fields 14 and 15, in clock ticks (100 per second on Linux).
     return (Number(w[11]) + Number(w[12])) * 10000;
+  } catch {
+    return NaN;
+  }
+}
+
+/** CPU time (µs) every CPU of the machine has been busy so far, from /proc/stat (NaN where there is none). */
+function machineCpu(): number {
+  try {
+    const w = readFileSync('/proc/stat', 'utf8').split('\n')[0].trim().split(/\s+/).slice(1).map(Number);
+    // user nice system idle iowait irq softirq steal: all but idle and iowait.
+    return (w[0] + w[1] + w[2] + w[5] + w[6] + (w[7] ?? 0)) * 10000;
   } catch {
     return NaN;
   }
@@ -84,7 +114,10 @@ async function run(t: Target, scenario: 'uncontended' | 'hotkey', round: number)
   const hot = `bench-hot-${process.pid}-${t.name.replace(/\W/g, '')}-${round}`;
   const cpu0 = process.cpuUsage();
   const srv0 = t.serverCpu ? await t.serverCpu() : NaN;
-  const end = performance.now() + seconds * 1000;
+  const io0 = t.serverIo ? await t.serverIo() : { reads: NaN, writes: NaN };
+  const all0 = machineCpu();
+  const start = performance.now();
+  const end = start + seconds * 1000;
   await Promise.all(
     Array.from({ length: workers }, async (_, w) => {
       const key = scenario === 'hotkey' ? hot : `bench-${process.pid}-${t.name.replace(/\W/g, '')}-${round}-${w}`;
@@ -101,7 +134,10 @@ async function run(t: Target, scenario: 'uncontended' | 'hotkey', round: number)
     }),
   );
   const cpu = process.cpuUsage(cpu0);
+  const all1 = machineCpu();
+  const wall = (performance.now() - start) * 1000;
   const srv1 = t.serverCpu ? await t.serverCpu() : NaN;
+  const io1 = t.serverIo ? await t.serverIo() : { reads: NaN, writes: NaN };
   const r: Result = {
     ops,
     perSec: ops / seconds,
@@ -109,6 +145,9 @@ async function run(t: Target, scenario: 'uncontended' | 'hotkey', round: number)
     p99: pct(lat, 99),
     cpu: (cpu.user + cpu.system) / ops,
     serverCpu: (srv1 - srv0) / ops,
+    reads: (io1.reads - io0.reads) / ops,
+    writes: (io1.writes - io0.writes) / ops,
+    others: Math.max(0, all1 - all0 - (cpu.user + cpu.system) - (Number.isNaN(srv1 - srv0) ? 0 : srv1 - srv0)) / wall,
   };
   if (scenario === 'hotkey') {
     r.handoffP50 = pct(handoff, 50);
@@ -203,6 +242,12 @@ async function main() {
   const srv = await startServer(['--session-grace', '15s']);
   const targets: Target[] = [];
   const mlockdCpu = async () => procCpu(srv.proc.pid);
+  // A session of its own, for the server's counters.
+  const statusClient = new Mlock({ host: '127.0.0.1', port: srv.port, socketId: `bench-status-${process.pid}` });
+  const mlockdIo = async () => {
+    const st = await statusClient.status();
+    return { reads: Number(st.reads), writes: Number(st.writes) };
+  };
   const client = new Mlock({ host: '127.0.0.1', port: srv.port });
   targets.push({
     name: 'mlock client (Node)',
@@ -213,6 +258,7 @@ async function main() {
     },
     close: () => client.destroy(),
     serverCpu: mlockdCpu,
+    serverIo: mlockdIo,
   });
   const provider = new MlockLockingProvider({}, { url: `mlock://${srv.addr}`, namespace: 'bench:' });
   targets.push({
@@ -222,15 +268,15 @@ async function main() {
     },
     close: () => provider.shutdown(),
     serverCpu: mlockdCpu,
+    serverIo: mlockdIo,
   });
-  targets.push({ ...(await originalClient(srv.port)), serverCpu: mlockdCpu });
-  if (process.env.MLOCK_BENCH_BEFORE) {
-    const dir = process.env.MLOCK_BENCH_BEFORE;
+  targets.push({ ...(await originalClient(srv.port)), serverCpu: mlockdCpu, serverIo: mlockdIo });
+  for (const { label, dir } of builds) {
     const Before = require(join(dir, 'packages', 'mlock', 'dist', 'index.js')) as typeof Mlock;
     const { MlockLockingProvider: BeforeProvider } = require(join(dir, 'packages', 'locking-mlock', 'dist', 'index.js')) as { MlockLockingProvider: typeof MlockLockingProvider };
     const before = new Before({ host: '127.0.0.1', port: srv.port });
     targets.push({
-      name: 'mlock client (Node) before',
+      name: `mlock client (Node) ${label}`,
       async cycle(key, onHeld) {
         const l = await before.acquire(key, { ttl: 10000 });
         onHeld();
@@ -238,15 +284,17 @@ async function main() {
       },
       close: () => before.destroy(),
       serverCpu: mlockdCpu,
+    serverIo: mlockdIo,
     });
-    const beforeProvider = new BeforeProvider({}, { url: `mlock://${srv.addr}`, namespace: 'bench-before:' });
+    const beforeProvider = new BeforeProvider({}, { url: `mlock://${srv.addr}`, namespace: `bench-${label}:` });
     targets.push({
-      name: 'locking-mlock execute before',
+      name: `locking-mlock execute ${label}`,
       async cycle(key, onHeld) {
         await beforeProvider.execute(key, async () => onHeld(), { timeout: 30 });
       },
       close: () => beforeProvider.shutdown(),
       serverCpu: mlockdCpu,
+    serverIo: mlockdIo,
     });
   }
   if (process.env.REDIS_URL) {
@@ -269,7 +317,7 @@ async function main() {
     });
   }
   console.log(`node ${process.version}, ${workers} workers, ${seconds} s per target and scenario${rounds > 1 ? `, ${rounds} rounds` : ''}, mlockd on ${srv.addr}${process.env.REDIS_URL ? `, redis ${process.env.REDIS_URL}` : ''}`);
-  const running = only ? targets.filter((t) => only.some((o) => t.name.includes(o))) : targets;
+  const running = only?.length ? targets.filter((t) => only.some((o) => t.name.includes(o))) : targets;
   const row = (name: string, r: Result, hot: boolean) =>
     [
       name.padEnd(34),
@@ -279,12 +327,14 @@ async function main() {
       hot ? fmt(r.handoffP50).padStart(12) + fmt(r.handoffP99).padStart(12) : '',
       cpuFmt(r.cpu).padStart(10),
       cpuFmt(r.serverCpu).padStart(12),
+      Number.isNaN(r.reads) ? '-'.padStart(11) : `${r.reads.toFixed(2)}/${r.writes.toFixed(2)}`.padStart(11),
+      Number.isNaN(r.others) ? '-'.padStart(7) : r.others.toFixed(2).padStart(7),
     ].join(' ');
   for (const scenario of scenarios) {
     const hot = scenario === 'hotkey';
     console.log(`\n${scenario}`);
     console.log(
-      ['target'.padEnd(34), 'ops/s'.padStart(9), 'p50'.padStart(9), 'p99'.padStart(9), hot ? 'handoff p50'.padStart(12) + 'handoff p99'.padStart(12) : '', 'cpu/op'.padStart(10), 'server cpu'.padStart(12)].join(' '),
+      ['target'.padEnd(34), 'ops/s'.padStart(9), 'p50'.padStart(9), 'p99'.padStart(9), hot ? 'handoff p50'.padStart(12) + 'handoff p99'.padStart(12) : '', 'cpu/op'.padStart(10), 'server cpu'.padStart(12), 'srv rd/wr'.padStart(11), 'others'.padStart(7)].join(' '),
     );
     const perRound = new Map<string, number[]>(running.map((t) => [t.name, []]));
     for (let round = 0; round < rounds; round++) {
@@ -308,10 +358,12 @@ async function main() {
       };
       ratio('mlock client (Node)', 'original client (replica)');
       ratio('locking-mlock execute', '@medusajs/locking-redis execute');
-      ratio('mlock client (Node)', 'mlock client (Node) before');
-      ratio('locking-mlock execute', 'locking-mlock execute before');
-      ratio('mlock client (Node) before', 'original client (replica)');
-      ratio('locking-mlock execute before', '@medusajs/locking-redis execute');
+      for (const { label } of builds) {
+        ratio('mlock client (Node)', `mlock client (Node) ${label}`);
+        ratio('locking-mlock execute', `locking-mlock execute ${label}`);
+        ratio(`mlock client (Node) ${label}`, 'original client (replica)');
+        ratio(`locking-mlock execute ${label}`, '@medusajs/locking-redis execute');
+      }
     }
     if (process.env.MLOCK_CLI) {
       const out = execFileSync(process.env.MLOCK_CLI, ['bench', '--scenario', scenario, '--workers', String(workers), '--duration', `${seconds}s`, `mlock://${srv.addr}`], { encoding: 'utf8' });
@@ -319,6 +371,7 @@ async function main() {
     }
   }
   for (const t of targets) await t.close();
+  statusClient.destroy();
   await srv.cleanup();
 }
 

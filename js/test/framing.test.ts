@@ -37,3 +37,25 @@ test('encodeAll equals the frames encoded one by one, and decodes back split any
     assert.deepEqual(got, texts, `seed ${seed}, round ${round}`);
   }
 });
+
+test('a chunk in a reused read buffer: what the decoder keeps of it survives the buffer being overwritten', () => {
+  const seed = Number(process.env.MLOCK_SEED ?? Date.now() % 1e9);
+  const rand = rng(seed);
+  const shared = Buffer.alloc(64);
+  for (let round = 0; round < 300; round++) {
+    const texts = Array.from({ length: 1 + Math.floor(rand() * 6) }, () =>
+      Array.from({ length: Math.floor(rand() * 40) }, () => alphabet[Math.floor(rand() * alphabet.length)]).join(''),
+    );
+    const b = encodeAll(texts);
+    const dec = new Decoder();
+    const got: string[] = [];
+    for (let off = 0; off < b.length; ) {
+      const n = 1 + Math.floor(rand() * Math.min(b.length - off, shared.length));
+      b.copy(shared, 0, off, off + n);
+      got.push(...dec.push(shared.subarray(0, n), true));
+      shared.fill(0xff); // the next read overwrites it
+      off += n;
+    }
+    assert.deepEqual(got, texts, `seed ${seed}, round ${round}`);
+  }
+});

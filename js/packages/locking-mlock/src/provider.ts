@@ -122,6 +122,9 @@ export class MlockLockingProvider implements ILockingProvider {
   protected readonly waitLockingTimeout: number = 5;
   protected readonly maxExpire: number = 86400;
   private client_?: Mlock;
+  /** The owners of execute: this id (random, of this provider) and a count. */
+  private readonly executeId = randomUUID();
+  private executes = 0;
 
   /**
    * @param cradle the provider's container: its loader registers the
@@ -220,14 +223,17 @@ export class MlockLockingProvider implements ILockingProvider {
     const timeout = args?.timeout === undefined || args?.timeout === null ? Math.max(this.waitLockingTimeout, 1) : Math.max(num(args.timeout) ?? 1, 1);
     const expire = Math.max(num(args?.expire) ?? DEFAULT_LOCK_EXPIRATION, 1);
     const list = this.keys(keys);
-    const owner = `execute:${randomUUID()}`;
+    // One key goes as it is (the client's path without a list).
+    const res = list.length === 1 ? list[0] : list;
+    // An owner no other call has: the provider's random id and a count.
+    const owner = `execute:${this.executeId}:${(++this.executes).toString(36)}`;
     const timedOut = (cause: unknown) => medusaError(MedusaError.Types.CONFLICT, 'Timed-out acquiring lock.', cause);
     let lock: Lock;
     try {
       // The server's own timeout, and the caller's: the wait for a server
       // that is unreachable counts too.
       lock = await this.whileUnreachable(Date.now(), Math.round(timeout * 1000), (left, deadline) =>
-        this.client.acquire(list, { owner, ttl: Math.round(expire * 1000), timeout: Math.max(left, 1), deadline }), timedOut);
+        this.client.acquire(res, { owner, ttl: Math.round(expire * 1000), timeout: Math.max(left, 1), deadline }), timedOut);
     } catch (e) {
       if (e instanceof MlockError && e.type === 'timeout') throw timedOut(e);
       throw this.conflict(e, list);
@@ -242,7 +248,7 @@ export class MlockLockingProvider implements ILockingProvider {
       lost = medusaError(MedusaError.Types.CONFLICT, message, e);
       ac?.abort(lost);
     };
-    lock.once('lost', onLost);
+    lock.on('lost', onLost); // fires at most once: a lock is lost once
     const interval = Math.max(Math.floor((expire * 1000) / 3), 250);
     let timer: NodeJS.Timeout | undefined;
     let stopped = false;

@@ -2,7 +2,7 @@ import { EventEmitter } from 'node:events';
 import { MlockError } from './errors';
 import { validName, validOwner } from './rules';
 import { resolve, type MlockOptions, type Resolved } from './options';
-import { Lock, Session, acquireSession, mono, nameSet, releaseSession, unanswered, type CallCtx } from './session';
+import { Lock, Session, acquireSession, mono, nameSet, releaseSession, unanswered, type CallCtx, type Reply } from './session';
 
 /** Options of one lock request; every field defaults to the client's. */
 export interface LockOptions {
@@ -73,6 +73,9 @@ export interface Renewal {
  */
 const executing = new WeakMap<Lock, number>();
 
+/** The lock a lock request's reply carries. */
+const lockOf = (r: Reply): Lock => r.lock!;
+
 function request(msg: string): MlockError {
   return new MlockError(msg, 'request');
 }
@@ -139,9 +142,14 @@ export class Mlock extends EventEmitter {
 
   private names(resources: string | string[]): string {
     this.check();
+    const p = this.options.prefix;
+    if (typeof resources === 'string' && resources.indexOf('|') < 0) {
+      // One resource (the common case): no list to build.
+      if (!validName(resources)) throw request(`resource can not be empty or include " " or "|": ${JSON.stringify(resources)}`);
+      return p ? p + resources : resources;
+    }
     const list = Array.isArray(resources) ? resources : String(resources).split('|');
     if (list.length === 0) throw request('no resource');
-    const p = this.options.prefix;
     for (const n of list) {
       if (!validName(n)) {
         throw request(`resource can not be empty or include " " or "|": ${JSON.stringify(n)}`);
@@ -171,14 +179,13 @@ export class Mlock extends EventEmitter {
       }
       const l = new Lock(this.s, this, verb, args, ttl, timeout, o.owner);
       // An owner's re-entry renews its held lock to this ttl.
-      const bounds = o.owner !== undefined ? this.s.shortenOwned(o.owner, res, mono(), ttl) : [];
-      return this.s.call(verb, args, o.signal, l, o.deadline === undefined ? undefined : { deadline: o.deadline }).then(
-        (r) => r.lock!,
-        (e: unknown) => {
-          this.s.unshorten(bounds, e);
-          throw e;
-        },
-      );
+      const bounds = o.owner !== undefined ? this.s.shortenOwned(o.owner, res, mono(), ttl) : undefined;
+      const call = this.s.call(verb, args, o.signal, l, o.deadline === undefined ? undefined : { deadline: o.deadline });
+      if (!bounds?.length) return call.then(lockOf);
+      return call.then(lockOf, (e: unknown) => {
+        this.s.unshorten(bounds, e);
+        throw e;
+      });
     } catch (e) {
       return Promise.reject(e);
     }

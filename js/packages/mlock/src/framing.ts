@@ -33,28 +33,42 @@ export function encodeAll(texts: string[]): Buffer {
   return b;
 }
 
+const EMPTY = Buffer.alloc(0);
+
 /**
  * Decodes frames from a byte stream split in any way. push returns the
  * payloads of the frames completed by the chunk, in order; a malformed frame
  * (L < 5, L above the cap, a last byte other than a newline) throws.
  */
 export class Decoder {
-  private buf: Buffer = Buffer.alloc(0);
+  private buf: Buffer = EMPTY;
 
-  push(chunk: Buffer): string[] {
-    this.buf = this.buf.length === 0 ? chunk : Buffer.concat([this.buf, chunk]);
+  /**
+   * Decodes chunk. With transient set, chunk is a view of a buffer that its
+   * caller reuses after the call (a socket's read buffer): what the decoder
+   * keeps of it (a frame not complete yet) is copied.
+   */
+  push(chunk: Buffer, transient = false): string[] {
+    const b = this.buf.length === 0 ? chunk : Buffer.concat([this.buf, chunk]);
     const out: string[] = [];
     let off = 0;
-    const b = this.buf;
     while (b.length - off >= 4) {
       const len = b.readInt32BE(off);
-      if (len < 5 || len > MAX_FRAME + 5) throw new Error(`invalid frame length ${len}`);
+      if (len < 5 || len > MAX_FRAME + 5) {
+        this.buf = EMPTY;
+        throw new Error(`invalid frame length ${len}`);
+      }
       if (b.length - off < len) break;
-      if (b[off + len - 1] !== 0x0a) throw new Error('invalid frame trailer');
+      if (b[off + len - 1] !== 0x0a) {
+        this.buf = EMPTY;
+        throw new Error('invalid frame trailer');
+      }
       out.push(b.toString('utf8', off + 4, off + len - 1));
       off += len;
     }
-    this.buf = off === b.length ? Buffer.alloc(0) : b.subarray(off);
+    if (off === b.length) this.buf = EMPTY;
+    else if (transient && b === chunk) this.buf = Buffer.from(b.subarray(off)); // a copy: chunk's memory is reused
+    else this.buf = b.subarray(off);
     return out;
   }
 }

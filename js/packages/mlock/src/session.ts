@@ -25,6 +25,13 @@ import type { Resolved } from './options';
 // Lock requests whose connection drops before their answer are asked again on
 // the next connection (see detached, reaskCalls).
 
+/**
+ * What plain connections read into: each read is decoded before the next
+ * (the frames become strings, a partial frame is copied), so one buffer
+ * serves every connection of the process.
+ */
+const readBuffer = Buffer.allocUnsafe(64 * 1024);
+
 /** Monotonic milliseconds. */
 export const mono = (): number => performance.now();
 
@@ -165,6 +172,8 @@ export class Lock extends EventEmitter {
   /** @internal */ sent = 0;
   /** @internal */ base = 0;
   /** @internal */ waitEnd = 0;
+  /** @internal The read (Session.reads) that carried the request's result. */
+  answeredIn = 0;
   /** @internal held: unlock()'s unlock is in flight. */ unlocking = false;
   /**
    * @internal waiting, granted, but the grant arrived with less than
@@ -409,6 +418,10 @@ export class Session {
   private connected = false;
   private out: string[] = [];
   private flushQueued = false;
+  // Reads so far, and whether the current turn hands a lock over: a read
+  // carried the grant of a request that waited in a queue (see queue).
+  private reads = 0;
+  private handoff = false;
   private seq = 0;
   private readonly calls = new Map<number, Call>();
   readonly locks = new Map<string, Lock>();
@@ -495,19 +508,23 @@ export class Session {
       // With want=leader a cluster follower names the leader.
       sock.write(encode(`connect ${this.sid} 1.0${auth}${ask ? ' want=leader' : ''}`));
     };
+    // A plain connection reads into the shared read buffer (no buffer, and
+    // no stream event, per read); TLS through its stream.
     const sock: net.Socket = this.opts.tls
       ? tls.connect({ servername: net.isIP(n.host) ? undefined : n.host, minVersion: 'TLSv1.2', ...this.opts.tls, host: n.host, port: n.port }, onConnect)
-      : net.connect({ host: n.host, port: n.port }, onConnect);
+      : net.connect({ host: n.host, port: n.port, onread: { buffer: readBuffer, callback: onRead } }, onConnect);
     sock.setNoDelay(true);
     sock.setKeepAlive(true, 15000);
     if (!this.refed) sock.unref();
     const dialTimer = setTimeout(() => sock.destroy(new Error('connection attempt timed out')), this.opts.dialTimeout);
     dialTimer.unref();
     const dec = new Decoder();
-    sock.on('data', (chunk: Buffer) => {
+    // The frames of a chunk read; transient: chunk is the shared read buffer.
+    const onChunk = (chunk: Buffer, transient: boolean): void => {
       let frames: string[];
+      this.reads++;
       try {
-        frames = dec.push(chunk);
+        frames = dec.push(chunk, transient);
       } catch (e) {
         sock.destroy(e as Error);
         return;
@@ -550,7 +567,12 @@ export class Session {
           return;
         }
       }
-    });
+    };
+    if (this.opts.tls) sock.on('data', (chunk: Buffer) => onChunk(chunk, false));
+    function onRead(len: number): boolean {
+      onChunk(readBuffer.subarray(0, len), true);
+      return true;
+    }
     sock.on('error', (e: Error) => {
       lastErr = e;
     });
@@ -812,17 +834,31 @@ export class Session {
   }
 
   private queue(text: string): void {
-    this.out.push(text);
     if (!this.flushQueued) {
       this.flushQueued = true;
-      // After the callers woken in this turn have queued their commands:
-      // one write for all of them.
-      process.nextTick(() => this.flush());
+      // The first command of a turn goes out at once when the socket has
+      // nothing waiting to be written: the server starts on it while the rest
+      // of the turn runs. What the callers woken in the same turn queue after
+      // it goes in one write at the end of the turn (the same macrotask: a
+      // lone command is never delayed). A turn that hands a lock over goes
+      // whole in one write: the release that the next waiter's grant depends
+      // on need not be its first command, and one write gets it to the
+      // server soonest.
+      process.nextTick(this.endTurn);
+      const sock = this.sock;
+      if (!this.handoff && sock && this.connected && this.out.length === 0 && sock.writableLength === 0) {
+        sock.write(encode(text));
+        return;
+      }
     }
+    this.out.push(text);
   }
+
+  private readonly endTurn = (): void => this.flush();
 
   private flush(): void {
     this.flushQueued = false;
+    this.handoff = false;
     if (!this.sock || !this.connected || this.out.length === 0) return;
     const b = encodeAll(this.out);
     this.out = [];
@@ -997,6 +1033,8 @@ export class Session {
           this.forget(id);
           break;
         }
+        // A grant that waited (its result came in an earlier read): a hand-off.
+        if (l.state === 'waiting' && l.answeredIn !== this.reads) this.handoff = true;
         l.granted(token === undefined ? 0 : Number(token), Number(exp));
         break;
       }
@@ -1128,6 +1166,7 @@ export class Session {
       // Granted or queued: the locked push (or the failure) that follows
       // answers the call.
       l._id = payload;
+      l.answeredIn = this.reads;
       this.locks.set(payload, l);
       l.call = cl;
       this.keepAlive(this.keepSpan(l));
