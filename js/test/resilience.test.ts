@@ -925,3 +925,63 @@ describe('a lock on a server that does not answer the handshake', () => {
     }
   });
 });
+
+describe('the process stays alive for a call', () => {
+  test('made while a reconnection is being dialled (the socket is held open with the call)', () => {
+    // A child process with nothing else to keep it alive: its server's
+    // handles are unref'd. The first connection is answered, then dropped
+    // while the client is idle; the next is accepted and never answered, so
+    // the lock made then waits for a connection being dialled, and fails
+    // with type timeout after its 1.5 s. Before, that socket was not held
+    // open with the call: the process exited with the call pending.
+    const dir = mkdtempSync(join(tmpdir(), 'mlock-alive-'));
+    try {
+      const script = join(dir, 'child.js');
+      writeFileSync(
+        script,
+        `const net = require('node:net');
+const Client = require(process.env.MLOCK_PKG).default;
+const { encode } = require(process.env.MLOCK_FRAMING);
+let n = 0;
+const srv = net.createServer((s) => {
+  s.unref();
+  s.on('error', () => {});
+  if (++n > 1) return; // later connections: accepted, never answered
+  s.on('data', (d) => {
+    for (const f of d.toString().split('\\n')) {
+      const w = f.slice(4).split(' ');
+      if (w[0] === 'connect') s.write(encode('connected 1.0 new 15000'));
+      if (w[0] === 'ping') {
+        s.write(encode('result ' + w[1] + ' success pong'));
+        setTimeout(() => s.destroy(), 50).unref(); // dropped while the client is idle
+      }
+    }
+  });
+});
+srv.listen(0, '127.0.0.1', async () => {
+  srv.unref();
+  const keep = setInterval(() => {}, 1000); // alive until the call is made
+  const c = new Client({ host: '127.0.0.1', port: srv.address().port, socketId: 'alive-' + process.pid });
+  await c.ping();
+  await new Promise((r) => c.once('disconnect', r));
+  await new Promise((r) => setTimeout(r, 300)); // the reconnection's dial is on its way
+  const t0 = Date.now();
+  const call = c.lock('r', 60000, undefined, undefined, { deadline: Date.now() + 1500 }); // as locking-mlock asks
+  clearInterval(keep); // from here on only the call holds the process
+  const outcome = await call.then(() => 'granted', (e) => e.type);
+  console.log(outcome + ' after ' + (Date.now() - t0) + ' ms');
+  c.destroy();
+});
+`,
+      );
+      const out = execFileSync(process.execPath, [script], {
+        env: { ...process.env, MLOCK_PKG: require.resolve('mlock'), MLOCK_FRAMING: require.resolve('mlock/dist/framing') },
+        encoding: 'utf8',
+        timeout: 20000,
+      });
+      assert.match(out, /^timeout after \d+ ms/, `the child printed ${JSON.stringify(out)}`);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});

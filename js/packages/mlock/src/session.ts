@@ -414,6 +414,9 @@ export class Session {
   readonly listeners = new Set<SessionListener>();
 
   private sock?: net.Socket;
+  // The connection being dialled, until its handshake is answered (then it
+  // is sock) or it closes: held open with the session (see ref).
+  private dialing?: net.Socket;
   node = '';
   private connected = false;
   private out: string[] = [];
@@ -516,6 +519,7 @@ export class Session {
     sock.setNoDelay(true);
     sock.setKeepAlive(true, 15000);
     if (!this.refed) sock.unref();
+    this.dialing = sock;
     const dialTimer = setTimeout(() => sock.destroy(new Error('connection attempt timed out')), this.opts.dialTimeout);
     dialTimer.unref();
     const dec = new Decoder();
@@ -578,6 +582,7 @@ export class Session {
     });
     sock.on('close', () => {
       clearTimeout(dialTimer);
+      if (this.dialing === sock) this.dialing = undefined;
       if (this.sock === sock) {
         this.detached(i, lastErr, bye);
       } else if (moved) {
@@ -626,6 +631,7 @@ export class Session {
     // from its send time (grants do not: see Lock.granted).
     this.lastAck = !this.everUp || !resumed ? sent : Math.max(this.lastAck, sent);
     this.sock = sock;
+    this.dialing = undefined;
     this.connected = true;
     this.node = this.nodes[i].addr;
     this.moveFrom = -1;
@@ -822,9 +828,11 @@ export class Session {
     this.refed = on;
     if (on) {
       this.sock?.ref();
+      this.dialing?.ref();
       this.reconnectTimer?.ref();
     } else {
       this.sock?.unref();
+      this.dialing?.unref();
       this.reconnectTimer?.unref();
     }
   }
