@@ -338,10 +338,12 @@ func TestRunWaitSurvivesServerRestart(t *testing.T) {
 // came 4.745 s after the last answer with pings every 5 s, so a 12 s command
 // was stopped after about 4.75 s; now renewals come about every 1.6 s.
 func TestRunLeadAgainstTheGrace(t *testing.T) {
-	// Not parallel: its bounds leave milliseconds for a round trip.
+	// Parallel, with the mlock command built without the race detector: the
+	// renewals' bounds leave a few hundred ms for a round trip.
+	t.Parallel()
 	addr, _ := servertest.Start(t, server.Config{SessionGrace: 3 * time.Second}, "")
 	uri := "mlock://" + addr
-	cmd := mlockCmd("run", "--uri", uri, "--ttl", "20s", "--kill-after", "2s", "grace", "--", "sleep", "6")
+	cmd := releaseCmd(t, "run", "--uri", uri, "--ttl", "20s", "--kill-after", "2s", "grace", "--", "sleep", "6")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	start := time.Now()
@@ -533,12 +535,14 @@ func TestRunServerShutdownNamesIt(t *testing.T) {
 // every run gets a lock it can use, runs its command whole, and no two
 // commands overlap (the reproduction of a lock lost on arrival).
 func TestRunQueueLongerThanTheTTL(t *testing.T) {
-	// Not parallel, and its cases one after the other: twenty race-enabled
-	// processes renewing short leases need the CPU the other tests of the
-	// package would take (a run starved past its Deadline gives its lock up,
-	// as it must, and exits 75). The shorter ttl is 750 ms: a grant is
-	// usable for 2/3 of it, and with 500 ms an extend answered 150 ms late
-	// (the other test packages run beside this one) lost a lock.
+	// Its cases one after the other, each run the mlock command built
+	// without the race detector: twenty race-enabled processes renewing
+	// short leases needed the CPU the other tests take (a run starved past
+	// its Deadline gives its lock up, as it must, and exits 75). The shorter
+	// ttl is 750 ms: a grant is usable for 2/3 of it, and with 500 ms an
+	// extend answered 150 ms late (the other test packages run beside this
+	// one) lost a lock.
+	t.Parallel()
 	for _, tc := range []struct {
 		n   int
 		ttl string
@@ -560,7 +564,7 @@ func runQueue(t *testing.T, n int, ttl string) {
 	outs := make([]*bytes.Buffer, n)
 	for i := range cmds {
 		script := fmt.Sprintf(`echo "start %d $(date +%%s%%N)" >> %s; sleep 0.3; echo "end %d $(date +%%s%%N)" >> %s`, i, log, i, log)
-		cmds[i] = mlockCmd("run", "--uri", uri, "--ttl", ttl, "--timeout", "60s", "hot", "--", "sh", "-c", script)
+		cmds[i] = releaseCmd(t, "run", "--uri", uri, "--ttl", ttl, "--timeout", "60s", "hot", "--", "sh", "-c", script)
 		outs[i] = &bytes.Buffer{}
 		cmds[i].Stderr = outs[i]
 		if err := cmds[i].Start(); err != nil {
