@@ -70,11 +70,12 @@ func kinds() []kind {
 			k.ttl, k.hold, k.rounds = 4*time.Second, 3*time.Second, 1
 			return k
 		}(),
-		// 3: kill -9 and restart 1-3 s later, within the holder's lease;
-		// waiters must ask again.
+		// 3: kill -9 and restart 1-3 s later, within the holder's lease
+		// (the kill comes at most ttl/2 after a grant: 2.5 + 1.5 s down <
+		// 5 s); waiters must ask again.
 		func() kind {
 			k := withWaiters(base("issue3-restart", func(h *harness) { h.serverKill(1500 * time.Millisecond) }))
-			k.ttl, k.hold, k.wait, k.rounds, k.slots = 6*time.Second, 5*time.Second, 25*time.Second, 1, 3
+			k.ttl, k.hold, k.wait, k.rounds, k.slots = 5*time.Second, 4*time.Second, 25*time.Second, 1, 3
 			return k
 		}(),
 		// 6: Redis restart under a long lease (60 s, renewal at 20 s there):
