@@ -26,7 +26,10 @@ import (
 // (an entry it found already applied; see internal/cluster futureError): it ends only with the process.
 func TestMain(m *testing.M) {
 	testenv.WaitBound(8) // the parallel tests wait for servers, proxies and leases
-	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/mlock-dev/mlock/internal/cluster.(*leadership).futureError.func1"))
+	// The waiter of a raft future raft never answers (see the cluster
+	// package's futureError and awaitCompleter) ends only with the process.
+	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/mlock-dev/mlock/internal/cluster.(*leadership).futureError.func1"),
+		goleak.IgnoreAnyFunction("github.com/mlock-dev/mlock/internal/cluster.(*leadership).complete"))
 }
 
 // startServer runs mlockd in-process on addr ("" for a free port).

@@ -22,7 +22,10 @@ func TestMain(m *testing.M) {
 	// The cluster tests wait for elections, leases and timeouts far more
 	// than they compute: 16 at a time, not GOMAXPROCS.
 	testenv.WaitBound(16)
-	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/mlock-dev/mlock/internal/cluster.(*leadership).futureError.func1"))
+	// The waiter of a raft future raft never answers (see the cluster
+	// package's futureError and awaitCompleter) ends only with the process.
+	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/mlock-dev/mlock/internal/cluster.(*leadership).futureError.func1"),
+		goleak.IgnoreAnyFunction("github.com/mlock-dev/mlock/internal/cluster.(*leadership).complete"))
 }
 
 // start runs a server on 127.0.0.1:0 and stops it when the test ends.
