@@ -16,14 +16,13 @@ import (
 	"github.com/mlock-dev/mlock/internal/testenv"
 )
 
-// TestMain checks for leaked goroutines. Ignored: the waiter of a raft future that raft never answers
-// (an entry it found already applied; see internal/cluster futureError): it ends only with the process.
+// TestMain checks for leaked goroutines. Ignored: the waiters of a raft future that raft never answers
+// (an entry it found already applied; see internal/cluster futureError and complete): they end only with
+// the process.
 func TestMain(m *testing.M) {
 	// The cluster tests wait for elections, leases and timeouts far more
 	// than they compute: 16 at a time, not GOMAXPROCS.
 	testenv.WaitBound(16)
-	// The waiter of a raft future raft never answers (see the cluster
-	// package's futureError and awaitCompleter) ends only with the process.
 	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/mlock-dev/mlock/internal/cluster.(*leadership).futureError.func1"),
 		goleak.IgnoreAnyFunction("github.com/mlock-dev/mlock/internal/cluster.(*leadership).complete"))
 }
