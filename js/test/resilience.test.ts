@@ -852,6 +852,8 @@ describe('a grant after a long wait', () => {
     const waiter = new Client({ host: '127.0.0.1', port: proxy.port, socketId: `st-w-${process.pid}` });
     try {
       const res = r('stale');
+      let drops = 0; // on a busy machine the held back pong may drop the connection: a resume probes with an extend
+      waiter.on('disconnect', () => drops++);
       const h = await holder.acquire(res, { ttl: 60000 });
       const waiting = waiter.acquire(res, { ttl: 1000, timeout: 9000 });
       await queued(holder, res, 2);
@@ -868,7 +870,8 @@ describe('a grant after a long wait', () => {
       assert.ok(left >= minUsable(1000), `handed over with ${left} ms left to believe, want at least ${minUsable(1000)}`);
       assert.equal(l.error, undefined);
       const after = (await holder.status()) as unknown as { extendCount: number };
-      assert.equal(after.extendCount - before.extendCount, 1, 'one extend: the confirmation');
+      const extends_ = after.extendCount - before.extendCount;
+      assert.ok(extends_ >= 1 && extends_ <= 1 + drops, `${extends_} extends with ${drops} reconnections: want the confirmation, and a probe per resume`);
       await l.unlock();
     } finally {
       holder.destroy();
