@@ -12,7 +12,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -32,37 +31,19 @@ func TestMain(m *testing.M) {
 	}
 	testenv.WaitBound(8) // most tests wait for a server, a queue or a child process
 	code := m.Run()
-	if releaseDir != "" {
-		os.RemoveAll(releaseDir)
-	}
+	release.Remove()
 	os.Exit(code)
 }
 
-var (
-	releaseOnce sync.Once
-	releaseDir  string // removed by TestMain
-	releaseBin  string
-	releaseErr  error
-)
+// release is the mlock command built without the race detector, as users
+// run it.
+var release = proctest.NewPrograms("./cmd/mlock")
 
-// releaseCmd runs the mlock command built without the race detector, as
-// users run it (built once per test binary): for the tests that start many
-// runs, whose leases the race detector's CPU would starve on a busy machine.
+// releaseCmd runs release: for the tests that start many runs, whose
+// leases the race detector's CPU would starve on a busy machine.
 func releaseCmd(t *testing.T, args ...string) *exec.Cmd {
 	t.Helper()
-	releaseOnce.Do(func() {
-		if releaseDir, releaseErr = os.MkdirTemp("", "mlock-release-"); releaseErr != nil {
-			return
-		}
-		var bins []string
-		if bins, releaseErr = proctest.BuildErr(releaseDir, "./cmd/mlock"); releaseErr == nil {
-			releaseBin = bins[0]
-		}
-	})
-	if releaseErr != nil {
-		t.Fatal(releaseErr)
-	}
-	return exec.Command(releaseBin, args...)
+	return exec.Command(release.Paths(t)[0], args...)
 }
 
 func startServer(t *testing.T) string {

@@ -78,9 +78,7 @@ func TestMain(m *testing.M) {
 	}
 	testenv.WaitBound(8) // the runbook tests wait for processes and elections
 	code := m.Run()
-	if opsBinDir != "" {
-		os.RemoveAll(opsBinDir)
-	}
+	opsBins.Remove()
 	os.Exit(code)
 }
 

@@ -29,28 +29,9 @@ import (
 // alike, in the environment. Every process is stopped by its pid at the
 // end; each scenario runs within a budget of 60 s after the build.
 
-// opsBins builds mlockd and mlock once for the runbook tests of this test
-// binary (they run in parallel: one go build instead of one each). The
-// directory is removed by TestMain.
-var opsBins = sync.OnceValue(func() (b opsBuild) {
-	dir, err := os.MkdirTemp("", "mlockd-ops-bin")
-	if err != nil {
-		b.err = err
-		return b
-	}
-	opsBinDir = dir
-	b.paths, b.err = proctest.BuildErr(dir, "./cmd/mlockd", "./cmd/mlock")
-	return b
-})
-
-// opsBuild is the outcome of opsBins: the programs' paths, or the error.
-type opsBuild struct {
-	paths []string
-	err   error
-}
-
-// opsBinDir is the directory of opsBins' programs ("" until they are built).
-var opsBinDir string
+// opsBins is mlockd and mlock, built once for the runbook tests of this
+// test binary (TestMain removes them).
+var opsBins = proctest.NewPrograms("./cmd/mlockd", "./cmd/mlock")
 
 // opsBudget bounds a scenario after the binaries are built.
 const opsBudget = 60 * time.Second
@@ -83,11 +64,8 @@ func newOpsEnv(t *testing.T) *opsEnv {
 	}
 	dir := t.TempDir()
 	e := &opsEnv{t: t, dir: dir, bin: map[string]string{}, vars: map[string]string{}, procs: map[string]*opsProc{}}
-	bins := opsBins()
-	if bins.err != nil {
-		t.Fatal(bins.err)
-	}
-	e.bin["mlockd"], e.bin["mlock"] = bins.paths[0], bins.paths[1]
+	bins := opsBins.Paths(t)
+	e.bin["mlockd"], e.bin["mlock"] = bins[0], bins[1]
 	secret := filepath.Join(dir, "secret")
 	if err := os.WriteFile(secret, []byte("a-long-random-secret-shared-by-the-nodes\n"), 0o600); err != nil {
 		t.Fatal(err)

@@ -34,9 +34,7 @@ func TestMain(m *testing.M) {
 		os.Exit(attackerMain())
 	}
 	code := m.Run()
-	if binDir != "" {
-		os.RemoveAll(binDir)
-	}
+	programs.Remove()
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)
@@ -101,32 +99,12 @@ func raiseNoFile(t *testing.T) {
 	}
 }
 
-var (
-	buildOnce sync.Once
-	binDir    string // removed by TestMain
-	binPath   string
-	buildErr  error
-)
+// programs is ./cmd/mlockd built without -race once per test binary.
+var programs = proctest.NewPrograms("./cmd/mlockd")
 
-// mlockdBin builds ./cmd/mlockd without -race once per test binary.
 func mlockdBin(t *testing.T) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "mlockd-attack-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binDir = dir
-		var b []string
-		if b, buildErr = proctest.BuildErr(dir, "./cmd/mlockd"); buildErr == nil {
-			binPath = b[0]
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binPath
+	return programs.Paths(t)[0]
 }
 
 // proc is a running mlockd.

@@ -21,30 +21,15 @@ import (
 )
 
 // buildMlockd returns the path of cmd/mlockd, built without -race (see
-// headBuild).
+// head).
 func buildMlockd(t testing.TB) string {
 	t.Helper()
-	bins, err := headBuild()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return bins[0]
+	return head.Paths(t)[0]
 }
 
-// headBuild builds cmd/mlockd and cmd/mlock once for the package's tests
-// (they run in parallel: one go build instead of one each) into headDir,
-// which TestMain removes.
-var headBuild = sync.OnceValues(func() ([]string, error) {
-	dir, err := os.MkdirTemp("", "clustertest-bin")
-	if err != nil {
-		return nil, err
-	}
-	headDir = dir
-	return proctest.BuildErr(dir, "./cmd/mlockd", "./cmd/mlock")
-})
-
-// headDir is the directory of headBuild's programs ("" until built).
-var headDir string
+// head is cmd/mlockd and cmd/mlock of this tree, built once for the
+// package's tests (TestMain removes them).
+var head = proctest.NewPrograms("./cmd/mlockd", "./cmd/mlock")
 
 // token returns a random token and its auth file credential.
 func token() (string, string) {

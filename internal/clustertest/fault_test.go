@@ -32,9 +32,7 @@ func TestMain(m *testing.M) {
 	// more than they compute: all at once, not GOMAXPROCS at a time.
 	testenv.WaitBound(4)
 	code := m.Run()
-	if headDir != "" {
-		os.RemoveAll(headDir)
-	}
+	head.Remove()
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)

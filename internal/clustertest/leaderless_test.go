@@ -35,11 +35,7 @@ func TestLeaderlessWait(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skipf("SKIPPED: the test needs Linux (signals, process groups); this is %s", runtime.GOOS)
 	}
-	bins, err := headBuild()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := newCluster(t, bins[0], clusterOptions{grace: time.Minute, workers: 2})
+	c := newCluster(t, buildMlockd(t), clusterOptions{grace: time.Minute, workers: 2})
 	// The deadlines of locks are written once every member reads them
 	// (cluster version 3): wait for it on every node.
 	deadline := time.Now().Add(20 * time.Second)
@@ -56,7 +52,7 @@ func TestLeaderlessWait(t *testing.T) {
 		}
 	}
 	for round, survivorLeads := range []bool{false, true} {
-		leaderlessRound(t, c, bins[1], round, survivorLeads)
+		leaderlessRound(t, c, head.Paths(t)[1], round, survivorLeads)
 	}
 }
 

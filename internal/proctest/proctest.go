@@ -55,6 +55,44 @@ func Build(t testing.TB, dir string, pkgs ...string) []string {
 	return bins
 }
 
+// Programs are packages built once per test binary, on first use, into a
+// temporary directory: for a package whose tests run in parallel (one go
+// build instead of one per test). TestMain calls Remove after m.Run.
+type Programs struct {
+	pkgs []string
+	once sync.Once
+	dir  string
+	bins []string
+	err  error
+}
+
+// NewPrograms returns the Programs of pkgs (paths relative to the module
+// root, as for Build); nothing is built yet.
+func NewPrograms(pkgs ...string) *Programs { return &Programs{pkgs: pkgs} }
+
+// Paths builds the programs on its first call and returns their paths in
+// the order of the packages. A failed build fails t, at every call.
+func (p *Programs) Paths(t testing.TB) []string {
+	t.Helper()
+	p.once.Do(func() {
+		if p.dir, p.err = os.MkdirTemp("", "mlock-test-bin-"); p.err == nil {
+			p.bins, p.err = BuildErr(p.dir, p.pkgs...)
+		}
+	})
+	if p.err != nil {
+		t.Fatal(p.err)
+	}
+	return p.bins
+}
+
+// Remove removes the programs, if they were built. Call it once the tests
+// are over.
+func (p *Programs) Remove() {
+	if p.dir != "" {
+		os.RemoveAll(p.dir)
+	}
+}
+
 // BuildErr is Build for a caller without a test at hand (a sync.Once).
 func BuildErr(dir string, pkgs ...string) ([]string, error) {
 	root, err := moduleRoot()

@@ -36,9 +36,7 @@ type exitHook struct{ m *testing.M }
 
 func (h exitHook) Run() int {
 	code := h.m.Run()
-	if binDir != "" {
-		os.RemoveAll(binDir)
-	}
+	programs.Remove()
 	return code
 }
 

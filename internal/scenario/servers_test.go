@@ -12,7 +12,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -31,24 +30,11 @@ type binaries struct {
 // package's tests, in one go build, into binDir (removed by TestMain).
 func build(t testing.TB) binaries {
 	t.Helper()
-	b, err := buildOnce()
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := programs.Paths(t)
 	return binaries{mlockd: b[0], mlock: b[1], order: b[2]}
 }
 
-var buildOnce = sync.OnceValues(func() ([]string, error) {
-	dir, err := os.MkdirTemp("", "scenario-bin")
-	if err != nil {
-		return nil, err
-	}
-	binDir = dir
-	return proctest.BuildErr(dir, "./cmd/mlockd", "./cmd/mlock", "./internal/scenario/testdata/order")
-})
-
-// binDir is the directory of buildOnce's programs ("" until built).
-var binDir string
+var programs = proctest.NewPrograms("./cmd/mlockd", "./cmd/mlock", "./internal/scenario/testdata/order")
 
 // daemon is one mlockd process.
 type daemon struct {
