@@ -28,6 +28,10 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	// The scenarios wait for leases and queues far more than they
+	// compute: the eight of TestScenarios and the two other server tests
+	// all at once, not GOMAXPROCS at a time.
+	testenv.WaitBound(10)
 	goleak.VerifyTestMain(exitHook{m})
 }
 
@@ -59,9 +63,10 @@ var (
 		nodes: 20, clusterNodes: 20, medusa: 12, clusterMedusa: 12, medusaHold: 300 * time.Millisecond, limit: 5 * time.Minute}
 )
 
-// TestScenarios runs every scenario on one mlockd, then on a 3-node
-// cluster, and prints their table (see the package documentation).
+// TestScenarios runs every scenario on one mlockd and on a 3-node cluster,
+// and prints their table (see the package documentation).
 func TestScenarios(t *testing.T) {
+	t.Parallel() // its own servers; beside TestLateEndLine and TestCronStoppedForLoss
 	if testing.Short() {
 		t.Skip("-short: skipping the user-scenario suite")
 	}
@@ -101,6 +106,9 @@ func TestScenarios(t *testing.T) {
 
 	// The single server and the cluster side by side: each has its own
 	// processes and ports, and a scenario's checks read only its own logs.
+	// On each, the four scenarios run at once: they lock resources of their
+	// own (sku:*, cron:nightly, hot, product:*), and each one's premise (a
+	// wait longer than the ttl) comes from its own queues, which it checks.
 	for _, topo := range []string{"single", "cluster"} {
 		t.Run(topo, func(t *testing.T) {
 			t.Parallel()
@@ -114,16 +122,20 @@ func TestScenarios(t *testing.T) {
 			}
 			sc := &scene{bins: bins, tg: tg, limit: sz.limit}
 			t.Run("flash-sale", func(t *testing.T) {
+				t.Parallel()
 				record(t, sc.flashSale(t, orders, sz.flashTTL, seed))
 			})
 			t.Run("cron-fleet", func(t *testing.T) {
+				t.Parallel()
 				record(t, sc.cronFleet(t, sz.cronSkip, sz.cronWait, sz.cronTTL))
 			})
 			t.Run("node", func(t *testing.T) {
+				t.Parallel()
 				node.need(t)
 				record(t, sc.nodeAcquire(t, node, nodes, time.Second, 300*time.Millisecond))
 			})
 			t.Run("medusa", func(t *testing.T) {
+				t.Parallel()
 				node.need(t)
 				record(t, sc.medusaExecute(t, node, medusa, sz.medusaHold))
 			})
@@ -616,7 +628,7 @@ func TestLateEndLine(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: skipping the user-scenario suite")
 	}
-	t.Parallel() // a server of its own; after TestScenarios, beside TestCronStoppedForLoss
+	t.Parallel() // a server of its own
 	bins := build(t)
 	tg := startSingle(t, bins.mlockd)
 	sc := &scene{bins: bins, tg: tg, limit: 30 * time.Second}
@@ -658,7 +670,7 @@ func TestCronStoppedForLoss(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: skipping the user-scenario suite")
 	}
-	t.Parallel() // a server of its own; after TestScenarios, beside TestLateEndLine
+	t.Parallel() // a server of its own
 	bins := build(t)
 	tg := startSingle(t, bins.mlockd)
 	srv := tg.daemons[0].cmd.Process
