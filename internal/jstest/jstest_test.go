@@ -107,9 +107,10 @@ func TestNodePackages(t *testing.T) {
 	}
 }
 
-// testScript is js/package.json's test script: "npm run build && tsc -p
-// test && node --test [flags] FILES...", read so that the script stays the
-// one list of the build steps, node's flags and the test files.
+// testScript is js/package.json's test script: "tsc -b PROJECTS... && node
+// --test [flags] FILES..." (any number of build steps before node), read so
+// that the script stays the one list of the build steps, node's flags and
+// the test files.
 type testScript struct {
 	build []string // the steps before node, each a shell command
 	flags []string // node's flags (--test-concurrency left out: one file per process)

@@ -1,0 +1,99 @@
+// locking-mlock in the real @medusajs/locking module: execute's timeout
+// while mlockd is stopped, the abort reason of a job whose server shut down,
+// and namespaces that never release each other's locks. (The upstream cases
+// are in medusa.test.ts; each file runs in its own process, side by side.)
+import { describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import Client, { MlockError } from 'mlock';
+import { MedusaError } from '@medusajs/framework/utils';
+import { queued, sleep, startServer } from './helpers';
+import { LOCKING_MLOCK, loadLocking, registration } from './medusa';
+
+describe('locking-mlock: the server going away, namespaces, the causes of a loss', () => {
+  const k = (name: string) => `${name}-${process.pid}-away`;
+
+  test('with mlockd stopped, execute({timeout: 2}) fails after about 2 s as locking-redis does; it succeeds when mlockd is back in time', async () => {
+    const s = await startServer();
+    try {
+      const svc = await loadLocking({ resolve: LOCKING_MLOCK, id: 'locking-mlock', options: { url: `mlock://${s.addr}` } });
+      await svc.execute(k('warm'), async () => undefined);
+      await s.stop();
+      let ran = false;
+      const t0 = Date.now();
+      const e = await svc.execute(k('down'), async () => (ran = true), { timeout: 2 }).then(() => undefined, (err: unknown) => err);
+      const took = Date.now() - t0;
+      assert.ok(e instanceof MedusaError, `${e}`);
+      assert.equal((e as MedusaError).type, MedusaError.Types.CONFLICT);
+      assert.equal((e as Error).message, 'Timed-out acquiring lock.');
+      assert.ok((e as Error).cause instanceof MlockError, 'our error is kept as the cause');
+      assert.equal(((e as Error).cause as MlockError).type, 'connection');
+      assert.ok(took >= 1900 && took < 3500, `rejected after ${took} ms`);
+      assert.equal(ran, false);
+
+      const p = svc.execute(k('back'), async () => 'ran', { timeout: 5 });
+      await sleep(1000);
+      await s.start();
+      assert.equal(await p, 'ran');
+    } finally {
+      await s.cleanup();
+    }
+  });
+
+  test("a job's abort reason names a server shutdown, not a short lease", async () => {
+    const s = await startServer();
+    try {
+      const svc = await loadLocking({ resolve: LOCKING_MLOCK, id: 'locking-mlock', options: { url: `mlock://${s.addr}` } });
+      let reason: unknown;
+      const p = svc.execute(k('shutdown'), async (signal) => {
+        void s.stop();
+        if (!signal!.aborted) await new Promise<void>((res) => signal!.addEventListener('abort', () => res()));
+        reason = signal!.reason;
+        return 'finished anyway';
+      }, { expire: 30 });
+      await assert.rejects(p, (e: Error & { type?: string }) => e.type === 'conflict' && /the lock server shut down/.test(e.message) && !/Increase "expire"/.test(e.message));
+      assert.ok(reason instanceof MedusaError && /shut down/.test(reason.message), `${reason}`);
+      assert.ok((reason as Error).cause instanceof MlockError && ((reason as Error).cause as MlockError).reason === 'shutdown');
+    } finally {
+      await s.cleanup();
+    }
+  });
+
+  test("two namespaces never release each other's locks, and releaseAll never stops an mlock run outside its namespace", async (t) => {
+    const cli = process.env.MLOCK_CLI;
+    if (!cli) {
+      if (process.env.CI === 'true') assert.fail('MLOCK_CLI is not set');
+      t.skip('MLOCK_CLI is not set (go test ./internal/jstest/ sets it)');
+      return;
+    }
+    const s = await startServer();
+    const c = new Client({ host: '127.0.0.1', port: s.port });
+    try {
+      const shopA = await loadLocking({ resolve: LOCKING_MLOCK, id: 'locking-mlock', options: { url: `mlock://${s.addr}`, namespace: 'medusa_lock:' } });
+      const shopB = await loadLocking({ resolve: LOCKING_MLOCK, id: 'locking-mlock', options: { url: `mlock://${s.addr}`, namespace: 'shopB:' } });
+      const job = 'report:nightly';
+      const run = spawn(cli, ['run', '--uri', `mlock://${s.addr}`, '--owner', 'u1', '--ttl', '10s', job, '--', 'sleep', '2'], { stdio: ['ignore', 'ignore', 'pipe'] });
+      let stderr = '';
+      run.stderr!.on('data', (d) => (stderr += d));
+      const exited = new Promise<number | null>((res) => run.on('exit', (code) => res(code)));
+      await queued(c, job, 1);
+      for (const shop of [shopA, shopB]) {
+        await shop.acquire(k('cart'), { ownerId: 'u1', expire: 30 });
+        await shop.acquire(k('anon'), { expire: 30 });
+      }
+      await shopA.releaseAll({ ownerId: 'u1' });
+      await shopA.releaseAll();
+      // A's are free; B's and the run's are held.
+      await shopA.acquire(k('cart'), { ownerId: 'u9', expire: 30 });
+      await shopA.acquire(k('anon'), { ownerId: 'u9', expire: 30 });
+      await assert.rejects(shopB.acquire(k('cart'), { ownerId: 'u9' }), { message: `Failed to acquire lock for key "${k('cart')}"` });
+      await assert.rejects(shopB.acquire(k('anon'), { ownerId: 'u9' }), { message: `Failed to acquire lock for key "${k('anon')}"` });
+      await queued(c, job, 1);
+      assert.equal(await exited, 0, `mlock run: ${stderr}`);
+      for (const shop of [shopA, shopB]) await (registration(shop, 'locking-mlock') as { shutdown(): Promise<void> }).shutdown();
+    } finally {
+      c.destroy();
+      await s.cleanup();
+    }
+  });
+});
