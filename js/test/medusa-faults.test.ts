@@ -4,7 +4,10 @@
 // are in medusa.test.ts; each file runs in its own process, side by side.)
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import Client, { MlockError } from 'mlock';
 import { MedusaError } from '@medusajs/framework/utils';
 import { queued, sleep, startServer } from './helpers';
@@ -37,6 +40,40 @@ describe('locking-mlock: the server going away, namespaces, the causes of a loss
       assert.equal(await p, 'ran');
     } finally {
       await s.cleanup();
+    }
+  });
+
+  test('a process awaiting execute while mlockd is unreachable stays alive until the timeout', () => {
+    // A child process with nothing else to keep it alive, whose provider
+    // dials a port where nothing listens: between two tries of the call the
+    // client holds nothing open (each round of dials is refused at once),
+    // so the pause between the tries must. Before, it was unref'd, and the
+    // process exited with execute pending, its job neither run nor failed.
+    const dir = mkdtempSync(join(tmpdir(), 'mlock-medusa-alive-'));
+    try {
+      const script = join(dir, 'child.js');
+      writeFileSync(
+        script,
+        `const net = require('node:net');
+const { MlockLockingProvider } = require(process.env.LOCKING_MLOCK);
+const probe = net.createServer().listen(0, '127.0.0.1', () => {
+  const port = probe.address().port;
+  probe.close(async () => {
+    const p = new MlockLockingProvider({}, { url: 'mlock://127.0.0.1:' + port });
+    const t0 = Date.now();
+    const outcome = await p.execute('alive', async () => 'ran', { timeout: 2 }).then((r) => r, (e) => e.message);
+    console.log(outcome + ' after ' + (Date.now() - t0) + ' ms');
+    await p.shutdown();
+  });
+});
+`,
+      );
+      const out = execFileSync(process.execPath, [script], { env: { ...process.env, LOCKING_MLOCK }, encoding: 'utf8', timeout: 30000 });
+      const m = /^Timed-out acquiring lock\. after (\d+) ms/.exec(out);
+      assert.ok(m, `the child printed ${JSON.stringify(out)}`);
+      assert.ok(Number(m[1]) >= 1900, `it gave up after ${m[1]} ms, before its timeout`);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
     }
   });
 

@@ -31,7 +31,13 @@ const DEFAULT_LOCK_EXPIRATION = 60;
 const encodeKey = (k: string) => (/[% |]/.test(k) ? k.replace(/%/g, '%25').replace(/ /g, '%20').replace(/\|/g, '%7C') : k);
 const decodeKey = (k: string) => (k.includes('%') ? k.replace(/%7C/g, '|').replace(/%20/g, ' ').replace(/%25/g, '%') : k);
 
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms).unref());
+/**
+ * The pause between two tries of a call while the server is unreachable. Not
+ * unref'd: between two tries the client may hold nothing open (its round of
+ * dials failed), and a process awaiting execute or acquire must not exit
+ * with the call pending.
+ */
+const pause = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 /**
  * Whether e ends a call at the deadline its caller gave: the client's (type
@@ -187,7 +193,7 @@ export class MlockLockingProvider implements ILockingProvider {
    * blip of the server costs a wait, not a failure.
    */
   private async whileUnreachable<T>(start: number, ms: number, call: (left: number, deadline: number) => Promise<T>, onTimeout: (last: unknown) => unknown): Promise<T> {
-    let pause = 25;
+    let wait = 25;
     let last: unknown;
     const deadline = start + ms;
     for (;;) {
@@ -205,8 +211,8 @@ export class MlockLockingProvider implements ILockingProvider {
         if (e.type !== 'connection' || e.reason === 'destroyed') throw e;
         last = e;
       }
-      await sleep(Math.min(pause, Math.max(start + ms - Date.now(), 0)));
-      pause = Math.min(pause * 2, 250);
+      await pause(Math.min(wait, Math.max(start + ms - Date.now(), 0)));
+      wait = Math.min(wait * 2, 250);
     }
   }
 
