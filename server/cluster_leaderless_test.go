@@ -11,11 +11,13 @@ import (
 // has no leader. A lock with a wait timeout of 1 s is answered as timed out
 // (a result with a lock id, then "timeout" with it) 1 s + giveUpMargin after
 // it was sent, and the connection closes; a connect is not answered and
-// closes after noLeaderWait. Once the two are back, neither the lock nor
-// the connect took anything: another session trylocks the resource.
+// closes after the node's noLeaderWait (2 s here, 5 s by default). Once the
+// two are back, neither the lock nor the connect took anything: another
+// session trylocks the resource.
 func TestClusterLeaderlessBounds(t *testing.T) {
 	t.Parallel()
-	tc := newTestCluster(t, 3, true)
+	const noLeaderWait = 2 * time.Second
+	tc := newTestClusterWith(t, 3, true, func(tc *testCluster) { tc.hooks.noLeaderWait = noLeaderWait })
 	l := tc.leader()
 	waitClusterVersion(t, tc, logFormat3)
 	sv := (l + 1) % 3

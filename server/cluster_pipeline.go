@@ -84,8 +84,16 @@ const maxInflight = 8
 // waits for the log, through an election or while the node reaches no
 // quorum; then its connection is closed without a word and the client
 // connects again, to this node or another (see docs/cluster.md, "Bounded
-// waits"). A var for tests.
-var noLeaderWait = 5 * time.Second
+// waits"). A test's cluster may set a shorter one (clusterTestHooks).
+const noLeaderWait = 5 * time.Second
+
+// noLeaderWait is the node's bound (see the constant).
+func (cl *clusterState) noLeaderWait() time.Duration {
+	if hk := cl.cfg.testHooks; hk != nil && hk.noLeaderWait > 0 {
+		return hk.noLeaderWait
+	}
+	return noLeaderWait
+}
 
 // A lock with a deadline (format 3) whose proposal is not applied by
 // deadline + giveUpMargin, and at least minLockWait after it was proposed,
@@ -120,9 +128,9 @@ const maxDeadlineMs = 1 << 42
 
 // boundOf returns when a proposal of reqs made at at stops waiting for
 // the log: at the earliest give-up time of its locks with a deadline (see
-// lockGiveUp), at noLeaderWait otherwise.
-func boundOf(at time.Time, reqs []request) time.Time {
-	b := at.Add(noLeaderWait)
+// lockGiveUp), at wait (the node's noLeaderWait) otherwise.
+func boundOf(at time.Time, reqs []request, wait time.Duration) time.Time {
+	b := at.Add(wait)
 	for i := range reqs {
 		if g, ok := lockGiveUp(at, &reqs[i]); ok {
 			b = minTime(b, g)
@@ -294,14 +302,14 @@ func (r *pipeRun) runLocal(it *item) bool {
 		// connection without a word, and its client tries another node.
 		// The attach may still be applied later: it is then detached as
 		// when the connection ends (attached is set).
-		ctx, cancel := context.WithTimeout(s.cl.ctx, noLeaderWait)
+		ctx, cancel := context.WithTimeout(s.cl.ctx, s.cl.noLeaderWait())
 		res, err := s.replicate(ctx, c.dedupCmd(p.seq, s.cl.encode(it.attach)))
 		cancel()
 		if err != nil {
 			if errors.Is(err, context.DeadlineExceeded) {
 				p.attached = true
 				s.log.Warn("cluster: a connect was not committed in time (no leader, or no quorum): connection closed",
-					"remote", c.remote, "waited", noLeaderWait)
+					"remote", c.remote, "waited", s.cl.noLeaderWait())
 				s.batch(func(*core.Tx) { c.finish() })
 			}
 			return false
@@ -452,7 +460,7 @@ func (r *pipeRun) applied() bool {
 	c, p := r.c, r.p
 	// A follower that lost the leader may never learn that the entry was
 	// committed: bounded as a request is.
-	t := time.NewTimer(noLeaderWait)
+	t := time.NewTimer(r.s.cl.noLeaderWait())
 	defer t.Stop()
 	for {
 		done := false
@@ -499,7 +507,7 @@ func (r *pipeRun) flush() bool {
 		}
 	}
 	body := s.cl.encode(m)
-	f := flight{cmd: c.dedupCmd(p.seq, body), seq: p.seq, at: now, reqs: r.reqs, bound: boundOf(now, r.reqs)}
+	f := flight{cmd: c.dedupCmd(p.seq, body), seq: p.seq, at: now, reqs: r.reqs, bound: boundOf(now, r.reqs, s.cl.noLeaderWait())}
 	r.group, r.reqs, r.size = nil, nil, 0
 	var after *cluster.Proposal
 	if len(r.fl) > 0 {

@@ -26,6 +26,9 @@ type clusterTestHooks struct {
 	// holdTicks keeps a leader from proposing ticks: a deadline is
 	// processed by the next entry, whatever it is.
 	holdTicks atomic.Bool
+	// noLeaderWait, if set before the node starts, replaces the bound of
+	// the same name (5 s).
+	noLeaderWait time.Duration
 }
 
 // smHook is the state machine the node drives: the de-duplication window

@@ -759,9 +759,9 @@ func TestIdleTimeoutKeepsTheSessionForItsGrace(t *testing.T) {
 	const idleTimeout, grace = 300 * time.Millisecond, time.Second
 	srv := start(t, Config{IdleTimeout: idleTimeout, SessionGrace: grace, StatusRate: -1})
 	idle := connected(t, srv, "idle")
+	lastSent := time.Now() // before its last frame is sent: the server reads it later
 	id := idle.lock("1", "r 10000 0 0")
 	idle.locked(id)
-	lastSent := time.Now()
 	busy := connected(t, srv, "busy")
 	wid := busy.lock("1", "r 10000 0 0")
 

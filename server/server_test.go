@@ -107,7 +107,7 @@ func TestTolerateTimeoutExpiryExtend(t *testing.T) {
 	t.Parallel()
 	srv := start(t, Config{})
 	c1, c2 := connected(t, srv, "t1"), connected(t, srv, "t2")
-	h := c1.lock("1", "T 300 0 0")
+	h := c1.lock("1", "T 10000 0 0") // outlives the steps before the extend, however slow
 	c1.locked(h)
 	w := c2.lock("2", "T 5000 0 1") // holder only: tolerated
 	c2.send("lock 3 T 5000 0 1")    // holder + waiter: refused
