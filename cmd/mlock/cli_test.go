@@ -456,7 +456,7 @@ func TestLossText(t *testing.T) {
 
 // mlock cluster: its help, usage errors, and a single server, which is no
 // cluster node (status lists it as such and exits 125; join and remove get
-// the server's refusal). A real cluster is exercised in internal/clustertest.
+// the server's refusal). A real cluster is exercised in internal/faulttest.
 func TestClusterCommand(t *testing.T) {
 	t.Parallel()
 	if stdout, stderr, code := runMlock(t, "cluster", "--help"); code != 0 || stderr != "" || !strings.HasPrefix(stdout, "Usage:\n  mlock cluster status") {

@@ -111,8 +111,9 @@ var summary struct {
 
 // TestFaults runs every fault kind at the same time (each has its own
 // server, proxy and log; started from goroutines, so -parallel does not
-// serialise them) and logs a summary table.
+// serialise them), beside the cluster tests, and logs a summary table.
 func TestFaults(t *testing.T) {
+	t.Parallel()
 	binaries(t)
 	t.Logf("redis-server: %q", bins.redis)
 	t.Cleanup(func() {

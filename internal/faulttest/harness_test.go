@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/mlock-dev/mlock/internal/proctest"
+	"github.com/mlock-dev/mlock/internal/testenv"
 
 	"go.uber.org/goleak"
 )
@@ -30,7 +31,12 @@ var bins struct {
 }
 
 func TestMain(m *testing.M) {
+	// The fault kinds of one node (TestFaults) and the four cluster tests
+	// wait for faults, elections and leases far more than they compute:
+	// all at once, not GOMAXPROCS at a time.
+	testenv.WaitBound(8)
 	code := m.Run()
+	head.Remove()
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)

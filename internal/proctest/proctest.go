@@ -1,6 +1,6 @@
 // Package proctest is what the test suites that run the module's programs
-// as processes share (internal/scenario, internal/clustertest,
-// internal/faulttest, internal/attacktest): the module's root, one go build
+// as processes share (internal/scenario, internal/faulttest,
+// internal/attacktest, cmd/mlock, cmd/mlockd): the module's root, one go build
 // of the programs, an environment without the caller's MLOCK_ settings,
 // free loopback addresses, and waiting for a condition with a deadline.
 // It is for tests only.

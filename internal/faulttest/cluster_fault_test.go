@@ -1,4 +1,4 @@
-package clustertest
+package faulttest
 
 import (
 	"context"
@@ -18,29 +18,12 @@ import (
 
 	"github.com/mlock-dev/mlock"
 	"github.com/mlock-dev/mlock/internal/lease"
-	"github.com/mlock-dev/mlock/internal/testenv"
-	"go.uber.org/goleak"
 )
 
 // Environment:
 //
 //	MLOCK_CLUSTER_FAULT_ROUNDS=N   fault rounds (default 8)
 //	MLOCK_CLUSTER_FAULT_KEEP=DIR   copy the history and the nodes' logs to DIR on a violation
-
-func TestMain(m *testing.M) {
-	// The four cluster tests wait for faults, elections and leases far
-	// more than they compute: all at once, not GOMAXPROCS at a time.
-	testenv.WaitBound(4)
-	code := m.Run()
-	head.Remove()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
 
 // The workload.
 const (
@@ -60,7 +43,7 @@ var resources = []string{"ct:r0", "ct:r1", "ct:r2"}
 // faultKinds are run in turn, one per round.
 var faultKinds = []string{"kill-leader", "kill-follower", "kill-client-node", "stop-leader"}
 
-func envRounds(def int) int {
+func clusterEnvRounds(def int) int {
 	if n, err := strconv.Atoi(os.Getenv("MLOCK_CLUSTER_FAULT_ROUNDS")); err == nil && n > 0 {
 		return n
 	}
@@ -75,10 +58,10 @@ func TestClusterFaults(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skipf("SKIPPED: the cluster fault test needs Linux (signals, process groups); this is %s", runtime.GOOS)
 	}
-	rounds := envRounds(8)
+	rounds := clusterEnvRounds(8)
 	bin := buildMlockd(t)
 	c := newCluster(t, bin, clusterOptions{grace: grace, workers: workers})
-	h := newHistory()
+	h := newClusterHistory()
 
 	ctx, stop := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -123,7 +106,7 @@ func TestClusterFaults(t *testing.T) {
 
 // runFault injects one fault of kind and waits (at most 20 s) for the
 // cluster to be healthy again.
-func runFault(c *cluster, h *history, probe *mlock.Client, round int, kind string) error {
+func runFault(c *cluster, h *clusterHistory, probe *mlock.Client, round int, kind string) error {
 	ev := func(what string, n *node) {
 		h.addEvent(event{T: h.now(), Round: round, Kind: kind, What: what, Node: n.id})
 	}
@@ -184,7 +167,7 @@ func runFault(c *cluster, h *history, probe *mlock.Client, round int, kind strin
 // clients start on different nodes; every other one stays there (a
 // follower's clients: forwarding), the others move to the leader the node
 // names.
-func startWorkers(t *testing.T, ctx context.Context, wg *sync.WaitGroup, c *cluster, h *history, n int) []*mlock.Client {
+func startWorkers(t *testing.T, ctx context.Context, wg *sync.WaitGroup, c *cluster, h *clusterHistory, n int) []*mlock.Client {
 	t.Helper()
 	clients := make([]*mlock.Client, n)
 	for i := range n {
@@ -208,7 +191,7 @@ func startWorkers(t *testing.T, ctx context.Context, wg *sync.WaitGroup, c *clus
 
 // runWorker locks a random resource, holds it for a while with extends,
 // and unlocks it, until ctx ends (or 100000 rounds), recording everything.
-func runWorker(ctx context.Context, h *history, w int, c *mlock.Client) {
+func runWorker(ctx context.Context, h *clusterHistory, w int, c *mlock.Client) {
 	rng := rand.New(rand.NewPCG(uint64(w), uint64(time.Now().UnixNano())))
 	for n := 0; n < 100000 && ctx.Err() == nil; n++ {
 		res := resources[rng.IntN(len(resources))]
@@ -238,7 +221,7 @@ func runWorker(ctx context.Context, h *history, w int, c *mlock.Client) {
 
 // holdLock holds l (granted by lock) for 50-450 ms with 0-2 extends, then
 // unlocks it, and records the grant's belief interval.
-func holdLock(ctx context.Context, h *history, w int, c *mlock.Client, l *mlock.Lock, lock op, rng *rand.Rand) {
+func holdLock(ctx context.Context, h *clusterHistory, w int, c *mlock.Client, l *mlock.Lock, lock op, rng *rand.Rand) {
 	g := grant{Worker: w, Res: lock.Res, Handle: lock.Handle, Token: lock.Token, Call: lock.Call, Start: lock.Return}
 	// The sampler follows the Deadline (it moves later with extends and
 	// answers) and notes when the loss is seen.
@@ -440,7 +423,7 @@ func report(t *testing.T, c *cluster, rounds int, elapsed time.Duration, ops []o
 		"(bound: %d, a wait per worker and fault)\n", len(short), lease.MinUsable(min(ttl, grace)), faulty, workers*rounds)
 	vs = append(vs, short...)
 	if faulty > workers*rounds {
-		vs = append(vs, violation{kind: "arrival", msg: fmt.Sprintf("%d grants short on arrival after a fault, above the bound %d",
+		vs = append(vs, clusterViolation{kind: "arrival", msg: fmt.Sprintf("%d grants short on arrival after a fault, above the bound %d",
 			faulty, workers*rounds)})
 	}
 	t0 := time.Now()

@@ -1,4 +1,4 @@
-package clustertest
+package faulttest
 
 import (
 	"fmt"
@@ -14,7 +14,7 @@ import (
 )
 
 // violation is one broken rule with the history that shows it.
-type violation struct {
+type clusterViolation struct {
 	kind     string // overlap, token, linearizability, check-timeout
 	msg      string
 	res      string
@@ -25,7 +25,7 @@ type violation struct {
 // and that fencing tokens strictly increase in the order of the intervals.
 // An empty interval (the lock was already past its Deadline when granted)
 // is left out of both: nobody believed it; the model checks its token.
-func checkSafety(grants []grant) (vs []violation, empty int) {
+func checkSafety(grants []grant) (vs []clusterViolation, empty int) {
 	byRes := map[string][]grant{}
 	for _, g := range grants {
 		if g.End <= g.Start {
@@ -42,12 +42,12 @@ func checkSafety(grants []grant) (vs []violation, empty int) {
 				if b.Start >= a.End {
 					break
 				}
-				vs = append(vs, violation{kind: "overlap", res: res, from: b.Start, to: min(a.End, b.End),
+				vs = append(vs, clusterViolation{kind: "overlap", res: res, from: b.Start, to: min(a.End, b.End),
 					msg: fmt.Sprintf("two holders of %s for %v: %v and %v", res, time.Duration(min(a.End, b.End)-b.Start), a, b)})
 			}
 			if i > 0 && a.Token <= gs[i-1].Token {
 				p := gs[i-1]
-				vs = append(vs, violation{kind: "token", res: res, from: p.Start, to: a.Start,
+				vs = append(vs, clusterViolation{kind: "token", res: res, from: p.Start, to: a.Start,
 					msg: fmt.Sprintf("token %d does not exceed the previous holder's %d: %v after %v", a.Token, p.Token, a, p)})
 			}
 		}
@@ -58,7 +58,7 @@ func checkSafety(grants []grant) (vs []violation, empty int) {
 // faultNear is how long before a lock call a fault still counts as one
 // during its wait, and after the cluster is healthy again: the client may
 // still be moving to another node.
-const faultNear = int64(time.Second)
+const clusterFaultNear = int64(time.Second)
 
 // checkArrivals requires every grant whose wait saw no fault to arrive with
 // at least lease.MinUsable(min(ttl, grace)) to believe (a lock lost, or about to be, on
@@ -66,17 +66,17 @@ const faultNear = int64(time.Second)
 // whose wait saw a fault (from its first event less faultNear to its
 // "healthy" event plus faultNear): a fault can hold back every answer of
 // the client's confirmations, one grant per worker and fault at most.
-func checkArrivals(grants []grant, events []event) (vs []violation, faulty int) {
+func checkArrivals(grants []grant, events []event) (vs []clusterViolation, faulty int) {
 	type window struct{ from, to int64 }
 	byRound := map[int]*window{}
 	for _, e := range events {
 		w := byRound[e.Round]
 		if w == nil {
-			w = &window{e.T - faultNear, 1<<63 - 1} // until healthy again, if ever
+			w = &window{e.T - clusterFaultNear, 1<<63 - 1} // until healthy again, if ever
 			byRound[e.Round] = w
 		}
 		if strings.HasPrefix(e.What, "healthy") {
-			w.to = e.T + faultNear
+			w.to = e.T + clusterFaultNear
 		}
 	}
 	var ws []window
@@ -91,7 +91,7 @@ func checkArrivals(grants []grant, events []event) (vs []violation, faulty int) 
 			faulty++
 			continue
 		}
-		vs = append(vs, violation{kind: "arrival", res: g.Res, from: g.Call, to: g.Start,
+		vs = append(vs, clusterViolation{kind: "arrival", res: g.Res, from: g.Call, to: g.Start,
 			msg: fmt.Sprintf("%v arrived with %v to believe after a wait without a fault", g, time.Duration(g.Arrival-g.Start))})
 	}
 	return vs, faulty
@@ -238,10 +238,10 @@ func modelOps(ops []op, grants []grant) []porcupine.Operation {
 
 // checkLinearizable checks the history against lockModel, per resource,
 // each within timeout.
-func checkLinearizable(ops []op, grants []grant, timeout time.Duration) []violation {
+func checkLinearizable(ops []op, grants []grant, timeout time.Duration) []clusterViolation {
 	model := lockModel.ToModel()
 	hist := modelOps(ops, grants)
-	var vs []violation
+	var vs []clusterViolation
 	for _, part := range model.Partition(hist) {
 		res := part[0].Metadata.(op).Res
 		r, info := porcupine.CheckOperationsVerbose(model, part, timeout)
@@ -249,7 +249,7 @@ func checkLinearizable(ops []op, grants []grant, timeout time.Duration) []violat
 		case porcupine.Ok:
 			continue
 		case porcupine.Unknown:
-			vs = append(vs, violation{kind: "check-timeout", res: res,
+			vs = append(vs, clusterViolation{kind: "check-timeout", res: res,
 				msg: fmt.Sprintf("porcupine gave up on %s after %v (%d operations)", res, timeout, len(part))})
 			continue
 		}
@@ -286,7 +286,7 @@ func checkLinearizable(ops []op, grants []grant, timeout time.Duration) []violat
 				fmt.Fprintf(&b, "cannot place %v", stuck)
 			}
 		}
-		vs = append(vs, violation{kind: "linearizability", res: res, from: from, to: max(to, from),
+		vs = append(vs, clusterViolation{kind: "linearizability", res: res, from: from, to: max(to, from),
 			msg: fmt.Sprintf("the history of %s is not linearizable: %s", res, b.String())})
 	}
 	return vs

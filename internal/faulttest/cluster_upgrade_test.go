@@ -1,4 +1,4 @@
-package clustertest
+package faulttest
 
 import (
 	"context"
@@ -90,7 +90,7 @@ func TestRollingUpgrade(t *testing.T) {
 				n.id, st.Cluster.LogFormat, st.Cluster.Version)
 		}
 	}
-	h := newHistory()
+	h := newClusterHistory()
 	start := time.Now()
 
 	// The Go workers.
@@ -252,7 +252,7 @@ func (c *cluster) buildOf(n *node, last int) string {
 // replace stops n with SIGTERM, starts bin on its directories and
 // addresses, and waits until n has caught up with the leader and the
 // cluster is healthy.
-func (c *cluster) replace(h *history, n *node, bin, cli string, round int, kind string) error {
+func (c *cluster) replace(h *clusterHistory, n *node, bin, cli string, round int, kind string) error {
 	ev := func(what string, id string) {
 		h.addEvent(event{T: h.now(), Round: round, Kind: kind, What: what, Node: id})
 	}

@@ -1,4 +1,4 @@
-package clustertest
+package faulttest
 
 import (
 	"context"
@@ -74,7 +74,7 @@ type event struct {
 
 // history collects what the workers and the harness record. Safe for
 // concurrent use.
-type history struct {
+type clusterHistory struct {
 	origin time.Time
 	mu     sync.Mutex
 	ops    []op    // guarded by mu
@@ -83,41 +83,41 @@ type history struct {
 	handle int     // last handle; guarded by mu
 }
 
-func newHistory() *history { return &history{origin: time.Now()} }
+func newClusterHistory() *clusterHistory { return &clusterHistory{origin: time.Now()} }
 
 // now is the time since the origin on the monotonic clock.
-func (h *history) now() int64 { return int64(time.Since(h.origin)) }
+func (h *clusterHistory) now() int64 { return int64(time.Since(h.origin)) }
 
 // at converts a monotonic time.Time of this process to history time.
-func (h *history) at(t time.Time) int64 { return int64(t.Sub(h.origin)) }
+func (h *clusterHistory) at(t time.Time) int64 { return int64(t.Sub(h.origin)) }
 
-func (h *history) newHandle() int {
+func (h *clusterHistory) newHandle() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.handle++
 	return h.handle
 }
 
-func (h *history) add(o op) {
+func (h *clusterHistory) add(o op) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.ops = append(h.ops, o)
 }
 
-func (h *history) addGrant(g grant) {
+func (h *clusterHistory) addGrant(g grant) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.grants = append(h.grants, g)
 }
 
-func (h *history) addEvent(e event) {
+func (h *clusterHistory) addEvent(e event) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.events = append(h.events, e)
 }
 
 // snapshot returns copies of the recorded ops, grants and events.
-func (h *history) snapshot() ([]op, []grant, []event) {
+func (h *clusterHistory) snapshot() ([]op, []grant, []event) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return append([]op(nil), h.ops...), append([]grant(nil), h.grants...), append([]event(nil), h.events...)
