@@ -535,19 +535,20 @@ func TestRunServerShutdownNamesIt(t *testing.T) {
 // every run gets a lock it can use, runs its command whole, and no two
 // commands overlap (the reproduction of a lock lost on arrival).
 func TestRunQueueLongerThanTheTTL(t *testing.T) {
-	// Its cases one after the other, each run the mlock command built
-	// without the race detector: twenty race-enabled processes renewing
-	// short leases needed the CPU the other tests take (a run starved past
-	// its Deadline gives its lock up, as it must, and exits 75). The shorter
-	// ttl is 750 ms: a grant is usable for 2/3 of it, and with 500 ms an
-	// extend answered 150 ms late (the other test packages run beside this
-	// one) lost a lock.
+	// Its cases side by side, each on its own server, each run the mlock
+	// command built without the race detector: twenty race-enabled
+	// processes renewing short leases needed the CPU the other tests take
+	// (a run starved past its Deadline gives its lock up, as it must, and
+	// exits 75). The shorter ttl is 750 ms: a grant is usable for 2/3 of
+	// it, and with 500 ms an extend answered 150 ms late (the other test
+	// packages run beside this one) lost a lock.
 	t.Parallel()
 	for _, tc := range []struct {
 		n   int
 		ttl string
 	}{{10, "1s"}, {20, "750ms"}} {
 		t.Run(fmt.Sprintf("%dx%s", tc.n, tc.ttl), func(t *testing.T) {
+			t.Parallel()
 			runQueue(t, tc.n, tc.ttl)
 		})
 	}
