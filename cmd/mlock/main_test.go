@@ -30,9 +30,7 @@ func TestMain(m *testing.M) {
 		return
 	}
 	testenv.WaitBound(8) // most tests wait for a server, a queue or a child process
-	code := m.Run()
-	release.Remove()
-	os.Exit(code)
+	os.Exit(m.Run())
 }
 
 // release is the mlock command built without the race detector, as users

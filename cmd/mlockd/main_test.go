@@ -77,9 +77,7 @@ func TestMain(m *testing.M) {
 		os.Exit(0)
 	}
 	testenv.WaitBound(8) // the runbook tests wait for processes and elections
-	code := m.Run()
-	opsBins.Remove()
-	os.Exit(code)
+	os.Exit(m.Run())
 }
 
 // mlockd runs this test binary as mlockd with args on a free loopback port

@@ -29,8 +29,8 @@ import (
 // alike, in the environment. Every process is stopped by its pid at the
 // end; each scenario runs within a budget of 60 s after the build.
 
-// opsBins is mlockd and mlock, built once for the runbook tests of this
-// test binary (TestMain removes them).
+// opsBins is mlockd and mlock, built for the runbook tests (see
+// proctest.Programs).
 var opsBins = proctest.NewPrograms("./cmd/mlockd", "./cmd/mlock")
 
 // opsBudget bounds a scenario after the binaries are built.

@@ -34,7 +34,6 @@ func TestMain(m *testing.M) {
 		os.Exit(attackerMain())
 	}
 	code := m.Run()
-	programs.Remove()
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)
@@ -99,7 +98,7 @@ func raiseNoFile(t *testing.T) {
 	}
 }
 
-// programs is ./cmd/mlockd built without -race once per test binary.
+// programs is ./cmd/mlockd built without -race (see proctest.Programs).
 var programs = proctest.NewPrograms("./cmd/mlockd")
 
 func mlockdBin(t *testing.T) string {

@@ -27,8 +27,7 @@ func buildMlockd(t testing.TB) string {
 	return head.Paths(t)[0]
 }
 
-// head is cmd/mlockd and cmd/mlock of this tree, built once for the
-// package's tests (TestMain removes them).
+// head is cmd/mlockd and cmd/mlock of this tree (see proctest.Programs).
 var head = proctest.NewPrograms("./cmd/mlockd", "./cmd/mlock")
 
 // token returns a random token and its auth file credential.

@@ -21,13 +21,15 @@ import (
 	"go.uber.org/goleak"
 )
 
-// bins are the programs under test, built once per run.
+// programs are the programs under test (see proctest.Programs).
+var programs = proctest.NewPrograms("./cmd/mlockd", "./cmd/mlock", "./internal/faulttest/testdata/worker")
+
+// bins are their paths, and redis-server's ("" if not in PATH); set by
+// binaries.
 var bins struct {
 	once                  sync.Once
-	dir                   string
-	err                   error
 	mlockd, mlock, worker string
-	redis                 string // redis-server's path; "" if not in PATH
+	redis                 string
 }
 
 func TestMain(m *testing.M) {
@@ -36,15 +38,11 @@ func TestMain(m *testing.M) {
 	// all at once, not GOMAXPROCS at a time.
 	testenv.WaitBound(8)
 	code := m.Run()
-	head.Remove()
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)
 			code = 1
 		}
-	}
-	if bins.dir != "" {
-		os.RemoveAll(bins.dir)
 	}
 	os.Exit(code)
 }
@@ -53,21 +51,11 @@ func TestMain(m *testing.M) {
 // looks up redis-server; it fails the test if the build fails.
 func binaries(t testing.TB) {
 	t.Helper()
+	b := programs.Paths(t)
 	bins.once.Do(func() {
-		if bins.dir, bins.err = os.MkdirTemp("", "mlock-faulttest-"); bins.err != nil {
-			return
-		}
-		b, err := proctest.BuildErr(bins.dir, "./cmd/mlockd", "./cmd/mlock", "./internal/faulttest/testdata/worker")
-		if err != nil {
-			bins.err = err
-			return
-		}
 		bins.mlockd, bins.mlock, bins.worker = b[0], b[1], b[2]
 		bins.redis, _ = exec.LookPath("redis-server")
 	})
-	if bins.err != nil {
-		t.Fatal(bins.err)
-	}
 }
 
 // proc is a started process in its own process group. done closes when it

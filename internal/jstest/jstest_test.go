@@ -51,7 +51,6 @@ func TestNodePackages(t *testing.T) {
 
 	// The programs and the TypeScript build are independent: built side
 	// by side.
-	dir := t.TempDir()
 	script, err := readTestScript(js)
 	if err != nil {
 		t.Fatal(err)
@@ -62,7 +61,7 @@ func TestNodePackages(t *testing.T) {
 	built := make(chan error, 1)
 	go func() {
 		var err error
-		bins, err = proctest.BuildErr(dir, "./cmd/mlockd", "./cmd/mlock")
+		bins, err = programs.Build()
 		built <- err
 	}()
 	env := append(os.Environ(), "NO_COLOR=1", "PATH="+filepath.Join(js, "node_modules", ".bin")+string(os.PathListSeparator)+os.Getenv("PATH"))
@@ -106,6 +105,10 @@ func TestNodePackages(t *testing.T) {
 		})
 	}
 }
+
+// programs are the server and the command line the Node.js tests run (see
+// proctest.Programs).
+var programs = proctest.NewPrograms("./cmd/mlockd", "./cmd/mlock")
 
 // testScript is js/package.json's test script: "tsc -b PROJECTS... && node
 // --test [flags] FILES..." (any number of build steps before node), read so

@@ -39,66 +39,62 @@ func moduleRoot() (string, error) {
 	return filepath.Dir(strings.TrimSpace(string(out))), nil
 }
 
-// Build builds the packages (paths relative to the module root, such as
-// "./cmd/mlockd") without -race into dir, in one go build, and returns the
-// path of each program in their order. The programs change under the tests:
-// they are built afresh by every test binary (go's cache makes it cheap).
-// They are built with -trimpath: the compiled packages do not depend on
+// Programs are programs of the module that a test binary starts as
+// processes (packages given relative to the module root, such as
+// "./cmd/mlockd"), built without -race on first use.
+//
+// They go to the checkout's .testbin directory (git ignores it), which the
+// test binaries of a go test run share: go build links a program again only
+// when what it is built from has changed, so a run links each program once,
+// however many packages start it (linking mlockd takes about 2 s of CPU).
+// A lock file keeps two test binaries from building at the same time. The
+// programs are built with -trimpath: the compiled packages do not depend on
 // the checkout's directory, so another clone of the same commit finds them
 // in go's cache.
-func Build(t testing.TB, dir string, pkgs ...string) []string {
-	t.Helper()
-	bins, err := BuildErr(dir, pkgs...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return bins
-}
-
-// Programs are packages built once per test binary, on first use, into a
-// temporary directory: for a package whose tests run in parallel (one go
-// build instead of one per test). TestMain calls Remove after m.Run.
 type Programs struct {
 	pkgs []string
 	once sync.Once
-	dir  string
 	bins []string
 	err  error
 }
 
-// NewPrograms returns the Programs of pkgs (paths relative to the module
-// root, as for Build); nothing is built yet.
+// NewPrograms returns the Programs of pkgs; nothing is built yet.
 func NewPrograms(pkgs ...string) *Programs { return &Programs{pkgs: pkgs} }
 
 // Paths builds the programs on its first call and returns their paths in
 // the order of the packages. A failed build fails t, at every call.
 func (p *Programs) Paths(t testing.TB) []string {
 	t.Helper()
-	p.once.Do(func() {
-		if p.dir, p.err = os.MkdirTemp("", "mlock-test-bin-"); p.err == nil {
-			p.bins, p.err = BuildErr(p.dir, p.pkgs...)
-		}
-	})
-	if p.err != nil {
-		t.Fatal(p.err)
+	bins, err := p.Build()
+	if err != nil {
+		t.Fatal(err)
 	}
-	return p.bins
+	return bins
 }
 
-// Remove removes the programs, if they were built. Call it once the tests
-// are over.
-func (p *Programs) Remove() {
-	if p.dir != "" {
-		os.RemoveAll(p.dir)
-	}
+// Build is Paths for a caller without a test at hand (a goroutine): the
+// paths, or why the build failed.
+func (p *Programs) Build() ([]string, error) {
+	p.once.Do(func() { p.bins, p.err = buildShared(p.pkgs) })
+	return p.bins, p.err
 }
 
-// BuildErr is Build for a caller without a test at hand (a sync.Once).
-func BuildErr(dir string, pkgs ...string) ([]string, error) {
+// buildShared builds pkgs into the checkout's .testbin directory, holding
+// its lock.
+func buildShared(pkgs []string) ([]string, error) {
 	root, err := moduleRoot()
 	if err != nil {
 		return nil, err
 	}
+	dir := filepath.Join(root, ".testbin")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	unlock, err := lockFile(filepath.Join(dir, ".lock"))
+	if err != nil {
+		return nil, fmt.Errorf("locking %s: %v", dir, err)
+	}
+	defer unlock()
 	cmd := exec.Command("go", append([]string{"build", "-trimpath", "-o", dir + string(filepath.Separator)}, pkgs...)...)
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {

@@ -4,8 +4,10 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -54,20 +56,52 @@ func TestWaitForReturnsWhenTheConditionHolds(t *testing.T) {
 	WaitFor(t, 10*time.Second, "three increments", func() bool { return n.Load() == 3 })
 }
 
-func TestBuild(t *testing.T) {
+// Programs builds into the checkout's shared directory: a second Programs
+// of the same package (another test binary of the run) finds the program
+// up to date and does not write it again; builds from two at once both
+// succeed; a package that does not exist fails.
+func TestPrograms(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: no go build")
 	}
-	bins := Build(t, t.TempDir(), "./internal/proctest/testdata/hello")
+	bins := NewPrograms("./internal/proctest/testdata/hello").Paths(t)
 	out, err := execOutput(bins[0])
 	if err != nil || out != "hello\n" {
 		t.Fatalf("the built program: %q, %v", out, err)
 	}
-	if _, err := BuildErr(t.TempDir(), "./no/such/package"); err == nil {
-		t.Fatal("building a package that does not exist succeeded")
+	if want := filepath.Join(ModuleRoot(t), ".testbin", "hello"); bins[0] != want {
+		t.Fatalf("built at %s, want %s", bins[0], want)
 	}
-	if _, err := os.Stat(ModuleRoot(t) + "/go.mod"); err != nil {
+	before, err := os.Stat(bins[0])
+	if err != nil {
 		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = NewPrograms("./internal/proctest/testdata/hello").Build()
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	after, err := os.Stat(bins[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	// go build touches an up-to-date program's time; written again, it
+	// would be a new file.
+	if !os.SameFile(before, after) {
+		t.Error("the program was written again: it was up to date")
+	}
+	if _, err := NewPrograms("./no/such/package").Build(); err == nil {
+		t.Fatal("building a package that does not exist succeeded")
 	}
 }
 

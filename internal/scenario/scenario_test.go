@@ -32,16 +32,7 @@ func TestMain(m *testing.M) {
 	// compute: the eight of TestScenarios and the two other server tests
 	// all at once, not GOMAXPROCS at a time.
 	testenv.WaitBound(10)
-	goleak.VerifyTestMain(exitHook{m})
-}
-
-// exitHook runs the tests and then removes the programs build made.
-type exitHook struct{ m *testing.M }
-
-func (h exitHook) Run() int {
-	code := h.m.Run()
-	programs.Remove()
-	return code
+	goleak.VerifyTestMain(m)
 }
 
 // sizes are a run's counts.

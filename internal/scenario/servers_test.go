@@ -21,13 +21,13 @@ import (
 )
 
 // binaries are the programs the scenarios run, built (without -race) from
-// this repository into a temporary directory.
+// this repository (see proctest.Programs).
 type binaries struct {
 	mlockd, mlock, order string
 }
 
 // build returns mlockd, mlock and the Go worker, built once for the
-// package's tests, in one go build, into binDir (removed by TestMain).
+// package's tests, in one go build.
 func build(t testing.TB) binaries {
 	t.Helper()
 	b := programs.Paths(t)
