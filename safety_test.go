@@ -42,6 +42,7 @@ func lockAsync(ctx context.Context, c *mlock.Client, res string, o *mlock.LockOp
 // The holder must learn that its lock is lost before the server's lease ends
 // and the waiter is granted.
 func TestBlackholedHolderLosesBeforeTheServerGrants(t *testing.T) {
+	t.Parallel()
 	addr, _ := startServer(t, server.Config{}, "")
 	px := newProxy(t, addr)
 	holder := client(t, px.addr(), mlock.Options{MaxBackoff: 100 * time.Millisecond})
@@ -102,6 +103,7 @@ func TestBlackholedHolderLosesBeforeTheServerGrants(t *testing.T) {
 // holder must give its lock up before the server drops the session and
 // grants the waiter, although its lease is much longer.
 func TestOutageLongerThanTheGrace(t *testing.T) {
+	t.Parallel()
 	addr, _ := startServer(t, server.Config{SessionGrace: time.Second}, "")
 	px := newProxy(t, addr)
 	holder := client(t, px.addr(), mlock.Options{MaxBackoff: 100 * time.Millisecond})
@@ -270,6 +272,7 @@ func readCommand(r *bufio.Reader) ([]string, error) {
 // passed while the answer was on its way, and the client gave the lock up)
 // reports the loss: the lock is not held, whatever the server answered.
 func TestExtendAnsweredAfterTheLossReportsIt(t *testing.T) {
+	t.Parallel()
 	addr, _ := startServer(t, server.Config{SessionGrace: 5 * time.Second}, "")
 	px := newProxy(t, addr)
 	c := client(t, px.addr(), mlock.Options{})
@@ -302,6 +305,7 @@ func TestExtendAnsweredAfterTheLossReportsIt(t *testing.T) {
 // bounded by it at once, so the holder never believes the lock held after
 // the server may have freed it.
 func TestUnansweredShorteningRenewalBoundsTheDeadline(t *testing.T) {
+	t.Parallel()
 	const short = 500 * time.Millisecond
 	for _, how := range []string{"extend", "reentry", "renew"} {
 		t.Run(how, func(t *testing.T) {
@@ -353,6 +357,7 @@ func TestUnansweredShorteningRenewalBoundsTheDeadline(t *testing.T) {
 // go on believing them held. (An eviction keeps the lock for the session
 // grace, which bounds the holder's belief.)
 func TestUnansweredReleaseLosesTheHandles(t *testing.T) {
+	t.Parallel()
 	for _, how := range []string{"release", "releaseall"} {
 		t.Run(how, func(t *testing.T) {
 			addr, _ := startServer(t, server.Config{}, "")

@@ -474,6 +474,7 @@ func TestRefusalFailsAWaitingLock(t *testing.T) {
 // Once the server accepts the credentials again (its auth file was fixed),
 // the client connects by itself.
 func TestRefusalThenAccepted(t *testing.T) {
+	t.Parallel()
 	var a attempts
 	addr := fakeServer(t, func(c net.Conn, r *bufio.Reader) {
 		a.add()
@@ -577,6 +578,7 @@ func TestTLSHandshake(t *testing.T) {
 // server, is refused at once with a TLS error; the client does not retry
 // in a tight loop.
 func TestTLSUntrustedCertificate(t *testing.T) {
+	t.Parallel()
 	pki := newPKI(t)
 	var a attempts
 	addr := fakeServer(t, func(c net.Conn, r *bufio.Reader) {
@@ -623,6 +625,7 @@ func TestTLSUntrustedCertificate(t *testing.T) {
 // A TLS client against a plain server: the server's answer to the hello is
 // not TLS, and the error says so.
 func TestTLSClientPlainServer(t *testing.T) {
+	t.Parallel()
 	var a attempts
 	addr := fakeServer(t, func(c net.Conn, r *bufio.Reader) {
 		a.add()
