@@ -210,6 +210,7 @@ func (b *barging) Acquire(ctx context.Context, keys []string, o locking.AcquireO
 // Every target is opened with locking.Open; servers report their CPU: Redis
 // through INFO, in both the provider's mode and Medusa's.
 func TestOpenRedisTargets(t *testing.T) {
+	t.Parallel() // waits on the network, beside the CPU-bound runs on memory
 	u := os.Getenv("REDIS_URL")
 	if u == "" {
 		t.Skip("REDIS_URL is not set")
@@ -275,6 +276,7 @@ func TestParseProcessCPU(t *testing.T) {
 // etcd:// targets are opened with locking.Open and report etcd's CPU (its
 // /metrics); every scenario runs on them without errors or violations.
 func TestOpenEtcdTarget(t *testing.T) {
+	t.Parallel() // waits on the network, beside the CPU-bound runs on memory
 	e := testenv.Getenv(t, "ETCD_ENDPOINTS", "the etcd target test needs an etcd (start etcd and set ETCD_ENDPOINTS)")
 	ctx := context.Background()
 	tg, closeT, err := Open(ctx, fmt.Sprintf("etcd://%s?prefix=benchtest/%x/", e, rand.Uint32()), false)
