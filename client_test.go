@@ -660,6 +660,10 @@ func TestErrorText(t *testing.T) {
 		{&mlock.Error{Type: mlock.TypeLost, Msg: "lock expired", Err: mlock.ErrExpired}, "mlock: lost error: lock expired"},
 		{&mlock.Error{Type: mlock.TypeCanceled, Err: context.Canceled}, "mlock: canceled error: context canceled"},
 		{&mlock.Error{Type: mlock.TypeTimeout, Err: context.DeadlineExceeded}, "mlock: timeout error: context deadline exceeded"},
+		// A cause of this package's own: "mlock:" once, at the front.
+		{&mlock.Error{Type: mlock.TypeTimeout, Msg: "no answer within 50ms",
+			Err: &mlock.Error{Type: mlock.TypeTimeout, Err: context.DeadlineExceeded}},
+			"mlock: timeout error: no answer within 50ms: timeout error: context deadline exceeded"},
 	}
 	for _, tc := range tests {
 		if got := tc.err.Error(); got != tc.want {

@@ -90,7 +90,9 @@ func (e *Error) Error() string {
 			}
 		} else {
 			b.WriteString(": ")
-			b.WriteString(e.Err.Error())
+			// A cause that is an error of this package says "mlock:" once,
+			// at the front.
+			b.WriteString(strings.TrimPrefix(e.Err.Error(), "mlock: "))
 		}
 	}
 	return b.String()

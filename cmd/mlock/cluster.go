@@ -188,9 +188,9 @@ func askNodes(ctx context.Context, o mlock.Options, addrs []string, timeout time
 				return
 			}
 			defer c.Close()
-			ctx, refused := failFast(ctx, []string{a}, timeout)
-			defer refused()
+			ctx, settle := failFast(ctx, []string{a}, timeout)
 			st, err := c.Status(ctx)
+			settle(err)
 			switch {
 			case err != nil:
 				views[i].Error = describe(explain(ctx, err, []string{a}, timeout))

@@ -315,9 +315,10 @@ func withClient(fs *flag.FlagSet, args []string, stdout, stderr io.Writer, minPo
 	defer stop()
 	ctx, cancel := context.WithTimeoutCause(ctx, *timeout, errNoAnswer)
 	defer cancel()
-	ctx, refused := failFast(ctx, c.Addrs(), *timeout)
-	defer refused()
-	if err := do(ctx, c, *uri, p.pos); err != nil {
+	ctx, settle := failFast(ctx, c.Addrs(), *timeout)
+	err = do(ctx, c, *uri, p.pos)
+	settle(err)
+	if err != nil {
 		return fail(fs, stderr, explain(ctx, err, c.Addrs(), *timeout))
 	}
 	return exitOK
@@ -368,9 +369,13 @@ func (e *refusedError) Unwrap() []error { return e.errs }
 // there): the client retries a refused connection until its DialTimeout,
 // and a retried call waits twice, so "connection refused" would otherwise
 // take the whole --timeout and be reported as "server unreachable" only.
-// The probe closes its connection at once; it does nothing else. stop
-// ends the probe.
-func failFast(ctx context.Context, addrs []string, timeout time.Duration) (_ context.Context, stop func()) {
+// The probe closes its connection at once; it does nothing else. settle
+// ends the probe once the call under ctx has returned err: if err says a
+// connection was refused, the call may have failed before the probe saw
+// the refusal (both race on a busy machine), so settle lets the probe
+// finish first, and the refusal is then reported the same way whichever
+// came first.
+func failFast(ctx context.Context, addrs []string, timeout time.Duration) (_ context.Context, settle func(err error)) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	done := make(chan struct{})
 	go func() {
@@ -379,7 +384,13 @@ func failFast(ctx context.Context, addrs []string, timeout time.Duration) (_ con
 			cancel(r)
 		}
 	}()
-	return ctx, func() { cancel(nil); <-done }
+	return ctx, func(err error) {
+		if !errors.Is(err, syscall.ECONNREFUSED) {
+			cancel(nil)
+		}
+		<-done
+		cancel(nil)
+	}
 }
 
 // probeRefused probes every address with a plain TCP connection (closed at

@@ -305,7 +305,7 @@ func (r *runner) mlock(ctx context.Context, uri string, tolerate int) error {
 	// A server never reached is a usage or network problem, not a restart:
 	// fail at once (a refused connection without waiting for the dial
 	// timeout, see failFast).
-	pctx, stop := failFast(ctx, c.Addrs(), c.Options().DialTimeout)
+	pctx, settle := failFast(ctx, c.Addrs(), c.Options().DialTimeout)
 	if r.timeout > 0 && !r.skip {
 		// A server that does not answer (a cluster node without a leader)
 		// is waited for no longer than --timeout: the lock was not taken
@@ -315,7 +315,7 @@ func (r *runner) mlock(ctx context.Context, uri string, tolerate int) error {
 		defer cancel()
 	}
 	err = c.Ping(pctx)
-	stop()
+	settle(err)
 	if err != nil {
 		if errors.Is(context.Cause(pctx), errWaitRanOut) {
 			return &mlock.Error{Type: mlock.TypeTimeout, Err: err,
