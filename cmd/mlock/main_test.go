@@ -29,7 +29,7 @@ func TestMain(m *testing.M) {
 		main()
 		return
 	}
-	testenv.WaitBound(8) // most tests wait for a server, a queue or a child process
+	testenv.WaitBound(24) // most tests wait for a server, a queue or a child process: the long ones start at once
 	os.Exit(m.Run())
 }
 
