@@ -102,6 +102,7 @@ func checkParked(t *Table) error {
 // order whether the index was just built, holds young queues, was flushed
 // by them, or was dropped after more churn than a rebuild costs.
 func TestIndexOfNamesStates(t *testing.T) {
+	t.Parallel() // CPU-bound: beside the other, on the second core
 	states := map[string]bool{}
 	rapid.Check(t, func(rt *rapid.T) {
 		h := newHarness(t, Config{MaxLocksPerSession: -1})

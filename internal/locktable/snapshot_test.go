@@ -178,6 +178,7 @@ func (op *snapOp) apply(r *replica, ids []ID) []ID {
 // event must be the same, and so must the snapshots at the end, byte for
 // byte. A snapshot of B right after Restore is the snapshot it came from.
 func TestSnapshotRestoreBehavesTheSame(t *testing.T) {
+	t.Parallel() // CPU-bound: beside the other, on the second core
 	rapid.Check(t, func(rt *rapid.T) {
 		a, c := newReplica(rt), newReplica(rt)
 		var b *replica
@@ -320,6 +321,7 @@ func TestSnapshotRoundTrip(t *testing.T) {
 }
 
 func TestRestoreRejectsCorruptSnapshots(t *testing.T) {
+	t.Parallel() // CPU-bound: beside the other, on the second core
 	snap := mustMarshal(t, scenario(t).tab)
 	for n := range len(snap) {
 		if _, err := Restore(Config{}, snap[:n]); err == nil {
