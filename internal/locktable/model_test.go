@@ -498,7 +498,7 @@ func TestModel(t *testing.T) {
 // modelLongRuns and modelLongSteps size TestModelLong: modelLongRuns runs of
 // rapid.Check, each of -rapid.checks histories (100 by default, a fifth with
 // -short) of exactly modelLongSteps actions: 6 runs (600 histories of 1 000
-// actions) with the test suite, 2 under the race detector (which finds
+// actions) with the test suite, 1 under the race detector (which finds
 // nothing in the engine's single goroutine and makes each run 5 to 10 times
 // slower), 24 with MLOCK_MODEL_LONG=1, which CI runs without the race
 // detector after the suite (.ci/run).
@@ -507,7 +507,7 @@ func modelLongRuns() int {
 	case os.Getenv("MLOCK_MODEL_LONG") != "":
 		return 24
 	case raceDetector:
-		return 2
+		return 1
 	}
 	return 6
 }
