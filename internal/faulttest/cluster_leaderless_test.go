@@ -52,7 +52,7 @@ func TestLeaderlessWait(t *testing.T) {
 		}
 	}
 	for round, survivorLeads := range []bool{false, true} {
-		leaderlessRound(t, c, head.Paths(t)[1], round, survivorLeads)
+		leaderlessRound(t, c, programs.Paths(t)[1], round, survivorLeads)
 	}
 }
 

@@ -21,14 +21,11 @@ import (
 )
 
 // buildMlockd returns the path of cmd/mlockd, built without -race (see
-// head).
+// programs).
 func buildMlockd(t testing.TB) string {
 	t.Helper()
-	return head.Paths(t)[0]
+	return programs.Paths(t)[0]
 }
-
-// head is cmd/mlockd and cmd/mlock of this tree (see proctest.Programs).
-var head = proctest.NewPrograms("./cmd/mlockd", "./cmd/mlock")
 
 // token returns a random token and its auth file credential.
 func token() (string, string) {

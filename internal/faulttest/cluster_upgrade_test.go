@@ -542,7 +542,7 @@ func buildUpgradePair(t *testing.T) (old, cur build) {
 		t.Fatalf("building %s: %v\n%s", rev, err, out)
 	}
 	old = build{mlockd: filepath.Join(oldDir, "mlockd"), mlock: filepath.Join(oldDir, "mlock")}
-	bins := head.Paths(t)
+	bins := programs.Paths(t)
 	cur = build{mlockd: bins[0], mlock: bins[1]}
 	head := "HEAD"
 	if out, err := exec.Command(git, "-C", root, "rev-parse", "HEAD").Output(); err == nil {
