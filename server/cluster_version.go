@@ -35,8 +35,8 @@ const (
 type formats struct {
 	mu   sync.Mutex
 	said map[string]formatSaid // by member id
-	// announcing (watchPeers only): to which leader this node last said
-	// its formats, and when it last tried.
+	// announcing (watchPeers only): to which leader (its id and term) this
+	// node last said its formats, and when it last tried.
 	toLeader string
 	tried    time.Time
 }
@@ -91,7 +91,9 @@ func parseFormatSaid(b []byte) (string, int, bool) {
 // announceFormat tells the leader, if another node leads, which formats
 // this node reads: once to each new leader, then every announceEvery (every
 // second while the leader does not take it: a leader of an older build
-// refuses the request, and the cluster keeps its version).
+// refuses the request, and the cluster keeps its version). A leader elected
+// again is a new one, even the same member: restarted (upgraded), it has
+// forgotten what the members said.
 func (s *Server) announceFormat() {
 	cl := s.cl
 	info, _ := cl.node.Leader()
@@ -99,8 +101,9 @@ func (s *Server) announceFormat() {
 		return
 	}
 	a := &cl.formats
+	leader := info.ID + " " + strconv.FormatUint(cl.node.Term(), 10)
 	since := time.Since(a.tried)
-	if info.ID == a.toLeader && since < announceEvery || info.ID != a.toLeader && since < time.Second && !a.tried.IsZero() {
+	if leader == a.toLeader && since < announceEvery || leader != a.toLeader && since < time.Second && !a.tried.IsZero() {
 		return
 	}
 	a.tried = time.Now()
@@ -108,7 +111,7 @@ func (s *Server) announceFormat() {
 	defer cancel()
 	st, _, err := cl.fwd.call(ctx, info.ClientAddr, fwdFormat, []byte(cl.id+" "+strconv.Itoa(cl.ownFormat())), nil)
 	if err == nil && st == fwdOK {
-		a.toLeader = info.ID
+		a.toLeader = leader
 	} else {
 		a.toLeader = ""
 	}

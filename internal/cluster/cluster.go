@@ -561,6 +561,10 @@ func (n *Node) Leader() (LeaderInfo, <-chan struct{}) {
 	return info, ch
 }
 
+// Term returns the node's current Raft term. Each election is in a higher
+// one: a leader elected again, even the same member, is in a new term.
+func (n *Node) Term() uint64 { return n.raft.CurrentTerm() }
+
 // LeaderAddr returns the leader's client address (LeaderInfo.ClientAddr), "" if not known yet.
 func (n *Node) LeaderAddr() string {
 	info, _ := n.Leader()
