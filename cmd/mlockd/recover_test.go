@@ -538,7 +538,8 @@ func TestRunbookRecoverLostQuorum(t *testing.T) {
 		t.Fatalf("the recovery runbook has %d blocks, the test knows 4", len(blocks))
 	}
 	// For 3 s the survivor is neither leader nor ready, and a lock asked
-	// of it meanwhile is not granted.
+	// of it meanwhile is not granted. The runbook's first step, the
+	// status, runs meanwhile and finds no leader.
 	probe := e.client("c")
 	pctx, pcancel := context.WithTimeout(context.Background(), 3*time.Second)
 	probed := make(chan error, 1)
@@ -546,18 +547,25 @@ func TestRunbookRecoverLostQuorum(t *testing.T) {
 		_, err := probe.Lock(pctx, "acct:3", nil)
 		probed <- err
 	}()
-	idle := time.Now().Add(3 * time.Second)
-	for time.Now().Before(idle) {
-		if st, err := e.status("c"); err == nil && st.Cluster != nil && (st.Cluster.Role == "leader" || st.Cluster.Ready) {
-			t.Fatalf("the survivor alone is %s", st.Cluster.Role)
+	led := make(chan string, 1) // the role the survivor claimed, if it did
+	go func() {
+		defer close(led)
+		for idle := time.Now().Add(3 * time.Second); time.Now().Before(idle); {
+			if st, err := e.status("c"); err == nil && st.Cluster != nil && (st.Cluster.Role == "leader" || st.Cluster.Ready) {
+				led <- st.Cluster.Role
+				return
+			}
+			time.Sleep(100 * time.Millisecond) // poll interval
 		}
-		time.Sleep(100 * time.Millisecond) // poll interval
+	}()
+	e.must(blocks[0][0], 125)
+	if role, ok := <-led; ok {
+		t.Fatalf("the survivor alone is %s", role)
 	}
 	if err := <-probed; err == nil {
 		t.Fatal("the survivor alone granted a lock")
 	}
 	pcancel()
-	e.must(blocks[0][0], 125)
 	// The recovery refuses a directory a running node holds.
 	out := e.must(blocks[1][1], 1)
 	if !strings.Contains(out, "in use") || !strings.Contains(out, "stop that node first") {
