@@ -253,7 +253,9 @@ func TestCloseReleases(t *testing.T) {
 // A lease revoked behind the provider's back closes Lease.Lost and makes
 // Renew false.
 func TestLostOnRevoke(t *testing.T) {
-	p := open(t, prefix())
+	t.Parallel()
+	pfx := prefix()
+	p := open(t, pfx)
 	defer p.Close()
 	c, cli := ctx(t), raw(t)
 	l, err := p.Acquire(c, []string{"r"}, locking.AcquireOptions{OwnerID: "o", Expire: 10 * time.Second})
@@ -270,7 +272,7 @@ func TestLostOnRevoke(t *testing.T) {
 			continue
 		}
 		for _, k := range ttl.Keys {
-			if strings.HasSuffix(string(k), fmt.Sprintf("lock/r/%x", int64(ls.ID))) {
+			if string(k) == fmt.Sprintf("%slock/r/%x", pfx, int64(ls.ID)) { // this test's key, not another's
 				if _, err := cli.Revoke(c, ls.ID); err != nil {
 					t.Fatal(err)
 				}

@@ -78,6 +78,7 @@ func startCluster(t *testing.T) *goredis.ClusterClient {
 // with them, or every script is refused (CROSSSLOT). Tokens grow per hash
 // tag; a key without a hash tag is refused with a clear error.
 func TestRedisCluster(t *testing.T) {
+	t.Parallel() // on a cluster of its own
 	rdb := startCluster(t)
 	p, err := redis.New(rdb, redis.Options{})
 	if err != nil {

@@ -93,6 +93,7 @@ func (r *ownRedis) stop() {
 // channels close and their renewals say the lock is gone, even though a
 // newcomer took the key on the new server meanwhile.
 func TestRedisLosesItsData(t *testing.T) {
+	t.Parallel() // on a Redis of its own
 	r := startOwnRedis(t)
 	p, err := redis.Open(redis.Options{RedisURL: r.url()})
 	if err != nil {
