@@ -330,8 +330,8 @@ func TestRunWaitSurvivesServerRestart(t *testing.T) {
 // after each answer, the loss would be declared 865 ms after it, and pings
 // come every grace/3 = 1 s, renewals every ttl/3 = 6.7 s: renewing only on
 // the ttl's cadence lost the lock within the first second. The watchdog now
-// renews every third of the time left (about every 290 ms here), and the
-// command runs to its end.
+// renews every third of the time left (about every 290 ms here), and a
+// 4 s command, longer than the grace, runs to its end.
 //
 // The defaults show the same arithmetic, too slow for a test: grace 15 s
 // (14.845 s believed), ttl 60 s, kill-after 10 s (lead 10.1 s): the loss
@@ -343,7 +343,7 @@ func TestRunLeadAgainstTheGrace(t *testing.T) {
 	t.Parallel()
 	addr, _ := servertest.Start(t, server.Config{SessionGrace: 3 * time.Second}, "")
 	uri := "mlock://" + addr
-	cmd := releaseCmd(t, "run", "--uri", uri, "--ttl", "20s", "--kill-after", "2s", "grace", "--", "sleep", "6")
+	cmd := releaseCmd(t, "run", "--uri", uri, "--ttl", "20s", "--kill-after", "2s", "grace", "--", "sleep", "4")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	start := time.Now()
@@ -354,7 +354,7 @@ func TestRunLeadAgainstTheGrace(t *testing.T) {
 	if code := exitCodeOf(t, cmd.Wait()); code != 0 {
 		t.Fatalf("exit %d after %v, want 0; stderr: %s", code, time.Since(start), stderr.String())
 	}
-	if d := time.Since(start); d < 6*time.Second {
+	if d := time.Since(start); d < 4*time.Second {
 		t.Fatalf("the command ended after %v", d)
 	}
 }
