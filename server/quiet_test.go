@@ -217,7 +217,9 @@ func TestCleanShutdownWithoutLocksIsNotQuiet(t *testing.T) {
 func TestShutdownHolderThatDoesNotCloseMakesNextStartQuiet(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	cfg := Config{DataDir: dir, SessionGrace: 300 * time.Millisecond, ShutdownWait: 300 * time.Millisecond}
+	// A grace (and so a quiet period) long enough for a loaded machine to
+	// restart and ask for the status within it (300 ms was not, once).
+	cfg := Config{DataDir: dir, SessionGrace: 1500 * time.Millisecond, ShutdownWait: 300 * time.Millisecond}
 	srv, stop := serve(t, cfg)
 	holder := connected(t, srv, "holder")
 	id := holder.lock("1", "held 60000 0 0")
@@ -317,7 +319,8 @@ func TestShutdownOriginalClientThatReadsAndClosesIsNotConfirmed(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	var logs logBuffer
-	cfg := Config{DataDir: dir, SessionGrace: 300 * time.Millisecond, ShutdownWait: 5 * time.Second,
+	// A grace long enough for a loaded machine to restart within it.
+	cfg := Config{DataDir: dir, SessionGrace: 1500 * time.Millisecond, ShutdownWait: 5 * time.Second,
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))}
 	srv, stop := serve(t, cfg)
 	holder := connected(t, srv, "holder")
