@@ -258,13 +258,32 @@ func TestMedusaMode(t *testing.T) {
 	if v, _ := rdb.Get(ctx, ns+"a").Result(); v != "p" {
 		t.Fatalf("a = %q: Medusa's acquire keeps the keys it took", v)
 	}
-	// A waiter polls and gets the key after the release.
+	// A waiter (a provider of its own, on a client that says when a try of
+	// its has been answered) polls and gets the key after the release.
+	wo, err := goredis.ParseURL(redisURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wc := goredis.NewClient(wo)
+	tried := make(chan struct{}, 1)
+	wc.AddHook(answeredHook{tried})
+	w, err := redis.New(wc, redis.Options{Medusa: true, Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
 	got := make(chan error, 1)
 	go func() {
-		_, err := m.Acquire(ctx, []string{"b"}, locking.AcquireOptions{OwnerID: "w", AwaitQueue: true, Expire: time.Minute})
+		_, err := w.Acquire(ctx, []string{"b"}, locking.AcquireOptions{OwnerID: "w", AwaitQueue: true, Expire: time.Minute})
 		got <- err
 	}()
-	time.Sleep(30 * time.Millisecond) // fixed: the waiter is polling (the provider API shows no waiting state)
+	select {
+	case <-tried: // it found b held: it polls from now on
+	case err := <-got:
+		t.Fatalf("the waiter's Acquire returned %v while o held b", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter did not try within 10 s")
+	}
 	if ok, _ := m.Release(ctx, []string{"b"}, locking.ReleaseOptions{OwnerID: "o"}); !ok {
 		t.Fatal("release b")
 	}
@@ -285,6 +304,40 @@ func TestMedusaMode(t *testing.T) {
 	}
 	if _, err := locking.Open(ctx, u+sep+"mode=nope"); err == nil {
 		t.Fatal("an unknown mode")
+	}
+}
+
+// answeredHook signals, without blocking, each time a script call (EVAL,
+// EVALSHA) of its client has been answered: for a provider, a try.
+type answeredHook struct{ answered chan<- struct{} }
+
+func (h answeredHook) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+
+func (h answeredHook) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		err := next(ctx, cmd)
+		h.signal([]goredis.Cmder{cmd})
+		return err
+	}
+}
+
+func (h answeredHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []goredis.Cmder) error {
+		err := next(ctx, cmds)
+		h.signal(cmds)
+		return err
+	}
+}
+
+func (h answeredHook) signal(cmds []goredis.Cmder) {
+	for _, c := range cmds {
+		if n := c.Name(); n == "eval" || n == "evalsha" {
+			select {
+			case h.answered <- struct{}{}:
+			default:
+			}
+			return
+		}
 	}
 }
 
