@@ -262,22 +262,16 @@ func TestLostOnRevoke(t *testing.T) {
 	if err != nil || l.Lost == nil {
 		t.Fatalf("Acquire = %+v, %v", l, err)
 	}
-	leases, err := cli.Leases(c)
+	// The lease of this test's one mutex entry (prefix/lock/r/<lease>).
+	resp, err := cli.Get(c, pfx+"lock/r/", clientv3.WithPrefix())
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, ls := range leases.Leases {
-		ttl, err := cli.TimeToLive(c, ls.ID, clientv3.WithAttachedKeys())
-		if err != nil {
-			continue
-		}
-		for _, k := range ttl.Keys {
-			if string(k) == fmt.Sprintf("%slock/r/%x", pfx, int64(ls.ID)) { // this test's key, not another's
-				if _, err := cli.Revoke(c, ls.ID); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
+	if len(resp.Kvs) != 1 || resp.Kvs[0].Lease == 0 {
+		t.Fatalf("the mutex entries of r: %v, want one on a lease", resp.Kvs)
+	}
+	if _, err := cli.Revoke(c, clientv3.LeaseID(resp.Kvs[0].Lease)); err != nil {
+		t.Fatal(err)
 	}
 	select {
 	case <-l.Lost:
