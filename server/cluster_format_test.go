@@ -363,7 +363,11 @@ func TestClusterVersionGate(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond) // polled: status has no event to wait on
 	}
-	t.Logf("the cluster version was raised %v after n2's restart (leader n%d)", time.Since(restarted), l)
+	raised := time.Since(restarted)
+	t.Logf("the cluster version was raised %v after n2's restart (leader n%d)", raised, l)
+	if raised > announceEvery/2 {
+		t.Fatalf("the cluster version was raised %v after n2's restart, want well within announceEvery (%v)", raised, announceEvery)
+	}
 	d := tc.dial(1, "gate2")
 	d.expect("connected 1.0 new * **")
 	id = d.lock("1", "g2 60000 0 0")
@@ -383,6 +387,34 @@ func TestClusterVersionGate(t *testing.T) {
 	}
 	if typed == 0 {
 		t.Fatal("no typed requests were written once every member reads them")
+	}
+}
+
+// A follower tells a leader its formats once, then every announceEvery; a
+// leader of the same id in a new term (restarted: it forgot) at once, and
+// a new leader after a second at most since the last try.
+func TestFormatsAnnounceDue(t *testing.T) {
+	t0 := time.Unix(1_000_000, 0)
+	var a formats
+	if !a.due("n1 2", t0) {
+		t.Fatal("the first leader is not told")
+	}
+	a.tried, a.toLeader = t0, "n1 2"
+	for _, tc := range []struct {
+		leader string
+		after  time.Duration
+		want   bool
+	}{
+		{"n1 2", time.Second, false},
+		{"n1 2", announceEvery - time.Millisecond, false},
+		{"n1 2", announceEvery, true},
+		{"n1 3", time.Second, true}, // the same member, elected again
+		{"n1 3", 500 * time.Millisecond, false},
+		{"n2 3", time.Second, true},
+	} {
+		if got := a.due(tc.leader, t0.Add(tc.after)); got != tc.want {
+			t.Errorf("told n1 in term 2 at t0: due(%q, t0+%v) = %v, want %v", tc.leader, tc.after, got, tc.want)
+		}
 	}
 }
 

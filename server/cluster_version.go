@@ -15,12 +15,12 @@ import (
 // kind or a snapshot field that a member's build cannot read is never
 // written while that member is in the cluster (the old form is written
 // meanwhile). Each member says which formats its build reads: a follower
-// tells the leader (fwdFormat) when it learns of a new leader and every
-// announceEvery; the leader takes the lowest among the members (a member
-// that has not said so for formatFresh counts as format 1: a build before
-// the formats, which says nothing) and, when it is above the version in
-// force, proposes it (opVersion), in the new format itself: every member
-// reads it. The version is replicated state: it never goes down (a member
+// tells the leader (fwdFormat) when it learns of a new leader (a new term,
+// even with the same member) and every announceEvery; the leader takes the
+// lowest among the members (a member that has not said so for formatFresh
+// counts as format 1: a build before the formats, which says nothing) and,
+// when it is above the version in force, proposes it (opVersion), in the
+// new format itself: every member reads it. The version is replicated state: it never goes down (a member
 // of an older build must not join a cluster of a higher version; it would
 // stop applying, see halt).
 
@@ -91,19 +91,20 @@ func parseFormatSaid(b []byte) (string, int, bool) {
 // announceFormat tells the leader, if another node leads, which formats
 // this node reads: once to each new leader, then every announceEvery (every
 // second while the leader does not take it: a leader of an older build
-// refuses the request, and the cluster keeps its version). A leader elected
-// again is a new one, even the same member: restarted (upgraded), it has
-// forgotten what the members said.
+// refuses the request, and the cluster keeps its version).
 func (s *Server) announceFormat() {
 	cl := s.cl
+	// The term first: a follower sets a new term just before the new
+	// leader, and the term read first is less often paired with the old
+	// leader (which costs an announcement to it, and a second's delay).
+	term := cl.node.Term()
 	info, _ := cl.node.Leader()
 	if info.ID == "" || info.ID == cl.id || info.ClientAddr == "" {
 		return
 	}
 	a := &cl.formats
-	leader := info.ID + " " + strconv.FormatUint(cl.node.Term(), 10)
-	since := time.Since(a.tried)
-	if leader == a.toLeader && since < announceEvery || leader != a.toLeader && since < time.Second && !a.tried.IsZero() {
+	leader := info.ID + " " + strconv.FormatUint(term, 10)
+	if !a.due(leader, time.Now()) {
 		return
 	}
 	a.tried = time.Now()
@@ -115,6 +116,19 @@ func (s *Server) announceFormat() {
 	} else {
 		a.toLeader = ""
 	}
+}
+
+// due reports whether a follower should tell leader (its id and term) its
+// formats at now: it has not told this leader yet (and did not try in the
+// last second), or it told it announceEvery ago. A leader elected again is
+// a new one, even the same member: restarted (upgraded), it has forgotten
+// what the members said.
+func (a *formats) due(leader string, now time.Time) bool {
+	since := now.Sub(a.tried)
+	if leader == a.toLeader {
+		return since >= announceEvery
+	}
+	return a.tried.IsZero() || since >= time.Second
 }
 
 // raiseVersion runs on the leader: when every member reads a format above

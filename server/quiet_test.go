@@ -378,7 +378,8 @@ func TestByeOutsideShutdown(t *testing.T) {
 func TestShutdownWithSessionInGraceMakesNextStartQuiet(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	cfg := Config{DataDir: dir, SessionGrace: time.Second}
+	// A grace long enough for a loaded machine to restart within it.
+	cfg := Config{DataDir: dir, SessionGrace: 1500 * time.Millisecond}
 	srv, stop := serve(t, cfg)
 	holder := connected(t, srv, "holder")
 	id := holder.lock("1", "held 60000 0 0")
