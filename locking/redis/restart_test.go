@@ -55,8 +55,14 @@ func (r *ownRedis) start() {
 	}
 	c := goredis.NewClient(&goredis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", r.port)})
 	defer c.Close()
+	ctx := context.Background()
 	for i := 0; ; i++ {
-		if c.Ping(context.Background()).Err() == nil {
+		if pid, ok := r.pid(); ok && c.Ping(ctx).Err() == nil {
+			// The one this test started, not another that took the port
+			// (the tests beside this one pick free ports too).
+			if info, _ := c.Info(ctx, "server").Result(); !strings.Contains(info, "process_id:"+strconv.Itoa(pid)+"\r\n") {
+				r.t.Fatalf("port %d answers for another redis-server than this test's (pid %d)", r.port, pid)
+			}
 			return
 		}
 		if i == 100 {
@@ -66,14 +72,20 @@ func (r *ownRedis) start() {
 	}
 }
 
-// stop kills the server by its pid and waits until it is gone.
-func (r *ownRedis) stop() {
+// pid returns the process id the server wrote in its pid file.
+func (r *ownRedis) pid() (int, bool) {
 	b, err := os.ReadFile(r.pidfile)
 	if err != nil {
-		return
+		return 0, false
 	}
 	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil || pid <= 0 {
+	return pid, err == nil && pid > 0
+}
+
+// stop kills the server by its pid and waits until it is gone.
+func (r *ownRedis) stop() {
+	pid, ok := r.pid()
+	if !ok {
 		return
 	}
 	_ = syscall.Kill(pid, syscall.SIGKILL)
