@@ -92,33 +92,21 @@ func newCluster(t testing.TB, bin string, o clusterOptions) *cluster {
 	if err := os.WriteFile(secretFile, []byte(secret+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var peers []string
-	for i := range 3 {
-		n := &node{id: fmt.Sprintf("n%d", i+1), addr: proctest.FreeAddr(t), raft: proctest.FreeAddr(t)}
-		n.dir = filepath.Join(dir, n.id)
-		if err := os.MkdirAll(n.dir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		peers = append(peers, n.id+"="+n.raft)
-		c.nodes = append(c.nodes, n)
-	}
-	for _, n := range c.nodes {
-		n.args = []string{"--listen", n.addr, "--cluster-id", n.id, "--raft-addr", n.raft,
-			"--raft-dir", filepath.Join(n.dir, "raft"), "--data-dir", filepath.Join(n.dir, "data"),
-			"--cluster-peers", strings.Join(peers, ","), "--cluster-secret-file", secretFile,
-			"--auth-file", authFile, "--session-grace", o.grace.String(), "--status-rate", "-1",
-			"--log-level", "warn"}
-		f, err := os.Create(filepath.Join(n.dir, "mlockd.log"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		n.logf = f
-		t.Cleanup(func() { f.Close() })
-		if err := c.start(n); err != nil {
-			t.Fatal(err)
-		}
-	}
 	t.Cleanup(c.stopAll)
+	// A port handed out free may be taken by another process before the
+	// node binds it (the other test binaries of the run dial and listen
+	// too): the nodes then start again, on new ports and directories.
+	for try := 1; ; try++ {
+		err := c.launch(filepath.Join(dir, fmt.Sprintf("try%d", try)), o, authFile, secretFile)
+		if err == nil {
+			break
+		}
+		c.stopAll()
+		if try == 3 || !strings.Contains(err.Error(), "address already in use") {
+			t.Fatal(err)
+		}
+		t.Logf("starting the cluster again on new ports: %v", err)
+	}
 	for _, n := range c.nodes {
 		obs, err := mlock.NewClient(mlock.Options{Host: "127.0.0.1", Port: port(n.addr), Name: "obs",
 			Token: mlock.Secret(c.tokens["obs"]), DialTimeout: 300 * time.Millisecond,
@@ -133,6 +121,39 @@ func newCluster(t testing.TB, bin string, o clusterOptions) *cluster {
 		t.Fatalf("the cluster did not come up: %v\n%s", err, c.logTails())
 	}
 	return c
+}
+
+// launch makes c's three nodes, on new free ports and under dir, and
+// starts them.
+func (c *cluster) launch(dir string, o clusterOptions, authFile, secretFile string) error {
+	c.nodes = nil
+	var peers []string
+	for i := range 3 {
+		n := &node{id: fmt.Sprintf("n%d", i+1), addr: proctest.FreeAddr(c.t), raft: proctest.FreeAddr(c.t)}
+		n.dir = filepath.Join(dir, n.id)
+		if err := os.MkdirAll(n.dir, 0o755); err != nil {
+			return err
+		}
+		peers = append(peers, n.id+"="+n.raft)
+		c.nodes = append(c.nodes, n)
+	}
+	for _, n := range c.nodes {
+		n.args = []string{"--listen", n.addr, "--cluster-id", n.id, "--raft-addr", n.raft,
+			"--raft-dir", filepath.Join(n.dir, "raft"), "--data-dir", filepath.Join(n.dir, "data"),
+			"--cluster-peers", strings.Join(peers, ","), "--cluster-secret-file", secretFile,
+			"--auth-file", authFile, "--session-grace", o.grace.String(), "--status-rate", "-1",
+			"--log-level", "warn"}
+		f, err := os.Create(filepath.Join(n.dir, "mlockd.log"))
+		if err != nil {
+			return err
+		}
+		n.logf = f
+		c.t.Cleanup(func() { f.Close() })
+		if err := c.start(n); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func port(addr string) int {
@@ -205,7 +226,7 @@ func (c *cluster) start(n *node) error {
 	for time.Now().Before(deadline) {
 		select {
 		case <-done:
-			return fmt.Errorf("%s exited before listening", n.id)
+			return fmt.Errorf("%s exited before listening on %s; its log:\n%s", n.id, n.addr, n.logTail(15))
 		default:
 		}
 		conn, err := net.DialTimeout("tcp", n.addr, 200*time.Millisecond)
@@ -346,12 +367,17 @@ func (c *cluster) waitHealthy(d time.Duration) (*node, error) {
 func (c *cluster) logTails() string {
 	var b strings.Builder
 	for _, n := range c.nodes {
-		data, _ := os.ReadFile(filepath.Join(n.dir, "mlockd.log"))
-		lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-		if len(lines) > 15 {
-			lines = lines[len(lines)-15:]
-		}
-		fmt.Fprintf(&b, "---- %s (%s)\n%s\n", n.id, n.addr, strings.Join(lines, "\n"))
+		fmt.Fprintf(&b, "---- %s (%s)\n%s\n", n.id, n.addr, n.logTail(15))
 	}
 	return b.String()
+}
+
+// logTail returns the last lines of n's log (every run of it).
+func (n *node) logTail(lines int) string {
+	data, _ := os.ReadFile(filepath.Join(n.dir, "mlockd.log"))
+	l := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	if len(l) > lines {
+		l = l[len(l)-lines:]
+	}
+	return strings.Join(l, "\n")
 }
