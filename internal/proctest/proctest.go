@@ -9,12 +9,14 @@ package proctest
 import (
 	"bytes"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -128,14 +130,26 @@ var handedOut = struct {
 }{m: map[string]bool{}}
 
 // FreeAddr returns a loopback host:port that was free a moment ago and was
-// not returned before in this test binary.
+// not returned before in this test binary. Where the kernel says which
+// ports it gives outgoing connections (Linux: ip_local_port_range), the
+// port is drawn below that range: the connections the other processes of a
+// run open meanwhile never take it before the server it is meant for binds
+// it (a port the kernel handed out for a listener on port 0 could be).
 func FreeAddr(t testing.TB) string {
 	t.Helper()
 	handedOut.Lock()
 	defer handedOut.Unlock()
+	low := ephemeralLow()
 	for range 100 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		try := "127.0.0.1:0"
+		if low >= minPort+1000 {
+			try = "127.0.0.1:" + strconv.Itoa(minPort+rand.IntN(low-minPort))
+		}
+		ln, err := net.Listen("tcp", try)
 		if err != nil {
+			if try != "127.0.0.1:0" {
+				continue // in use
+			}
 			t.Fatal(err)
 		}
 		a := ln.Addr().String()
@@ -148,6 +162,24 @@ func FreeAddr(t testing.TB) string {
 	t.Fatal("no new free port in 100 tries")
 	return ""
 }
+
+// minPort is the lowest port FreeAddr draws.
+const minPort = 10000
+
+// ephemeralLow returns the first port of the range the kernel gives
+// outgoing connections, or 0 if it does not say (not Linux).
+var ephemeralLow = sync.OnceValue(func() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0
+	}
+	n, _ := strconv.Atoi(f[0])
+	return n
+})
 
 // FreePort is FreeAddr's port.
 func FreePort(t testing.TB) int {

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -34,6 +35,21 @@ func TestFreeAddrNeverTwice(t *testing.T) {
 	}
 	if p := FreePort(t); p <= 0 || p > 65535 {
 		t.Fatalf("FreePort = %d", p)
+	}
+}
+
+// Where the kernel names its ephemeral range, the ports are drawn below
+// it, where no outgoing connection takes them.
+func TestFreeAddrBelowTheEphemeralRange(t *testing.T) {
+	low := ephemeralLow()
+	if low < minPort+1000 {
+		t.Skipf("no ephemeral range to stay below (first port %d)", low)
+	}
+	for range 20 {
+		_, p, _ := net.SplitHostPort(FreeAddr(t))
+		if n, err := strconv.Atoi(p); err != nil || n < minPort || n >= low {
+			t.Fatalf("port %s, want one in [%d, %d)", p, minPort, low)
+		}
 	}
 }
 

@@ -2,22 +2,55 @@
 // built from this repository, named by MLOCKD_BIN), stopped by their PID, and
 // a small TCP proxy that can cut or black-hole connections.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import * as net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
 export const BIN = process.env.MLOCKD_BIN ?? '';
 
-export function freePort(): Promise<number> {
+/**
+ * The first port of the range the kernel gives outgoing connections
+ * (Linux), or 0 if it does not say.
+ */
+function ephemeralLow(): number {
+  try {
+    return Number(readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/)[0]) || 0;
+  } catch {
+    return 0;
+  }
+}
+
+/** Listens on port (0: any) of loopback for a moment; resolves with the port, or rejects if it is taken. */
+function tryPort(port: number): Promise<number> {
   return new Promise((resolve, reject) => {
     const srv = net.createServer();
     srv.on('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const port = (srv.address() as net.AddressInfo).port;
-      srv.close(() => resolve(port));
+    srv.listen(port, '127.0.0.1', () => {
+      const p = (srv.address() as net.AddressInfo).port;
+      srv.close(() => resolve(p));
     });
   });
+}
+
+/**
+ * A loopback port that was free a moment ago. Where the kernel says which
+ * ports it gives outgoing connections, it is drawn below that range (from
+ * 10000): the connections other processes open meanwhile never take it
+ * before the server it is meant for binds it (as the Go tests' FreeAddr).
+ */
+export async function freePort(): Promise<number> {
+  const low = ephemeralLow();
+  if (low >= 11000) {
+    for (let i = 0; i < 100; i++) {
+      try {
+        return await tryPort(10000 + Math.floor(Math.random() * (low - 10000)));
+      } catch {
+        // taken: draw again
+      }
+    }
+  }
+  return tryPort(0);
 }
 
 export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
