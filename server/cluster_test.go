@@ -143,7 +143,10 @@ func (tc *testCluster) start(i int) {
 	}
 	addr := tc.addrs[i]
 	if addr == "" {
-		addr = "127.0.0.1:0"
+		// Not port 0: a restart binds the same port again, and a port of
+		// the ephemeral range may meanwhile be the local port of another
+		// process's connection (see proctest.FreeAddr).
+		addr = proctest.FreeAddr(t)
 	}
 	var ln net.Listener
 	var err error
@@ -784,21 +787,7 @@ func TestClusterRaftOverTLS(t *testing.T) {
 	t.Parallel()
 	ca := testcert.New(t)
 	cert, key := ca.Server(t, "127.0.0.1")
-	// Three distinct free ports: each listener stays open until all three
-	// are chosen, or the kernel may hand out a port just closed again.
-	var raftAddrs []string
-	var ls []net.Listener
-	for range 3 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls = append(ls, l)
-		raftAddrs = append(raftAddrs, l.Addr().String())
-	}
-	for _, l := range ls {
-		l.Close()
-	}
+	raftAddrs := []string{proctest.FreeAddr(t), proctest.FreeAddr(t), proctest.FreeAddr(t)}
 	tc := newTestClusterWith(t, 3, false, func(tc *testCluster) {
 		tc.tlsCert, tc.tlsKey, tc.caFile, tc.raftAddrs = cert, key, ca.CertFile(), raftAddrs
 	})

@@ -676,15 +676,11 @@ func TestHTTPBeyondLoopbackNeedsCredentials(t *testing.T) {
 	}
 }
 
-// freePort returns a loopback address nobody listens on (for a moment).
+// freePort returns a loopback address nobody listens on (for a moment;
+// see proctest.FreeAddr).
 func freePort(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return proctest.FreeAddr(t)
 }
 
 // With an auth file and a certificate, mlockd's HTTP listener speaks TLS

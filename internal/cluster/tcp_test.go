@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/mlock-dev/mlock/internal/proctest"
 )
 
 // tcpCluster is a cluster over loopback TCP with on-disk state.
@@ -27,21 +28,13 @@ type tcpCluster struct {
 // freeAddrs returns n distinct loopback addresses that were free a moment
 // ago: every listener stays open until all n are chosen, or the kernel may
 // hand out a port just closed again.
+// freeAddrs returns n free loopback addresses, outside the ports the kernel
+// gives outgoing connections (proctest.FreeAddr): a node restarts on its
+// address of before.
 func freeAddrs(t *testing.T, n int) []string {
 	var out []string
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
 	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls = append(ls, l)
-		out = append(out, l.Addr().String())
+		out = append(out, proctest.FreeAddr(t))
 	}
 	return out
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +15,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/mlock-dev/mlock/internal/proctest"
 	"github.com/mlock-dev/mlock/internal/testenv"
 	"github.com/mlock-dev/mlock/locking"
 	"github.com/mlock-dev/mlock/locking/redis"
@@ -32,12 +32,7 @@ type ownRedis struct {
 func startOwnRedis(t *testing.T) *ownRedis {
 	t.Helper()
 	testenv.LookPath(t, "the Redis restart test starts and restarts its own redis-server", "redis-server")
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
+	port := proctest.FreePort(t) // restarted on it: outside the ephemeral ports
 	r := &ownRedis{t: t, port: port, pidfile: filepath.Join(t.TempDir(), "redis.pid")}
 	r.start()
 	t.Cleanup(r.stop)
