@@ -132,22 +132,18 @@ var handedOut = struct {
 // FreeAddr returns a loopback host:port that was free a moment ago and was
 // not returned before in this test binary. Where the kernel says which
 // ports it gives outgoing connections (Linux: ip_local_port_range), the
-// port is drawn below that range, from this process's own slice of it:
-//   - the connections the other processes of a run open never take it
-//     before the server it is meant for binds it (a port the kernel handed
-//     out for a listener on port 0 could be);
-//   - another test binary (a slice per process id, one of portSlices) rarely
-//     hands it out too, even after its server is gone: some tests need the
-//     address of a stopped server to stay without a listener.
+// port is drawn below that range: the connections the other processes of a
+// run open meanwhile never take it before the server it is meant for binds
+// it (a port the kernel handed out for a listener on port 0 could be).
 func FreeAddr(t testing.TB) string {
 	t.Helper()
 	handedOut.Lock()
 	defer handedOut.Unlock()
-	lo, hi := portRange()
+	low := ephemeralLow()
 	for range 100 {
 		try := "127.0.0.1:0"
-		if hi > lo {
-			try = "127.0.0.1:" + strconv.Itoa(lo+rand.IntN(hi-lo))
+		if low >= minPort+1000 {
+			try = "127.0.0.1:" + strconv.Itoa(minPort+rand.IntN(low-minPort))
 		}
 		ln, err := net.Listen("tcp", try)
 		if err != nil {
@@ -167,24 +163,8 @@ func FreeAddr(t testing.TB) string {
 	return ""
 }
 
-// minPort is the lowest port FreeAddr draws; the ports from it to the
-// ephemeral range are cut into portSlices slices.
-const (
-	minPort    = 10000
-	portSlices = 32
-)
-
-// portRange returns the ports [lo, hi) FreeAddr draws from in this process,
-// or lo == hi when the kernel does not say its ephemeral range (or it
-// leaves fewer than 100 ports a slice).
-var portRange = sync.OnceValues(func() (int, int) {
-	w := (ephemeralLow() - minPort) / portSlices
-	if w < 100 {
-		return 0, 0
-	}
-	lo := minPort + os.Getpid()%portSlices*w
-	return lo, lo + w
-})
+// minPort is the lowest port FreeAddr draws.
+const minPort = 10000
 
 // ephemeralLow returns the first port of the range the kernel gives
 // outgoing connections, or 0 if it does not say (not Linux).

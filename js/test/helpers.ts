@@ -36,18 +36,15 @@ function tryPort(port: number): Promise<number> {
 /**
  * A loopback port that was free a moment ago. Where the kernel says which
  * ports it gives outgoing connections, it is drawn below that range (from
- * 10000), in this process's slice of it (one of 32, by process id), as the
- * Go tests' FreeAddr does: the connections other processes open meanwhile
- * never take it before the server it is meant for binds it, and another
- * test process rarely draws it, even after its server is gone.
+ * 10000): the connections other processes open meanwhile never take it
+ * before the server it is meant for binds it (as the Go tests' FreeAddr).
  */
 export async function freePort(): Promise<number> {
-  const width = Math.floor((ephemeralLow() - 10000) / 32);
-  if (width >= 100) {
-    const lo = 10000 + (process.pid % 32) * width;
+  const low = ephemeralLow();
+  if (low >= 11000) {
     for (let i = 0; i < 100; i++) {
       try {
-        return await tryPort(lo + Math.floor(Math.random() * width));
+        return await tryPort(10000 + Math.floor(Math.random() * (low - 10000)));
       } catch {
         // taken: draw again
       }
