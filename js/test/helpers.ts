@@ -33,24 +33,31 @@ function tryPort(port: number): Promise<number> {
   });
 }
 
+/** The ports freePort returned in this process: never twice. */
+const handedOut = new Set<number>();
+
 /**
- * A loopback port that was free a moment ago. Where the kernel says which
- * ports it gives outgoing connections, it is drawn below that range (from
- * 10000): the connections other processes open meanwhile never take it
- * before the server it is meant for binds it (as the Go tests' FreeAddr).
+ * A loopback port that was free a moment ago and was not returned before in
+ * this process. Where the kernel says which ports it gives outgoing
+ * connections, it is drawn below that range (from 10000), as the Go tests'
+ * FreeAddr does: the connections other processes open meanwhile never take
+ * it before the server it is meant for binds it.
  */
 export async function freePort(): Promise<number> {
   const low = ephemeralLow();
-  if (low >= 11000) {
-    for (let i = 0; i < 100; i++) {
-      try {
-        return await tryPort(10000 + Math.floor(Math.random() * (low - 10000)));
-      } catch {
-        // taken: draw again
-      }
+  for (let i = 0; i < 100; i++) {
+    let port: number;
+    try {
+      port = await tryPort(low >= 11000 ? 10000 + Math.floor(Math.random() * (low - 10000)) : 0);
+    } catch {
+      continue; // taken: draw again
+    }
+    if (!handedOut.has(port)) {
+      handedOut.add(port);
+      return port;
     }
   }
-  return tryPort(0);
+  throw new Error('no new free port in 100 tries');
 }
 
 export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
