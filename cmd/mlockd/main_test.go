@@ -676,13 +676,6 @@ func TestHTTPBeyondLoopbackNeedsCredentials(t *testing.T) {
 	}
 }
 
-// freePort returns a loopback address nobody listens on (for a moment;
-// see proctest.FreeAddr).
-func freePort(t *testing.T) string {
-	t.Helper()
-	return proctest.FreeAddr(t)
-}
-
 // With an auth file and a certificate, mlockd's HTTP listener speaks TLS
 // with the lock port's certificate, answers 401 to /api/locks without an
 // administrator's token and 200 with it; /healthz stays open.
@@ -699,7 +692,7 @@ func TestHTTPWithCredentialsAndTLS(t *testing.T) {
 	if err := os.WriteFile(file, []byte(line+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	httpAddr := freePort(t)
+	httpAddr := proctest.FreeAddr(t)
 	mlockd(t, "--data-dir", "none", "--quiet-period", "0", "--auth-file", file,
 		"--tls-cert", certFile, "--tls-key", keyFile, "--http", httpAddr)
 	client := &http.Client{Timeout: 5 * time.Second,

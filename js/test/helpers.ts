@@ -11,15 +11,15 @@ export const BIN = process.env.MLOCKD_BIN ?? '';
 
 /**
  * The first port of the range the kernel gives outgoing connections
- * (Linux), or 0 if it does not say.
+ * (Linux), or 0 if it does not say. Read once.
  */
-function ephemeralLow(): number {
+const ephemeralLow = ((): number => {
   try {
     return Number(readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/)[0]) || 0;
   } catch {
     return 0;
   }
-}
+})();
 
 /** Listens on port (0: any) of loopback for a moment; resolves with the port, or rejects if it is taken. */
 function tryPort(port: number): Promise<number> {
@@ -44,7 +44,7 @@ const handedOut = new Set<number>();
  * it before the server it is meant for binds it.
  */
 export async function freePort(): Promise<number> {
-  const low = ephemeralLow();
+  const low = ephemeralLow;
   for (let i = 0; i < 100; i++) {
     let port: number;
     try {
