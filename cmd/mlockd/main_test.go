@@ -92,12 +92,7 @@ func mlockd(t *testing.T, args ...string) (*exec.Cmd, string) {
 // mlockdLog is mlockd that also returns its stderr.
 func mlockdLog(t *testing.T, args ...string) (*exec.Cmd, string, *syncBuffer) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := proctest.FreeAddr(t) // never twice in this binary: tests start servers at once
 	cmd := exec.Command(os.Args[0], append([]string{"--listen", addr}, args...)...)
 	cmd.Env = append(os.Environ(), "MLOCKD_TEST_MAIN=1")
 	var stderr syncBuffer

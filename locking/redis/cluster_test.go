@@ -1,6 +1,7 @@
 package redis_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"net"
@@ -19,6 +20,59 @@ import (
 	"github.com/mlock-dev/mlock/locking/redis"
 )
 
+// startClusterNode starts redis-server bin in cluster mode on a free port
+// and returns its address once it answers. A server that exits first (its
+// port, or its cluster bus port 10000 above, taken meanwhile by another
+// process of the run) is started again on another port, at most 3 times.
+func startClusterNode(t *testing.T, bin string) string {
+	t.Helper()
+retry:
+	for try := 1; ; try++ {
+		port := proctest.FreePort(t)
+		dir := t.TempDir()
+		cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+			"--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(dir, "nodes.conf"), "--dir", dir)
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		exited := make(chan struct{})
+		go func() {
+			_ = cmd.Wait()
+			close(exited)
+		}()
+		t.Cleanup(func() {
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			<-exited
+		})
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		node := goredis.NewClient(&goredis.Options{Addr: addr, MaxRetries: -1})
+		up := false
+		for deadline := time.Now().Add(10 * time.Second); !up; {
+			select {
+			case <-exited:
+				node.Close()
+				if try == 3 {
+					t.Fatalf("redis-server exited before answering:\n%s", out.String())
+				}
+				t.Logf("redis-server on port %d exited before answering; again on another port:\n%s", port, out.String())
+				continue retry
+			default:
+			}
+			up = node.Ping(context.Background()).Err() == nil
+			if !up && time.Now().After(deadline) {
+				t.Fatal("redis-server did not start")
+			}
+			if !up {
+				time.Sleep(20 * time.Millisecond) // poll interval
+			}
+		}
+		node.Close()
+		return addr
+	}
+}
+
 // startCluster starts a one-node Redis Cluster (every slot on one node: it
 // still refuses a script whose keys are in different slots) and returns a
 // cluster client of it; skipped without redis-server.
@@ -28,30 +82,10 @@ func startCluster(t *testing.T) *goredis.ClusterClient {
 	if err != nil {
 		t.Skip("redis-server not found: skipping the Redis Cluster test")
 	}
-	port := proctest.FreePort(t)
-	dir := t.TempDir()
-	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-		"--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(dir, "nodes.conf"), "--dir", dir)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		cmd.Wait()
-	})
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	addr := startClusterNode(t, bin)
 	node := goredis.NewClient(&goredis.Options{Addr: addr})
 	defer node.Close()
 	ctx := context.Background()
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		if node.Ping(ctx).Err() == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("redis-server did not start")
-		}
-		time.Sleep(20 * time.Millisecond) // poll interval
-	}
 	if err := node.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", 0, 16383).Err(); err != nil {
 		t.Fatal(err)
 	}
