@@ -20,3 +20,12 @@ func lockFile(name string) (unlock func(), err error) {
 	}
 	return func() { f.Close() }, nil // closing the file releases the lock
 }
+
+// processAlive reports whether a process with id pid exists.
+func processAlive(pid int) bool {
+	if pid <= 0 {
+		return false
+	}
+	err := syscall.Kill(pid, 0)
+	return err == nil || err == syscall.EPERM
+}

@@ -130,7 +130,8 @@ var handedOut = struct {
 }{m: map[string]bool{}}
 
 // FreeAddr returns a loopback host:port that was free a moment ago and was
-// not returned before in this test binary. Where the kernel says which
+// not returned before in this test binary, nor claimed by another test
+// process still running (see claimPort). Where the kernel says which
 // ports it gives outgoing connections (Linux: ip_local_port_range), the
 // port is drawn below that range: the connections the other processes of a
 // run open meanwhile never take it before the server it is meant for binds
@@ -154,10 +155,14 @@ func FreeAddr(t testing.TB) string {
 		}
 		a := ln.Addr().String()
 		ln.Close()
-		if !handedOut.m[a] {
-			handedOut.m[a] = true
-			return a
+		if handedOut.m[a] {
+			continue
 		}
+		if _, port, _ := net.SplitHostPort(a); !claimPort(port) {
+			continue // another test process holds it
+		}
+		handedOut.m[a] = true
+		return a
 	}
 	t.Fatal("no new free port in 100 tries")
 	return ""

@@ -53,6 +53,64 @@ func TestFreeAddrBelowTheEphemeralRange(t *testing.T) {
 	}
 }
 
+// A port claimed by another live process is refused; the claim of a
+// process that has exited, or an old one, is taken over.
+func TestClaimPort(t *testing.T) {
+	t.Setenv("TMPDIR", t.TempDir())
+	dir := portClaims()
+	claimant := func(port string) string {
+		b, err := os.ReadFile(filepath.Join(dir, port))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	me := strconv.Itoa(os.Getpid())
+	if !claimPort("70001") || claimant("70001") != me {
+		t.Fatalf("a free port was not claimed (claim %q)", claimant("70001"))
+	}
+	if claimPort("70001") {
+		t.Fatal("a port this process claimed was claimed again")
+	}
+
+	other := exec.Command("sleep", "30")
+	if err := other.Start(); err != nil {
+		t.Skipf("no sleep program: %v", err)
+	}
+	pid := strconv.Itoa(other.Process.Pid)
+	write := func(port, content string, age time.Duration) {
+		name := filepath.Join(dir, port)
+		if err := os.WriteFile(name, []byte(content), 0o666); err != nil {
+			t.Fatal(err)
+		}
+		at := time.Now().Add(-age)
+		if err := os.Chtimes(name, at, at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("70002", pid, 0)
+	write("70003", pid, claimMaxAge+time.Minute)
+	write("70004", "", 0)
+	write("70005", "", 2*time.Minute)
+	if claimPort("70002") || claimant("70002") != pid {
+		t.Fatal("a port another live process claimed was taken")
+	}
+	if !claimPort("70003") || claimant("70003") != me {
+		t.Fatal("a claim older than claimMaxAge was not taken over")
+	}
+	if claimPort("70004") {
+		t.Fatal("a claim being written was taken")
+	}
+	if !claimPort("70005") {
+		t.Fatal("an unreadable claim of two minutes ago was not taken over")
+	}
+	_ = other.Process.Kill()
+	_ = other.Wait()
+	if !claimPort("70002") || claimant("70002") != me {
+		t.Fatal("the claim of an exited process was not taken over")
+	}
+}
+
 func TestCleanEnv(t *testing.T) {
 	t.Setenv("MLOCK_URI", "mlock://example:1")
 	t.Setenv("PROCTEST_KEPT", "1")

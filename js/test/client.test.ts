@@ -7,7 +7,7 @@ import * as net from 'node:net';
 import Client, { Lock, MlockError, parseURI } from 'mlock';
 import { encode } from 'mlock/dist/framing';
 import { resolve } from 'mlock/dist/options';
-import { type Server, freePort, queued, sleep, startServer, until } from './helpers';
+import { type Server, claimDir, claimPort, freePort, queued, sleep, startServer, until } from './helpers';
 
 let srv: Server;
 let uri: string;
@@ -667,5 +667,25 @@ describe('extensions', () => {
       c1.destroy();
       c2.destroy();
     }
+  });
+});
+
+describe('the test helpers', () => {
+  test('a port another live test process claimed is not drawn; the claim of an exited one is taken over', async () => {
+    const { spawnSync } = await import('node:child_process');
+    const { readFileSync, writeFileSync } = await import('node:fs');
+    const { join } = await import('node:path');
+    const exited = spawnSync(process.execPath, ['-e', '']).pid;
+    assert.ok(exited > 0);
+    const port = await freePort(); // claimed by this process
+    assert.equal(readFileSync(join(claimDir, String(port)), 'utf8'), String(process.pid));
+    // Above the port range: no real claim is overwritten.
+    const a = 65536 + Math.floor(Math.random() * 1e6);
+    const b = a + 1;
+    writeFileSync(join(claimDir, String(a)), String(process.ppid)); // the runner: alive
+    writeFileSync(join(claimDir, String(b)), String(exited));
+    assert.equal(claimPort(a), false);
+    assert.equal(claimPort(b), true);
+    assert.equal(readFileSync(join(claimDir, String(b)), 'utf8'), String(process.pid));
   });
 });

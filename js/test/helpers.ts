@@ -2,7 +2,7 @@
 // built from this repository, named by MLOCKD_BIN), stopped by their PID, and
 // a small TCP proxy that can cut or black-hole connections.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { closeSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, statSync, unlinkSync, writeFileSync, writeSync } from 'node:fs';
 import * as net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -33,12 +33,79 @@ function tryPort(port: number): Promise<number> {
   });
 }
 
+/**
+ * Where the test processes of this machine claim the ports they draw (this
+ * file's freePort, and FreeAddr in the Go tests, internal/proctest): a file
+ * per port holding the claiming process's id, so that two test processes
+ * of a run never draw the same port.
+ */
+export const claimDir = join(tmpdir(), 'mlock-test-ports');
+/** A claim older than this is stale whatever its process id says. */
+const claimMaxAgeMs = 6 * 3600 * 1000;
+
+function alive(pid: number): boolean {
+  if (!(pid > 0)) return false;
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (e) {
+    return (e as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+/** Whether the claim file name was left by a process that is gone. */
+function claimStale(name: string): boolean {
+  let age: number;
+  try {
+    age = Date.now() - statSync(name).mtimeMs;
+  } catch {
+    return true; // removed meanwhile
+  }
+  if (age > claimMaxAgeMs) return true;
+  const text = readFileSync(name, 'utf8').trim();
+  if (!/^[0-9]+$/.test(text)) return age > 60_000; // being written, or garbage
+  const pid = Number(text);
+  return pid !== process.pid && !alive(pid);
+}
+
+/**
+ * Claims port for this process, for as long as it runs: false if another
+ * live process holds it (a claim of a process that has exited is taken
+ * over). Where the directory cannot be written, every port is granted.
+ */
+export function claimPort(port: number): boolean {
+  try {
+    mkdirSync(claimDir, { recursive: true });
+  } catch {
+    return true;
+  }
+  const name = join(claimDir, String(port));
+  for (let i = 0; i < 2; i++) {
+    try {
+      const fd = openSync(name, 'wx', 0o666);
+      writeSync(fd, String(process.pid));
+      closeSync(fd);
+      return true;
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== 'EEXIST') return true;
+    }
+    try {
+      if (!claimStale(name)) return false;
+      unlinkSync(name);
+    } catch {
+      // removed by another process meanwhile: try again
+    }
+  }
+  return false;
+}
+
 /** The ports freePort returned in this process: never twice. */
 const handedOut = new Set<number>();
 
 /**
- * A loopback port that was free a moment ago and was not returned before in
- * this process. Where the kernel says which ports it gives outgoing
+ * A loopback port that was free a moment ago, not returned before in this
+ * process and not claimed by another test process still running
+ * (claimPort). Where the kernel says which ports it gives outgoing
  * connections, it is drawn below that range (from 10000), as the Go tests'
  * FreeAddr does: the connections other processes open meanwhile never take
  * it before the server it is meant for binds it.
@@ -52,7 +119,7 @@ export async function freePort(): Promise<number> {
     } catch {
       continue; // taken: draw again
     }
-    if (!handedOut.has(port)) {
+    if (!handedOut.has(port) && claimPort(port)) {
       handedOut.add(port);
       return port;
     }
