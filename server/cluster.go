@@ -115,6 +115,9 @@ type clusterState struct {
 	ctx    context.Context // ends at Shutdown
 	cancel context.CancelFunc
 	nconn  atomic.Uint64
+	// queuedNext counts the commands forwarded as fwdProposeNext that this
+	// node queued as the leader (a follower's pipelining: forward.go).
+	queuedNext atomic.Uint64
 
 	status   atomic.Pointer[ClusterStatus] // refreshed by refreshStatus (never read from raft under the core's lock)
 	statusMu sync.Mutex                    // refreshStatus reads and stores in one step: an older view never replaces a newer one

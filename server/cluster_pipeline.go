@@ -108,18 +108,31 @@ const (
 	minLockWait  = time.Second
 )
 
-// flight is one of a connection's proposals: queued on the leader, or
-// being replicated.
+// flight is one of a connection's log commands on its way: queued on this
+// node's leadership, or forwarded to the leader.
 type flight struct {
 	cmd []byte // the DedupCommand, to propose again after a failure
-	pr  *cluster.Proposal
-	seq uint64
+	pr  onTheWay
+	// changed: for a forwarded one, closed when this node sees another
+	// leader (the flight is given up: see fwdCall).
+	changed <-chan struct{}
+	seq     uint64
 	// at: when it was proposed; reqs: its requests (their answers if it
 	// is not committed in time); bound: when the wait for its answer ends
 	// (see boundOf).
 	at    time.Time
 	reqs  []request
 	bound time.Time
+}
+
+// onTheWay is a log command on its way: a *cluster.Proposal (queued on this
+// node's leadership) or a *fwdCall (forwarded to the leader, which queues
+// it behind the connection's previous one: forward.go). Either way, if one
+// is applied, so is every earlier one of the connection on the same way,
+// and if an earlier one fails, so does the newest.
+type onTheWay interface {
+	Wait(ctx context.Context) ([]byte, error)
+	Failed() <-chan struct{}
 }
 
 // maxDeadlineMs bounds the wait timeouts that get a deadline (about 139
@@ -243,13 +256,17 @@ func (r *pipeRun) next() ([]item, bool) {
 		// waiting for its failure only, the goroutine is not woken for
 		// every answer (the answered ones are taken off at the next
 		// flush).
-		var failed <-chan struct{}
-		if len(r.fl) > 0 {
-			failed = r.fl[len(r.fl)-1].pr.Failed()
+		var failed, changed <-chan struct{}
+		if n := len(r.fl); n > 0 {
+			failed, changed = r.fl[n-1].pr.Failed(), r.fl[n-1].changed
 		}
 		select {
 		case <-p.wake:
 		case <-failed:
+			if !r.settle(0) {
+				return nil, false
+			}
+		case <-changed:
 			if !r.settle(0) {
 				return nil, false
 			}
@@ -484,7 +501,9 @@ func (r *pipeRun) applied() bool {
 
 // flush proposes the group, if any, as the connection's next log command.
 // On the leader it is queued behind the earlier ones of the same leadership
-// without waiting for them; elsewhere (a follower forwards; no ready
+// without waiting for them; on a follower it is forwarded behind the
+// earlier ones forwarded to the same leader (which queues it behind them);
+// else (no leader; a leader of an older build; the first after a change of
 // leader) it is proposed after everything on its way, one at a time.
 func (r *pipeRun) flush() bool {
 	if len(r.group) == 0 {
@@ -509,12 +528,7 @@ func (r *pipeRun) flush() bool {
 	body := s.cl.encode(m)
 	f := flight{cmd: c.dedupCmd(p.seq, body), seq: p.seq, at: now, reqs: r.reqs, bound: boundOf(now, r.reqs, s.cl.noLeaderWait())}
 	r.group, r.reqs, r.size = nil, nil, 0
-	var after *cluster.Proposal
-	if len(r.fl) > 0 {
-		after = r.fl[len(r.fl)-1].pr
-	}
-	if pr, err := s.cl.node.ProposeAsync(r.ctx, f.cmd, after); err == nil {
-		f.pr = pr
+	if r.queueHere(&f) || r.forward(&f) {
 		r.fl = append(r.fl, f)
 		return r.settle(maxInflight)
 	}
@@ -526,6 +540,57 @@ func (r *pipeRun) flush() bool {
 		return false
 	}
 	return c.goesOn(res)
+}
+
+// queueHere queues f on this node's leadership, behind the connection's
+// proposals on their way; false if this node is not the ready leader, the
+// leadership of those is over, or they were forwarded (then f waits for
+// them: flush).
+func (r *pipeRun) queueHere(f *flight) bool {
+	var after *cluster.Proposal
+	if n := len(r.fl); n > 0 {
+		var ok bool
+		if after, ok = r.fl[n-1].pr.(*cluster.Proposal); !ok {
+			return false
+		}
+	}
+	pr, err := r.s.cl.node.ProposeAsync(r.ctx, f.cmd, after)
+	if err != nil {
+		return false
+	}
+	f.pr = pr
+	return true
+}
+
+// forward forwards f to the leader, behind the connection's commands on
+// their way if they were forwarded to the same leader since this node last
+// saw a change of leader; false if this node knows no other leader, the
+// leader does not pipeline (an older build), or the commands on their way
+// went another way (then f waits for them: flush).
+func (r *pipeRun) forward(f *flight) bool {
+	cl := r.s.cl
+	info, changed := cl.node.Leader()
+	if info.ID == cl.id || info.ClientAddr == "" {
+		return false
+	}
+	fc, err := cl.fwd.get(info.ClientAddr)
+	if err != nil || fc.noNext.Load() {
+		return false // (a failed dial is logged by the proposal that follows)
+	}
+	kind := fwdPropose
+	if n := len(r.fl); n > 0 {
+		last, ok := r.fl[n-1].pr.(*fwdCall)
+		if !ok || last.fc != fc || r.fl[n-1].changed != changed {
+			return false
+		}
+		kind = fwdProposeNext
+	}
+	c, err := fc.start(kind, f.cmd, changed)
+	if err != nil {
+		return false // perhaps sent: proposed again with the same key
+	}
+	f.pr, f.changed = c, changed
+	return true
 }
 
 // goesOn reports, from the result res of a proposal the leader applied,

@@ -29,6 +29,9 @@ type clusterTestHooks struct {
 	// noLeaderWait, if set before the node starts, replaces the bound of
 	// the same name (5 s).
 	noLeaderWait time.Duration
+	// noProposeNext: as the leader, the node answers fwdProposeNext as a
+	// kind it does not know, as a leader of an older build does.
+	noProposeNext bool
 }
 
 // smHook is the state machine the node drives: the de-duplication window

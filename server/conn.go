@@ -69,6 +69,9 @@ type conn struct {
 	answered uint64    // guarded by the core: the last proposal whose answer was written
 	pipe     *pipeline // the connection's commands, in order; nil on a single node
 	forward  bool      // reader only: a follower's forwarding connection
+	// fwd: a forwarding connection's queued commands by the follower's
+	// connection (reader only; forward.go).
+	fwd fwdChains
 	// wantLeader: the connect asked a cluster follower to name the leader
 	// (set before the attach is queued, read by its apply).
 	wantLeader bool

@@ -13,6 +13,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mlock-dev/mlock/internal/cluster"
@@ -27,16 +28,22 @@ import (
 // number of requests: each frame after it is an 8-byte request id, a kind
 // byte and the request; the leader answers each (in any order) with the id,
 // a status byte and the result. Kinds: fwdPropose (a cluster.DedupCommand:
-// proposed, the answer is its result), fwdJoin ("<id> <raft addr>": add a
-// voter), fwdRemove ("<id>": remove a member), fwdPing (keeps the
-// connection past the idle timeout), fwdFormat ("<id> <format>": the highest
-// log format the member reads; a leader of an older build refuses it).
+// proposed, the answer is its result), fwdProposeNext (the same, queued
+// behind the previous command of the same follower connection, which this
+// forwarding connection carried just before: its de-duplication key, the
+// sequence number before; if that one was not queued on the leader's
+// current leadership, nothing is done: fwdNotLeader), fwdJoin ("<id> <raft
+// addr>": add a voter), fwdRemove ("<id>": remove a member), fwdPing (keeps
+// the connection past the idle timeout), fwdFormat ("<id> <format>": the
+// highest log format the member reads). A leader of an older build answers
+// a kind it does not know fwdFailed "unknown request": nothing was done.
 const (
-	fwdPropose byte = 'P'
-	fwdJoin    byte = 'J'
-	fwdRemove  byte = 'R'
-	fwdPing    byte = 'K'
-	fwdFormat  byte = 'F' // "<id> <format>": the highest log format the member reads (cluster_version.go)
+	fwdPropose     byte = 'P'
+	fwdProposeNext byte = 'N'
+	fwdJoin        byte = 'J'
+	fwdRemove      byte = 'R'
+	fwdPing        byte = 'K'
+	fwdFormat      byte = 'F' // "<id> <format>": the highest log format the member reads (cluster_version.go)
 
 	fwdOK        byte = 0
 	fwdNotLeader byte = 1 // nothing was done: ask the leader (the result is its client address, if known)
@@ -85,17 +92,17 @@ func (c *conn) forwardFrames(buf []byte) ([]byte, [][]byte, bool) {
 		if kind == fwdPing {
 			continue
 		}
+		if hk := s.cl.cfg.testHooks; kind == fwdProposeNext && hk != nil && hk.noProposeNext {
+			kind = 0 // unknown to serveForwarded
+		}
+		if (kind == fwdPropose || kind == fwdProposeNext) && c.queueForwarded(id, kind, req) {
+			continue
+		}
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
 			st, res := s.serveForwarded(kind, req)
-			frame := make([]byte, 0, 4+9+len(res)+1)
-			frame = binary.BigEndian.AppendUint32(frame, uint32(4+9+len(res)+1))
-			frame = binary.BigEndian.AppendUint64(frame, id)
-			frame = append(frame, st)
-			frame = append(frame, res...)
-			frame = append(frame, '\n')
-			s.batch(func(*core.Tx) { c.write(frame) })
+			c.answerForwarded(id, st, res)
 		}()
 	}
 	rest := copy(buf, buf[off:])
@@ -107,22 +114,129 @@ func (c *conn) forwardFrames(buf []byte) ([]byte, [][]byte, bool) {
 	return buf[:rest], nil, false
 }
 
+// answerForwarded writes the answer to the forwarded request id.
+func (c *conn) answerForwarded(id uint64, st byte, res []byte) {
+	frame := make([]byte, 0, 4+9+len(res)+1)
+	frame = binary.BigEndian.AppendUint32(frame, uint32(4+9+len(res)+1))
+	frame = binary.BigEndian.AppendUint64(frame, id)
+	frame = append(frame, st)
+	frame = append(frame, res...)
+	frame = append(frame, '\n')
+	c.srv.batch(func(*core.Tx) { c.write(frame) })
+}
+
+// fwdChains is what a forwarding connection's reader on the leader keeps
+// so that a follower can pipeline a connection's log commands: the last
+// command queued for each of the follower's connections (by
+// de-duplication key). A command forwarded as fwdProposeNext is queued
+// behind it (cluster.Node.ProposeAsync's after), so that the leader applies
+// a prefix of a connection's commands, in order, as it does for its own
+// connections' (cluster_pipeline.go).
+type fwdChains struct {
+	last map[string]fwdChain
+	// sweepAt: the size of last at which the chains whose command is
+	// answered are dropped (a fwdProposeNext for a dropped one is refused,
+	// and its follower proposes it again on its own).
+	sweepAt int
+}
+
+type fwdChain struct {
+	pr  *cluster.Proposal
+	seq uint64
+}
+
+// minFwdSweep is the least size of fwdChains.last at which it is swept.
+const minFwdSweep = 1024
+
+// queueForwarded queues a forwarded command (fwdPropose or fwdProposeNext)
+// in the order the forwarding connection carried it, and answers it when it
+// is applied. False: a fwdPropose that this node cannot queue now (not the
+// ready leader): it is served as any other request (Propose waits for the
+// leader entry, or answers that this node does not lead).
+func (c *conn) queueForwarded(id uint64, kind byte, cmd []byte) bool {
+	cl := c.srv.cl
+	ch := &c.fwd
+	key, seq, _, err := cluster.ParseDedupCommand(cmd)
+	if err != nil {
+		c.answerForwarded(id, fwdFailed, []byte("bad command"))
+		return true
+	}
+	var after *cluster.Proposal
+	if kind == fwdProposeNext {
+		prev, ok := ch.last[key]
+		if !ok || prev.seq+1 != seq {
+			delete(ch.last, key)
+			c.answerForwarded(id, fwdNotLeader, []byte(cl.node.LeaderAddr()))
+			return true
+		}
+		after = prev.pr
+	}
+	pr, err := cl.node.ProposeAsync(cl.ctx, cmd, after)
+	if err != nil {
+		delete(ch.last, key)
+		if kind == fwdPropose {
+			return false
+		}
+		c.answerForwarded(id, fwdNotLeader, []byte(cl.node.LeaderAddr())) // nothing queued
+		return true
+	}
+	if after != nil {
+		cl.queuedNext.Add(1)
+	}
+	if ch.last == nil {
+		ch.last = make(map[string]fwdChain)
+	}
+	ch.last[key] = fwdChain{pr: pr, seq: seq}
+	ch.sweep()
+	s := c.srv
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		res, err := pr.Wait(cl.ctx)
+		st, out := s.forwardedOutcome(res, err)
+		c.answerForwarded(id, st, out)
+	}()
+	return true
+}
+
+// sweep drops the answered chains once there are many.
+func (ch *fwdChains) sweep() {
+	if len(ch.last) < max(ch.sweepAt, minFwdSweep) {
+		return
+	}
+	for k, v := range ch.last {
+		select {
+		case <-v.pr.Done():
+			delete(ch.last, k)
+		default:
+		}
+	}
+	ch.sweepAt = 2 * len(ch.last)
+}
+
+// forwardedOutcome is the answer to a forwarded command whose proposal
+// ended with res and err.
+func (s *Server) forwardedOutcome(res []byte, err error) (byte, []byte) {
+	cl := s.cl
+	switch {
+	case err == nil:
+		return fwdOK, res
+	case errors.Is(err, cluster.ErrNotLeader), errors.Is(err, cluster.ErrSkipped):
+		return fwdNotLeader, []byte(cl.node.LeaderAddr()) // nothing was applied
+	case errors.Is(err, cluster.ErrUnknownOutcome), errors.Is(err, cluster.ErrClosed), cl.ctx.Err() != nil:
+		return fwdUnknown, nil
+	default:
+		return fwdFailed, []byte(err.Error())
+	}
+}
+
 // serveForwarded runs one forwarded request on the leader.
 func (s *Server) serveForwarded(kind byte, req []byte) (byte, []byte) {
 	cl := s.cl
 	switch kind {
 	case fwdPropose:
 		res, err := cl.node.Propose(cl.ctx, req)
-		switch {
-		case err == nil:
-			return fwdOK, res
-		case errors.Is(err, cluster.ErrNotLeader):
-			return fwdNotLeader, []byte(cl.node.LeaderAddr())
-		case errors.Is(err, cluster.ErrUnknownOutcome), errors.Is(err, cluster.ErrClosed), cl.ctx.Err() != nil:
-			return fwdUnknown, nil
-		default:
-			return fwdFailed, []byte(err.Error())
-		}
+		return s.forwardedOutcome(res, err)
 	case fwdFormat:
 		id, f, ok := parseFormatSaid(req)
 		if !ok {
@@ -178,8 +292,26 @@ type fwdConn struct {
 	rw   io.ReadWriter
 	wmu  sync.Mutex // serialises writes
 	mu   sync.Mutex
-	wait map[uint64]chan fwdResult // guarded by mu; nil once dead
+	wait map[uint64]*fwdCall // guarded by mu; nil once dead
 	dead chan struct{}
+	// noNext: the leader does not know fwdProposeNext (an older build):
+	// this node's connections forward one command at a time.
+	noNext atomic.Bool
+}
+
+// fwdCall is one request sent on a forwarding connection, waiting for its
+// answer.
+type fwdCall struct {
+	fc   *fwdConn
+	id   uint64
+	kind byte
+	res  chan fwdResult // cap 1
+	// failed is closed when the answer is not fwdOK, or the connection
+	// died first.
+	failed chan struct{}
+	// changed closes when this node sees another leader (or none): the
+	// request is given up then (an unknown outcome).
+	changed <-chan struct{}
 }
 
 type fwdResult struct {
@@ -196,19 +328,16 @@ func newForwarder(s *Server, cl *clusterState) *forwarder {
 // cluster.ErrUnknownOutcome (propose it again). It gives up (unknown
 // outcome) when the leader changes (changed closes).
 func (f *forwarder) propose(ctx context.Context, addr string, cmd []byte, changed <-chan struct{}) ([]byte, error) {
-	st, res, err := f.call(ctx, addr, fwdPropose, cmd, changed)
+	fc, err := f.get(addr)
+	if err != nil {
+		f.dialFailed(addr, err)
+		return nil, cluster.ErrNotLeader // nothing was sent
+	}
+	c, err := fc.start(fwdPropose, cmd, changed)
 	if err != nil {
 		return nil, err
 	}
-	switch st {
-	case fwdOK:
-		return res, nil
-	case fwdNotLeader:
-		return nil, cluster.ErrNotLeader
-	case fwdUnknown:
-		return nil, cluster.ErrUnknownOutcome
-	}
-	return nil, errors.New("server: forwarded command refused: " + string(res))
+	return c.Wait(ctx)
 }
 
 func (f *forwarder) call(ctx context.Context, addr string, kind byte, req []byte, changed <-chan struct{}) (byte, []byte, error) {
@@ -217,25 +346,30 @@ func (f *forwarder) call(ctx context.Context, addr string, kind byte, req []byte
 		f.dialFailed(addr, err)
 		return 0, nil, cluster.ErrNotLeader // nothing was sent
 	}
-	ch := make(chan fwdResult, 1)
+	c, err := fc.start(kind, req, changed)
+	if err != nil {
+		return 0, nil, err
+	}
+	return c.result(ctx)
+}
+
+// start sends a request of kind on fc; its answer is the call's. The
+// errors: cluster.ErrNotLeader (the connection is dead, nothing was sent)
+// and cluster.ErrUnknownOutcome (the write failed: perhaps sent).
+func (fc *fwdConn) start(kind byte, req []byte, changed <-chan struct{}) (*fwdCall, error) {
+	f := fc.f
 	f.mu.Lock()
 	f.nextID++
 	id := f.nextID
 	f.mu.Unlock()
+	c := &fwdCall{fc: fc, id: id, kind: kind, res: make(chan fwdResult, 1), failed: make(chan struct{}), changed: changed}
 	fc.mu.Lock()
 	if fc.wait == nil {
 		fc.mu.Unlock()
-		return 0, nil, cluster.ErrNotLeader
+		return nil, cluster.ErrNotLeader
 	}
-	fc.wait[id] = ch
+	fc.wait[id] = c
 	fc.mu.Unlock()
-	defer func() {
-		fc.mu.Lock()
-		if fc.wait != nil {
-			delete(fc.wait, id)
-		}
-		fc.mu.Unlock()
-	}()
 	frame := make([]byte, 0, 4+9+len(req)+1)
 	frame = binary.BigEndian.AppendUint32(frame, uint32(4+9+len(req)+1))
 	frame = binary.BigEndian.AppendUint64(frame, id)
@@ -243,18 +377,76 @@ func (f *forwarder) call(ctx context.Context, addr string, kind byte, req []byte
 	frame = append(frame, req...)
 	frame = append(frame, '\n')
 	if err := fc.send(frame); err != nil {
-		return 0, nil, cluster.ErrUnknownOutcome
+		c.forget()
+		return nil, cluster.ErrUnknownOutcome
+	}
+	return c, nil
+}
+
+// result waits for the call's answer: its status and result, or
+// cluster.ErrUnknownOutcome if the connection died, the leader changed or
+// ctx ended first (wrapping ctx's error then).
+func (c *fwdCall) result(ctx context.Context) (byte, []byte, error) {
+	defer c.forget()
+	select {
+	case r := <-c.res:
+		return r.st, r.res, nil
+	case <-c.fc.dead:
+	case <-c.changed:
+	case <-ctx.Done():
 	}
 	select {
-	case r := <-ch:
+	case r := <-c.res: // answered as well: the answer counts
 		return r.st, r.res, nil
-	case <-fc.dead:
-		return 0, nil, cluster.ErrUnknownOutcome
-	case <-changed:
-		return 0, nil, cluster.ErrUnknownOutcome
-	case <-ctx.Done():
-		return 0, nil, cluster.ErrUnknownOutcome
+	default:
 	}
+	if err := ctx.Err(); err != nil {
+		return 0, nil, fmt.Errorf("%w: %w", cluster.ErrUnknownOutcome, err)
+	}
+	return 0, nil, cluster.ErrUnknownOutcome
+}
+
+// forget takes the call off its connection's table (it no longer waits).
+func (c *fwdCall) forget() {
+	c.fc.mu.Lock()
+	if c.fc.wait != nil {
+		delete(c.fc.wait, c.id)
+	}
+	c.fc.mu.Unlock()
+}
+
+// Wait returns the result of a forwarded log command (fwdPropose or
+// fwdProposeNext), with the errors of cluster.Proposal.Wait: ErrNotLeader
+// (nothing was done), ErrUnknownOutcome (propose it again), or a refusal.
+// Call it once.
+func (c *fwdCall) Wait(ctx context.Context) ([]byte, error) {
+	st, res, err := c.result(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return c.fc.outcome(c.kind, st, res)
+}
+
+// Failed is closed once the answer is known to be a failure, or the
+// connection died (see cluster.Proposal.Failed); a change of leader is
+// told by changed.
+func (c *fwdCall) Failed() <-chan struct{} { return c.failed }
+
+// outcome is the result of a forwarded log command answered st, res.
+func (fc *fwdConn) outcome(kind byte, st byte, res []byte) ([]byte, error) {
+	switch st {
+	case fwdOK:
+		return res, nil
+	case fwdNotLeader:
+		return nil, cluster.ErrNotLeader
+	case fwdUnknown:
+		return nil, cluster.ErrUnknownOutcome
+	}
+	if kind == fwdProposeNext && string(res) == "unknown request" {
+		fc.noNext.Store(true) // a leader of an older build: nothing was done
+		return nil, cluster.ErrNotLeader
+	}
+	return nil, errors.New("server: forwarded command refused: " + string(res))
 }
 
 // dialFailed logs a failed connection to the leader at addr, at most every
@@ -312,7 +504,7 @@ func (f *forwarder) get(addr string) (*fwdConn, error) {
 		nc.Close()
 		return nil, err
 	}
-	fc := &fwdConn{f: f, addr: addr, nc: nc, rw: nc, wait: make(map[uint64]chan fwdResult), dead: make(chan struct{})}
+	fc := &fwdConn{f: f, addr: addr, nc: nc, rw: nc, wait: make(map[uint64]*fwdCall), dead: make(chan struct{})}
 	if raw, ok := rawio.New(nc); ok {
 		fc.rw = raw
 	}
@@ -367,9 +559,13 @@ func (fc *fwdConn) readLoop() {
 		}
 		f.mu.Unlock()
 		fc.mu.Lock()
+		calls := fc.wait
 		fc.wait = nil
 		fc.mu.Unlock()
 		close(fc.dead)
+		for _, c := range calls {
+			close(c.failed)
+		}
 	}()
 	r := bufio.NewReaderSize(fc.rw, 64<<10)
 	var buf []byte
@@ -389,10 +585,14 @@ func (fc *fwdConn) readLoop() {
 		id := binary.BigEndian.Uint64(p)
 		res := fwdResult{st: p[8], res: append([]byte(nil), p[9:]...)}
 		fc.mu.Lock()
-		ch := fc.wait[id]
+		c := fc.wait[id]
+		delete(fc.wait, id)
 		fc.mu.Unlock()
-		if ch != nil {
-			ch <- res
+		if c != nil {
+			c.res <- res
+			if res.st != fwdOK {
+				close(c.failed)
+			}
 		}
 	}
 }
