@@ -1,10 +1,15 @@
 package server
 
 import (
+	"encoding/binary"
+	"encoding/hex"
 	"fmt"
+	"net"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mlock-dev/mlock/internal/cluster"
 )
 
 // A client on a follower that sends its requests without waiting for the
@@ -27,7 +32,13 @@ func TestClusterFollowerPipelines(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			tc := newTestClusterWith(t, 3, false, func(tc *testCluster) { tc.hooks.noProposeNext = tt.oldLeader })
+			tc := newTestClusterWith(t, 3, false, func(tc *testCluster) {
+				tc.hooks.noProposeNext = tt.oldLeader
+				// An entry takes at least 1 ms to apply: the requests,
+				// 200 µs apart, find earlier ones on their way however
+				// fast the machine.
+				tc.hooks.apply = func(string, int64, [][]byte) { time.Sleep(time.Millisecond) }
+			})
 			l := tc.leader()
 			f := (l + 1) % 3
 			c := tc.dial(f, "pipe")
@@ -99,4 +110,94 @@ func TestClusterFollowerPipelines(t *testing.T) {
 			t.Logf("%d commands queued behind another on the leader", queued)
 		})
 	}
+}
+
+// The leader queues a command forwarded as fwdProposeNext only behind the
+// one just before it of the same follower connection (same key, the
+// previous sequence number, queued by this forwarding connection); else it
+// does nothing and answers fwdNotLeader. A follower's commands then apply
+// as a prefix of what it sent, in order.
+func TestClusterForwardedChain(t *testing.T) {
+	t.Parallel()
+	tc := newTestCluster(t, 3, false)
+	l := tc.leader()
+	srv := tc.nodes[l]
+	nc, err := net.Dial("tcp", tc.addrs[l])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	c := &raw{t: t, nc: nc}
+	c.write(frame("forward " + hex.EncodeToString(srv.cl.secret[:])))
+	var id uint64
+	send := func(kind byte, key string, seq uint64) uint64 {
+		id++
+		body := srv.cl.encode(&logCmd{op: opDetach, node: "elsewhere", conn: key, session: "nobody"}) // does nothing
+		req := append([]byte{kind}, cluster.DedupCommand(key, seq, body)...)
+		b := binary.BigEndian.AppendUint64(nil, id)
+		c.write(frame(string(append(b, req...))))
+		return id
+	}
+	answers := map[uint64]byte{}
+	status := func(want uint64) byte {
+		for {
+			if st, ok := answers[want]; ok {
+				return st
+			}
+			p, err := c.next(10 * time.Second)
+			if err != nil {
+				t.Fatalf("no answer to request %d: %v", want, err)
+			}
+			if len(p) < 9 {
+				t.Fatalf("short answer %q", p)
+			}
+			answers[binary.BigEndian.Uint64([]byte(p))] = p[8]
+		}
+	}
+	before := srv.cl.queuedNext.Load()
+	for _, step := range []struct {
+		kind byte
+		key  string
+		seq  uint64
+		want byte
+		why  string
+	}{
+		{fwdPropose, "a", 10, fwdOK, "a first command"},
+		{fwdProposeNext, "a", 11, fwdOK, "the next one"},
+		{fwdProposeNext, "a", 13, fwdNotLeader, "a gap: 12 was not queued here"},
+		{fwdProposeNext, "a", 14, fwdNotLeader, "after a refusal: the chain is broken"},
+		{fwdProposeNext, "a", 12, fwdNotLeader, "the chain ended with the refusal"},
+		{fwdProposeNext, "b", 1, fwdNotLeader, "no earlier command of b"},
+		{fwdPropose, "a", 12, fwdOK, "the follower starts over"},
+		{fwdProposeNext, "a", 13, fwdOK, "and goes on"},
+	} {
+		if got := status(send(step.kind, step.key, step.seq)); got != step.want {
+			t.Fatalf("%c %s/%d (%s): status %d, want %d", step.kind, step.key, step.seq, step.why, got, step.want)
+		}
+	}
+	if n := srv.cl.queuedNext.Load() - before; n != 2 {
+		t.Fatalf("%d commands queued behind another, want 2", n)
+	}
+}
+
+// A follower's log commands on their way to a leader that does not answer
+// them (its log stalled, while it still leads) are bounded as when there is
+// no leader (docs/cluster.md, "Bounded waits"): a lock whose wait timeout
+// passes is answered timeout, then the connection is closed; nothing waits
+// for the client's next request to notice.
+func TestClusterFollowerBoundsForwardedWaits(t *testing.T) {
+	t.Parallel()
+	tc := newTestClusterWith(t, 3, false, func(tc *testCluster) { tc.hooks.noLeaderWait = 2 * time.Second })
+	l := tc.leader()
+	waitClusterVersion(t, tc, logFormat3) // locks carry their deadline
+	c := tc.dial((l+1)%3, "stalled")
+	c.expect("connected 1.0 new * **")
+	tc.hooks.dropForwarded.Store(true)
+	start := time.Now()
+	c.send("lock 1 q 10000 300 0") // waits at most 300 ms: answered at its least wait, 1 s
+	c.expectTimedOut("1")
+	if d := time.Since(start); d > 1900*time.Millisecond {
+		t.Fatalf("answered after %v, want about 1 s (the lock's least wait), before noLeaderWait", d)
+	}
+	c.closed()
 }

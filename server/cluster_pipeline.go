@@ -18,10 +18,13 @@ import (
 // the reader decides each frame (and queues it); one goroutine proposes the
 // replicated ones (all that are queued, in one log command) and writes the
 // local answers in between, once every earlier log command is answered, so
-// answers keep the order of the requests. On the leader a log command is
-// queued behind the connection's earlier ones without waiting for them (at
-// most maxInflight on their way); elsewhere it is forwarded once the
-// previous one is answered.
+// answers keep the order of the requests. A log command is queued behind
+// the connection's earlier ones without waiting for them (at most
+// maxInflight on their way): on the leader's own queue, or, on a follower,
+// forwarded to the leader, which queues it behind the previous one
+// (forward.go); where neither can be done (no leader, a leader of an older
+// build, the first after a change of leader) it is proposed once every
+// earlier one is answered.
 type pipeline struct {
 	mu     sync.Mutex
 	items  []item // guarded by mu
@@ -75,8 +78,9 @@ func (p *pipeline) close() {
 // maxGroupBytes bounds the frames of one proposal.
 const maxGroupBytes = 256 << 10
 
-// maxInflight bounds a connection's proposals on their way at once on the
-// leader (pipelining: the next is queued while the earlier ones commit).
+// maxInflight bounds a connection's log commands on their way at once
+// (pipelining: the next is queued, or forwarded, while the earlier ones
+// commit).
 const maxInflight = 8
 
 // noLeaderWait bounds how long a request without a wait timeout of its own
@@ -195,8 +199,13 @@ type pipeRun struct {
 	group [][]byte
 	reqs  []request
 	size  int
-	// fl: proposals queued on this node's leadership and not yet answered,
-	// oldest first (they are answered in order: raft commits a prefix).
+	// boundT fires at boundAt: next's wait for the oldest flight's bound.
+	boundAt time.Time
+	boundT  *time.Timer
+	// fl: log commands on their way and not yet answered, oldest first,
+	// all queued on this node's leadership or all forwarded to one leader
+	// (they are applied in order: raft commits a prefix of what one
+	// leadership queued).
 	fl []flight
 }
 
@@ -256,9 +265,14 @@ func (r *pipeRun) next() ([]item, bool) {
 		// waiting for its failure only, the goroutine is not woken for
 		// every answer (the answered ones are taken off at the next
 		// flush).
+		// And the oldest one's bound (boundOf) is kept while no request
+		// comes: a lock's wait timeout is answered at its deadline, and a
+		// log that does not answer ends the connection (giveUp).
 		var failed, changed <-chan struct{}
+		var bound <-chan time.Time
 		if n := len(r.fl); n > 0 {
 			failed, changed = r.fl[n-1].pr.Failed(), r.fl[n-1].changed
+			bound = r.boundTimer(r.fl[0].bound)
 		}
 		select {
 		case <-p.wake:
@@ -270,10 +284,29 @@ func (r *pipeRun) next() ([]item, bool) {
 			if !r.settle(0) {
 				return nil, false
 			}
+		case <-bound:
+			r.boundAt = time.Time{} // received: set again for the next wait
+			if !r.settle(0) {
+				return nil, false
+			}
 		case <-r.ctx.Done():
 			return nil, false
 		}
 	}
+}
+
+// boundTimer returns a channel that receives at t (the oldest flight's
+// bound): one timer per pipeline, reset when t changes (Go's timers drop a
+// value not received by then).
+func (r *pipeRun) boundTimer(t time.Time) <-chan time.Time {
+	switch {
+	case r.boundT == nil:
+		r.boundT = time.NewTimer(time.Until(t))
+	case !r.boundAt.Equal(t):
+		r.boundT.Reset(time.Until(t))
+	}
+	r.boundAt = t
+	return r.boundT.C
 }
 
 // run handles one item in its turn: a replicated request joins the group

@@ -67,9 +67,10 @@ func (c *conn) acceptForward(token []byte) (item, bool) {
 	return item{}, false
 }
 
-// forwardFrames handles the requests of a forwarding connection: each runs
-// on a goroutine of its own (proposals wait for their entry) and answers
-// when done.
+// forwardFrames handles the requests of a forwarding connection: a log
+// command is queued here, in the order the connection carried it
+// (queueForwarded), and answered by a goroutine of its own once applied;
+// any other request runs on a goroutine of its own and answers when done.
 func (c *conn) forwardFrames(buf []byte) ([]byte, [][]byte, bool) {
 	s := c.srv
 	off := 0
@@ -92,8 +93,13 @@ func (c *conn) forwardFrames(buf []byte) ([]byte, [][]byte, bool) {
 		if kind == fwdPing {
 			continue
 		}
-		if hk := s.cl.cfg.testHooks; kind == fwdProposeNext && hk != nil && hk.noProposeNext {
-			kind = 0 // unknown to serveForwarded
+		if hk := s.cl.cfg.testHooks; hk != nil {
+			if kind == fwdProposeNext && hk.noProposeNext {
+				kind = 0 // unknown to serveForwarded
+			}
+			if (kind == fwdPropose || kind == fwdProposeNext) && hk.dropForwarded.Load() {
+				continue
+			}
 		}
 		if (kind == fwdPropose || kind == fwdProposeNext) && c.queueForwarded(id, kind, req) {
 			continue

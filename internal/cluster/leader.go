@@ -316,6 +316,9 @@ func (l *leadership) submit(batch []*proposal, notice bool, inflight chan<- *pen
 		}
 	}
 	data := appendEntry(make([]byte, 0, entrySize(e.cmds)), &e)
+	for _, p := range batch {
+		p.cmd = nil // in data now: a Proposal kept by its caller (for ProposeAsync's after) does not keep it
+	}
 	if notice {
 		l.notices.Add(1)
 	}
