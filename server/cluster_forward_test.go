@@ -120,63 +120,119 @@ func TestClusterFollowerPipelines(t *testing.T) {
 func TestClusterForwardedChain(t *testing.T) {
 	t.Parallel()
 	tc := newTestCluster(t, 3, false)
-	l := tc.leader()
-	srv := tc.nodes[l]
-	nc, err := net.Dial("tcp", tc.addrs[l])
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	c := &raw{t: t, nc: nc}
-	c.write(frame("forward " + hex.EncodeToString(srv.cl.secret[:])))
-	var id uint64
-	send := func(kind byte, key string, seq uint64) uint64 {
-		id++
-		body := srv.cl.encode(&logCmd{op: opDetach, node: "elsewhere", conn: key, session: "nobody"}) // does nothing
-		req := append([]byte{kind}, cluster.DedupCommand(key, seq, body)...)
-		b := binary.BigEndian.AppendUint64(nil, id)
-		c.write(frame(string(append(b, req...))))
-		return id
-	}
-	answers := map[uint64]byte{}
-	status := func(want uint64) byte {
-		for {
-			if st, ok := answers[want]; ok {
-				return st
-			}
-			p, err := c.next(10 * time.Second)
+	for try := 1; ; try++ {
+		l := tc.leader()
+		term := tc.nodes[l].cl.node.Term()
+		err := forwardedChain(t, tc, l)
+		if tc.nodes[l].cl.node.Term() == term && tc.nodes[l].cl.node.IsLeader() {
 			if err != nil {
-				t.Fatalf("no answer to request %d: %v", want, err)
+				t.Fatal(err)
 			}
-			if len(p) < 9 {
-				t.Fatalf("short answer %q", p)
-			}
-			answers[binary.BigEndian.Uint64([]byte(p))] = p[8]
+			return
+		}
+		// Another election meanwhile: the answers are those of no leader.
+		if try == 3 {
+			t.Fatalf("the leadership changed during each of %d tries (last: %v)", try, err)
 		}
 	}
+}
+
+// forwardedChain runs TestClusterForwardedChain's steps against the leader
+// l, on two forwarding connections.
+func forwardedChain(t *testing.T, tc *testCluster, l int) error {
+	srv := tc.nodes[l]
+	var id uint64
+	type fwdClient struct {
+		c       *raw
+		answers map[uint64]byte
+	}
+	dial := func() *fwdClient {
+		nc, err := net.Dial("tcp", tc.addrs[l])
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { nc.Close() })
+		c := &raw{t: t, nc: nc}
+		c.write(frame("forward " + hex.EncodeToString(srv.cl.secret[:])))
+		return &fwdClient{c: c, answers: map[uint64]byte{}}
+	}
+	// ask sends a command of kind for key and seq on f and returns the
+	// answer's status.
+	ask := func(f *fwdClient, kind byte, key string, seq uint64) (byte, error) {
+		id++
+		want := id
+		body := srv.cl.encode(&logCmd{op: opDetach, node: "elsewhere", conn: key, session: "nobody"}) // does nothing
+		req := append([]byte{kind}, cluster.DedupCommand(key, seq, body)...)
+		f.c.write(frame(string(append(binary.BigEndian.AppendUint64(nil, want), req...))))
+		for {
+			if st, ok := f.answers[want]; ok {
+				return st, nil
+			}
+			p, err := f.c.next(10 * time.Second)
+			if err != nil {
+				return 0, fmt.Errorf("no answer to request %d: %v", want, err)
+			}
+			if len(p) < 9 {
+				return 0, fmt.Errorf("short answer %q", p)
+			}
+			f.answers[binary.BigEndian.Uint64([]byte(p))] = p[8]
+		}
+	}
+	one, two := dial(), dial()
 	before := srv.cl.queuedNext.Load()
 	for _, step := range []struct {
+		on   *fwdClient
 		kind byte
 		key  string
 		seq  uint64
 		want byte
 		why  string
 	}{
-		{fwdPropose, "a", 10, fwdOK, "a first command"},
-		{fwdProposeNext, "a", 11, fwdOK, "the next one"},
-		{fwdProposeNext, "a", 13, fwdNotLeader, "a gap: 12 was not queued here"},
-		{fwdProposeNext, "a", 14, fwdNotLeader, "after a refusal: the chain is broken"},
-		{fwdProposeNext, "a", 12, fwdNotLeader, "the chain ended with the refusal"},
-		{fwdProposeNext, "b", 1, fwdNotLeader, "no earlier command of b"},
-		{fwdPropose, "a", 12, fwdOK, "the follower starts over"},
-		{fwdProposeNext, "a", 13, fwdOK, "and goes on"},
+		{one, fwdPropose, "a", 10, fwdOK, "a first command"},
+		{one, fwdProposeNext, "a", 11, fwdOK, "the next one"},
+		{two, fwdProposeNext, "a", 12, fwdNotLeader, "the one before came on another forwarding connection"},
+		{one, fwdProposeNext, "a", 13, fwdNotLeader, "a gap: 12 was not queued here"},
+		{one, fwdProposeNext, "a", 14, fwdNotLeader, "after a refusal: the chain is broken"},
+		{one, fwdProposeNext, "a", 12, fwdNotLeader, "the chain ended with the refusal"},
+		{one, fwdProposeNext, "b", 1, fwdNotLeader, "no earlier command of b"},
+		{one, fwdPropose, "a", 12, fwdOK, "the follower starts over"},
+		{one, fwdProposeNext, "a", 13, fwdOK, "and goes on"},
 	} {
-		if got := status(send(step.kind, step.key, step.seq)); got != step.want {
-			t.Fatalf("%c %s/%d (%s): status %d, want %d", step.kind, step.key, step.seq, step.why, got, step.want)
+		got, err := ask(step.on, step.kind, step.key, step.seq)
+		if err != nil {
+			return err
+		}
+		if got != step.want {
+			return fmt.Errorf("%c %s/%d (%s): status %d, want %d", step.kind, step.key, step.seq, step.why, got, step.want)
 		}
 	}
 	if n := srv.cl.queuedNext.Load() - before; n != 2 {
-		t.Fatalf("%d commands queued behind another, want 2", n)
+		return fmt.Errorf("%d commands queued behind another, want 2", n)
+	}
+	return nil
+}
+
+// A connection that sent nothing for longer than its last log command's
+// bound, long answered, is not given up: its next requests are answered, on
+// the leader and on a follower.
+func TestClusterIdlePastTheBound(t *testing.T) {
+	t.Parallel()
+	tc := newTestClusterWith(t, 3, false, func(tc *testCluster) { tc.hooks.noLeaderWait = time.Second })
+	l := tc.leader()
+	var cs []*raw
+	for i := range 12 {
+		c := tc.dial([]int{l, (l + 1) % 3}[i%2], fmt.Sprintf("idle%d", i))
+		c.expect("connected 1.0 new * **")
+		c.send("ping 1")
+		c.expect("result 1 success pong")
+		cs = append(cs, c)
+	}
+	time.Sleep(1500 * time.Millisecond) // fixed: idle past the bound (1 s), the test's input
+	for i, c := range cs {
+		c.send("ping 2")
+		if p, err := c.next(5 * time.Second); err != nil || p != "result 2 success pong" {
+			t.Fatalf("connection %d (on the %s) after idling: %q, %v", i, []string{"leader", "follower"}[i%2], p, err)
+		}
 	}
 }
 
@@ -196,7 +252,7 @@ func TestClusterFollowerBoundsForwardedWaits(t *testing.T) {
 	start := time.Now()
 	c.send("lock 1 q 10000 300 0") // waits at most 300 ms: answered at its least wait, 1 s
 	c.expectTimedOut("1")
-	if d := time.Since(start); d > 1900*time.Millisecond {
+	if d := time.Since(start); d < time.Second || d > 1900*time.Millisecond {
 		t.Fatalf("answered after %v, want about 1 s (the lock's least wait), before noLeaderWait", d)
 	}
 	c.closed()

@@ -136,6 +136,7 @@ type flight struct {
 // and if an earlier one fails, so does the newest.
 type onTheWay interface {
 	Wait(ctx context.Context) ([]byte, error)
+	Done() <-chan struct{}
 	Failed() <-chan struct{}
 }
 
@@ -263,11 +264,15 @@ func (r *pipeRun) next() ([]item, bool) {
 		// The newest proposal on its way fails whenever an older one
 		// does (raft commits a prefix of what one leadership queued):
 		// waiting for its failure only, the goroutine is not woken for
-		// every answer (the answered ones are taken off at the next
-		// flush).
-		// And the oldest one's bound (boundOf) is kept while no request
-		// comes: a lock's wait timeout is answered at its deadline, and a
-		// log that does not answer ends the connection (giveUp).
+		// every answer (the answered ones are taken off here and at the
+		// next flush).
+		// And the bound (boundOf) of the oldest one not answered is kept
+		// while no request comes: a lock's wait timeout is answered at its
+		// deadline, and a log that does not answer ends the connection
+		// (giveUp).
+		if !r.dropAnswered() {
+			return nil, false
+		}
 		var failed, changed <-chan struct{}
 		var bound <-chan time.Time
 		if n := len(r.fl); n > 0 {
@@ -285,14 +290,30 @@ func (r *pipeRun) next() ([]item, bool) {
 				return nil, false
 			}
 		case <-bound:
-			r.boundAt = time.Time{} // received: set again for the next wait
-			if !r.settle(0) {
+			r.boundAt = time.Time{}       // received: set again for the next wait
+			if !r.settle(len(r.fl) - 1) { // the oldest: answered by now, or given up
 				return nil, false
 			}
 		case <-r.ctx.Done():
 			return nil, false
 		}
 	}
+}
+
+// dropAnswered takes the answered flights off the front (as settle does,
+// without waiting). False: the connection ends.
+func (r *pipeRun) dropAnswered() bool {
+	for len(r.fl) > 0 {
+		select {
+		case <-r.fl[0].pr.Done():
+		default:
+			return true
+		}
+		if !r.settle(len(r.fl) - 1) {
+			return false
+		}
+	}
+	return true
 }
 
 // boundTimer returns a channel that receives at t (the oldest flight's

@@ -312,8 +312,9 @@ type fwdCall struct {
 	id   uint64
 	kind byte
 	res  chan fwdResult // cap 1
-	// failed is closed when the answer is not fwdOK, or the connection
-	// died first.
+	// done is closed once the answer is in res, or the connection died
+	// first; failed with it when that is not fwdOK.
+	done   chan struct{}
 	failed chan struct{}
 	// changed closes when this node sees another leader (or none): the
 	// request is given up then (an unknown outcome).
@@ -368,7 +369,7 @@ func (fc *fwdConn) start(kind byte, req []byte, changed <-chan struct{}) (*fwdCa
 	f.nextID++
 	id := f.nextID
 	f.mu.Unlock()
-	c := &fwdCall{fc: fc, id: id, kind: kind, res: make(chan fwdResult, 1), failed: make(chan struct{}), changed: changed}
+	c := &fwdCall{fc: fc, id: id, kind: kind, res: make(chan fwdResult, 1), done: make(chan struct{}), failed: make(chan struct{}), changed: changed}
 	fc.mu.Lock()
 	if fc.wait == nil {
 		fc.mu.Unlock()
@@ -432,6 +433,10 @@ func (c *fwdCall) Wait(ctx context.Context) ([]byte, error) {
 	}
 	return c.fc.outcome(c.kind, st, res)
 }
+
+// Done is closed once the answer is known, or the connection died (Wait
+// then returns at once).
+func (c *fwdCall) Done() <-chan struct{} { return c.done }
 
 // Failed is closed once the answer is known to be a failure, or the
 // connection died (see cluster.Proposal.Failed); a change of leader is
@@ -570,6 +575,7 @@ func (fc *fwdConn) readLoop() {
 		fc.mu.Unlock()
 		close(fc.dead)
 		for _, c := range calls {
+			close(c.done)
 			close(c.failed)
 		}
 	}()
@@ -596,6 +602,7 @@ func (fc *fwdConn) readLoop() {
 		fc.mu.Unlock()
 		if c != nil {
 			c.res <- res
+			close(c.done)
 			if res.st != fwdOK {
 				close(c.failed)
 			}

@@ -597,6 +597,11 @@ func (pr *Proposal) Wait(ctx context.Context) ([]byte, error) {
 		}
 		return nil, ErrUnknownOutcome
 	case <-ctx.Done():
+		select {
+		case r := <-p.done: // answered as well: the answer counts
+			return r.val, r.err
+		default:
+		}
 		if p.state.CompareAndSwap(propQueued, propAbandoned) {
 			return nil, ctx.Err()
 		}
