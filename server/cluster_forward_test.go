@@ -214,7 +214,8 @@ func forwardedChain(t *testing.T, tc *testCluster, l int) error {
 
 // A connection that sent nothing for longer than its last log command's
 // bound, long answered, is not given up: its next requests are answered, on
-// the leader and on a follower.
+// the leader and on a follower; nor is a connection that sends a log
+// command now and then, its oldest answered ones past their bound.
 func TestClusterIdlePastTheBound(t *testing.T) {
 	t.Parallel()
 	tc := newTestClusterWith(t, 3, false, func(tc *testCluster) { tc.hooks.noLeaderWait = time.Second })
@@ -232,6 +233,17 @@ func TestClusterIdlePastTheBound(t *testing.T) {
 		c.send("ping 2")
 		if p, err := c.next(5 * time.Second); err != nil || p != "result 2 success pong" {
 			t.Fatalf("connection %d (on the %s) after idling: %q, %v", i, []string{"leader", "follower"}[i%2], p, err)
+		}
+	}
+	// A slow, steady client: more answered commands than may be on their
+	// way (maxInflight), the oldest far past its bound.
+	for n := 3; n < 3+2*maxInflight; n++ {
+		time.Sleep(150 * time.Millisecond) // fixed: the client's pace, the test's input
+		for i, c := range cs {
+			c.send(fmt.Sprintf("ping %d", n))
+			if p, err := c.next(5 * time.Second); err != nil || p != fmt.Sprintf("result %d success pong", n) {
+				t.Fatalf("connection %d (on the %s), ping %d: %q, %v", i, []string{"leader", "follower"}[i%2], n, p, err)
+			}
 		}
 	}
 }
