@@ -1,11 +1,15 @@
 package server
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -268,4 +272,47 @@ func TestClusterFollowerBoundsForwardedWaits(t *testing.T) {
 		t.Fatalf("answered after %v, want about 1 s (the lock's least wait), before noLeaderWait", d)
 	}
 	c.closed()
+}
+
+// A follower that applies a command's entry before the leader's answer to
+// the forwarded command comes writes the answer once, from its apply, and
+// does not give the connection up when the command's bound passes while it
+// still waits for the leader's answer.
+func TestClusterFollowerAppliedBeforeTheLeaderAnswers(t *testing.T) {
+	t.Parallel()
+	var leader atomic.Value // the leader's id
+	var slow atomic.Bool    // the leader's next apply of the marked command takes 1.5 s
+	tc := newTestClusterWith(t, 3, false, func(tc *testCluster) {
+		tc.hooks.noLeaderWait = 2 * time.Second
+		tc.hooks.apply = func(node string, _ int64, cmds [][]byte) {
+			if id, _ := leader.Load().(string); node != id {
+				return
+			}
+			for _, c := range cmds {
+				if bytes.Contains(c, []byte("slowq")) && slow.CompareAndSwap(true, false) {
+					time.Sleep(1500 * time.Millisecond) // fixed: the leader's late answer, the test's input
+				}
+			}
+		}
+	})
+	l := tc.leader()
+	leader.Store(tc.nodes[l].cl.id)
+	waitClusterVersion(t, tc, logFormat3)
+	c := tc.dial((l+1)%3, "applied-first")
+	c.expect("connected 1.0 new * **")
+	slow.Store(true)
+	c.send("lock 1 slowq 10000 300 0") // its bound: 1 s (the least wait)
+	f := c.expect("result 1 success *")
+	c.expect("locked " + f[3] + " * *")
+	// Past the bound, and past the leader's late answer: nothing more.
+	if p, err := c.next(1700 * time.Millisecond); err == nil || errors.Is(err, io.EOF) {
+		t.Fatalf("after the lock's answer: %q, %v; want nothing", p, err)
+	}
+	c.send("ping 2")
+	if p, err := c.next(5 * time.Second); err != nil || p != "result 2 success pong" {
+		t.Fatalf("after the lock: %q, %v; want the ping's answer", p, err)
+	}
+	if slow.Load() {
+		t.Fatal("the leader's apply was not slowed: the test did not test")
+	}
 }

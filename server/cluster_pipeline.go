@@ -429,8 +429,11 @@ func (r *pipeRun) settle(keep int) bool {
 			return false
 		}
 		if errors.Is(err, context.DeadlineExceeded) {
-			r.giveUp(&r.fl[0])
-			return false
+			if r.giveUp(&r.fl[0]) {
+				return false
+			}
+			r.fl = r.fl[1:] // applied here meanwhile: answered by this node's apply
+			continue
 		}
 		if !r.proposeAgain() {
 			return false
@@ -462,13 +465,14 @@ func (r *pipeRun) proposeAgain() bool {
 
 // replicate proposes f (Server.replicate) until it is applied or its
 // bound passes: then its requests are answered here (giveUp) and the
-// connection ends (an error).
+// connection ends (an error), unless this node has applied f meanwhile
+// (its apply wrote the answers: no result, no error).
 func (r *pipeRun) replicate(f *flight) ([]byte, error) {
 	ctx, cancel := context.WithDeadline(r.ctx, f.bound)
 	defer cancel()
 	res, err := r.s.replicate(ctx, f.cmd)
-	if err != nil && r.ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
-		r.giveUp(f)
+	if err != nil && r.ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) && !r.giveUp(f) {
+		return nil, nil
 	}
 	return res, err
 }
@@ -486,8 +490,10 @@ func (r *pipeRun) replicate(f *flight) ([]byte, error) {
 // (by a leader that then lost its quorum) may still be committed later and
 // grant it: its pushes go to the session (the clients of this repository
 // give a grant nobody waits for back at once; see docs/cluster.md,
-// "Bounded waits").
-func (r *pipeRun) giveUp(f *flight) {
+// "Bounded waits"). False, and nothing done: this node has applied f
+// meanwhile (the proposal's own answer, from the leader, is what is late),
+// and its apply wrote f's answers.
+func (r *pipeRun) giveUp(f *flight) bool {
 	c, s := r.c, r.s
 	now := time.Now()
 	last := f.seq
@@ -495,8 +501,13 @@ func (r *pipeRun) giveUp(f *flight) {
 		last = max(last, r.fl[n-1].seq)
 	}
 	answered := 0
+	given := true
 	s.batch(func(*core.Tx) {
-		if c.answered+1 >= f.seq { // every earlier answer is written: these may follow
+		if c.answered >= f.seq {
+			given = false
+			return
+		}
+		if c.answered+1 == f.seq { // every earlier answer is written: these may follow
 			var out []byte
 			for i := range f.reqs {
 				q := &f.reqs[i]
@@ -515,9 +526,13 @@ func (r *pipeRun) giveUp(f *flight) {
 		}
 		c.finish()
 	})
+	if !given {
+		return false
+	}
 	s.log.Warn("cluster: a request was not committed in time (no leader, or no quorum): connection closed",
 		"remote", c.remote, "waited", now.Sub(f.at).Round(time.Millisecond), "requests", len(f.reqs),
 		"answered-timeout", answered)
+	return true
 }
 
 // applied waits until this node has applied the connection's last
@@ -545,10 +560,12 @@ func (r *pipeRun) applied() bool {
 			return false
 		case <-t.C:
 			r.s.batch(func(*core.Tx) {
-				r.s.giveUpLocked(c)
-				c.finish()
+				if done = c.answered >= p.seq; !done { // (applied as the timer fired)
+					r.s.giveUpLocked(c)
+					c.finish()
+				}
 			})
-			return false
+			return done
 		}
 	}
 }
