@@ -2,9 +2,13 @@ package server
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"testing"
 	"time"
+
+	"github.com/mlock-dev/mlock/internal/core"
+	"github.com/mlock-dev/mlock/internal/proctest"
 )
 
 // TestClusterLeaderlessBounds: with two of three nodes stopped, the survivor
@@ -60,4 +64,32 @@ func TestClusterLeaderlessBounds(t *testing.T) {
 	o.send("trylock 1 lw 60000")
 	o.expect("result 1 success *")
 	o.expect("locked * * *")
+}
+
+// A connection that a node without a leader closed (its connect could not
+// be committed) frees its place in the node's counts at once, though the
+// detach of its session waits for a leader: the closed connections of a
+// long outage do not fill the node's --max-conns.
+func TestClusterLeaderlessClosedConnectionsFreeTheirSlots(t *testing.T) {
+	t.Parallel()
+	tc := newTestClusterWith(t, 3, false, func(tc *testCluster) { tc.hooks.noLeaderWait = 300 * time.Millisecond })
+	l := tc.leader()
+	sv := (l + 1) % 3
+	for i := range 3 {
+		if i != sv {
+			tc.stop(i)
+		}
+	}
+	srv := tc.nodes[sv]
+	for i := range 5 {
+		c := tc.dial(sv, fmt.Sprintf("outage%d", i))
+		if p, err := c.next(3 * time.Second); !errors.Is(err, io.EOF) {
+			t.Fatalf("connect %d without a leader: %q, %v; want the connection closed", i, p, err)
+		}
+	}
+	proctest.WaitFor(t, 2*time.Second, "the closed connections out of the node's counts", func() bool {
+		n := -1
+		srv.batch(func(*core.Tx) { n = len(srv.conns) })
+		return n == 0
+	})
 }

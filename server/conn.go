@@ -69,6 +69,9 @@ type conn struct {
 	answered uint64    // guarded by the core: the last proposal whose answer was written
 	pipe     *pipeline // the connection's commands, in order; nil on a single node
 	forward  bool      // reader only: a follower's forwarding connection
+	// slotsFreed: cleanup took the connection out of the server's counts
+	// (guarded by the core).
+	slotsFreed bool
 	// fwd: a forwarding connection's queued commands by the follower's
 	// connection (reader only; forward.go).
 	fwd fwdChains
@@ -503,20 +506,17 @@ func (c *conn) plainStatus(buf []byte) {
 func (c *conn) cleanup() {
 	s := c.srv
 	if c.pipe != nil {
+		// Its slots are free at once: the detach may wait long for a
+		// leader (a node without a quorum), and meanwhile the connection,
+		// closed, must not count against the limits.
+		s.batch(func(*core.Tx) { c.freeSlotsLocked() })
 		c.clusterCleanup()
 	}
 	s.batch(func(tx *core.Tx) {
-		delete(s.conns, c)
+		c.freeSlotsLocked()
 		if s.cl != nil {
 			delete(s.cl.conns, c.key)
 		}
-		if key := ipKey(c.ip); key.IsValid() {
-			if s.perIP[key]--; s.perIP[key] <= 0 {
-				delete(s.perIP, key)
-			}
-		}
-		s.leavePreLocked(c)
-		s.uncountLocked(c)
 		if c.evicted {
 			c.evicted = false
 			s.evicting--
@@ -544,6 +544,25 @@ func (c *conn) cleanup() {
 		}
 	})
 	c.finish()
+}
+
+// freeSlotsLocked takes the closed connection out of the server's counts
+// (all connections, per address, before the handshake, per principal),
+// once.
+func (c *conn) freeSlotsLocked() {
+	s := c.srv
+	if c.slotsFreed {
+		return
+	}
+	c.slotsFreed = true
+	delete(s.conns, c)
+	if key := ipKey(c.ip); key.IsValid() {
+		if s.perIP[key]--; s.perIP[key] <= 0 {
+			delete(s.perIP, key)
+		}
+	}
+	s.leavePreLocked(c)
+	s.uncountLocked(c)
 }
 
 // roomFor returns buf and off, or, when a frame of want bytes (want <=
