@@ -652,23 +652,31 @@ func (s *Server) joinCluster() {
 	defer cl.bg.Done()
 	addr := cl.cfg.Join
 	req := []byte(cl.id + " " + cl.node.RaftAddr())
+	redirects := 0
 	for cl.ctx.Err() == nil {
 		for _, p := range cl.node.Status().Peers {
 			if p.ID == cl.id {
 				return // in the configuration already (a restart, or joined)
 			}
 		}
-		st, res, err := cl.fwd.call(cl.ctx, addr, fwdJoin, req, nil)
+		// A try is bounded: a member that stops answering is asked again.
+		ctx, cancel := context.WithTimeout(cl.ctx, 15*time.Second)
+		st, res, err := cl.fwd.call(ctx, addr, fwdJoin, req, nil)
+		cancel()
 		switch {
 		case err == nil && st == fwdOK:
 			s.log.Info("cluster: joined", "via", addr)
 			return
 		case err == nil && st == fwdNotLeader && len(res) > 0:
-			addr = string(res)
-			continue
+			if redirects < 3 { // the leader it names; views that disagree pause below
+				addr = string(res)
+				redirects++
+				continue
+			}
 		case err == nil:
 			s.log.Warn("cluster: join refused", "via", addr, "answer", string(res))
 		}
+		redirects = 0
 		select {
 		case <-cl.ctx.Done():
 		case <-time.After(time.Second):
