@@ -109,6 +109,9 @@ func (s *Server) changeAnywhere(ctx context.Context, ch *clusterChange) error {
 		case <-changed:
 		case <-time.After(100 * time.Millisecond):
 		case <-ctx.Done():
+			if maybeDone {
+				return fmt.Errorf("the change may or may not have been made (its outcome was not known in time; see mlock cluster status): %w", context.Cause(ctx))
+			}
 			return fmt.Errorf("no leader took the change in time: %w", context.Cause(ctx))
 		case <-cl.ctx.Done():
 			return errClosing
