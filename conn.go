@@ -666,7 +666,7 @@ func (s *session) dispatch(p []byte) (bye bool) {
 			// Its grant was lost with a connection, and it is gone
 			// already: it held nothing here. Ask again.
 			delete(s.locks, l.id)
-			s.reaskLocked(l, monoNow())
+			s.reaskLocked(l, s.clk.now())
 			break
 		}
 		e := &Error{Type: TypeLost, Msg: "lock expired, or released by its owner", Err: ErrExpired}

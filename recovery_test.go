@@ -257,15 +257,23 @@ func TestExpiredPushForAWaitingLockAsksAgain(t *testing.T) {
 					}
 				}
 			})
-			c := client(t, addr, mlock.Options{})
+			// On a fake clock that stands still while real time passes: the
+			// request asked again is sent at the session clock's time, and
+			// the grant's lease counts from there.
+			c, fc := fakeClient(t, addr, mlock.Options{})
+			time.Sleep(300 * time.Millisecond) // fixed: real time passes, the fake clock stands still (the test's input)
 			ctx, cancel := context.WithTimeout(ctxT(t), 2*time.Second)
 			defer cancel()
-			l, err := c.Lock(ctx, "ex", nil)
+			const ttl = 10 * time.Second
+			l, err := c.Lock(ctx, "ex", &mlock.LockOptions{TTL: ttl})
 			if err != nil {
 				t.Fatalf("a waiting request hit by an expiry: %v", err)
 			}
 			if l.Token() != 9 {
 				t.Fatalf("token %d, want the second grant's", l.Token())
+			}
+			if late := l.Deadline().Sub(fc.Now().Add(ttl)); late > 0 {
+				t.Fatalf("Deadline %v past the session clock's now + ttl: the request asked again was stamped with another clock", late)
 			}
 		})
 	}
