@@ -327,6 +327,7 @@ func (c *Client) Hold(ctx context.Context, l *Lock, fn func(context.Context) err
 			return false, err // connection trouble: retried next tick
 		},
 		Lost:  l.Lost(),
+		Clock: leaseClock{l.s.clk},
 		Cause: func() error { return l.s.lossOf(l) },
 	}, fn)
 	returned = true

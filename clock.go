@@ -1,6 +1,10 @@
 package mlock
 
-import "time"
+import (
+	"time"
+
+	"github.com/mlock-dev/mlock/internal/lease"
+)
 
 // clock is the time of a session's safety rule: every time it reads (send
 // times, answers, deadlines, staleness) and every timer it sets (the
@@ -54,3 +58,10 @@ func (systemClock) newTimer(d time.Duration) timer { return systemTimer{time.New
 type systemTimer struct{ *time.Timer }
 
 func (t systemTimer) C() <-chan time.Time { return t.Timer.C }
+
+// leaseClock is a session's clock as the lease watchdog's (Hold, Do): the
+// lease is counted on the clock the lock's Deadline and send times are.
+type leaseClock struct{ c clock }
+
+func (l leaseClock) Now() time.Time                       { return l.c.wall(l.c.now()) }
+func (l leaseClock) NewTimer(d time.Duration) lease.Timer { return l.c.newTimer(d) }

@@ -1,6 +1,7 @@
 package mlock_test
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -324,5 +325,43 @@ func TestFakeClockRenewMovesTheHandle(t *testing.T) {
 	}
 	if err := l.Unlock(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Do (and Hold) count the lease on the session's clock, as the lock's
+// Deadline is: as the fake clock runs past several ttls, the renewals, due
+// on that clock, keep the lock and the job is not cancelled.
+func TestFakeClockDoCountsTheLeaseOnTheSessionClock(t *testing.T) {
+	t.Parallel()
+	addr, _ := startServer(t, server.Config{SessionGrace: 10 * time.Minute}, "")
+	c, fc := fakeClient(t, addr, mlock.Options{})
+	ctx := ctxT(t)
+	const ttl = time.Minute
+	running, stop := make(chan context.Context, 1), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- c.Do(ctx, "fdo", &mlock.LockOptions{TTL: ttl}, func(jctx context.Context) error {
+			running <- jctx
+			select {
+			case <-jctx.Done():
+				return context.Cause(jctx)
+			case <-stop:
+				return nil
+			}
+		})
+	}()
+	var jctx context.Context
+	select {
+	case jctx = <-running:
+	case err := <-done:
+		t.Fatalf("Do: %v", err)
+	}
+	step(t, fc, 3*ttl, 5*time.Second) // renewals every ttl/3, on the fake clock
+	if err := context.Cause(jctx); err != nil {
+		t.Fatalf("the job was cancelled while the fake clock ran: %v", err)
+	}
+	close(stop)
+	if err := <-done; err != nil {
+		t.Fatalf("Do: %v", err)
 	}
 }

@@ -113,6 +113,9 @@ type Options struct {
 	// before Run started. Zero (or a time after Run's start): Run's start.
 	// The first renewal is due a period after it.
 	Start time.Time
+	// Clock, if not nil, is the clock the lease is counted on: the one
+	// Deadline and Start are read on. Nil: the system's.
+	Clock Clock
 	// Cause returns the loss error to report; it is called once, on loss.
 	// Nil: ErrLost.
 	Cause func() error
@@ -183,10 +186,13 @@ func (o *Options) period() time.Duration {
 // caller does. Options that Check refuses are returned as fnErr, without
 // running fn.
 func Run(ctx context.Context, o Options, fn func(context.Context) error) (fnErr, lostErr error) {
+	if o.Clock != nil {
+		return run(ctx, o, fn, o.Clock)
+	}
 	return run(ctx, o, fn, systemClock{})
 }
 
-func run(ctx context.Context, o Options, fn func(context.Context) error, clk clock) (fnErr, lostErr error) {
+func run(ctx context.Context, o Options, fn func(context.Context) error, clk Clock) (fnErr, lostErr error) {
 	if err := o.Check(); err != nil {
 		return err, nil
 	}
@@ -218,7 +224,7 @@ func run(ctx context.Context, o Options, fn func(context.Context) error, clk clo
 // watchdog renews one lease; its fields are owned by the watch goroutine.
 type watchdog struct {
 	o       Options
-	clk     clock
+	clk     Clock
 	lastErr error // of the last renewal, if it failed
 }
 
@@ -304,7 +310,7 @@ func (w *watchdog) watch(ctx context.Context, base time.Time, done <-chan struct
 		}
 	}
 	period := o.period()
-	var tick timer
+	var tick Timer
 	if renewing {
 		now := w.clk.Now()
 		tick = w.clk.NewTimer(nextRenewal(now, base, period, deadline, byHolder))
@@ -367,15 +373,18 @@ func (w *watchdog) watch(ctx context.Context, base time.Time, done <-chan struct
 	}
 }
 
-// clock is the watchdog's source of time; tests use a fake one.
-type clock interface {
+// Clock is the watchdog's source of time (Options.Clock): the holder's own,
+// so that the lease and the holder's Deadline and Start are read on one
+// clock.
+type Clock interface {
 	Now() time.Time
-	NewTimer(d time.Duration) timer
+	NewTimer(d time.Duration) Timer
 }
 
-// timer is a one-shot timer whose channel is read by one goroutine. Stop and
-// Reset leave no stale value in the channel (as time.Timer since Go 1.23).
-type timer interface {
+// Timer is a one-shot timer of a Clock, whose channel is read by one
+// goroutine. Stop and Reset leave no stale value in the channel (as
+// time.Timer since Go 1.23).
+type Timer interface {
 	C() <-chan time.Time
 	Stop() bool
 	Reset(d time.Duration) bool
@@ -384,7 +393,7 @@ type timer interface {
 type systemClock struct{}
 
 func (systemClock) Now() time.Time                 { return time.Now() }
-func (systemClock) NewTimer(d time.Duration) timer { return systemTimer{time.NewTimer(d)} }
+func (systemClock) NewTimer(d time.Duration) Timer { return systemTimer{time.NewTimer(d)} }
 
 type systemTimer struct{ *time.Timer }
 
