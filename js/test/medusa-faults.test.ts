@@ -8,9 +8,11 @@ import { execFileSync, spawn } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import * as net from 'node:net';
 import Client, { MlockError } from 'mlock';
+import { encode } from 'mlock/dist/framing';
 import { MedusaError } from '@medusajs/framework/utils';
-import { queued, sleep, startServer } from './helpers';
+import { freePort, queued, sleep, startServer } from './helpers';
 import { LOCKING_MLOCK, loadLocking, registration } from './medusa';
 
 describe('locking-mlock: the server going away, namespaces, the causes of a loss', () => {
@@ -131,6 +133,53 @@ const probe = net.createServer().listen(0, '127.0.0.1', () => {
     } finally {
       c.destroy();
       await s.cleanup();
+    }
+  });
+});
+
+describe('a loss read with the grant', () => {
+  /** A server that grants every lock and, in the same write, says it was evicted. */
+  async function evictingServer(): Promise<{ port: number; close(): void }> {
+    const port = await freePort();
+    let n = 0;
+    const srv = net.createServer((sock) => {
+      let buf = Buffer.alloc(0);
+      sock.on('error', () => undefined);
+      sock.on('data', (d) => {
+        buf = Buffer.concat([buf, d]);
+        while (buf.length >= 4 && buf.length >= buf.readInt32BE(0)) {
+          const len = buf.readInt32BE(0);
+          const w = buf.toString('utf8', 4, len - 1).split(' ');
+          buf = buf.subarray(len);
+          if (w[0] === 'connect') sock.write(encode('connected 1.0 new 15000'));
+          else if (w[0] === 'lock') {
+            const id = (++n).toString(16).padStart(32, '0');
+            sock.write(Buffer.concat([encode(`result ${w[1]} success ${id}`), encode(`locked ${id} ${Date.now() + 30000} ${n}`), encode(`expired ${id} evicted`)]));
+          } else if (w[0] === 'ping') sock.write(encode(`result ${w[1]} success pong`));
+          else if (w.length > 1) sock.write(encode(`result ${w[1]} failed lock not exist!`));
+        }
+      });
+    });
+    await new Promise<void>((res) => srv.listen(port, '127.0.0.1', () => res()));
+    return { port, close: () => srv.close() };
+  }
+
+  test("locking-mlock's execute and the client's execute do not run the job", async () => {
+    const fake = await evictingServer();
+    const { MlockLockingProvider } = require(LOCKING_MLOCK);
+    const p = new MlockLockingProvider({}, { url: `mlock://127.0.0.1:${fake.port}` });
+    const c = new Client({ host: '127.0.0.1', port: fake.port });
+    try {
+      let ran = 0;
+      const e1 = await p.execute('evicted', async () => ran++).then(() => undefined, (e: unknown) => e);
+      assert.ok(e1 instanceof MedusaError && /Lost the lock/.test(e1.message), `locking-mlock: ${e1}`);
+      const e2 = await c.execute('evicted', async () => ran++).then(() => undefined, (e: unknown) => e);
+      assert.ok(e2 instanceof MlockError && e2.type === 'lost', `client: ${e2}`);
+      assert.equal(ran, 0, 'a job ran without its lock');
+    } finally {
+      c.destroy();
+      await p.shutdown?.();
+      fake.close();
     }
   });
 });

@@ -255,6 +255,9 @@ export class MlockLockingProvider implements ILockingProvider {
       ac?.abort(lost);
     };
     lock.on('lost', onLost); // fires at most once: a lock is lost once
+    // Lost already (a loss read with the grant, before the listener was
+    // there): the job does not run without the lock.
+    if (!lock.held && !lost) onLost(lock.error ?? new MlockError('lock lost', 'lost'));
     const interval = Math.max(Math.floor((expire * 1000) / 3), 250);
     let timer: NodeJS.Timeout | undefined;
     let stopped = false;
@@ -274,6 +277,7 @@ export class MlockLockingProvider implements ILockingProvider {
     };
     schedule();
     try {
+      if (lost) throw lost;
       const result = await job(ac?.signal);
       // A job that kept the event loop busy past the lock's deadline: the
       // timer that loses it could not run; reading held loses it ('lost').

@@ -281,6 +281,8 @@ export class Mlock extends EventEmitter {
     renew();
     let failed = false;
     try {
+      // Lost already (a loss read with the grant): fn does not run without the lock.
+      if (!lock.held) throw lock.error ?? new MlockError('lock lost', 'lost');
       const r = await fn(lock.signal, lock);
       if (lock.error) throw lock.error;
       return r;
