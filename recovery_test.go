@@ -819,3 +819,55 @@ func TestUnlockAnsweredOnlyAfterAReconnectSucceeds(t *testing.T) {
 		t.Fatalf("Unlock = %v", err)
 	}
 }
+
+// A grant whose every confirmation comes back after the lease it gives has
+// ended is not handed over (it would be lost on arrival): it is given back
+// and asked again, and the wait ends with its timeout.
+func TestGrantNeverConfirmedInTimeIsNotHandedOver(t *testing.T) {
+	t.Parallel()
+	const late, ttl = 120 * time.Millisecond, 100 * time.Millisecond // every answer after the lease
+	addr := fakeServer(t, func(c net.Conn, r *bufio.Reader) {
+		if f, err := readCommand(r); err != nil || f[0] != "connect" {
+			return
+		}
+		c.Write(protocol.Append(nil, "connected", "1.0", "new", "15000"))
+		var mu sync.Mutex
+		later := func(b []byte) {
+			time.AfterFunc(late, func() {
+				mu.Lock()
+				defer mu.Unlock()
+				c.Write(b)
+			})
+		}
+		exp := func() string { return strconv.FormatInt(time.Now().Add(ttl).UnixMilli(), 10) }
+		n := 0
+		for {
+			f, err := readCommand(r)
+			if err != nil {
+				return
+			}
+			switch f[0] {
+			case "lock":
+				n++
+				id := strings.Repeat(strconv.Itoa(n%10), 32)
+				later(append(protocol.Append(nil, "result", f[1], "success", id), protocol.Append(nil, "locked", id, exp(), strconv.Itoa(n))...))
+			case "extend":
+				later(protocol.Append(nil, "result", f[1], "success", exp()))
+			case "ping":
+				later(protocol.Append(nil, "result", f[1], "success", "pong"))
+			default:
+				if len(f) > 1 {
+					later(protocol.Append(nil, "result", f[1], "success", "done"))
+				}
+			}
+		}
+	})
+	c := client(t, addr, mlock.Options{})
+	l, err := c.Lock(ctxT(t), "late", &mlock.LockOptions{TTL: ttl, Timeout: 1500 * time.Millisecond})
+	if err == nil {
+		t.Fatalf("handed over a grant with %v left (held: %v)", time.Until(l.Deadline()), l.Err() == nil)
+	}
+	if !errors.Is(err, mlock.ErrTimeout) {
+		t.Fatalf("Lock: %v, want the wait's timeout", err)
+	}
+}

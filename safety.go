@@ -166,7 +166,8 @@ func (s *session) staleLocked(l *Lock, now time.Duration) bool {
 // maxConfirms bounds the extends that confirm one grant after the first:
 // a grant whose confirmations all come back too late to leave lease.MinUsable
 // (every answer held up longer than a third of the ttl) is handed over with
-// what it has.
+// what it has, if anything: one with no lease left is given back and asked
+// again.
 const maxConfirms = 2
 
 // confirmLocked sends an extend of waiting lock l, whose grant arrived
@@ -464,7 +465,8 @@ func (s *session) probedLocked(l *Lock, m *protocol.Message, sent time.Duration)
 		if n, ok := protocol.Int(m.Payload); ok {
 			l.expiresAt = time.UnixMilli(n)
 		}
-		if now := s.clk.now(); s.staleLocked(l, now) && l.confirms < maxConfirms {
+		now := s.clk.now()
+		if s.staleLocked(l, now) && l.confirms < maxConfirms {
 			// Answered too late to leave lease.MinUsable (the answers are held
 			// up: a paused server, an election): once more.
 			l.confirms++
@@ -472,6 +474,15 @@ func (s *session) probedLocked(l *Lock, m *protocol.Message, sent time.Duration)
 			return
 		}
 		l.confirming, l.confirms = false, 0
+		if d, _ := s.deadlineLocked(l); d <= now {
+			// Every confirmation came back after the lease it gave had
+			// ended: nothing to hand over. Give it back, ask again.
+			s.log.Warn("mlock: a grant could not be confirmed in time; asking again", "resources", l.Resources())
+			delete(s.locks, l.id)
+			s.forgetLocked(l.id)
+			s.reaskLocked(l, now)
+			return
+		}
 		l.holdLocked()
 	case m.OK, l.confirming && m.Code.Class() != protocol.ClassNotFound:
 		s.log.Warn("mlock: a grant was not announced, or could not be confirmed; asking again",

@@ -689,3 +689,43 @@ describe('the test helpers', () => {
     assert.equal(readFileSync(join(claimDir, String(b)), 'utf8'), String(process.pid));
   });
 });
+
+describe('grants that cannot be confirmed', () => {
+  test('a grant whose every confirmation comes back after its lease ended is not handed over: the wait times out', async () => {
+    // Every answer 120 ms late, a ttl of 100 ms: no lease is left when one comes.
+    const port = await freePort();
+    let n = 0;
+    const fake = net.createServer((s) => {
+      let buf = Buffer.alloc(0);
+      s.on('error', () => undefined);
+      const later = (b: Buffer) => setTimeout(() => s.writable && s.write(b), 120);
+      s.on('data', (d) => {
+        buf = Buffer.concat([buf, d]);
+        while (buf.length >= 4 && buf.length >= buf.readInt32BE(0)) {
+          const len = buf.readInt32BE(0);
+          const w = buf.toString('utf8', 4, len - 1).split(' ');
+          buf = buf.subarray(len);
+          if (w[0] === 'connect') s.write(encode('connected 1.0 new 15000'));
+          else if (w[0] === 'lock') {
+            const id = (++n).toString(16).padStart(32, '0');
+            later(Buffer.concat([encode(`result ${w[1]} success ${id}`), encode(`locked ${id} ${Date.now() + 100} ${n}`)]));
+          } else if (w[0] === 'extend') later(encode(`result ${w[1]} success ${Date.now() + 100}`));
+          else if (w[0] === 'ping') later(encode(`result ${w[1]} success pong`));
+          else if (w.length > 1) later(encode(`result ${w[1]} success done`));
+        }
+      });
+    });
+    await new Promise<void>((res) => fake.listen(port, '127.0.0.1', () => res()));
+    const c = new Client({ host: '127.0.0.1', port });
+    try {
+      const got = await c.acquire('late', { ttl: 100, timeout: 1500 }).then(
+        (l) => `resolved, held ${l.held}`,
+        (e: MlockError) => e.type,
+      );
+      assert.equal(got, 'timeout');
+    } finally {
+      c.destroy();
+      fake.close();
+    }
+  });
+});

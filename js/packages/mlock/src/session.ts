@@ -49,7 +49,8 @@ export const minUsable = (span: number): number => ((span - margin(span)) * 2) /
 /**
  * The extends that confirm one grant after the first: a grant whose
  * confirmations all come back too late to leave minUsable is handed over
- * with what it has.
+ * with what it has, if anything: one with no lease left is given back and
+ * asked again.
  */
 const MAX_CONFIRMS = 2;
 
@@ -1558,6 +1559,15 @@ export class Session {
       }
       l.confirming = false;
       l.confirms = 0;
+      if (this.deadline(l) <= now) {
+        // Every confirmation came back after the lease it gave had ended:
+        // nothing to hand over. Give it back, ask again.
+        this.log('a grant could not be confirmed in time; asking again');
+        this.locks.delete(l._id);
+        this.forget(l._id);
+        this.reask(l, now);
+        return;
+      }
       l.hold();
     } else if (ok || (l.confirming && payload !== 'lock not exist!')) {
       // Granted, but the grant was never announced (or could not be
