@@ -729,3 +729,45 @@ describe('grants that cannot be confirmed', () => {
     }
   });
 });
+
+describe('answers read after a busy turn', () => {
+  test("a pong that came while the process was busy past the ping's wait counts: the connection is kept", async () => {
+    const port = await freePort();
+    let pings = 0;
+    const fake = net.createServer((s) => {
+      let buf = Buffer.alloc(0);
+      s.on('error', () => undefined);
+      s.on('data', (d) => {
+        buf = Buffer.concat([buf, d]);
+        while (buf.length >= 4 && buf.length >= buf.readInt32BE(0)) {
+          const len = buf.readInt32BE(0);
+          const w = buf.toString('utf8', 4, len - 1).split(' ');
+          buf = buf.subarray(len);
+          if (w[0] === 'connect') s.write(encode('connected 1.0 new 15000'));
+          else if (w[0] === 'ping') {
+            s.write(encode(`result ${w[1]} success pong`));
+            if (++pings === 2) {
+              // The process is busy for longer than the ping's wait (1 s),
+              // with the pong written: when it is free, the ping's timer is
+              // due before the socket is read.
+              const until = Date.now() + 1300;
+              while (Date.now() < until);
+            }
+          }
+        }
+      });
+    });
+    await new Promise<void>((res) => fake.listen(port, '127.0.0.1', () => res()));
+    const c = new Client({ host: '127.0.0.1', port, pingInterval: 100 }); // its first ping is c.ping(), the second a keep-alive
+    const drops: string[] = [];
+    c.on('disconnect', (_node: string, err: Error) => drops.push(String(err?.message ?? err)));
+    try {
+      await c.ping();
+      await until(() => pings >= 4, 10000, 'two pings after the busy one');
+      assert.deepEqual(drops, []);
+    } finally {
+      c.destroy();
+      fake.close();
+    }
+  });
+});

@@ -521,7 +521,9 @@ export class Session {
     sock.setKeepAlive(true, 15000);
     if (!this.refed) sock.unref();
     this.dialing = sock;
-    const dialTimer = setTimeout(() => sock.destroy(new Error('connection attempt timed out')), this.opts.dialTimeout);
+    // A timer runs before the reads of its loop turn: after a turn that kept
+    // the process busy, an answer already received is read first (setImmediate).
+    const dialTimer = setTimeout(() => setImmediate(() => hello || sock.destroy(new Error('connection attempt timed out'))), this.opts.dialTimeout);
     dialTimer.unref();
     const dec = new Decoder();
     // The frames of a chunk read; transient: chunk is the shared read buffer.
@@ -1338,11 +1340,18 @@ export class Session {
     }
     const sock = this.sock!;
     const seq = ++this.seq;
-    const timer = setTimeout(() => {
-      this.log('server does not answer pings; reconnecting');
-      this.calls.delete(seq);
-      sock.destroy(new Error('no answer to ping'));
-    }, Math.max(every, 1000));
+    const timer = setTimeout(
+      () =>
+        // Timers run before the reads of their loop turn: a pong that came
+        // while the process was busy is read first (setImmediate), and counts.
+        setImmediate(() => {
+          if (!this.calls.has(seq)) return;
+          this.log('server does not answer pings; reconnecting');
+          this.calls.delete(seq);
+          sock.destroy(new Error('no answer to ping'));
+        }),
+      Math.max(every, 1000),
+    );
     timer.unref();
     this.calls.set(seq, {
       seq,
