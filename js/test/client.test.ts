@@ -771,3 +771,43 @@ describe('answers read after a busy turn', () => {
     }
   });
 });
+
+describe('deadlines of the calls on a held lock', () => {
+  test("extend and unlock of a lock this process holds keep the call's deadline", async () => {
+    // A server that grants, then never answers.
+    const port = await freePort();
+    const fake = net.createServer((s) => {
+      let buf = Buffer.alloc(0);
+      s.on('error', () => undefined);
+      s.on('data', (d) => {
+        buf = Buffer.concat([buf, d]);
+        while (buf.length >= 4 && buf.length >= buf.readInt32BE(0)) {
+          const len = buf.readInt32BE(0);
+          const w = buf.toString('utf8', 4, len - 1).split(' ');
+          buf = buf.subarray(len);
+          if (w[0] === 'connect') s.write(encode('connected 1.0 new 15000'));
+          else if (w[0] === 'lock') s.write(Buffer.concat([encode(`result ${w[1]} success ${'a'.repeat(32)}`), encode(`locked ${'a'.repeat(32)} ${Date.now() + 30000} 1`)]));
+          else if (w[0] === 'ping') s.write(encode(`result ${w[1]} success pong`));
+        }
+      });
+    });
+    await new Promise<void>((res) => fake.listen(port, '127.0.0.1', () => res()));
+    const c = new Client({ host: '127.0.0.1', port });
+    try {
+      const l = await c.acquire('quiet', { ttl: 30000 });
+      for (const [what, call] of [
+        ['client extend', () => c.extend(l.id, undefined, { deadline: Date.now() + 200 })],
+        ['lock extend', () => l.extend(undefined, { deadline: Date.now() + 200 })],
+        ['client unlock', () => c.unlock(l.id, { deadline: Date.now() + 200 })],
+      ] as const) {
+        const t0 = Date.now();
+        const e = await (call() as Promise<unknown>).then(() => undefined, (err: unknown) => err);
+        assert.ok(e instanceof MlockError && e.type === 'timeout', `${what}: ${e}`);
+        assert.ok(Date.now() - t0 < 1500, `${what}: gave up after ${Date.now() - t0} ms`);
+      }
+    } finally {
+      c.destroy();
+      fake.close();
+    }
+  });
+});

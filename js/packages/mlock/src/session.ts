@@ -285,16 +285,16 @@ export class Lock extends EventEmitter {
    * lock is lost and this throws an MlockError of type `lost`. A connection
    * error is retried once after a reconnect.
    */
-  extend(ttl?: number, opts: { signal?: AbortSignal } = {}): Promise<number> {
-    return this.s.extend(this, ttl, opts.signal);
+  extend(ttl?: number, opts: { signal?: AbortSignal; deadline?: number } = {}): Promise<number> {
+    return this.s.extend(this, ttl, opts.signal, opts.deadline);
   }
 
   /**
    * Releases the lock (twice is not an error). If the server no longer had it
    * (it expired) this throws an MlockError of type `lost`.
    */
-  unlock(opts: { signal?: AbortSignal } = {}): Promise<void> {
-    return this.s.unlock(this, opts.signal);
+  unlock(opts: { signal?: AbortSignal; deadline?: number } = {}): Promise<void> {
+    return this.s.unlock(this, opts.signal, opts.deadline);
   }
 
   /** Unlocks; a lock already lost is not an error here (its loss was signalled). */
@@ -1604,7 +1604,7 @@ export class Session {
 
   // ---- lock operations ----
 
-  async extend(l: Lock, ttl: number | undefined, signal?: AbortSignal): Promise<number> {
+  async extend(l: Lock, ttl: number | undefined, signal?: AbortSignal, deadline?: number): Promise<number> {
     if (ttl !== undefined && (!Number.isInteger(ttl) || ttl < 1)) {
       throw new MlockError('ttl should be a whole number of milliseconds > 0', 'request');
     }
@@ -1615,7 +1615,7 @@ export class Session {
     let r: Reply;
     try {
       // A loss meanwhile ends the wait (for a connection, say) at once.
-      r = await this.retry('extend', [l._id, String(t)], signal ? AbortSignal.any([signal, l.signal]) : l.signal, { client: l.client });
+      r = await this.retry('extend', [l._id, String(t)], signal ? AbortSignal.any([signal, l.signal]) : l.signal, { client: l.client, deadline });
     } catch (e) {
       if ((l.state as LockState) === 'lost' && !signal?.aborted) throw l.error!;
       if (e instanceof MlockError && e.reason === 'lock not exist!') {
@@ -1634,7 +1634,7 @@ export class Session {
     return exp;
   }
 
-  async unlock(l: Lock, signal?: AbortSignal): Promise<void> {
+  async unlock(l: Lock, signal?: AbortSignal, deadline?: number): Promise<void> {
     switch (l.state) {
       case 'released':
       case 'failed':
@@ -1651,12 +1651,12 @@ export class Session {
     let retried = false;
     try {
       try {
-        await this.call('unlock', [id], signal, undefined, { client: l.client });
+        await this.call('unlock', [id], signal, undefined, { client: l.client, deadline });
       } catch (e) {
         if (!(e instanceof MlockError && e.type === 'connection' && e.reason !== 'destroyed' && !signal?.aborted && !this.refused)) throw e;
         // Its outcome is unknown: asked again once the connection is back.
         retried = true;
-        await this.call('unlock', [id], signal, undefined, { client: l.client });
+        await this.call('unlock', [id], signal, undefined, { client: l.client, deadline });
       }
     } catch (e) {
       if (e instanceof MlockError && e.reason === 'lock not exist!') {
