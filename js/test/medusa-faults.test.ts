@@ -12,7 +12,7 @@ import * as net from 'node:net';
 import Client, { MlockError } from 'mlock';
 import { encode } from 'mlock/dist/framing';
 import { MedusaError } from '@medusajs/framework/utils';
-import { freePort, queued, sleep, startServer } from './helpers';
+import { freePort, queued, sleep, startProxy, startServer } from './helpers';
 import { LOCKING_MLOCK, loadLocking, registration } from './medusa';
 
 describe('locking-mlock: the server going away, namespaces, the causes of a loss', () => {
@@ -132,6 +132,41 @@ const probe = net.createServer().listen(0, '127.0.0.1', () => {
       for (const shop of [shopA, shopB]) await (registration(shop, 'locking-mlock') as { shutdown(): Promise<void> }).shutdown();
     } finally {
       c.destroy();
+      await s.cleanup();
+    }
+  });
+});
+
+describe('locking-mlock: a queue wait through a connection drop', () => {
+  test('acquire with awaitQueue keeps waiting in the queue when the connection drops at waitLockingTimeout', async () => {
+    const s = await startServer();
+    const px = await startProxy(s.port);
+    const { MlockLockingProvider } = require(LOCKING_MLOCK);
+    const holder = new MlockLockingProvider({}, { url: `mlock://${s.addr}` });
+    const p = new MlockLockingProvider({}, { url: `mlock://${px.addr}`, waitLockingTimeout: 1 });
+    const watcher = new Client(`mlock://${s.addr}`);
+    const key = `qdrop-${process.pid}`;
+    try {
+      await holder.acquire(key, { ownerId: 'h', expire: 30 });
+      let settled = '';
+      const waiter = p.acquire(key, { ownerId: 'w', expire: 30, awaitQueue: true }).then(
+        () => (settled = 'acquired'),
+        (e: Error) => (settled = e.message),
+      );
+      await queued(watcher, `medusa_lock:${key}`, 2); // sent, and waiting behind the holder
+      px.refuse(true);
+      px.cut();
+      await sleep(1500); // fixed: the outage, past waitLockingTimeout (the test's input)
+      px.refuse(false);
+      assert.equal(settled, '', 'the wait in the queue ended with the connection');
+      assert.equal(await holder.release(key, { ownerId: 'h' }), true);
+      await waiter;
+      assert.equal(settled, 'acquired');
+    } finally {
+      watcher.destroy();
+      await p.shutdown?.();
+      await holder.shutdown?.();
+      await px.close();
       await s.cleanup();
     }
   });

@@ -322,15 +322,26 @@ export class MlockLockingProvider implements ILockingProvider {
   }
 
   /**
-   * A signal that aborts at deadline (Unix ms) if the client is not connected
-   * then, and never once it is: it bounds the wait for a connection, not the
-   * wait in the queues (see gaveUp).
+   * A signal that aborts at deadline (Unix ms) if the client has not been
+   * connected since the call began, and never once it has: it bounds the
+   * wait for a connection, not the wait in the queues (see gaveUp). A
+   * connection that drops while the request waits in a queue (sent) does
+   * not end the wait: the resumed session asks again.
    */
   private untilConnected(deadline: number): AbortSignal {
     const ac = new AbortController();
-    setTimeout(() => {
+    const up = () => {
+      clearTimeout(timer);
+      this.client.off('connect', up);
+      this.client.off('reconnect', up);
+    };
+    const timer = setTimeout(() => {
+      up();
       if (!this.client.node) ac.abort(new MlockError('call given up at its deadline', 'timeout', { reason: 'deadline' }));
-    }, Math.max(deadline - Date.now(), 0)).unref();
+    }, Math.max(deadline - Date.now(), 0));
+    timer.unref();
+    this.client.on('connect', up);
+    this.client.on('reconnect', up);
     return ac.signal;
   }
 
