@@ -122,13 +122,19 @@ func (c *conn) forwardFrames(buf []byte) ([]byte, [][]byte, bool) {
 
 // answerForwarded writes the answer to the forwarded request id.
 func (c *conn) answerForwarded(id uint64, st byte, res []byte) {
-	frame := make([]byte, 0, 4+9+len(res)+1)
-	frame = binary.BigEndian.AppendUint32(frame, uint32(4+9+len(res)+1))
-	frame = binary.BigEndian.AppendUint64(frame, id)
-	frame = append(frame, st)
-	frame = append(frame, res...)
-	frame = append(frame, '\n')
+	frame := fwdFrame(id, st, res)
 	c.srv.batch(func(*core.Tx) { c.write(frame) })
+}
+
+// fwdFrame is a frame of a forwarding connection: the request id, a byte
+// (a request's kind, an answer's status) and the rest.
+func fwdFrame(id uint64, b byte, rest []byte) []byte {
+	frame := make([]byte, 0, 4+9+len(rest)+1)
+	frame = binary.BigEndian.AppendUint32(frame, uint32(4+9+len(rest)+1))
+	frame = binary.BigEndian.AppendUint64(frame, id)
+	frame = append(frame, b)
+	frame = append(frame, rest...)
+	return append(frame, '\n')
 }
 
 // fwdChains is what a forwarding connection's reader on the leader keeps
@@ -377,13 +383,7 @@ func (fc *fwdConn) start(kind byte, req []byte, changed <-chan struct{}) (*fwdCa
 	}
 	fc.wait[id] = c
 	fc.mu.Unlock()
-	frame := make([]byte, 0, 4+9+len(req)+1)
-	frame = binary.BigEndian.AppendUint32(frame, uint32(4+9+len(req)+1))
-	frame = binary.BigEndian.AppendUint64(frame, id)
-	frame = append(frame, kind)
-	frame = append(frame, req...)
-	frame = append(frame, '\n')
-	if err := fc.send(frame); err != nil {
+	if err := fc.send(fwdFrame(id, kind, req)); err != nil {
 		c.forget()
 		return nil, cluster.ErrUnknownOutcome
 	}

@@ -7,7 +7,7 @@ import * as net from 'node:net';
 import Client, { Lock, MlockError, parseURI } from 'mlock';
 import { encode } from 'mlock/dist/framing';
 import { resolve } from 'mlock/dist/options';
-import { type Server, claimDir, claimPort, freePort, queued, sleep, startServer, until } from './helpers';
+import { type Server, claimDir, claimPort, fakeServer, freePort, queued, sleep, startServer, until } from './helpers';
 
 let srv: Server;
 let uri: string;
@@ -693,29 +693,17 @@ describe('the test helpers', () => {
 describe('grants that cannot be confirmed', () => {
   test('a grant whose every confirmation comes back after its lease ended is not handed over: the wait times out', async () => {
     // Every answer 120 ms late, a ttl of 100 ms: no lease is left when one comes.
-    const port = await freePort();
     let n = 0;
-    const fake = net.createServer((s) => {
-      let buf = Buffer.alloc(0);
-      s.on('error', () => undefined);
+    const fake = await fakeServer((w, s) => {
       const later = (b: Buffer) => setTimeout(() => s.writable && s.write(b), 120);
-      s.on('data', (d) => {
-        buf = Buffer.concat([buf, d]);
-        while (buf.length >= 4 && buf.length >= buf.readInt32BE(0)) {
-          const len = buf.readInt32BE(0);
-          const w = buf.toString('utf8', 4, len - 1).split(' ');
-          buf = buf.subarray(len);
-          if (w[0] === 'connect') s.write(encode('connected 1.0 new 15000'));
-          else if (w[0] === 'lock') {
-            const id = (++n).toString(16).padStart(32, '0');
-            later(Buffer.concat([encode(`result ${w[1]} success ${id}`), encode(`locked ${id} ${Date.now() + 100} ${n}`)]));
-          } else if (w[0] === 'extend') later(encode(`result ${w[1]} success ${Date.now() + 100}`));
-          else if (w[0] === 'ping') later(encode(`result ${w[1]} success pong`));
-          else if (w.length > 1) later(encode(`result ${w[1]} success done`));
-        }
-      });
+      if (w[0] === 'lock') {
+        const id = (++n).toString(16).padStart(32, '0');
+        later(Buffer.concat([encode(`result ${w[1]} success ${id}`), encode(`locked ${id} ${Date.now() + 100} ${n}`)]));
+      } else if (w[0] === 'extend') later(encode(`result ${w[1]} success ${Date.now() + 100}`));
+      else if (w[0] === 'ping') later(encode(`result ${w[1]} success pong`));
+      else if (w.length > 1) later(encode(`result ${w[1]} success done`));
     });
-    await new Promise<void>((res) => fake.listen(port, '127.0.0.1', () => res()));
+    const port = fake.port;
     const c = new Client({ host: '127.0.0.1', port });
     try {
       const got = await c.acquire('late', { ttl: 100, timeout: 1500 }).then(
@@ -732,32 +720,19 @@ describe('grants that cannot be confirmed', () => {
 
 describe('answers read after a busy turn', () => {
   test("a pong that came while the process was busy past the ping's wait counts: the connection is kept", async () => {
-    const port = await freePort();
     let pings = 0;
-    const fake = net.createServer((s) => {
-      let buf = Buffer.alloc(0);
-      s.on('error', () => undefined);
-      s.on('data', (d) => {
-        buf = Buffer.concat([buf, d]);
-        while (buf.length >= 4 && buf.length >= buf.readInt32BE(0)) {
-          const len = buf.readInt32BE(0);
-          const w = buf.toString('utf8', 4, len - 1).split(' ');
-          buf = buf.subarray(len);
-          if (w[0] === 'connect') s.write(encode('connected 1.0 new 15000'));
-          else if (w[0] === 'ping') {
-            s.write(encode(`result ${w[1]} success pong`));
-            if (++pings === 2) {
-              // The process is busy for longer than the ping's wait (1 s),
-              // with the pong written: when it is free, the ping's timer is
-              // due before the socket is read.
-              const until = Date.now() + 1300;
-              while (Date.now() < until);
-            }
-          }
-        }
-      });
+    const fake = await fakeServer((w, s) => {
+      if (w[0] !== 'ping') return;
+      s.write(encode(`result ${w[1]} success pong`));
+      if (++pings === 2) {
+        // The process is busy for longer than the ping's wait (1 s), with
+        // the pong written: when it is free, the ping's timer is due before
+        // the socket is read.
+        const until = Date.now() + 1300;
+        while (Date.now() < until);
+      }
     });
-    await new Promise<void>((res) => fake.listen(port, '127.0.0.1', () => res()));
+    const port = fake.port;
     const c = new Client({ host: '127.0.0.1', port, pingInterval: 100 }); // its first ping is c.ping(), the second a keep-alive
     const drops: string[] = [];
     c.on('disconnect', (_node: string, err: Error) => drops.push(String(err?.message ?? err)));
@@ -775,23 +750,11 @@ describe('answers read after a busy turn', () => {
 describe('deadlines of the calls on a held lock', () => {
   test("extend and unlock of a lock this process holds keep the call's deadline", async () => {
     // A server that grants, then never answers.
-    const port = await freePort();
-    const fake = net.createServer((s) => {
-      let buf = Buffer.alloc(0);
-      s.on('error', () => undefined);
-      s.on('data', (d) => {
-        buf = Buffer.concat([buf, d]);
-        while (buf.length >= 4 && buf.length >= buf.readInt32BE(0)) {
-          const len = buf.readInt32BE(0);
-          const w = buf.toString('utf8', 4, len - 1).split(' ');
-          buf = buf.subarray(len);
-          if (w[0] === 'connect') s.write(encode('connected 1.0 new 15000'));
-          else if (w[0] === 'lock') s.write(Buffer.concat([encode(`result ${w[1]} success ${'a'.repeat(32)}`), encode(`locked ${'a'.repeat(32)} ${Date.now() + 30000} 1`)]));
-          else if (w[0] === 'ping') s.write(encode(`result ${w[1]} success pong`));
-        }
-      });
+    const fake = await fakeServer((w, s) => {
+      if (w[0] === 'lock') s.write(Buffer.concat([encode(`result ${w[1]} success ${'a'.repeat(32)}`), encode(`locked ${'a'.repeat(32)} ${Date.now() + 30000} 1`)]));
+      else if (w[0] === 'ping') s.write(encode(`result ${w[1]} success pong`));
     });
-    await new Promise<void>((res) => fake.listen(port, '127.0.0.1', () => res()));
+    const port = fake.port;
     const c = new Client({ host: '127.0.0.1', port });
     try {
       const l = await c.acquire('quiet', { ttl: 30000 });

@@ -6,6 +6,7 @@ import { closeSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, stat
 import * as net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { encode } from 'mlock/dist/framing';
 
 export const BIN = process.env.MLOCKD_BIN ?? '';
 
@@ -325,4 +326,29 @@ export async function startProxy(target: number): Promise<Proxy> {
 /** Waits until the server's queue of resource holds n entries (the holder included; 0: not listed), asking through c. */
 export async function queued(c: { status(): Promise<Record<string, unknown>> }, resource: string, n: number): Promise<void> {
   await until(async () => (((await c.status()).queues as Record<string, number>)[resource] ?? 0) === n, 10000, `${n} in the queue of ${resource}`);
+}
+
+/**
+ * A scripted mlock server on a free loopback port: a connect is answered
+ * `connected 1.0 new 15000`; every other frame a client sends is split into
+ * words and given to handle with the socket. close stops listening.
+ */
+export async function fakeServer(handle: (w: string[], sock: net.Socket) => void): Promise<{ port: number; close(): void }> {
+  const port = await freePort();
+  const srv = net.createServer((sock) => {
+    let buf = Buffer.alloc(0);
+    sock.on('error', () => undefined);
+    sock.on('data', (d) => {
+      buf = Buffer.concat([buf, d]);
+      while (buf.length >= 4 && buf.length >= buf.readInt32BE(0)) {
+        const len = buf.readInt32BE(0);
+        const w = buf.toString('utf8', 4, len - 1).split(' ');
+        buf = buf.subarray(len);
+        if (w[0] === 'connect') sock.write(encode('connected 1.0 new 15000'));
+        else handle(w, sock);
+      }
+    });
+  });
+  await new Promise<void>((res) => srv.listen(port, '127.0.0.1', () => res()));
+  return { port, close: () => srv.close() };
 }

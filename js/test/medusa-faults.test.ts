@@ -8,11 +8,10 @@ import { execFileSync, spawn } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import * as net from 'node:net';
 import Client, { MlockError } from 'mlock';
 import { encode } from 'mlock/dist/framing';
 import { MedusaError } from '@medusajs/framework/utils';
-import { freePort, queued, sleep, startProxy, startServer } from './helpers';
+import { fakeServer, queued, sleep, startProxy, startServer } from './helpers';
 import { LOCKING_MLOCK, loadLocking, registration } from './medusa';
 
 describe('locking-mlock: the server going away, namespaces, the causes of a loss', () => {
@@ -174,29 +173,15 @@ describe('locking-mlock: a queue wait through a connection drop', () => {
 
 describe('a loss read with the grant', () => {
   /** A server that grants every lock and, in the same write, says it was evicted. */
-  async function evictingServer(): Promise<{ port: number; close(): void }> {
-    const port = await freePort();
+  function evictingServer() {
     let n = 0;
-    const srv = net.createServer((sock) => {
-      let buf = Buffer.alloc(0);
-      sock.on('error', () => undefined);
-      sock.on('data', (d) => {
-        buf = Buffer.concat([buf, d]);
-        while (buf.length >= 4 && buf.length >= buf.readInt32BE(0)) {
-          const len = buf.readInt32BE(0);
-          const w = buf.toString('utf8', 4, len - 1).split(' ');
-          buf = buf.subarray(len);
-          if (w[0] === 'connect') sock.write(encode('connected 1.0 new 15000'));
-          else if (w[0] === 'lock') {
-            const id = (++n).toString(16).padStart(32, '0');
-            sock.write(Buffer.concat([encode(`result ${w[1]} success ${id}`), encode(`locked ${id} ${Date.now() + 30000} ${n}`), encode(`expired ${id} evicted`)]));
-          } else if (w[0] === 'ping') sock.write(encode(`result ${w[1]} success pong`));
-          else if (w.length > 1) sock.write(encode(`result ${w[1]} failed lock not exist!`));
-        }
-      });
+    return fakeServer((w, sock) => {
+      if (w[0] === 'lock') {
+        const id = (++n).toString(16).padStart(32, '0');
+        sock.write(Buffer.concat([encode(`result ${w[1]} success ${id}`), encode(`locked ${id} ${Date.now() + 30000} ${n}`), encode(`expired ${id} evicted`)]));
+      } else if (w[0] === 'ping') sock.write(encode(`result ${w[1]} success pong`));
+      else if (w.length > 1) sock.write(encode(`result ${w[1]} failed lock not exist!`));
     });
-    await new Promise<void>((res) => srv.listen(port, '127.0.0.1', () => res()));
-    return { port, close: () => srv.close() };
   }
 
   test("locking-mlock's execute and the client's execute do not run the job", async () => {
