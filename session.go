@@ -348,6 +348,10 @@ func (s *session) send(ctx context.Context, c *Client, l *Lock, cmd protocol.Com
 	}
 	start := time.Now()
 	end, down := start.Add(wait), !s.isUp()
+	var asked time.Duration // a lock's wait timeout as the server is asked it
+	if l != nil {
+		asked = l.timeout
+	}
 	for {
 		if err := s.waitUp(ctx, c, time.Until(end), lockWait); err != nil {
 			return nil, err
@@ -356,6 +360,7 @@ func (s *session) send(ctx context.Context, c *Client, l *Lock, cmd protocol.Com
 			// The wait for the connection counts in the lock's wait
 			// timeout: the server is asked for what is left of it.
 			la.Timeout = max((l.timeout - time.Since(start)).Milliseconds(), 1)
+			asked = time.Duration(la.Timeout) * time.Millisecond
 		}
 		// The send time: before the command is queued, so a lower bound
 		// of when the server handles it.
@@ -381,8 +386,9 @@ func (s *session) send(ctx context.Context, c *Client, l *Lock, cmd protocol.Com
 			l.state = waiting
 			l.sent = now
 			if l.timeout > 0 {
-				// The server's timeout push can be lost with a connection.
-				l.waitEnd = now + l.timeout + s.opts.DialTimeout
+				// The server's timeout push can be lost with a connection;
+				// a request asked again asks for what is left of asked.
+				l.waitEnd = now + asked + s.opts.DialTimeout
 			}
 		}
 		s.queueLocked(seq, cmd)

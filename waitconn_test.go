@@ -84,3 +84,57 @@ func TestLockTimeoutLessTheWaitForTheConnection(t *testing.T) {
 		t.Fatalf("the lock asked the server to wait %q ms, want 2000 less the 300 ms wait for the handshake", f[4])
 	}
 }
+
+// A lock that waited for its connection, then for its queue on a connection
+// that dropped, is asked again for what is left of its timeout counted from
+// the call, not from its send: the wait for the first connection counts
+// once.
+func TestLockAskedAgainLessTheWaitForTheConnection(t *testing.T) {
+	t.Parallel()
+	const timeout = time.Second
+	got := make(chan []string, 2)
+	conns := 0
+	addr := fakeServer(t, func(c net.Conn, r *bufio.Reader) {
+		conns++
+		f, err := readCommand(r)
+		if err != nil || len(f) < 2 || f[0] != "connect" {
+			return
+		}
+		if conns == 1 {
+			time.Sleep(300 * time.Millisecond) // fixed: the test's input, a handshake answered 300 ms late
+		}
+		_, _ = c.Write(protocol.Append(nil, "connected", "1.0", "new", "60000"))
+		f, err = readCommand(r)
+		if err != nil {
+			return
+		}
+		got <- f
+		id := strings.Repeat(fmt.Sprint(conns), 32)
+		_, _ = c.Write(protocol.Append(nil, "result", f[1], "success", id)) // queued
+		if conns == 1 {
+			time.Sleep(100 * time.Millisecond) // fixed: the test's input, the wait in the queue before the drop
+			return                             // the connection drops
+		}
+		_, _ = c.Write(protocol.Append(nil, "timeout", id))
+		_, _ = readCommand(r)
+	})
+	c := client(t, addr, mlock.Options{})
+	_, err := c.Lock(ctxT(t), "asked-again", &mlock.LockOptions{Timeout: timeout})
+	if !errors.Is(err, mlock.ErrTimeout) {
+		t.Fatalf("Lock = %v, want the server's timeout", err)
+	}
+	first, again := <-got, <-got
+	ms := func(f []string) time.Duration {
+		if len(f) < 5 || f[0] != "lock" {
+			t.Fatalf("the lock frame: %q", f)
+		}
+		var n int64
+		fmt.Sscan(f[4], &n)
+		return time.Duration(n) * time.Millisecond
+	}
+	// Asked for at most 700 ms first, then at most that less the 100 ms it
+	// waited in the queue.
+	if a, b := ms(first), ms(again); a > timeout-300*time.Millisecond || b > a-100*time.Millisecond {
+		t.Fatalf("asked for %v, then %v again; want at most %v, then %v", a, b, timeout-300*time.Millisecond, a-100*time.Millisecond)
+	}
+}
