@@ -317,6 +317,7 @@ func (c *conn) readLoop() {
 	_ = c.nc.SetReadDeadline(authBy)
 	buf := make([]byte, 0, 4096)
 	first := true
+	probed := false // the idle deadline's read once more (below) is done
 	var fields [][]byte
 	for {
 		if len(buf) == cap(buf) {
@@ -334,6 +335,7 @@ func (c *conn) readLoop() {
 			}
 		}
 		if n > 0 {
+			probed = false
 			s.reads.Add(1)
 			s.obs.bytesIn.Add(uint64(n))
 			now := time.Now()
@@ -362,6 +364,16 @@ func (c *conn) readLoop() {
 					c.refreshAt = last.Add(s.cfg.IdleTimeout / 2)
 					continue
 				}
+				if !probed {
+					// A deadline that passed while this reader was held up
+					// (the core's lock, a slow write) is reported before
+					// the bytes already received are read: read once more,
+					// with a deadline just ahead, before calling it idle.
+					probed = true
+					_ = c.nc.SetReadDeadline(time.Now().Add(idleProbe))
+					c.refreshAt = time.Time{} // a frame read sets the idle deadline again
+					continue
+				}
 			}
 			if errors.Is(err, os.ErrDeadlineExceeded) {
 				s.batch(func(*core.Tx) {
@@ -379,6 +391,10 @@ func (c *conn) readLoop() {
 		}
 	}
 }
+
+// idleProbe is how long a connection whose idle deadline passed is read
+// once more for bytes that were already received.
+const idleProbe = 5 * time.Millisecond
 
 // handleFrames handles every complete frame at the start of buf in one
 // core batch (one acquisition of the core's lock) and returns the

@@ -208,6 +208,31 @@ func TestIdleTimeoutCountsFromTheLastFrame(t *testing.T) {
 	}
 }
 
+// TestIdleTimeoutReadsWhatCameWhileTheReaderWasHeldUp: a frame received
+// within the idle timeout but read after it (the connection's reader was
+// held up: here, by the core's lock) is not an idle connection.
+func TestIdleTimeoutReadsWhatCameWhileTheReaderWasHeldUp(t *testing.T) {
+	t.Parallel()
+	const idle = 400 * time.Millisecond
+	srv := start(t, Config{IdleTimeout: idle, StatusRate: -1})
+	c := connected(t, srv, "held-up")
+	time.Sleep(250 * time.Millisecond) // fixed: the test's input: the deadline moves at the next frame
+	held := make(chan struct{})
+	go srv.batch(func(*core.Tx) {
+		close(held)
+		time.Sleep(700 * time.Millisecond) // fixed: the test's input: the core's lock held past the idle deadline
+	})
+	<-held
+	c.send("ping 1")                   // read at once; its answer waits for the lock
+	time.Sleep(300 * time.Millisecond) // fixed: the test's input: within the idle timeout of ping 1
+	c.send("ping 2")                   // received while the reader waits for the lock
+	for _, want := range []string{"result 1 success pong", "result 2 success pong"} {
+		if p, err := c.next(3 * time.Second); err != nil || p != want {
+			t.Fatalf("got %q, %v; want %q", p, err, want)
+		}
+	}
+}
+
 // TestTLSAuthTimeoutIncludesTheHandshake: one auth timeout from the accept
 // covers the TLS handshake and the connect.
 func TestTLSAuthTimeoutIncludesTheHandshake(t *testing.T) {
