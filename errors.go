@@ -300,12 +300,15 @@ func failure(m *protocol.Message, v protocol.Verb) *Error {
 }
 
 // refusal maps the server's answer "error <text>" to a connect to an Error
-// of Type connection naming the node addr. Every such answer but "server shutting down!" is a
-// refusal that will not change by retrying at once: the session retries at
-// its longest backoff and fails the calls waiting for the connection with
-// it (see session.refusedLocked).
+// of Type connection naming the node addr. Every such answer but "server
+// shutting down!" and "auth timeout!" is a refusal that will not change by
+// retrying at once: the session retries at its longest backoff and fails
+// the calls waiting for the connection with it (see
+// session.refusedLocked).
 func refusal(m *protocol.Message, addr string) *Error {
-	e := &Error{Type: TypeConnection, Msg: m.Text, Node: addr, code: m.Code, fatal: true}
+	// An auth timeout says the server did not get the connect in time (a
+	// connection held up on its way): the next attempt may well get it.
+	e := &Error{Type: TypeConnection, Msg: m.Text, Node: addr, code: m.Code, fatal: m.Code != protocol.CodeAuthTimeout}
 	switch m.Code {
 	case protocol.CodeAuthRequired, protocol.CodeAuthFailed, protocol.CodeAuthNotConfigured, protocol.CodeProtectedMode:
 		e.Err = ErrAuth

@@ -774,3 +774,39 @@ describe('deadlines of the calls on a held lock', () => {
     }
   });
 });
+
+describe('an auth timeout answered to a connect', () => {
+  test('is no refusal: the client connects again and the call goes on', async () => {
+    const port = await freePort();
+    let conns = 0;
+    const fake = net.createServer((s) => {
+      const first = ++conns === 1;
+      let buf = Buffer.alloc(0);
+      s.on('error', () => undefined);
+      s.on('data', (d) => {
+        buf = Buffer.concat([buf, d]);
+        while (buf.length >= 4 && buf.length >= buf.readInt32BE(0)) {
+          const len = buf.readInt32BE(0);
+          const w = buf.toString('utf8', 4, len - 1).split(' ');
+          buf = buf.subarray(len);
+          if (w[0] === 'connect' && first) {
+            s.end(encode('error auth timeout!'));
+            return;
+          }
+          if (w[0] === 'connect') s.write(encode('connected 1.0 new 60000'));
+          else if (w[0] === 'ping') s.write(encode(`result ${w[1]} success pong`));
+        }
+      });
+    });
+    await new Promise<void>((res) => fake.listen(port, '127.0.0.1', () => res()));
+    const c = new Client({ host: '127.0.0.1', port });
+    try {
+      const t0 = Date.now();
+      assert.equal(await c.ping(), 'pong');
+      assert.ok(Date.now() - t0 < 2000, `connected again after ${Date.now() - t0} ms`);
+    } finally {
+      c.destroy();
+      fake.close();
+    }
+  });
+});

@@ -556,7 +556,10 @@ export class Session {
           }
           if (w[0] === 'error') {
             const text = w.slice(1).join(' ');
-            if (text !== 'server shutting down!') refusal = new MlockError(text, 'connection', { node: n.addr, reason: text });
+            // A shutdown, or an auth timeout (the server did not get the
+            // connect in time: held up on its way), is no refusal: the next
+            // attempt may well succeed.
+            if (text !== 'server shutting down!' && text !== 'auth timeout!') refusal = new MlockError(text, 'connection', { node: n.addr, reason: text });
             lastErr = new Error(text);
           } else {
             lastErr = new Error(`unexpected answer to connect: ${JSON.stringify(f.slice(0, 80))}`);
