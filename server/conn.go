@@ -69,9 +69,6 @@ type conn struct {
 	answered uint64    // guarded by the core: the last proposal whose answer was written
 	pipe     *pipeline // the connection's commands, in order; nil on a single node
 	forward  bool      // reader only: a follower's forwarding connection
-	// slotsFreed: cleanup took the connection out of the server's counts
-	// (guarded by the core).
-	slotsFreed bool
 	// fwd: a forwarding connection's queued commands by the follower's
 	// connection (reader only; forward.go).
 	fwd fwdChains
@@ -564,13 +561,12 @@ func (c *conn) cleanup() {
 
 // freeSlotsLocked takes the closed connection out of the server's counts
 // (all connections, per address, before the handshake, per principal),
-// once.
+// once: it is counted while it is in s.conns.
 func (c *conn) freeSlotsLocked() {
 	s := c.srv
-	if c.slotsFreed {
+	if _, counted := s.conns[c]; !counted {
 		return
 	}
-	c.slotsFreed = true
 	delete(s.conns, c)
 	if key := ipKey(c.ip); key.IsValid() {
 		if s.perIP[key]--; s.perIP[key] <= 0 {

@@ -341,16 +341,11 @@ func newForwarder(s *Server, cl *clusterState) *forwarder {
 // cluster.ErrUnknownOutcome (propose it again). It gives up (unknown
 // outcome) when the leader changes (changed closes).
 func (f *forwarder) propose(ctx context.Context, addr string, cmd []byte, changed <-chan struct{}) ([]byte, error) {
-	fc, err := f.get(addr)
-	if err != nil {
-		f.dialFailed(addr, err)
-		return nil, cluster.ErrNotLeader // nothing was sent
-	}
-	c, err := fc.start(fwdPropose, cmd, changed)
+	st, res, err := f.call(ctx, addr, fwdPropose, cmd, changed)
 	if err != nil {
 		return nil, err
 	}
-	return c.Wait(ctx)
+	return proposed(st, res)
 }
 
 func (f *forwarder) call(ctx context.Context, addr string, kind byte, req []byte, changed <-chan struct{}) (byte, []byte, error) {
@@ -431,7 +426,11 @@ func (c *fwdCall) Wait(ctx context.Context) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return c.fc.outcome(c.kind, st, res)
+	if c.kind == fwdProposeNext && st == fwdFailed && string(res) == "unknown request" {
+		c.fc.noNext.Store(true) // a leader of an older build: nothing was done
+		return nil, cluster.ErrNotLeader
+	}
+	return proposed(st, res)
 }
 
 // Done is closed once the answer is known, or the connection died (Wait
@@ -443,8 +442,8 @@ func (c *fwdCall) Done() <-chan struct{} { return c.done }
 // told by changed.
 func (c *fwdCall) Failed() <-chan struct{} { return c.failed }
 
-// outcome is the result of a forwarded log command answered st, res.
-func (fc *fwdConn) outcome(kind byte, st byte, res []byte) ([]byte, error) {
+// proposed is the result of a forwarded log command answered st, res.
+func proposed(st byte, res []byte) ([]byte, error) {
 	switch st {
 	case fwdOK:
 		return res, nil
@@ -452,10 +451,6 @@ func (fc *fwdConn) outcome(kind byte, st byte, res []byte) ([]byte, error) {
 		return nil, cluster.ErrNotLeader
 	case fwdUnknown:
 		return nil, cluster.ErrUnknownOutcome
-	}
-	if kind == fwdProposeNext && string(res) == "unknown request" {
-		fc.noNext.Store(true) // a leader of an older build: nothing was done
-		return nil, cluster.ErrNotLeader
 	}
 	return nil, errors.New("server: forwarded command refused: " + string(res))
 }

@@ -694,9 +694,10 @@ describe('grants that cannot be confirmed', () => {
   test('a grant whose every confirmation comes back after its lease ended is not handed over: the wait times out', async () => {
     // Every answer 120 ms late, a ttl of 100 ms: no lease is left when one comes.
     let n = 0;
-    const fake = await fakeServer((w, s) => {
+    const fake = await fakeServer((s, w) => {
       const later = (b: Buffer) => setTimeout(() => s.writable && s.write(b), 120);
-      if (w[0] === 'lock') {
+      if (w[0] === 'connect') s.write(encode('connected 1.0 new 15000'));
+      else if (w[0] === 'lock') {
         const id = (++n).toString(16).padStart(32, '0');
         later(Buffer.concat([encode(`result ${w[1]} success ${id}`), encode(`locked ${id} ${Date.now() + 100} ${n}`)]));
       } else if (w[0] === 'extend') later(encode(`result ${w[1]} success ${Date.now() + 100}`));
@@ -721,7 +722,8 @@ describe('grants that cannot be confirmed', () => {
 describe('answers read after a busy turn', () => {
   test("a pong that came while the process was busy past the ping's wait counts: the connection is kept", async () => {
     let pings = 0;
-    const fake = await fakeServer((w, s) => {
+    const fake = await fakeServer((s, w) => {
+      if (w[0] === 'connect') s.write(encode('connected 1.0 new 15000'));
       if (w[0] !== 'ping') return;
       s.write(encode(`result ${w[1]} success pong`));
       if (++pings === 2) {
@@ -750,8 +752,9 @@ describe('answers read after a busy turn', () => {
 describe('deadlines of the calls on a held lock', () => {
   test("extend and unlock of a lock this process holds keep the call's deadline", async () => {
     // A server that grants, then never answers.
-    const fake = await fakeServer((w, s) => {
-      if (w[0] === 'lock') s.write(Buffer.concat([encode(`result ${w[1]} success ${'a'.repeat(32)}`), encode(`locked ${'a'.repeat(32)} ${Date.now() + 30000} 1`)]));
+    const fake = await fakeServer((s, w) => {
+      if (w[0] === 'connect') s.write(encode('connected 1.0 new 15000'));
+      else if (w[0] === 'lock') s.write(Buffer.concat([encode(`result ${w[1]} success ${'a'.repeat(32)}`), encode(`locked ${'a'.repeat(32)} ${Date.now() + 30000} 1`)]));
       else if (w[0] === 'ping') s.write(encode(`result ${w[1]} success pong`));
     });
     const port = fake.port;
@@ -777,28 +780,13 @@ describe('deadlines of the calls on a held lock', () => {
 
 describe('an auth timeout answered to a connect', () => {
   test('is no refusal: the client connects again and the call goes on', async () => {
-    const port = await freePort();
     let conns = 0;
-    const fake = net.createServer((s) => {
-      const first = ++conns === 1;
-      let buf = Buffer.alloc(0);
-      s.on('error', () => undefined);
-      s.on('data', (d) => {
-        buf = Buffer.concat([buf, d]);
-        while (buf.length >= 4 && buf.length >= buf.readInt32BE(0)) {
-          const len = buf.readInt32BE(0);
-          const w = buf.toString('utf8', 4, len - 1).split(' ');
-          buf = buf.subarray(len);
-          if (w[0] === 'connect' && first) {
-            s.end(encode('error auth timeout!'));
-            return;
-          }
-          if (w[0] === 'connect') s.write(encode('connected 1.0 new 60000'));
-          else if (w[0] === 'ping') s.write(encode(`result ${w[1]} success pong`));
-        }
-      });
+    const fake = await fakeServer((s, w) => {
+      if (w[0] === 'connect' && ++conns === 1) s.end(encode('error auth timeout!'));
+      else if (w[0] === 'connect') s.write(encode('connected 1.0 new 60000'));
+      else if (w[0] === 'ping') s.write(encode(`result ${w[1]} success pong`));
     });
-    await new Promise<void>((res) => fake.listen(port, '127.0.0.1', () => res()));
+    const port = fake.port;
     const c = new Client({ host: '127.0.0.1', port });
     try {
       const t0 = Date.now();

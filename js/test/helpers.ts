@@ -6,7 +6,6 @@ import { closeSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, stat
 import * as net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { encode } from 'mlock/dist/framing';
 
 export const BIN = process.env.MLOCKD_BIN ?? '';
 
@@ -329,26 +328,36 @@ export async function queued(c: { status(): Promise<Record<string, unknown>> }, 
 }
 
 /**
- * A scripted mlock server on a free loopback port: a connect is answered
- * `connected 1.0 new 15000`; every other frame a client sends is split into
- * words and given to handle with the socket. close stops listening.
+ * A fake server on real TCP: each frame read, split into words, goes to
+ * onFrame with its socket. close() stops it and its connections.
  */
-export async function fakeServer(handle: (w: string[], sock: net.Socket) => void): Promise<{ port: number; close(): void }> {
+export async function fakeServer(
+  onFrame: (s: net.Socket, w: string[]) => void,
+): Promise<{ port: number; addr: string; close(): void }> {
   const port = await freePort();
-  const srv = net.createServer((sock) => {
+  const socks = new Set<net.Socket>();
+  const srv = net.createServer((s) => {
+    socks.add(s);
+    s.on('close', () => socks.delete(s));
+    s.on('error', () => {});
     let buf = Buffer.alloc(0);
-    sock.on('error', () => undefined);
-    sock.on('data', (d) => {
+    s.on('data', (d) => {
       buf = Buffer.concat([buf, d]);
       while (buf.length >= 4 && buf.length >= buf.readInt32BE(0)) {
         const len = buf.readInt32BE(0);
         const w = buf.toString('utf8', 4, len - 1).split(' ');
         buf = buf.subarray(len);
-        if (w[0] === 'connect') sock.write(encode('connected 1.0 new 15000'));
-        else handle(w, sock);
+        onFrame(s, w);
       }
     });
   });
   await new Promise<void>((res) => srv.listen(port, '127.0.0.1', () => res()));
-  return { port, close: () => srv.close() };
+  return {
+    port,
+    addr: `127.0.0.1:${port}`,
+    close() {
+      srv.close();
+      for (const s of socks) s.destroy();
+    },
+  };
 }

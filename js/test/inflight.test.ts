@@ -13,7 +13,7 @@ import assert from 'node:assert/strict';
 import * as net from 'node:net';
 import Client, { type MlockError } from 'mlock';
 import { encode } from 'mlock/dist/framing';
-import { type Proxy, type Server, freePort, queued, sleep, startProxy, startServer, until } from './helpers';
+import { type Proxy, type Server, fakeServer, freePort, queued, sleep, startProxy, startServer, until } from './helpers';
 
 let n = 0;
 const r = (name: string) => `${name}-${process.pid}-${++n}`;
@@ -196,39 +196,6 @@ describe('the session end counts from successes only', () => {
     }
   });
 });
-
-// A fake server on real TCP: each frame read, split into words, goes to
-// onFrame with its socket. close() stops it and its connections.
-async function fakeServer(
-  onFrame: (s: net.Socket, w: string[]) => void,
-): Promise<{ port: number; addr: string; close(): void }> {
-  const port = await freePort();
-  const socks = new Set<net.Socket>();
-  const srv = net.createServer((s) => {
-    socks.add(s);
-    s.on('close', () => socks.delete(s));
-    s.on('error', () => {});
-    let buf = Buffer.alloc(0);
-    s.on('data', (d) => {
-      buf = Buffer.concat([buf, d]);
-      while (buf.length >= 4 && buf.length >= buf.readInt32BE(0)) {
-        const len = buf.readInt32BE(0);
-        const w = buf.toString('utf8', 4, len - 1).split(' ');
-        buf = buf.subarray(len);
-        onFrame(s, w);
-      }
-    });
-  });
-  await new Promise<void>((res) => srv.listen(port, '127.0.0.1', () => res()));
-  return {
-    port,
-    addr: `127.0.0.1:${port}`,
-    close() {
-      srv.close();
-      for (const s of socks) s.destroy();
-    },
-  };
-}
 
 // A fake cluster node: answers connect with `connected 1.0 <mode> 15000`
 // plus, when asked with want=leader, ` leader=<named>`, and every ping with

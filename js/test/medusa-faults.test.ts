@@ -175,8 +175,9 @@ describe('a loss read with the grant', () => {
   /** A server that grants every lock and, in the same write, says it was evicted. */
   function evictingServer() {
     let n = 0;
-    return fakeServer((w, sock) => {
-      if (w[0] === 'lock') {
+    return fakeServer((sock, w) => {
+      if (w[0] === 'connect') sock.write(encode('connected 1.0 new 15000'));
+      else if (w[0] === 'lock') {
         const id = (++n).toString(16).padStart(32, '0');
         sock.write(Buffer.concat([encode(`result ${w[1]} success ${id}`), encode(`locked ${id} ${Date.now() + 30000} ${n}`), encode(`expired ${id} evicted`)]));
       } else if (w[0] === 'ping') sock.write(encode(`result ${w[1]} success pong`));
