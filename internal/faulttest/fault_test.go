@@ -477,6 +477,13 @@ func (h *harness) report(rounds, noHolder int) {
 			lost++
 		}
 	}
+	// Sections ended early (the holder lost its lock, or gave it up at its
+	// deadline): a fault cuts at most the sections under way, one per
+	// worker.
+	if maxLost := rounds * h.k.slots; lost > maxLost {
+		vs = append(vs, violation{kind: "early", from: hist.origin, to: 1<<63 - 1,
+			msg: fmt.Sprintf("%d sections ended early, above the bound %d (a worker's per fault round)", lost, maxLost)})
+	}
 	count := map[string]int{}
 	for _, v := range vs {
 		count[v.kind]++
