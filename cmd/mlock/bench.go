@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -76,7 +77,12 @@ func cmdBench(args []string, stdout, stderr io.Writer) int {
 		}
 		t, closeT, err := open(ctx, u, *allowRemote)
 		if err != nil {
-			return fail(fs, stderr, hideURI(err))
+			msg := strings.TrimPrefix(describe(hideURI(err)), "bench: ")
+			if errors.Is(err, bench.ErrNotLoopback) {
+				return usageError(fs, stderr, msg) // --allow-remote is the fix
+			}
+			fmt.Fprintf(stderr, "%s: %s\n", fs.Name(), msg)
+			return exitError
 		}
 		defer closeT()
 		t.Name = shownURI(t.Name)

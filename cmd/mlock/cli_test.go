@@ -436,7 +436,7 @@ func TestLossText(t *testing.T) {
 		want string
 	}{
 		{&mlock.Error{Type: mlock.TypeLost, Msg: "lock released by its owner", Err: mlock.ErrReleased},
-			"released by its owner elsewhere (or evicted by an administrator)"},
+			"released by its owner elsewhere (a release by owner, or an unlock by another holder of the same owner, such as a run with the same --owner)"},
 		{&mlock.Error{Type: mlock.TypeLost, Msg: "lock evicted by an administrator", Err: mlock.ErrReleased},
 			"evicted by an administrator"},
 		{&mlock.Error{Type: mlock.TypeLost, Msg: "lock expired", Err: mlock.ErrExpired}, "expired"},

@@ -129,7 +129,7 @@ func usage(w io.Writer) {
   mlock bench [flags] [URL]                      load a provider: uncontended, hotkey, shop
   mlock evict RESOURCES                          (admin) revoke whoever holds RESOURCES ("a|b")
   mlock cluster status|join|remove               a cluster's nodes, lag and members (see "mlock cluster --help")
-  mlock token NAME RIGHT...                      a new token and its auth-file line (RIGHT: prefix=P, admin, from=CIDR, cert)
+  mlock token NAME RIGHT...                      a new token and its auth-file line (RIGHT: prefix=P, admin, from=CIDR, cert, max-locks=N, ...)
   mlock version                                  this command's version and the server's
 
 The server is --uri, default $MLOCK_URI, else %s. "mlock COMMAND --help"
@@ -154,8 +154,13 @@ func uriFlag(fs *flag.FlagSet, accepts string) *string {
 	if def == "" {
 		def = defaultURI
 	}
-	p := fs.String("uri", def, accepts+" (default $MLOCK_URI, else "+defaultURI+")")
-	fs.Lookup("uri").DefValue = shownURI(def)
+	usage := accepts + " (default $MLOCK_URI, else " + defaultURI + ")"
+	if env := os.Getenv("MLOCK_URI"); env != "" {
+		usage = accepts + " (default $MLOCK_URI, now " + shownURI(env) + ", else " + defaultURI + ")"
+	}
+	p := fs.String("uri", def, usage)
+	// The usage says the default: flag's own "(default ...)" is left out.
+	fs.Lookup("uri").DefValue = ""
 	return p
 }
 

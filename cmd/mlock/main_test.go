@@ -170,7 +170,7 @@ func TestRunLostLockStopsTheCommand(t *testing.T) {
 		t.Fatalf("the command was stopped after %v", d)
 	}
 	// One line, which names the reason: a release elsewhere, not an expiry.
-	if got := stderr.String(); got != "mlock run: lock lost: released by its owner elsewhere (or evicted by an administrator); stopping the command\n" {
+	if got := stderr.String(); got != "mlock run: lock lost: released by its owner elsewhere (a release by owner, or an unlock by another holder of the same owner, such as a run with the same --owner); stopping the command\n" {
 		t.Fatalf("stderr: %q", got)
 	}
 }
@@ -326,8 +326,8 @@ func TestBenchCommand(t *testing.T) {
 			t.Fatalf("%+v", r)
 		}
 	}
-	if code := cli([]string{"bench", "--uri", "mlock://192.0.2.1:12340"}, &out, &errb); code != exitError {
-		t.Fatal("a remote target needs --allow-remote")
+	if code := cli([]string{"bench", "--uri", "mlock://192.0.2.1:12340"}, &out, &errb); code != exitUsage {
+		t.Fatal("a remote target needs --allow-remote (a usage error)")
 	}
 }
 

@@ -76,6 +76,9 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		"at most ttl/4, and with mlock:// kill-after + 200ms must be below the server's session grace less\n"+
 		"its drift margin (1% + 5ms); when not given: the shortest of 10s, ttl/4 and, with mlock://,\n"+
 		"a quarter of the session grace the server announces (15s by default)")
+	// The usage says the default, which depends on --ttl and the server: flag's
+	// own "(default 10s)" is left out.
+	fs.Lookup("kill-after").DefValue = "0s"
 	owner := fs.String("owner", "", "owner id of the lock (default: host:pid); give every run its own: an owner's lock is\n"+
 		"re-entrant, so a run asking with the owner of a running one is given its lock, even with --skip-if-locked,\n"+
 		"and the two commands run at once (the first is stopped on mlock://)")
@@ -286,6 +289,17 @@ type runner struct {
 // errWaitRanOut is the cause of a wait for the server cut by --timeout.
 var errWaitRanOut = errors.New("the wait ran out")
 
+// causeError is an error told in msg alone, its cause err (which errors.Is
+// and errors.As see, for the exit status) left out of the text: the cause
+// would say again, in the client's words, what msg says.
+type causeError struct {
+	msg string
+	err error
+}
+
+func (e *causeError) Error() string { return e.msg }
+func (e *causeError) Unwrap() error { return e.err }
+
 // retryPause is the pause between two tries of a wait cut by a lost
 // session or connection.
 const retryPause = 250 * time.Millisecond
@@ -318,8 +332,8 @@ func (r *runner) mlock(ctx context.Context, uri string, tolerate int) error {
 	settle(err)
 	if err != nil {
 		if errors.Is(context.Cause(pctx), errWaitRanOut) {
-			return &mlock.Error{Type: mlock.TypeTimeout, Err: err,
-				Msg: fmt.Sprintf("no answer from %s within --timeout %v: the lock was not asked for", strings.Join(c.Addrs(), ", "), r.timeout)}
+			return &causeError{err: err,
+				msg: fmt.Sprintf("no answer from %s within --timeout %v: the lock was not asked for", strings.Join(c.Addrs(), ", "), r.timeout)}
 		}
 		return explain(pctx, err, c.Addrs(), c.Options().DialTimeout)
 	}
@@ -368,7 +382,8 @@ func (r *runner) lockMlock(ctx context.Context, c *mlock.Client, tolerate int) (
 		if !end.IsZero() {
 			left := time.Until(end)
 			if left <= 0 {
-				return nil, &mlock.Error{Type: mlock.TypeTimeout, Msg: "the wait ran out while the server could not be reached", Err: err}
+				return nil, &causeError{err: &mlock.Error{Type: mlock.TypeTimeout, Err: err},
+					msg: fmt.Sprintf("--timeout %v ran out while the server could not be reached (%s)", r.timeout, describe(err))}
 			}
 			pause = min(pause, left)
 		}
@@ -425,7 +440,13 @@ const minLeft = killMargin
 func (r *runner) fitGrace(grace time.Duration) error {
 	believed := grace - lease.Margin(grace)
 	limit := believed - killMargin - minLeft // kill-after must be below it
-	if limit <= 0 {
+	switch {
+	case believed <= 0:
+		return fmt.Errorf("the server's session grace %v is too short for mlock run: a lock is not believed held "+
+			"at all after an answer from the server (the grace less its drift margin, 1%% + 5ms, is not above 0), "+
+			"and kill-after + %v must be below that; give the server a longer --session-grace",
+			grace, killMargin+minLeft)
+	case limit <= 0:
 		return fmt.Errorf("the server's session grace %v is too short for mlock run: a lock is believed held at most %v "+
 			"after an answer from the server, and kill-after + %v must be below that; give the server a longer "+
 			"--session-grace", grace, believed.Round(time.Millisecond), killMargin+minLeft)
@@ -564,8 +585,11 @@ func exitStatus(err error, o exitOptions, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "mlock run: %s is locked: not running the command\n", o.resources)
 		}
 		return o.skipExit // --skip-if-locked
-	case errors.Is(err, mlock.ErrTolerate), errors.Is(err, mlock.ErrTimeout), errors.Is(err, locking.ErrTimeout),
-		errors.Is(err, context.Canceled):
+	case errors.Is(err, context.Canceled):
+		// The run's context ends on SIGINT or SIGTERM only.
+		fmt.Fprintln(stderr, "mlock run: lock not taken: interrupted while waiting")
+		return exitNotTaken
+	case errors.Is(err, mlock.ErrTolerate), errors.Is(err, mlock.ErrTimeout), errors.Is(err, locking.ErrTimeout):
 		fmt.Fprintln(stderr, "mlock run: lock not taken:", describe(err))
 		return exitNotTaken
 	}
@@ -588,7 +612,8 @@ func lossText(err error) string {
 	case errors.Is(err, mlock.ErrReleased) && detail == "lock evicted by an administrator":
 		kind, detail = "evicted by an administrator", ""
 	case errors.Is(err, mlock.ErrReleased):
-		kind, detail = "released by its owner elsewhere (or evicted by an administrator)", ""
+		kind, detail = "released by its owner elsewhere (a release by owner, or an unlock by another holder "+
+			"of the same owner, such as a run with the same --owner)", ""
 	case errors.Is(err, mlock.ErrExpired) && strings.Contains(detail, "released"):
 		// A server that does not tell a release from an expiry (1.0).
 		kind, detail = "expired, or released by its owner elsewhere (the server does not say which)", ""

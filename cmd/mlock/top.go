@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -121,6 +122,7 @@ func cmdTop(args []string, stdout, stderr io.Writer) int {
 	}
 	fit()
 	var fetch func(ctx context.Context) (*topView, error)
+	var addrs []string // the addresses probed for a refusal (failFast)
 	where := shownURI(*uri)
 	if *httpURL != "" {
 		base := strings.TrimSuffix(*httpURL, "/")
@@ -128,6 +130,13 @@ func cmdTop(args []string, stdout, stderr io.Writer) int {
 			base = "http://" + base
 		}
 		where = redactURL(base)
+		if u, err := url.Parse(base); err == nil && u.Host != "" {
+			port := u.Port()
+			if port == "" {
+				port = map[bool]string{true: "443", false: "80"}[u.Scheme == "https"]
+			}
+			addrs = []string{net.JoinHostPort(u.Hostname(), port)}
+		}
 		hc := &http.Client{Timeout: *timeout}
 		fetch = func(ctx context.Context) (*topView, error) { return fetchHTTP(ctx, hc, base, prefix, show) }
 	} else {
@@ -140,6 +149,7 @@ func cmdTop(args []string, stdout, stderr io.Writer) int {
 			return fail(fs, stderr, err)
 		}
 		defer c.Close()
+		addrs = c.Addrs()
 		var prev *topView
 		var prevAt time.Time
 		fetch = func(ctx context.Context) (*topView, error) {
@@ -166,8 +176,15 @@ func cmdTop(args []string, stdout, stderr io.Writer) int {
 			}
 		}
 		fit()
-		fctx, cancel := context.WithTimeout(ctx, *timeout)
+		// A refused connection is told as the other commands tell it
+		// (explain), whether --uri or --http.
+		fctx, cancel := context.WithTimeoutCause(ctx, *timeout, errNoAnswer)
+		fctx, settle := failFast(fctx, addrs, *timeout)
 		v, err := fetch(fctx)
+		settle(err)
+		if err != nil {
+			err = explain(fctx, err, addrs, *timeout)
+		}
 		cancel()
 		if ctx.Err() != nil {
 			return exitOK

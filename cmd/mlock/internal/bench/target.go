@@ -239,7 +239,12 @@ func parseProcessCPU(r io.Reader) (time.Duration, bool) {
 	return 0, false
 }
 
-// checkLoopback refuses hosts that are not loopback addresses.
+// ErrNotLoopback is in the chain of Open's error for a target that is not
+// on loopback, when remote targets are not allowed.
+var ErrNotLoopback = errors.New("not a loopback address")
+
+// checkLoopback refuses hosts that are not loopback addresses
+// (ErrNotLoopback).
 func checkLoopback(host string) error {
 	if host == "" || host == "localhost" {
 		return nil
@@ -250,7 +255,7 @@ func checkLoopback(host string) error {
 	}
 	for _, ip := range ips {
 		if !ip.IsLoopback() {
-			return fmt.Errorf("bench: %s is not a loopback address; pass --allow-remote to load it", host)
+			return fmt.Errorf("bench: %s is %w; pass --allow-remote to load it", host, ErrNotLoopback)
 		}
 	}
 	return nil
