@@ -51,6 +51,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"runtime"
@@ -145,11 +146,38 @@ func printUsage(w io.Writer, fs *flag.FlagSet) {
 		"MLOCK_MAX_CONNS); a flag on the command line wins. SIGHUP reloads the auth file, the TLS\n"+
 		"certificate and the client CA; SIGTERM and SIGINT shut down cleanly.\n"+
 		"Exit status: 0 after a clean shutdown (or --help, --version); 1 the server failed;\n"+
-		"2 a bad flag, variable or setting.\n\n")
+		"2 a bad flag, variable or setting (nothing was started).\n\n"+
+		"A cluster that lost a majority of its nodes: 'mlockd recover' makes a survivor a one-node cluster\n"+
+		"that keeps its locks, sessions and fencing tokens (see 'mlockd recover --help', docs/operations.md).\n\n")
 	unwrapFlags(fs)
 	fs.SetOutput(w)
 	fs.PrintDefaults()
 	fs.SetOutput(io.Discard)
+}
+
+// checkExposure refuses, as a usage error before anything starts, a
+// listener beyond loopback on a server without credentials (an auth file or
+// client certificates) unless Insecure: the lock port (cfg.Addr) when its
+// host is empty (every interface) or an IP address beyond loopback (a host
+// name is left to the server, which checks the address it listens on), and
+// the HTTP listener (httpAddr) when its host is not loopback or localhost.
+func checkExposure(cfg *server.Config, httpAddr string, fromEnv map[string]string) error {
+	if cfg.AuthFile != "" || cfg.TLSClientCAFile != "" || cfg.Insecure {
+		return nil
+	}
+	if cfg.Addr != "" {
+		if host, _, err := net.SplitHostPort(cfg.Addr); err == nil && host != "localhost" {
+			if ip := net.ParseIP(host); host == "" || (ip != nil && !ip.IsLoopback()) {
+				return usagef("%s %s: beyond loopback the lock port needs credentials (--auth-file or --tls-client-ca), or --insecure to accept the risk",
+					source(fromEnv, "listen"), cfg.Addr)
+			}
+		}
+	}
+	if httpAddr != "" && !loopbackAddr(httpAddr) {
+		return usagef("%s %s: the HTTP listener shows every resource, owner and principal; beyond loopback it needs credentials (--auth-file or --tls-client-ca), which then protect it, or --insecure",
+			source(fromEnv, "http"), httpAddr)
+	}
+	return nil
 }
 
 // configure reads the command line and the environment into a Config,
@@ -190,6 +218,9 @@ func configure(args []string, stdout, stderr io.Writer) (*server.Config, *option
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, nil, &usageError{msg: configError(err, fromEnv)}
+	}
+	if err := checkExposure(&cfg, *opt.http.addr, fromEnv); err != nil {
+		return nil, nil, err
 	}
 	return &cfg, opt, nil
 }

@@ -3,11 +3,13 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"flag"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -293,15 +295,35 @@ func TestNewDataDirIsNotQuiet(t *testing.T) {
 	}
 }
 
+// --quiet-period 0 turns the quiet period off, and says so: at every start
+// (unsafe), and at a start after a crash, which grants at once (with
+// --quiet-period 0 before the crash too, so that no period was recorded).
 func TestQuietPeriodZeroTurnsItOff(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	cmd, addr := mlockd(t, "--data-dir", dir)
-	dial(t, addr, "holder").lockHeld("1", "r")
-	cmd.Process.Kill()
-	cmd.Wait()
-	_, addr = mlockd(t, "--data-dir", dir, "--quiet-period", "0")
-	dial(t, addr, "after").lockHeld("1", "r")
+	for _, before := range [][]string{nil, {"--quiet-period", "0"}} {
+		dir := t.TempDir()
+		cmd, addr, log := mlockdLog(t, append([]string{"--data-dir", dir}, before...)...)
+		dial(t, addr, "holder").lockHeld("1", "r")
+		cmd.Process.Kill()
+		cmd.Wait()
+		if off := strings.Contains(log.String(), "quiet period off"); off != (before != nil) {
+			t.Errorf("first run %q: logged the quiet period off: %v\n%s", before, off, log)
+		}
+		_, addr, log = mlockdLog(t, "--data-dir", dir, "--quiet-period", "0")
+		c := dial(t, addr, "after")
+		if q := c.quietUntil(); !q.IsZero() {
+			t.Fatalf("after a crash with --quiet-period 0 (first run %q): quiet until %v", before, q)
+		}
+		c.lockHeld("1", "r")
+		for _, want := range []string{
+			"quiet period off: a start that may follow a crash grants at once",
+			"quiet period off: granting at once although a client of an earlier run may still believe it holds a lock (unsafe)\" reason=\"the previous run did not stop cleanly\"",
+		} {
+			if !strings.Contains(log.String(), want) {
+				t.Errorf("first run %q: the log after the crash lacks %q:\n%s", before, want, log)
+			}
+		}
+	}
 }
 
 func TestSecondMlockdOnOneDataDirFails(t *testing.T) {
@@ -402,19 +424,48 @@ func TestSIGHUPReloadsTheAuthFile(t *testing.T) {
 	}
 }
 
-// TestListenBeyondLoopbackNeedsCredentials: without an auth file or
-// --insecure, mlockd refuses to listen on a non-loopback address, and says
-// what to do.
+// TestListenBeyondLoopbackNeedsCredentials: without an auth file, client
+// certificates or --insecure, mlockd refuses a lock port or an HTTP
+// listener beyond loopback as a usage error: before it starts anything
+// (no start-up line), exit 2, one line naming the flag (or the variable),
+// the value and what to do, then the pointer to --help.
 func TestListenBeyondLoopbackNeedsCredentials(t *testing.T) {
 	t.Parallel()
-	f, err := os.CreateTemp(t.TempDir(), "stderr")
+	for _, c := range []struct {
+		env  []string
+		args []string
+		name string // the flag or variable the line names
+	}{
+		{nil, []string{"--listen", "0.0.0.0:0"}, "--listen 0.0.0.0:0"},
+		{nil, []string{"--listen", ":0"}, "--listen :0"},
+		{nil, []string{"--listen", "[::]:0"}, "--listen [::]:0"},
+		{nil, []string{"--listen", "192.0.2.1:0"}, "--listen 192.0.2.1:0"},
+		{[]string{"MLOCK_LISTEN=0.0.0.0:0"}, nil, "MLOCK_LISTEN 0.0.0.0:0"},
+		{nil, []string{"--http", "0.0.0.0:0"}, "--http 0.0.0.0:0"},
+		{[]string{"MLOCK_HTTP=0.0.0.0:0"}, nil, "MLOCK_HTTP 0.0.0.0:0"},
+	} {
+		stdout, stderr, code := runMlockd(t, c.env, append([]string{"--data-dir", "none"}, c.args...)...)
+		lines := strings.Split(strings.TrimSuffix(stderr, "\n"), "\n")
+		if code != exitUsage || stdout != "" || len(lines) != 2 ||
+			!strings.HasPrefix(lines[0], "mlockd: "+c.name+": beyond loopback") && !strings.HasPrefix(lines[0], "mlockd: "+c.name+": the HTTP listener") ||
+			!strings.Contains(lines[0], "--insecure") || !strings.Contains(lines[0], "--auth-file") ||
+			lines[1] != "Run 'mlockd --help' for usage." {
+			t.Errorf("%v %q: exit %d, stdout %q, stderr %q; want exit 2 and one line naming %s, --auth-file and --insecure",
+				c.env, c.args, code, stdout, stderr, c.name)
+		}
+	}
+	// The server itself refuses such a listener too (for a host name, left
+	// to it): an error, exit 1.
+	var cfg server.Config
+	cfg.Addr, cfg.DataDir, cfg.QuietPeriod = "0.0.0.0:0", "", -1
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	srv, err := server.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	err = run([]string{"--listen", "0.0.0.0:0", "--data-dir", "none", "--quiet-period", "0"}, f, f)
-	if err == nil || !strings.Contains(err.Error(), "--insecure") || !strings.Contains(err.Error(), "--auth-file") {
-		t.Fatalf("want a refusal naming --auth-file and --insecure, got %v", err)
+	defer srv.Shutdown(context.Background())
+	if err := srv.ListenAndServe(); err == nil || !strings.Contains(err.Error(), "--insecure") {
+		t.Fatalf("server.ListenAndServe on 0.0.0.0 without credentials: %v, want a refusal naming --insecure", err)
 	}
 }
 
@@ -507,7 +558,8 @@ func TestHelpAndVersion(t *testing.T) {
 	for _, arg := range []string{"--help", "-h"} {
 		stdout, stderr, code := runMlockd(t, nil, arg)
 		if code != 0 || stderr != "" || !strings.HasPrefix(stdout, "Usage: mlockd [flags]") ||
-			!strings.Contains(stdout, "-max-conns int") || !strings.Contains(stdout, "SIGHUP") {
+			!strings.Contains(stdout, "-max-conns int") || !strings.Contains(stdout, "SIGHUP") ||
+			!strings.Contains(stdout, "'mlockd recover --help'") {
 			t.Fatalf("%s: exit %d, stderr %q, stdout:\n%s", arg, code, stderr, stdout)
 		}
 	}
@@ -653,21 +705,6 @@ func TestLogThresholdsZeroMeansNever(t *testing.T) {
 	}
 	if err := run([]string{"--log-long-queue", "many"}, io.Discard, io.Discard); err == nil {
 		t.Error("--log-long-queue many accepted")
-	}
-}
-
-// Without credentials, --http beyond loopback is refused at start, as the
-// lock port is, naming what to do.
-func TestHTTPBeyondLoopbackNeedsCredentials(t *testing.T) {
-	t.Parallel()
-	f, err := os.CreateTemp(t.TempDir(), "stderr")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	err = run([]string{"--http", "0.0.0.0:0", "--data-dir", "none", "--quiet-period", "0"}, f, f)
-	if err == nil || !strings.Contains(err.Error(), "--insecure") || !strings.Contains(err.Error(), "--auth-file") {
-		t.Fatalf("want a refusal naming --auth-file and --insecure, got %v", err)
 	}
 }
 
