@@ -492,8 +492,8 @@ func TestUnsafeSettingsAreLogged(t *testing.T) {
 		{Config{SessionGrace: 10 * time.Second, QuietPeriod: 2 * time.Second}, "quiet period is shorter than the session grace"},
 		{Config{SessionGrace: 10 * time.Second, QuietPeriod: 10 * time.Second}, "quiet period is shorter than the session grace"},
 		{Config{SessionGrace: 10 * time.Second, QuietPeriod: datadir.QuietPeriod(10 * time.Second)}, ""},
-		{Config{SessionGrace: 10 * time.Second}, ""},                                         // the default
-		{Config{SessionGrace: 10 * time.Second, QuietPeriod: -1}, ""},                        // off: warned about at the start instead
+		{Config{SessionGrace: 10 * time.Second}, ""}, // the default
+		{Config{SessionGrace: 10 * time.Second, QuietPeriod: -1}, "quiet period off: a start that may follow a crash grants at once"},
 		{Config{SessionGrace: -1}, "session grace is negative"},                              // dropped at once
 		{Config{SessionGrace: -1, QuietPeriod: time.Millisecond}, "quiet period is shorter"}, // below 5 ms, the safe one for grace 0
 	} {

@@ -198,6 +198,9 @@ func (s *Server) warnUnsafe() {
 		s.log.Warn("session grace is negative: a disconnected session's locks are dropped at once and the handshake announces grace 0, so a client that follows the safety rule cannot hold a lock across any silence; use a positive grace",
 			"session-grace", cfg.SessionGrace)
 	}
+	if cfg.QuietPeriod < 0 {
+		s.log.Warn("quiet period off: a start that may follow a crash grants at once, although a client of the crashed run may still believe it holds a lock (unsafe, for tests)")
+	}
 	if safe := datadir.QuietPeriod(max(cfg.SessionGrace, 0)); cfg.QuietPeriod > 0 && cfg.QuietPeriod < safe {
 		s.log.Warn("quiet period is shorter than the session grace plus its margin: after a crash the server may grant a lock a client of the crashed run still believes it holds (unsafe)",
 			"quiet-period", cfg.QuietPeriod, "safe", safe)
@@ -230,15 +233,23 @@ func (s *Server) open(clock core.Clock) error {
 		return fmt.Errorf("server: %w", err)
 	}
 	s.corep.Store(c)
+	if cfg.QuietPeriod < 0 {
+		// Off: the start is told whenever it may follow a crash, whether or
+		// not a quiet period was recorded (with period 0 none is).
+		prev := s.dir.Previous()
+		if s.dir == nil || !until.IsZero() || (prev.Ending != datadir.EndingNone && prev.Ending != datadir.EndingClean) {
+			attrs := []any{"reason", s.quietReason()}
+			if !until.IsZero() {
+				attrs = append(attrs, "would-wait-until", until.Format(time.RFC3339Nano))
+			}
+			s.log.Warn("quiet period off: granting at once although a client of an earlier run may still believe it holds a lock (unsafe)", attrs...)
+		}
+		return nil
+	}
 	if until.IsZero() {
 		return nil
 	}
 	why := s.quietReason()
-	if cfg.QuietPeriod < 0 {
-		s.log.Warn("quiet period disabled: granting at once although a client of an earlier run may still believe it holds a lock (unsafe)",
-			"reason", why, "would-wait-until", until.Format(time.RFC3339Nano))
-		return nil
-	}
 	// The start time is read from the core's clock, so until is on it too.
 	// Set in the batch: quietUntil is guarded by the core, whose timer may
 	// already run a batch that reads it.
@@ -364,7 +375,11 @@ func (s *Server) batch(fn func(tx *core.Tx)) {
 	}
 }
 
-// Addr returns the address of one listener, or nil before Serve.
+// Addr returns the address of one listener, or nil until Serve (or
+// ListenAndServe) has taken its listener in, which it does before it
+// accepts: a caller that runs Serve in a goroutine and needs the address
+// at once takes it from its own listener (ln.Addr()), or waits for Addr to
+// be non-nil.
 func (s *Server) Addr() net.Addr {
 	s.mu.Lock()
 	defer s.mu.Unlock()
