@@ -250,7 +250,14 @@ func (s *session) dial(i int, askLeader bool) (link, error) {
 			switch {
 			case err != nil:
 			case m.Kind == protocol.MsgError && m.Code != protocol.CodeShuttingDown:
-				err = refusal(&m, addr)
+				e := refusal(&m, addr)
+				if m.Code == protocol.CodeAuthRequired && tcfg != nil && (len(tcfg.Certificates) > 0 || tcfg.GetClientCertificate != nil) {
+					// The server got no certificate it could verify: Go's TLS
+					// client sends none whose issuer is not among the CAs the
+					// server asks for.
+					e.Msg += " (the client certificate was not accepted: is its issuer among the server's client CAs, --tls-client-ca?)"
+				}
+				err = e
 			case m.Kind != protocol.MsgConnected:
 				err = fmt.Errorf("server answered %q", p)
 			}

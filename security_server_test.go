@@ -1,9 +1,16 @@
 package mlock_test
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/hex"
 	"errors"
+	"math/big"
 	"net"
 	"os"
 	"path/filepath"
@@ -131,4 +138,47 @@ func TestAgainstServerWithAuthAndTLS(t *testing.T) {
 func splitPort(addr string) (string, string) {
 	h, p, _ := net.SplitHostPort(addr)
 	return h, p
+}
+
+// A client certificate whose issuer is not among the server's client CAs
+// is not sent (Go's TLS client sends none the server's request does not
+// accept): the server answers "authentication required!", and the error
+// says that the certificate was not accepted and where to look.
+func TestClientCertificateOfAnotherCA(t *testing.T) {
+	t.Parallel()
+	pki := newPKI(t)
+	addr, _ := startServer(t, server.Config{TLSCertFile: pki.srvCert, TLSKeyFile: pki.srvKey, TLSClientCAFile: pki.caFile}, "")
+	// A self-signed certificate: its issuer is no CA the server knows.
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(7), Subject: pkix.Name{CommonName: "stranger"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert := tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+	for _, c := range []struct {
+		name  string
+		certs []tls.Certificate
+		hint  bool
+	}{{"another CA's certificate", []tls.Certificate{cert}, true}, {"no certificate", nil, false}} {
+		cl, err := mlock.NewClient(mlock.Options{Addrs: []string{addr}, DialTimeout: 5 * time.Second,
+			TLS: &tls.Config{RootCAs: pki.pool, Certificates: c.certs}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = cl.Ping(ctxT(t))
+		cl.Close()
+		var me *mlock.Error
+		if !errors.As(err, &me) || !errors.Is(err, mlock.ErrAuth) || !strings.HasPrefix(me.Msg, "authentication required!") {
+			t.Fatalf("%s: Ping = %v, want authentication required!", c.name, err)
+		}
+		if hint := strings.Contains(me.Msg, "the client certificate was not accepted: is its issuer among the server's client CAs"); hint != c.hint {
+			t.Errorf("%s: %q: the hint on the certificate is there: %v, want %v", c.name, me.Msg, hint, c.hint)
+		}
+	}
 }
