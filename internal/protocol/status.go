@@ -60,9 +60,9 @@ type Status struct {
 
 // StatusCluster is a cluster node's view of its cluster in Status.
 type StatusCluster struct {
-	ID           string              `json:"id"`   // this node
-	Role         string              `json:"role"` // leader, follower, candidate, shutdown
-	Ready        bool                `json:"ready"`
+	ID           string              `json:"id"`         // this node
+	Role         string              `json:"role"`       // leader, follower, candidate, shutdown
+	Ready        bool                `json:"ready"`      // this node is the leader and accepts commands (false on every follower)
 	Leader       string              `json:"leader"`     // the leader's id, "" while none is known
 	LeaderAddr   string              `json:"leaderAddr"` // the leader's client address
 	Term         uint64              `json:"term"`
