@@ -319,16 +319,10 @@ func (s *Server) allowListing(tx *core.Tx, name string) bool {
 		b = &bucket{tokens: float64(rate), last: tx.Now()}
 		s.buckets[name] = b
 	}
-	now := tx.Now()
-	if now > b.last {
-		b.tokens = min(float64(rate), b.tokens+float64(now-b.last)/float64(time.Second)*float64(rate))
-		b.last = now
-	}
-	if b.tokens < 1 {
+	if !b.take(tx.Now(), rate) {
 		s.counters.rateLimited++
 		return false
 	}
-	b.tokens--
 	return true
 }
 
@@ -336,6 +330,21 @@ func (s *Server) allowListing(tx *core.Tx, name string) bool {
 type bucket struct {
 	tokens float64
 	last   int64 // ns
+}
+
+// take refills b at rate tokens a second, up to rate, for the time since
+// its last take (now in ns, on the core's clock; a clock that went back
+// refills nothing), then takes one token if there is one.
+func (b *bucket) take(now int64, rate int) bool {
+	if now > b.last {
+		b.tokens = min(float64(rate), b.tokens+float64(now-b.last)/float64(time.Second)*float64(rate))
+		b.last = now
+	}
+	if b.tokens < 1 {
+		return false
+	}
+	b.tokens--
+	return true
 }
 
 // maxBuckets bounds the listing buckets kept (one per principal name).

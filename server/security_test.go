@@ -21,6 +21,7 @@ import (
 
 	"github.com/mlock-dev/mlock"
 	"github.com/mlock-dev/mlock/internal/auth"
+	"github.com/mlock-dev/mlock/internal/core"
 	"github.com/mlock-dev/mlock/internal/proctest"
 	"github.com/mlock-dev/mlock/internal/protocol"
 )
@@ -967,24 +968,49 @@ func TestEngineCaps(t *testing.T) {
 
 func TestStatusRate(t *testing.T) {
 	t.Parallel()
-	srv, tk := abServer(t, Config{StatusRate: 3})
+	// One listing a second: the rule on the clock is bucketTake's test;
+	// here, three listings written at once come well within a second of
+	// each other, so the second and third are refused.
+	srv, tk := abServer(t, Config{StatusRate: 1})
 	adm := connectAs(t, srv, "ops1", "ops", tk.admin)
 	a := connectAs(t, srv, "a1", "A", tk.a)
-	adm.statusOf("1")
-	adm.statusOf("2")
-	adm.locksOf("3", "")
-	adm.send("status 4")
-	adm.expect("result 4 failed too many requests, retry later!")
-	adm.send("locks 5")
-	adm.expect("result 5 failed too many requests, retry later!")
+	adm.write(append(append(protocol.Append(nil, "status 1"), protocol.Append(nil, "locks 2")...), protocol.Append(nil, "status 3")...))
+	adm.answer("1")
+	adm.expect("result 2 failed too many requests, retry later!")
+	adm.expect("result 3 failed too many requests, retry later!")
 	// Counters-only status is not limited.
 	for i := range 30 {
 		a.statusOf(strconv.Itoa(i))
 	}
-	time.Sleep(400 * time.Millisecond) // fixed: 3 per second, a token comes back on the server's clock (asking sooner would count as a refusal)
-	st := adm.statusOf("6")
-	if st.Limits.RateLimited != 2 || st.Limits.StatusRatePerSec != 3 {
-		t.Fatalf("limits: rateLimited %d, statusRatePerSec %d", st.Limits.RateLimited, st.Limits.StatusRatePerSec)
+	var limited uint64
+	srv.batch(func(*core.Tx) { limited = srv.counters.rateLimited })
+	if limited != 2 {
+		t.Fatalf("rateLimited %d, want 2", limited)
+	}
+}
+
+// The listing bucket, on a fake clock: a burst of rate, then one token
+// every 1/rate second, never more than rate kept; a clock that goes back
+// refills nothing.
+func TestBucketTake(t *testing.T) {
+	t.Parallel()
+	const rate = 3
+	sec := int64(time.Second)
+	b := &bucket{tokens: rate, last: 0}
+	steps := []struct {
+		at   int64
+		want bool
+	}{
+		{0, true}, {0, true}, {0, true}, {0, false}, // the burst
+		{sec/3 - 1000, false}, {sec/3 + 1, true}, {sec/3 + 1, false}, // one token per third of a second
+		{sec + 10, true}, {sec + 10, true}, {sec + 10, false},
+		{sec / 2, false},                                                            // back in time: nothing
+		{100 * sec, true}, {100 * sec, true}, {100 * sec, true}, {100 * sec, false}, // at most rate kept
+	}
+	for i, st := range steps {
+		if got := b.take(st.at, rate); got != st.want {
+			t.Fatalf("step %d: take at %v = %v, want %v", i, time.Duration(st.at), got, st.want)
+		}
 	}
 }
 
