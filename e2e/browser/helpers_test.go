@@ -41,6 +41,13 @@ func start(t *testing.T, cfg server.Config) *server.Server {
 	}
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
+	// srv.Addr is nil until Serve, in its goroutine, has taken ln in: the
+	// tests dial srv.Addr().
+	for deadline := time.Now().Add(10 * time.Second); srv.Addr() == nil; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the server did not take its listener in within 10s")
+		}
+	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
