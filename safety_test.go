@@ -94,7 +94,10 @@ func TestBlackholedHolderLosesBeforeTheServerGrants(t *testing.T) {
 	if err := <-done; !errors.Is(err, mlock.ErrLost) || !errors.Is(err, mlock.ErrExpired) {
 		t.Fatalf("Hold = %v, want the lease's loss", err)
 	}
-	if got.at.Sub(blackholed) > 1500*time.Millisecond {
+	// The server frees the lock when the lease ends: the waiter is granted
+	// then, not a ttl or a grace later (a bound of seconds: the machine may
+	// be busy).
+	if got.at.Sub(blackholed) > 5*time.Second {
 		t.Fatalf("the server granted the waiter %v after the blackhole: the lease was 1 s", got.at.Sub(blackholed))
 	}
 }

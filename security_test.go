@@ -425,11 +425,22 @@ func TestRefusalsSurfaceAndBackOff(t *testing.T) {
 				t.Fatalf("the refusal took %v to reach the caller", took)
 			}
 			proctest.WaitFor(t, 10*time.Second, "three attempts", func() bool { return len(a.get()) >= 3 })
-			start = time.Now()
-			if err := c.Ping(ctx); !errors.Is(err, tc.cause) || time.Since(start) > 100*time.Millisecond {
-				t.Fatalf("Ping while refused = %v after %v, want the refusal at once", err, time.Since(start))
-			}
+			c.Close()
 			checkBackoff(t, a.get(), maxBackoff)
+			// A call while refused gets the refusal at once, without waiting
+			// for the next attempt: with a backoff of a minute (at least
+			// half of it after the first attempt), a call that waited for
+			// the next attempt would take 30 s, and there would be a second.
+			slow := client(t, addr, mlock.Options{Name: "svc", Token: topSecret, MaxBackoff: time.Minute, DialTimeout: 3 * time.Second})
+			if err := slow.Ping(ctx); !errors.Is(err, tc.cause) {
+				t.Fatalf("Ping = %v, want %v", err, tc.cause)
+			}
+			before := len(a.get())
+			start = time.Now()
+			if err := slow.Ping(ctx); !errors.Is(err, tc.cause) || time.Since(start) > 10*time.Second || len(a.get()) != before {
+				t.Fatalf("Ping while refused = %v after %v and %d more attempts, want the refusal at once, with no attempt",
+					err, time.Since(start), len(a.get())-before)
+			}
 		})
 	}
 }

@@ -143,8 +143,11 @@ func leaderlessRound(t *testing.T, c *cluster, cli string, round int, survivorLe
 		if err != nil {
 			t.Errorf("round %d: %s: %v", round, what, err)
 		}
-		if took < 1500*time.Millisecond || took > 2500*time.Millisecond {
-			t.Errorf("round %d: %s: answered after %v, want 2 s ± 0.5 s", round, what, took)
+		// Answered at its timeout, not before, and not never: the upper
+		// bound is seconds (a process started on a busy machine, mlock
+		// run, takes its time too).
+		if took < 1500*time.Millisecond || took > 7*time.Second {
+			t.Errorf("round %d: %s: answered after %v, want at its timeout, 2 s (1.5 s to 7 s)", round, what, took)
 		}
 	}
 	if !errors.Is(goRes.err, mlock.ErrTimeout) {

@@ -314,13 +314,16 @@ func TestHandoffNotAcrossRounds(t *testing.T) {
 	a, b := locking.NewMemory(), locking.NewMemory()
 	defer a.Close()
 	defer b.Close()
-	cfg := Config{Scenario: "hotkey", Workers: 2, Duration: 600 * time.Millisecond, Round: 100 * time.Millisecond, Hold: 10 * time.Millisecond}
+	// Rounds of a second: a hand-off across rounds would show as one of
+	// half a second at least, which no hand-off within a round takes, even
+	// on a busy machine.
+	cfg := Config{Scenario: "hotkey", Workers: 2, Duration: 2 * time.Second, Round: time.Second, Hold: 10 * time.Millisecond}
 	res, err := Run(context.Background(), cfg, Target{Name: "a", Provider: a}, Target{Name: "b", Provider: b})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, r := range res {
-		if r.Ops < 20 || r.HandoffP99 > 50*time.Millisecond {
+		if r.Ops < 20 || r.HandoffP99 > 500*time.Millisecond {
 			t.Fatalf("%s: %d grants, hand-off p99 %v; want hand-offs within a round only", r.Target, r.Ops, r.HandoffP99)
 		}
 	}
