@@ -314,6 +314,7 @@ func (src obsSource) Snapshot(snap *observe.Snapshot) {
 		snap.TolerateRefusals = s.counters.intolerance
 		snap.BusyRefusals = st.Refused - min(st.Refused, s.counters.intolerance)
 		snap.ServerFull, snap.Forbidden, snap.RateLimited = s.counters.serverFull, s.counters.forbidden, s.counters.rateLimited
+		snap.QuotaRefusals = s.counters.quotaRefused
 		snap.Extends, snap.ExtendFails = st.Extended, st.ExtendFails
 		snap.Dropped, snap.SessionsLost = st.Dropped, o.lost
 		snap.Held, snap.Waiting, snap.Queues, snap.Entries = st.Held, st.Live-st.Held, st.Queues, st.Entries

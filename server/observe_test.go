@@ -478,3 +478,22 @@ func TestEmptySessionEndIsNotALoss(t *testing.T) {
 		t.Errorf("%d \"session lost\" lines, want 1 (the holder's):\n%s", n, logs.String())
 	}
 }
+
+// Refusals by a principal's quota are counted in mlock_refusals_total
+// (reason quota), as status's limits.quotaRefused counts them.
+func TestQuotaRefusalsInMetrics(t *testing.T) {
+	t.Parallel()
+	srv, tk, _ := quotaServer(t, Config{}, "max-locks=1")
+	h := srv.HTTPHandler(observe.Options{OpenMetrics: true})
+	ts := httptest.NewServer(h)
+	t.Cleanup(func() { ts.Close(); h.Close() })
+	a := connectAs(t, srv, "a1", "A", tk.a)
+	a.locked(a.lock("1", "a:x 60000 0 0"))
+	a.send("lock 2 a:y 60000 0 0")
+	a.expect("result 2 failed too many locks for this principal!")
+	a.send("trylock 3 a:z 60000")
+	a.expect("result 3 failed too many locks for this principal!")
+	if got := value(t, scrape(t, ts.URL), "mlock_refusals_total", "reason=quota"); got != 2 {
+		t.Fatalf("mlock_refusals_total{reason=quota} = %v, want 2", got)
+	}
+}

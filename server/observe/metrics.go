@@ -35,6 +35,7 @@ type Snapshot struct {
 
 	Grants, Timeouts, Expiries, Unlocks, Evictions uint64
 	BusyRefusals, TolerateRefusals                 uint64 // try-locks refused, and refusals by tolerate
+	QuotaRefusals                                  uint64 // lock requests and connects refused by a principal's quota
 	ServerFull, Forbidden, RateLimited             uint64
 	Extends, ExtendFails                           uint64
 	Dropped                                        uint64 // requests dropped with their lost session
@@ -84,7 +85,7 @@ var (
 	dExpiries = prometheus.NewDesc("mlock_expiries_total", "Granted locks that reached their expiry (evicted locks included).", nil, nil)
 	dUnlocks  = prometheus.NewDesc("mlock_unlocks_total", "Successful unlocks and releases.", nil, nil)
 	dEvict    = prometheus.NewDesc("mlock_evictions_total", "Locks revoked by evict.", nil, nil)
-	dRefused  = prometheus.NewDesc("mlock_refusals_total", "Lock requests refused, by reason: busy (try-lock), tolerate, server_full (a server-wide limit), forbidden (permission denied), rate_limited (status and locks listings).", []string{"reason"}, nil)
+	dRefused  = prometheus.NewDesc("mlock_refusals_total", "Lock requests refused, by reason: busy (try-lock), tolerate, server_full (a server-wide limit), forbidden (permission denied), rate_limited (status and locks listings), quota (a principal's quota: lock requests and connects).", []string{"reason"}, nil)
 	dExtends  = prometheus.NewDesc("mlock_extends_total", "Extend and renew calls, by outcome.", []string{"outcome"}, nil)
 	dDropped  = prometheus.NewDesc("mlock_session_lost_requests_total", "Requests (held or waiting) freed because their session's grace period ended.", nil, nil)
 	dLost     = prometheus.NewDesc("mlock_sessions_lost_total", "Sessions whose client did not come back within the session grace while they held or waited for locks.", nil, nil)
@@ -157,6 +158,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(dRefused, s.ServerFull, "server_full")
 	counter(dRefused, s.Forbidden, "forbidden")
 	counter(dRefused, s.RateLimited, "rate_limited")
+	counter(dRefused, s.QuotaRefusals, "quota")
 	counter(dExtends, s.Extends, "ok")
 	counter(dExtends, s.ExtendFails, "failed")
 	counter(dDropped, s.Dropped)
