@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"net"
 	"regexp"
 	"strings"
@@ -136,7 +137,10 @@ func TestRunWaitMessages(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer cmd.Process.Kill()
-		waitQueued(t, c, "busy", 2)
+		proctest.WaitFor(t, 30*time.Second, "mlock run waiting in busy's queue", func() bool {
+			ls, err := c.Locks(context.Background(), "busy")
+			return err == nil && len(ls.Queues) == 1 && len(ls.Queues[0].Entries) == 2
+		})
 		if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
 			t.Fatal(err)
 		}

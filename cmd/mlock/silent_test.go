@@ -26,8 +26,10 @@ func TestRunTimeoutBoundsTheWaitForTheServer(t *testing.T) {
 	if !strings.Contains(stderr, "lock not taken") || !strings.Contains(stderr, "within --timeout") {
 		t.Errorf("stderr %q does not say why", stderr)
 	}
-	// The process's start-up is part of what is measured: a wide bound.
-	if took > 700*time.Millisecond+2*time.Second {
+	// Exit 124, not 125, already tells --timeout from the client's dial
+	// timeout (3 s); the process's start-up on a busy machine is part of
+	// what is measured: a bound of seconds, against a wait without end.
+	if took > 700*time.Millisecond+10*time.Second {
 		t.Errorf("exited after %v, want about --timeout (700ms)", took)
 	}
 	if _, err := os.Stat(marker); err == nil {
