@@ -241,9 +241,12 @@ func TestRunForwardsSignals(t *testing.T) {
 	l.Unlock(context.Background())
 }
 
+// waitHeld waits until res is held. The bound is long: a run started as a
+// process of the race-enabled test binary, on a busy machine, may take
+// seconds to get there.
 func waitHeld(t *testing.T, c *mlock.Client, res string) {
 	t.Helper()
-	proctest.WaitFor(t, 5*time.Second, res+" held", func() bool {
+	proctest.WaitFor(t, 30*time.Second, res+" held", func() bool {
 		ls, err := c.Locks(context.Background(), res)
 		return err == nil && len(ls.Queues) == 1 && len(ls.Queues[0].Entries) > 0 && ls.Queues[0].Entries[0].State == "held"
 	})
@@ -252,7 +255,7 @@ func waitHeld(t *testing.T, c *mlock.Client, res string) {
 // waitQueued waits until res's queue holds n entries.
 func waitQueued(t *testing.T, c *mlock.Client, res string, n int) {
 	t.Helper()
-	proctest.WaitFor(t, 5*time.Second, fmt.Sprintf("%d entries in %s's queue", n, res), func() bool {
+	proctest.WaitFor(t, 30*time.Second, fmt.Sprintf("%d entries in %s's queue", n, res), func() bool {
 		ls, err := c.Locks(context.Background(), res)
 		return err == nil && len(ls.Queues) == 1 && len(ls.Queues[0].Entries) == n
 	})

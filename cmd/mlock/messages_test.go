@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"net"
 	"regexp"
 	"strings"
@@ -137,10 +136,7 @@ func TestRunWaitMessages(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer cmd.Process.Kill()
-		proctest.WaitFor(t, 30*time.Second, "mlock run waiting in busy's queue", func() bool {
-			ls, err := c.Locks(context.Background(), "busy")
-			return err == nil && len(ls.Queues) == 1 && len(ls.Queues[0].Entries) == 2
-		})
+		waitQueued(t, c, "busy", 2)
 		if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
 			t.Fatal(err)
 		}

@@ -301,8 +301,9 @@ func TestRunWaitSurvivesServerRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer admin.Close()
-	deadline := time.Now().Add(5 * time.Second)
-	for { // the run waits in the queue
+	deadline := time.Now().Add(20 * time.Second) // a process on a busy machine: seconds
+	// the run waits in the queue
+	for {
 		ls, err := admin.Locks(context.Background(), "restart")
 		if err == nil && len(ls.Queues) == 1 && len(ls.Queues[0].Entries) == 2 {
 			break
