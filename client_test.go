@@ -268,9 +268,11 @@ func TestDoExtendsWhileRunning(t *testing.T) {
 	addr, _ := startServer(t, server.Config{}, "")
 	c := client(t, addr, mlock.Options{})
 	ctx := ctxT(t)
-	err := c.Do(ctx, "job", &mlock.LockOptions{TTL: 150 * time.Millisecond}, func(ctx context.Context) error {
+	// A lease of a second, renewed every third of it: a lease of 150 ms was
+	// lost on a busy machine, whose stalls outlast 100 ms.
+	err := c.Do(ctx, "job", &mlock.LockOptions{TTL: time.Second}, func(ctx context.Context) error {
 		select {
-		case <-time.After(600 * time.Millisecond): // four leases
+		case <-time.After(3 * time.Second): // three leases
 			return nil
 		case <-ctx.Done():
 			return context.Cause(ctx)
