@@ -1291,8 +1291,8 @@ func TestSecretsStayOutOfLogsAndListings(t *testing.T) {
 	t.Parallel()
 	var logs logBuffer
 	// The idle timeout ends the test, but must not come before the other
-	// events: 200 ms was too short on a loaded machine.
-	cfg := Config{IdleTimeout: time.Second, SessionGrace: 100 * time.Millisecond,
+	// events: 200 ms, then 1 s, were too short on a loaded machine.
+	cfg := Config{IdleTimeout: 4 * time.Second, SessionGrace: 100 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}
 	srv, tk := abServer(t, cfg)
 	const sid = "very-secret-socket-id-0123456789"
@@ -1316,7 +1316,9 @@ func TestSecretsStayOutOfLogsAndListings(t *testing.T) {
 	adm.expect("result 4 success 1")
 	a2.expect("expired " + id + " evicted")
 	a2.expect("expired " + id) // freed a grace later
-	a2.expect("error idle timeout!")
+	if p, err := a2.next(15 * time.Second); err != nil || p != "error idle timeout!" {
+		t.Fatalf("got %q, %v; want error idle timeout!", p, err)
+	}
 	a2.closed()
 	refusedConnect(t, srv, "connect x 1.0 auth=nobody:"+wrong, "authentication failed!")
 	// The session's grace ends (logged).
