@@ -503,7 +503,7 @@ func TestURITokenNotShown(t *testing.T) {
 			t.Errorf("%s shows the token:\n%s", what, out)
 		}
 	}
-	for _, args := range [][]string{{"ping"}, {"version"}, {"status"}, {"bench", "--duration", "200ms", "--workers", "1"}} {
+	for _, args := range [][]string{{"ping"}, {"version"}, {"status"}, {"bench", "--duration", "30s", "--count", "50", "--workers", "1"}} {
 		stdout, stderr, code := runMlock(t, append(args, "--uri", uri)...)
 		if code != 0 {
 			t.Errorf("%s: exit %d, stderr %q", args[0], code, stderr)

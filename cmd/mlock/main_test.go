@@ -299,7 +299,9 @@ func TestBenchCommand(t *testing.T) {
 	t.Parallel()
 	uri := startServer(t)
 	var out, errb bytes.Buffer
-	code := cli([]string{"bench", "--scenario", "shop", "--workers", "8", "--duration", "400ms", "--hold", "100us",
+	// A count ends the run, not a short duration: a busy machine may
+	// complete nothing in 400 ms.
+	code := cli([]string{"bench", "--scenario", "shop", "--workers", "8", "--duration", "30s", "--count", "400", "--hold", "100us",
 		"--json", uri, "--vs", "memory:"}, &out, &errb)
 	if code != 0 {
 		t.Fatalf("bench: %d %s", code, errb.String())

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/mlock-dev/mlock/locking"
@@ -17,7 +19,12 @@ func TestRunSurvivesReleaseAllOfAnotherNamespace(t *testing.T) {
 	t.Parallel()
 	uri := startServer(t)
 	admin, _ := holder(t, uri, "unrelated", "")
-	cmd := mlockCmd("run", "--uri", uri, "--owner", "u1", "--ttl", "10s", "report:nightly", "--", "sleep", "1")
+	// The command holds the lock until the test opens the gate (at most
+	// 30 s): a command of a fixed second could end, on a busy machine,
+	// before the test saw its lock.
+	gate := filepath.Join(t.TempDir(), "gate")
+	cmd := mlockCmd("run", "--uri", uri, "--owner", "u1", "--ttl", "10s", "report:nightly", "--", "sh", "-c",
+		`i=0; while [ ! -e `+gate+` ] && [ $i -lt 3000 ]; do sleep 0.01; i=$((i+1)); done`)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
@@ -42,6 +49,9 @@ func TestRunSurvivesReleaseAllOfAnotherNamespace(t *testing.T) {
 		t.Fatalf("the shop's lock was not released by its ReleaseAll: ReleaseAllIn = %d, %v", n, err)
 	}
 	waitHeld(t, admin, "report:nightly")
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	if code := exitCodeOf(t, cmd.Wait()); code != 0 {
 		t.Fatalf("mlock run exited %d, want the command's 0; stderr: %s", code, stderr.String())
 	}
