@@ -219,11 +219,15 @@ func TestExecuteDeadlineSentAndLead(t *testing.T) {
 		lead time.Duration
 		want time.Duration // after the start
 	}{
+		// Times of seconds: without its Deadline or Sent the job would end
+		// at 8.9 s (the lease of 10 s less its margin, 105 ms, and Lead),
+		// told apart from the time wanted by a bound of seconds, which a
+		// busy machine keeps (milliseconds it did not).
 		{"deadline", func(start time.Time) locking.Lease {
-			return locking.Lease{Deadline: func() time.Time { return start.Add(250 * time.Millisecond) }}
-		}, 100 * time.Millisecond, 150 * time.Millisecond},
-		{"sent", func(start time.Time) locking.Lease { return locking.Lease{Sent: start.Add(-700 * time.Millisecond)} },
-			100 * time.Millisecond, time.Second - 15*time.Millisecond - 100*time.Millisecond - 700*time.Millisecond},
+			return locking.Lease{Deadline: func() time.Time { return start.Add(2500 * time.Millisecond) }}
+		}, time.Second, 1500 * time.Millisecond},
+		{"sent", func(start time.Time) locking.Lease { return locking.Lease{Sent: start.Add(-7 * time.Second)} },
+			time.Second, 10*time.Second - 105*time.Millisecond - time.Second - 7*time.Second},
 	} {
 		start := time.Now()
 		l := c.l(start)
@@ -233,8 +237,8 @@ func TestExecuteDeadlineSentAndLead(t *testing.T) {
 			<-ctx.Done()
 			took = time.Since(start)
 			return nil
-		}, locking.ExecuteOptions{Expire: time.Second, Lead: c.lead})
-		if !errors.Is(err, locking.ErrLost) || took < c.want-5*time.Millisecond || took > c.want+60*time.Millisecond {
+		}, locking.ExecuteOptions{Expire: 10 * time.Second, Lead: c.lead})
+		if !errors.Is(err, locking.ErrLost) || took < c.want-5*time.Millisecond || took > c.want+3*time.Second {
 			t.Errorf("%s: Execute = %v after %v, want ErrLost after about %v", c.name, err, took, c.want)
 		}
 	}
