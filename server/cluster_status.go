@@ -21,6 +21,7 @@ func (s *Server) clusterStatus() *ClusterStatus {
 		if f, known := s.cl.memberFormat(p.ID); known {
 			n.LogFormat = f
 		}
+		n.Stale = s.cl.formats.staleNow(p.ID)
 		cs.Peers = append(cs.Peers, n)
 	}
 	return cs
@@ -48,3 +49,4 @@ func (s *Server) ClusterStatus() *ClusterStatus {
 	}
 	return s.clusterStatus()
 }
+

@@ -1,0 +1,135 @@
+package server
+
+import (
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/mlock-dev/mlock/internal/cluster"
+)
+
+// waitPeer polls the leader l's view of member id until ok holds (15 s).
+func (tc *testCluster) waitPeer(l int, id, what string, ok func(ClusterNode) bool) ClusterNode {
+	tc.t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		for _, p := range tc.nodes[l].ClusterStatus().Peers {
+			if p.ID == id && ok(p) {
+				return p
+			}
+		}
+		if time.Now().After(deadline) {
+			tc.t.Fatalf("the leader n%d's view of %s: %+v, want %s", l, id, tc.nodes[l].ClusterStatus().Peers, what)
+		}
+		time.Sleep(10 * time.Millisecond) // polled: status has no event to wait on
+	}
+}
+
+// A member that reads a format below the cluster version (here a node that
+// says it reads format 1 and writes it, as the previous release does) is
+// fenced by the leader once it starts in a cluster at the raised version:
+// its client's connect is refused with a clear error (nothing of it is
+// applied), it is made a nonvoter and shown stale; started again on a
+// build that reads the version, it is a voter again and serves.
+func TestStaleMemberRefusedAndFenced(t *testing.T) {
+	t.Parallel()
+	var stale atomic.Int32
+	stale.Store(-1)
+	ownFormat := func(id string) int {
+		if i := stale.Load(); i >= 0 && id == "n"+string(rune('0'+i)) {
+			return logFormat1
+		}
+		return 0
+	}
+	tc := newTestClusterWith(t, 3, true, func(tc *testCluster) { tc.hooks.ownFormat = ownFormat })
+	l := tc.leader()
+	tc.waitFormats(l, map[string]int{"n0": logFormat, "n1": logFormat, "n2": logFormat})
+	for i := range 3 {
+		for tc.nodes[i].ClusterStatus().Version != logFormat {
+			time.Sleep(10 * time.Millisecond) // polled: status has no event to wait on
+		}
+	}
+	f := (l + 1) % 3
+	id := "n" + string(rune('0'+f))
+
+	// f goes back to a build that reads format 1.
+	tc.stop(f)
+	stale.Store(int32(f))
+	tc.start(f)
+	c := tc.dial(f, "stale")
+	c.expect("error node cannot read the cluster log!")
+	p := tc.waitPeer(l, id, "a stale nonvoter", func(p ClusterNode) bool { return p.Stale != "" && p.Suffrage == "Nonvoter" })
+	t.Logf("%s fenced: %s", id, p.Stale)
+	if n := tc.nodes[l].cl.formats.refusedN.Load(); n == 0 {
+		t.Error("the leader refused no forwarded command")
+	}
+	// The others serve meanwhile.
+	other := (l + 2) % 3
+	d := tc.dial(other, "healthy")
+	d.expect("connected 1.0 new * **")
+	lk := d.lock("1", "r 60000 0 0")
+	d.locked(lk)
+
+	// Back on a build that reads the version: a voter again, and it serves.
+	tc.stop(f)
+	stale.Store(-1)
+	tc.start(f)
+	l = tc.leader()
+	if l != f {
+		tc.waitPeer(l, id, "a voter, not stale", func(p ClusterNode) bool { return p.Stale == "" && p.Suffrage == "Voter" })
+	}
+	e := tc.dial(f, "back")
+	e.expect("connected 1.0 new * **")
+}
+
+// Which member is stale, as the leader decides it (staleWhy): the cluster
+// version, what the member said, whether its forwarded command was
+// refused, whether it is reached, and how long this node has led.
+func TestStaleWhy(t *testing.T) {
+	now := time.Now()
+	cl := &clusterState{id: "n0"}
+	cl.versionNow.Store(logFormat)
+	cl.formats.leadSince = now.Add(-time.Minute)
+	cl.formats.upSince = map[string]time.Time{"n1": now.Add(-time.Minute), "n2": now.Add(-time.Second)}
+	peer := func(id string, failing bool) cluster.Peer { return cluster.Peer{ID: id, Failing: failing} }
+	cases := []struct {
+		name  string
+		setup func()
+		p     cluster.Peer
+		v     int
+		stale bool
+	}{
+		{"itself", func() {}, peer("n0", false), logFormat, false},
+		{"version 1: every build reads it", func() {}, peer("n1", false), logFormat1, false},
+		{"silent, reached for a minute", func() {}, peer("n1", false), logFormat, true},
+		{"silent, reached for a second", func() {}, peer("n2", false), logFormat, false},
+		{"silent, heartbeats failing", func() {}, peer("n1", true), logFormat, false},
+		{"said the version", func() { cl.noteFormat("n1", logFormat, nil) }, peer("n1", false), logFormat, false},
+		{"said a lower format", func() { cl.noteFormat("n1", logFormat-1, nil) }, peer("n1", false), logFormat, true},
+		{"refused, then said the version", func() {
+			cl.formats.refused = map[string]string{"n1": "refused"}
+			cl.noteFormat("n1", logFormat, nil)
+		}, peer("n1", false), logFormat, false},
+		{"refused, said the version before (restarted on an older build)", func() {
+			cl.noteFormat("n1", logFormat, nil)
+			cl.formats.refused = map[string]string{"n1": "refused"}
+		}, peer("n1", false), logFormat, true},
+		{"refused, said nothing", func() {
+			delete(cl.formats.said, "n2")
+			cl.formats.refused = map[string]string{"n2": "refused"}
+		}, peer("n2", false), logFormat, true},
+	}
+	for _, c := range cases {
+		cl.formats.said, cl.formats.refused = nil, nil
+		c.setup()
+		if got := cl.staleWhy(c.p, c.v, now); (got != "") != c.stale {
+			t.Errorf("%s: staleWhy = %q, want stale %v", c.name, got, c.stale)
+		}
+	}
+	// A new leader waits formatFresh before it counts silence.
+	cl.formats.said, cl.formats.refused = nil, nil
+	cl.formats.leadSince = now.Add(-time.Second)
+	if got := cl.staleWhy(peer("n1", false), logFormat, now); got != "" {
+		t.Errorf("silent member, leader for a second: staleWhy = %q, want not stale", got)
+	}
+}
