@@ -52,6 +52,9 @@ type formats struct {
 	stale     map[string]string
 	upSince   map[string]time.Time
 	leadSince time.Time
+	// changed: when this leader last tried to change each member's
+	// suffrage (a failed try is made again a second later at the soonest).
+	changed map[string]time.Time
 	// refusedN counts the forwarded commands refused as a stale member's.
 	refusedN atomic.Uint64
 	// versionAt: when this node put the cluster version in force (Unix ns).
@@ -313,9 +316,24 @@ func (s *Server) fenceStale(peers []cluster.Peer) {
 			stale[p.ID] = why
 		}
 		f, known := cl.memberFormat(p.ID)
+		demote := why != "" && p.Suffrage == "Voter"
+		promote := why == "" && p.Suffrage == "Nonvoter" && p.ID != cl.id && known && f >= v && !p.Failing
+		if !demote && !promote {
+			continue
+		}
+		a.mu.Lock()
+		if now.Sub(a.changed[p.ID]) < time.Second {
+			a.mu.Unlock()
+			continue
+		}
+		if a.changed == nil {
+			a.changed = map[string]time.Time{}
+		}
+		a.changed[p.ID] = now
+		a.mu.Unlock()
 		var err error
 		switch {
-		case why != "" && p.Suffrage == "Voter":
+		case demote:
 			ctx, cancel := context.WithTimeout(cl.ctx, cl.cfg.window())
 			err = cl.node.Demote(ctx, p.ID)
 			cancel()
@@ -324,7 +342,7 @@ func (s *Server) fenceStale(peers []cluster.Peer) {
 					"forwarded commands are refused, until it runs a build that reads log format "+strconv.Itoa(v),
 					"node", p.ID, "why", why)
 			}
-		case why == "" && p.Suffrage == "Nonvoter" && p.ID != cl.id && known && f >= v && !p.Failing:
+		case promote:
 			ctx, cancel := context.WithTimeout(cl.ctx, cl.cfg.window())
 			err = cl.node.Join(ctx, p.ID, p.Addr)
 			cancel()
@@ -346,7 +364,7 @@ func (a *formats) notLeading() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.leadSince = time.Time{}
-	a.stale, a.upSince, a.refused = nil, nil, nil
+	a.stale, a.upSince, a.refused, a.changed = nil, nil, nil, nil
 }
 
 // staleNow returns why member id is fenced now ("": it is not; on the
