@@ -1,11 +1,14 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/mlock-dev/mlock/internal/testcert"
 	"github.com/mlock-dev/mlock/server"
 	"github.com/mlock-dev/mlock/server/servertest"
 )
@@ -162,5 +165,33 @@ func TestClusterStatusWithoutLeader(t *testing.T) {
 	if st := views[0].Status; st.ID != ids[survivor] || st.Role == "leader" || st.Term == 0 || st.AppliedIndex == 0 ||
 		st.LogFormat == 0 || len(st.Peers) != n {
 		t.Fatalf("cluster status --json on the survivor alone: %+v", *st)
+	}
+}
+
+// The cluster probe speaks TLS to a TLS listener (mlocks://): a single
+// server answers it, through the handshake, that it is no cluster node; a
+// probe that does not speak the listener's protocol gets no view.
+func TestClusterProbeTLS(t *testing.T) {
+	t.Parallel()
+	ca := testcert.New(t)
+	cert, key := ca.Server(t)
+	addr, _ := servertest.Start(t, server.Config{TLSCertFile: cert, TLSKeyFile: key, StatusRate: -1}, "")
+	o, err := clientOptions("mlocks://"+addr+"?tls-ca="+ca.CertFile(), 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if st, err := probeCluster(ctx, o, addr); !errors.Is(err, errNotClusterNode) {
+		t.Fatalf("probe over TLS of a single server: %+v, %v; want %v", st, err, errNotClusterNode)
+	}
+	plain := o
+	plain.TLS = nil
+	if st, err := probeCluster(ctx, plain, addr); err == nil || errors.Is(err, errNotClusterNode) {
+		t.Fatalf("plain probe of a TLS listener: %+v, %v; want a failure", st, err)
+	}
+	stdout, _, code := runMlock(t, "cluster", "status", "--uri", "mlocks://"+addr+"?tls-ca="+ca.CertFile(), "--timeout", "2s")
+	if code != exitError || !strings.Contains(stdout, "not a cluster node") {
+		t.Fatalf("cluster status of a single TLS server: exit %d\n%s", code, stdout)
 	}
 }
