@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -26,7 +27,7 @@ func (tc *testCluster) waitPeer(l int, id, what string, ok func(ClusterNode) boo
 }
 
 // A member that reads a format below the cluster version (here a node that
-// says it reads format 1 and writes it, as the previous release does) is
+// says it reads format 1 and writes it, as the previous release writes) is
 // fenced by the leader once it starts in a cluster at the raised version:
 // its client's connect is refused with a clear error (nothing of it is
 // applied), it is made a nonvoter and shown stale; started again on a
@@ -56,6 +57,9 @@ func TestStaleMemberRefusedAndFenced(t *testing.T) {
 	tc.stop(f)
 	stale.Store(int32(f))
 	tc.start(f)
+	want := map[string]int{"n0": logFormat, "n1": logFormat, "n2": logFormat}
+	want[id] = logFormat1
+	tc.waitFormats(l, want) // it said so: it is answered as this build is (v0.1.0 says nothing)
 	c := tc.dial(f, "stale")
 	c.expect("error node cannot read the cluster log!")
 	p := tc.waitPeer(l, id, "a stale nonvoter", func(p ClusterNode) bool { return p.Stale != "" && p.Suffrage == "Nonvoter" })
@@ -131,5 +135,27 @@ func TestStaleWhy(t *testing.T) {
 	cl.formats.leadSince = now.Add(-time.Second)
 	if got := cl.staleWhy(peer("n1", false), logFormat, now); got != "" {
 		t.Errorf("silent member, leader for a second: staleWhy = %q, want not stale", got)
+	}
+}
+
+// The answer to a stale member's forwarded command: a node that told the
+// leader its formats on the forwarding connection is told why (it tells its
+// client); one that never did (v0.1.0, which retried a refusal every 20 ms
+// for ever) is answered as if the command had ended its connection.
+func TestStaleAnswer(t *testing.T) {
+	cl := &clusterState{id: "n0"}
+	told, silent := &conn{}, &conn{}
+	cl.noteFormat("n1", logFormat1, told)
+	if st, res := cl.staleAnswer("why", told); st != fwdFailed || string(res) != staleRefusal+"why" {
+		t.Errorf("on a connection that said its formats: %d %q", st, res)
+	}
+	if st, res := cl.staleAnswer("why", silent); st != fwdOK || len(res) != 1 || res[0] != ansEnd {
+		t.Errorf("on a connection that said nothing: %d %q", st, res)
+	}
+	if st, _ := cl.staleAnswer("why", nil); st != fwdFailed {
+		t.Errorf("without a connection: %d", st)
+	}
+	if _, err := proposed(cl.staleAnswer("why", told)); !errors.Is(err, errStaleNode) {
+		t.Errorf("the follower's reading of the refusal: %v, want errStaleNode", err)
 	}
 }

@@ -235,7 +235,7 @@ func (s *Server) refuseStale(cmd []byte, via *conn) string {
 	}
 	var m logCmd
 	if decodeLogCmd(body, &m) != nil || m.node == "" {
-		return staleRefusal + fmt.Sprintf("a log command of format %d; the cluster version is %d", f, v)
+		return fmt.Sprintf("a log command of format %d; the cluster version is %d", f, v)
 	}
 	if via != nil && time.Since(time.Unix(0, cl.formats.versionAt.Load())) < formatFresh {
 		cl.formats.mu.Lock()
@@ -259,7 +259,36 @@ func (s *Server) refuseStale(cmd []byte, via *conn) string {
 	if !again {
 		s.log.Warn("cluster: a forwarded command refused: "+why, "node", m.node)
 	}
-	return staleRefusal + why
+	return why
+}
+
+// staleAnswer is the leader's answer to a log command forwarded on via and
+// refused as a stale member's (refuseStale said why). A node that told the
+// leader its formats on via (this build, or a later one) is answered
+// fwdFailed with staleRefusal: it tells its client and closes. A node that
+// never did (v0.1.0, which retried a refusal every 20 ms for as long as it
+// ran, once per connection of its clients) is answered as if the command had
+// ended its connection (fwdOK, ansEnd): nothing was applied, and it stops
+// asking; its client, never answered, goes to another node.
+func (cl *clusterState) staleAnswer(why string, via *conn) (byte, []byte) {
+	if via != nil && !cl.announcedOn(via) {
+		return fwdOK, []byte{ansEnd}
+	}
+	return fwdFailed, []byte(staleRefusal + why)
+}
+
+// announcedOn reports whether a member told this leader its formats on the
+// forwarding connection via (the latest it said).
+func (cl *clusterState) announcedOn(via *conn) bool {
+	a := &cl.formats
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, f := range a.said {
+		if f.via == via {
+			return true
+		}
+	}
+	return false
 }
 
 // staleWhy returns why member p is stale at cluster version v ("": it is

@@ -185,7 +185,8 @@ func (c *conn) queueForwarded(id uint64, kind byte, cmd []byte) bool {
 	}
 	if why := c.srv.refuseStale(cmd, c); why != "" {
 		delete(ch.last, key)
-		c.answerForwarded(id, fwdFailed, []byte(why))
+		st, res := cl.staleAnswer(why, c)
+		c.answerForwarded(id, st, res)
 		return true
 	}
 	var after *cluster.Proposal
@@ -263,7 +264,7 @@ func (s *Server) serveForwarded(kind byte, req []byte) (byte, []byte) {
 	switch kind {
 	case fwdPropose:
 		if why := s.refuseStale(req, nil); why != "" {
-			return fwdFailed, []byte(why)
+			return cl.staleAnswer(why, nil)
 		}
 		res, err := cl.node.Propose(cl.ctx, req)
 		return s.forwardedOutcome(res, err)
