@@ -135,7 +135,9 @@ func TestClusterStatusWithoutLeader(t *testing.T) {
 	stops[(leader+2)%n]()
 	// The survivor may still believe in the leader for a moment; its row
 	// must be there at once either way.
+	t0 := time.Now()
 	stdout, stderr, code := runMlock(t, "cluster", "status", "--uri", "mlock://"+client[survivor], "--timeout", "2s")
+	t.Logf("the survivor's row in %v", time.Since(t0).Round(time.Millisecond))
 	var row []string
 	for _, l := range strings.Split(stdout, "\n") {
 		if f := strings.Fields(l); len(f) >= 8 && f[0] == ids[survivor] {
@@ -158,8 +160,10 @@ func TestClusterStatusWithoutLeader(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond) // poll interval: the survivor's election timeout
 	}
+	// (The leader it still names, if any, is asked too, and has a row of
+	// its own: unreachable.)
 	var views []nodeView
-	if err := json.Unmarshal([]byte(stdout), &views); err != nil || len(views) != 1 || views[0].Status == nil {
+	if err := json.Unmarshal([]byte(stdout), &views); err != nil || len(views) == 0 || views[0].Status == nil {
 		t.Fatalf("cluster status --json on the survivor alone: %v\n%s", err, stdout)
 	}
 	if st := views[0].Status; st.ID != ids[survivor] || st.Role == "leader" || st.Term == 0 || st.AppliedIndex == 0 ||
