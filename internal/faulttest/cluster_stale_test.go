@@ -68,7 +68,7 @@ func TestStaleMemberFenced(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			runHolder(ctx, hard, runs, bin, uri, hd, k)
+			runHolder(ctx, hard, runs, bin, uri, hd, holderScriptStopped, k)
 		}()
 	}
 	stopped := false
