@@ -224,6 +224,12 @@ func TestRollingUpgrade(t *testing.T) {
 		if strings.Contains(string(data), "does not decode") {
 			t.Errorf("%s logged a log command it could not decode:\n%s", n.id, c.logTails())
 		}
+		// No member of this build was taken for one that cannot read the
+		// cluster version (docs/cluster.md, "Stale members").
+		if strings.Contains(string(data), "a member cannot read what the cluster writes") ||
+			strings.Contains(string(data), "a forwarded command refused") {
+			t.Errorf("%s fenced a member:\n%s", n.id, c.logTails())
+		}
 	}
 
 	ops, grants, events := h.snapshot()
