@@ -218,7 +218,6 @@ func (s *Server) setVersionLocked(v int) {
 	}
 	cl.version = v
 	cl.versionNow.Store(int64(v))
-	cl.formats.versionAt.Store(time.Now().UnixNano())
 	s.log.Info("cluster: cluster version in force", "version", v, "this-build-reads", logFormat)
 }
 

@@ -53,6 +53,22 @@ func TestStaleMemberRefusedAndFenced(t *testing.T) {
 	f := (l + 1) % 3
 	id := "n" + string(rune('0'+f))
 
+	// A restart on this build is no stale member, though the node writes
+	// format 1 until it has applied the version again (its detach of its
+	// earlier run's sessions, at once).
+	tc.stop(f)
+	tc.start(f)
+	r := tc.dial(f, "restarted")
+	r.expect("connected 1.0 new * **")
+	if n := tc.nodes[l].cl.formats.refusedN.Load(); n != 0 {
+		t.Fatalf("the leader refused %d forwarded commands of a node of this build restarted", n)
+	}
+	for _, p := range tc.nodes[l].ClusterStatus().Peers {
+		if p.Stale != "" || p.Suffrage != "Voter" {
+			t.Fatalf("after a restart on this build: %+v", p)
+		}
+	}
+
 	// f goes back to a build that reads format 1.
 	tc.stop(f)
 	stale.Store(int32(f))
@@ -140,22 +156,25 @@ func TestStaleWhy(t *testing.T) {
 
 // The answer to a stale member's forwarded command: a node that told the
 // leader its formats on the forwarding connection is told why (it tells its
-// client); one that never did (v0.1.0, which retried a refusal every 20 ms
-// for ever) is answered as if the command had ended its connection.
+// client); one that never did (v0.1.0, which asked again every 20 ms for
+// ever) is answered as if the command had ended its connection.
 func TestStaleAnswer(t *testing.T) {
 	cl := &clusterState{id: "n0"}
-	told, silent := &conn{}, &conn{}
-	cl.noteFormat("n1", logFormat1, told)
-	if st, res := cl.staleAnswer("why", told); st != fwdFailed || string(res) != staleRefusal+"why" {
+	if st, res := cl.staleAnswer("why", true); st != fwdFailed || string(res) != staleRefusal+"why" {
 		t.Errorf("on a connection that said its formats: %d %q", st, res)
 	}
-	if st, res := cl.staleAnswer("why", silent); st != fwdOK || len(res) != 1 || res[0] != ansEnd {
+	if st, res := cl.staleAnswer("why", false); st != fwdOK || len(res) != 1 || res[0] != ansEnd {
 		t.Errorf("on a connection that said nothing: %d %q", st, res)
 	}
-	if st, _ := cl.staleAnswer("why", nil); st != fwdFailed {
-		t.Errorf("without a connection: %d", st)
-	}
-	if _, err := proposed(cl.staleAnswer("why", told)); !errors.Is(err, errStaleNode) {
+	if _, err := proposed(cl.staleAnswer("why", true)); !errors.Is(err, errStaleNode) {
 		t.Errorf("the follower's reading of the refusal: %v, want errStaleNode", err)
+	}
+	told, silent := &conn{}, &conn{}
+	cl.noteFormat("n1", logFormat1, told)
+	if f, ok := cl.saidOn(told); !ok || f != logFormat1 {
+		t.Errorf("saidOn(the connection n1 said its formats on) = %d, %v", f, ok)
+	}
+	if _, ok := cl.saidOn(silent); ok {
+		t.Error("saidOn(a connection nothing was said on) = true")
 	}
 }

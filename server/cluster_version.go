@@ -43,7 +43,7 @@ type formats struct {
 	toLeader string
 	tried    time.Time
 
-	// On the leader (fenceStale, refuseStale): refused says why each
+	// On the leader (fenceStale, checkForwarded): refused says why each
 	// member whose forwarded command was refused cannot read the cluster
 	// version; stale, why each member is fenced now (what status shows);
 	// upSince, since when the leader's heartbeats to each member succeed;
@@ -57,8 +57,6 @@ type formats struct {
 	changed map[string]time.Time
 	// refusedN counts the forwarded commands refused as a stale member's.
 	refusedN atomic.Uint64
-	// versionAt: when this node put the cluster version in force (Unix ns).
-	versionAt atomic.Int64
 }
 
 type formatSaid struct {
@@ -186,10 +184,11 @@ func (s *Server) raiseVersion(peers []cluster.Peer) {
 // (two holders of one lock, fencing tokens going back). It cannot be
 // changed, so the leader fences such a member:
 //
-//   - it refuses the member's forwarded log commands (refuseStale): a
-//     command written in a format below the cluster version comes from a
-//     build that does not read it (its clients' connects and requests fail;
-//     a build of this kind tells them staleRefusal's error);
+//   - it refuses the member's forwarded log commands (checkForwarded): a
+//     command written in a format below the cluster version, on a
+//     forwarding connection that did not say the member reads the version,
+//     comes from a build that does not read it (its clients' connects and
+//     requests fail; a build of this kind tells them staleRefusal's error);
 //   - it demotes the member to a nonvoter (fenceStale): a nonvoter never
 //     stands for election, and the voters refuse its vote requests, so it
 //     cannot lead (a leader answers its own clients from its own state).
@@ -212,83 +211,99 @@ const staleRefusal = "stale build: "
 // read the cluster version.
 var errStaleNode = errors.New("server: this node's build cannot read the cluster's log")
 
-// refuseStale returns why the leader refuses the log command cmd (a
-// cluster.DedupCommand) forwarded on via, "" to accept it: it is written
-// in a format below the cluster version. A member that had not applied
-// the version yet when it wrote the command (the version is less than
-// formatFresh old) is not refused if it said it reads the version on the
-// same forwarding connection (a member restarted on an older build
-// forwards on a new one, and says nothing).
-func (s *Server) refuseStale(cmd []byte, via *conn) string {
+// checkForwarded decides, on the leader, what becomes of the log command
+// cmd (a cluster.DedupCommand) forwarded on the connection via (nil: not
+// known). ok: it is proposed. Else st and res are its answer, and nothing
+// is done:
+//
+//   - a command in a format at or above the cluster version is proposed;
+//   - so is one from a connection on which a member said it reads the
+//     version: a node of this build writes the format of the version it
+//     has applied, which lags behind the leader's while it catches up (a
+//     restart, the version just raised);
+//   - one from a connection that said nothing yet, less than announceGrace
+//     old, is answered fwdNotLeader (ask again): a node of this build says
+//     its formats on it at once, v0.1.0 never;
+//   - any other is a stale member's: it is refused (staleAnswer), and the
+//     member fenced (fenceStale) until it says it reads the version.
+func (s *Server) checkForwarded(cmd []byte, via *conn) (ok bool, st byte, res []byte) {
 	cl := s.cl
 	v := int(cl.versionNow.Load())
 	if v <= logFormat1 {
-		return ""
+		return true, 0, nil
 	}
 	_, _, body, err := cluster.ParseDedupCommand(cmd)
 	if err != nil {
-		return ""
+		return true, 0, nil // a bad command fails where it is applied
 	}
 	f, _, err := logFormatOf(body)
 	if err != nil || f >= v {
-		return "" // a bad command fails where it is applied
+		return true, 0, nil
+	}
+	said, announced := cl.saidOn(via)
+	switch {
+	case announced && said >= v:
+		return true, 0, nil
+	case via == nil:
+		return false, fwdNotLeader, []byte(cl.node.LeaderAddr())
+	case !announced && time.Since(via.accepted) < announceGrace:
+		return false, fwdNotLeader, []byte(cl.node.LeaderAddr())
 	}
 	var m logCmd
-	if decodeLogCmd(body, &m) != nil || m.node == "" {
-		return fmt.Sprintf("a log command of format %d; the cluster version is %d", f, v)
-	}
-	if via != nil && time.Since(time.Unix(0, cl.formats.versionAt.Load())) < formatFresh {
-		cl.formats.mu.Lock()
-		said, ok := cl.formats.said[m.node]
-		cl.formats.mu.Unlock()
-		if ok && said.via == via && said.format >= v && time.Since(said.at) <= formatFresh {
-			return ""
-		}
+	node := ""
+	if decodeLogCmd(body, &m) == nil {
+		node = m.node
 	}
 	why := fmt.Sprintf("node %s wrote a log command of format %d; the cluster version is %d: "+
-		"its build cannot read the cluster's log", m.node, f, v)
+		"its build cannot read the cluster's log", node, f, v)
 	a := &cl.formats
-	a.mu.Lock()
-	if a.refused == nil {
-		a.refused = map[string]string{}
-	}
-	_, again := a.refused[m.node]
-	a.refused[m.node] = why
-	a.mu.Unlock()
 	a.refusedN.Add(1)
-	if !again {
-		s.log.Warn("cluster: a forwarded command refused: "+why, "node", m.node)
+	if node != "" {
+		a.mu.Lock()
+		if a.refused == nil {
+			a.refused = map[string]string{}
+		}
+		_, again := a.refused[node]
+		a.refused[node] = why
+		a.mu.Unlock()
+		if !again {
+			s.log.Warn("cluster: a forwarded command refused: "+why, "node", node)
+		}
 	}
-	return why
+	st, res = cl.staleAnswer(why, announced)
+	return false, st, res
 }
 
-// staleAnswer is the leader's answer to a log command forwarded on via and
-// refused as a stale member's (refuseStale said why). A node that told the
-// leader its formats on via (this build, or a later one) is answered
-// fwdFailed with staleRefusal: it tells its client and closes. A node that
-// never did (v0.1.0, which retried a refusal every 20 ms for as long as it
-// ran, once per connection of its clients) is answered as if the command had
-// ended its connection (fwdOK, ansEnd): nothing was applied, and it stops
-// asking; its client, never answered, goes to another node.
-func (cl *clusterState) staleAnswer(why string, via *conn) (byte, []byte) {
-	if via != nil && !cl.announcedOn(via) {
+// staleAnswer is the leader's answer to a log command refused as a stale
+// member's (checkForwarded says why). A node that told the leader its
+// formats on the forwarding connection (this build, or a later one) is
+// answered fwdFailed with staleRefusal: it tells its client and closes. A
+// node that never did (v0.1.0, which asked again every 20 ms for as long as
+// it ran, once per connection of its clients) is answered as if the command
+// had ended its connection (fwdOK, ansEnd): nothing was applied, and it
+// stops asking; its client, never answered, goes to another node.
+func (cl *clusterState) staleAnswer(why string, announced bool) (byte, []byte) {
+	if !announced {
 		return fwdOK, []byte{ansEnd}
 	}
 	return fwdFailed, []byte(staleRefusal + why)
 }
 
-// announcedOn reports whether a member told this leader its formats on the
-// forwarding connection via (the latest it said).
-func (cl *clusterState) announcedOn(via *conn) bool {
+// saidOn returns the log format a member said it reads on the forwarding
+// connection via (its latest word), and whether one said any there.
+func (cl *clusterState) saidOn(via *conn) (int, bool) {
+	if via == nil {
+		return 0, false
+	}
 	a := &cl.formats
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for _, f := range a.said {
 		if f.via == via {
-			return true
+			return f.format, true
 		}
 	}
-	return false
+	return 0, false
 }
 
 // staleWhy returns why member p is stale at cluster version v ("": it is

@@ -183,9 +183,8 @@ func (c *conn) queueForwarded(id uint64, kind byte, cmd []byte) bool {
 		c.answerForwarded(id, fwdFailed, []byte("bad command"))
 		return true
 	}
-	if why := c.srv.refuseStale(cmd, c); why != "" {
+	if ok, st, res := c.srv.checkForwarded(cmd, c); !ok {
 		delete(ch.last, key)
-		st, res := cl.staleAnswer(why, c)
 		c.answerForwarded(id, st, res)
 		return true
 	}
@@ -263,8 +262,8 @@ func (s *Server) serveForwarded(kind byte, req []byte) (byte, []byte) {
 	cl := s.cl
 	switch kind {
 	case fwdPropose:
-		if why := s.refuseStale(req, nil); why != "" {
-			return cl.staleAnswer(why, nil)
+		if ok, st, res := s.checkForwarded(req, nil); !ok {
+			return st, res
 		}
 		res, err := cl.node.Propose(cl.ctx, req)
 		return s.forwardedOutcome(res, err)
