@@ -1,7 +1,12 @@
 package server
 
 import (
+	"encoding/binary"
+	"encoding/hex"
 	"errors"
+	"net"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -176,5 +181,81 @@ func TestStaleAnswer(t *testing.T) {
 	}
 	if _, ok := cl.saidOn(silent); ok {
 		t.Error("saidOn(a connection nothing was said on) = true")
+	}
+}
+
+// What the leader does with a command below the cluster version, by the
+// forwarding connection it comes on (checkForwarded): asks again while the
+// connection is young and said nothing (a node of this build says its
+// formats at once); proposes it once a member said there that it reads the
+// version (a node of this build catching up); refuses it as a stale
+// member's when a member said there that it reads less (told why), or when
+// the connection stayed silent for announceGrace (v0.1.0: answered as if
+// its connection had ended, so that it stops asking).
+func TestForwardedBelowVersion(t *testing.T) {
+	t.Parallel()
+	tc := newTestCluster(t, 3, false)
+	waitClusterVersion(t, tc, logFormat)
+	l := tc.leader()
+	srv := tc.nodes[l]
+	var id uint64
+	dial := func() *raw {
+		nc, err := net.Dial("tcp", tc.addrs[l])
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { nc.Close() })
+		c := &raw{t: t, nc: nc}
+		c.write(frame("forward " + hex.EncodeToString(srv.cl.secret[:])))
+		return c
+	}
+	// ask sends a request of kind on c and returns the answer's status and
+	// result.
+	ask := func(c *raw, kind byte, req []byte) (byte, string) {
+		t.Helper()
+		id++
+		c.write(frame(string(append(binary.BigEndian.AppendUint64(nil, id), append([]byte{kind}, req...)...))))
+		p, err := c.next(10 * time.Second)
+		if err != nil || len(p) < 9 || binary.BigEndian.Uint64([]byte(p)) != id {
+			t.Fatalf("request %d: %q, %v", id, p, err)
+		}
+		return p[8], p[9:]
+	}
+	var seq uint64
+	old := func(node string) []byte { // a detach in format 1 that does nothing
+		seq++
+		return cluster.DedupCommand("below", seq, appendLogCmd(nil, &logCmd{op: opDetach, node: node, conn: "c", session: "nobody"}))
+	}
+	if l := tc.leader(); tc.nodes[l] != srv {
+		t.Skip("the leadership moved") // the answers below are a leader's
+	}
+
+	catching := dial()
+	if st, _ := ask(catching, fwdPropose, old("x1")); st != fwdNotLeader {
+		t.Fatalf("a young connection that said nothing: status %d, want fwdNotLeader (ask again)", st)
+	}
+	if st, _ := ask(catching, fwdFormat, []byte("x1 "+strconv.Itoa(logFormat))); st != fwdOK {
+		t.Fatalf("fwdFormat: status %d", st)
+	}
+	if st, res := ask(catching, fwdPropose, old("x1")); st != fwdOK || res == string([]byte{ansEnd}) {
+		t.Fatalf("after the member said it reads the version: %d %q, want it proposed", st, res)
+	}
+
+	older := dial()
+	if st, _ := ask(older, fwdFormat, []byte("x2 "+strconv.Itoa(logFormat-1))); st != fwdOK {
+		t.Fatalf("fwdFormat: status %d", st)
+	}
+	if st, res := ask(older, fwdPropose, old("x2")); st != fwdFailed || !strings.HasPrefix(res, staleRefusal) {
+		t.Fatalf("a member that reads less: %d %q, want refused, told why", st, res)
+	}
+
+	silent := dial()
+	time.Sleep(announceGrace) // fixed: the connection's age, the test's input
+	before := srv.cl.formats.refusedN.Load()
+	if st, res := ask(silent, fwdPropose, old("x3")); st != fwdOK || res != string([]byte{ansEnd}) {
+		t.Fatalf("a silent connection: %d %q, want fwdOK, ansEnd (as if it had ended the connection)", st, res)
+	}
+	if srv.cl.formats.refusedN.Load() != before+1 {
+		t.Fatal("the silent connection's command was not counted refused")
 	}
 }
