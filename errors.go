@@ -307,8 +307,11 @@ func failure(m *protocol.Message, v protocol.Verb) *Error {
 // session.refusedLocked).
 func refusal(m *protocol.Message, addr string) *Error {
 	// An auth timeout says the server did not get the connect in time (a
-	// connection held up on its way): the next attempt may well get it.
-	e := &Error{Type: TypeConnection, Msg: m.Text, Node: addr, code: m.Code, fatal: m.Code != protocol.CodeAuthTimeout}
+	// connection held up on its way): the next attempt may well get it. A
+	// cluster node that cannot read the cluster's log sends its client to
+	// another node.
+	e := &Error{Type: TypeConnection, Msg: m.Text, Node: addr, code: m.Code,
+		fatal: m.Code != protocol.CodeAuthTimeout && m.Code != protocol.CodeStaleNode}
 	switch m.Code {
 	case protocol.CodeAuthRequired, protocol.CodeAuthFailed, protocol.CodeAuthNotConfigured, protocol.CodeProtectedMode:
 		e.Err = ErrAuth

@@ -91,6 +91,7 @@ func (s *Server) watchPeers() {
 		s.watchRemoved(st)
 		if !cl.node.IsLeader() {
 			s.announceFormat()
+			cl.formats.notLeading()
 			clear(done)
 			clear(gone)
 			members = ""
@@ -108,6 +109,7 @@ func (s *Server) watchPeers() {
 		}
 		peers := cl.node.Status().Peers
 		s.raiseVersion(peers)
+		s.fenceStale(peers)
 		for _, p := range peers {
 			if !p.Failing {
 				delete(done, p.ID)

@@ -377,6 +377,15 @@ func (r *pipeRun) runLocal(it *item) bool {
 		res, err := s.replicate(ctx, c.dedupCmd(p.seq, s.cl.encode(it.attach)))
 		cancel()
 		if err != nil {
+			if errors.Is(err, errStaleNode) {
+				s.log.Warn("cluster: a connect refused by the leader: this node's build cannot read the cluster's log",
+					"remote", c.remote, "err", err)
+				s.batch(func(*core.Tx) {
+					c.sendError(protocol.CodeStaleNode)
+					c.finish()
+				})
+				return false
+			}
 			if errors.Is(err, context.DeadlineExceeded) {
 				p.attached = true
 				s.log.Warn("cluster: a connect was not committed in time (no leader, or no quorum): connection closed",

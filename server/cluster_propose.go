@@ -44,6 +44,9 @@ func (s *Server) replicate(ctx context.Context, cmd []byte) ([]byte, error) {
 		if errors.Is(err, cluster.ErrClosed) {
 			return nil, errClosing
 		}
+		if errors.Is(err, errStaleNode) {
+			return nil, err // refused: asking again is refused again
+		}
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}

@@ -1,6 +1,8 @@
 package server
 
 import (
+	"encoding/json"
+
 	"github.com/mlock-dev/mlock/internal/protocol"
 )
 
@@ -21,6 +23,7 @@ func (s *Server) clusterStatus() *ClusterStatus {
 		if f, known := s.cl.memberFormat(p.ID); known {
 			n.LogFormat = f
 		}
+		n.Stale = s.cl.formats.staleNow(p.ID)
 		cs.Peers = append(cs.Peers, n)
 	}
 	return cs
@@ -47,4 +50,26 @@ func (s *Server) ClusterStatus() *ClusterStatus {
 		return nil
 	}
 	return s.clusterStatus()
+}
+
+// clusterProbe answers the unframed "cluster\n" request: this node's own
+// view of its cluster (role, term, indexes, version, peers; on the leader
+// what it knows of each member) as one line of JSON, at most 100 ms old. It needs no
+// session and no log, so a node without a leader answers it at once (a
+// status asked on a session waits for the connect's entry). It shows what
+// the unframed status shows to anyone who reaches the port. On a single
+// server it is the line "error not a cluster node!".
+func (s *Server) clusterProbe() []byte {
+	if s.cl == nil {
+		return []byte("error " + protocol.CodeNotCluster.Text() + "\n")
+	}
+	st := s.cl.status.Load() // at most 100 ms old (watchPeers)
+	if st == nil {
+		st = s.clusterStatus()
+	}
+	b, err := json.Marshal(st)
+	if err != nil {
+		return []byte("error " + err.Error() + "\n")
+	}
+	return append(b, '\n')
 }

@@ -2,9 +2,12 @@ package server
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mlock-dev/mlock/internal/cluster"
@@ -39,11 +42,29 @@ type formats struct {
 	// node last said its formats, and when it last tried.
 	toLeader string
 	tried    time.Time
+
+	// On the leader (fenceStale, checkForwarded): refused says why each
+	// member whose forwarded command was refused cannot read the cluster
+	// version; stale, why each member is fenced now (what status shows);
+	// upSince, since when the leader's heartbeats to each member succeed;
+	// leadSince, since when this node leads (zero: it does not).
+	refused   map[string]string
+	stale     map[string]string
+	upSince   map[string]time.Time
+	leadSince time.Time
+	// changed: when this leader last tried to change each member's
+	// suffrage (a failed try is made again a second later at the soonest).
+	changed map[string]time.Time
+	// refusedN counts the forwarded commands refused as a stale member's.
+	refusedN atomic.Uint64
 }
 
 type formatSaid struct {
 	format int
 	at     time.Time
+	// via is the forwarding connection that carried it (nil: unknown): a
+	// member restarted on another build forwards on a new one.
+	via *conn
 }
 
 // ownFormat is the highest log format this node's build reads.
@@ -71,14 +92,18 @@ func (cl *clusterState) memberFormat(id string) (int, bool) {
 	return f.format, true
 }
 
-// noteFormat records what member id said (fwdFormat, on the leader).
-func (cl *clusterState) noteFormat(id string, format int) {
+// noteFormat records what member id said (fwdFormat, on the leader), on
+// the forwarding connection via.
+func (cl *clusterState) noteFormat(id string, format int, via *conn) {
 	cl.formats.mu.Lock()
 	defer cl.formats.mu.Unlock()
 	if cl.formats.said == nil {
 		cl.formats.said = map[string]formatSaid{}
 	}
-	cl.formats.said[id] = formatSaid{format: format, at: time.Now()}
+	cl.formats.said[id] = formatSaid{format: format, at: time.Now(), via: via}
+	if format >= int(cl.versionNow.Load()) {
+		delete(cl.formats.refused, id)
+	}
 }
 
 // parseFormatSaid parses the body of a fwdFormat request: "<id> <format>".
@@ -151,4 +176,245 @@ func (s *Server) raiseVersion(peers []cluster.Peer) {
 		return
 	}
 	s.log.Info("cluster: every member reads log format "+strconv.Itoa(v)+": the cluster version is raised", "version", v)
+}
+
+// Stale members. A member whose build cannot read the cluster version must
+// never serve: a build before the formats (v0.1.0) skips the commands it
+// cannot decode and answers its clients from the state it diverged into
+// (two holders of one lock, fencing tokens going back). It cannot be
+// changed, so the leader fences such a member:
+//
+//   - it refuses the member's forwarded log commands (checkForwarded): a
+//     command written in a format below the cluster version, on a
+//     forwarding connection that did not say the member reads the version,
+//     comes from a build that does not read it (its clients' connects and
+//     requests fail; a build of this kind tells them staleRefusal's error);
+//   - it demotes the member to a nonvoter (fenceStale): a nonvoter never
+//     stands for election, and the voters refuse its vote requests, so it
+//     cannot lead (a leader answers its own clients from its own state).
+//     It is made a voter again once it says it reads the cluster version.
+//
+// A member is stale, while the cluster version is 2 or more, when its
+// forwarded command was refused, when it said it reads a format below the
+// version, or when it has said nothing for formatFresh although the
+// leader's heartbeats to it succeeded for announceGrace and this node has
+// led for formatFresh (a member says its formats within a second of a new
+// leader, then every announceEvery; the previous release says nothing).
+
+// announceGrace is how long a member reached again may stay silent.
+const announceGrace = 5 * time.Second
+
+// staleRefusal begins the refusal of a stale member's forwarded command.
+const staleRefusal = "stale build: "
+
+// errStaleNode: the leader refused this node's command: its build cannot
+// read the cluster version.
+var errStaleNode = errors.New("server: this node's build cannot read the cluster's log")
+
+// checkForwarded decides, on the leader, what becomes of the log command
+// cmd (a cluster.DedupCommand) forwarded on the connection via (nil: not
+// known). ok: it is proposed. Else st and res are its answer, and nothing
+// is done:
+//
+//   - a command in a format at or above the cluster version is proposed;
+//   - so is one from a connection on which a member said it reads the
+//     version: a node of this build writes the format of the version it
+//     has applied, which lags behind the leader's while it catches up (a
+//     restart, the version just raised);
+//   - one from a connection that said nothing yet, less than announceGrace
+//     old, is answered fwdNotLeader (ask again): a node of this build says
+//     its formats on it at once, v0.1.0 never;
+//   - any other is a stale member's: it is refused (staleAnswer), and the
+//     member fenced (fenceStale) until it says it reads the version.
+func (s *Server) checkForwarded(cmd []byte, via *conn) (ok bool, st byte, res []byte) {
+	cl := s.cl
+	v := int(cl.versionNow.Load())
+	if v <= logFormat1 {
+		return true, 0, nil
+	}
+	_, _, body, err := cluster.ParseDedupCommand(cmd)
+	if err != nil {
+		return true, 0, nil // a bad command fails where it is applied
+	}
+	f, _, err := logFormatOf(body)
+	if err != nil || f >= v {
+		return true, 0, nil
+	}
+	said, announced := cl.saidOn(via)
+	switch {
+	case announced && said >= v:
+		return true, 0, nil
+	case via == nil:
+		return false, fwdNotLeader, []byte(cl.node.LeaderAddr())
+	case !announced && time.Since(via.accepted) < announceGrace:
+		return false, fwdNotLeader, []byte(cl.node.LeaderAddr())
+	}
+	var m logCmd
+	node := ""
+	if decodeLogCmd(body, &m) == nil {
+		node = m.node
+	}
+	why := fmt.Sprintf("node %s wrote a log command of format %d; the cluster version is %d: "+
+		"its build cannot read the cluster's log", node, f, v)
+	a := &cl.formats
+	a.refusedN.Add(1)
+	if node != "" {
+		a.mu.Lock()
+		if a.refused == nil {
+			a.refused = map[string]string{}
+		}
+		_, again := a.refused[node]
+		a.refused[node] = why
+		a.mu.Unlock()
+		if !again {
+			s.log.Warn("cluster: a forwarded command refused: "+why, "node", node)
+		}
+	}
+	st, res = cl.staleAnswer(why, announced)
+	return false, st, res
+}
+
+// staleAnswer is the leader's answer to a log command refused as a stale
+// member's (checkForwarded says why). A node that told the leader its
+// formats on the forwarding connection (this build, or a later one) is
+// answered fwdFailed with staleRefusal: it tells its client and closes. A
+// node that never did (v0.1.0, which asked again every 20 ms for as long as
+// it ran, once per connection of its clients) is answered as if the command
+// had ended its connection (fwdOK, ansEnd): nothing was applied, and it
+// stops asking; its client, never answered, goes to another node.
+func (cl *clusterState) staleAnswer(why string, announced bool) (byte, []byte) {
+	if !announced {
+		return fwdOK, []byte{ansEnd}
+	}
+	return fwdFailed, []byte(staleRefusal + why)
+}
+
+// saidOn returns the log format a member said it reads on the forwarding
+// connection via (its latest word), and whether one said any there.
+func (cl *clusterState) saidOn(via *conn) (int, bool) {
+	if via == nil {
+		return 0, false
+	}
+	a := &cl.formats
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, f := range a.said {
+		if f.via == via {
+			return f.format, true
+		}
+	}
+	return 0, false
+}
+
+// staleWhy returns why member p is stale at cluster version v ("": it is
+// not), on the leader at now; upSince and led as in formats.
+func (cl *clusterState) staleWhy(p cluster.Peer, v int, now time.Time) string {
+	if v <= logFormat1 || p.ID == cl.id {
+		return ""
+	}
+	f, known := cl.memberFormat(p.ID)
+	a := &cl.formats
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if why := a.refused[p.ID]; why != "" {
+		return why // until it says it reads the version (noteFormat)
+	}
+	switch {
+	case known && f < v:
+		return fmt.Sprintf("it reads log formats up to %d; the cluster version is %d", f, v)
+	case !known && !p.Failing && !a.upSince[p.ID].IsZero() && now.Sub(a.upSince[p.ID]) >= announceGrace &&
+		!a.leadSince.IsZero() && now.Sub(a.leadSince) >= formatFresh:
+		return fmt.Sprintf("it has not said which log formats it reads for %v (a build before the formats, "+
+			"as v0.1.0, says nothing); the cluster version is %d", formatFresh, v)
+	}
+	return ""
+}
+
+// fenceStale runs on the leader (every 100 ms, watchPeers): a stale voter
+// is made a nonvoter, and a nonvoter that is not stale, reached and said it
+// reads the cluster version, a voter again.
+func (s *Server) fenceStale(peers []cluster.Peer) {
+	cl := s.cl
+	a := &cl.formats
+	now := time.Now()
+	a.mu.Lock()
+	if a.leadSince.IsZero() {
+		a.leadSince = now
+	}
+	if a.upSince == nil {
+		a.upSince = map[string]time.Time{}
+	}
+	for _, p := range peers {
+		if p.Failing {
+			delete(a.upSince, p.ID)
+		} else if a.upSince[p.ID].IsZero() {
+			a.upSince[p.ID] = now
+		}
+	}
+	a.mu.Unlock()
+	v := int(cl.versionNow.Load())
+	stale := map[string]string{}
+	for _, p := range peers {
+		why := cl.staleWhy(p, v, now)
+		if why != "" {
+			stale[p.ID] = why
+		}
+		f, known := cl.memberFormat(p.ID)
+		demote := why != "" && p.Suffrage == "Voter"
+		promote := why == "" && p.Suffrage == "Nonvoter" && p.ID != cl.id && known && f >= v && !p.Failing
+		if !demote && !promote {
+			continue
+		}
+		a.mu.Lock()
+		if now.Sub(a.changed[p.ID]) < time.Second {
+			a.mu.Unlock()
+			continue
+		}
+		if a.changed == nil {
+			a.changed = map[string]time.Time{}
+		}
+		a.changed[p.ID] = now
+		a.mu.Unlock()
+		var err error
+		switch {
+		case demote:
+			ctx, cancel := context.WithTimeout(cl.ctx, cl.cfg.window())
+			err = cl.node.Demote(ctx, p.ID)
+			cancel()
+			if err == nil {
+				s.log.Warn("cluster: a member cannot read what the cluster writes: it is made a nonvoter, and its "+
+					"forwarded commands are refused, until it runs a build that reads log format "+strconv.Itoa(v),
+					"node", p.ID, "why", why)
+			}
+		case promote:
+			ctx, cancel := context.WithTimeout(cl.ctx, cl.cfg.window())
+			err = cl.node.Join(ctx, p.ID, p.Addr)
+			cancel()
+			if err == nil {
+				s.log.Info("cluster: a member reads the cluster version again: it is a voter again", "node", p.ID, "format", f)
+			}
+		}
+		if err != nil {
+			s.log.Warn("cluster: changing a member's suffrage", "node", p.ID, "err", err)
+		}
+	}
+	a.mu.Lock()
+	a.stale = stale
+	a.mu.Unlock()
+}
+
+// notLeading forgets what fenceStale learnt as the leader.
+func (a *formats) notLeading() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.leadSince = time.Time{}
+	a.stale, a.upSince, a.refused, a.changed = nil, nil, nil, nil
+}
+
+// staleNow returns why member id is fenced now ("": it is not; on the
+// leader only).
+func (a *formats) staleNow(id string) string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.stale[id]
 }

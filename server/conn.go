@@ -462,7 +462,8 @@ func (c *conn) maxFrame() int {
 	return min(c.srv.cfg.MaxFrame, MaxHandshakeFrame)
 }
 
-// plainStatus answers the unframed "status\n" request of bin/mlock-status.
+// plainStatus answers the unframed "status\n" request of bin/mlock-status,
+// and the unframed "cluster\n" probe of mlock cluster status.
 // It lists sessions, locks and queues only on a server without credentials
 // (whose every client may see them), within the listing rate; otherwise it
 // shows the counters only.
@@ -474,7 +475,12 @@ func (c *conn) plainStatus(buf []byte) {
 			break
 		}
 	}
-	if string(bytes.TrimSpace(buf)) == "status" {
+	if string(bytes.TrimSpace(buf)) == "cluster" {
+		// The node's own view of its cluster, at once: it needs no
+		// session, no leader and no log (clusterProbe).
+		_ = c.nc.SetWriteDeadline(time.Now().Add(5 * time.Second))
+		_, _ = c.nc.Write(c.srv.clusterProbe())
+	} else if string(bytes.TrimSpace(buf)) == "status" {
 		s := c.srv
 		var text []byte
 		s.batch(func(tx *core.Tx) {

@@ -104,6 +104,16 @@ func (c *conn) forwardFrames(buf []byte) ([]byte, [][]byte, bool) {
 		if (kind == fwdPropose || kind == fwdProposeNext) && c.queueForwarded(id, kind, req) {
 			continue
 		}
+		if kind == fwdFormat {
+			st, res := fwdOK, []byte(nil)
+			if fid, f, ok := parseFormatSaid(req); ok {
+				s.cl.noteFormat(fid, f, c)
+			} else {
+				st, res = fwdFailed, []byte("bad format")
+			}
+			c.answerForwarded(id, st, res)
+			continue
+		}
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
@@ -171,6 +181,11 @@ func (c *conn) queueForwarded(id uint64, kind byte, cmd []byte) bool {
 	key, seq, _, err := cluster.ParseDedupCommand(cmd)
 	if err != nil {
 		c.answerForwarded(id, fwdFailed, []byte("bad command"))
+		return true
+	}
+	if ok, st, res := c.srv.checkForwarded(cmd, c); !ok {
+		delete(ch.last, key)
+		c.answerForwarded(id, st, res)
 		return true
 	}
 	var after *cluster.Proposal
@@ -247,15 +262,11 @@ func (s *Server) serveForwarded(kind byte, req []byte) (byte, []byte) {
 	cl := s.cl
 	switch kind {
 	case fwdPropose:
+		if ok, st, res := s.checkForwarded(req, nil); !ok {
+			return st, res
+		}
 		res, err := cl.node.Propose(cl.ctx, req)
 		return s.forwardedOutcome(res, err)
-	case fwdFormat:
-		id, f, ok := parseFormatSaid(req)
-		if !ok {
-			return fwdFailed, []byte("bad format")
-		}
-		cl.noteFormat(id, f)
-		return fwdOK, nil
 	case fwdJoin, fwdRemove:
 		ch := &clusterChange{join: kind == fwdJoin, by: "a cluster node"}
 		if ch.join {
@@ -451,6 +462,9 @@ func proposed(st byte, res []byte) ([]byte, error) {
 		return nil, cluster.ErrNotLeader
 	case fwdUnknown:
 		return nil, cluster.ErrUnknownOutcome
+	}
+	if why, ok := strings.CutPrefix(string(res), staleRefusal); ok {
+		return nil, fmt.Errorf("%w: %s", errStaleNode, why)
 	}
 	return nil, errors.New("server: forwarded command refused: " + string(res))
 }

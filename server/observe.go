@@ -347,7 +347,7 @@ func (src obsSource) Snapshot(snap *observe.Snapshot) {
 		cs.LastContact = time.Since(heard)
 	}
 	for _, p := range st.Peers {
-		cs.Peers = append(cs.Peers, observe.Peer{ID: p.ID, Failing: p.Failing})
+		cs.Peers = append(cs.Peers, observe.Peer{ID: p.ID, Failing: p.Failing, Stale: s.cl.formats.staleNow(p.ID) != ""})
 	}
 	snap.Cluster = cs
 }

@@ -1,7 +1,11 @@
 package main
 
 import (
+	"bufio"
 	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -22,7 +26,8 @@ const clusterUsage = `Usage:
 
 --uri names the cluster's nodes (mlock://h1,h2,h3). status asks each of them (and the leader, if it is
 not among them and still a member) for its view and prints one line per node: LAG is the leader's commit index less the
-node's applied index. It exits 0 when every node answered and a leader is known, else 125 after the
+node's applied index; MEMBER is the member as the leader sees it (stale: its build cannot read the cluster version).
+Each node answers with its own view at once, without a session, also while it knows no leader. It exits 0 when every node answered and a leader is known, else 125 after the
 table. join and remove go through any node to the leader and return once the change is committed.
 A node started with --cluster-join joins by itself; join is for a node started without it.
 `
@@ -122,8 +127,12 @@ func cmdClusterStatus(args []string, stdout, stderr io.Writer) int {
 			// Not a leader the node's own view no longer counts as a member:
 			// one that removed itself is stepping down and answers nobody.
 			if st := v.Status; st != nil && st.LeaderAddr != "" && !slices.Contains(addrs, st.LeaderAddr) && isMember(st, st.Leader) {
-				views = append(views, askNodes(ctx, o, []string{st.LeaderAddr}, *timeout)...)
-				if st := views[len(views)-1].Status; st != nil && st.Role == "leader" {
+				lv := askNodes(ctx, o, []string{st.LeaderAddr}, *timeout)[0]
+				if lv.Status != nil && lv.Status.Role != "leader" {
+					break // it no longer leads (one that removed itself has shut down): not a member to list
+				}
+				views = append(views, lv)
+				if lv.Status != nil {
 					leader = &views[len(views)-1]
 				}
 				break
@@ -180,6 +189,16 @@ func askNodes(ctx context.Context, o mlock.Options, addrs []string, timeout time
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			// The probe first: it needs no session, so a node without a
+			// leader answers it at once; a build without it (v0.1.0) is
+			// asked on a session.
+			if st, err := probeCluster(ctx, o, a); err == nil {
+				views[i].Status = st
+				return
+			} else if errors.Is(err, errNotClusterNode) {
+				views[i].Error = "not a cluster node"
+				return
+			}
 			one := o
 			one.Host, one.Port, one.Addrs = "", 0, []string{a}
 			c, err := mlock.NewClient(one)
@@ -225,6 +244,9 @@ func printClusterStatus(w io.Writer, views []nodeView, leader *nodeView) {
 				if p.Failing {
 					s += ", failing"
 				}
+				if p.Stale != "" {
+					s += ", stale"
+				}
 				return s
 			}
 		}
@@ -253,4 +275,60 @@ func printClusterStatus(w io.Writer, views []nodeView, leader *nodeView) {
 		}
 	}
 	tw.Flush()
+	if leader != nil {
+		for _, p := range leader.Status.Peers {
+			if p.Stale != "" {
+				fmt.Fprintf(w, "%s is stale: %s (the leader refuses its commands; it is a nonvoter until it runs a build that reads the cluster version)\n", p.ID, p.Stale)
+			}
+		}
+	}
+}
+
+// errNotClusterNode: the probed server is a single server.
+var errNotClusterNode = errors.New("not a cluster node")
+
+// probeCluster asks the node at addr for its own view of its cluster with
+// the unframed "cluster" request (over TLS if o says so): no session, no
+// log, answered at once even by a node without a leader. An error that is
+// not errNotClusterNode means the node does not answer it (a build before
+// it answers "error invalid frame!"), or could not be reached.
+func probeCluster(ctx context.Context, o mlock.Options, addr string) (*mlock.StatusCluster, error) {
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	defer nc.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		_ = nc.SetDeadline(dl)
+	}
+	if o.TLS != nil {
+		cfg := o.TLS.Clone()
+		if cfg.ServerName == "" {
+			cfg.ServerName, _, _ = net.SplitHostPort(addr)
+		}
+		tc := tls.Client(nc, cfg)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			return nil, err
+		}
+		nc = tc
+	}
+	if _, err := nc.Write([]byte("cluster\n")); err != nil {
+		return nil, err
+	}
+	line, err := bufio.NewReaderSize(io.LimitReader(nc, 1<<20), 64<<10).ReadBytes('\n')
+	if err != nil {
+		return nil, err
+	}
+	if string(line) == "error not a cluster node!\n" {
+		return nil, errNotClusterNode
+	}
+	var st mlock.StatusCluster
+	if len(line) == 0 || line[0] != '{' {
+		return nil, fmt.Errorf("no cluster probe: %q", strings.TrimSpace(string(line)))
+	}
+	if err := json.Unmarshal(line, &st); err != nil {
+		return nil, err
+	}
+	return &st, nil
 }

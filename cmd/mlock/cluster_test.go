@@ -1,10 +1,14 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/mlock-dev/mlock/internal/testcert"
 	"github.com/mlock-dev/mlock/server"
 	"github.com/mlock-dev/mlock/server/servertest"
 )
@@ -90,4 +94,108 @@ func listsNode(table, id string) bool {
 		}
 	}
 	return false
+}
+
+// With two of its three nodes stopped, the survivor answers mlock cluster
+// status with its own row (role, term, indexes) although it knows no
+// leader: the probe needs no session, whose connect waits for the log (5 s,
+// longer than the --timeout here, after which the row said EOF).
+func TestClusterStatusWithoutLeader(t *testing.T) {
+	t.Parallel()
+	const n = 3
+	ids := []string{"a", "b", "c"}
+	var client, raftAddr []string
+	var peers []server.ClusterPeer
+	for i := range n {
+		client = append(client, refusedAddr(t))
+		raftAddr = append(raftAddr, refusedAddr(t))
+		peers = append(peers, server.ClusterPeer{ID: ids[i], Addr: raftAddr[i]})
+	}
+	stops := make([]func(), n)
+	for i := range n {
+		_, stops[i] = servertest.Start(t, server.Config{Addr: client[i], StatusRate: -1, SessionGrace: 3 * time.Second,
+			Cluster: &server.ClusterConfig{ID: ids[i], RaftAddr: raftAddr[i], ClientAddr: client[i], Bootstrap: true,
+				Peers: peers, Secret: []byte("0123456789abcdef-cluster-cli-test")}}, client[i])
+	}
+	uri := "mlock://" + strings.Join(client, ",")
+	leader := -1
+	for deadline := time.Now().Add(20 * time.Second); leader < 0; {
+		stdout, _, code := runMlock(t, "cluster", "status", "--uri", uri, "--timeout", "2s")
+		for i, id := range ids {
+			if code == 0 && strings.HasPrefix(stdout, "leader "+id+" ") {
+				leader = i
+			}
+		}
+		if leader < 0 && time.Now().After(deadline) {
+			t.Fatalf("no leader: %s", stdout)
+		}
+	}
+	survivor := (leader + 1) % n
+	stops[leader]()
+	stops[(leader+2)%n]()
+	// The survivor may still believe in the leader for a moment; its row
+	// must be there at once either way.
+	t0 := time.Now()
+	stdout, stderr, code := runMlock(t, "cluster", "status", "--uri", "mlock://"+client[survivor], "--timeout", "2s")
+	t.Logf("the survivor's row in %v", time.Since(t0).Round(time.Millisecond))
+	var row []string
+	for _, l := range strings.Split(stdout, "\n") {
+		if f := strings.Fields(l); len(f) >= 8 && f[0] == ids[survivor] {
+			row = f
+		}
+	}
+	// NODE ADDRESS ROLE TERM LAST COMMIT APPLIED LAG MEMBER
+	if row == nil || row[1] != client[survivor] || (row[2] != "follower" && row[2] != "candidate" && row[2] != "leader") ||
+		row[3] == "-" || row[4] == "-" || row[6] == "-" {
+		t.Fatalf("cluster status on the survivor %s: exit %d, stderr %q: no row of its own\n%s", ids[survivor], code, stderr, stdout)
+	}
+	// Once it has seen that no leader is left, it says so, still with its row.
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		stdout, stderr, code = runMlock(t, "cluster", "status", "--json", "--uri", "mlock://"+client[survivor], "--timeout", "2s")
+		if code == exitError && stderr == "mlock cluster status: no leader known\n" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("cluster status on the survivor alone: exit %d, stderr %q\n%s", code, stderr, stdout)
+		}
+		time.Sleep(200 * time.Millisecond) // poll interval: the survivor's election timeout
+	}
+	// (The leader it still names, if any, is asked too, and has a row of
+	// its own: unreachable.)
+	var views []nodeView
+	if err := json.Unmarshal([]byte(stdout), &views); err != nil || len(views) == 0 || views[0].Status == nil {
+		t.Fatalf("cluster status --json on the survivor alone: %v\n%s", err, stdout)
+	}
+	if st := views[0].Status; st.ID != ids[survivor] || st.Role == "leader" || st.Term == 0 || st.AppliedIndex == 0 ||
+		st.LogFormat == 0 || len(st.Peers) != n {
+		t.Fatalf("cluster status --json on the survivor alone: %+v", *st)
+	}
+}
+
+// The cluster probe speaks TLS to a TLS listener (mlocks://): a single
+// server answers it, through the handshake, that it is no cluster node; a
+// probe that does not speak the listener's protocol gets no view.
+func TestClusterProbeTLS(t *testing.T) {
+	t.Parallel()
+	ca := testcert.New(t)
+	cert, key := ca.Server(t)
+	addr, _ := servertest.Start(t, server.Config{TLSCertFile: cert, TLSKeyFile: key, StatusRate: -1}, "")
+	o, err := clientOptions("mlocks://"+addr+"?tls-ca="+ca.CertFile(), 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if st, err := probeCluster(ctx, o, addr); !errors.Is(err, errNotClusterNode) {
+		t.Fatalf("probe over TLS of a single server: %+v, %v; want %v", st, err, errNotClusterNode)
+	}
+	plain := o
+	plain.TLS = nil
+	if st, err := probeCluster(ctx, plain, addr); err == nil || errors.Is(err, errNotClusterNode) {
+		t.Fatalf("plain probe of a TLS listener: %+v, %v; want a failure", st, err)
+	}
+	stdout, _, code := runMlock(t, "cluster", "status", "--uri", "mlocks://"+addr+"?tls-ca="+ca.CertFile(), "--timeout", "2s")
+	if code != exitError || !strings.Contains(stdout, "not a cluster node") {
+		t.Fatalf("cluster status of a single TLS server: exit %d\n%s", code, stdout)
+	}
 }

@@ -114,7 +114,7 @@ func TestRollingUpgrade(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			runHolder(ctx, hard, runs, bin, uri, hd, k)
+			runHolder(ctx, hard, runs, bin, uri, hd, holderScript, k)
 		}()
 	}
 	stopped := false
@@ -223,6 +223,12 @@ func TestRollingUpgrade(t *testing.T) {
 		data, _ := os.ReadFile(filepath.Join(n.dir, "mlockd.log"))
 		if strings.Contains(string(data), "does not decode") {
 			t.Errorf("%s logged a log command it could not decode:\n%s", n.id, c.logTails())
+		}
+		// No member of this build was taken for one that cannot read the
+		// cluster version (docs/cluster.md, "Stale members").
+		if strings.Contains(string(data), "a member cannot read what the cluster writes") ||
+			strings.Contains(string(data), "a forwarded command refused") {
+			t.Errorf("%s fenced a member:\n%s", n.id, c.logTails())
 		}
 	}
 
@@ -444,11 +450,20 @@ type holderRun struct {
 	out    string
 }
 
-// runHolder runs `mlock run` on upg:cron in a loop until ctx ends (a run
-// is killed only when hard ends); the command fails (exit 3) if another holder's command is inside, and
-// appends its fencing token to dir/tokens.
-func runHolder(ctx, hard context.Context, runs *holderRuns, bin, uri, dir string, k int) {
-	const script = `mkdir "$D/held" || exit 3; echo "$MLOCK_TOKEN" >> "$D/tokens"; sleep 0.2; rmdir "$D/held"`
+// holderScript is the command of the `mlock run` holders: it fails (exit
+// 3) if another holder's command is inside, and appends its fencing token
+// to $D/tokens. holderScriptStopped is the same, but leaves when it is
+// stopped (SIGTERM: mlock run found its lock lost), as a job should: the
+// next holder's command must not find it inside.
+const (
+	holderScript        = `mkdir "$D/held" || exit 3; echo "$MLOCK_TOKEN" >> "$D/tokens"; sleep 0.2; rmdir "$D/held"`
+	holderScriptStopped = `mkdir "$D/held" || exit 3; trap 'rmdir "$D/held"; exit 143' TERM; echo "$MLOCK_TOKEN" >> "$D/tokens"; ` +
+		`sleep 0.2 & wait $!; rmdir "$D/held"`
+)
+
+// runHolder runs `mlock run` of script on upg:cron in a loop until ctx
+// ends (a run is killed only when hard ends).
+func runHolder(ctx, hard context.Context, runs *holderRuns, bin, uri, dir, script string, k int) {
 	for ctx.Err() == nil {
 		cmd := exec.CommandContext(hard, bin, "run", "--uri", uri, "--ttl", "2s", "--timeout", "60s",
 			"--owner", fmt.Sprintf("holder-%d-%d", k, time.Now().UnixNano()), "upg:cron", "--", "sh", "-c", script)

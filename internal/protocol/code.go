@@ -69,6 +69,9 @@ const (
 	CodeQuotaSessions // "too many sessions for this principal!": a connect that would start a session past max-sessions (then the server closes)
 	CodeQuotaConns    // "too many connections for this principal!": a connect past max-conns (then the server closes)
 
+	// Cluster versions (extension).
+	CodeStaleNode // "node cannot read the cluster log!": this node's build reads a log format below the cluster version (then the server closes)
+
 	numCodes
 )
 
@@ -119,6 +122,7 @@ var codeTexts = [numCodes]string{
 	CodeQuotaLocks:         "too many locks for this principal!",
 	CodeQuotaSessions:      "too many sessions for this principal!",
 	CodeQuotaConns:         "too many connections for this principal!",
+	CodeStaleNode:          "node cannot read the cluster log!",
 }
 
 // Text returns the code's wire text; "" for CodeUnknown.

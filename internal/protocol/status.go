@@ -89,6 +89,11 @@ type StatusClusterNode struct {
 	// its build reads; 0: not known (a build that does not say reads
 	// format 1).
 	LogFormat int `json:"logFormat,omitempty"`
+	// Stale (on the leader) says why the member cannot read what the
+	// cluster writes ("": it can): the leader refuses its forwarded
+	// commands and keeps it a nonvoter until it says it reads the cluster
+	// version (docs/cluster.md, "Rollback").
+	Stale string `json:"stale,omitempty"`
 }
 
 // StatusLimits describes the server's limits in Status: the current use,

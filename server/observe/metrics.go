@@ -66,6 +66,7 @@ type ClusterSnapshot struct {
 type Peer struct {
 	ID      string
 	Failing bool // the leader's heartbeats to it fail (known on the leader only)
+	Stale   bool // its build cannot read the cluster version: fenced (known on the leader only)
 }
 
 // collector exports Snapshots. Every scrape takes one snapshot.
@@ -113,7 +114,8 @@ var (
 	dLeader   = prometheus.NewDesc("mlock_cluster_leader_known", "1 if this node knows a leader.", nil, nil)
 	dPeers    = prometheus.NewDesc("mlock_cluster_peers", "Members of the cluster configuration.", nil, nil)
 	dFailing  = prometheus.NewDesc("mlock_cluster_peer_failing", "On the leader, 1 for a member whose heartbeats fail (label: the member's id, bounded by the cluster's size).", []string{"peer"}, nil)
-	allDescs  = []*prometheus.Desc{dRequests, dWait, dHold, dDepth, dGrants, dTimeouts, dExpiries, dUnlocks, dEvict, dRefused, dExtends, dDropped, dLost, dHeld, dWaiting, dQueues, dEntries, dMaxQueue, dSessions, dConns, dAccepted, dRejected, dFrames, dBytes, dToken, dQuiet, dInfo, dStart, dRole, dTerm, dIndex, dLag, dContact, dLeader, dPeers, dFailing}
+	dStale    = prometheus.NewDesc("mlock_cluster_peer_stale", "On the leader, 1 for a member whose build cannot read the cluster version: its forwarded commands are refused and it is kept a nonvoter (label: the member's id).", []string{"peer"}, nil)
+	allDescs  = []*prometheus.Desc{dRequests, dWait, dHold, dDepth, dGrants, dTimeouts, dExpiries, dUnlocks, dEvict, dRefused, dExtends, dDropped, dLost, dHeld, dWaiting, dQueues, dEntries, dMaxQueue, dSessions, dConns, dAccepted, dRejected, dFrames, dBytes, dToken, dQuiet, dInfo, dStart, dRole, dTerm, dIndex, dLag, dContact, dLeader, dPeers, dFailing, dStale}
 	roleNames = []string{"follower", "candidate", "leader", "shutdown"}
 )
 
@@ -195,6 +197,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(dPeers, float64(len(cs.Peers)))
 		for _, p := range cs.Peers {
 			gauge(dFailing, b2f(p.Failing), p.ID)
+			gauge(dStale, b2f(p.Stale), p.ID)
 		}
 	}
 }
