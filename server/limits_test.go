@@ -1,8 +1,10 @@
 package server
 
 import (
+	"log/slog"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -23,38 +25,119 @@ func dialFrom(t testing.TB, addr, ip string) *raw {
 	return &raw{t: t, nc: nc}
 }
 
-// Every address has its own cap of pre-handshake connections, loopback
-// addresses included: a newcomer from an address at its cap is refused
-// (and its socket closed at the end of its auth timeout: the tarpit), and
-// the other addresses (127.0.0.1 among them) are not touched.
-func TestPreHandshakeCapPerAddress(t *testing.T) {
+// MaxUnauthenticatedPerIP, when set, is the most of the pool one address
+// holds: its newcomer past it is let in and evicts that address's oldest
+// (told so, and its socket held until its auth timeout while the address
+// is crowded); the other addresses (127.0.0.1 among them) are not touched.
+func TestPreHandshakeCapPerAddressEvicts(t *testing.T) {
 	t.Parallel()
 	srv := start(t, Config{MaxUnauthenticatedPerIP: 2, StatusRate: -1, AuthTimeout: time.Second})
 	addr := srv.Addr().String()
 	other := dialFrom(t, addr, "127.0.0.3")
 	local := dialRaw(t, srv)
 	a1 := dialFrom(t, addr, "127.0.0.2")
-	a2 := dialFrom(t, addr, "127.0.0.2")
 	a1.quiet()
+	a2 := dialFrom(t, addr, "127.0.0.2")
 	a2.quiet()
 	a3 := dialFrom(t, addr, "127.0.0.2")
-	a3.expect("error too many connections from this address!")
-	for _, c := range []*raw{other, local, a1, a2} {
+	a1.expect("error too many unauthenticated connections!")
+	for _, c := range []*raw{other, local, a2, a3} {
 		c.send("connect " + c.nc.LocalAddr().String() + " 1.0")
 		c.expect("connected 1.0 new *")
 	}
-	tarpitted(t, a3, time.Second)
-	// Connected, they no longer count: two more from 127.0.0.2 are let in.
-	b1, b2 := dialFrom(t, addr, "127.0.0.2"), dialFrom(t, addr, "127.0.0.2")
-	b1.quiet()
-	b2.quiet()
-	dialFrom(t, addr, "127.0.0.2").expect("error too many connections from this address!")
-	a1.ping("p")
+	tarpitted(t, a1, time.Second)
 	local.ping("q")
 	st := local.statusOf("st")
-	if st.Limits.RejectedPerIP != 2 || st.Limits.Unauthenticated != 2 || st.Limits.MaxUnauthenticatedPerIP != 2 || st.Limits.Evicted != 0 {
-		t.Errorf("limits: refused per address %d, unauthenticated %d, per address %d, evicted %d; want 2, 2, 2, 0",
+	if st.Limits.RejectedPerIP != 0 || st.Limits.Unauthenticated != 0 || st.Limits.MaxUnauthenticatedPerIP != 2 || st.Limits.Evicted != 1 {
+		t.Errorf("limits: refused per address %d, unauthenticated %d, per address %d, evicted %d; want 0, 0, 2, 1",
 			st.Limits.RejectedPerIP, st.Limits.Unauthenticated, st.Limits.MaxUnauthenticatedPerIP, st.Limits.Evicted)
+	}
+}
+
+// With the defaults, an address holding 200 idle pre-handshake connections
+// (five times the 16 it used to be refused past) does not keep its next
+// client out: nobody is refused while the pool has room.
+func TestIdlePreHandshakeConnectionsDoNotKeepTheirAddressOut(t *testing.T) {
+	t.Parallel()
+	srv := start(t, Config{StatusRate: -1})
+	addr := srv.Addr().String()
+	var idle []*raw
+	for range 200 {
+		idle = append(idle, dialFrom(t, addr, "127.0.0.2"))
+	}
+	// Every one of them is in the pool (accepted, not refused).
+	waitUnauthed(t, srv, 200)
+	late := dialFrom(t, addr, "127.0.0.2")
+	late.send("connect late 1.0")
+	late.expect("connected 1.0 new *")
+	late.ping("p")
+	for _, c := range idle[:3] {
+		c.quiet()
+	}
+	st := late.statusOf("st")
+	if st.Limits.RejectedPerIP != 0 || st.Limits.Evicted != 0 || st.RejectedConnections != 0 || st.Limits.Unauthenticated != 200 {
+		t.Errorf("limits: refused per address %d, evicted %d, refused %d, unauthenticated %d; want 0, 0, 0, 200",
+			st.Limits.RejectedPerIP, st.Limits.Evicted, st.RejectedConnections, st.Limits.Unauthenticated)
+	}
+}
+
+// waitUnauthed waits until srv has n pre-handshake connections.
+func waitUnauthed(t *testing.T, srv *Server, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		var got int
+		srv.core().Batch(func(*core.Tx) { got = srv.unauthed })
+		if got == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d pre-handshake connections, want %d", got, n)
+		}
+		time.Sleep(5 * time.Millisecond) // poll interval
+	}
+}
+
+// A full pool evicts from the address that holds the most of it, oldest
+// first: a flood from one address cannot push out another address's
+// client, even one older than the flood.
+func TestPreHandshakePoolEvictsFromTheLargestHolder(t *testing.T) {
+	t.Parallel()
+	srv := start(t, Config{MaxUnauthenticated: 5, StatusRate: -1, AuthTimeout: 2 * time.Second})
+	addr := srv.Addr().String()
+	healthy := dialFrom(t, addr, "127.0.0.3") // the oldest of the pool
+	healthy.quiet()
+	var flood []*raw
+	for range 4 {
+		c := dialFrom(t, addr, "127.0.0.2")
+		flood = append(flood, c)
+	}
+	waitUnauthed(t, srv, 5)
+	// Two more from the flood's address: its two oldest make room.
+	for range 2 {
+		flood = append(flood, dialFrom(t, addr, "127.0.0.2"))
+	}
+	for _, c := range flood[:2] {
+		c.expect("error too many unauthenticated connections!")
+	}
+	waitUnauthed(t, srv, 5)
+	healthy.send("connect healthy 1.0")
+	healthy.expect("connected 1.0 new *")
+	// Two newcomers from a third address (the pool has room for the
+	// first): the flood's oldest left makes room for the second.
+	third := []*raw{dialFrom(t, addr, "127.0.0.4")}
+	waitUnauthed(t, srv, 5)
+	third = append(third, dialFrom(t, addr, "127.0.0.4"))
+	flood[2].expect("error too many unauthenticated connections!")
+	for i, c := range third {
+		c.send("connect third" + strconv.Itoa(i) + " 1.0")
+		c.expect("connected 1.0 new *")
+	}
+	for _, c := range flood[3:] {
+		c.send("connect " + c.nc.LocalAddr().String() + " 1.0")
+		c.expect("connected 1.0 new *")
+	}
+	if st := healthy.statusOf("st"); st.Limits.Evicted != 3 {
+		t.Errorf("evicted %d, want 3", st.Limits.Evicted)
 	}
 }
 
@@ -91,8 +174,8 @@ func TestTarpitForRefusedConnects(t *testing.T) {
 	tarpitted(t, crowded, time.Second)
 }
 
-// When the pool is full, a newcomer from any address evicts the oldest
-// pre-handshake connection, whatever its address.
+// When the pool is full and every address holds as much of it, a newcomer
+// from any address evicts the oldest pre-handshake connection.
 func TestPreHandshakePoolEvictsTheOldest(t *testing.T) {
 	t.Parallel()
 	srv := start(t, Config{MaxUnauthenticated: 3, MaxUnauthenticatedPerIP: 2, StatusRate: -1})
@@ -103,7 +186,7 @@ func TestPreHandshakePoolEvictsTheOldest(t *testing.T) {
 	mid[0].quiet()
 	mid[1].quiet()
 	late := dialFrom(t, addr, "127.0.0.5")
-	old.expect("error too many connections!")
+	old.expect("error too many unauthenticated connections!")
 	old.closed()
 	late.send("connect late 1.0")
 	late.expect("connected 1.0 new *")
@@ -123,11 +206,12 @@ func TestMaxConnsEvictsBeforeRefusing(t *testing.T) {
 	pre := dialRaw(t, srv)
 	pre.quiet()
 	late := dialRaw(t, srv)
-	pre.expect("error too many connections!")
+	pre.expect("error too many unauthenticated connections!")
 	pre.closed()
 	late.send("connect late 1.0")
 	late.expect("connected 1.0 new *")
 	refused := dialRaw(t, srv)
+	refused.send("connect refused 1.0") // let in, it might be a cluster's link: refused at its connect
 	refused.expect("error too many connections!")
 	refused.closed()
 	if st := c1.statusOf("s"); st.Limits.Evicted != 1 || st.RejectedConnections != 1 {
@@ -326,4 +410,78 @@ func (s *Server) groupRequests(name string) int {
 	n := 0
 	s.batch(func(tx *core.Tx) { n = tx.GroupRequests(name) })
 	return n
+}
+
+// Each cause of a refused connection has its own text, its own reason in
+// mlock_refusals_total and a log line that carries its count.
+func TestConnectionRefusalsByCause(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		cause, text, reason, logCount string
+		cfg                           Config
+		remote                        string
+		run                           func(t *testing.T, srv *Server)
+	}{
+		{cause: "per address", text: "too many connections from this address!", reason: "max_conns_per_ip", logCount: "refused-total=1",
+			cfg: Config{MaxConnsPerIP: 1, Insecure: true}, remote: "10.0.0.1",
+			run: func(t *testing.T, srv *Server) {
+				connected(t, srv, "c1")
+				c := dialRaw(t, srv)
+				c.send("connect c2 1.0")
+				c.expect("error too many connections from this address!")
+				c.closed() // alone in the pool and the tarpit: closed at once
+			}},
+		{cause: "eviction", text: "too many unauthenticated connections!", reason: "evicted", logCount: "evicted-total=1",
+			cfg: Config{MaxUnauthenticated: 1},
+			run: func(t *testing.T, srv *Server) {
+				old := dialRaw(t, srv)
+				old.quiet()
+				late := dialRaw(t, srv)
+				old.expect("error too many unauthenticated connections!")
+				old.closed() // its address has nothing else in the pool: closed at once
+				late.send("connect late 1.0")
+				late.expect("connected 1.0 new *")
+			}},
+		{cause: "server-wide", text: "too many connections!", reason: "max_conns", logCount: "refused-total=1",
+			cfg: Config{MaxConns: 1},
+			run: func(t *testing.T, srv *Server) {
+				connected(t, srv, "c1")
+				c := dialRaw(t, srv)
+				c.send("connect c2 1.0")
+				c.expect("error too many connections!")
+				c.closed()
+			}},
+	} {
+		t.Run(tc.cause, func(t *testing.T) {
+			t.Parallel()
+			var logs syncBuffer
+			cfg := tc.cfg
+			cfg.StatusRate = -1
+			cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+			var srv *Server
+			if tc.remote != "" {
+				srv = startRemote(t, cfg, tc.remote)
+			} else {
+				srv = start(t, cfg)
+			}
+			base := startHTTP(t, srv)
+			tc.run(t, srv)
+			fams := scrape(t, base)
+			for _, reason := range []string{"max_conns_per_ip", "evicted", "max_conns"} {
+				want := 0.0
+				if reason == tc.reason {
+					want = 1
+				}
+				if got := value(t, fams, "mlock_refusals_total", "reason="+reason); got != want {
+					t.Errorf("mlock_refusals_total{reason=%s} = %v, want %v", reason, got, want)
+				}
+			}
+			if got := value(t, fams, "mlock_connections_rejected_total"); got != 1 {
+				t.Errorf("mlock_connections_rejected_total = %v, want 1", got)
+			}
+			if l := logs.String(); !strings.Contains(l, tc.text) || !strings.Contains(l, tc.logCount) {
+				t.Errorf("no log line with %q and %q:\n%s", tc.text, tc.logCount, l)
+			}
+		})
+	}
 }

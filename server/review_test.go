@@ -267,16 +267,14 @@ func TestMaxUnauthenticated(t *testing.T) {
 	// The pool is full: a newcomer takes the place of the oldest, s1,
 	// instead of being refused.
 	extra := dialRaw(t, srv)
-	s1.expect("error too many connections!")
-	s1.closed()
+	s1.expect("error too many unauthenticated connections!") // s2, of its address, is in the pool: s1 is held (the tarpit)
 	extra.send("connect late 1.0")
 	extra.expect("connected 1.0 new *")
 	// extra is connected: s2 is the only one left before its handshake.
 	third := dialRaw(t, srv)
 	third.quiet()
 	fourth := dialRaw(t, srv)
-	s2.expect("error too many connections!")
-	s2.closed()
+	s2.expect("error too many unauthenticated connections!")
 	third.quiet()
 	fourth.send("connect fourth 1.0")
 	fourth.expect("connected 1.0 new *")

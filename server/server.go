@@ -70,6 +70,7 @@ type Server struct {
 	unauthed int                     // guarded by the core: connections that have not connected yet (pre-handshake)
 	pre      preList                 // guarded by the core: the pre-handshake connections, oldest first (limits.go)
 	preByIP  map[netip.Addr]*preList // guarded by the core: the same, by address
+	adm      admission               // guarded by the core: the addresses holding the most of the pool, the cluster's links (limits.go)
 	evicting int                     // guarded by the core: evicted connections whose reader has not ended
 	tarpit   tarpit                  // refused sockets held open a while (limits.go)
 	pconns   map[string]int          // guarded by the core: authenticated connections by principal

@@ -69,6 +69,9 @@ const (
 	CodeQuotaSessions // "too many sessions for this principal!": a connect that would start a session past max-sessions (then the server closes)
 	CodeQuotaConns    // "too many connections for this principal!": a connect past max-conns (then the server closes)
 
+	// Admission (extension).
+	CodeEvicted // "too many unauthenticated connections!": evicted before its connect from a full pre-handshake pool (then the server closes); trying again at once may succeed
+
 	numCodes
 )
 
@@ -119,6 +122,7 @@ var codeTexts = [numCodes]string{
 	CodeQuotaLocks:         "too many locks for this principal!",
 	CodeQuotaSessions:      "too many sessions for this principal!",
 	CodeQuotaConns:         "too many connections for this principal!",
+	CodeEvicted:            "too many unauthenticated connections!",
 }
 
 // Text returns the code's wire text; "" for CodeUnknown.
