@@ -1,6 +1,7 @@
 package server
 
 import (
+	"encoding/hex"
 	"log/slog"
 	"net"
 	"os"
@@ -483,5 +484,79 @@ func TestConnectionRefusalsByCause(t *testing.T) {
 				t.Errorf("no log line with %q and %q:\n%s", tc.text, tc.logCount, l)
 			}
 		})
+	}
+}
+
+// A cluster's own links are never refused by the limits meant for clients:
+// a leader at MaxConns, full of its own clients, still takes a follower's
+// forwarding link (which proves itself with the cluster's secret) and does
+// not count it, while a client of its own past the limit is refused.
+func TestClusterLinksPassClientLimits(t *testing.T) {
+	t.Parallel()
+	const maxConns = 3
+	tc := newTestClusterWith(t, 3, false, func(tc *testCluster) {
+		tc.configure = func(_ int, c *Config) { c.MaxConns = maxConns }
+	})
+	l := tc.leader()
+	f := (l + 1) % 3
+	srv := tc.nodes[l]
+	counts := func() (clients, links int, rejected uint64) {
+		srv.core().Batch(func(*core.Tx) {
+			clients, links, rejected = len(srv.conns)-srv.adm.links, srv.adm.links, srv.counters.rejected
+		})
+		return clients, links, rejected
+	}
+	for i := range maxConns {
+		c := tc.dial(l, "full"+strconv.Itoa(i))
+		c.expect("connected 1.0 new * **")
+	}
+	if clients, _, _ := counts(); clients != maxConns {
+		t.Fatalf("%d client connections on the leader, want %d", clients, maxConns)
+	}
+	refused := tc.dial(l, "one-too-many")
+	refused.expect("error too many connections!")
+	// The followers' links of before are closed: the next forwarded command
+	// needs a new one, accepted by the full leader.
+	var links []*conn
+	srv.core().Batch(func(*core.Tx) {
+		for c := range srv.conns {
+			if c.link {
+				links = append(links, c)
+			}
+		}
+	})
+	for _, c := range links {
+		c.nc.Close()
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		if _, n, _ := counts(); n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the followers' links did not end")
+		}
+		time.Sleep(5 * time.Millisecond) // poll interval
+	}
+	c := tc.dial(f, "via-follower")
+	c.expect("connected 1.0 new * **")
+	c.locked(c.lock("1", "r 10000 0 0"))
+	clients, n, rejected := counts()
+	if n == 0 || clients != maxConns || rejected != 1 {
+		t.Errorf("leader: %d links, %d client connections, %d refused; want at least 1, %d, 1", n, clients, rejected, maxConns)
+	}
+	// A forwarding hello sent straight to the full leader is taken too.
+	fc := tc.dialConnect(l, "forward "+hex.EncodeToString(srv.cl.secret[:]))
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		if _, m, _ := counts(); m > n {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a forwarding hello to the full leader was not taken as a link")
+		}
+		time.Sleep(5 * time.Millisecond) // poll interval
+	}
+	fc.quiet()
+	if _, _, r := counts(); r != 1 {
+		t.Errorf("%d refused, want 1", r)
 	}
 }
