@@ -55,12 +55,13 @@ func TestPreHandshakeCapPerAddressEvicts(t *testing.T) {
 	}
 }
 
-// With the defaults, an address holding 200 idle pre-handshake connections
+// With the default limits, an address holding 200 idle pre-handshake connections
 // (five times the 16 it used to be refused past) does not keep its next
 // client out: nobody is refused while the pool has room.
 func TestIdlePreHandshakeConnectionsDoNotKeepTheirAddressOut(t *testing.T) {
 	t.Parallel()
-	srv := start(t, Config{StatusRate: -1})
+	// An auth timeout far past the test's run, on a busy machine too.
+	srv := start(t, Config{StatusRate: -1, AuthTimeout: time.Minute})
 	addr := srv.Addr().String()
 	var idle []*raw
 	for range 200 {
