@@ -107,12 +107,19 @@ type Config struct {
 	// MaxFrame is the largest frame payload in bytes. Default 64 KiB, at
 	// most 16 MiB.
 	MaxFrame int
-	// MaxConns caps simultaneous connections. Default 10 000.
+	// MaxConns caps simultaneous connections. A newcomer at the cap evicts
+	// a connection that has not connected yet (see MaxUnauthenticated) if
+	// there is one; else it is let in and its connect is refused ("too many
+	// connections!"), unless it is a cluster node's forwarding link, which
+	// does not count: the server holds at most MaxConns +
+	// MaxUnauthenticated sockets of clients. Default 10 000.
 	MaxConns int
 	// MaxConnsPerIP caps simultaneous connections from one IP address (an
-	// IPv6 address counts with its /64). Loopback is not limited: local
-	// processes share 127.0.0.1, and protected mode would otherwise cap the
-	// whole server at this. Default 1000.
+	// IPv6 address counts with its /64): the connect of one past it is
+	// refused ("too many connections from this address!"); a cluster
+	// node's forwarding link neither counts nor is refused. Loopback is not
+	// limited: local processes share 127.0.0.1, and protected mode would
+	// otherwise cap the whole server at this. Default 1000.
 	MaxConnsPerIP int
 	// MaxUnauthenticated caps the connections that have not completed their
 	// connect yet (TLS handshake included), so that clients that cannot
