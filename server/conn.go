@@ -129,8 +129,9 @@ func (s *Server) newConn(nc net.Conn, remote string) *conn {
 }
 
 // accept registers nc and starts its goroutines, or refuses it when
-// protected mode does not accept its address. A full pre-handshake pool
-// makes room by an eviction (limits.go); a connection past MaxConnsPerIP,
+// protected mode does not accept its address, or the pre-handshake pool is
+// full and its address holds the most of it. Else a full pool makes room
+// by an eviction (limits.go); a connection past MaxConnsPerIP,
 // or past MaxConns when no pre-handshake connection can make room, is let
 // in and refused at its first frame unless that proves it a cluster's own
 // link (overCapLocked).
@@ -146,7 +147,7 @@ func (s *Server) accept(nc net.Conn) {
 	// costs the accept, one write and the close.
 	var c *conn
 	key := ipKey(ip)
-	closed := false
+	closed, park := false, false
 	s.batch(func(tx *core.Tx) {
 		// Shutdown sets closed before its batch closes every conn.
 		closed = s.closed.Load()
@@ -159,7 +160,11 @@ func (s *Server) accept(nc net.Conn) {
 			s.logRefusal(tx.Now(), "connection refused: "+refuse.Text(), "remote", nc.RemoteAddr())
 			return
 		}
-		if v := s.victimLocked(ip, full); v != nil {
+		if v, own := s.victimLocked(ip, full); own {
+			s.refusePoolLocked(tx.Now(), nc.RemoteAddr())
+			refuse, park = protocol.CodeEvicted, true
+			return
+		} else if v != nil {
 			s.evictLocked(tx.Now(), v)
 			full = false
 		}
@@ -195,6 +200,10 @@ func (s *Server) accept(nc net.Conn) {
 		if !closed && s.tlsConf == nil { // a TLS client could not read it
 			_ = nc.SetWriteDeadline(time.Now().Add(time.Second))
 			_, _ = nc.Write(protocol.AppendError(nil, refuse))
+		}
+		if park {
+			s.park(nc, ip, s.cfg.AuthTimeout) // limits.go: the tarpit
+			return
 		}
 		nc.Close()
 		return

@@ -27,6 +27,12 @@ import (
 //   - A newcomer when the pool is full, or the server at MaxConns, evicts
 //     one pre-handshake connection: the oldest of the address that holds
 //     the most of the pool (ties: the address whose oldest is oldest).
+//     When its own address holds as much of the pool as that one, the
+//     newcomer is refused instead, with the same text, at the cost of an
+//     accept and the tarpit: evicting would trade one of the largest
+//     holders' connections for another, at the cost of a connection made
+//     and one ended (what an attacker reopening as fast as it is closed
+//     would otherwise make the server do, on every connection).
 //     An attacker holding the pool from one address, or from fifty, holds
 //     more of it than any address of legitimate clients, whose connections
 //     leave the pool a round trip after they came: the attacker's are the
@@ -232,17 +238,32 @@ func (s *Server) leavePreLocked(c *conn) {
 // evicts, nil if it evicts none: when the pool is full or the server at
 // MaxConns (full), the oldest of the address holding the most of the pool;
 // else, when ip's address holds MaxUnauthenticatedPerIP, its oldest.
-func (s *Server) victimLocked(ip netip.Addr, full bool) *conn {
+// refuse: the pool is full and ip's own address holds as much of it as
+// the victim's: the newcomer is refused instead (refuseLocked).
+func (s *Server) victimLocked(ip netip.Addr, full bool) (v *conn, refuse bool) {
 	if len(s.adm.top) == 0 {
-		return nil
+		return nil, false
 	}
+	own := s.preByIP[preKey(ip)]
 	if full || s.unauthed >= s.cfg.MaxUnauthenticated {
-		return s.adm.top[0].head
+		top := s.adm.top[0]
+		return top.head, own != nil && own.n >= top.n
 	}
-	if a := s.preByIP[preKey(ip)]; a != nil && a.n >= s.preCapPerIP() {
-		return a.head
+	if own != nil && own.n >= s.preCapPerIP() {
+		return own.head, false
 	}
-	return nil
+	return nil, false
+}
+
+// refusePoolLocked counts and logs the refusal of a newcomer from a full
+// pool whose own address holds the most of it: an eviction would only
+// trade one of that address's connections for another, at the cost of
+// making a connection and ending one (an attacker reopening as fast as it
+// is closed pays the accept and the tarpit instead).
+func (s *Server) refusePoolLocked(now int64, remote net.Addr) {
+	s.counters.poolRefused++
+	s.logRefusal(now, "connection refused: "+protocol.CodeEvicted.Text()+" (its address holds the most of the full pool)",
+		"remote", remote, "refused-total", s.counters.poolRefused)
 }
 
 // preCapPerIP is the most of the pool one address holds

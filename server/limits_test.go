@@ -101,10 +101,11 @@ func waitUnauthed(t *testing.T, srv *Server, n int) {
 
 // A full pool evicts from the address that holds the most of it, oldest
 // first: a flood from one address cannot push out another address's
-// client, even one older than the flood.
+// client, even one older than the flood; the flood's own newcomers are
+// refused at once, its connections in the pool untouched.
 func TestPreHandshakePoolEvictsFromTheLargestHolder(t *testing.T) {
 	t.Parallel()
-	srv := start(t, Config{MaxUnauthenticated: 5, StatusRate: -1, AuthTimeout: 2 * time.Second})
+	srv := start(t, Config{MaxUnauthenticated: 5, StatusRate: -1, AuthTimeout: 30 * time.Second})
 	addr := srv.Addr().String()
 	healthy := dialFrom(t, addr, "127.0.0.3") // the oldest of the pool
 	healthy.quiet()
@@ -114,32 +115,29 @@ func TestPreHandshakePoolEvictsFromTheLargestHolder(t *testing.T) {
 		flood = append(flood, c)
 	}
 	waitUnauthed(t, srv, 5)
-	// Two more from the flood's address: its two oldest make room.
+	// Two more from the flood's address: refused, the pool unchanged.
 	for range 2 {
-		flood = append(flood, dialFrom(t, addr, "127.0.0.2"))
-	}
-	for _, c := range flood[:2] {
-		c.expect("error too many unauthenticated connections!")
+		dialFrom(t, addr, "127.0.0.2").expect("error too many unauthenticated connections!")
 	}
 	waitUnauthed(t, srv, 5)
 	healthy.send("connect healthy 1.0")
 	healthy.expect("connected 1.0 new *")
 	// Two newcomers from a third address (the pool has room for the
-	// first): the flood's oldest left makes room for the second.
+	// first): the flood's oldest makes room for the second.
 	third := []*raw{dialFrom(t, addr, "127.0.0.4")}
 	waitUnauthed(t, srv, 5)
 	third = append(third, dialFrom(t, addr, "127.0.0.4"))
-	flood[2].expect("error too many unauthenticated connections!")
+	flood[0].expect("error too many unauthenticated connections!")
 	for i, c := range third {
 		c.send("connect third" + strconv.Itoa(i) + " 1.0")
 		c.expect("connected 1.0 new *")
 	}
-	for _, c := range flood[3:] {
+	for _, c := range flood[1:] {
 		c.send("connect " + c.nc.LocalAddr().String() + " 1.0")
 		c.expect("connected 1.0 new *")
 	}
-	if st := healthy.statusOf("st"); st.Limits.Evicted != 3 {
-		t.Errorf("evicted %d, want 3", st.Limits.Evicted)
+	if st := healthy.statusOf("st"); st.Limits.Evicted != 1 {
+		t.Errorf("evicted %d, want 1", st.Limits.Evicted)
 	}
 }
 
@@ -207,7 +205,7 @@ func TestMaxConnsEvictsBeforeRefusing(t *testing.T) {
 	connected(t, srv, "c2")
 	pre := dialRaw(t, srv)
 	pre.quiet()
-	late := dialRaw(t, srv)
+	late := dialFrom(t, srv.Addr().String(), "127.0.0.2") // another address: 127.0.0.1 holds the most of the pool
 	pre.expect("error too many unauthenticated connections!")
 	pre.closed()
 	late.send("connect late 1.0")
@@ -433,16 +431,27 @@ func TestConnectionRefusalsByCause(t *testing.T) {
 				c.expect("error too many connections from this address!")
 				c.closed() // alone in the pool and the tarpit: closed at once
 			}},
-		{cause: "eviction", text: "too many unauthenticated connections!", reason: "evicted", logCount: "evicted-total=1",
+		{cause: "eviction", text: "too many unauthenticated connections!", reason: "pool_full", logCount: "evicted-total=1",
 			cfg: Config{MaxUnauthenticated: 1},
 			run: func(t *testing.T, srv *Server) {
 				old := dialRaw(t, srv)
 				old.quiet()
-				late := dialRaw(t, srv)
+				late := dialFrom(t, srv.Addr().String(), "127.0.0.2")
 				old.expect("error too many unauthenticated connections!")
 				old.closed() // its address has nothing else in the pool: closed at once
 				late.send("connect late 1.0")
 				late.expect("connected 1.0 new *")
+			}},
+		{cause: "full pool, own address", text: "too many unauthenticated connections!", reason: "pool_full", logCount: "refused-total=1",
+			cfg: Config{MaxUnauthenticated: 1, AuthTimeout: 2 * time.Second},
+			run: func(t *testing.T, srv *Server) {
+				old := dialRaw(t, srv)
+				old.quiet()
+				late := dialRaw(t, srv) // its address holds the whole pool
+				late.expect("error too many unauthenticated connections!")
+				old.send("connect old 1.0")
+				old.expect("connected 1.0 new *")
+				tarpitted(t, late, 2*time.Second) // held until its auth timeout
 			}},
 		{cause: "server-wide", text: "too many connections!", reason: "max_conns", logCount: "refused-total=1",
 			cfg: Config{MaxConns: 1},
@@ -469,7 +478,7 @@ func TestConnectionRefusalsByCause(t *testing.T) {
 			base := startHTTP(t, srv)
 			tc.run(t, srv)
 			fams := scrape(t, base)
-			for _, reason := range []string{"max_conns_per_ip", "evicted", "max_conns"} {
+			for _, reason := range []string{"max_conns_per_ip", "pool_full", "max_conns"} {
 				want := 0.0
 				if reason == tc.reason {
 					want = 1

@@ -113,6 +113,7 @@ type counters struct {
 	serverFull                   uint64 // requests refused by a server-wide engine limit
 	rateLimited                  uint64 // status and locks refused by StatusRate
 	evicted                      uint64 // pre-handshake connections evicted for a newcomer
+	poolRefused                  uint64 // newcomers refused by a full pre-handshake pool, their address holding the most of it
 	quotaRefused                 uint64 // connects and lock requests refused by a principal's quota
 }
 
