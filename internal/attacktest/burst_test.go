@@ -21,7 +21,8 @@ import (
 // instant, sends its connect at once, then a ping. Nobody may be refused or
 // evicted while the pre-handshake pool (--max-unauthenticated, 1000) has
 // room: 200 clients of one host (a deploy, a cron fleet at :00, a
-// reconnect after a restart), and 1000 over four addresses.
+// reconnect after a restart), and 1000 over four addresses; and a client
+// of an address that holds 200 idle connections before their connect.
 func TestBurstOfClientsIsAdmitted(t *testing.T) {
 	// Not parallel: it runs before the attack tests, whose healthy client
 	// (in this process) its thousand clients would slow down.
@@ -59,6 +60,36 @@ func TestBurstOfClientsIsAdmitted(t *testing.T) {
 			}
 		})
 	}
+	// 200 idle connections of one address, before their connect, do not
+	// keep that address's next client out.
+	t.Run("a client after 200 idle from its address", func(t *testing.T) {
+		watch := watcher(t, p.addr)
+		before := watch.limits(t, 0)
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.5")}, Timeout: 10 * time.Second}
+		for range 200 {
+			nc, err := d.Dial("tcp", p.addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer nc.Close()
+		}
+		for deadline := time.Now().Add(10 * time.Second); ; {
+			if l := watch.limits(t, 1000); l.Unauthenticated == 200 {
+				break
+			} else if time.Now().After(deadline) {
+				t.Fatalf("%d connections before their handshake, want the 200 idle ones", l.Unauthenticated)
+			}
+			time.Sleep(20 * time.Millisecond) // poll interval
+		}
+		if err := connectAndPing(p.addr, "127.0.0.5", "after-idle"); err != nil {
+			t.Fatalf("a client from the idle connections' address: %v", err)
+		}
+		after := watch.limits(t, 1000)
+		if after.RejectedPerIP != before.RejectedPerIP || after.Evicted != before.Evicted || after.rejected != before.rejected {
+			t.Errorf("refused per address %d, evicted %d, refused at max-conns %d; want none",
+				after.RejectedPerIP-before.RejectedPerIP, after.Evicted-before.Evicted, after.rejected-before.rejected)
+		}
+	})
 }
 
 // burst opens n connections to addr at once, spread over ips, each sending
