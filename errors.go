@@ -301,17 +301,19 @@ func failure(m *protocol.Message, v protocol.Verb) *Error {
 
 // refusal maps the server's answer "error <text>" to a connect to an Error
 // of Type connection naming the node addr. Every such answer but "server
-// shutting down!" and "auth timeout!" is a refusal that will not change by
+// shutting down!", "auth timeout!" and "too many unauthenticated
+// connections!" (an eviction from a full pool) is a refusal that will not change by
 // retrying at once: the session retries at its longest backoff and fails
 // the calls waiting for the connection with it (see
 // session.refusedLocked).
 func refusal(m *protocol.Message, addr string) *Error {
 	// An auth timeout says the server did not get the connect in time (a
-	// connection held up on its way): the next attempt may well get it. A
-	// cluster node that cannot read the cluster's log sends its client to
-	// another node.
+	// connection held up on its way), an eviction that the server's pool
+	// of connections before their connect was full: the next attempt may
+	// well get in. A cluster node that cannot read the cluster's log sends
+	// its client to another node.
 	e := &Error{Type: TypeConnection, Msg: m.Text, Node: addr, code: m.Code,
-		fatal: m.Code != protocol.CodeAuthTimeout && m.Code != protocol.CodeStaleNode}
+		fatal: m.Code != protocol.CodeAuthTimeout && m.Code != protocol.CodeEvicted && m.Code != protocol.CodeStaleNode}
 	switch m.Code {
 	case protocol.CodeAuthRequired, protocol.CodeAuthFailed, protocol.CodeAuthNotConfigured, protocol.CodeProtectedMode:
 		e.Err = ErrAuth
@@ -319,7 +321,7 @@ func refusal(m *protocol.Message, addr string) *Error {
 		e.Msg = "the server requires TLS (use mlocks:// or Options.TLS): " + m.Text
 		e.Err = ErrTLS
 	case protocol.CodeTooManyConnections, protocol.CodeTooManyFromAddr, protocol.CodeTooManySessions,
-		protocol.CodeQuotaSessions, protocol.CodeQuotaConns:
+		protocol.CodeQuotaSessions, protocol.CodeQuotaConns, protocol.CodeEvicted:
 		e.Err = ErrRefused
 	}
 	return e

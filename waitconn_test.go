@@ -140,37 +140,44 @@ func TestLockAskedAgainLessTheWaitForTheConnection(t *testing.T) {
 }
 
 // An auth timeout answered to a connect (the server did not get it in
-// time: the connection was held up on its way) is no refusal: the client
-// connects again at once and the call waiting for the connection goes on.
+// time: the connection was held up on its way), or an eviction from the
+// server's full pool of connections before their connect, is no refusal:
+// the client connects again at once and the call waiting for the
+// connection goes on.
 func TestAuthTimeoutIsNoRefusal(t *testing.T) {
 	t.Parallel()
-	conns := 0
-	addr := fakeServer(t, func(c net.Conn, r *bufio.Reader) {
-		conns++
-		if f, err := readCommand(r); err != nil || f[0] != "connect" {
-			return
-		}
-		if conns == 1 {
-			_, _ = c.Write(protocol.Append(nil, "error", "auth", "timeout!"))
-			return
-		}
-		_, _ = c.Write(protocol.Append(nil, "connected", "1.0", "new", "60000"))
-		for {
-			f, err := readCommand(r)
-			if err != nil {
-				return
+	for _, code := range []protocol.Code{protocol.CodeAuthTimeout, protocol.CodeEvicted} {
+		t.Run(code.Text(), func(t *testing.T) {
+			t.Parallel()
+			conns := 0
+			addr := fakeServer(t, func(c net.Conn, r *bufio.Reader) {
+				conns++
+				if f, err := readCommand(r); err != nil || f[0] != "connect" {
+					return
+				}
+				if conns == 1 {
+					_, _ = c.Write(protocol.AppendError(nil, code))
+					return
+				}
+				_, _ = c.Write(protocol.Append(nil, "connected", "1.0", "new", "60000"))
+				for {
+					f, err := readCommand(r)
+					if err != nil {
+						return
+					}
+					if f[0] == "ping" {
+						_, _ = c.Write(protocol.Append(nil, "result", f[1], "success", "pong"))
+					}
+				}
+			})
+			c := client(t, addr, mlock.Options{})
+			start := time.Now()
+			if err := c.Ping(ctxT(t)); err != nil {
+				t.Fatalf("Ping after %q: %v", code.Text(), err)
 			}
-			if f[0] == "ping" {
-				_, _ = c.Write(protocol.Append(nil, "result", f[1], "success", "pong"))
+			if d := time.Since(start); d > 2*time.Second {
+				t.Fatalf("connected again after %v: %q was taken for a refusal (the longest backoff)", d, code.Text())
 			}
-		}
-	})
-	c := client(t, addr, mlock.Options{})
-	start := time.Now()
-	if err := c.Ping(ctxT(t)); err != nil {
-		t.Fatalf("Ping after an auth timeout: %v", err)
-	}
-	if d := time.Since(start); d > 2*time.Second {
-		t.Fatalf("connected again after %v: the auth timeout was taken for a refusal (the longest backoff)", d)
+		})
 	}
 }

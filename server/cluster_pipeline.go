@@ -767,6 +767,9 @@ func (c *conn) decideHandshake(tx *core.Tx, f [][]byte) (it item, stop, done boo
 		it, stop = c.acceptForward(f[1])
 		return it, stop, true
 	}
+	if s.overCapLocked(tx.Now(), c) {
+		return item{}, false, false // past a limit of established connections (limits.go)
+	}
 	if verb != protocol.VerbConnect {
 		c.sendError(protocol.CodeConnectFirst)
 		return item{}, false, false

@@ -28,6 +28,9 @@ func (c *conn) handle(tx *core.Tx, f [][]byte) bool {
 		if c.evicted {
 			return true // evicted before its handshake: told, and closing
 		}
+		if s.overCapLocked(tx.Now(), c) {
+			return true // past a limit of established connections (limits.go)
+		}
 		if verb != protocol.VerbConnect {
 			c.sendError(protocol.CodeConnectFirst)
 			return true

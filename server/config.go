@@ -28,12 +28,9 @@ const (
 	DefaultShutdownWait       = 2 * time.Second
 	DefaultMaxConnsPerIP      = 1000
 	DefaultMaxUnauthenticated = 1000
-	// DefaultMaxUnauthenticatedPerIP: 16 handshakes at once from one
-	// address; a 17th is refused (see docs/security.md).
-	DefaultMaxUnauthenticatedPerIP = 16
-	DefaultIdleTimeout             = 60 * time.Second
-	DefaultMaxSessions             = 20_000
-	DefaultStatusRate              = 20 // detailed status and locks listings per second and principal
+	DefaultIdleTimeout        = 60 * time.Second
+	DefaultMaxSessions        = 20_000
+	DefaultStatusRate         = 20 // detailed status and locks listings per second and principal
 	// MaxHandshakeFrame caps a frame received before the handshake (connect)
 	// succeeded, whatever MaxFrame is.
 	MaxHandshakeFrame = 4 << 10
@@ -110,26 +107,35 @@ type Config struct {
 	// MaxFrame is the largest frame payload in bytes. Default 64 KiB, at
 	// most 16 MiB.
 	MaxFrame int
-	// MaxConns caps simultaneous connections. Default 10 000.
+	// MaxConns caps simultaneous connections. A newcomer at the cap evicts
+	// a connection that has not connected yet (see MaxUnauthenticated) if
+	// there is one; else it is let in and its connect is refused ("too many
+	// connections!"), unless it is a cluster node's forwarding link, which
+	// does not count: the server holds at most MaxConns +
+	// MaxUnauthenticated sockets of clients. Default 10 000.
 	MaxConns int
 	// MaxConnsPerIP caps simultaneous connections from one IP address (an
-	// IPv6 address counts with its /64). Loopback is not limited: local
-	// processes share 127.0.0.1, and protected mode would otherwise cap the
-	// whole server at this. Default 1000.
+	// IPv6 address counts with its /64): the connect of one past it is
+	// refused ("too many connections from this address!"); a cluster
+	// node's forwarding link neither counts nor is refused. Loopback is not
+	// limited: local processes share 127.0.0.1, and protected mode would
+	// otherwise cap the whole server at this. Default 1000.
 	MaxConnsPerIP int
 	// MaxUnauthenticated caps the connections that have not completed their
 	// connect yet (TLS handshake included), so that clients that cannot
 	// authenticate never fill MaxConns: authenticated clients keep their
-	// room. A newcomer when they are all taken evicts the oldest of them
-	// (it is told "too many connections!" and closed) rather than being
-	// refused. Default 1000; negative: no limit.
+	// room. Below it nobody is refused, whatever its address; a newcomer
+	// when they are all taken evicts the oldest of the address that holds
+	// the most of them (it is told "too many unauthenticated connections!"
+	// and closed) rather than being refused. Default 1000; negative: no
+	// limit.
 	MaxUnauthenticated int
 	// MaxUnauthenticatedPerIP caps the connections of one address that
 	// have not completed their connect yet; loopback addresses count too,
 	// each on its own (127.0.0.2 apart from 127.0.0.1), and an IPv6 address
-	// with its /64. A newcomer from an address at the cap is refused
-	// ("too many connections from this address!") before anything is made
-	// for it. Default 16; negative: no limit.
+	// with its /64. A newcomer from an address at the cap is not refused:
+	// it evicts that address's oldest. Default (0): MaxUnauthenticated;
+	// negative: no limit.
 	MaxUnauthenticatedPerIP int
 	// PrincipalMaxLocks, PrincipalMaxSessions and PrincipalMaxConns are the
 	// quotas of a principal whose auth-file line sets none (max-locks=,

@@ -41,6 +41,13 @@ type conn struct {
 	unauthed bool
 	pre      preLinks
 	evicted  bool // guarded by the core: evicted from the pre-handshake pool; it handles nothing more
+	// stopped: set by an eviction before it stops the reader (stopRead).
+	stopped atomic.Bool
+	// overCap: guarded by the core: let in past a limit of established
+	// connections (MaxConnsPerIP, MaxConns), whose text its first frame is
+	// refused with unless it is a cluster's forwarding hello (limits.go).
+	overCap protocol.Code
+	link    bool // guarded by the core: a cluster forwarding link, counted neither per address nor in MaxConns
 	// park: set before finish, read by the writer after done: the socket
 	// goes to the tarpit instead of being closed (a connect refused; the
 	// reader has stopped).
@@ -121,9 +128,13 @@ func (s *Server) newConn(nc net.Conn, remote string) *conn {
 	return c
 }
 
-// accept registers nc and starts its goroutines, or refuses it when the
-// server is full, its address has too many connections, or protected mode
-// does not accept its address.
+// accept registers nc and starts its goroutines, or refuses it when
+// protected mode does not accept its address, or the pre-handshake pool is
+// full and its address holds the most of it. Else a full pool makes room
+// by an eviction (limits.go); a connection past MaxConnsPerIP,
+// or past MaxConns when no pre-handshake connection can make room, is let
+// in and refused at its first frame unless that proves it a cluster's own
+// link (overCapLocked).
 func (s *Server) accept(nc net.Conn) {
 	ip := remoteIP(nc)
 	refuse := protocol.CodeUnknown
@@ -133,58 +144,57 @@ func (s *Server) accept(nc net.Conn) {
 		refuse = protocol.CodeProtectedMode
 	}
 	// The conn is made only for a connection that is let in: a refusal
-	// costs the accept, one write and the close (limits.go).
+	// costs the accept, one write and the close.
 	var c *conn
 	key := ipKey(ip)
 	closed, park := false, false
 	s.batch(func(tx *core.Tx) {
 		// Shutdown sets closed before its batch closes every conn.
 		closed = s.closed.Load()
-		full := len(s.conns)-s.evicting >= s.cfg.MaxConns
+		full := len(s.conns)-s.evicting-s.adm.links >= s.cfg.MaxConns
 		switch {
 		case closed:
 			return
 		case refuse != protocol.CodeUnknown:
 			s.counters.authFailed++
-		case full && s.pre.head == nil:
-			s.counters.rejected++
-			refuse = protocol.CodeTooManyConnections
-		case key.IsValid() && s.perIP[key] >= s.cfg.MaxConnsPerIP:
-			s.counters.rejectedPerIP++
-			refuse = protocol.CodeTooManyFromAddr
-		case s.preFullLocked(ip):
-			s.counters.rejectedPerIP++
-			refuse, park = protocol.CodeTooManyFromAddr, true
-		default:
-			// A full pool (limits.go) makes room: the newcomer takes the
-			// place of the oldest pre-handshake connection.
-			if full || s.unauthed >= s.cfg.MaxUnauthenticated {
-				s.evictLocked(tx.Now(), s.pre.head)
-			}
-			c = s.newConn(nc, nc.RemoteAddr().String())
-			c.ip = ip
-			if s.tlsConf != nil {
-				c.nc = tls.Server(nc, s.tlsConf)
-				c.rw = c.nc
-			} else if raw, ok := rawio.New(nc); ok {
-				c.rw = raw
-			}
-			s.conns[c] = struct{}{}
-			if key.IsValid() {
-				s.perIP[key]++
-			}
-			s.enterPreLocked(c)
-			s.counters.conns++
-			s.wg.Add(2)
-			if s.cl != nil {
-				c.key = s.cl.run + strconv.FormatUint(s.cl.nconn.Add(1), 10)
-				c.pipe = newPipeline()
-				s.cl.conns[c.key] = c
-				s.wg.Add(1)
-			}
+			s.logRefusal(tx.Now(), "connection refused: "+refuse.Text(), "remote", nc.RemoteAddr())
 			return
 		}
-		s.logRefusal(tx.Now(), "connection refused: "+refuse.Text(), "remote", nc.RemoteAddr())
+		if v, own := s.victimLocked(ip, full); own {
+			s.refusePoolLocked(tx.Now(), nc.RemoteAddr())
+			refuse, park = protocol.CodeEvicted, true
+			return
+		} else if v != nil {
+			s.evictLocked(tx.Now(), v)
+			full = false
+		}
+		c = s.newConn(nc, nc.RemoteAddr().String())
+		c.ip = ip
+		switch {
+		case full:
+			c.overCap = protocol.CodeTooManyConnections
+		case key.IsValid() && s.perIP[key] >= s.cfg.MaxConnsPerIP:
+			c.overCap = protocol.CodeTooManyFromAddr
+		}
+		if s.tlsConf != nil {
+			c.nc = tls.Server(nc, s.tlsConf)
+			c.rw = c.nc
+		} else if raw, ok := rawio.New(nc); ok {
+			c.rw = raw
+		}
+		s.conns[c] = struct{}{}
+		if key.IsValid() {
+			s.perIP[key]++
+		}
+		s.enterPreLocked(c)
+		s.counters.conns++
+		s.wg.Add(2)
+		if s.cl != nil {
+			c.key = s.cl.run + strconv.FormatUint(s.cl.nconn.Add(1), 10)
+			c.pipe = newPipeline()
+			s.cl.conns[c.key] = c
+			s.wg.Add(1)
+		}
 	})
 	if closed || refuse != protocol.CodeUnknown {
 		if !closed && s.tlsConf == nil { // a TLS client could not read it
@@ -203,6 +213,12 @@ func (s *Server) accept(nc net.Conn) {
 	if c.pipe != nil {
 		go c.pipeLoop()
 	}
+}
+
+// stopRead stops c's reader, which is waiting for its connect: an eviction.
+func (c *conn) stopRead() {
+	c.stopped.Store(true)
+	_ = c.nc.SetReadDeadline(time.Now())
 }
 
 // write queues frame bytes for the writer. It runs in a core batch.
@@ -312,7 +328,14 @@ func (c *conn) readLoop() {
 		}
 	}
 	_ = c.nc.SetReadDeadline(authBy)
-	buf := make([]byte, 0, 4096)
+	if c.stopped.Load() {
+		// Evicted before this reader set its deadline: stopRead's
+		// deadline may have come first.
+		return
+	}
+	// A small buffer until the handshake: the pre-handshake pool holds up
+	// to MaxUnauthenticated of them (a longer frame grows it).
+	buf := make([]byte, 0, preReadBuf)
 	first := true
 	probed := false // the idle deadline's read once more (below) is done
 	var fields [][]byte
@@ -342,6 +365,11 @@ func (c *conn) readLoop() {
 			buf, fields, stop = c.handleFrames(buf, fields)
 			if stop {
 				return
+			}
+			if c.authed && cap(buf) < readBuf {
+				nb := make([]byte, len(buf), readBuf)
+				copy(nb, buf)
+				buf = nb
 			}
 			if c.authed && s.cfg.IdleTimeout > 0 && (!authed || now.After(c.refreshAt)) {
 				// From the handshake on, the idle timeout; the deadline
@@ -375,6 +403,8 @@ func (c *conn) readLoop() {
 			if errors.Is(err, os.ErrDeadlineExceeded) {
 				s.batch(func(*core.Tx) {
 					switch {
+					case c.evicted:
+						// Stopped by its eviction (stopRead): told already.
 					case c.sess == nil && !c.authed:
 						c.sendError(protocol.CodeAuthTimeout)
 					case c.authed:
@@ -388,6 +418,13 @@ func (c *conn) readLoop() {
 		}
 	}
 }
+
+// The reader's buffer: preReadBuf bytes before the handshake, readBuf
+// after it (a frame longer than the buffer grows it).
+const (
+	preReadBuf = 512
+	readBuf    = 4096
+)
 
 // idleProbe is how long a connection whose idle deadline passed is read
 // once more for bytes that were already received.
@@ -574,7 +611,9 @@ func (c *conn) freeSlotsLocked() {
 		return
 	}
 	delete(s.conns, c)
-	if key := ipKey(c.ip); key.IsValid() {
+	if c.link {
+		s.adm.links-- // not counted per address
+	} else if key := ipKey(c.ip); key.IsValid() {
 		if s.perIP[key]--; s.perIP[key] <= 0 {
 			delete(s.perIP, key)
 		}

@@ -63,7 +63,7 @@ func (c *conn) acceptForward(token []byte) (item, bool) {
 	}
 	c.forward = true
 	c.authed = true
-	s.leavePreLocked(c) // done with its handshake: out of the pool and of its address's count
+	s.linkLocked(c) // the cluster's own link: out of the pool, and of the client limits (limits.go)
 	return item{}, false
 }
 

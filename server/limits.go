@@ -16,35 +16,58 @@ import (
 //
 // A connection is "pre-handshake" (unauthenticated) from its accept until
 // its connect succeeds: the TLS handshake and the connect frame. Holding
-// one costs its client a socket and nothing else, so they are bounded
-// twice:
+// one costs its client a socket and nothing else, so they are bounded in
+// all, and the rule that makes room keeps one address, or a few, from
+// keeping the others out:
 //
-//   - Per address (MaxUnauthenticatedPerIP, loopback addresses included,
-//     each on its own; IPv6 by /64): a newcomer from an address at its cap
-//     is refused at once ("too many connections from this address!"),
-//     before any goroutine or buffer is made for it. An address can only
-//     crowd out itself, and its excess costs an accept and a close: the
-//     listener's queue, which every newcomer waits in, drains fast.
-//   - In all (MaxUnauthenticated): a newcomer when the pool is full (an
-//     attacker over more addresses than MaxUnauthenticated /
-//     MaxUnauthenticatedPerIP) is not refused: it evicts the oldest
-//     pre-handshake connection of any address. Attackers keep reopening; a
-//     client that completes its connect within a round trip is in before
-//     its turn to be the oldest comes.
-//   - MaxConns: a newcomer when the server is at MaxConns evicts the oldest
-//     pre-handshake connection if there is one, and is refused only when
-//     every connection is authenticated.
+//   - Nobody is refused while the pool has room: below MaxUnauthenticated
+//     pre-handshake connections (and MaxConns connections), every
+//     newcomer is let in, whatever its address and however many
+//     connections that address has in the pool.
+//   - A newcomer when the pool is full, or the server at MaxConns, evicts
+//     one pre-handshake connection: the oldest of the address that holds
+//     the most of the pool (ties: the address whose oldest is oldest).
+//     When its own address holds as much of the pool as that one, the
+//     newcomer is refused instead, with the same text, at the cost of an
+//     accept and the tarpit: evicting would trade one of the largest
+//     holders' connections for another, at the cost of a connection made
+//     and one ended (what an attacker reopening as fast as it is closed
+//     would otherwise make the server do, on every connection).
+//     An attacker holding the pool from one address, or from fifty, holds
+//     more of it than any address of legitimate clients, whose connections
+//     leave the pool a round trip after they came: the attacker's are the
+//     ones evicted. Addresses count each on its own (loopback addresses
+//     too, 127.0.0.2 apart from 127.0.0.1), IPv6 by /64; connections that
+//     are not TCP count together under the zero address.
+//   - MaxUnauthenticatedPerIP (default: the pool's size) is the most one
+//     address holds: its newcomer past it evicts that address's oldest.
+//   - An evicted connection is told "too many unauthenticated
+//     connections!" (in clear text only: a TLS client mid-handshake is
+//     closed) and its reader is stopped; a connect it had sent is not
+//     handled. Its socket goes to the tarpit while its address has other
+//     pre-handshake connections or sockets in the tarpit (crowdedLocked):
+//     an attacker's, which reopens it as soon as it is closed, is held
+//     until its auth timeout; a client that reads the error closes it
+//     itself and tries again at once.
+//   - The limits of established connections (MaxConnsPerIP, MaxConns when
+//     every connection is authenticated) are not applied at the accept but
+//     at the first frame (overCap): a cluster node's forwarding link, which
+//     proves itself with the cluster's secret, is let in past them and is
+//     not counted against them; a client's connect is refused with the
+//     limit's text.
 //
-// An evicted connection is told "too many connections!" (in clear text
-// only: a TLS client mid-handshake is closed) and closed; a connect it had
-// sent is not handled. The pool is two intrusive lists of conns, oldest
-// first: every pre-handshake connection, and those of one address. All of
-// it is guarded by the core.
+// The pool is two intrusive lists of conns, oldest first: every
+// pre-handshake connection, and those of one address; the addresses' lists
+// are in a heap by their length (admission.top). All of it is guarded by
+// the core: entering, leaving and evicting cost O(log A), A the addresses
+// in the pool.
 
 // preList is a list of pre-handshake connections, oldest first.
 type preList struct {
 	head, tail *conn
 	n          int
+	key        netip.Addr // the address's key (preKey); a list of one address only
+	idx        int        // its place in admission.top; a list of one address only
 }
 
 // preLinks are a conn's links in the pool's two lists.
@@ -52,12 +75,78 @@ type preLinks struct {
 	prev, next   *conn // in Server.pre
 	aprev, anext *conn // in Server.preByIP[key]
 	key          netip.Addr
+	seq          uint64 // its order of entry: lower is older
 }
 
-// preKey is the key a connection counts under for MaxUnauthenticatedPerIP:
-// its address (loopback included, 127.0.0.2 apart from 127.0.0.1), or its
-// IPv6 /64; the zero Addr, not counted per address, for a connection that
-// is not TCP.
+// admission is the state of admission beside the pool's lists. It is
+// guarded by the core.
+type admission struct {
+	top   []*preList // the addresses' lists, a heap: the one holding the most first (above)
+	seq   uint64     // the last preLinks.seq given
+	links int        // connections in Server.conns that are cluster forwarding links
+}
+
+// before reports whether address list a is evicted from before b: it
+// holds more, or as many and its oldest is older.
+func (a *preList) before(b *preList) bool {
+	return a.n > b.n || a.n == b.n && a.head.pre.seq < b.head.pre.seq
+}
+
+func (ad *admission) swap(i, j int) {
+	ad.top[i], ad.top[j] = ad.top[j], ad.top[i]
+	ad.top[i].idx, ad.top[j].idx = i, j
+}
+
+// fix restores the heap after the list at i changed.
+func (ad *admission) fix(i int) {
+	for i > 0 { // up
+		p := (i - 1) / 2
+		if !ad.top[i].before(ad.top[p]) {
+			break
+		}
+		ad.swap(i, p)
+		i = p
+	}
+	for { // down
+		l, m := 2*i+1, i
+		if l < len(ad.top) && ad.top[l].before(ad.top[m]) {
+			m = l
+		}
+		if r := l + 1; r < len(ad.top) && ad.top[r].before(ad.top[m]) {
+			m = r
+		}
+		if m == i {
+			return
+		}
+		ad.swap(i, m)
+		i = m
+	}
+}
+
+// push adds list a to the heap.
+func (ad *admission) push(a *preList) {
+	a.idx = len(ad.top)
+	ad.top = append(ad.top, a)
+	ad.fix(a.idx)
+}
+
+// remove takes list a out of the heap.
+func (ad *admission) remove(a *preList) {
+	i, last := a.idx, len(ad.top)-1
+	if i != last {
+		ad.swap(i, last)
+	}
+	ad.top[last] = nil
+	ad.top = ad.top[:last]
+	if i != last {
+		ad.fix(i)
+	}
+	a.idx = -1
+}
+
+// preKey is the key a connection counts under in the pool: its address
+// (loopback included, 127.0.0.2 apart from 127.0.0.1), or its IPv6 /64;
+// the zero Addr for a connection that is not TCP.
 func preKey(ip netip.Addr) netip.Addr {
 	switch {
 	case !ip.IsValid():
@@ -75,6 +164,8 @@ func (s *Server) enterPreLocked(c *conn) {
 	s.unauthed++
 	l := &c.pre
 	l.key = preKey(c.ip)
+	s.adm.seq++
+	l.seq = s.adm.seq
 	l.prev = s.pre.tail
 	if s.pre.tail != nil {
 		s.pre.tail.pre.next = c
@@ -83,12 +174,9 @@ func (s *Server) enterPreLocked(c *conn) {
 	}
 	s.pre.tail = c
 	s.pre.n++
-	if !l.key.IsValid() {
-		return
-	}
 	a := s.preByIP[l.key]
 	if a == nil {
-		a = &preList{}
+		a = &preList{key: l.key}
 		s.preByIP[l.key] = a
 	}
 	l.aprev = a.tail
@@ -98,7 +186,11 @@ func (s *Server) enterPreLocked(c *conn) {
 		a.head = c
 	}
 	a.tail = c
-	a.n++
+	if a.n++; a.n == 1 {
+		s.adm.push(a)
+	} else {
+		s.adm.fix(a.idx)
+	}
 }
 
 // leavePreLocked removes c from the pool (its connect succeeded, it was
@@ -133,41 +225,127 @@ func (s *Server) leavePreLocked(c *conn) {
 			a.tail = l.aprev
 		}
 		if a.n--; a.n == 0 {
+			s.adm.remove(a)
 			delete(s.preByIP, l.key)
+		} else {
+			s.adm.fix(a.idx)
 		}
 	}
 	*l = preLinks{}
 }
 
-// preFullLocked reports whether ip's address is at its cap of
-// pre-handshake connections.
-func (s *Server) preFullLocked(ip netip.Addr) bool {
-	key := preKey(ip)
-	if !key.IsValid() {
-		return false
+// victimLocked returns the pre-handshake connection a newcomer from ip
+// evicts, nil if it evicts none: when the pool is full or the server at
+// MaxConns (full), the oldest of the address holding the most of the pool;
+// else, when ip's address holds MaxUnauthenticatedPerIP, its oldest.
+// refuse: the pool is full and ip's own address holds as much of it as
+// the victim's: the newcomer is refused instead (refuseLocked).
+func (s *Server) victimLocked(ip netip.Addr, full bool) (v *conn, refuse bool) {
+	if len(s.adm.top) == 0 {
+		return nil, false
 	}
-	a := s.preByIP[key]
-	return a != nil && a.n >= s.cfg.MaxUnauthenticatedPerIP
+	own := s.preByIP[preKey(ip)]
+	if full || s.unauthed >= s.cfg.MaxUnauthenticated {
+		top := s.adm.top[0]
+		return top.head, own != nil && own.n >= top.n
+	}
+	if own != nil && own.n >= s.preCapPerIP() {
+		return own.head, false
+	}
+	return nil, false
+}
+
+// refusePoolLocked counts and logs the refusal of a newcomer from a full
+// pool whose own address holds the most of it: an eviction would only
+// trade one of that address's connections for another, at the cost of
+// making a connection and ending one (an attacker reopening as fast as it
+// is closed pays the accept and the tarpit instead).
+func (s *Server) refusePoolLocked(now int64, remote net.Addr) {
+	s.counters.poolRefused++
+	s.logRefusal(now, "connection refused: "+protocol.CodeEvicted.Text()+" (its address holds the most of the full pool)",
+		"remote", remote, "refused-total", s.counters.poolRefused)
+}
+
+// preCapPerIP is the most of the pool one address holds
+// (MaxUnauthenticatedPerIP: 0 is MaxUnauthenticated, negative none).
+func (s *Server) preCapPerIP() int {
+	switch n := s.cfg.MaxUnauthenticatedPerIP; {
+	case n == 0:
+		return s.cfg.MaxUnauthenticated
+	case n < 0:
+		return noLimit
+	default:
+		return n
+	}
 }
 
 // evictLocked ends c, a pre-handshake connection, to make room for a
-// newcomer: "too many connections!" on plain TCP, then the close. Its
-// reader, which may hold a connect read before the eviction, handles
-// nothing more (handle, decide).
+// newcomer: "too many unauthenticated connections!" on plain TCP, then the
+// close, or the tarpit when its address is crowded. Its reader is stopped
+// (its read deadline set to now) and handles nothing more, a connect read
+// before the eviction included (handle, decideHandshake).
 func (s *Server) evictLocked(now int64, c *conn) {
 	s.leavePreLocked(c)
 	c.evicted = true
 	s.evicting++
 	s.counters.evicted++
-	s.logRefusal(now, "connection evicted before its handshake: the pre-handshake pool is full", "remote", c.remote)
-	if s.tlsConf == nil && !c.plain {
-		c.sendError(protocol.CodeTooManyConnections)
+	s.logRefusal(now, "connection evicted before its handshake: "+protocol.CodeEvicted.Text(), "remote", c.remote,
+		"evicted-total", s.counters.evicted)
+	if c.plain {
+		// A plain status request writes its own answer.
+		c.finish()
+		c.nc.Close()
 		return
 	}
-	// A TLS client mid-handshake cannot read a clear-text error; a plain
-	// status request writes its own answer.
-	c.finish()
-	c.nc.Close()
+	if s.tlsConf != nil {
+		// A TLS client mid-handshake cannot read a clear-text error.
+		c.finish()
+		c.nc.Close()
+		return
+	}
+	c.park = s.crowdedLocked(c)
+	c.stopRead()
+	c.sendError(protocol.CodeEvicted)
+}
+
+// overCapLocked refuses a client's first frame on a connection let in past
+// MaxConnsPerIP or MaxConns (accept: c.overCap) with that limit's text,
+// and reports whether it did. A cluster's forwarding hello is decided
+// before (acceptForward): the cluster's own links are never refused by a
+// client limit.
+func (s *Server) overCapLocked(now int64, c *conn) bool {
+	code := c.overCap
+	if code == protocol.CodeUnknown {
+		return false
+	}
+	total := &s.counters.rejected
+	if code == protocol.CodeTooManyFromAddr {
+		total = &s.counters.rejectedPerIP
+	}
+	*total++
+	s.logRefusal(now, "connect refused: "+code.Text(), "remote", c.remote, "refused-total", *total)
+	c.park = s.crowdedLocked(c) // the tarpit
+	s.leavePreLocked(c)
+	c.sendError(code)
+	return true
+}
+
+// linkLocked makes c, whose forwarding hello was accepted, one of the
+// cluster's own links: out of the pool, and counted neither per address
+// nor against MaxConns.
+func (s *Server) linkLocked(c *conn) {
+	s.leavePreLocked(c)
+	c.overCap = protocol.CodeUnknown
+	if c.link {
+		return
+	}
+	c.link = true
+	s.adm.links++
+	if key := ipKey(c.ip); key.IsValid() {
+		if s.perIP[key]--; s.perIP[key] <= 0 {
+			delete(s.perIP, key)
+		}
+	}
 }
 
 // Quotas per principal.
@@ -312,12 +490,13 @@ func (s *Server) principalsStatus(tx *core.Tx, limit int) (map[string]protocol.S
 
 // The tarpit.
 //
-// A connection refused for its address's cap of pre-handshake connections
-// ("too many connections from this address!"), or whose connect is refused
-// for its credentials ("authentication required!", "authentication
-// failed!", protected mode) while its address has other pre-handshake
-// connections or sockets in the tarpit (crowdedLocked), is told so at once,
-// but its
+// A connection evicted from the pre-handshake pool ("too many
+// unauthenticated connections!"), one refused at its first frame for a
+// limit of established connections ("too many connections from this
+// address!", "too many connections!"), or one whose connect is refused for
+// its credentials ("authentication required!", "authentication failed!",
+// protected mode), while its address has other pre-handshake connections
+// or sockets in the tarpit (crowdedLocked), is told so at once, but its
 // socket is closed only at the end of its auth timeout, AuthTimeout after
 // its accept (or sooner when the tarpit holds tarpitMax of them); any other
 // refusal closes at once. An attacker that holds and reopens connections as
@@ -325,17 +504,26 @@ func (s *Server) principalsStatus(tx *core.Tx, limit int) (map[string]protocol.S
 // can accept, and every newcomer, healthy or not, waits in the listener's
 // one queue behind them. Held, a refused socket costs a file descriptor
 // and no goroutine (its reader has stopped; nothing more it sends is
-// read); a client that reads the error closes it itself.
+// read); a client that reads the error closes it itself. A lone client
+// (its address has nothing else in the pool or the tarpit) is closed at
+// once.
 
 // crowdedLocked reports whether c's address has another pre-handshake
-// connection than c, or a socket in the tarpit: a refused connect then goes
-// to the tarpit too. A lone client refused (a wrong token, say) is closed
-// at once.
+// connection than c, or a socket in the tarpit: a refused connect, or an
+// evicted connection, then goes to the tarpit too. A lone client refused
+// (a wrong token, say) is closed at once.
 func (s *Server) crowdedLocked(c *conn) bool {
-	if a := s.preByIP[c.pre.key]; c.unauthed && a != nil && a.n >= 2 {
-		return true
+	key := preKey(c.ip)
+	if a := s.preByIP[key]; a != nil {
+		others := a.n
+		if c.unauthed {
+			others-- // c itself
+		}
+		if others > 0 {
+			return true
+		}
 	}
-	return s.tarpit.holds(preKey(c.ip))
+	return s.tarpit.holds(key)
 }
 
 // tarpitMax caps the sockets the tarpit holds; past it the oldest is closed.

@@ -1,8 +1,11 @@
 package server
 
 import (
+	"encoding/hex"
+	"log/slog"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -23,38 +26,118 @@ func dialFrom(t testing.TB, addr, ip string) *raw {
 	return &raw{t: t, nc: nc}
 }
 
-// Every address has its own cap of pre-handshake connections, loopback
-// addresses included: a newcomer from an address at its cap is refused
-// (and its socket closed at the end of its auth timeout: the tarpit), and
-// the other addresses (127.0.0.1 among them) are not touched.
-func TestPreHandshakeCapPerAddress(t *testing.T) {
+// MaxUnauthenticatedPerIP, when set, is the most of the pool one address
+// holds: its newcomer past it is let in and evicts that address's oldest
+// (told so, and its socket held until its auth timeout while the address
+// is crowded); the other addresses (127.0.0.1 among them) are not touched.
+func TestPreHandshakeCapPerAddressEvicts(t *testing.T) {
 	t.Parallel()
 	srv := start(t, Config{MaxUnauthenticatedPerIP: 2, StatusRate: -1, AuthTimeout: time.Second})
 	addr := srv.Addr().String()
 	other := dialFrom(t, addr, "127.0.0.3")
 	local := dialRaw(t, srv)
 	a1 := dialFrom(t, addr, "127.0.0.2")
-	a2 := dialFrom(t, addr, "127.0.0.2")
 	a1.quiet()
+	a2 := dialFrom(t, addr, "127.0.0.2")
 	a2.quiet()
 	a3 := dialFrom(t, addr, "127.0.0.2")
-	a3.expect("error too many connections from this address!")
-	for _, c := range []*raw{other, local, a1, a2} {
+	a1.expect("error too many unauthenticated connections!")
+	for _, c := range []*raw{other, local, a2, a3} {
 		c.send("connect " + c.nc.LocalAddr().String() + " 1.0")
 		c.expect("connected 1.0 new *")
 	}
-	tarpitted(t, a3, time.Second)
-	// Connected, they no longer count: two more from 127.0.0.2 are let in.
-	b1, b2 := dialFrom(t, addr, "127.0.0.2"), dialFrom(t, addr, "127.0.0.2")
-	b1.quiet()
-	b2.quiet()
-	dialFrom(t, addr, "127.0.0.2").expect("error too many connections from this address!")
-	a1.ping("p")
+	tarpitted(t, a1, time.Second)
 	local.ping("q")
 	st := local.statusOf("st")
-	if st.Limits.RejectedPerIP != 2 || st.Limits.Unauthenticated != 2 || st.Limits.MaxUnauthenticatedPerIP != 2 || st.Limits.Evicted != 0 {
-		t.Errorf("limits: refused per address %d, unauthenticated %d, per address %d, evicted %d; want 2, 2, 2, 0",
+	if st.Limits.RejectedPerIP != 0 || st.Limits.Unauthenticated != 0 || st.Limits.MaxUnauthenticatedPerIP != 2 || st.Limits.Evicted != 1 {
+		t.Errorf("limits: refused per address %d, unauthenticated %d, per address %d, evicted %d; want 0, 0, 2, 1",
 			st.Limits.RejectedPerIP, st.Limits.Unauthenticated, st.Limits.MaxUnauthenticatedPerIP, st.Limits.Evicted)
+	}
+}
+
+// With the default limits, an address holding 200 idle pre-handshake connections
+// (five times the 16 it used to be refused past) does not keep its next
+// client out: nobody is refused while the pool has room.
+func TestIdlePreHandshakeConnectionsDoNotKeepTheirAddressOut(t *testing.T) {
+	t.Parallel()
+	// An auth timeout far past the test's run, on a busy machine too.
+	srv := start(t, Config{StatusRate: -1, AuthTimeout: time.Minute})
+	addr := srv.Addr().String()
+	var idle []*raw
+	for range 200 {
+		idle = append(idle, dialFrom(t, addr, "127.0.0.2"))
+	}
+	// Every one of them is in the pool (accepted, not refused).
+	waitUnauthed(t, srv, 200)
+	late := dialFrom(t, addr, "127.0.0.2")
+	late.send("connect late 1.0")
+	late.expect("connected 1.0 new *")
+	late.ping("p")
+	for _, c := range idle[:3] {
+		c.quiet()
+	}
+	st := late.statusOf("st")
+	if st.Limits.RejectedPerIP != 0 || st.Limits.Evicted != 0 || st.RejectedConnections != 0 || st.Limits.Unauthenticated != 200 {
+		t.Errorf("limits: refused per address %d, evicted %d, refused %d, unauthenticated %d; want 0, 0, 0, 200",
+			st.Limits.RejectedPerIP, st.Limits.Evicted, st.RejectedConnections, st.Limits.Unauthenticated)
+	}
+}
+
+// waitUnauthed waits until srv has n pre-handshake connections.
+func waitUnauthed(t *testing.T, srv *Server, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		var got int
+		srv.core().Batch(func(*core.Tx) { got = srv.unauthed })
+		if got == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d pre-handshake connections, want %d", got, n)
+		}
+		time.Sleep(5 * time.Millisecond) // poll interval
+	}
+}
+
+// A full pool evicts from the address that holds the most of it, oldest
+// first: a flood from one address cannot push out another address's
+// client, even one older than the flood; the flood's own newcomers are
+// refused at once, its connections in the pool untouched.
+func TestPreHandshakePoolEvictsFromTheLargestHolder(t *testing.T) {
+	t.Parallel()
+	srv := start(t, Config{MaxUnauthenticated: 5, StatusRate: -1, AuthTimeout: 30 * time.Second})
+	addr := srv.Addr().String()
+	healthy := dialFrom(t, addr, "127.0.0.3") // the oldest of the pool
+	healthy.quiet()
+	var flood []*raw
+	for range 4 {
+		c := dialFrom(t, addr, "127.0.0.2")
+		flood = append(flood, c)
+	}
+	waitUnauthed(t, srv, 5)
+	// Two more from the flood's address: refused, the pool unchanged.
+	for range 2 {
+		dialFrom(t, addr, "127.0.0.2").expect("error too many unauthenticated connections!")
+	}
+	waitUnauthed(t, srv, 5)
+	healthy.send("connect healthy 1.0")
+	healthy.expect("connected 1.0 new *")
+	// Two newcomers from a third address (the pool has room for the
+	// first): the flood's oldest makes room for the second.
+	third := []*raw{dialFrom(t, addr, "127.0.0.4")}
+	waitUnauthed(t, srv, 5)
+	third = append(third, dialFrom(t, addr, "127.0.0.4"))
+	flood[0].expect("error too many unauthenticated connections!")
+	for i, c := range third {
+		c.send("connect third" + strconv.Itoa(i) + " 1.0")
+		c.expect("connected 1.0 new *")
+	}
+	for _, c := range flood[1:] {
+		c.send("connect " + c.nc.LocalAddr().String() + " 1.0")
+		c.expect("connected 1.0 new *")
+	}
+	if st := healthy.statusOf("st"); st.Limits.Evicted != 1 {
+		t.Errorf("evicted %d, want 1", st.Limits.Evicted)
 	}
 }
 
@@ -91,8 +174,8 @@ func TestTarpitForRefusedConnects(t *testing.T) {
 	tarpitted(t, crowded, time.Second)
 }
 
-// When the pool is full, a newcomer from any address evicts the oldest
-// pre-handshake connection, whatever its address.
+// When the pool is full and every address holds as much of it, a newcomer
+// from any address evicts the oldest pre-handshake connection.
 func TestPreHandshakePoolEvictsTheOldest(t *testing.T) {
 	t.Parallel()
 	srv := start(t, Config{MaxUnauthenticated: 3, MaxUnauthenticatedPerIP: 2, StatusRate: -1})
@@ -103,7 +186,7 @@ func TestPreHandshakePoolEvictsTheOldest(t *testing.T) {
 	mid[0].quiet()
 	mid[1].quiet()
 	late := dialFrom(t, addr, "127.0.0.5")
-	old.expect("error too many connections!")
+	old.expect("error too many unauthenticated connections!")
 	old.closed()
 	late.send("connect late 1.0")
 	late.expect("connected 1.0 new *")
@@ -122,12 +205,13 @@ func TestMaxConnsEvictsBeforeRefusing(t *testing.T) {
 	connected(t, srv, "c2")
 	pre := dialRaw(t, srv)
 	pre.quiet()
-	late := dialRaw(t, srv)
-	pre.expect("error too many connections!")
+	late := dialFrom(t, srv.Addr().String(), "127.0.0.2") // another address: 127.0.0.1 holds the most of the pool
+	pre.expect("error too many unauthenticated connections!")
 	pre.closed()
 	late.send("connect late 1.0")
 	late.expect("connected 1.0 new *")
 	refused := dialRaw(t, srv)
+	refused.send("connect refused 1.0") // let in, it might be a cluster's link: refused at its connect
 	refused.expect("error too many connections!")
 	refused.closed()
 	if st := c1.statusOf("s"); st.Limits.Evicted != 1 || st.RejectedConnections != 1 {
@@ -326,4 +410,163 @@ func (s *Server) groupRequests(name string) int {
 	n := 0
 	s.batch(func(tx *core.Tx) { n = tx.GroupRequests(name) })
 	return n
+}
+
+// Each cause of a refused connection has its own text, its own reason in
+// mlock_refusals_total and a log line that carries its count.
+func TestConnectionRefusalsByCause(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		cause, text, reason, logCount string
+		cfg                           Config
+		remote                        string
+		run                           func(t *testing.T, srv *Server)
+	}{
+		{cause: "per address", text: "too many connections from this address!", reason: "max_conns_per_ip", logCount: "refused-total=1",
+			cfg: Config{MaxConnsPerIP: 1, Insecure: true}, remote: "10.0.0.1",
+			run: func(t *testing.T, srv *Server) {
+				connected(t, srv, "c1")
+				c := dialRaw(t, srv)
+				c.send("connect c2 1.0")
+				c.expect("error too many connections from this address!")
+				c.closed() // alone in the pool and the tarpit: closed at once
+			}},
+		{cause: "eviction", text: "too many unauthenticated connections!", reason: "pool_full", logCount: "evicted-total=1",
+			cfg: Config{MaxUnauthenticated: 1},
+			run: func(t *testing.T, srv *Server) {
+				old := dialRaw(t, srv)
+				old.quiet()
+				late := dialFrom(t, srv.Addr().String(), "127.0.0.2")
+				old.expect("error too many unauthenticated connections!")
+				old.closed() // its address has nothing else in the pool: closed at once
+				late.send("connect late 1.0")
+				late.expect("connected 1.0 new *")
+			}},
+		{cause: "full pool, own address", text: "too many unauthenticated connections!", reason: "pool_full", logCount: "refused-total=1",
+			cfg: Config{MaxUnauthenticated: 1, AuthTimeout: 2 * time.Second},
+			run: func(t *testing.T, srv *Server) {
+				old := dialRaw(t, srv)
+				old.quiet()
+				late := dialRaw(t, srv) // its address holds the whole pool
+				late.expect("error too many unauthenticated connections!")
+				old.send("connect old 1.0")
+				old.expect("connected 1.0 new *")
+				tarpitted(t, late, 2*time.Second) // held until its auth timeout
+			}},
+		{cause: "server-wide", text: "too many connections!", reason: "max_conns", logCount: "refused-total=1",
+			cfg: Config{MaxConns: 1},
+			run: func(t *testing.T, srv *Server) {
+				connected(t, srv, "c1")
+				c := dialRaw(t, srv)
+				c.send("connect c2 1.0")
+				c.expect("error too many connections!")
+				c.closed()
+			}},
+	} {
+		t.Run(tc.cause, func(t *testing.T) {
+			t.Parallel()
+			var logs syncBuffer
+			cfg := tc.cfg
+			cfg.StatusRate = -1
+			cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+			var srv *Server
+			if tc.remote != "" {
+				srv = startRemote(t, cfg, tc.remote)
+			} else {
+				srv = start(t, cfg)
+			}
+			base := startHTTP(t, srv)
+			tc.run(t, srv)
+			fams := scrape(t, base)
+			for _, reason := range []string{"max_conns_per_ip", "pool_full", "max_conns"} {
+				want := 0.0
+				if reason == tc.reason {
+					want = 1
+				}
+				if got := value(t, fams, "mlock_refusals_total", "reason="+reason); got != want {
+					t.Errorf("mlock_refusals_total{reason=%s} = %v, want %v", reason, got, want)
+				}
+			}
+			if got := value(t, fams, "mlock_connections_rejected_total"); got != 1 {
+				t.Errorf("mlock_connections_rejected_total = %v, want 1", got)
+			}
+			if l := logs.String(); !strings.Contains(l, tc.text) || !strings.Contains(l, tc.logCount) {
+				t.Errorf("no log line with %q and %q:\n%s", tc.text, tc.logCount, l)
+			}
+		})
+	}
+}
+
+// A cluster's own links are never refused by the limits meant for clients:
+// a leader at MaxConns, full of its own clients, still takes a follower's
+// forwarding link (which proves itself with the cluster's secret) and does
+// not count it, while a client of its own past the limit is refused.
+func TestClusterLinksPassClientLimits(t *testing.T) {
+	t.Parallel()
+	const maxConns = 3
+	tc := newTestClusterWith(t, 3, false, func(tc *testCluster) {
+		tc.configure = func(_ int, c *Config) { c.MaxConns = maxConns }
+	})
+	l := tc.leader()
+	f := (l + 1) % 3
+	srv := tc.nodes[l]
+	counts := func() (clients, links int, rejected uint64) {
+		srv.core().Batch(func(*core.Tx) {
+			clients, links, rejected = len(srv.conns)-srv.adm.links, srv.adm.links, srv.counters.rejected
+		})
+		return clients, links, rejected
+	}
+	for i := range maxConns {
+		c := tc.dial(l, "full"+strconv.Itoa(i))
+		c.expect("connected 1.0 new * **")
+	}
+	if clients, _, _ := counts(); clients != maxConns {
+		t.Fatalf("%d client connections on the leader, want %d", clients, maxConns)
+	}
+	refused := tc.dial(l, "one-too-many")
+	refused.expect("error too many connections!")
+	// The followers' links of before are closed: the next forwarded command
+	// needs a new one, accepted by the full leader.
+	var links []*conn
+	srv.core().Batch(func(*core.Tx) {
+		for c := range srv.conns {
+			if c.link {
+				links = append(links, c)
+			}
+		}
+	})
+	for _, c := range links {
+		c.nc.Close()
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		if _, n, _ := counts(); n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the followers' links did not end")
+		}
+		time.Sleep(5 * time.Millisecond) // poll interval
+	}
+	c := tc.dial(f, "via-follower")
+	c.expect("connected 1.0 new * **")
+	c.locked(c.lock("1", "r 10000 0 0"))
+	clients, n, rejected := counts()
+	if n == 0 || clients != maxConns || rejected != 1 {
+		t.Errorf("leader: %d links, %d client connections, %d refused; want at least 1, %d, 1", n, clients, rejected, maxConns)
+	}
+	// A forwarding hello sent straight to the full leader is taken too.
+	fc := tc.dialConnect(l, "forward "+hex.EncodeToString(srv.cl.secret[:]))
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		if _, m, _ := counts(); m > n {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a forwarding hello to the full leader was not taken as a link")
+		}
+		time.Sleep(5 * time.Millisecond) // poll interval
+	}
+	fc.quiet()
+	if _, _, r := counts(); r != 1 {
+		t.Errorf("%d refused, want 1", r)
+	}
 }

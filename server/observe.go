@@ -327,7 +327,8 @@ func (src obsSource) Snapshot(snap *observe.Snapshot) {
 				}
 			}
 		}
-		snap.ConnsAccepted, snap.ConnsRejected = s.counters.conns, s.counters.rejected+s.counters.rejectedPerIP
+		snap.ConnsAccepted, snap.ConnsRejected = s.counters.conns, s.counters.rejected+s.counters.rejectedPerIP+s.counters.evicted+s.counters.poolRefused
+		snap.ConnsPerIPRefused, snap.ConnsEvicted, snap.MaxConnsRefused = s.counters.rejectedPerIP, s.counters.evicted+s.counters.poolRefused, s.counters.rejected
 		snap.FramesIn, snap.FramesOut = s.framesIn.Load(), o.framesOut
 		snap.BytesIn, snap.BytesOut = o.bytesIn.Load(), o.bytesOut.Load()
 		snap.LastToken = st.LastToken

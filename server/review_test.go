@@ -267,19 +267,19 @@ func TestMaxUnauthenticated(t *testing.T) {
 	s1.quiet() // accepted before s2
 	s2 := dialRaw(t, srv)
 	s2.quiet()
-	// The pool is full: a newcomer takes the place of the oldest, s1,
-	// instead of being refused.
-	extra := dialRaw(t, srv)
-	s1.expect("error too many connections!")
-	s1.closed()
+	// The pool is full: a newcomer of another address takes the place of
+	// the oldest of the address holding the most, s1, instead of being
+	// refused.
+	addr := srv.Addr().String()
+	extra := dialFrom(t, addr, "127.0.0.2")
+	s1.expect("error too many unauthenticated connections!") // s2, of its address, is in the pool: s1 is held (the tarpit)
 	extra.send("connect late 1.0")
 	extra.expect("connected 1.0 new *")
 	// extra is connected: s2 is the only one left before its handshake.
-	third := dialRaw(t, srv)
+	third := dialFrom(t, addr, "127.0.0.3")
 	third.quiet()
-	fourth := dialRaw(t, srv)
-	s2.expect("error too many connections!")
-	s2.closed()
+	fourth := dialFrom(t, addr, "127.0.0.4") // every address holds one: the oldest, s2, goes
+	s2.expect("error too many unauthenticated connections!")
 	third.quiet()
 	fourth.send("connect fourth 1.0")
 	fourth.expect("connected 1.0 new *")

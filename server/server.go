@@ -70,6 +70,7 @@ type Server struct {
 	unauthed int                     // guarded by the core: connections that have not connected yet (pre-handshake)
 	pre      preList                 // guarded by the core: the pre-handshake connections, oldest first (limits.go)
 	preByIP  map[netip.Addr]*preList // guarded by the core: the same, by address
+	adm      admission               // guarded by the core: the addresses holding the most of the pool, the cluster's links (limits.go)
 	evicting int                     // guarded by the core: evicted connections whose reader has not ended
 	tarpit   tarpit                  // refused sockets held open a while (limits.go)
 	pconns   map[string]int          // guarded by the core: authenticated connections by principal
@@ -112,6 +113,7 @@ type counters struct {
 	serverFull                   uint64 // requests refused by a server-wide engine limit
 	rateLimited                  uint64 // status and locks refused by StatusRate
 	evicted                      uint64 // pre-handshake connections evicted for a newcomer
+	poolRefused                  uint64 // newcomers refused by a full pre-handshake pool, their address holding the most of it
 	quotaRefused                 uint64 // connects and lock requests refused by a principal's quota
 }
 

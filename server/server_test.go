@@ -540,7 +540,9 @@ func TestLimits(t *testing.T) {
 	c1 := connected(t, srv, "l1")
 	c2 := connected(t, srv, "l2")
 	c3 := connected(t, srv, "l3")
+	// Let in (it might be a cluster's link), it is refused at its connect.
 	extra := dialRaw(t, srv)
+	extra.send("connect extra 1.0")
 	extra.expect("error too many connections!")
 	extra.closed()
 	c1.locked(c1.lock("1", "q 5000 0 0"))

@@ -113,7 +113,7 @@ func (s *Server) limitsStatus(st *core.Stats) *protocol.StatusLimits {
 		Evicted:                 s.counters.evicted,
 		QuotaRefused:            s.counters.quotaRefused,
 		MaxUnauthenticated:      s.cfg.MaxUnauthenticated,
-		MaxUnauthenticatedPerIP: s.cfg.MaxUnauthenticatedPerIP,
+		MaxUnauthenticatedPerIP: s.preCapPerIP(),
 	}
 }
 

@@ -72,6 +72,9 @@ const (
 	// Cluster versions (extension).
 	CodeStaleNode // "node cannot read the cluster log!": this node's build reads a log format below the cluster version (then the server closes)
 
+	// Admission (extension).
+	CodeEvicted // "too many unauthenticated connections!": evicted before its connect from a full pre-handshake pool (then the server closes); trying again at once may succeed
+
 	numCodes
 )
 
@@ -123,6 +126,7 @@ var codeTexts = [numCodes]string{
 	CodeQuotaSessions:      "too many sessions for this principal!",
 	CodeQuotaConns:         "too many connections for this principal!",
 	CodeStaleNode:          "node cannot read the cluster log!",
+	CodeEvicted:            "too many unauthenticated connections!",
 }
 
 // Text returns the code's wire text; "" for CodeUnknown.

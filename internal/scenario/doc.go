@@ -16,7 +16,17 @@
 //     (js/packages/mlock, acquire with a ttl of 1 s, then a hold of 300 ms,
 //     then unlock), and Medusa's Locking Module (@medusajs/locking, loaded by
 //     Medusa's module loader) with the locking-mlock provider: checkouts
-//     through execute with expire: 1 (testdata/node).
+//     through execute with expire: 1 (testdata/node);
+//   - the reconnect storm (TestStorm): sessions from four loopback
+//     addresses (127.0.0.1 to 127.0.0.4), each holding or waiting for a
+//     lock, in worker processes speaking the wire protocol as the original
+//     client does (testdata/storm: a connection per session, the same
+//     socketId again after a drop, a jittered backoff); one mlockd is
+//     restarted, a cluster's leader killed, and every session connects
+//     again at once. No handshake may be refused or evicted and no holds
+//     overlap; on the cluster every session comes back resumed with its
+//     lock or its place in the queue. 200 sessions by default, 2 000 with
+//     MLOCK_SCENARIO_LONG=1.
 //
 // The workers of a scenario connect first and wait for the test to close
 // their standard input, so that they all ask at once. On a cluster, worker i

@@ -778,23 +778,25 @@ describe('deadlines of the calls on a held lock', () => {
   });
 });
 
-describe('an auth timeout answered to a connect', () => {
-  test('is no refusal: the client connects again and the call goes on', async () => {
-    let conns = 0;
-    const fake = await fakeServer((s, w) => {
-      if (w[0] === 'connect' && ++conns === 1) s.end(encode('error auth timeout!'));
-      else if (w[0] === 'connect') s.write(encode('connected 1.0 new 60000'));
-      else if (w[0] === 'ping') s.write(encode(`result ${w[1]} success pong`));
+describe('an auth timeout or an eviction answered to a connect', () => {
+  for (const text of ['auth timeout!', 'too many unauthenticated connections!']) {
+    test(`${text} is no refusal: the client connects again and the call goes on`, async () => {
+      let conns = 0;
+      const fake = await fakeServer((s, w) => {
+        if (w[0] === 'connect' && ++conns === 1) s.end(encode(`error ${text}`));
+        else if (w[0] === 'connect') s.write(encode('connected 1.0 new 60000'));
+        else if (w[0] === 'ping') s.write(encode(`result ${w[1]} success pong`));
+      });
+      const port = fake.port;
+      const c = new Client({ host: '127.0.0.1', port });
+      try {
+        const t0 = Date.now();
+        assert.equal(await c.ping(), 'pong');
+        assert.ok(Date.now() - t0 < 2000, `connected again after ${Date.now() - t0} ms`);
+      } finally {
+        c.destroy();
+        fake.close();
+      }
     });
-    const port = fake.port;
-    const c = new Client({ host: '127.0.0.1', port });
-    try {
-      const t0 = Date.now();
-      assert.equal(await c.ping(), 'pong');
-      assert.ok(Date.now() - t0 < 2000, `connected again after ${Date.now() - t0} ms`);
-    } finally {
-      c.destroy();
-      fake.close();
-    }
-  });
+  }
 });

@@ -45,9 +45,12 @@ type Snapshot struct {
 	Sessions, Online                               int
 	Conns                                          int
 	ConnsAccepted, ConnsRejected                   uint64
-	FramesIn, FramesOut, BytesIn, BytesOut         uint64
-	LastToken                                      uint64
-	Quiet                                          bool // grants are held (a quiet start)
+	// Connections refused by cause: past max-conns-per-ip, by a full
+	// pre-handshake pool (evicted, or refused at once), past max-conns.
+	ConnsPerIPRefused, ConnsEvicted, MaxConnsRefused uint64
+	FramesIn, FramesOut, BytesIn, BytesOut           uint64
+	LastToken                                        uint64
+	Quiet                                            bool // grants are held (a quiet start)
 
 	// Cluster is nil on a single node.
 	Cluster *ClusterSnapshot
@@ -86,7 +89,7 @@ var (
 	dExpiries = prometheus.NewDesc("mlock_expiries_total", "Granted locks that reached their expiry (evicted locks included).", nil, nil)
 	dUnlocks  = prometheus.NewDesc("mlock_unlocks_total", "Successful unlocks and releases.", nil, nil)
 	dEvict    = prometheus.NewDesc("mlock_evictions_total", "Locks revoked by evict.", nil, nil)
-	dRefused  = prometheus.NewDesc("mlock_refusals_total", "Lock requests refused, by reason: busy (try-lock), tolerate, server_full (a server-wide limit), forbidden (permission denied), rate_limited (status and locks listings), quota (a principal's quota: lock requests and connects).", []string{"reason"}, nil)
+	dRefused  = prometheus.NewDesc("mlock_refusals_total", "Requests and connections refused, by reason: busy (try-lock), tolerate, server_full (a server-wide limit), forbidden (permission denied), rate_limited (status and locks listings), quota (a principal's quota: lock requests and connects); connections: max_conns_per_ip (too many connections from this address!), pool_full (too many unauthenticated connections!: the pre-handshake pool is full, a connection evicted or a newcomer of the address holding the most of it refused), max_conns (too many connections!).", []string{"reason"}, nil)
 	dExtends  = prometheus.NewDesc("mlock_extends_total", "Extend and renew calls, by outcome.", []string{"outcome"}, nil)
 	dDropped  = prometheus.NewDesc("mlock_session_lost_requests_total", "Requests (held or waiting) freed because their session's grace period ended.", nil, nil)
 	dLost     = prometheus.NewDesc("mlock_sessions_lost_total", "Sessions whose client did not come back within the session grace while they held or waited for locks.", nil, nil)
@@ -161,6 +164,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(dRefused, s.Forbidden, "forbidden")
 	counter(dRefused, s.RateLimited, "rate_limited")
 	counter(dRefused, s.QuotaRefusals, "quota")
+	counter(dRefused, s.ConnsPerIPRefused, "max_conns_per_ip")
+	counter(dRefused, s.ConnsEvicted, "pool_full")
+	counter(dRefused, s.MaxConnsRefused, "max_conns")
 	counter(dExtends, s.Extends, "ok")
 	counter(dExtends, s.ExtendFails, "failed")
 	counter(dDropped, s.Dropped)

@@ -185,7 +185,39 @@ async function main() {
     for (const m of conn.seen) assert.ok(/^(connected|result|locked|timeout|expired) /.test(m), 'unexpected message ' + m);
     conn.close();
   }
+  await burst();
   console.log('node compat: ok');
+}
+
+// 20 clients of one host, each with its own connection, opened together
+// (the client does not retry a refused connect: every one must be let in),
+// then each locking 50 times on 5 shared resources, two at a time. No two
+// hold a resource at once.
+async function burst() {
+  const clients = Array.from({ length: 20 }, () => new Conn());
+  await Promise.all(clients.map((c) => c.open()));
+  const holder = new Map(); // resource -> client index
+  let cycles = 0;
+  await Promise.all(clients.map(async (c, i) => {
+    for (let j = 0; j < 50; j++) {
+      const res = [`shared:${(i + j) % 5}`, `shared:${(i + j + 1) % 5}`];
+      const l = await c.lock(res.join('|'), 5000, 20000);
+      await l.granted;
+      for (const r of res) {
+        assert.ok(!holder.has(r), `${r} granted to client ${i} while client ${holder.get(r)} holds it`);
+        holder.set(r, i);
+      }
+      await new Promise((r) => setImmediate(r));
+      for (const r of res) holder.delete(r);
+      assert.strictEqual(await c.unlock(l.id), 'done');
+      cycles++;
+    }
+  }));
+  assert.strictEqual(cycles, 20 * 50);
+  for (const c of clients) {
+    for (const m of c.seen) assert.ok(/^(connected|result|locked) /.test(m), 'unexpected message ' + m);
+    c.close();
+  }
 }
 
 main().catch((e) => {

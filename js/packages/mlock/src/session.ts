@@ -556,10 +556,11 @@ export class Session {
           }
           if (w[0] === 'error') {
             const text = w.slice(1).join(' ');
-            // A shutdown, or an auth timeout (the server did not get the
-            // connect in time: held up on its way), is no refusal: the next
-            // attempt may well succeed.
-            if (text !== 'server shutting down!' && text !== 'auth timeout!') refusal = new MlockError(text, 'connection', { node: n.addr, reason: text });
+            // A shutdown, an auth timeout (the server did not get the
+            // connect in time: held up on its way) or an eviction (the
+            // server's pool of connections before their connect was full)
+            // is no refusal: the next attempt may well succeed.
+            if (text !== 'server shutting down!' && text !== 'auth timeout!' && text !== 'too many unauthenticated connections!') refusal = new MlockError(text, 'connection', { node: n.addr, reason: text });
             lastErr = new Error(text);
           } else {
             lastErr = new Error(`unexpected answer to connect: ${JSON.stringify(f.slice(0, 80))}`);
