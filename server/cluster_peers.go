@@ -69,14 +69,26 @@ func (s *Server) watchPeers() {
 	defer t.Stop()
 	var n uint64
 	detach := func(node string, since time.Time, why string) bool {
+		// Not before the window has passed since this leader last heard
+		// from the node in any way (its reads too: a node that answers its
+		// clients' pings is heard from) nor since this leadership began:
+		// a pong the node gave is confirmed by a leader after the ping
+		// arrived, and the session's grace starts after it (see
+		// docs/cluster.md, "Liveness").
+		if !cl.live.startDetach(cl.node, node, since, window) {
+			return false
+		}
 		n++
 		cmd := cluster.DedupCommand(cl.run+"lost/"+strconv.FormatUint(n, 10), 0,
 			cl.encode(&logCmd{op: opDetachNode, node: node}))
 		ctx, cancel := context.WithTimeout(cl.ctx, window)
 		defer cancel()
 		if _, err := cl.node.Propose(ctx, cmd); err != nil {
+			// Its outcome may be unknown: the node's reads stay refused
+			// while this leadership lasts (until a detach is applied).
 			return false
 		}
+		cl.live.endDetach(node)
 		s.log.Warn("cluster: "+why+": its sessions detached", "node", node, "since", since)
 		return true
 	}
