@@ -96,6 +96,8 @@ type leadership struct {
 	rmu     sync.Mutex
 	readers []chan readResult
 	reading bool
+	// lastRound: when the last round for reads began (confirmReads, one at a time).
+	lastRound time.Time
 }
 
 func newLeadership(n *Node) *leadership {
@@ -619,9 +621,11 @@ func (pr *Proposal) Wait(ctx context.Context) ([]byte, error) {
 	}
 }
 
-// readWindow is how long the leader gathers reads (ReadIndex) before it confirms its leadership for
-// them in one round of heartbeats: a steady stream of pings costs at most one round per window.
-const readWindow = 5 * time.Millisecond
+// readWindow is the least time between two confirmations of the leadership for reads (ReadIndex): a
+// read that comes after a quiet period is confirmed at once, the reads that come meanwhile wait for the
+// next round and share it, so a steady stream of pings costs at most one round of heartbeats per
+// window (and a follower's read waits up to a window more).
+const readWindow = 20 * time.Millisecond
 
 // readResult is a read's answer (ReadIndex).
 type readResult struct {
@@ -634,8 +638,8 @@ type readResult struct {
 // its term). Every entry committed before the call is at or below it, and no other leader was
 // elected before the confirmation: a quorum answered this term's leader after the call began. It is
 // served only by a ready leader (its leader entry applied: every entry of earlier terms is below the
-// index); else a *NotLeaderError (errors.Is ErrNotLeader). The reads of a few ms are confirmed
-// together (readWindow). No log entry is written. ctx bounds the wait.
+// index); else a *NotLeaderError (errors.Is ErrNotLeader). The reads that come within readWindow of a
+// round share the next one. No log entry is written. ctx bounds the wait.
 func (n *Node) ReadIndex(ctx context.Context) (uint64, error) {
 	n.mu.Lock()
 	l, closed := n.lead, n.closed
@@ -668,15 +672,19 @@ func (n *Node) ReadIndex(ctx context.Context) (uint64, error) {
 	}
 }
 
-// confirmReads answers the reads gathered (ReadIndex) a window at a time, until none is waiting.
+// confirmReads answers the reads gathered (ReadIndex), a round at most every readWindow, until none
+// is waiting.
 func (l *leadership) confirmReads() {
 	n := l.n
-	t := time.NewTimer(readWindow)
+	t := stoppedTimer()
 	defer t.Stop()
 	for {
-		select {
-		case <-t.C:
-		case <-l.ctx.Done():
+		if wait := time.Until(l.lastRound.Add(readWindow)); wait > 0 {
+			t.Reset(wait)
+			select {
+			case <-t.C:
+			case <-l.ctx.Done():
+			}
 		}
 		l.rmu.Lock()
 		batch := l.readers
@@ -687,6 +695,7 @@ func (l *leadership) confirmReads() {
 			return
 		}
 		l.rmu.Unlock()
+		l.lastRound = time.Now()
 		var r readResult
 		if l.ctx.Err() != nil {
 			r.err = n.notLeader()
@@ -702,7 +711,6 @@ func (l *leadership) confirmReads() {
 		for _, ch := range batch {
 			ch <- r
 		}
-		t.Reset(readWindow)
 	}
 }
 
