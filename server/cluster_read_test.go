@@ -221,3 +221,47 @@ func TestClusterCutOffFollowerPongsBoundTheExpiry(t *testing.T) {
 			time.Unix(0, at).Sub(lastPong), grace)
 	}
 }
+
+// The leader's rule for detaching a node's sessions: not before the
+// failover window has passed since the node's last read (nor since the
+// leadership began), and while its detach is on its way the node's reads
+// are refused, until the detach is applied.
+func TestClusterDetachWaitsForTheNodesReads(t *testing.T) {
+	t.Parallel()
+	tc := newTestCluster(t, 3, false)
+	l := tc.leader()
+	node := tc.nodes[l].cl.node
+	var lv liveness
+	const window = 300 * time.Millisecond
+	since, ok := node.LeadingSince()
+	if !ok {
+		t.Fatal("the leader does not lead")
+	}
+	time.Sleep(time.Until(since.Add(window))) // fixed: the leadership's own window has passed
+	long := time.Now().Add(-time.Hour)
+	if !lv.heard(node, "nX") {
+		t.Fatal("a read of a node not being detached was refused")
+	}
+	if lv.startDetach(node, "nX", long, window) {
+		t.Fatal("detach allowed right after the node's read")
+	}
+	time.Sleep(window) // fixed: the window since the read, the rule's input
+	if !lv.startDetach(node, "nX", long, window) {
+		t.Fatal("detach refused a window after the node's last read")
+	}
+	if lv.heard(node, "nX") {
+		t.Fatal("a read served while the node's detach is on its way")
+	}
+	if !lv.heard(node, "nY") {
+		t.Fatal("another node's read refused")
+	}
+	lv.endDetach("nX")
+	if !lv.heard(node, "nX") {
+		t.Fatal("a read refused after the detach was applied")
+	}
+	// A follower decides nothing.
+	f := (l + 1) % 3
+	if lv.startDetach(tc.nodes[f].cl.node, "nZ", long, window) {
+		t.Fatal("a follower may detach")
+	}
+}
