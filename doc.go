@@ -155,7 +155,8 @@
 // the latest send time among the requests the server answered on the
 // session with success, handshakes included, status and locks not (they
 // are answered from the state of the node asked, which in a cluster may
-// lag; a cluster node answers pings through its log), nor membership
+// lag; a cluster node answers a ping once the leader confirmed a read
+// index after it arrived and the node applied up to it), nor membership
 // changes (a node answers them once the leader committed them, ahead of
 // its own log). Anything read after
 // an answer was produced after the server handled that request. A held

@@ -112,6 +112,8 @@ type clusterState struct {
 	secret [32]byte       // sha256 of the secret: what a forwarding connection presents
 	roots  *x509.CertPool // ClusterConfig.CAFile's; nil: the system's
 	fwd    *forwarder
+	reads  fwdReads        // a follower's reads (cluster_read.go)
+	live   liveness        // the leader's word from its followers (cluster_read.go)
 	ctx    context.Context // ends at Shutdown
 	cancel context.CancelFunc
 	nconn  atomic.Uint64

@@ -70,15 +70,7 @@ func (s *Server) watchPeers() {
 	var n uint64
 	detach := func(node string, since time.Time, why string) bool {
 		n++
-		cmd := cluster.DedupCommand(cl.run+"lost/"+strconv.FormatUint(n, 10), 0,
-			cl.encode(&logCmd{op: opDetachNode, node: node}))
-		ctx, cancel := context.WithTimeout(cl.ctx, window)
-		defer cancel()
-		if _, err := cl.node.Propose(ctx, cmd); err != nil {
-			return false
-		}
-		s.log.Warn("cluster: "+why+": its sessions detached", "node", node, "since", since)
-		return true
+		return s.detachLost(node, since, why, cl.run+"lost/"+strconv.FormatUint(n, 10), window)
 	}
 	s.refreshStatus()
 	for {
@@ -155,4 +147,30 @@ func (s *Server) watchPeers() {
 			}
 		}
 	}
+}
+
+// detachLost proposes the detach of the sessions attached to node (key:
+// the command's de-duplication key), if the failover window has passed
+// since the leader last heard from it in any way: since (raft's last
+// contact, or when it learned the node is no longer a member), the node's
+// last read (a node that answers its clients' pings is heard from) and
+// this leadership's start. A pong the node gave was confirmed by a leader
+// after the ping arrived, and the session's grace starts after it (see
+// docs/cluster.md, "Liveness").
+func (s *Server) detachLost(node string, since time.Time, why, key string, window time.Duration) bool {
+	cl := s.cl
+	if !cl.live.startDetach(cl.node, node, since, window) {
+		return false
+	}
+	cmd := cluster.DedupCommand(key, 0, cl.encode(&logCmd{op: opDetachNode, node: node}))
+	ctx, cancel := context.WithTimeout(cl.ctx, window)
+	defer cancel()
+	if _, err := cl.node.Propose(ctx, cmd); err != nil {
+		// Its outcome may be unknown: the node's reads stay refused while
+		// this leadership lasts (until a detach is applied).
+		return false
+	}
+	cl.live.endDetach(node)
+	s.log.Warn("cluster: "+why+": its sessions detached", "node", node, "since", since)
+	return true
 }

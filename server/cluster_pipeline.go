@@ -44,6 +44,7 @@ type pipeline struct {
 type item struct {
 	frame  []byte   // a replicated request: a copy of its payload (format 1)
 	req    *request // ... and the same, parsed (format 2)
+	ping   bool     // the request is a ping: answered from a read index (runPing), else through the log
 	local  []byte   // else: frames to write (already answered here)
 	end    bool     // the connection ends after local
 	attach *logCmd
@@ -334,6 +335,12 @@ func (r *pipeRun) boundTimer(t time.Time) <-chan time.Time {
 // (proposed when it is full); anything else is run once every earlier
 // request is answered. False: the connection ends.
 func (r *pipeRun) run(it *item) bool {
+	if it.ping {
+		ok, viaLog := r.runPing(it)
+		if !ok || !viaLog {
+			return ok
+		}
+	}
 	if it.frame != nil {
 		r.group = append(r.group, it.frame)
 		r.reqs = append(r.reqs, *it.req)
@@ -850,15 +857,15 @@ func (c *conn) decideRequest(tx *core.Tx, f [][]byte, payload []byte) (it item, 
 			break
 		}
 		return c.decideReplicated(tx, p, verb, f, payload)
+	case protocol.VerbPing:
+		// Answered without a log entry once the leader confirmed a read
+		// index after it arrived and this node applied up to it (runPing);
+		// through the log if the leader serves no reads (an older build).
+		it, stop, done = c.decideReplicated(tx, p, verb, f, payload)
+		it.ping = done
+		return it, stop, done
 	case protocol.VerbLock, protocol.VerbTryLock, protocol.VerbExtend, protocol.VerbRenew, protocol.VerbUnlock,
-		protocol.VerbRelease, protocol.VerbReleaseAll, protocol.VerbReleaseIn, protocol.VerbReleaseAllIn, protocol.VerbPing:
-		// A ping goes through the log too: the answer then comes after the
-		// pushes of every entry committed before the ping was sent, and
-		// proves the session attached in the replicated state. A client
-		// counts a pong as a lower bound of when its session was last alive
-		// and of when later grants were made; a pong from this node's own
-		// state could be answered by a node that lags, or that a partition
-		// cut off while the leader already detached the session.
+		protocol.VerbRelease, protocol.VerbReleaseAll, protocol.VerbReleaseIn, protocol.VerbReleaseAllIn:
 		return c.decideReplicated(tx, p, verb, f, payload)
 	default:
 		c.failed(req, protocol.CodeInvalidMessage)

@@ -32,6 +32,10 @@ type clusterTestHooks struct {
 	// noProposeNext: as the leader, the node answers fwdProposeNext as a
 	// kind it does not know, as a leader of an older build does.
 	noProposeNext bool
+	// noReads: as the leader, the node answers fwdRead as a kind it does
+	// not know, as a leader of an older build does (its followers' pings
+	// go through the log).
+	noReads bool
 	// dropForwarded: as the leader, the node neither queues nor answers
 	// the log commands forwarded to it (a leader whose log has stalled).
 	dropForwarded atomic.Bool

@@ -838,7 +838,8 @@ func TestClusterRaftOverTLS(t *testing.T) {
 // A follower writes its clients' answers in log order, with the pushes of
 // the entries before them: an answer the leader has already given never
 // overtakes a grant pushed by an earlier entry the follower has not applied,
-// and neither does a pong (pings go through the log).
+// and neither does a pong (answered once the follower applied up to a read
+// index the leader confirmed after the ping arrived).
 // (A client counts a grant's lease from the send time of the last request
 // answered before it: an answer read first would stretch the lease past the
 // server's expiry.)
@@ -866,7 +867,7 @@ func TestClusterFollowerAnswersInLogOrder(t *testing.T) {
 	holder.send("unlock 2 " + idH) // grants x to the waiter in an entry the follower does not apply
 	holder.expect("result 2 success done")
 	waiter.send("releaseall 2 nobody") // replicated; the leader answers it at once
-	waiter.send("ping 3")              // through the log too: a pong is a bound of when later grants were made
+	waiter.send("ping 3")              // after a read index past them: a pong is a bound of when later grants were made
 	if p, err := waiter.next(300 * time.Millisecond); err == nil {
 		t.Fatalf("the follower wrote %q before applying the entries before it", p)
 	}

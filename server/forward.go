@@ -35,7 +35,8 @@ import (
 // current leadership, nothing is done: fwdNotLeader), fwdJoin ("<id> <raft
 // addr>": add a voter), fwdRemove ("<id>": remove a member), fwdPing (keeps
 // the connection past the idle timeout), fwdFormat ("<id> <format>": the
-// highest log format the member reads). A leader of an older build answers
+// highest log format the member reads), fwdRead ("<id>": a read index for
+// the member's pings, cluster_read.go). A leader of an older build answers
 // a kind it does not know fwdFailed "unknown request": nothing was done.
 const (
 	fwdPropose     byte = 'P'
@@ -44,6 +45,7 @@ const (
 	fwdRemove      byte = 'R'
 	fwdPing        byte = 'K'
 	fwdFormat      byte = 'F' // "<id> <format>": the highest log format the member reads (cluster_version.go)
+	fwdRead        byte = 'I' // "<id>": a read index for the member's pings (cluster_read.go); the answer is a uvarint
 
 	fwdOK        byte = 0
 	fwdNotLeader byte = 1 // nothing was done: ask the leader (the result is its client address, if known)
@@ -267,6 +269,8 @@ func (s *Server) serveForwarded(kind byte, req []byte) (byte, []byte) {
 		}
 		res, err := cl.node.Propose(cl.ctx, req)
 		return s.forwardedOutcome(res, err)
+	case fwdRead:
+		return s.serveRead(string(req))
 	case fwdJoin, fwdRemove:
 		ch := &clusterChange{join: kind == fwdJoin, by: "a cluster node"}
 		if ch.join {

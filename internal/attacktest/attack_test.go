@@ -470,7 +470,7 @@ func runAttack(t *testing.T, target string, pid int, tok string, ips []string) {
 	time.AfterFunc(time.Second, func() { close(calm) })
 	before := measure(target, tok, calm)
 	// The memory of the server serving the healthy client (on a cluster
-	// node its pings and sessions go through the log), without the attack.
+	// node its sessions go through the log), without the attack.
 	base, err := rss(pid)
 	phases.leave()
 	if err != nil {

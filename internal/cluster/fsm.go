@@ -146,6 +146,36 @@ type fsm struct {
 	leaderID, leaderClient string
 	// onLeaderInfo is called (without mu) when a leader entry is applied.
 	onLeaderInfo func()
+
+	// index is the index of the last entry given to the state machine (commands and configurations:
+	// raft keeps its no-op and barrier entries to itself), stored once it was applied; advanced is
+	// closed and replaced when it moves and someone waits (see waitApplied). Guarded by imu.
+	imu      sync.Mutex
+	index    uint64
+	advanced chan struct{}
+}
+
+// setIndex records that the entries up to i are applied, and wakes the waiters.
+func (f *fsm) setIndex(i uint64) {
+	f.imu.Lock()
+	if i > f.index {
+		f.index = i
+		if f.advanced != nil {
+			close(f.advanced)
+			f.advanced = nil
+		}
+	}
+	f.imu.Unlock()
+}
+
+// appliedIndex returns the index of the last applied entry, and a channel closed when it moves.
+func (f *fsm) appliedIndex() (uint64, <-chan struct{}) {
+	f.imu.Lock()
+	defer f.imu.Unlock()
+	if f.advanced == nil {
+		f.advanced = make(chan struct{})
+	}
+	return f.index, f.advanced
 }
 
 var _ raft.BatchingFSM = (*fsm)(nil)
@@ -156,6 +186,7 @@ func (f *fsm) Apply(l *raft.Log) any {
 		return nil
 	}
 	r := f.applyOne(l.Data)
+	f.setIndex(l.Index)
 	f.pokeIfEarlier()
 	return r
 }
@@ -167,6 +198,9 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []any {
 		if l.Type == raft.LogCommand {
 			out[i] = f.applyOne(l.Data)
 		}
+	}
+	if len(logs) > 0 {
+		f.setIndex(logs[len(logs)-1].Index)
 	}
 	f.pokeIfEarlier()
 	return out

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -87,6 +88,16 @@ type leadership struct {
 	noticeFrom atomic.Uint64
 	// current is the entry whose future the completer waits for (nil between two).
 	current atomic.Pointer[pending]
+
+	// since is when raft made this node leader (the leadership was started).
+	since time.Time
+	// readers wait for the next confirmation of the leadership (ReadIndex); reading is set while
+	// confirmReads runs. Guarded by rmu.
+	rmu     sync.Mutex
+	readers []chan readResult
+	reading bool
+	// lastRound: when the last round for reads began (confirmReads, one at a time).
+	lastRound time.Time
 }
 
 func newLeadership(n *Node) *leadership {
@@ -100,6 +111,7 @@ func newLeadership(n *Node) *leadership {
 		exited:   make(chan struct{}),
 		stopping: make(chan struct{}),
 		notice:   stoppedTimer(),
+		since:    time.Now(),
 	}
 }
 
@@ -607,4 +619,142 @@ func (pr *Proposal) Wait(ctx context.Context) ([]byte, error) {
 		}
 		return nil, fmt.Errorf("%w: %w", ErrUnknownOutcome, ctx.Err())
 	}
+}
+
+// readWindow is the least time between two confirmations of the leadership for reads (ReadIndex): a
+// read that comes after a quiet period is confirmed at once, the reads that come meanwhile wait for the
+// next round and share it, so a steady stream of pings costs at most one round of heartbeats per
+// window (and a follower's read waits up to a window more).
+const readWindow = 20 * time.Millisecond
+
+// readResult is a read's answer (ReadIndex).
+type readResult struct {
+	index uint64
+	err   error
+}
+
+// ReadIndex returns a read index: the leader's commit index, read after the call began, once this
+// node confirmed after reading it that it still led (a round of heartbeats that a quorum answered in
+// its term). Every entry committed before the call is at or below it, and no other leader was
+// elected before the confirmation: a quorum answered this term's leader after the call began. It is
+// served only by a ready leader (its leader entry applied: every entry of earlier terms is below the
+// index); else a *NotLeaderError (errors.Is ErrNotLeader). The reads that come within readWindow of a
+// round share the next one. No log entry is written. ctx bounds the wait.
+func (n *Node) ReadIndex(ctx context.Context) (uint64, error) {
+	n.mu.Lock()
+	l, closed := n.lead, n.closed
+	n.mu.Unlock()
+	if closed {
+		return 0, ErrClosed
+	}
+	if l == nil {
+		return 0, n.notLeader()
+	}
+	select {
+	case <-l.ready:
+	default:
+		return 0, n.notLeader()
+	}
+	ch := make(chan readResult, 1)
+	l.rmu.Lock()
+	l.readers = append(l.readers, ch)
+	start := !l.reading
+	l.reading = true
+	l.rmu.Unlock()
+	if start {
+		go l.confirmReads()
+	}
+	select {
+	case r := <-ch:
+		return r.index, r.err
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+}
+
+// confirmReads answers the reads gathered (ReadIndex), a round at most every readWindow, until none
+// is waiting.
+func (l *leadership) confirmReads() {
+	n := l.n
+	t := stoppedTimer()
+	defer t.Stop()
+	for {
+		if wait := time.Until(l.lastRound.Add(readWindow)); wait > 0 {
+			t.Reset(wait)
+			select {
+			case <-t.C:
+			case <-l.ctx.Done():
+			}
+		}
+		l.rmu.Lock()
+		batch := l.readers
+		l.readers = nil
+		if len(batch) == 0 {
+			l.reading = false
+			l.rmu.Unlock()
+			return
+		}
+		l.rmu.Unlock()
+		l.lastRound = time.Now()
+		var r readResult
+		if l.ctx.Err() != nil {
+			r.err = n.notLeader()
+		} else {
+			// Read after every call of the batch began, confirmed after it was read.
+			r.index = n.raft.CommitIndex()
+			if err := l.futureError(n.raft.VerifyLeader()); err != nil {
+				r = readResult{err: n.mapRaftErr(err)}
+			} else if l.ctx.Err() != nil {
+				r = readResult{err: n.notLeader()}
+			}
+		}
+		for _, ch := range batch {
+			ch <- r
+		}
+	}
+}
+
+// AppliedIndex returns the index of the last entry this node applied (0 until its first command
+// entry since it started: raft's own entries and a snapshot's index are not counted).
+func (n *Node) AppliedIndex() uint64 {
+	i, _ := n.fsm.appliedIndex()
+	return i
+}
+
+// WaitApplied waits until this node has applied the entry at index (and every one before it), or
+// ctx ends (its error).
+func (n *Node) WaitApplied(ctx context.Context, index uint64) error {
+	for {
+		i, ch := n.fsm.appliedIndex()
+		if i >= index {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-n.closing:
+			return ErrClosed
+		}
+	}
+}
+
+// LeadingSince returns when this node's current leadership began (raft elected it), false if it does
+// not lead.
+func (n *Node) LeadingSince() (time.Time, bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.lead == nil {
+		return time.Time{}, false
+	}
+	return n.lead.since, true
+}
+
+// PeerFailing reports whether this node, leading, sees its heartbeats to peer id fail (see
+// Status's Peer.Failing).
+func (n *Node) PeerFailing(id string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	_, ok := n.failing[id]
+	return ok && n.lead != nil
 }

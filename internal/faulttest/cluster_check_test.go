@@ -25,6 +25,9 @@ type clusterViolation struct {
 // and that fencing tokens strictly increase in the order of the intervals.
 // An empty interval (the lock was already past its Deadline when granted)
 // is left out of both: nobody believed it; the model checks its token.
+// An overlap whose earlier holder was idle (grant.Idle: its belief is its
+// session's, counted from its answered pings) is a session ended while its
+// client believed it alive: kind "session".
 func checkSafety(grants []grant) (vs []clusterViolation, empty int) {
 	byRes := map[string][]grant{}
 	for _, g := range grants {
@@ -42,8 +45,14 @@ func checkSafety(grants []grant) (vs []clusterViolation, empty int) {
 				if b.Start >= a.End {
 					break
 				}
-				vs = append(vs, clusterViolation{kind: "overlap", res: res, from: b.Start, to: min(a.End, b.End),
-					msg: fmt.Sprintf("two holders of %s for %v: %v and %v", res, time.Duration(min(a.End, b.End)-b.Start), a, b)})
+				v := clusterViolation{kind: "overlap", res: res, from: b.Start, to: min(a.End, b.End),
+					msg: fmt.Sprintf("two holders of %s for %v: %v and %v", res, time.Duration(min(a.End, b.End)-b.Start), a, b)}
+				if a.Idle {
+					v.kind = "session"
+					v.msg = fmt.Sprintf("the session of an idle holder of %s ended while its client, from its answered pings, "+
+						"believed it alive for %v more: %v, then %v", res, time.Duration(a.End-b.Start), a, b)
+				}
+				vs = append(vs, v)
 			}
 			if i > 0 && a.Token <= gs[i-1].Token {
 				p := gs[i-1]
@@ -330,6 +339,7 @@ func TestCheckers(t *testing.T) {
 		return grant{Worker: w, Res: "r", Handle: h, Token: token, Start: start * ms, End: end * ms, LeaseEnd: lease * ms}
 	}
 	unknown := func(o op) op { o.Return = never; return o }
+	idle := func(g grant) grant { g.Idle = true; return g }
 	for _, tc := range []struct {
 		name   string
 		ops    []op
@@ -363,6 +373,12 @@ func TestCheckers(t *testing.T) {
 		{"expired before the holder's Deadline",
 			[]op{lock(0, 1, 0, 10, resOK, 5), ext(0, 1, 20, 30, resLost)},
 			[]grant{gr(0, 1, 5, 10, 20, 1000)}, nil, false},
+		{"an idle holder's session ended early",
+			[]op{lock(0, 1, 0, 10, resOK, 5), lock(1, 2, 5, 20, resOK, 6), unl(1, 2, 30, 40, resOK)},
+			[]grant{idle(gr(0, 1, 5, 10, 50, 50)), gr(1, 2, 6, 20, 30, 1000)}, []string{"session"}, false},
+		{"an idle holder's session ended after its belief",
+			[]op{lock(0, 1, 0, 10, resOK, 5), lock(1, 2, 5, 60, resOK, 6), unl(1, 2, 70, 80, resOK)},
+			[]grant{idle(gr(0, 1, 5, 10, 50, 50)), gr(1, 2, 6, 60, 70, 1000)}, nil, true},
 		{"granted already expired",
 			[]op{lock(0, 1, 0, 300, resOK, 5), lock(1, 2, 5, 200, resOK, 6), unl(1, 2, 210, 220, resOK)},
 			[]grant{gr(0, 1, 5, 300, 250, 0), gr(1, 2, 6, 200, 210, 1000)}, nil, true},

@@ -61,6 +61,10 @@ type grant struct {
 	LeaseEnd int64 // the latest Deadline seen (0: none seen)
 	Arrival  int64 // the Deadline when the lock call returned (0: lost already)
 	Why      string
+	// Idle: an idle holder's (a lease far longer than the session grace,
+	// never extended): its belief ends with its session's, the last
+	// answered request's send time (pings, while idle) plus the grace.
+	Idle bool
 }
 
 // event is a fault or a milestone of the harness.

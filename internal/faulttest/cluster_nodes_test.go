@@ -66,6 +66,7 @@ type cluster struct {
 type clusterOptions struct {
 	grace   time.Duration // --session-grace
 	workers int           // principals w0..w(n-1)
+	extra   []string      // more flags of every node
 }
 
 // newCluster starts three nodes and waits until they agree on a leader. The
@@ -143,6 +144,7 @@ func (c *cluster) launch(dir string, o clusterOptions, authFile, secretFile stri
 			"--cluster-peers", strings.Join(peers, ","), "--cluster-secret-file", secretFile,
 			"--auth-file", authFile, "--session-grace", o.grace.String(), "--status-rate", "-1",
 			"--log-level", "warn"}
+		n.args = append(n.args, o.extra...)
 		f, err := os.Create(filepath.Join(n.dir, "mlockd.log"))
 		if err != nil {
 			return err
