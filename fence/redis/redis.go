@@ -5,8 +5,9 @@
 // atomic step.
 //
 // The token of a resource is kept in the key FenceKey(resource)
-// ("mlock_fence:{resource}", a string holding the decimal token, no
-// expiry). Its hash tag is the resource: on a Redis Cluster, name the
+// ("mlock_fenced:{resource}", a string holding the decimal token, no
+// expiry; not the locking module's Redis provider's counter,
+// "mlock_fence:<namespace>"). Its hash tag is the resource: on a Redis Cluster, name the
 // guarded keys with the same tag ("stock:{sku:1}") so that the script's
 // keys share a slot.
 package redis
@@ -25,7 +26,7 @@ import (
 
 // FenceKey returns the key that holds the highest token recorded for
 // resource.
-func FenceKey(resource string) string { return "mlock_fence:{" + resource + "}" }
+func FenceKey(resource string) string { return "mlock_fenced:{" + resource + "}" }
 
 // prologue checks ARGV[1], the token (decimal, no leading zero), against
 // the first ARGV[2] keys, the fence keys, and moves the rest of KEYS and

@@ -36,7 +36,7 @@ func open(t *testing.T) (*goredis.Client, string) {
 	prefix := fmt.Sprintf("fencetest:%d:", rand.Uint64())
 	t.Cleanup(func() {
 		ctx := context.Background()
-		for _, pat := range []string{prefix + "*", "mlock_fence:{" + prefix + "*"} {
+		for _, pat := range []string{prefix + "*", "mlock_fenced:{" + prefix + "*"} {
 			keys, _ := c.Keys(ctx, pat).Result()
 			if len(keys) > 0 {
 				c.Del(ctx, keys...)
