@@ -67,6 +67,9 @@ func version(p string) int {
 	return n
 }
 
+// Found reports whether postgres and initdb were found.
+func Found() bool { return bin() != "" }
+
 // Start starts a server for t (at most 60 s for initdb and the first
 // connection) and stops it when t ends. why says what needs it, for the
 // message when PostgreSQL is missing.
