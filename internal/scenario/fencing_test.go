@@ -57,9 +57,9 @@ type fencedSizes struct {
 }
 
 var (
-	fencedShort = fencedSizes{rounds: []string{"single", "cluster"}, buyers: 40, stock: 3, ttl: time.Second, limit: 3 * time.Minute, nodeEach: 0}
+	fencedShort = fencedSizes{rounds: []string{"single", "cluster"}, buyers: 40, stock: 3, ttl: time.Second, limit: 3 * time.Minute, nodeEach: 5}
 	fencedLong  = fencedSizes{rounds: []string{"single", "cluster", "single", "cluster", "single", "cluster"}, buyers: 50, stock: 4,
-		ttl: 1500 * time.Millisecond, limit: 4 * time.Minute, nodeEach: 0}
+		ttl: 1500 * time.Millisecond, limit: 4 * time.Minute, nodeEach: 4}
 )
 
 const skus = 5
@@ -156,7 +156,7 @@ func TestFencedFlashSale(t *testing.T) {
 					sp.node = mode == "fenced" && sz.nodeEach > 0 && b%sz.nodeEach == sz.nodeEach-1
 					uri := tg.uri(b, "")
 					if sp.node {
-						sp.argv = []string{node.node, script(t, "buyer.js"), uri, pg.URL, sale, strconv.Itoa(sp.sku),
+						sp.argv = []string{node.node, script(t, "buyer.js"), node.js, uri, pg.URL, sale, strconv.Itoa(sp.sku),
 							strconv.FormatInt(sz.ttl.Milliseconds(), 10), strconv.FormatBool(sp.pause), strconv.FormatBool(sp.inside)}
 					} else {
 						sp.argv = []string{buyer, "-uri", uri, "-pg", pg.URL, "-sale", sale, "-sku", strconv.Itoa(sp.sku),
