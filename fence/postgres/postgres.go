@@ -23,7 +23,11 @@
 // write is stale. Transactions fencing one resource therefore run one after
 // the other, in the order of their tokens, and each sees what the ones
 // before it committed: read what the write depends on (the stock left)
-// inside the transaction, after Check. Tx does all of it.
+// inside the transaction, after Check. Tx does all of it. This holds at
+// PostgreSQL's default isolation, READ COMMITTED; under REPEATABLE READ or
+// SERIALIZABLE a transaction whose snapshot predates the last accepted
+// commit fails at the fence with a serialization error instead (nothing
+// written; retry it).
 package postgres
 
 import (

@@ -7,6 +7,7 @@ import (
 	"database/sql"
 	"errors"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -242,5 +243,33 @@ func TestConcurrentStaleAndFreshWriters(t *testing.T) {
 	t.Logf("%d writers: %d accepted, %d refused as stale", n, accepted, refused)
 	if accepted == 0 || accepted+refused != n {
 		t.Fatalf("accepted %d + refused %d != %d", accepted, refused, n)
+	}
+}
+
+// TestRepeatableReadFailsRatherThanReadsStale: under REPEATABLE READ, a
+// transaction whose snapshot predates the last accepted commit fails at the
+// fence (a serialization failure), even with a higher token: it could not
+// see that commit's writes.
+func TestRepeatableReadFailsRatherThanReadsStale(t *testing.T) {
+	db := open(t)
+	ctx := context.Background()
+	if err := write(ctx, db, 1, "sku:1"); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	var n int
+	if err := tx.QueryRowContext(ctx, `SELECT n FROM counter WHERE resource = 'sku:1'`).Scan(&n); err != nil { // the snapshot
+		t.Fatal(err)
+	}
+	if err := write(ctx, db, 2, "sku:1"); err != nil {
+		t.Fatal(err)
+	}
+	err = postgres.Check(ctx, tx, 3, "sku:1")
+	if err == nil || errors.Is(err, fence.ErrStale) || !strings.Contains(err.Error(), "40001") {
+		t.Fatalf("Check under an old snapshot = %v; want a serialization failure (SQLSTATE 40001)", err)
 	}
 }
