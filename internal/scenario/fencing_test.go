@@ -57,9 +57,9 @@ type fencedSizes struct {
 }
 
 var (
-	fencedShort = fencedSizes{rounds: []string{"single", "cluster"}, buyers: 40, stock: 3, ttl: time.Second, limit: 3 * time.Minute, nodeEach: 5}
+	fencedShort = fencedSizes{rounds: []string{"single", "cluster"}, buyers: 40, stock: 3, ttl: time.Second, limit: 5 * time.Minute, nodeEach: 5}
 	fencedLong  = fencedSizes{rounds: []string{"single", "cluster", "single", "cluster", "single", "cluster"}, buyers: 50, stock: 4,
-		ttl: 1500 * time.Millisecond, limit: 4 * time.Minute, nodeEach: 4}
+		ttl: 1500 * time.Millisecond, limit: 6 * time.Minute, nodeEach: 4}
 )
 
 const skus = 5
@@ -186,6 +186,13 @@ func TestFencedFlashSale(t *testing.T) {
 				restarts++
 			}
 			outs := runBuyers(t, dir, specs, sz.ttl*5/2, sz.limit, fault, tg)
+			slowest := 0
+			for i := range outs {
+				if outs[i].took > outs[slowest].took {
+					slowest = i
+				}
+			}
+			t.Logf("the last buyer, %s, exited %v after the start", specs[slowest].id, outs[slowest].took.Round(time.Millisecond))
 			for _, sale := range []string{naive, fenced} {
 				r := tally(t, db, sale, sz.stock, specs, outs)
 				r.round, r.target, r.restarts = round, topo, restarts
@@ -229,6 +236,7 @@ type buyerOut struct {
 	lines  []string
 	paused int
 	exit   int
+	took   time.Duration // from the start signal to its exit
 }
 
 // runBuyers starts every buyer, waits until all are ready, gives them the
@@ -244,6 +252,8 @@ func runBuyers(t *testing.T, dir string, specs []buyerSpec, pause, limit time.Du
 	var mu sync.Mutex
 	var readers, resumers sync.WaitGroup
 	dones := make([]chan struct{}, len(specs))
+	eofs := make([]chan struct{}, len(specs)) // closed when a buyer's output is read to its end
+	exitAt := make([]time.Time, len(specs))
 	t.Cleanup(func() {
 		for i, c := range cmds {
 			if c == nil {
@@ -277,10 +287,11 @@ func runBuyers(t *testing.T, dir string, specs []buyerSpec, pause, limit time.Du
 		if err := cmd.Start(); err != nil {
 			t.Fatalf("starting %s: %v", sp.id, err)
 		}
-		cmds[i], dones[i] = cmd, make(chan struct{})
+		cmds[i], dones[i], eofs[i] = cmd, make(chan struct{}), make(chan struct{})
 		readers.Add(1)
 		go func() {
 			defer readers.Done()
+			defer close(eofs[i])
 			sc := bufio.NewScanner(stdout)
 			for sc.Scan() {
 				line := sc.Text()
@@ -307,22 +318,43 @@ func runBuyers(t *testing.T, dir string, specs []buyerSpec, pause, limit time.Du
 				}
 			}
 		}()
-	}
-	go func() {
-		for i, c := range cmds {
-			_ = c.Wait()
-			outs[i].exit = c.ProcessState.ExitCode()
+		go func() {
+			<-eofs[i] // Wait closes the pipe: read it whole first
+			_ = cmd.Wait()
+			outs[i].exit, exitAt[i] = cmd.ProcessState.ExitCode(), time.Now()
 			close(dones[i])
-		}
-	}()
-	deadline := time.After(time.Minute)
+		}()
+	}
+	// A bound, not a measure: loading a Node.js buyer (Medusa's framework)
+	// takes over a second of CPU, and a hundred processes start at once on
+	// a machine that may be busy.
+	deadline := time.After(5 * time.Minute)
+	isReady := make([]bool, len(specs))
 	for range specs {
 		select {
-		case <-ready:
+		case i := <-ready:
+			isReady[i] = true
 		case <-deadline:
-			t.Fatalf("not every buyer was ready within a minute\n%s", tg.logTails())
+			var b strings.Builder
+			for i, sp := range specs {
+				if isReady[i] {
+					continue
+				}
+				mu.Lock()
+				said := strings.Join(outs[i].lines, " / ")
+				mu.Unlock()
+				exited := "running"
+				select {
+				case <-dones[i]:
+					exited = "exited"
+				default:
+				}
+				fmt.Fprintf(&b, "---- %s (%s): said %q\n%s\n", sp.id, exited, said, tail(filepath.Join(dir, sp.id+".err"), 5))
+			}
+			t.Fatalf("not every buyer was ready within 5 minutes\n%s%s", b.String(), tg.logTails())
 		}
 	}
+	started := time.Now()
 	for _, w := range stdins {
 		w.Close()
 	}
@@ -342,6 +374,9 @@ func runBuyers(t *testing.T, dir string, specs []buyerSpec, pause, limit time.Du
 	readers.Wait()
 	resumers.Wait()
 	<-faulted
+	for i := range outs {
+		outs[i].took = exitAt[i].Sub(started)
+	}
 	return outs
 }
 

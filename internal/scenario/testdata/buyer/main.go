@@ -76,18 +76,20 @@ func run() int {
 		return 1
 	}
 	defer db.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	if err := db.PingContext(ctx); err != nil {
+	pctx, pcancel := context.WithTimeout(context.Background(), time.Minute)
+	defer pcancel()
+	if err := db.PingContext(pctx); err != nil {
 		say("error db: %v", err)
 		return 1
 	}
-	if err := c.Ping(ctx); err != nil {
+	if err := c.Ping(pctx); err != nil {
 		say("error ping: %v", err)
 		return 1
 	}
 	say("ready")
 	_, _ = io.Copy(io.Discard, os.Stdin)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
 
 	res := "sale:" + *sale + ":sku:" + strconv.Itoa(*sku)
 	// Ask again after a refusal or a dropped connection (a server
