@@ -7,7 +7,10 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"go.uber.org/goleak"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestStartAndStop(t *testing.T) {
 	s := Start(t, "the test of the PostgreSQL harness needs it")
