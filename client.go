@@ -269,8 +269,9 @@ func (c *Client) lock(ctx context.Context, names []string, o *LockOptions, try b
 // lease every ttl/3 while fn runs, cancels fn's context if the lock is lost
 // (context.Cause is then the loss) or at the lock's Deadline at the latest
 // (LockOptions.Lead earlier), and unlocks when fn returns (or panics: the
-// panic goes on once the lock is given back). It returns fn's error, or the
-// loss (an Error of Type lost) if the lock was lost.
+// panic goes on once the lock is given back). fn finds the lock, and its
+// fencing token, with HeldLock(ctx). It returns fn's error, or the loss (an
+// Error of Type lost) if the lock was lost.
 func (c *Client) Do(ctx context.Context, resources string, o *LockOptions, fn func(context.Context) error) error {
 	l, err := c.Lock(ctx, resources, o)
 	if err != nil {
@@ -329,7 +330,7 @@ func (c *Client) Hold(ctx context.Context, l *Lock, fn func(context.Context) err
 		Lost:  l.Lost(),
 		Clock: leaseClock{l.s.clk},
 		Cause: func() error { return l.s.lossOf(l) },
-	}, fn)
+	}, func(ctx context.Context) error { return fn(context.WithValue(ctx, heldKey{}, l)) })
 	returned = true
 	if lostErr != nil {
 		// The lock is gone for this holder (its Deadline passed, or the
@@ -353,6 +354,18 @@ func (c *Client) Hold(ctx context.Context, l *Lock, fn func(context.Context) err
 		return uerr // the lease ran out just as fn returned
 	}
 	return fnErr
+}
+
+// heldKey is the context key of the lock Hold runs its fn under.
+type heldKey struct{}
+
+// HeldLock returns the lock that Do or Hold runs the function under, from
+// the function's context (or a context derived from it): its Token fences
+// the function's writes (see package fence). It returns nil for any other
+// context.
+func HeldLock(ctx context.Context) *Lock {
+	l, _ := ctx.Value(heldKey{}).(*Lock)
+	return l
 }
 
 // Release releases, for each resource of "a|b" (prefix applied), the lock

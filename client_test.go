@@ -800,3 +800,33 @@ func waitParked(t *testing.T, fn string) {
 		return false
 	})
 }
+
+func TestHeldLockInDo(t *testing.T) {
+	t.Parallel()
+	addr, _ := startServer(t, server.Config{}, "")
+	c := client(t, addr, mlock.Options{})
+	ctx := ctxT(t)
+	if mlock.HeldLock(ctx) != nil {
+		t.Fatal("HeldLock of a context outside Do is not nil")
+	}
+	var tokens []uint64
+	for range 2 {
+		err := c.Do(ctx, "sku:1|sku:2", nil, func(ctx context.Context) error {
+			l := mlock.HeldLock(ctx)
+			if l == nil {
+				return errors.New("no lock in Do's context")
+			}
+			if l.Resources() != "sku:1|sku:2" {
+				return fmt.Errorf("HeldLock's resources %q", l.Resources())
+			}
+			tokens = append(tokens, l.Token())
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if tokens[0] == 0 || tokens[1] <= tokens[0] {
+		t.Fatalf("tokens %v: want two growing tokens", tokens)
+	}
+}

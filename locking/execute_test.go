@@ -294,3 +294,26 @@ func TestExecuteKeepsToTheLeaseInForce(t *testing.T) {
 		}
 	}
 }
+
+func TestModuleExecuteLeaseGivesTheToken(t *testing.T) {
+	m := locking.NewModule()
+	defer m.Close()
+	ctx := context.Background()
+	var tokens []uint64
+	for range 2 {
+		err := m.ExecuteLease(ctx, []string{"sku:1"}, func(ctx context.Context, l locking.Lease) error {
+			tokens = append(tokens, l.Token)
+			return nil
+		}, locking.ExecuteOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if tokens[0] == 0 || tokens[1] <= tokens[0] {
+		t.Fatalf("tokens %v: want two growing tokens", tokens)
+	}
+	if err := m.ExecuteLease(ctx, []string{"k"}, func(context.Context, locking.Lease) error { return nil },
+		locking.ExecuteOptions{Provider: "nope"}); !errors.Is(err, locking.ErrNoProvider) {
+		t.Fatalf("unknown provider: %v", err)
+	}
+}

@@ -95,6 +95,17 @@ func (m *Module) Execute(ctx context.Context, keys []string, job Job, opts Execu
 	return Execute(ctx, p, keys, job, opts)
 }
 
+// ExecuteLease is Execute for a job that wants the Lease it runs under: its
+// Token fences the job's writes (see package fence). See the function
+// ExecuteLease.
+func (m *Module) ExecuteLease(ctx context.Context, keys []string, job func(ctx context.Context, l Lease) error, opts ExecuteOptions) error {
+	p, err := m.Provider(opts.Provider)
+	if err != nil {
+		return err
+	}
+	return ExecuteLease(ctx, p, keys, job, opts)
+}
+
 // Acquire takes keys on opts.Provider.
 func (m *Module) Acquire(ctx context.Context, keys []string, opts AcquireOptions) (Lease, error) {
 	p, err := m.Provider(opts.Provider)

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mlock-dev/mlock/internal/pgtest"
 	"github.com/mlock-dev/mlock/internal/proctest"
 
 	"github.com/mlock-dev/mlock/internal/testenv"
@@ -25,7 +26,8 @@ import (
 // against real servers (single node, restarts, a cut connection, a 3-node cluster) and the Medusa provider in
 // the real @medusajs/locking module, with @medusajs/locking-redis alongside
 // when REDIS_URL is set (the differential suite: the same scenarios through
-// both, side by side). Without node, npm or js/node_modules (npm ci in js/)
+// both, side by side), and the fenced writes on a private PostgreSQL
+// (internal/pgtest) named in MLOCK_TEST_PG_URL. Without node, npm or js/node_modules (npm ci in js/)
 // it skips, except under CI=true, where they, and a missing REDIS_URL, fail
 // it.
 func TestNodePackages(t *testing.T) {
@@ -47,6 +49,13 @@ func TestNodePackages(t *testing.T) {
 	// required in CI, like Node itself.
 	if os.Getenv("REDIS_URL") == "" && testenv.Strict() {
 		t.Fatal("REDIS_URL is not set: the differential suite (locking-redis against locking-mlock) is required in CI")
+	}
+
+	// The fence suite's PostgreSQL: required in CI, like Node itself;
+	// without it that suite skips.
+	var pgURL string
+	if pgtest.Found() || testenv.Strict() {
+		pgURL = pgtest.Start(t, "the Node.js fence suite needs it").URL
 	}
 
 	// The programs and the TypeScript build are independent: built side
@@ -74,7 +83,7 @@ func TestNodePackages(t *testing.T) {
 	if err := <-built; err != nil {
 		t.Fatal(err)
 	}
-	env = append(env, "MLOCKD_BIN="+bins[0], "MLOCK_CLI="+bins[1])
+	env = append(env, "MLOCKD_BIN="+bins[0], "MLOCK_CLI="+bins[1], "MLOCK_TEST_PG_URL="+pgURL)
 
 	// Each test file in its own node process, every file at once (npm test
 	// runs them one after the other; go test's -parallel would run only

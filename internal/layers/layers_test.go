@@ -37,6 +37,7 @@ type layer struct {
 // the client.
 var layers = []layer{
 	{"vocabulary", []string{"internal/protocol", "internal/buildinfo"}, nil},
+	{"fencing", []string{"fence", "fence/..."}, []string{"fencing"}},
 	{"helpers", []string{"internal/lease", "internal/datadir", "internal/auth", "internal/rawio"}, []string{"helpers"}},
 	{"engine", []string{"internal/locktable"}, []string{"vocabulary"}},
 	{"core", []string{"internal/core"}, []string{"engine", "vocabulary"}},

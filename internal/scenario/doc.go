@@ -28,6 +28,18 @@
 //     lock or its place in the queue. 200 sessions by default, 2 000 with
 //     MLOCK_SCENARIO_LONG=1.
 //
+// TestFencedFlashSale (fencing_test.go) is the proof of fenced writes
+// (docs/fencing.md): 5 SKUs of limited stock in a private PostgreSQL, sold
+// by buyer processes (testdata/buyer in Go, testdata/node/buyer.js through
+// locking-mlock's execute) of which a third stop themselves (SIGSTOP) in
+// their critical section and are resumed after 2.5 ttl, while mlockd, or
+// the cluster's leader, is killed and started again. Each round runs the
+// sale twice at once: written naively it must oversell; fenced, nothing is
+// oversold, no update lost, every acknowledged sale kept. 2 rounds by
+// default (40 buyers, ttl 1 s), 6 with MLOCK_SCENARIO_LONG=1 (50 buyers,
+// ttl 1.5 s); it prints the table of both. It needs PostgreSQL (internal/
+// pgtest) and the Node.js packages built, as the Node.js scenarios.
+//
 // The workers of a scenario connect first and wait for the test to close
 // their standard input, so that they all ask at once. On a cluster, worker i
 // is given every node's address starting with node i mod 3; odd Go workers

@@ -12,7 +12,7 @@ import loader from './loader';
 import { MlockLockingProvider } from './provider';
 
 export { MlockLockingProvider };
-export type { MlockLockingOptions } from './provider';
+export type { MlockLockingOptions, ExecuteLease } from './provider';
 
 export default ModuleProvider(Modules.LOCKING, {
   services: [MlockLockingProvider],

@@ -111,6 +111,14 @@ function num(v: unknown): number | undefined {
   return v === undefined || v === null || v === '' || Number.isNaN(+v) ? undefined : +v;
 }
 
+/** What execute's job learns of its lock (its second argument). */
+export interface ExecuteLease {
+  /** The fencing token of the grant: pass it to the writes the job makes (mlock's fencedTransaction). */
+  token: number;
+  /** The resources locked, as mlockd names them ('a|b', the provider's prefix and key encoding applied). */
+  resources: string;
+}
+
 /**
  * The mlockd locking provider for Medusa's Locking Module. Every call is one
  * request to mlockd: a multi-key acquisition takes every key or none, in one
@@ -222,9 +230,13 @@ export class MlockLockingProvider implements ILockingProvider {
    * owner of its own, holds a lease of `expire` seconds (default 60, at least
    * 1) renewed every third of it while the job runs, aborts the job's signal
    * (reason: a MedusaError CONFLICT) if the lock is lost and then throws that
-   * error, and releases when the job settles.
+   * error, and releases when the job settles. The job's second argument is
+   * the lease it runs under: its fencing token (`lease.token`, to fence its
+   * writes: mlock's fencedTransaction) and its resources (`lease.resources`,
+   * the keys as locked, 'a|b'); Medusa's interface passes no arguments, so a
+   * job written for it ignores them.
    */
-  async execute<T>(keys: string | string[], job: (signal?: AbortSignal) => Promise<T>, args?: { timeout?: number; expire?: number }): Promise<T> {
+  async execute<T>(keys: string | string[], job: (signal?: AbortSignal, lease?: ExecuteLease) => Promise<T>, args?: { timeout?: number; expire?: number }): Promise<T> {
     // As locking-redis: at least 1 s; a timeout that is not a number is 1 s.
     const timeout = args?.timeout === undefined || args?.timeout === null ? Math.max(this.waitLockingTimeout, 1) : Math.max(num(args.timeout) ?? 1, 1);
     const expire = Math.max(num(args?.expire) ?? DEFAULT_LOCK_EXPIRATION, 1);
@@ -278,7 +290,7 @@ export class MlockLockingProvider implements ILockingProvider {
     schedule();
     try {
       if (lost) throw lost;
-      const result = await job(ac?.signal);
+      const result = await job(ac?.signal, { token: lock.token, resources: lock.resources });
       // A job that kept the event loop busy past the lock's deadline: the
       // timer that loses it could not run; reading held loses it ('lost').
       if (!lock.held || lost) throw lost ?? medusaError(MedusaError.Types.CONFLICT, `Lost the lock for key(s) "${names()}" while the job was still running.`, lock.error);

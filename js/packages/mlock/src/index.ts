@@ -22,6 +22,8 @@ export type { MlockErrorType, MlockErrorDetails } from './errors';
 export { parseURI, DEFAULT_PORT } from './options';
 export { validName, validOwner } from './rules';
 export type { MlockOptions } from './options';
+export { FENCE_SCHEMA, FENCE_CHECK_SQL, StaleTokenError, checkFence, fencedTransaction, fenceArgs } from './fence';
+export type { Queryable, PoolLike, Token } from './fence';
 
 // CommonJS: require('mlock') is the class itself, with every export on it.
 declare const module: { exports: Record<string, unknown> };

@@ -1,0 +1,130 @@
+//go:build unix
+
+package pgx_test
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/goleak"
+
+	"github.com/mlock-dev/mlock/fence"
+	fencepgx "github.com/mlock-dev/mlock/fence/pgx"
+	"github.com/mlock-dev/mlock/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// TestConcurrentStaleAndFreshWriters: writers with tokens in random order,
+// all at once, through a pgxpool.Pool. The accepted writes come in the
+// order of their tokens, each read what the one before wrote, the highest
+// token is accepted, every refusal is a StaleError naming a higher token,
+// and a refused write left nothing behind.
+func TestConcurrentStaleAndFreshWriters(t *testing.T) {
+	s := pgtest.Start(t, "the pgx fence tests need it")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pool, err := pgxpool.New(ctx, s.URL+"&pool_max_conns=30")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if err := fencepgx.CreateSchema(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `CREATE TABLE counter (n int NOT NULL); INSERT INTO counter VALUES (0);
+		CREATE TABLE writes (id bigserial PRIMARY KEY, token bigint NOT NULL, seen int NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	const n = 50
+	tokens := rand.Perm(n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i, tk := range tokens {
+		wg.Go(func() {
+			errs[i] = fencepgx.Tx(ctx, pool, uint64(tk+1), fence.Split("sku:1|sku:2"), func(tx pgx.Tx) error {
+				var seen int
+				if err := tx.QueryRow(ctx, `UPDATE counter SET n = n + 1 RETURNING n - 1`).Scan(&seen); err != nil {
+					return err
+				}
+				_, err := tx.Exec(ctx, `INSERT INTO writes (token, seen) VALUES ($1, $2)`, tk+1, seen)
+				return err
+			})
+		})
+	}
+	wg.Wait()
+	accepted := 0
+	for i, err := range errs {
+		var se *fence.StaleError
+		switch {
+		case err == nil:
+			accepted++
+		case errors.As(err, &se) && errors.Is(err, fence.ErrStale):
+			if se.Token != uint64(tokens[i]+1) || se.Highest <= se.Token {
+				t.Errorf("refusal %v: its highest is not above its token", se)
+			}
+		default:
+			t.Fatalf("token %d: %v", tokens[i]+1, err)
+		}
+	}
+	rows, err := pool.Query(ctx, `SELECT token, seen FROM writes ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last int64
+	k := 0
+	for rows.Next() {
+		var tok int64
+		var seen int
+		if err := rows.Scan(&tok, &seen); err != nil {
+			t.Fatal(err)
+		}
+		if tok <= last || seen != k {
+			t.Errorf("write %d has token %d after %d, read %d: want growing tokens, each reading the one before", k, tok, last, seen)
+		}
+		last, k = tok, k+1
+	}
+	rows.Close()
+	var count int
+	if err := pool.QueryRow(ctx, `SELECT n FROM counter`).Scan(&count); err != nil {
+		t.Fatal(err)
+	}
+	if last != n || k != accepted || count != accepted {
+		t.Fatalf("last token %d (want %d), %d writes, counter %d, %d accepted", last, n, k, count, accepted)
+	}
+	for _, r := range []string{"sku:1", "sku:2"} {
+		var tok int64
+		if err := pool.QueryRow(ctx, `SELECT token FROM mlock_fence WHERE resource = $1`, r).Scan(&tok); err != nil || tok != n {
+			t.Fatalf("fence of %s: %d, %v; want %d", r, tok, err, n)
+		}
+	}
+	t.Logf("%d writers: %d accepted, %d refused as stale", n, accepted, n-accepted)
+
+	// A failing job: nothing kept, not even its token.
+	boom := errors.New("boom")
+	err = fencepgx.Tx(ctx, pool, n+5, []string{"sku:1"}, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `UPDATE counter SET n = 1000`); err != nil {
+			return err
+		}
+		return boom
+	})
+	if !errors.Is(err, boom) {
+		t.Fatalf("Tx = %v, want the job's error", err)
+	}
+	var tok int64
+	if err := pool.QueryRow(ctx, `SELECT (SELECT n FROM counter), (SELECT token FROM mlock_fence WHERE resource = 'sku:1')`).Scan(&count, &tok); err != nil {
+		t.Fatal(err)
+	}
+	if count != accepted || tok != n {
+		t.Fatalf("after a failed job: counter %d, fence %d; want %d and %d", count, tok, accepted, n)
+	}
+	if err := fencepgx.Tx(ctx, pool, 0, []string{"sku:1"}, func(pgx.Tx) error { return nil }); !errors.Is(err, fence.ErrInvalid) {
+		t.Fatalf("token 0: %v", err)
+	}
+}
