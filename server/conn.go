@@ -341,9 +341,7 @@ func (c *conn) readLoop() {
 	var fields [][]byte
 	for {
 		if len(buf) == cap(buf) {
-			nb := make([]byte, len(buf), 2*cap(buf))
-			copy(nb, buf)
-			buf = nb
+			buf = grown(buf, 2*cap(buf))
 		}
 		n, err := c.rw.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]
@@ -366,10 +364,8 @@ func (c *conn) readLoop() {
 			if stop {
 				return
 			}
-			if c.authed && cap(buf) < readBuf {
-				nb := make([]byte, len(buf), readBuf)
-				copy(nb, buf)
-				buf = nb
+			if c.authed {
+				buf = grown(buf, readBuf)
 			}
 			if c.authed && s.cfg.IdleTimeout > 0 && (!authed || now.After(c.refreshAt)) {
 				// From the handshake on, the idle timeout; the deadline
@@ -417,6 +413,16 @@ func (c *conn) readLoop() {
 			return
 		}
 	}
+}
+
+// grown returns buf with a capacity of at least n, its bytes kept.
+func grown(buf []byte, n int) []byte {
+	if cap(buf) >= n {
+		return buf
+	}
+	nb := make([]byte, len(buf), n)
+	copy(nb, buf)
+	return nb
 }
 
 // The reader's buffer: preReadBuf bytes before the handshake, readBuf
