@@ -144,7 +144,10 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) (time.Time, error)
 // no longer had the lock (it expired) Unlock returns an Error of Type lost.
 // A connection error is retried once after a reconnect; if the lock is gone
 // then while its Deadline has not passed, the first unlock (whose answer was
-// lost) freed it, and Unlock succeeds.
+// lost) freed it, and Unlock succeeds. If the retry fails on the
+// connection too (a failover that takes two connections), Unlock returns
+// that Error of Type connection, and the session releases the lock when it
+// is connected again (or the lease ends it).
 func (l *Lock) Unlock(ctx context.Context) error { return l.s.unlock(ctx, l) }
 
 // ---- state changes, by the session, under s.mu ----
