@@ -197,7 +197,9 @@
 // extend sent on arrival, and handed over once that is answered, its lease
 // counting from the extend's send time; if the grant is gone by then (its
 // lease ran out on the server), the request is asked again with what is
-// left of its timeout.
+// left of its timeout. A confirmation answered too late to leave two thirds
+// is sent again, at most three in all; a grant still short after them is
+// given back and its request asked again: it is never handed over short.
 //
 // # The path of a request
 //

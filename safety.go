@@ -165,9 +165,9 @@ func (s *session) staleLocked(l *Lock, now time.Duration) bool {
 
 // maxConfirms bounds the extends that confirm one grant after the first:
 // a grant whose confirmations all come back too late to leave lease.MinUsable
-// (every answer held up longer than a third of the ttl) is handed over with
-// what it has, if anything: one with no lease left is given back and asked
-// again.
+// (every answer held up longer than a third of the span) is never handed
+// over: it is given back and asked again, with what is left of the wait's
+// timeout (none left: the wait fails with Type timeout).
 const maxConfirms = 2
 
 // confirmLocked sends an extend of waiting lock l, whose grant arrived
@@ -474,9 +474,10 @@ func (s *session) probedLocked(l *Lock, m *protocol.Message, sent time.Duration)
 			return
 		}
 		l.confirming, l.confirms = false, 0
-		if d, _ := s.deadlineLocked(l); d <= now {
-			// Every confirmation came back after the lease it gave had
-			// ended: nothing to hand over. Give it back, ask again.
+		if s.staleLocked(l, now) {
+			// Every confirmation came back too late to leave
+			// lease.MinUsable (or after the lease it gave had ended): a
+			// holder must get a lock it can use. Give it back, ask again.
 			s.log.Warn("mlock: a grant could not be confirmed in time; asking again", "resources", l.Resources())
 			delete(s.locks, l.id)
 			s.forgetLocked(l.id)

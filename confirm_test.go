@@ -1,0 +1,126 @@
+package mlock_test
+
+import (
+	"bufio"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mlock-dev/mlock"
+	"github.com/mlock-dev/mlock/internal/lease"
+	"github.com/mlock-dev/mlock/internal/protocol"
+)
+
+// scriptedServer is a server whose answers the test writes: pings are
+// answered at once, every other command is passed to the test.
+type scriptedServer struct {
+	addr string
+	cmds chan []string
+	mu   sync.Mutex
+	conn net.Conn
+}
+
+func newScriptedServer(t *testing.T, graceMs string) *scriptedServer {
+	t.Helper()
+	ss := &scriptedServer{cmds: make(chan []string, 64)}
+	ss.addr = fakeServer(t, func(c net.Conn, r *bufio.Reader) {
+		if f, err := readCommand(r); err != nil || f[0] != "connect" {
+			return
+		}
+		ss.mu.Lock()
+		ss.conn = c
+		c.Write(protocol.Append(nil, "connected", "1.0", "new", graceMs))
+		ss.mu.Unlock()
+		for {
+			f, err := readCommand(r)
+			if err != nil {
+				return
+			}
+			if f[0] == "ping" {
+				ss.write(protocol.Append(nil, "result", f[1], "success", "pong"))
+				continue
+			}
+			ss.cmds <- f
+		}
+	})
+	return ss
+}
+
+func (ss *scriptedServer) write(b []byte) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	ss.conn.Write(b)
+}
+
+// next returns the next command other than a ping, which must be verb.
+func (ss *scriptedServer) next(t *testing.T, verb string) []string {
+	t.Helper()
+	select {
+	case f := <-ss.cmds:
+		if f[0] != verb {
+			t.Fatalf("the client sent %q, want %s", f, verb)
+		}
+		return f
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the client sent no %s", verb)
+		return nil
+	}
+}
+
+// A grant whose confirmations all come back too late to leave
+// lease.MinUsable (each answer slower than a third of the ttl) is not handed
+// over with what it has: after the bounded confirmations it is given back
+// and asked again, and the caller gets the grant of the request asked
+// again, with its whole lease to believe. Before, the third slow
+// confirmation handed it over with less than lease.MinUsable.
+func TestFakeClockSlowConfirmationsAreNotHandedOverShort(t *testing.T) {
+	t.Parallel()
+	const ttl = time.Minute
+	ss := newScriptedServer(t, "600000") // grace 10 min: the ttl is the span
+	c, fc := fakeClient(t, ss.addr, mlock.Options{})
+	ctx := ctxT(t)
+	g := lockAsync(ctx, c, "slow-confirm", &mlock.LockOptions{TTL: ttl, Timeout: time.Hour})
+	f := ss.next(t, "lock")
+	id1 := strings.Repeat("1", 32)
+	ss.write(protocol.Append(nil, "result", f[1], "success", id1))
+	// The grant is pushed half a ttl later: it arrives stale.
+	fc.Advance(ttl / 2)
+	exp := func() string { return strconv.FormatInt(time.Now().Add(ttl).UnixMilli(), 10) }
+	ss.write(protocol.Append(nil, "locked", id1, exp(), "1"))
+	// Each confirmation is answered after 25 s, longer than a third of the
+	// ttl: the belief it leaves is short of lease.MinUsable.
+	for i := 0; i < 3; i++ {
+		f = ss.next(t, "extend")
+		if f[2] != id1 {
+			t.Fatalf("confirmation %d extends %q, want %q", i+1, f[2], id1)
+		}
+		fc.Advance(25 * time.Second)
+		ss.write(protocol.Append(nil, "result", f[1], "success", exp()))
+	}
+	// Given back, and asked again.
+	f = ss.next(t, "unlock")
+	if f[2] != id1 {
+		t.Fatalf("unlock of %q, want the short grant %q", f[2], id1)
+	}
+	ss.write(protocol.Append(nil, "result", f[1], "success", "1"))
+	f = ss.next(t, "lock")
+	sent := fc.Now()
+	id2 := strings.Repeat("2", 32)
+	ss.write(append(protocol.Append(nil, "result", f[1], "success", id2), protocol.Append(nil, "locked", id2, exp(), "2")...))
+	got := <-g
+	if got.err != nil {
+		t.Fatal(got.err)
+	}
+	if got.l.ID() != id2 {
+		t.Fatalf("handed over %q, want the grant asked again %q", got.l.ID(), id2)
+	}
+	if left := got.l.Deadline().Sub(fc.Now()); left < lease.MinUsable(ttl) {
+		t.Fatalf("handed over with %v left to believe, want at least %v", left, lease.MinUsable(ttl))
+	}
+	if want := sent.Add(ttl - lease.Margin(ttl)); !got.l.Deadline().Equal(want) {
+		t.Fatalf("Deadline %v after the request asked again, want %v", got.l.Deadline().Sub(sent), want.Sub(sent))
+	}
+}
