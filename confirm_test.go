@@ -124,3 +124,65 @@ func TestFakeClockSlowConfirmationsAreNotHandedOverShort(t *testing.T) {
 		t.Fatalf("Deadline %v after the request asked again, want %v", got.l.Deadline().Sub(sent), want.Sub(sent))
 	}
 }
+
+// A lock request in flight when the connection drops is asked again once
+// the server is reached again, although a whole round of dials failed
+// meanwhile (the server was down a moment: restarted): the caller was
+// waiting, and keeps waiting. Before, the failed round failed it with a
+// connection error.
+func TestLockInFlightSurvivesAFailedRound(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	conns := 0
+	lockSeen := make(chan struct{}, 1)
+	addr := fakeServer(t, func(c net.Conn, r *bufio.Reader) {
+		mu.Lock()
+		conns++
+		n := conns
+		mu.Unlock()
+		f, err := readCommand(r)
+		if err != nil || f[0] != "connect" {
+			return
+		}
+		if n == 2 {
+			return // the handshake fails: the round of dials fails
+		}
+		c.Write(protocol.Append(nil, "connected", "1.0", "new", "15000"))
+		for {
+			f, err := readCommand(r)
+			if err != nil {
+				return
+			}
+			switch {
+			case f[0] == "lock" && n == 1:
+				lockSeen <- struct{}{}
+				return // dropped before the answer
+			case f[0] == "lock":
+				id := strings.Repeat("a", 32)
+				exp := strconv.FormatInt(time.Now().Add(time.Minute).UnixMilli(), 10)
+				c.Write(append(protocol.Append(nil, "result", f[1], "success", id), protocol.Append(nil, "locked", id, exp, "7")...))
+			case len(f) > 1:
+				c.Write(protocol.Append(nil, "result", f[1], "success", "pong"))
+			}
+		}
+	})
+	c := client(t, addr, mlock.Options{MaxBackoff: 50 * time.Millisecond})
+	ctx := ctxT(t)
+	if err := c.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	g := lockAsync(ctx, c, "in-flight", &mlock.LockOptions{TTL: time.Minute, Timeout: time.Minute})
+	<-lockSeen
+	got := <-g
+	if got.err != nil {
+		t.Fatalf("Lock = %v, want the request asked again once the server is back", got.err)
+	}
+	if got.l.Token() != 7 {
+		t.Fatalf("token %d, want 7", got.l.Token())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if conns < 3 {
+		t.Fatalf("%d connections, want a failed one between", conns)
+	}
+}

@@ -410,10 +410,15 @@ func (s *session) resendLocked(cl *call, now time.Duration) {
 	s.queueLocked(cl.seq, &l.req)
 }
 
-// roundFailed fails the requests waiting to be asked again once a whole round
-// of dials failed: no node took the session at once, so the client says so
-// rather than wait for the cluster to come back. A refusal is their error if
-// there was one.
+// roundFailed fails, once a whole round of dials failed, the try-locks
+// waiting to be asked again (a try asks not to wait: no node took the
+// session at once, so the client says so rather than wait for the server
+// to come back), and every request waiting to be asked again if the server
+// refused the connection (the refusal is their error). A lock request that
+// waits keeps waiting, as a request the server has queued does across a
+// reconnect: it is asked again once a node takes the session, and ends at
+// its wait's timeout (see rearmLocked), its context, or once maxDrops
+// connections were lost with it in flight.
 func (s *session) roundFailed(err error, refusal *Error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -421,11 +426,14 @@ func (s *session) roundFailed(err error, refusal *Error) {
 	if e == nil {
 		e = &Error{Type: TypeConnection, Msg: "connection lost", Err: err}
 	}
-	for _, cl := range s.reasks {
+	s.reasks = slices.DeleteFunc(s.reasks, func(cl *call) bool {
+		if refusal == nil && !cl.lock.req.Try {
+			return false
+		}
 		cl.lock.state = failed
 		cl.ch <- reply{err: e}
-	}
-	s.reasks = nil
+		return true
+	})
 }
 
 // probeWaitsLocked asks the server about every waiting request after the
