@@ -48,9 +48,9 @@ export const minUsable = (span: number): number => ((span - margin(span)) * 2) /
 
 /**
  * The extends that confirm one grant after the first: a grant whose
- * confirmations all come back too late to leave minUsable is handed over
- * with what it has, if anything: one with no lease left is given back and
- * asked again.
+ * confirmations all come back too late to leave minUsable (every answer
+ * held up longer than a third of the span) is never handed over: it is
+ * given back and asked again, with what is left of the wait's timeout.
  */
 const MAX_CONFIRMS = 2;
 
@@ -1571,9 +1571,10 @@ export class Session {
       }
       l.confirming = false;
       l.confirms = 0;
-      if (this.deadline(l) <= now) {
-        // Every confirmation came back after the lease it gave had ended:
-        // nothing to hand over. Give it back, ask again.
+      if (this.stale(l, now)) {
+        // Every confirmation came back too late to leave minUsable (or
+        // after the lease it gave had ended): a holder must get a lock it
+        // can use. Give it back, ask again.
         this.log('a grant could not be confirmed in time; asking again');
         this.locks.delete(l._id);
         this.forget(l._id);
