@@ -186,3 +186,46 @@ func TestLockInFlightSurvivesAFailedRound(t *testing.T) {
 		t.Fatalf("%d connections, want a failed one between", conns)
 	}
 }
+
+// A grant the session handed over with enough to believe, but whose caller
+// runs only later (a busy machine's scheduling), is checked again in the
+// caller's goroutine: short by then, it is confirmed with an extend before
+// Lock returns, and its lease counts from that extend's send time. Before,
+// Lock returned it with what it had left.
+func TestFakeClockGrantShortWhenTheCallerRunsIsConfirmed(t *testing.T) {
+	t.Parallel()
+	const ttl = time.Minute
+	ss := newScriptedServer(t, "600000")
+	c, fc := fakeClient(t, ss.addr, mlock.Options{})
+	var confirmed time.Time
+	c.SetAfterGrant(func() {
+		fc.Advance(ttl / 2) // the caller runs half a ttl after the grant was read
+		confirmed = fc.Now()
+	})
+	ctx := ctxT(t)
+	g := lockAsync(ctx, c, "late-caller", &mlock.LockOptions{TTL: ttl, Timeout: time.Hour})
+	f := ss.next(t, "lock")
+	id := strings.Repeat("3", 32)
+	exp := func() string { return strconv.FormatInt(time.Now().Add(ttl).UnixMilli(), 10) }
+	ss.write(append(protocol.Append(nil, "result", f[1], "success", id), protocol.Append(nil, "locked", id, exp(), "3")...))
+	f = ss.next(t, "extend")
+	if f[2] != id {
+		t.Fatalf("extend of %q, want the grant %q", f[2], id)
+	}
+	ss.write(protocol.Append(nil, "result", f[1], "success", exp()))
+	got := <-g
+	if got.err != nil {
+		t.Fatal(got.err)
+	}
+	if want := confirmed.Add(ttl - lease.Margin(ttl)); !got.l.Deadline().Equal(want) {
+		t.Fatalf("Deadline %v after the caller ran, want %v (from the confirmation)", got.l.Deadline().Sub(confirmed), want.Sub(confirmed))
+	}
+	if left := got.l.Deadline().Sub(fc.Now()); left < lease.MinUsable(ttl) {
+		t.Fatalf("handed over with %v left to believe, want at least %v", left, lease.MinUsable(ttl))
+	}
+	select {
+	case f := <-ss.cmds:
+		t.Fatalf("the client sent %q after the confirmation", f)
+	default:
+	}
+}

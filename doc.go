@@ -201,6 +201,8 @@
 // left of its timeout. A confirmation answered too late to leave two thirds
 // is sent again, at most three in all; a grant still short after them is
 // given back and its request asked again: it is never handed over short.
+// Lock checks it once more in the caller's goroutine, which a busy machine
+// may run long after the grant was read, with the same rule.
 //
 // # The path of a request
 //

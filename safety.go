@@ -163,6 +163,18 @@ func (s *session) staleLocked(l *Lock, now time.Duration) bool {
 	return d-now < s.usableLocked(l)
 }
 
+// short reports whether l is not held, or held with less than
+// usableLocked to believe from now.
+func (s *session) short(l *Lock) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l.state != held {
+		return true
+	}
+	d, _ := s.deadlineLocked(l)
+	return d-s.clk.now() < s.usableLocked(l)
+}
+
 // maxConfirms bounds the extends that confirm one grant after the first:
 // a grant whose confirmations all come back too late to leave lease.MinUsable
 // (every answer held up longer than a third of the span) is never handed
