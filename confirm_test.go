@@ -2,6 +2,8 @@ package mlock_test
 
 import (
 	"bufio"
+	"errors"
+	"fmt"
 	"net"
 	"strconv"
 	"strings"
@@ -132,6 +134,16 @@ func TestFakeClockSlowConfirmationsAreNotHandedOverShort(t *testing.T) {
 // connection error.
 func TestLockInFlightSurvivesAFailedRound(t *testing.T) {
 	t.Parallel()
+	for _, try := range []bool{false, true} {
+		t.Run(fmt.Sprintf("try=%v", try), func(t *testing.T) { lockInFlightAcrossAFailedRound(t, try) })
+	}
+}
+
+// lockInFlightAcrossAFailedRound: a Lock in flight when the connection
+// drops is granted on the connection after a failed one; a TryLock fails
+// with the failed round (a try asks not to wait).
+func lockInFlightAcrossAFailedRound(t *testing.T, try bool) {
+	t.Parallel()
 	var mu sync.Mutex
 	conns := 0
 	lockSeen := make(chan struct{}, 1)
@@ -154,10 +166,10 @@ func TestLockInFlightSurvivesAFailedRound(t *testing.T) {
 				return
 			}
 			switch {
-			case f[0] == "lock" && n == 1:
+			case (f[0] == "lock" || f[0] == "trylock") && n == 1:
 				lockSeen <- struct{}{}
 				return // dropped before the answer
-			case f[0] == "lock":
+			case f[0] == "lock" || f[0] == "trylock":
 				id := strings.Repeat("a", 32)
 				exp := strconv.FormatInt(time.Now().Add(time.Minute).UnixMilli(), 10)
 				c.Write(append(protocol.Append(nil, "result", f[1], "success", id), protocol.Append(nil, "locked", id, exp, "7")...))
@@ -171,9 +183,25 @@ func TestLockInFlightSurvivesAFailedRound(t *testing.T) {
 	if err := c.Ping(ctx); err != nil {
 		t.Fatal(err)
 	}
-	g := lockAsync(ctx, c, "in-flight", &mlock.LockOptions{TTL: time.Minute, Timeout: time.Minute})
+	g := make(chan grant, 1)
+	go func() {
+		var l *mlock.Lock
+		var err error
+		if try {
+			l, err = c.TryLock(ctx, "in-flight", &mlock.LockOptions{TTL: time.Minute})
+		} else {
+			l, err = c.Lock(ctx, "in-flight", &mlock.LockOptions{TTL: time.Minute, Timeout: time.Minute})
+		}
+		g <- grant{l, err, time.Now()}
+	}()
 	<-lockSeen
 	got := <-g
+	if try {
+		if !errors.Is(got.err, mlock.ErrConnection) {
+			t.Fatalf("TryLock = %v, %v; want the failed round's connection error", got.l, got.err)
+		}
+		return
+	}
 	if got.err != nil {
 		t.Fatalf("Lock = %v, want the request asked again once the server is back", got.err)
 	}
