@@ -763,6 +763,39 @@ describe('grants that cannot be confirmed', () => {
   });
 });
 
+describe('lock requests across a failed round of dials', () => {
+  test('a lock request in flight when the connection drops keeps waiting across a failed round and is asked again once the server is back', async () => {
+    // Connection 1 drops with the lock request unanswered; connection 2
+    // fails its handshake (the round fails); connection 3 grants.
+    const conns = new Map<net.Socket, number>();
+    let lockSeen = false;
+    const fake = await fakeServer((s, w) => {
+      if (w[0] === 'connect') {
+        conns.set(s, conns.size + 1);
+        if (conns.get(s) === 2) s.destroy();
+        else s.write(encode('connected 1.0 new 15000'));
+      } else if (w[0] === 'lock' && conns.get(s) === 1) {
+        lockSeen = true;
+        s.destroy();
+      } else if (w[0] === 'lock') {
+        const id = 'a'.repeat(32);
+        s.write(Buffer.concat([encode(`result ${w[1]} success ${id}`), encode(`locked ${id} ${Date.now() + 60000} 7`)]));
+      } else if (w.length > 1) s.write(encode(`result ${w[1]} success pong`));
+    });
+    const c = new Client({ host: '127.0.0.1', port: fake.port, maxBackoff: 50 });
+    try {
+      await c.ping();
+      const l = await c.acquire('in-flight', { ttl: 60000, timeout: 60000 });
+      assert.ok(lockSeen);
+      assert.equal(l.token, 7);
+      assert.ok(conns.size >= 3, `${conns.size} connections: want a failed one between`);
+    } finally {
+      c.destroy();
+      fake.close();
+    }
+  });
+});
+
 describe('answers read after a busy turn', () => {
   test("a pong that came while the process was busy past the ping's wait counts: the connection is kept", async () => {
     let pings = 0;

@@ -730,11 +730,20 @@ export class Session {
     const r = this.roundRefusal;
     this.tried = 0;
     this.roundRefusal = undefined;
-    // No node took the session at once: the requests waiting to be asked
-    // again fail rather than wait for the server to come back.
+    // No node took the session at once: the try-locks waiting to be asked
+    // again fail rather than wait for the server to come back (a try asks
+    // not to wait), and every one if the server refused the connection. A
+    // lock request that waits keeps waiting, as one the server queued does
+    // across a reconnect: asked again once a node takes the session, it
+    // ends at its wait's timeout (see the reasks' backstop), its signal, or
+    // after the connections it was in flight on.
     const reasks = this.reasks;
     this.reasks = [];
     for (const cl of reasks) {
+      if (!r && cl.lock!.verb !== 'trylock') {
+        this.reasks.push(cl);
+        continue;
+      }
       cl.lock!.state = 'failed';
       cl.lock!.call = undefined;
       cl.reject?.(r ?? new MlockError('connection lost', 'connection', { node: this.nodes[i].addr, cause: err }));
