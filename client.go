@@ -30,6 +30,9 @@ type Client struct {
 	// of it is queued any more.
 	closed bool // guarded by s.mu
 	done   chan struct{}
+	// afterGrant, if not nil, runs in Lock's goroutine when the grant
+	// reaches it (tests only, see usable).
+	afterGrant func()
 }
 
 // LockOptions tunes one lock request. A nil *LockOptions, and every zero
@@ -257,12 +260,56 @@ func (c *Client) lock(ctx context.Context, names []string, o *LockOptions, try b
 		bounds = c.s.shortenOwnedLocked(lo.Owner, res, now, lo.TTL)
 		c.s.mu.Unlock()
 	}
+	start := c.s.clk.now()
 	r, rerr := c.s.roundTrip(ctx, c, l, &l.req)
 	if rerr != nil {
 		c.s.notShortened(bounds, rerr)
 		return nil, rerr
 	}
-	return r.lock, nil
+	return c.usable(ctx, names, lo, try, r.lock, start)
+}
+
+// usable hands over l, granted to a Lock call of names with options lo
+// started at start (on the session's clock), only if it leaves at least
+// lease.MinUsable to believe now, in the caller's goroutine: the session
+// checked it when the grant was read, but the caller may run much later
+// on a busy machine. A grant short by then is confirmed with an extend
+// (at most maxConfirms+1 of them, each answered too late); one still
+// short, or lost, is given back and asked again with what is left of the
+// wait's timeout (none left: an Error of Type timeout).
+func (c *Client) usable(ctx context.Context, names []string, lo LockOptions, try bool, l *Lock, start time.Duration) (*Lock, error) {
+	if c.afterGrant != nil {
+		c.afterGrant() // tests: the time the caller takes to run
+	}
+	for i := 0; c.s.short(l); i++ {
+		if i > maxConfirms {
+			break
+		}
+		if _, err := l.Extend(ctx, 0); err != nil {
+			if errors.Is(err, ErrLost) {
+				break
+			}
+			uctx, ucancel := context.WithTimeout(context.WithoutCancel(ctx), c.opts.DialTimeout)
+			_ = l.Unlock(uctx)
+			ucancel()
+			return nil, err
+		}
+	}
+	if !c.s.short(l) {
+		return l, nil
+	}
+	c.s.log.Warn("mlock: a grant could not be confirmed in time; asking again", "resources", l.Resources())
+	uctx, ucancel := context.WithTimeout(context.WithoutCancel(ctx), c.opts.DialTimeout)
+	_ = l.Unlock(uctx)
+	ucancel()
+	if !try && lo.Timeout > 0 {
+		left := lo.Timeout - (c.s.clk.now() - start)
+		if left < time.Millisecond {
+			return nil, &Error{Type: TypeTimeout, Msg: "Lock timeout"}
+		}
+		lo.Timeout = left.Truncate(time.Millisecond)
+	}
+	return c.lock(ctx, names, &lo, try)
 }
 
 // Do runs fn while holding the lock: it acquires resources, extends the

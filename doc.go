@@ -81,10 +81,11 @@
 // Status, Locks, Extend and Unlock are retried once after the reconnect
 // (they are idempotent), Release and ReleaseAll are not. Lock and TryLock
 // are asked again on the next connection, with what is left of their
-// timeout, when a node takes the session at once (another node of a
-// cluster, or the same server reached again); they fail with the connection
-// error when a whole round of dials fails, or after the third connection
-// lost with them in flight. The server may have queued the first request:
+// timeout, when a node takes the session (another node of a cluster, or
+// the same server reached again); a Lock keeps waiting across failed rounds
+// of dials, to its timeout, a TryLock fails with the connection error when
+// a whole round of dials fails; either fails after the third connection
+// lost with it in flight. The server may have queued the first request:
 // its grant then arrives for no waiting handle and is given back at once,
 // so the caller holds only what it was answered. A tolerate limit counts that
 // first request while it waits. The same holds for a grant whose caller gave
@@ -198,7 +199,11 @@
 // extend sent on arrival, and handed over once that is answered, its lease
 // counting from the extend's send time; if the grant is gone by then (its
 // lease ran out on the server), the request is asked again with what is
-// left of its timeout.
+// left of its timeout. A confirmation answered too late to leave two thirds
+// is sent again, at most three in all; a grant still short after them is
+// given back and its request asked again: it is never handed over short.
+// Lock checks it once more in the caller's goroutine, which a busy machine
+// may run long after the grant was read, with the same rule.
 //
 // # The path of a request
 //

@@ -16,6 +16,11 @@ func SetMaxPending(n int) (restore func()) {
 	return func() { maxPending = old }
 }
 
+// SetAfterGrant sets a function c's Lock runs when the grant reaches its
+// goroutine, before it checks what the grant leaves to believe. Set it
+// before c's first Lock.
+func (c *Client) SetAfterGrant(f func()) { c.afterGrant = f }
+
 // SetWokenWait sets how long a session's reader waits for the callers it
 // answered to send again, for the sessions started afterwards, and returns
 // a function that restores the default.

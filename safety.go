@@ -163,11 +163,23 @@ func (s *session) staleLocked(l *Lock, now time.Duration) bool {
 	return d-now < s.usableLocked(l)
 }
 
+// short reports whether l is not held, or held with less than
+// usableLocked to believe from now.
+func (s *session) short(l *Lock) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l.state != held {
+		return true
+	}
+	d, _ := s.deadlineLocked(l)
+	return d-s.clk.now() < s.usableLocked(l)
+}
+
 // maxConfirms bounds the extends that confirm one grant after the first:
 // a grant whose confirmations all come back too late to leave lease.MinUsable
-// (every answer held up longer than a third of the ttl) is handed over with
-// what it has, if anything: one with no lease left is given back and asked
-// again.
+// (every answer held up longer than a third of the span) is never handed
+// over: it is given back and asked again, with what is left of the wait's
+// timeout (none left: the wait fails with Type timeout).
 const maxConfirms = 2
 
 // confirmLocked sends an extend of waiting lock l, whose grant arrived
@@ -410,10 +422,15 @@ func (s *session) resendLocked(cl *call, now time.Duration) {
 	s.queueLocked(cl.seq, &l.req)
 }
 
-// roundFailed fails the requests waiting to be asked again once a whole round
-// of dials failed: no node took the session at once, so the client says so
-// rather than wait for the cluster to come back. A refusal is their error if
-// there was one.
+// roundFailed fails, once a whole round of dials failed, the try-locks
+// waiting to be asked again (a try asks not to wait: no node took the
+// session at once, so the client says so rather than wait for the server
+// to come back), and every request waiting to be asked again if the server
+// refused the connection (the refusal is their error). A lock request that
+// waits keeps waiting, as a request the server has queued does across a
+// reconnect: it is asked again once a node takes the session, and ends at
+// its wait's timeout (see rearmLocked), its context, or once maxDrops
+// connections were lost with it in flight.
 func (s *session) roundFailed(err error, refusal *Error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -421,11 +438,14 @@ func (s *session) roundFailed(err error, refusal *Error) {
 	if e == nil {
 		e = &Error{Type: TypeConnection, Msg: "connection lost", Err: err}
 	}
-	for _, cl := range s.reasks {
+	s.reasks = slices.DeleteFunc(s.reasks, func(cl *call) bool {
+		if refusal == nil && !cl.lock.req.Try {
+			return false
+		}
 		cl.lock.state = failed
 		cl.ch <- reply{err: e}
-	}
-	s.reasks = nil
+		return true
+	})
 }
 
 // probeWaitsLocked asks the server about every waiting request after the
@@ -474,9 +494,10 @@ func (s *session) probedLocked(l *Lock, m *protocol.Message, sent time.Duration)
 			return
 		}
 		l.confirming, l.confirms = false, 0
-		if d, _ := s.deadlineLocked(l); d <= now {
-			// Every confirmation came back after the lease it gave had
-			// ended: nothing to hand over. Give it back, ask again.
+		if s.staleLocked(l, now) {
+			// Every confirmation came back too late to leave
+			// lease.MinUsable (or after the lease it gave had ended): a
+			// holder must get a lock it can use. Give it back, ask again.
 			s.log.Warn("mlock: a grant could not be confirmed in time; asking again", "resources", l.Resources())
 			delete(s.locks, l.id)
 			s.forgetLocked(l.id)

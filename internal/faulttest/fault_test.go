@@ -1,6 +1,7 @@
 package faulttest
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mlock-dev/mlock"
 	"github.com/mlock-dev/mlock/internal/proctest"
 )
 
@@ -32,8 +34,9 @@ type kind struct {
 	hold    time.Duration // critical section
 	wait    time.Duration // a worker's longest wait for the lock
 	rounds  int           // default rounds (MLOCK_FAULT_ROUNDS overrides)
-	// checkWaiters: a worker waiting when the fault began must not give up
-	// with an error (it held nothing: it asks again).
+	// checkWaiters: a worker waiting when the fault began (its request
+	// queued on the server, see markQueued) must not give up with an error
+	// (it held nothing: it asks again).
 	checkWaiters bool
 	fault        func(h *harness)
 }
@@ -164,11 +167,12 @@ type harness struct {
 	nextID  int              // guarded by mu
 	paused  bool             // no new workers; guarded by mu
 	waiters map[string]bool  // workers alive when a fault began
+	queued  map[string]bool  // workers whose request the server held when it was killed (see markQueued)
 	extra   sync.WaitGroup   // newcomers
 }
 
 func runKind(t *testing.T, k kind) {
-	h := &harness{t: t, k: k, dir: t.TempDir(), live: map[string]*proc{}, waiters: map[string]bool{}}
+	h := &harness{t: t, k: k, dir: t.TempDir(), live: map[string]*proc{}, waiters: map[string]bool{}, queued: map[string]bool{}}
 	if k.backend == "redis" && bins.redis == "" {
 		t.Skip("redis-server not in PATH")
 	}
@@ -378,11 +382,49 @@ func (h *harness) serverKill(down time.Duration) {
 		h.waiters[w] = true
 	}
 	h.mu.Unlock()
+	h.markQueued(10 * time.Second)
 	h.during(down, h.k.backend+" kill -9", h.srv.kill, h.k.backend+" restarted", h.startServer)
 	h.newcomer()
 	h.mu.Lock()
 	h.paused = false
 	h.mu.Unlock()
+}
+
+// markQueued records as queued the live workers once the server holds a
+// request of every one (held or waiting: its currentLocks counts them all),
+// waiting at most limit for it. A worker still starting (a busy machine can
+// take longer than the settling pause to start a process) has asked for
+// nothing: its first dial during the fault finds no server, and the client
+// reports an unreachable server at once, as it should. Only a worker whose
+// request the server had is held to asking again. If the count is not
+// reached in time, no worker of this fault is recorded (logged).
+func (h *harness) markQueued(limit time.Duration) {
+	c, err := mlock.New("mlock://" + h.addr)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	for {
+		st, err := c.Status(ctx)
+		h.mu.Lock()
+		if err == nil && st.CurrentLocks >= len(h.live) {
+			for w := range h.live {
+				h.queued[w] = true
+			}
+			h.mu.Unlock()
+			return
+		}
+		n := len(h.live)
+		h.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			h.t.Logf("the server did not hold a request of each of the %d live workers within %v (status: %v): no waiter recorded for this fault", n, limit, err)
+			return
+		case <-time.After(20 * time.Millisecond): // poll interval
+		}
+	}
 }
 
 // during logs begin, runs on, and d later runs off and logs end: a fault
@@ -457,7 +499,7 @@ func (h *harness) report(rounds, noHolder int) {
 			msg: fmt.Sprintf("%d grants short on arrival after a fault, above the bound %d", short, bound)})
 	}
 	if h.k.checkWaiters {
-		for w := range h.waiters {
+		for w := range h.queued {
 			started := false
 			for _, s := range hist.sections {
 				started = started || s.wid == w

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/mlock-dev/mlock/internal/lease"
 )
 
 // event is one line of the shared log (see the package documentation).
@@ -210,10 +212,10 @@ type result struct {
 }
 
 // usable is the least a grant must leave to believe at arrival: two thirds
-// of the ttl less its drift margin (ttl/100 + 5 ms).
-func usable(ttl time.Duration) time.Duration {
-	return (ttl - ttl/100 - 5*time.Millisecond) * 2 / 3
-}
+// of the ttl less its drift margin (ttl/100 + 5 ms), the clients' own rule
+// (lease.MinUsable: a grant that would leave less is confirmed, or given
+// back and asked again, never handed over).
+func usable(ttl time.Duration) time.Duration { return lease.MinUsable(ttl) }
 
 // analyze checks the log of a scenario against its processes.
 func analyze(target, scenario string, ttl time.Duration, procs []proc, evs []event) *result {

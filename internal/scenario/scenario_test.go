@@ -426,10 +426,13 @@ func drawOrders(n int, ttl time.Duration, seed uint64) []order {
 // it writes when it stopped (a stop line) and exits: its critical section
 // ended there. If the SIGKILL that follows kill-after later comes first, no
 // line says when it stopped, and the checker counts the section until mlock
-// run exited (after it reaped the command).
+// run exited (after it reaped the command). The start and end lines' clock
+// reads ignore SIGTERM: the group's SIGTERM killed a date running in such a
+// line's command substitution, and the shell wrote that line with an empty
+// time before it ran the trap.
 const cronJob = `trap 'echo "stop $1 $(date +%s%N) $MLOCK_TOKEN $MLOCK_RESOURCES" >>"$2"; exit 143' TERM; ` +
-	`echo "start $1 $(date +%s%N) $MLOCK_TOKEN $MLOCK_RESOURCES $MLOCK_EXPIRES_AT" >>"$2"; sleep "$3" & wait $!; ` +
-	`echo "end $1 $(date +%s%N) $MLOCK_TOKEN $MLOCK_RESOURCES" >>"$2"`
+	`echo "start $1 $(trap '' TERM; date +%s%N) $MLOCK_TOKEN $MLOCK_RESOURCES $MLOCK_EXPIRES_AT" >>"$2"; sleep "$3" & wait $!; ` +
+	`echo "end $1 $(trap '' TERM; date +%s%N) $MLOCK_TOKEN $MLOCK_RESOURCES" >>"$2"`
 
 // cronFleet runs skips mlock run --skip-if-locked and waits waiting mlock
 // run on one job, started in turn, all at once.

@@ -717,6 +717,83 @@ describe('grants that cannot be confirmed', () => {
       fake.close();
     }
   });
+  test('a grant whose confirmations all come back too late to leave two thirds of its ttl is given back and asked again, never handed over short', async () => {
+    // ttl 3 s. The process is busy for 1.2 s (more than a third of the ttl)
+    // after the server wrote the first grant and after it wrote each answer
+    // to a confirmation: each is read that much after its request was sent,
+    // as from a paused process. Once the short grant is given back, every
+    // answer is read at once.
+    const ttl = 3000;
+    const busy = () => {
+      const until = Date.now() + 1200;
+      while (Date.now() < until);
+    };
+    const id1 = '1'.repeat(32);
+    const id2 = '2'.repeat(32);
+    let prompt = false;
+    let extends_ = 0;
+    const unlocked: string[] = [];
+    const fake = await fakeServer((s, w) => {
+      if (w[0] === 'connect') s.write(encode('connected 1.0 new 600000'));
+      else if (w[0] === 'lock') {
+        const id = prompt ? id2 : id1;
+        s.write(Buffer.concat([encode(`result ${w[1]} success ${id}`), encode(`locked ${id} ${Date.now() + ttl} ${prompt ? 2 : 1}`)]));
+        if (!prompt) busy();
+      } else if (w[0] === 'extend') {
+        extends_++;
+        s.write(encode(`result ${w[1]} success ${Date.now() + ttl}`));
+        if (!prompt) busy();
+      } else if (w[0] === 'unlock') {
+        unlocked.push(w[2]);
+        prompt = true;
+        s.write(encode(`result ${w[1]} success 1`));
+      } else if (w.length > 1) s.write(encode(`result ${w[1]} success pong`));
+    });
+    const c = new Client({ host: '127.0.0.1', port: fake.port });
+    try {
+      const l = await c.acquire('short', { ttl, timeout: 60000 });
+      assert.equal(l.id, id2, 'handed over the grant whose confirmations all came back short');
+      assert.deepEqual(unlocked, [id1]);
+      assert.equal(extends_, 3, 'three confirmations of the first grant, none of the second');
+      await l.unlock();
+    } finally {
+      c.destroy();
+      fake.close();
+    }
+  });
+});
+
+describe('lock requests across a failed round of dials', () => {
+  test('a lock request in flight when the connection drops keeps waiting across a failed round and is asked again once the server is back', async () => {
+    // Connection 1 drops with the lock request unanswered; connection 2
+    // fails its handshake (the round fails); connection 3 grants.
+    const conns = new Map<net.Socket, number>();
+    let lockSeen = false;
+    const fake = await fakeServer((s, w) => {
+      if (w[0] === 'connect') {
+        conns.set(s, conns.size + 1);
+        if (conns.get(s) === 2) s.destroy();
+        else s.write(encode('connected 1.0 new 15000'));
+      } else if (w[0] === 'lock' && conns.get(s) === 1) {
+        lockSeen = true;
+        s.destroy();
+      } else if (w[0] === 'lock') {
+        const id = 'a'.repeat(32);
+        s.write(Buffer.concat([encode(`result ${w[1]} success ${id}`), encode(`locked ${id} ${Date.now() + 60000} 7`)]));
+      } else if (w.length > 1) s.write(encode(`result ${w[1]} success pong`));
+    });
+    const c = new Client({ host: '127.0.0.1', port: fake.port, maxBackoff: 50 });
+    try {
+      await c.ping();
+      const l = await c.acquire('in-flight', { ttl: 60000, timeout: 60000 });
+      assert.ok(lockSeen);
+      assert.equal(l.token, 7);
+      assert.ok(conns.size >= 3, `${conns.size} connections: want a failed one between`);
+    } finally {
+      c.destroy();
+      fake.close();
+    }
+  });
 });
 
 describe('answers read after a busy turn', () => {

@@ -76,13 +76,13 @@ describe('lock requests asked again', () => {
     });
   }
 
-  test('a lock request in flight fails with a connection error when a whole round of dials fails', async () => {
+  test('a try-lock in flight fails with a connection error when a whole round of dials fails (a lock keeps waiting: client.test.ts)', async () => {
     const c = new Client({ host: '127.0.0.1', port: proxy.port, socketId: `inflight-round-${process.pid}`, maxBackoff: 50, dialTimeout: 500 });
     try {
       await c.ping();
       const a = r('round');
       proxy.dropBack(true);
-      const g = c.acquire(a, { ttl: 10000, timeout: 5000 });
+      const g = c.tryLock(a, { ttl: 10000 });
       await queued(other, a, 1);
       proxy.refuse(true);
       proxy.cut();

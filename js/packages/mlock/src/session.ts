@@ -48,9 +48,9 @@ export const minUsable = (span: number): number => ((span - margin(span)) * 2) /
 
 /**
  * The extends that confirm one grant after the first: a grant whose
- * confirmations all come back too late to leave minUsable is handed over
- * with what it has, if anything: one with no lease left is given back and
- * asked again.
+ * confirmations all come back too late to leave minUsable (every answer
+ * held up longer than a third of the span) is never handed over: it is
+ * given back and asked again, with what is left of the wait's timeout.
  */
 const MAX_CONFIRMS = 2;
 
@@ -731,11 +731,20 @@ export class Session {
     const r = this.roundRefusal;
     this.tried = 0;
     this.roundRefusal = undefined;
-    // No node took the session at once: the requests waiting to be asked
-    // again fail rather than wait for the server to come back.
+    // No node took the session at once: the try-locks waiting to be asked
+    // again fail rather than wait for the server to come back (a try asks
+    // not to wait), and every one if the server refused the connection. A
+    // lock request that waits keeps waiting, as one the server queued does
+    // across a reconnect: asked again once a node takes the session, it
+    // ends at its wait's timeout (see the reasks' backstop), its signal, or
+    // after the connections it was in flight on.
     const reasks = this.reasks;
     this.reasks = [];
     for (const cl of reasks) {
+      if (!r && cl.lock!.verb !== 'trylock') {
+        this.reasks.push(cl);
+        continue;
+      }
       cl.lock!.state = 'failed';
       cl.lock!.call = undefined;
       cl.reject?.(r ?? new MlockError('connection lost', 'connection', { node: this.nodes[i].addr, cause: err }));
@@ -1572,9 +1581,10 @@ export class Session {
       }
       l.confirming = false;
       l.confirms = 0;
-      if (this.deadline(l) <= now) {
-        // Every confirmation came back after the lease it gave had ended:
-        // nothing to hand over. Give it back, ask again.
+      if (this.stale(l, now)) {
+        // Every confirmation came back too late to leave minUsable (or
+        // after the lease it gave had ended): a holder must get a lock it
+        // can use. Give it back, ask again.
         this.log('a grant could not be confirmed in time; asking again');
         this.locks.delete(l._id);
         this.forget(l._id);
