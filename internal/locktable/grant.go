@@ -32,7 +32,18 @@ func (t *Table) flushGrants() {
 // the head of all its queues.
 func (r *readyLock) grantable(t *Table) bool {
 	l := r.l
-	return t.lookup(r.id) == l && l.state == stateWaiting && l.waiting == 0
+	return t.lookup(r.id) == l && l.state == stateWaiting && l.waiting == 0 && !l.late(t.now)
+}
+
+// late reports whether l is a waiting request whose wait deadline is before
+// now. Only the deadline processing of advance meets one (it processes
+// every deadline due by now before it returns): a queue freed at an earlier
+// instant of the same call, or the end of a hold, must not grant it at now,
+// since its client gave up at its deadline; advance times it out instead.
+// A wait deadline at now itself is a tie, settled in arrival order (see
+// advance): the request may still be granted.
+func (l *lock) late(now int64) bool {
+	return l.state == stateWaiting && l.deadline != 0 && l.deadline < now
 }
 
 // addReady puts l, which just became grantable, in ready. While grants are

@@ -243,6 +243,9 @@ func (t *Table) unqueue(n *node) {
 				t.addReady(h)
 				continue
 			}
+			if h.late(t.now) {
+				continue // advance times it out
+			}
 			t.grantEmit(h)
 		}
 	}
