@@ -414,11 +414,16 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	case <-done:
 		return nil
 	case <-ctx.Done():
+		// Closed outside the core's lock: a TLS close writes close_notify.
+		var conns []*conn
 		s.batch(func(*core.Tx) {
 			for c := range s.conns {
-				c.nc.Close()
+				conns = append(conns, c)
 			}
 		})
+		for _, c := range conns {
+			c.nc.Close()
+		}
 		<-done
 		return ctx.Err()
 	}
