@@ -64,6 +64,11 @@ type Config struct {
 	// FirstToken is the fencing token of the first grant; later grants count
 	// up from it. Default 1. A server sets it above every token it ever gave.
 	FirstToken uint64
+	// TokenLimit, if not 0, bounds the tokens given: every token is below
+	// it, and grants wait while the next token would not be (see
+	// SetTokenLimit). 0 (the default): no bound. A server sets it to the
+	// token high-water mark on disk.
+	TokenLimit uint64
 	// GrantAfter, if > 0, starts the Table with its grants held until that
 	// time (ns, on the clock of the now arguments), as by HoldGrants: a
 	// server that restarts after a crash sets it so that nothing is granted

@@ -13,19 +13,33 @@ type readyLock struct {
 
 // flushGrants ends deferring and grants, in the order they became
 // grantable, the deferred requests that are still live and waiting. While
-// grants are held it leaves them in ready for endHold.
+// grants are held (or the token limit is reached) it leaves them in ready
+// for endHold (or SetTokenLimit).
 func (t *Table) flushGrants() {
 	t.deferring = false
-	if t.holding() {
+	if t.grantsHeld() {
 		return
 	}
+	t.grantReady()
+}
+
+// grantReady grants, in their order in ready, the requests of ready that
+// are still grantable, until the token limit stops it: ready keeps the rest.
+func (t *Table) grantReady() {
+	n := 0
 	for i, r := range t.ready {
 		t.ready[i] = readyLock{}
-		if r.grantable(t) {
-			t.grantEmit(r.l)
+		if !r.grantable(t) {
+			continue
 		}
+		if t.grantsHeld() {
+			t.ready[n] = r
+			n++
+			continue
+		}
+		t.grantEmit(r.l)
 	}
-	t.ready = t.ready[:0]
+	t.ready = t.ready[:n]
 }
 
 // grantable reports whether r is still the same live request, waiting, at

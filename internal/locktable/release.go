@@ -239,7 +239,7 @@ func (t *Table) unqueue(n *node) {
 		h := g.l
 		h.waiting--
 		if h.waiting == 0 {
-			if t.deferring || t.holding() {
+			if t.deferring || t.grantsHeld() {
 				t.addReady(h)
 				continue
 			}

@@ -107,6 +107,10 @@ type Table struct {
 	// that deadline; holdUntil is its time.
 	hold      session
 	holdUntil int64
+	// tlimit bounds the tokens (0: no bound): while next >= tlimit, every
+	// request that becomes grantable goes to ready as well, and
+	// SetTokenLimit grants them when it raises the bound.
+	tlimit uint64
 	seq       uint64 // arrival number of the last accepted request or detach
 
 	// plant is a bug that the model test plants to show that its checker
@@ -154,6 +158,7 @@ func newTable(cfg Config) (*Table, error) {
 		groups:   make(map[string]*group),
 		owners:   make(map[string]*ownerList),
 		next:     cfg.FirstToken,
+		tlimit:   cfg.TokenLimit,
 	}
 	t.setLimits(&cfg)
 	if t.next == 0 {
