@@ -111,7 +111,7 @@ type Table struct {
 	// request that becomes grantable goes to ready as well, and
 	// SetTokenLimit grants them when it raises the bound.
 	tlimit uint64
-	seq       uint64 // arrival number of the last accepted request or detach
+	seq    uint64 // arrival number of the last accepted request or detach
 
 	// plant is a bug that the model test plants to show that its checker
 	// catches it (plantBarge, plantLeak); always 0 outside that test.
