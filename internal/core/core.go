@@ -280,17 +280,18 @@ func (tx *Tx) SetLimits(cfg EngineConfig) error {
 }
 
 // SetTokenLimit bounds the fencing tokens given from now on below limit (0:
-// no bound): a request that would need a token at or above it waits, and a
-// try-lock is refused with ErrBusy, until a later call raises the bound;
+// no bound): while none is left below it, a request that becomes grantable
+// waits, and with refuse a new lock request is refused with ErrNoTokens,
+// until a later call raises the bound;
 // the requests then grantable are granted in arrival order, reported to
 // OnBatch as Granted events (see locktable.Table.SetTokenLimit). A single
 // server keeps it at its token high-water mark on disk. It panics when
 // called from OnBatch.
-func (tx *Tx) SetTokenLimit(limit uint64) {
+func (tx *Tx) SetTokenLimit(limit uint64, refuse bool) {
 	if tx.ending {
 		panic("core: Tx.SetTokenLimit called from OnBatch")
 	}
-	tx.c.tab.SetTokenLimit(tx.now, limit)
+	tx.c.tab.SetTokenLimit(tx.now, limit, refuse)
 }
 
 // TokenLimit returns the bound of the fencing tokens (0: none).

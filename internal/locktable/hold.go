@@ -71,18 +71,20 @@ func (t *Table) grantsHeld() bool {
 }
 
 // SetTokenLimit sets the bound of the tokens to limit (0: none): from now
-// on every token given is below it, and a request that would be granted
-// while the next token is not waits instead (a try-lock is refused with
-// ErrBusy), as while grants are held; the rest (queueing, timeouts,
-// expiries, Extend, Renew, Unlock, sessions) works as usual. A bound raised
+// on every token given is below it. While the next token is not, a request
+// that would be granted waits instead, as while grants are held (a
+// try-lock is refused with ErrBusy), and with refuse a new request (a
+// try-lock too; not an owner's re-entry, which renews) is refused with
+// ErrNoTokens instead of queued; the rest (timeouts, expiries, Extend,
+// Renew, Unlock, sessions) works as usual. A bound raised
 // above the next token grants, in arrival order and with a Granted event
 // each, every request then grantable, unless grants are held. A server
 // keeps it at its token high-water mark on disk: a token above the mark
 // could be given again after a crash. It costs O(m log m) for m requests
 // that wait for the bound.
-func (t *Table) SetTokenLimit(now int64, limit uint64) {
+func (t *Table) SetTokenLimit(now int64, limit uint64, refuse bool) {
 	t.advance(now)
-	t.tlimit = limit
+	t.tlimit, t.trefuse = limit, refuse
 	if !t.grantsHeld() && len(t.ready) > 0 {
 		t.grantReadyInOrder()
 	}

@@ -87,6 +87,10 @@ func (t *Table) Lock(now int64, req *Request) (Grant, error) {
 		return Grant{}, err
 	}
 	k := len(req.Resources)
+	if t.trefuse && t.tlimit != 0 && t.next >= t.tlimit {
+		t.stats.Refused++
+		return Grant{}, ErrNoTokens
+	}
 	if req.Try && t.grantsHeld() {
 		t.stats.Refused++
 		return Grant{}, &ResourceError{Err: ErrBusy, Resource: req.Resources[0]}

@@ -110,8 +110,9 @@ type Table struct {
 	// tlimit bounds the tokens (0: no bound): while next >= tlimit, every
 	// request that becomes grantable goes to ready as well, and
 	// SetTokenLimit grants them when it raises the bound.
-	tlimit uint64
-	seq    uint64 // arrival number of the last accepted request or detach
+	tlimit  uint64
+	trefuse bool   // at the limit, a new request is refused (ErrNoTokens) rather than queued
+	seq     uint64 // arrival number of the last accepted request or detach
 
 	// plant is a bug that the model test plants to show that its checker
 	// catches it (plantBarge, plantLeak); always 0 outside that test.

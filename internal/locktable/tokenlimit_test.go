@@ -7,54 +7,74 @@ import (
 	"time"
 )
 
-// TestTokenLimit: no token at or above the limit is given; what would be
-// granted waits (a try-lock is refused) and is granted in arrival order
-// when the limit rises; a renewal needs no token.
+// TestTokenLimit: no token at or above the limit is given; a new request
+// queues, or with refuse is refused with ErrNoTokens; a waiter that becomes grantable waits and is
+// granted when the limit rises; Extend and the timeouts work as usual.
 func TestTokenLimit(t *testing.T) {
 	h := newHarness(t, Config{FirstToken: 10, TokenLimit: 12})
 	a := h.mustLock("s1", "a", time.Second, 0)
+	c := h.mustLock("s2", "a", time.Second, 0) // behind a
+	w := h.mustLock("s2", "a", time.Second, 0) // behind c
 	b := h.mustLock("s1", "b", time.Second, 0)
 	if a.Token != 10 || b.Token != 11 {
 		t.Fatalf("tokens %d, %d; want 10, 11", a.Token, b.Token)
 	}
-	c := h.mustLock("s2", "c", time.Second, 0)
-	if c.Granted {
-		t.Fatalf("granted token %d at the limit 12", c.Token)
+	// Without refuse, a new request queues; a try-lock is busy.
+	q := h.mustLock("s2", "q", time.Second, 0)
+	if q.Granted {
+		t.Fatal("granted at the limit")
 	}
 	if _, err := h.tab.Lock(h.now, &Request{Session: "s2", Resources: []string{"d"}, TTL: time.Second, Try: true}); !errors.Is(err, ErrBusy) {
 		t.Fatalf("try-lock at the limit: %v, want ErrBusy", err)
 	}
-	w := h.mustLock("s2", "a", time.Second, 0) // behind a
+	if err := h.unlock(q.ID); err != nil {
+		t.Fatal(err)
+	}
+	h.tab.SetTokenLimit(h.now, 12, true)
+	if g, err := h.lock("s2", "d", time.Second, 0); !errors.Is(err, ErrNoTokens) {
+		t.Fatalf("a new request at the limit: %+v, %v; want ErrNoTokens", g, err)
+	}
+	if _, err := h.tab.Lock(h.now, &Request{Session: "s2", Resources: []string{"d"}, TTL: time.Second, Try: true}); !errors.Is(err, ErrNoTokens) {
+		t.Fatalf("try-lock at the limit: %v, want ErrNoTokens", err)
+	}
 	names := map[ID]string{a.ID: "a", b.ID: "b", c.ID: "c", w.ID: "w"}
 	if err := h.unlock(a.ID); err != nil {
 		t.Fatal(err)
 	}
-	if h.granted(w.ID) {
-		t.Fatal("a waiter was granted at the limit")
+	if ev := h.take(names); len(ev) != 0 || h.granted(c.ID) {
+		t.Fatalf("granted at the limit: %v", ev)
 	}
-	h.tab.SetTokenLimit(h.now, 13) // room for one: c came first
-	if ev := h.take(names); !slices.Equal(ev, []string{"granted:c"}) || h.granted(w.ID) {
-		t.Fatalf("raised by one: %v (w granted %v)", ev, h.granted(w.ID))
+	h.tab.SetTokenLimit(h.now, 13, true) // room for one
+	if ev := h.take(names); !slices.Equal(ev, []string{"granted:c"}) {
+		t.Fatalf("raised by one: %v", ev)
 	}
 	if li, _ := h.tab.Lookup(c.ID); li.Token != 12 {
 		t.Fatalf("c's token %d, want 12", li.Token)
 	}
-	h.tab.SetTokenLimit(h.now, 0) // no bound
-	if ev := h.take(names); !slices.Equal(ev, []string{"granted:w"}) {
-		t.Fatalf("unbounded: %v", ev)
+	if err := h.unlock(c.ID); err != nil {
+		t.Fatal(err)
 	}
-	h.tab.SetTokenLimit(h.now, h.tab.LastToken()+1)
-	if _, err := h.renew("", nil, time.Second); err == nil {
-		t.Fatal("renew without an owner succeeded")
+	if ev := h.take(names); len(ev) != 0 {
+		t.Fatalf("granted at the limit: %v", ev)
 	}
 	if _, err := h.extend(b.ID, 2*time.Second); err != nil {
 		t.Fatalf("extend at the limit: %v", err)
 	}
-	// A waiter past its wait deadline while the limit holds it times out.
-	x := h.mustLock("s1", "x", time.Second, 10*time.Millisecond)
+	h.tab.SetTokenLimit(h.now, 0, false) // no bound
+	if ev := h.take(names); !slices.Equal(ev, []string{"granted:w"}) {
+		t.Fatalf("unbounded: %v", ev)
+	}
+	// A waiter held by the limit past its wait deadline times out.
+	h.tab.SetTokenLimit(h.now, h.tab.LastToken()+1, false)
+	h.tab.SetTokenLimit(h.now, 0, false)
+	x := h.mustLock("s1", "b", time.Second, 10*time.Millisecond) // behind b
 	names[x.ID] = "x"
+	h.tab.SetTokenLimit(h.now, h.tab.LastToken()+1, false)
+	if err := h.unlock(b.ID); err != nil {
+		t.Fatal(err)
+	}
 	h.advance(20 * time.Millisecond)
-	if ev := h.take(names); !slices.Contains(ev, "timeout:x") {
+	if ev := h.take(names); !slices.Equal(ev, []string{"timeout:x"}) {
 		t.Fatalf("a held waiter past its deadline: %v", ev)
 	}
 	if h.tab.LastToken() != 13 {

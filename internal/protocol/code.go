@@ -69,6 +69,9 @@ const (
 	CodeQuotaSessions // "too many sessions for this principal!": a connect that would start a session past max-sessions (then the server closes)
 	CodeQuotaConns    // "too many connections for this principal!": a connect past max-conns (then the server closes)
 
+	// The data directory (extension).
+	CodeNoTokens // "no fencing token: data directory not writable!": a lock request while the tokens the mark on disk covers are used up
+
 	numCodes
 )
 
@@ -119,6 +122,7 @@ var codeTexts = [numCodes]string{
 	CodeQuotaLocks:         "too many locks for this principal!",
 	CodeQuotaSessions:      "too many sessions for this principal!",
 	CodeQuotaConns:         "too many connections for this principal!",
+	CodeNoTokens:           "no fencing token: data directory not writable!",
 }
 
 // Text returns the code's wire text; "" for CodeUnknown.
