@@ -117,7 +117,11 @@ type Dir struct {
 // Open takes it for a data directory; a cluster node takes it for its Raft
 // directory.
 func Lock(path string) (*os.File, error) {
-	lf, err := os.OpenFile(filepath.Join(path, lockFile), os.O_RDWR|os.O_CREATE, 0o600)
+	// The descriptor kept open (it holds the flock) is read-only: a file
+	// system remounted read-only under a running server (by an operator,
+	// or the kernel after an error) is then possible, and the server's
+	// writes get its errors (see the token mark).
+	lf, err := os.OpenFile(filepath.Join(path, lockFile), os.O_RDONLY|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("datadir: %w", err)
 	}
@@ -134,8 +138,9 @@ func Lock(path string) (*os.File, error) {
 	}
 	// The pid is for the message of a second process; failing to write it
 	// changes nothing else.
-	if lf.Truncate(0) == nil {
-		_, _ = lf.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	if wf, err := os.OpenFile(lf.Name(), os.O_WRONLY|os.O_TRUNC, 0); err == nil {
+		_, _ = wf.WriteString(strconv.Itoa(os.Getpid()) + "\n")
+		_ = wf.Close()
 	}
 	return lf, nil
 }
