@@ -160,6 +160,9 @@ type clusterState struct {
 	// halted says why this node stopped applying the log ("": it did not;
 	// see halt).
 	halted textValue
+	// storeFailed says why this node's Raft directory could not be written
+	// ("": it could; see clusterStoreFailed).
+	storeFailed textValue
 	// formats: what the members said of the log formats they read
 	// (cluster_version.go).
 	formats formats
@@ -250,7 +253,16 @@ func (s *Server) openCluster() error {
 		SnapshotInterval: cc.SnapshotInterval, SnapshotThreshold: cc.SnapshotThreshold,
 		TrailingLogs: cc.TrailingLogs, MaxAppendEntries: cc.MaxAppendEntries,
 		BatchWindow: cc.BatchWindow, MaxBatch: cc.MaxBatch,
-		Logger: s.log.With("component", "raft"),
+		Logger:         s.log.With("component", "raft"),
+		OnStoreFailure: s.clusterStoreFailed,
+		WriteFault: func(store string) error {
+			if hk := cc.testHooks; hk != nil {
+				if f := hk.storeFault.Load(); f != nil {
+					return (*f)(cc.ID, store)
+				}
+			}
+			return nil
+		},
 	})
 	if err != nil {
 		cl.cancel()

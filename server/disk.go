@@ -2,6 +2,7 @@ package server
 
 import (
 	"errors"
+	"fmt"
 	"syscall"
 	"time"
 
@@ -174,4 +175,44 @@ func diskReason(err error) string {
 		return errno.Error()
 	}
 	return "write failed"
+}
+
+// clusterStoreFailed is a cluster node's reaction to a failed write of its
+// Raft log or stable store (cluster.Config.OnStoreFailure; the node logs it
+// and closes itself, so that the others lead): the server stops serving
+// too. Its clients' connections end (they go to other nodes), it accepts
+// no new one, /readyz is 503, and Failed is closed: mlockd then exits with
+// an error, for its supervisor to restart it once the disk works. It is
+// called from a raft goroutine, so it only starts that work.
+func (s *Server) clusterStoreFailed(err error) {
+	cl := s.cl
+	cl.storeFailed.Store(diskReason(err))
+	cl.halted.Store("the Raft directory cannot be written: " + diskReason(err))
+	s.failOnce.Do(func() {
+		s.failErr = fmt.Errorf("server: the Raft directory cannot be written: %w", err)
+		close(s.failed)
+	})
+	go s.batch(func(*core.Tx) {
+		for c := range s.conns {
+			if !c.forward {
+				c.finish()
+			}
+		}
+	})
+}
+
+// Failed is closed when the server can no longer serve and must be
+// restarted: a cluster node whose Raft directory could not be written
+// (FailedErr says why). It is never closed on a single server, whose
+// failing data directory is a state it recovers from (see disk.go).
+func (s *Server) Failed() <-chan struct{} { return s.failed }
+
+// FailedErr returns why Failed was closed, or nil.
+func (s *Server) FailedErr() error {
+	select {
+	case <-s.failed:
+		return s.failErr
+	default:
+		return nil
+	}
 }

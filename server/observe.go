@@ -433,6 +433,8 @@ func (src obsSource) Ready() (bool, string) {
 		return true, ""
 	case s.cl.removed.Load():
 		return false, "removed from the cluster: serves no client until added again"
+	case s.cl.storeFailed.Load() != "":
+		return false, "the Raft directory cannot be written (" + s.cl.storeFailed.Load() + "): this node stopped (fail-stop); restart it once its disk works"
 	case s.cl.halted.Load() != "":
 		return false, "stopped applying the log: " + s.cl.halted.Load()
 	}

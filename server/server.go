@@ -102,6 +102,11 @@ type Server struct {
 	markStop  chan struct{} // closed by stop: the writer ends
 	diskMu    sync.Mutex
 	disk      diskHealth // guarded by diskMu
+	// failed is closed, once (failOnce), when the server must be restarted
+	// (Failed); failErr says why.
+	failed   chan struct{}
+	failOnce sync.Once
+	failErr  error
 
 	wg sync.WaitGroup // every goroutine the server started
 }
@@ -163,6 +168,7 @@ func New(cfg Config) (*Server, error) {
 		defQuota:  defaultQuota(&cfg),
 		buckets:   make(map[string]*bucket),
 		listeners: make(map[net.Listener]struct{}),
+		failed:    make(chan struct{}),
 	}
 	s.start = time.Unix(0, s.startNs)
 	s.initObs()
