@@ -297,6 +297,10 @@ func (s *Server) newCore(set settings, snapshot []byte, seed *[32]byte, first ui
 	var me *core.Core
 	ecfg := set.engineConfig()
 	ecfg.FirstToken, ecfg.Seed = max(first, 1), seed
+	// Every replica must apply the log alike, and a member may run a build
+	// that grants a waiter freed after its wait deadline: keep that rule
+	// (the waiter's node cancels a lock its client gave up: opCancel).
+	ecfg.LateGrants = true
 	ccfg := core.Config{
 		Engine: ecfg,
 		Manual: true,

@@ -46,7 +46,7 @@ func (t *Table) grantReady() {
 // the head of all its queues.
 func (r *readyLock) grantable(t *Table) bool {
 	l := r.l
-	return t.lookup(r.id) == l && l.state == stateWaiting && l.waiting == 0 && !l.late(t.now)
+	return t.lookup(r.id) == l && l.state == stateWaiting && l.waiting == 0 && !t.late(l)
 }
 
 // late reports whether l is a waiting request whose wait deadline is before
@@ -56,8 +56,9 @@ func (r *readyLock) grantable(t *Table) bool {
 // since its client gave up at its deadline; advance times it out instead.
 // A wait deadline at now itself is a tie, settled in arrival order (see
 // advance): the request may still be granted.
-func (l *lock) late(now int64) bool {
-	return l.state == stateWaiting && l.deadline != 0 && l.deadline < now
+// With Config.LateGrants no request is late.
+func (t *Table) late(l *lock) bool {
+	return !t.lateOK && l.state == stateWaiting && l.deadline != 0 && l.deadline < t.now
 }
 
 // addReady puts l, which just became grantable, in ready. While grants are

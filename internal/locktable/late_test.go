@@ -65,3 +65,15 @@ func TestLateFreeGrantsLiveWaiter(t *testing.T) {
 		t.Fatal("the waiter was not granted")
 	}
 }
+
+// With LateGrants (a replicated log whose members may run earlier builds),
+// the waiter freed late is granted at the processing's time, as before.
+func TestLateGrantsKeepsTheEarlierRule(t *testing.T) {
+	h := newHarness(t, Config{LateGrants: true})
+	h.mustLock("s1", "r", 10*time.Millisecond, 0)
+	w := h.mustLock("s2", "r", time.Second, 20*time.Millisecond)
+	h.advance(time.Second)
+	if !h.granted(w.ID) {
+		t.Fatal("with LateGrants the late waiter was not granted")
+	}
+}

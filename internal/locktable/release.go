@@ -243,7 +243,7 @@ func (t *Table) unqueue(n *node) {
 				t.addReady(h)
 				continue
 			}
-			if h.late(t.now) {
+			if t.late(h) {
 				continue // advance times it out
 			}
 			t.grantEmit(h)

@@ -111,8 +111,10 @@ type Table struct {
 	// request that becomes grantable goes to ready as well, and
 	// SetTokenLimit grants them when it raises the bound.
 	tlimit  uint64
-	trefuse bool   // at the limit, a new request is refused (ErrNoTokens) rather than queued
-	seq     uint64 // arrival number of the last accepted request or detach
+	trefuse bool // at the limit, a new request is refused (ErrNoTokens) rather than queued
+	// lateOK: Config.LateGrants (a waiter freed late is granted, see late).
+	lateOK bool
+	seq    uint64 // arrival number of the last accepted request or detach
 
 	// plant is a bug that the model test plants to show that its checker
 	// catches it (plantBarge, plantLeak); always 0 outside that test.
@@ -160,6 +162,7 @@ func newTable(cfg Config) (*Table, error) {
 		owners:   make(map[string]*ownerList),
 		next:     cfg.FirstToken,
 		tlimit:   cfg.TokenLimit,
+		lateOK:   cfg.LateGrants,
 	}
 	t.setLimits(&cfg)
 	if t.next == 0 {
