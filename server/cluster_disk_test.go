@@ -8,17 +8,30 @@ import (
 	"time"
 )
 
-// TestClusterStoreFailureStopsTheNode: the leader's Raft log store cannot
-// be written (an I/O error at each write): it acknowledges nothing of the
-// write, stops (fail-stop: Failed is closed, /readyz says why) and the
-// other two elect a leader and serve; the lock acknowledged before is still
+// TestClusterStoreFailureStopsTheNode: the Raft log store of the leader,
+// or of a follower, cannot be written (an I/O error at each write): it
+// acknowledges nothing of the write, stops (fail-stop: Failed is closed,
+// /readyz says why) and the other two (elect a leader and) serve; the lock acknowledged before is still
 // held, tokens keep growing, and the node restarted on its directory once
 // the disk works catches up.
 func TestClusterStoreFailureStopsTheNode(t *testing.T) {
-	t.Parallel()
+	for _, who := range []string{"leader", "follower"} {
+		t.Run(who, func(t *testing.T) {
+			t.Parallel()
+			storeFailure(t, who == "leader")
+		})
+	}
+}
+
+func storeFailure(t *testing.T, leader bool) {
 	tc := newTestCluster(t, 3, true)
 	l := tc.leader()
 	f1, f2 := (l+1)%3, (l+2)%3
+	if !leader {
+		// The failing node is a follower (l below); the clients use the
+		// leader and the other follower.
+		l, f1 = f1, l
+	}
 	h := tc.dial(f1, "holder")
 	h.expect("connected 1.0 new * **")
 	id := h.lock("1", "x 60000 0 0")

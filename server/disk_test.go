@@ -2,6 +2,7 @@ package server
 
 import (
 	"encoding/json"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -85,6 +86,11 @@ func TestTokenMarkWriteFails(t *testing.T) {
 			const block = 16
 			cfg := Config{DataDir: dir, TokenBlock: block, Logger: logs.logger()}
 			srv, stop := serve(t, cfg)
+			web := startHTTP(t, srv)
+			if fams := scrape(t, web); value(t, fams, "mlock_disk_healthy") != 1 || value(t, fams, "mlock_disk_errors_total") != 0 ||
+				value(t, fams, "mlock_tokens_left") < block/2 {
+				t.Fatal("the disk metrics of a healthy data directory are wrong")
+			}
 			c := connected(t, srv, "client")
 			n := 0
 			var last uint64
@@ -112,8 +118,12 @@ func TestTokenMarkWriteFails(t *testing.T) {
 			if m := readMark(t, dir); last >= m {
 				t.Fatalf("token %d given at or above the mark on disk %d", last, m)
 			}
-			if ok, why := (obsSource{srv}).Ready(); ok || !strings.Contains(why, tc.err.Error()) {
-				t.Fatalf("/readyz while the mark cannot be written: ready %v, %q", ok, why)
+			if code, body := get(t, web+"/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, tc.err.Error()) {
+				t.Fatalf("/readyz while the mark cannot be written: %d %q", code, body)
+			}
+			if fams := scrape(t, web); value(t, fams, "mlock_disk_healthy") != 0 || value(t, fams, "mlock_disk_errors_total") < 1 ||
+				value(t, fams, "mlock_tokens_left") != 0 {
+				t.Fatal("the disk metrics do not say the mark cannot be written")
 			}
 			c.send("status 999")
 			st := strings.TrimPrefix(c.read(), "result 999 success ")
@@ -144,8 +154,11 @@ func TestTokenMarkWriteFails(t *testing.T) {
 				}
 				time.Sleep(20 * time.Millisecond)
 			}
-			if ok, why := (obsSource{srv}).Ready(); !ok {
-				t.Fatalf("/readyz after the disk recovered: %q", why)
+			if code, body := get(t, web+"/readyz"); code != http.StatusOK {
+				t.Fatalf("/readyz after the disk recovered: %d %q", code, body)
+			}
+			if fams := scrape(t, web); value(t, fams, "mlock_disk_healthy") != 1 {
+				t.Fatal("mlock_disk_healthy is not 1 after the disk recovered")
 			}
 			if log := logs.String(); !strings.Contains(log, "written again") {
 				t.Fatalf("the log does not say the mark is written again:\n%s", log)
