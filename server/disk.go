@@ -94,14 +94,14 @@ func (s *Server) markLoop() {
 			return
 		}
 		if err != nil {
-			first := backoff == 0
-			backoff = min(max(2*backoff, markRetryMin), markRetryMax)
-			s.markFailed(err, last, backoff)
-			if first {
+			if backoff == 0 {
 				// From now on, a request that would need a token the mark
-				// does not cover is refused, not queued.
+				// does not cover is refused, not queued (before the state
+				// says the disk fails: whoever reads that sees refusals).
 				s.batch(func(tx *core.Tx) { tx.SetTokenLimit(tx.TokenLimit(), true) })
 			}
+			backoff = min(max(2*backoff, markRetryMin), markRetryMax)
+			s.markFailed(err, last, backoff)
 			continue
 		}
 		backoff = 0
