@@ -62,8 +62,9 @@ func (d *Dir) FirstToken(floor uint64) (uint64, error) {
 // than TokenBlock/2 tokens are left above last (the last token given), it
 // writes last + TokenBlock, durably, before it returns. Otherwise it returns
 // nil at once, without a lock, I/O or allocation, so it may be called after
-// every batch of grants. It returns the write's error (the server should then
-// stop granting: later tokens are not covered) or ErrClosed. Safe for
+// every batch of grants. It returns the write's error (the server must then
+// give no token at or above TokenMark until a write succeeds: later tokens
+// are not covered) or ErrClosed. Safe for
 // concurrent use. On a nil Dir it does nothing.
 func (d *Dir) ReserveTokens(last uint64) error {
 	if !d.MarkDue(last) {
