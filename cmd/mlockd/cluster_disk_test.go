@@ -18,7 +18,7 @@ import (
 // on the same directory once there is room, catches up and serves.
 func TestClusterNodeRaftDiskFull(t *testing.T) {
 	t.Parallel()
-	mnt := mountTmpfs(t, "24m") // unmounted after the processes are stopped (cleanups run last first)
+	mnt := mountTmpfs(t, "64m") // unmounted after the processes are stopped (cleanups run last first)
 	e := newOpsEnv(t)
 	e.node("a", "b", "c")
 	e.vars["C_DIR"] = filepath.Join(mnt, "raft")
