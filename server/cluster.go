@@ -162,6 +162,9 @@ type clusterState struct {
 	// halted says why this node stopped applying the log ("": it did not;
 	// see halt).
 	halted textValue
+	// storeFailed says why this node's Raft directory could not be written
+	// ("": it could; see clusterStoreFailed).
+	storeFailed textValue
 	// formats: what the members said of the log formats they read
 	// (cluster_version.go).
 	formats formats
@@ -252,7 +255,16 @@ func (s *Server) openCluster() error {
 		SnapshotInterval: cc.SnapshotInterval, SnapshotThreshold: cc.SnapshotThreshold,
 		TrailingLogs: cc.TrailingLogs, MaxAppendEntries: cc.MaxAppendEntries,
 		BatchWindow: cc.BatchWindow, MaxBatch: cc.MaxBatch,
-		Logger: s.log.With("component", "raft"),
+		Logger:         s.log.With("component", "raft"),
+		OnStoreFailure: s.clusterStoreFailed,
+		WriteFault: func(store string) error {
+			if hk := cc.testHooks; hk != nil {
+				if f := hk.storeFault.Load(); f != nil {
+					return (*f)(cc.ID, store)
+				}
+			}
+			return nil
+		},
 	})
 	if err != nil {
 		cl.cancel()
@@ -287,6 +299,10 @@ func (s *Server) newCore(set settings, snapshot []byte, seed *[32]byte, first ui
 	var me *core.Core
 	ecfg := set.engineConfig()
 	ecfg.FirstToken, ecfg.Seed = max(first, 1), seed
+	// Every replica must apply the log alike, and a member may run a build
+	// that grants a waiter freed after its wait deadline: keep that rule
+	// (the waiter's node cancels a lock its client gave up: opCancel).
+	ecfg.LateGrants = true
 	ccfg := core.Config{
 		Engine: ecfg,
 		Manual: true,

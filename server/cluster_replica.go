@@ -39,6 +39,9 @@ type clusterTestHooks struct {
 	// dropForwarded: as the leader, the node neither queues nor answers
 	// the log commands forwarded to it (a leader whose log has stalled).
 	dropForwarded atomic.Bool
+	// storeFault, if set, is called before each write of a node's Raft log
+	// and stable stores (cluster.Config.WriteFault), with the node's id.
+	storeFault atomic.Pointer[func(node, store string) error]
 }
 
 // smHook is the state machine the node drives: the de-duplication window

@@ -27,6 +27,7 @@ var engineCodes = [...]struct {
 	{core.ErrSessionLimit, protocol.CodeSessionLimit},
 	{core.ErrNotGranted, protocol.CodeNotLockedYet},
 	{core.ErrServerFull, protocol.CodeServerFull},
+	{core.ErrNoTokens, protocol.CodeNoTokens},
 	{core.ErrInvalidMode, protocol.CodeInvalidMode},
 	{core.ErrPermitsConflict, protocol.CodePermitsConflict},
 	{core.ErrModeChange, protocol.CodeModeChange},

@@ -206,6 +206,14 @@ type Config struct {
 	// since the history is unknown every start is quiet unless QuietPeriod
 	// is negative. (mlockd's default is datadir.DefaultDir, "mlockd.data".)
 	DataDir string
+	// TokenBlock is how many fencing tokens one write of the token
+	// high-water mark in DataDir reserves: the mark is kept at least
+	// TokenBlock/2 above the last token given, and moved TokenBlock above
+	// it. A failing disk is noticed within TokenBlock/2 grants, and at most
+	// that many are then left to give until a write succeeds (see
+	// docs/operations.md). Default 1 048 576 (datadir.TokenBlock); below 2
+	// counts as 2.
+	TokenBlock int
 	// QuietPeriod is how long a start that may follow a crash grants
 	// nothing: requests queue and are granted when it ends, try-locks are
 	// refused as busy. A client of the previous run may believe it holds a

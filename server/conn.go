@@ -62,6 +62,10 @@ type conn struct {
 	out      *protocol.Outbox
 	sock     sock
 	flushing atomic.Int32
+	// aborted: the output went over its limit (set in a core batch, by
+	// abort): the writer closes the socket without a last flush, and over
+	// TLS without close_notify.
+	aborted atomic.Bool
 
 	// Cluster mode (see cluster.go).
 	key     string          // the connection's key, unique in the cluster: "<node>/<run>/<n>"
@@ -110,6 +114,10 @@ func (w *sock) Write(b []byte) (int, error) {
 		default:
 			w.wdl = now.Add(c.srv.cfg.WriteTimeout / 2)
 			_ = c.nc.SetWriteDeadline(now.Add(c.srv.cfg.WriteTimeout))
+			if c.aborted.Load() {
+				// abort's deadline may have come before this one.
+				_ = c.nc.SetWriteDeadline(pastDeadline)
+			}
 		}
 	}
 	c.srv.writes.Add(1)
@@ -229,10 +237,10 @@ func (c *conn) write(b []byte) {
 	}
 	if c.out.Write(b) {
 		c.srv.log.Warn("client is not reading its replies: disconnected", "remote", c.remote)
-		// Closing unblocks the writer; the reader then ends and cleanup
+		// The writer closes the socket; the reader then ends and cleanup
 		// detaches the session, which starts its grace only then: after
 		// every answer the server gave on it.
-		c.nc.Close()
+		c.abort()
 		c.finish()
 		return
 	}
@@ -241,6 +249,32 @@ func (c *conn) write(b []byte) {
 		c.dirty = true
 		c.srv.dirty = append(c.srv.dirty, c)
 	}
+}
+
+// pastDeadline is a deadline that has passed: set, it ends a blocked write
+// at once.
+var pastDeadline = time.Unix(1, 0)
+
+// abort marks the connection, whose client does not read, for a close
+// without a last flush, and ends any write under way to it. It runs in a
+// core batch, so it neither writes to the network nor closes the socket
+// (over TLS a Close sends close_notify, under its own 5 s deadline, to a
+// client that does not read, and every other client would wait): a past
+// write deadline unblocks the write, and the writer goroutine closes the
+// socket (closeSocket).
+func (c *conn) abort() {
+	c.aborted.Store(true)
+	_ = c.nc.SetWriteDeadline(pastDeadline)
+}
+
+// closeSocket closes the connection's socket; an aborted TLS connection's
+// underlying one first, so that no close_notify is written to a client that
+// does not read. It is never called in a core batch.
+func (c *conn) closeSocket() {
+	if tc, ok := c.nc.(*tls.Conn); ok && c.aborted.Load() {
+		_ = tc.NetConn().Close()
+	}
+	c.nc.Close()
 }
 
 // finish ends the connection: the writer flushes what is queued and closes
@@ -281,12 +315,16 @@ func (c *conn) writeLoop() {
 			if err := c.flush(); err != nil {
 				// A write timeout or error: as for a slow reader, the
 				// session's grace starts when the reader has ended.
-				c.nc.Close()
+				c.closeSocket()
 				c.finish()
 				return
 			}
 		case <-c.done:
 			c.srv.cfg.Logger.Debug("connection closing", "remote", c.remote)
+			if c.aborted.Load() {
+				c.closeSocket() // its output is gone (the Outbox dropped it)
+				return
+			}
 			c.lastFlush()
 			if c.park {
 				c.srv.park(c.nc, c.ip, time.Until(c.accepted.Add(c.srv.cfg.AuthTimeout)))

@@ -333,7 +333,14 @@ func (src obsSource) Snapshot(snap *observe.Snapshot) {
 		snap.BytesIn, snap.BytesOut = o.bytesIn.Load(), o.bytesOut.Load()
 		snap.LastToken = st.LastToken
 		snap.Quiet = st.HoldUntil > tx.Now()
+		if lim := tx.TokenLimit(); s.dir != nil && lim != 0 {
+			snap.Disk = &observe.DiskSnapshot{TokensLeft: lim - min(lim, st.LastToken+1)}
+		}
 	})
+	if snap.Disk != nil {
+		d := s.diskState()
+		snap.Disk.Healthy, snap.Disk.Errors = !d.failing, d.errors
+	}
 	if s.cl == nil {
 		return
 	}
@@ -422,9 +429,14 @@ func (src obsSource) Ready() (bool, string) {
 	case !listening:
 		return false, "not listening yet"
 	case s.cl == nil:
+		if d := s.diskState(); d.failing {
+			return false, "data directory not writable (" + d.lastErr + "): lock requests are refused once the tokens the mark on disk covers are used up"
+		}
 		return true, ""
 	case s.cl.removed.Load():
 		return false, "removed from the cluster: serves no client until added again"
+	case s.cl.storeFailed.Load() != "":
+		return false, "the Raft directory cannot be written (" + s.cl.storeFailed.Load() + "): this node stopped (fail-stop); restart it once its disk works"
 	case s.cl.halted.Load() != "":
 		return false, "stopped applying the log: " + s.cl.halted.Load()
 	}

@@ -464,6 +464,7 @@ func TestCrashQuietUsesTheCrashedRunsPeriod(t *testing.T) {
 	}
 	srv1.core().Close()
 	srv1.dir.Close() // a crash: the directory's lock is released, nothing recorded
+	close(srv1.markStop)
 
 	var logs logBuffer
 	t0 := time.Now()

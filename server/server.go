@@ -87,7 +87,6 @@ type Server struct {
 
 	quietUntil int64         // guarded by the core: end of the quiet start (Unix ns; 0: none)
 	quietOver  bool          // guarded by the core: its end was logged
-	markFailed bool          // guarded by the core: the last token-mark write failed (logged once)
 	closing    bool          // guarded by the core: Shutdown began; grants are held, connects refused
 	awaiting   int           // guarded by the core: told holders' connections Shutdown waits for
 	awaitDone  chan struct{} // guarded by the core: closed when awaiting drops to 0
@@ -97,6 +96,18 @@ type Server struct {
 	closed    atomic.Bool               // set under mu
 
 	reads, writes, framesIn atomic.Uint64 // I/O counters for status
+
+	// The token mark's writer (disk.go).
+	lastToken atomic.Uint64 // the last token given, as the last batch saw it
+	markKick  chan struct{} // cap 1: the mark must move
+	markStop  chan struct{} // closed by stop: the writer ends
+	diskMu    sync.Mutex
+	disk      diskHealth // guarded by diskMu
+	// failed is closed, once (failOnce), when the server must be restarted
+	// (Failed); failErr says why.
+	failed   chan struct{}
+	failOnce sync.Once
+	failErr  error
 
 	wg sync.WaitGroup // every goroutine the server started
 }
@@ -159,6 +170,7 @@ func New(cfg Config) (*Server, error) {
 		defQuota:  defaultQuota(&cfg),
 		buckets:   make(map[string]*bucket),
 		listeners: make(map[net.Listener]struct{}),
+		failed:    make(chan struct{}),
 	}
 	s.start = time.Unix(0, s.startNs)
 	s.initObs()
@@ -181,6 +193,7 @@ func New(cfg Config) (*Server, error) {
 		if err != nil {
 			return nil, fmt.Errorf("server: %w", err)
 		}
+		d.SetTokenBlock(uint64(cfg.TokenBlock))
 		s.dir = d
 		s.log.Info("data directory", "path", d.Path(), "previous-run", d.Previous().Ending.String())
 	}
@@ -219,6 +232,9 @@ func (s *Server) open(clock core.Clock) error {
 	}
 	ecfg := cfg.engineConfig()
 	ecfg.FirstToken = first
+	// No token at or above the mark on disk (0 without a directory: no
+	// bound); the marker raises it as it writes the mark (disk.go).
+	ecfg.TokenLimit = s.dir.TokenMark()
 	c, err := core.New(core.Config{
 		Engine:  ecfg,
 		Clock:   clock,
@@ -235,6 +251,12 @@ func (s *Server) open(clock core.Clock) error {
 		return fmt.Errorf("server: %w", err)
 	}
 	s.corep.Store(c)
+	if s.dir != nil {
+		s.lastToken.Store(first - 1)
+		s.markKick, s.markStop = make(chan struct{}, 1), make(chan struct{})
+		s.wg.Add(1)
+		go s.markLoop()
+	}
 	if cfg.QuietPeriod < 0 {
 		// Off: the start is told whenever it may follow a crash, whether or
 		// not a quiet period was recorded (with period 0 none is).
@@ -431,11 +453,16 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	case <-done:
 		return nil
 	case <-ctx.Done():
+		// Closed outside the core's lock: a TLS close writes close_notify.
+		var conns []*conn
 		s.batch(func(*core.Tx) {
 			for c := range s.conns {
-				c.nc.Close()
+				conns = append(conns, c)
 			}
 		})
+		for _, c := range conns {
+			c.nc.Close()
+		}
 		<-done
 		return ctx.Err()
 	}
@@ -488,6 +515,9 @@ func (s *Server) stop(ctx context.Context) {
 	if s.dir == nil {
 		return
 	}
+	close(s.markStop)
+	// Every token given is below the engine's limit, the mark on disk: this
+	// write only saves the next start a move of the mark.
 	if err := s.dir.ReserveTokens(last); err != nil {
 		s.log.Error("saving the token high-water mark", "err", err)
 	}
@@ -573,15 +603,10 @@ func (s *Server) onBatch(tx *core.Tx, events []core.Event) {
 	clear(s.dirty)
 	s.dirty = s.dirty[:0]
 	s.self = nil
-	// Tokens given must stay below the mark on disk; the write is retried
-	// after every batch until it succeeds.
-	if err := s.dir.ReserveTokens(tx.LastToken()); err != nil {
-		if !s.markFailed {
-			s.log.Error("saving the token high-water mark: tokens may repeat after a restart", "err", err)
-		}
-		s.markFailed = true
-	} else {
-		s.markFailed = false
+	// Tokens given stay below the mark on disk (the engine's token limit);
+	// the marker moves the mark ahead of them, outside the core's lock.
+	if s.dir != nil {
+		s.kickMarkLocked(tx)
 	}
 	if s.quietUntil != 0 && !s.quietOver && tx.Now() >= s.quietUntil && !s.closing {
 		s.quietOver = true

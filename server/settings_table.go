@@ -159,6 +159,8 @@ var settingsTable = []Setting{
 		Doc: "detailed status and locks listings per second and principal (-1: no limit)"},
 	{Name: "data-dir", Field: "DataDir", Default: datadir.DefaultDir,
 		Doc: "data directory: fencing-token high-water mark and how the last run ended, locked while in use (empty: the default; \"none\": none, then every start is quiet)"},
+	{Name: "token-block", Field: "TokenBlock", Default: datadir.TokenBlock, Zero: ZeroIsDefault, NonNegative: true,
+		Doc: "fencing tokens one write of the data directory's token high-water mark reserves: a failing disk is noticed within half as many grants, and at most half as many are then given until a write succeeds"},
 	{Name: "quiet-period", Field: "QuietPeriod", DefaultText: "session grace + 1% + 5ms", FlagZero: FlagZeroIsOff,
 		Doc: "after a start that may follow a crash, grant nothing for this `duration`, or for the crashed run's, if longer (shorter than the default is unsafe and logged; 0: never quiet, unsafe, for tests)"},
 	{Name: "shutdown-wait", Field: "ShutdownWait", Default: DefaultShutdownWait, Zero: ZeroIsDefault, FlagZero: FlagZeroIsOff,

@@ -69,6 +69,11 @@ func (s *Server) status(tx *core.Tx, detail bool) *protocol.Status {
 	if s.quietUntil > tx.Now() {
 		doc.QuietUntil = (s.quietUntil + int64(time.Millisecond) - 1) / int64(time.Millisecond) // rounded up
 	}
+	if lim := tx.TokenLimit(); s.dir != nil && lim != 0 {
+		d := s.diskState()
+		doc.Disk = &protocol.StatusDisk{Healthy: !d.failing, Error: d.lastErr, Errors: d.errors,
+			TokensLeft: lim - min(lim, st.LastToken+1)}
+	}
 	if !detail {
 		return doc
 	}

@@ -281,6 +281,15 @@ wait:
 			}
 		case <-ctx.Done():
 			break wait
+		case <-srv.Failed():
+			// A cluster node whose Raft directory cannot be written: it
+			// stopped (fail-stop); exit for the supervisor to restart it.
+			cfg.Logger.Error("mlockd: stopping: this node cannot write its Raft directory", "err", srv.FailedErr())
+			sctx, cancel := context.WithTimeout(context.Background(), *shutdownTimeout)
+			defer cancel()
+			srv.Shutdown(sctx)
+			hs.stop(sctx)
+			return srv.FailedErr()
 		}
 	}
 	cfg.Logger.Info("shutting down")

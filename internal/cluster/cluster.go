@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -143,6 +144,17 @@ type Config struct {
 
 	// Logger receives raft's log (hclog adapted to slog). nil: silent.
 	Logger *slog.Logger
+
+	// OnStoreFailure, if set, is called once, from the raft goroutine that
+	// wrote, when a write of the node's Raft log or stable store fails (a
+	// full, failing or read-only disk): the node then stops (fail-stop,
+	// see failstop.go) and the others lead. It must not block or call the
+	// Node.
+	OnStoreFailure func(err error)
+	// WriteFault, if set (tests), is called before each write of the log
+	// ("log") and stable ("stable") stores: an error it returns fails the
+	// write as the disk's own would.
+	WriteFault func(store string) error
 }
 
 // Defaults.
@@ -231,11 +243,16 @@ type Node struct {
 	closed bool
 
 	closeOnce sync.Once
+
+	// failed: a write of the stores failed (failstop.go); opened is closed
+	// when Open returns (raft is set if it succeeded).
+	failed atomic.Bool
+	opened chan struct{}
 }
 
 // Open starts a node: it opens (or creates) its stores, bootstraps a new cluster if asked, and joins
 // the raft group. It returns at once; leadership comes later (see WaitLeader).
-func Open(cfg Config) (*Node, error) {
+func Open(cfg Config) (_ *Node, err error) {
 	if cfg.ID == "" {
 		return nil, errors.New("cluster: Config.ID is required")
 	}
@@ -282,13 +299,23 @@ func Open(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
 
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
 	n := &Node{
 		cfg:      cfg,
 		notifyCh: notifyCh,
 		closing:  make(chan struct{}),
 		changed:  make(chan struct{}),
 		failing:  make(map[string]time.Time),
+		opened:   make(chan struct{}),
 	}
+	defer func() {
+		if err != nil {
+			n.raft = nil // a failed write during Open closes nothing twice
+		}
+		close(n.opened)
+	}()
 	n.fsm = &fsm{sm: cfg.SM, applied: make(chan struct{}, 1), onLeaderInfo: n.notifyChanged, nextDeadline: cfg.NextDeadline}
 	n.fsm.armed.Store(math.MinInt64) // not leading: no tick timer to re-arm
 
@@ -296,7 +323,6 @@ func Open(cfg Config) (*Node, error) {
 		logs   raft.LogStore
 		stable raft.StableStore
 		snaps  raft.SnapshotStore
-		err    error
 	)
 	if cfg.Dir == "" {
 		mem := raft.NewInmemStore()
@@ -345,6 +371,8 @@ func Open(cfg Config) (*Node, error) {
 			return nil, fmt.Errorf("cluster: %w", err)
 		}
 	}
+
+	logs, stable = failStopLogs{logs, n}, failStopStable{stable, n}
 
 	n.trans = cfg.Transport
 	if n.trans == nil {

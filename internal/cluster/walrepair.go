@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/hashicorp/raft-wal/fs"
@@ -51,9 +52,24 @@ func repairSealedTail(dir string, meta *metadb.BoltMetaDB) (repaired bool, err e
 		return false, fmt.Errorf("cluster: log segment %d is sealed with no entries", tail.ID)
 	}
 	now := time.Now()
-	tail.SealTime = now
-	tail.MaxIndex = last
-	tail.IndexStart = indexStart
+	seal := tail
+	seal.SealTime = now
+	seal.MaxIndex = last
+	seal.IndexStart = indexStart
+	if err := readSealed(dir, seal); err != nil {
+		// The seal did not complete: a write that failed part way (a full
+		// disk) left the index block's frame header and not the block.
+		// raft-wal still takes the file for sealed, and then fails at every
+		// start. Nothing of that write was acknowledged (its commit frame
+		// is not there): cut the file before the index frame, and the tail
+		// is an open segment again, with every committed entry.
+		path := filepath.Join(dir, segment.FileName(tail))
+		if terr := os.Truncate(path, int64(indexStart)-frameHeaderLen); terr != nil {
+			return false, fmt.Errorf("cluster: log segment %d: its seal did not complete (%v), and cutting it off failed: %w", tail.ID, err, terr)
+		}
+		return true, nil
+	}
+	tail = seal
 	st.Segments[len(st.Segments)-1] = tail
 	st.Segments = append(st.Segments, types.SegmentInfo{
 		ID:         st.NextSegmentID,
@@ -65,4 +81,23 @@ func repairSealedTail(dir string, meta *metadb.BoltMetaDB) (repaired bool, err e
 	})
 	st.NextSegmentID++
 	return true, meta.CommitState(st)
+}
+
+// frameHeaderLen is raft-wal's frame header size (segment/format.go).
+const frameHeaderLen = 8
+
+// readSealed reads the index block and the last entry of the segment info,
+// sealed: an error if its seal did not complete.
+func readSealed(dir string, info types.SegmentInfo) error {
+	r, err := segment.NewFiler(dir, fs.New()).Open(info)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	buf, err := r.GetLog(info.MaxIndex)
+	if err != nil {
+		return err
+	}
+	buf.Close()
+	return nil
 }

@@ -279,6 +279,24 @@ func (tx *Tx) SetLimits(cfg EngineConfig) error {
 	return tx.c.tab.SetLimits(cfg)
 }
 
+// SetTokenLimit bounds the fencing tokens given from now on below limit (0:
+// no bound): while none is left below it, a request that becomes grantable
+// waits, and with refuse a new lock request is refused with ErrNoTokens,
+// until a later call raises the bound;
+// the requests then grantable are granted in arrival order, reported to
+// OnBatch as Granted events (see locktable.Table.SetTokenLimit). A single
+// server keeps it at its token high-water mark on disk. It panics when
+// called from OnBatch.
+func (tx *Tx) SetTokenLimit(limit uint64, refuse bool) {
+	if tx.ending {
+		panic("core: Tx.SetTokenLimit called from OnBatch")
+	}
+	tx.c.tab.SetTokenLimit(tx.now, limit, refuse)
+}
+
+// TokenLimit returns the bound of the fencing tokens (0: none).
+func (tx *Tx) TokenLimit() uint64 { return tx.c.tab.TokenLimit() }
+
 // Stats returns the engine's counters and sizes.
 func (tx *Tx) Stats() Stats { return tx.c.tab.Stats() }
 

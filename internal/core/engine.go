@@ -88,6 +88,7 @@ var (
 	ErrQueueFull        = locktable.ErrQueueFull
 	ErrSessionLimit     = locktable.ErrSessionLimit
 	ErrServerFull       = locktable.ErrServerFull
+	ErrNoTokens         = locktable.ErrNoTokens
 	ErrUnknownSession   = locktable.ErrUnknownSession
 	ErrNotFound         = locktable.ErrNotFound
 	ErrNotGranted       = locktable.ErrNotGranted

@@ -98,6 +98,9 @@ type Dir struct {
 	lock *os.File // holds the flock until Close
 	prev State
 	mark atomic.Uint64 // the token mark on disk; written under mu
+	// block: the tokens one write of the mark reserves (TokenBlock unless
+	// SetTokenBlock); set before the Dir is shared.
+	block uint64
 
 	mu         sync.Mutex
 	closed     bool          // guarded by mu
@@ -114,7 +117,11 @@ type Dir struct {
 // Open takes it for a data directory; a cluster node takes it for its Raft
 // directory.
 func Lock(path string) (*os.File, error) {
-	lf, err := os.OpenFile(filepath.Join(path, lockFile), os.O_RDWR|os.O_CREATE, 0o600)
+	// The descriptor kept open (it holds the flock) is read-only: a file
+	// system remounted read-only under a running server (by an operator,
+	// or the kernel after an error) is then possible, and the server's
+	// writes get its errors (see the token mark).
+	lf, err := os.OpenFile(filepath.Join(path, lockFile), os.O_RDONLY|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("datadir: %w", err)
 	}
@@ -131,8 +138,9 @@ func Lock(path string) (*os.File, error) {
 	}
 	// The pid is for the message of a second process; failing to write it
 	// changes nothing else.
-	if lf.Truncate(0) == nil {
-		_, _ = lf.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	if wf, err := os.OpenFile(lf.Name(), os.O_WRONLY|os.O_TRUNC, 0); err == nil {
+		_, _ = wf.WriteString(strconv.Itoa(os.Getpid()) + "\n")
+		_ = wf.Close()
 	}
 	return lf, nil
 }
@@ -155,7 +163,7 @@ func Open(path string) (*Dir, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Dir{path: path, lock: lf}
+	d := &Dir{path: path, lock: lf, block: TokenBlock}
 	mark, markErr := d.readMark()
 	if markErr != nil {
 		d.Close()
@@ -334,22 +342,33 @@ func (d *Dir) Close() error {
 func writeAtomic(dir, name string, data []byte) error {
 	path := filepath.Join(dir, name)
 	tmp := path + ".tmp"
+	if err := fault(OpCreate, name); err != nil {
+		return err
+	}
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return err
 	}
-	_, err = f.Write(data)
+	if err = fault(OpWrite, name); err == nil {
+		_, err = f.Write(data)
+	}
 	if err == nil {
-		err = f.Sync()
+		if err = fault(OpSync, name); err == nil {
+			err = f.Sync()
+		}
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	if err == nil {
-		err = os.Rename(tmp, path)
+		if err = fault(OpRename, name); err == nil {
+			err = os.Rename(tmp, path)
+		}
 	}
 	if err == nil {
-		err = syncDir(dir)
+		if err = fault(OpSyncDir, name); err == nil {
+			err = syncDir(dir)
+		}
 	}
 	if err != nil {
 		_ = os.Remove(tmp)

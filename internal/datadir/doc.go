@@ -45,6 +45,11 @@
 //
 // # Concurrency
 //
-// A Dir is safe for concurrent use. ReserveTokens, called after every batch
-// of grants, takes no lock and does no I/O unless the mark must move.
+// A Dir is safe for concurrent use. MarkDue, asked after every batch of
+// grants, takes no lock and does no I/O; ReserveTokens does no I/O unless
+// the mark must move. A server gives no token at or above TokenMark, the
+// mark on disk: when a write fails (a full, failing or read-only disk) it
+// stops granting past the mark until a write succeeds, so a token never
+// repeats whatever the clock does between runs. SetFaultHook injects
+// errors at each step of the writes, for tests.
 package datadir

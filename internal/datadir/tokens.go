@@ -62,17 +62,38 @@ func (d *Dir) FirstToken(floor uint64) (uint64, error) {
 // than TokenBlock/2 tokens are left above last (the last token given), it
 // writes last + TokenBlock, durably, before it returns. Otherwise it returns
 // nil at once, without a lock, I/O or allocation, so it may be called after
-// every batch of grants. It returns the write's error (the server should then
-// stop granting: later tokens are not covered) or ErrClosed. Safe for
+// every batch of grants. It returns the write's error (the server must then
+// give no token at or above TokenMark until a write succeeds: later tokens
+// are not covered) or ErrClosed. Safe for
 // concurrent use. On a nil Dir it does nothing.
 func (d *Dir) ReserveTokens(last uint64) error {
-	if d == nil {
-		return nil
-	}
-	if mark := d.mark.Load(); last < mark-min(mark, TokenBlock/2) {
+	if !d.MarkDue(last) {
 		return nil
 	}
 	return d.saveMark(last, false)
+}
+
+// MarkDue reports whether ReserveTokens(last) would write: fewer than half
+// a block of tokens is left between last and the mark on disk. It takes no
+// lock and does no I/O. False on a nil Dir.
+func (d *Dir) MarkDue(last uint64) bool {
+	if d == nil {
+		return false
+	}
+	mark := d.mark.Load()
+	return last >= mark-min(mark, d.block/2)
+}
+
+// SetTokenBlock sets how many tokens one write of the mark reserves (the
+// mark is kept at least n/2 above the last token given, and set n above it
+// when it moves): TokenBlock by default. A smaller block writes more often
+// and notices a failing disk sooner, within n/2 grants; n below 2 counts
+// as 2. Call it before the first FirstToken; it is not safe for concurrent
+// use.
+func (d *Dir) SetTokenBlock(n uint64) {
+	if d != nil {
+		d.block = max(n, 2)
+	}
 }
 
 // saveMark writes base + TokenBlock (saturating) as the mark if that is
@@ -85,12 +106,12 @@ func (d *Dir) saveMark(base uint64, force bool) error {
 		return ErrClosed
 	}
 	cur := d.mark.Load()
-	if !force && base < cur-min(cur, TokenBlock/2) {
+	if !force && base < cur-min(cur, d.block/2) {
 		return nil // another caller moved it
 	}
 	mark := uint64(math.MaxUint64)
-	if base < math.MaxUint64-TokenBlock {
-		mark = base + TokenBlock
+	if base < math.MaxUint64-d.block {
+		mark = base + d.block
 	}
 	if mark <= cur {
 		return nil

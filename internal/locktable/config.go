@@ -64,6 +64,18 @@ type Config struct {
 	// FirstToken is the fencing token of the first grant; later grants count
 	// up from it. Default 1. A server sets it above every token it ever gave.
 	FirstToken uint64
+	// TokenLimit, if not 0, bounds the tokens given: every token is below
+	// it, and grants wait while the next token would not be (see
+	// SetTokenLimit). 0 (the default): no bound. A server sets it to the
+	// token high-water mark on disk.
+	TokenLimit uint64
+	// LateGrants keeps the rule of earlier builds for a waiter whose wait
+	// deadline passed before the deadline processing (Advance, or the start
+	// of any call) that frees its queues: it is granted at the time of the
+	// processing. False (the default): it is timed out (its client gave up
+	// at its deadline). A replicated log whose replicas may run earlier
+	// builds sets it, so that every replica applies the log alike.
+	LateGrants bool
 	// GrantAfter, if > 0, starts the Table with its grants held until that
 	// time (ns, on the clock of the now arguments), as by HoldGrants: a
 	// server that restarts after a crash sets it so that nothing is granted

@@ -51,6 +51,10 @@ var (
 	// Config.MaxLocks live requests, Config.MaxEntries queue entries or
 	// Config.MaxNameBytes name bytes.
 	ErrServerFull = errors.New("locktable: server is full")
+	// ErrNoTokens: a new request while no token below the token limit is
+	// left and the limit refuses (SetTokenLimit): it would need a token
+	// the server cannot cover.
+	ErrNoTokens = errors.New("locktable: no fencing token left below the limit")
 	// ErrUnknownSession: the session was never attached or has been dropped.
 	ErrUnknownSession = errors.New("locktable: unknown session")
 	// ErrNotFound: no live lock has this id (Extend: or a partial Release

@@ -52,11 +52,43 @@ func (t *Table) holding() bool { return t.hold.tm.hidx >= 0 }
 // grantable during it and still is.
 func (t *Table) endHold() {
 	t.holdUntil = 0
-	rs := slices.DeleteFunc(t.ready, func(r readyLock) bool { return !r.grantable(t) })
-	slices.SortFunc(rs, func(a, b readyLock) int { return cmp.Compare(a.l.seq, b.l.seq) })
-	for i, r := range rs {
-		rs[i] = readyLock{}
-		t.grantEmit(r.l)
-	}
-	t.ready = rs[:0]
+	t.grantReadyInOrder()
 }
+
+// grantReadyInOrder grants, in arrival order, the requests of ready that
+// are still grantable, as far as the token limit lets it.
+func (t *Table) grantReadyInOrder() {
+	t.ready = slices.DeleteFunc(t.ready, func(r readyLock) bool { return !r.grantable(t) })
+	slices.SortFunc(t.ready, func(a, b readyLock) int { return cmp.Compare(a.l.seq, b.l.seq) })
+	t.grantReady()
+}
+
+// grantsHeld reports whether a request that becomes grantable must wait:
+// grants are held (HoldGrants), or the next token would not be below the
+// token limit (SetTokenLimit).
+func (t *Table) grantsHeld() bool {
+	return t.holding() || (t.tlimit != 0 && t.next >= t.tlimit)
+}
+
+// SetTokenLimit sets the bound of the tokens to limit (0: none): from now
+// on every token given is below it. While the next token is not, a request
+// that would be granted waits instead, as while grants are held (a
+// try-lock is refused with ErrBusy), and with refuse a new request (a
+// try-lock too; not an owner's re-entry, which renews) is refused with
+// ErrNoTokens instead of queued; the rest (timeouts, expiries, Extend,
+// Renew, Unlock, sessions) works as usual. A bound raised
+// above the next token grants, in arrival order and with a Granted event
+// each, every request then grantable, unless grants are held. A server
+// keeps it at its token high-water mark on disk: a token above the mark
+// could be given again after a crash. It costs O(m log m) for m requests
+// that wait for the bound.
+func (t *Table) SetTokenLimit(now int64, limit uint64, refuse bool) {
+	t.advance(now)
+	t.tlimit, t.trefuse = limit, refuse
+	if !t.grantsHeld() && len(t.ready) > 0 {
+		t.grantReadyInOrder()
+	}
+}
+
+// TokenLimit returns the bound of the tokens (0: none).
+func (t *Table) TokenLimit() uint64 { return t.tlimit }

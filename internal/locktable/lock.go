@@ -87,7 +87,11 @@ func (t *Table) Lock(now int64, req *Request) (Grant, error) {
 		return Grant{}, err
 	}
 	k := len(req.Resources)
-	if req.Try && t.holding() {
+	if t.trefuse && t.tlimit != 0 && t.next >= t.tlimit {
+		t.stats.Refused++
+		return Grant{}, ErrNoTokens
+	}
+	if req.Try && t.grantsHeld() {
 		t.stats.Refused++
 		return Grant{}, &ResourceError{Err: ErrBusy, Resource: req.Resources[0]}
 	}
@@ -101,7 +105,7 @@ func (t *Table) Lock(now int64, req *Request) (Grant, error) {
 	}
 	l, ahead := t.insert(now, s, req)
 	if l.waiting == 0 {
-		if !t.holding() {
+		if !t.grantsHeld() {
 			t.grant(now, l)
 			return Grant{ID: l.id, Granted: true, Token: l.token, ExpiresAt: l.deadline}, nil
 		}

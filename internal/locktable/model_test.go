@@ -226,6 +226,9 @@ func (m *model) apply() {
 			if m.dropped[r.session] {
 				m.t.Fatalf("granted %s to the dropped session %s", e.ID.Short(), r.session)
 			}
+			if r.deadline != 0 && r.deadline < m.now {
+				m.t.Fatalf("granted %s at %d past its wait deadline %d", e.ID.Short(), m.now, r.deadline)
+			}
 			if e.Session != r.session {
 				m.t.Fatalf("granted %s in session %s, model %s", e.ID.Short(), e.Session, r.session)
 			}
@@ -742,7 +745,7 @@ func (m *model) actions() map[string]func(*rapid.T) {
 			}
 		},
 		"advance": func(rt *rapid.T) {
-			m.now += int64(rapid.IntRange(1, 30).Draw(rt, "ms")) * ms
+			m.now += int64(rapid.IntRange(1, 100).Draw(rt, "ms")) * ms // past several deadlines at once, at times
 			tab.Advance(m.now)
 		},
 		"detach": func(rt *rapid.T) {

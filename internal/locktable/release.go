@@ -239,9 +239,12 @@ func (t *Table) unqueue(n *node) {
 		h := g.l
 		h.waiting--
 		if h.waiting == 0 {
-			if t.deferring || t.holding() {
+			if t.deferring || t.grantsHeld() {
 				t.addReady(h)
 				continue
+			}
+			if t.late(h) {
+				continue // advance times it out
 			}
 			t.grantEmit(h)
 		}

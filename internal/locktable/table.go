@@ -107,7 +107,14 @@ type Table struct {
 	// that deadline; holdUntil is its time.
 	hold      session
 	holdUntil int64
-	seq       uint64 // arrival number of the last accepted request or detach
+	// tlimit bounds the tokens (0: no bound): while next >= tlimit, every
+	// request that becomes grantable goes to ready as well, and
+	// SetTokenLimit grants them when it raises the bound.
+	tlimit  uint64
+	trefuse bool // at the limit, a new request is refused (ErrNoTokens) rather than queued
+	// lateOK: Config.LateGrants (a waiter freed late is granted, see late).
+	lateOK bool
+	seq    uint64 // arrival number of the last accepted request or detach
 
 	// plant is a bug that the model test plants to show that its checker
 	// catches it (plantBarge, plantLeak); always 0 outside that test.
@@ -154,6 +161,8 @@ func newTable(cfg Config) (*Table, error) {
 		groups:   make(map[string]*group),
 		owners:   make(map[string]*ownerList),
 		next:     cfg.FirstToken,
+		tlimit:   cfg.TokenLimit,
+		lateOK:   cfg.LateGrants,
 	}
 	t.setLimits(&cfg)
 	if t.next == 0 {

@@ -75,6 +75,9 @@ const (
 	// Admission (extension).
 	CodeEvicted // "too many unauthenticated connections!": evicted before its connect from a full pre-handshake pool (then the server closes); trying again at once may succeed
 
+	// The data directory (extension).
+	CodeNoTokens // "no fencing token: data directory not writable!": a lock request while the tokens the mark on disk covers are used up
+
 	numCodes
 )
 
@@ -127,6 +130,7 @@ var codeTexts = [numCodes]string{
 	CodeQuotaConns:         "too many connections for this principal!",
 	CodeStaleNode:          "node cannot read the cluster log!",
 	CodeEvicted:            "too many unauthenticated connections!",
+	CodeNoTokens:           "no fencing token: data directory not writable!",
 }
 
 // Text returns the code's wire text; "" for CodeUnknown.

@@ -41,6 +41,9 @@ type Status struct {
 	// start that may follow a crash: nothing is granted before it. 0 when
 	// the server grants.
 	QuietUntil int64 `json:"quietUntil,omitempty"`
+	// Disk is the state of a single server's data directory; nil without
+	// one (and on a cluster node).
+	Disk *StatusDisk `json:"disk,omitempty"`
 	// Limits are the server's limits against exhaustion, what they count
 	// now and how often they refused.
 	Limits *StatusLimits `json:"limits,omitempty"`
@@ -198,4 +201,19 @@ type Locks struct {
 	// Next, when set, is the cursor of the next page: more resources
 	// follow; pass it to Client.LocksPage as after.
 	Next string `json:"next,omitempty"`
+}
+
+// StatusDisk is the state of a single server's data directory: whether the
+// fencing-token high-water mark could be written the last time it was.
+type StatusDisk struct {
+	// Healthy: the last write of the mark succeeded.
+	Healthy bool `json:"healthy"`
+	// Error is why the last write failed (the system's words, e.g. "no
+	// space left on device"); empty while Healthy.
+	Error string `json:"error,omitempty"`
+	// Errors counts the writes that failed since the start.
+	Errors uint64 `json:"errors"`
+	// TokensLeft is how many tokens are still below the mark on disk: what
+	// can be granted while writes fail; at 0 new lock requests are refused.
+	TokensLeft uint64 `json:"tokensLeft"`
 }

@@ -52,8 +52,18 @@ type Snapshot struct {
 	LastToken                                        uint64
 	Quiet                                            bool // grants are held (a quiet start)
 
+	// Disk is nil without a data directory (and on a cluster node).
+	Disk *DiskSnapshot
+
 	// Cluster is nil on a single node.
 	Cluster *ClusterSnapshot
+}
+
+// DiskSnapshot is the state of a single server's data directory.
+type DiskSnapshot struct {
+	Healthy    bool   // the last write of the token high-water mark succeeded
+	Errors     uint64 // writes of it that failed since the start
+	TokensLeft uint64 // tokens still below the mark on disk: what can be given while writes fail
 }
 
 // ClusterSnapshot is a cluster node's view for the metrics.
@@ -105,6 +115,9 @@ var (
 	dFrames   = prometheus.NewDesc("mlock_frames_total", "Protocol frames, by direction (in: received; out: queued for clients).", []string{"direction"}, nil)
 	dBytes    = prometheus.NewDesc("mlock_bytes_total", "Bytes on client connections, by direction.", []string{"direction"}, nil)
 	dToken    = prometheus.NewDesc("mlock_fencing_token_last", "The last fencing token given (the high-water mark).", nil, nil)
+	dDiskOK   = prometheus.NewDesc("mlock_disk_healthy", "1 while the last write of the data directory's token high-water mark succeeded; 0 from a failed write (full, failing or read-only disk) until one succeeds. Single server with a data directory only.", nil, nil)
+	dDiskErr  = prometheus.NewDesc("mlock_disk_errors_total", "Writes of the data directory's token high-water mark that failed (each retry counts).", nil, nil)
+	dTokLeft  = prometheus.NewDesc("mlock_tokens_left", "Fencing tokens still below the token high-water mark on disk: how many grants can still be made while its writes fail (new lock requests are refused at 0).", nil, nil)
 	dQuiet    = prometheus.NewDesc("mlock_quiet", "1 while grants are held after a start that may follow a crash, or during shutdown.", nil, nil)
 	dInfo     = prometheus.NewDesc("mlock_build_info", "The server's version (value 1).", []string{"version"}, nil)
 	dStart    = prometheus.NewDesc("mlock_start_time_seconds", "When the server started (Unix seconds).", nil, nil)
@@ -118,7 +131,7 @@ var (
 	dPeers    = prometheus.NewDesc("mlock_cluster_peers", "Members of the cluster configuration.", nil, nil)
 	dFailing  = prometheus.NewDesc("mlock_cluster_peer_failing", "On the leader, 1 for a member whose heartbeats fail (label: the member's id, bounded by the cluster's size).", []string{"peer"}, nil)
 	dStale    = prometheus.NewDesc("mlock_cluster_peer_stale", "On the leader, 1 for a member whose build cannot read the cluster version: its forwarded commands are refused and it is kept a nonvoter (label: the member's id).", []string{"peer"}, nil)
-	allDescs  = []*prometheus.Desc{dRequests, dWait, dHold, dDepth, dGrants, dTimeouts, dExpiries, dUnlocks, dEvict, dRefused, dExtends, dDropped, dLost, dHeld, dWaiting, dQueues, dEntries, dMaxQueue, dSessions, dConns, dAccepted, dRejected, dFrames, dBytes, dToken, dQuiet, dInfo, dStart, dRole, dTerm, dIndex, dLag, dContact, dLeader, dPeers, dFailing, dStale}
+	allDescs  = []*prometheus.Desc{dRequests, dWait, dHold, dDepth, dGrants, dTimeouts, dExpiries, dUnlocks, dEvict, dRefused, dExtends, dDropped, dLost, dHeld, dWaiting, dQueues, dEntries, dMaxQueue, dSessions, dConns, dAccepted, dRejected, dFrames, dBytes, dToken, dQuiet, dDiskOK, dDiskErr, dTokLeft, dInfo, dStart, dRole, dTerm, dIndex, dLag, dContact, dLeader, dPeers, dFailing, dStale}
 	roleNames = []string{"follower", "candidate", "leader", "shutdown"}
 )
 
@@ -187,6 +200,11 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(dBytes, s.BytesOut, "out")
 	gauge(dToken, float64(s.LastToken))
 	gauge(dQuiet, b2f(s.Quiet))
+	if d := s.Disk; d != nil {
+		gauge(dDiskOK, b2f(d.Healthy))
+		counter(dDiskErr, d.Errors)
+		gauge(dTokLeft, float64(d.TokensLeft))
+	}
 	gauge(dInfo, 1, s.Version)
 	gauge(dStart, float64(s.Start.UnixNano())/1e9)
 	if cs := s.Cluster; cs != nil {
