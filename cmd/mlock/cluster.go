@@ -226,8 +226,8 @@ func askNodes(ctx context.Context, o mlock.Options, addrs []string, timeout time
 
 func printClusterStatus(w io.Writer, views []nodeView, leader *nodeView) {
 	if leader != nil {
-		fmt.Fprintf(w, "leader %s at %s, term %d, commit index %d\n", leader.Status.ID, leader.Addr,
-			leader.Status.Term, leader.Status.CommitIndex)
+		fmt.Fprintf(w, "leader %s at %s, term %d, commit index %d, cluster version %d\n", leader.Status.ID, leader.Addr,
+			leader.Status.Term, leader.Status.CommitIndex, leader.Status.Version)
 	} else {
 		fmt.Fprintln(w, "no leader known")
 	}

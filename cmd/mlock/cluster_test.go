@@ -72,6 +72,10 @@ func TestClusterStatusAfterRemove(t *testing.T) {
 	if code != 0 || listsNode(stdout, ids[f1]) || !listsNode(stdout, ids[leader]) || !listsNode(stdout, ids[f2]) {
 		t.Fatalf("cluster status right after removing %s: exit %d, stderr %q\n%s", ids[f1], code, stderr, stdout)
 	}
+	// The table's first line names the cluster version (not only --json).
+	if first, _, _ := strings.Cut(stdout, "\n"); !strings.Contains(first, ", cluster version ") {
+		t.Errorf("cluster status: the leader's line names no cluster version: %q", first)
+	}
 	// The leader removes itself.
 	stdout, stderr, code = runMlock(t, "cluster", "remove", "--uri", uri(f2), ids[leader])
 	if code != 0 {
