@@ -702,6 +702,7 @@ func (c *conn) decideFrames(buf []byte, fields [][]byte) ([]byte, [][]byte, bool
 	off := 0
 	stop := false
 	var items []item
+	start := false
 	s.batch(func(tx *core.Tx) {
 		for !stop {
 			payload, n, want, err := protocol.Next(buf[off:], c.maxFrame())
@@ -718,14 +719,27 @@ func (c *conn) decideFrames(buf []byte, fields [][]byte) ([]byte, [][]byte, bool
 			s.framesIn.Add(1)
 			var it item
 			it, stop = c.observeDecide(tx, fields, payload)
-			items = append(items, it)
+			if c.pipe == nil && len(items) == 0 && !it.needsPipe() {
+				// Nothing is queued before it (the connect is not
+				// decided yet): answered here, as on a single node.
+				c.runHere(&it)
+			} else {
+				items = append(items, it)
+			}
 			off += n
 			if c.forward {
 				stop = false
 				break
 			}
 		}
+		if c.pipe == nil && len(items) > 0 {
+			c.newPipeLocked()
+			start = true
+		}
 	})
+	if start {
+		go c.pipeLoop()
+	}
 	if len(items) > 0 {
 		c.pipe.push(items)
 	}
@@ -735,6 +749,35 @@ func (c *conn) decideFrames(buf []byte, fields [][]byte) ([]byte, [][]byte, bool
 		return c.forwardFrames(buf)
 	}
 	return buf, fields, stop
+}
+
+// needsPipe reports whether it must run on the connection's pipeline, in
+// its turn: anything but answers decided here.
+func (it *item) needsPipe() bool {
+	return it.frame != nil || it.attach != nil || it.bye || it.change != nil
+}
+
+// runHere writes the answers decided here of an item that needs no
+// pipeline (needsPipe), while nothing is queued on one: as the pipeline
+// would (runLocal), in the decide's batch. It runs in a core batch.
+func (c *conn) runHere(it *item) {
+	if it.local != nil {
+		c.write(it.local)
+	}
+	if it.end {
+		c.finish()
+	}
+}
+
+// newPipeLocked gives c its pipeline, whose goroutine the reader starts
+// once the batch is over (pipeLoop): at its first item that needs one (the
+// attach of its connect). A connection before its connect, or one that
+// never gets one (refused, evicted, a forwarding link), has no pipeline
+// goroutine, context or watcher: its reader and writer, as on a single
+// node. It runs in a core batch, on the reader.
+func (c *conn) newPipeLocked() {
+	c.pipe = newPipeline()
+	c.srv.wg.Add(1) // (the reader holds one: the count is not at zero)
 }
 
 // decide handles one frame on the connection's node: what needs only this

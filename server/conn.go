@@ -76,10 +76,13 @@ type conn struct {
 	// made: while set (a cluster node applies a command it gave up, see
 	// cluster_cancel.go), applyLock appends the id of each lock it makes.
 	made     *[]protocol.ID
-	trusted  bool      // apply: the proposing node checked the rights
-	answered uint64    // guarded by the core: the last proposal whose answer was written
-	pipe     *pipeline // the connection's commands, in order; nil on a single node
-	forward  bool      // reader only: a follower's forwarding connection
+	trusted  bool   // apply: the proposing node checked the rights
+	answered uint64 // guarded by the core: the last proposal whose answer was written
+	// pipe: the connection's commands, in order; nil on a single node, and
+	// on a cluster node until the reader decides its first item that needs
+	// it (newPipeLocked: set in a core batch, read by the reader and the apply).
+	pipe    *pipeline
+	forward bool // reader only: a follower's forwarding connection
 	// fwd: a forwarding connection's queued commands by the follower's
 	// connection (reader only; forward.go).
 	fwd fwdChains
@@ -198,10 +201,11 @@ func (s *Server) accept(nc net.Conn) {
 		s.counters.conns++
 		s.wg.Add(2)
 		if s.cl != nil {
+			// Its pipeline starts with its first item for the log (its
+			// connect: newPipeLocked), not here: a connection before its
+			// connect costs what it costs on a single node.
 			c.key = s.cl.run + strconv.FormatUint(s.cl.nconn.Add(1), 10)
-			c.pipe = newPipeline()
 			s.cl.conns[c.key] = c
-			s.wg.Add(1)
 		}
 	})
 	if closed || refuse != protocol.CodeUnknown {
@@ -218,9 +222,6 @@ func (s *Server) accept(nc net.Conn) {
 	}
 	go c.readLoop()
 	go c.writeLoop()
-	if c.pipe != nil {
-		go c.pipeLoop()
-	}
 }
 
 // stopRead stops c's reader, which is waiting for its connect: an eviction.
@@ -494,7 +495,7 @@ func (c *conn) handleFrames(buf []byte, fields [][]byte) ([]byte, [][]byte, bool
 		}
 		return buf, fields, false
 	}
-	if c.pipe != nil {
+	if s.cl != nil {
 		return c.decideFrames(buf, fields)
 	}
 	s.batch(func(tx *core.Tx) {
@@ -605,7 +606,7 @@ func (c *conn) plainStatus(buf []byte) {
 // grace of an idle session also starts after its last answer.
 func (c *conn) cleanup() {
 	s := c.srv
-	if c.pipe != nil {
+	if c.pipe != nil { // (set by this reader: newPipeLocked)
 		// Its slots are free at once: the detach may wait long for a
 		// leader (a node without a quorum), and meanwhile the connection,
 		// closed, must not count against the limits.

@@ -2,11 +2,13 @@ package server
 
 import (
 	"fmt"
+	"log/slog"
 	"net"
 	"runtime"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/raft"
 	"github.com/mlock-dev/mlock/internal/core"
 	"github.com/mlock-dev/mlock/internal/protocol"
 )
@@ -104,29 +106,63 @@ func BenchmarkMemoryHeldLock(b *testing.B) {
 // hold per connection (until the auth timeout closes it).
 func BenchmarkMemoryUnauthenticated(b *testing.B) {
 	for range b.N {
-		srv := memServer(b)
-		frame := protocol.Append(nil, "connect "+string(make([]byte, MaxHandshakeFrame-20)))
-		frame = frame[:min(len(frame), MaxHandshakeFrame+4)-1]
-		before := inUse()
-		conns := make([]net.Conn, memConns)
-		for i := range conns {
-			nc, err := net.Dial("tcp", srv.Addr().String())
-			if err != nil {
-				b.Fatal(err)
-			}
-			if _, err := nc.Write(frame); err != nil {
-				b.Fatal(err)
-			}
-			conns[i] = nc
-		}
-		waitConns(b, srv, memConns)
-		time.Sleep(200 * time.Millisecond) // let every reader take its bytes in
-		after := inUse()
-		b.ReportMetric(float64(after-before)/memConns, "bytes/conn")
-		for _, nc := range conns {
-			nc.Close()
-		}
+		memUnauthenticated(b, memServer(b))
 	}
+}
+
+// BenchmarkMemoryUnauthenticatedCluster is BenchmarkMemoryUnauthenticated
+// against a cluster node (of one member, its log in memory): a connection
+// before its connect costs it what it costs a single node.
+func BenchmarkMemoryUnauthenticatedCluster(b *testing.B) {
+	for range b.N {
+		memUnauthenticated(b, memClusterServer(b))
+	}
+}
+
+func memUnauthenticated(b *testing.B, srv *Server) {
+	frame := protocol.Append(nil, "connect "+string(make([]byte, MaxHandshakeFrame-20)))
+	frame = frame[:min(len(frame), MaxHandshakeFrame+4)-1]
+	before := inUse()
+	conns := make([]net.Conn, memConns)
+	for i := range conns {
+		nc, err := net.Dial("tcp", srv.Addr().String())
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := nc.Write(frame); err != nil {
+			b.Fatal(err)
+		}
+		conns[i] = nc
+	}
+	waitConns(b, srv, memConns)
+	time.Sleep(200 * time.Millisecond) // let every reader take its bytes in
+	after := inUse()
+	b.ReportMetric(float64(after-before)/memConns, "bytes/conn")
+	for _, nc := range conns {
+		nc.Close()
+	}
+}
+
+// memClusterServer is memServer as the one member of a cluster whose log
+// is in memory, the leader once it returns.
+func memClusterServer(b *testing.B) *Server {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	_, tr := raft.NewInmemTransport(raft.ServerAddress("raft0"))
+	srv := serveOn(b, Config{MaxConnsPerIP: -1, MaxUnauthenticated: -1, MaxUnauthenticatedPerIP: -1, MaxConns: memConns + 10,
+		MaxSessions: memConns + 10, StatusRate: -1, QuietPeriod: -1, Logger: slog.New(slog.DiscardHandler),
+		Cluster: &ClusterConfig{ID: "n0", ClientAddr: ln.Addr().String(), Transport: tr, Bootstrap: true,
+			Peers: []ClusterPeer{{ID: "n0", Addr: "raft0"}}, Secret: testSecret}}, ln)
+	deadline := time.Now().Add(20 * time.Second)
+	for !srv.cl.node.IsLeader() {
+		if time.Now().After(deadline) {
+			b.Fatal("the one member does not lead")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return srv
 }
 
 // BenchmarkMemoryTarpit: connections refused for their address's cap of
