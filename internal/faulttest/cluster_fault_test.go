@@ -303,13 +303,21 @@ func holdLock(ctx context.Context, h *clusterHistory, w int, c *mlock.Client, l 
 			o.Return = never
 		}
 	}
-	// Lost while the unlock was on its way (a fault outlasted the lease):
-	// the loss is the lease's end, as when it is seen before the unlock.
+	// Lost before the unlock was sent: the loss is the lease's end, and the
+	// unlock does nothing. Lost while the unlock was on its way (a fault
+	// outlasted the lease): the unlock's first attempt may have been
+	// applied (its answer lost with the connection, the retry answered
+	// "not found" after the Deadline), freeing the lock at any time from
+	// its call on; or not, and the lease ended it. Its outcome is unknown.
 	sample()
 	lostOnTheWay := err != nil && strings.HasPrefix(o.Err, string(mlock.TypeLost)) && leaseEnd.Load() <= o.Return
-	if lostBefore || lostOnTheWay {
+	switch {
+	case lostBefore:
 		o.Outcome = resSkip
 		o.Return = o.Observed
+	case lostOnTheWay:
+		o.Outcome = resUnknown
+		o.Return = never
 	}
 	h.add(o)
 	sstop()
