@@ -92,12 +92,17 @@ type leadership struct {
 	// since is when raft made this node leader (the leadership was started).
 	since time.Time
 	// readers wait for the next confirmation of the leadership (ReadIndex); reading is set while
-	// confirmReads runs. Guarded by rmu.
+	// confirmReads runs; rmin is the shortest window of the readers. Guarded by rmu. rwake tells
+	// confirmReads that a reader came with a shorter window than those it waits for.
 	rmu     sync.Mutex
-	readers []chan readResult
+	readers []reader
 	reading bool
-	// lastRound: when the last round for reads began (confirmReads, one at a time).
+	rmin    time.Duration
+	rwake   chan struct{}
+	// lastRound: when the last round for reads began (confirmReads, one at a time); rounds counts
+	// them.
 	lastRound time.Time
+	rounds    atomic.Uint64
 }
 
 func newLeadership(n *Node) *leadership {
@@ -108,6 +113,7 @@ func newLeadership(n *Node) *leadership {
 		cancel:   cancel,
 		queue:    make(chan *proposal, 4*n.cfg.MaxBatch),
 		ready:    make(chan struct{}),
+		rwake:    make(chan struct{}, 1),
 		exited:   make(chan struct{}),
 		stopping: make(chan struct{}),
 		notice:   stoppedTimer(),
@@ -623,8 +629,8 @@ func (pr *Proposal) Wait(ctx context.Context) ([]byte, error) {
 
 // readWindow is the least time between two confirmations of the leadership for reads (ReadIndex): a
 // read that comes after a quiet period is confirmed at once, the reads that come meanwhile wait for the
-// next round and share it, so a steady stream of pings costs at most one round of heartbeats per
-// window (and a follower's read waits up to a window more).
+// next round and share it, so a steady stream of reads costs at most one round of heartbeats per
+// window (and a follower's read waits up to a window more). ReadIndexWithin lets a read wait longer.
 const readWindow = 20 * time.Millisecond
 
 // readResult is a read's answer (ReadIndex).
@@ -633,14 +639,30 @@ type readResult struct {
 	err   error
 }
 
+// reader is a read waiting for a round: its answer's channel and its window (ReadIndexWithin).
+type reader struct {
+	ch     chan readResult
+	window time.Duration
+}
+
 // ReadIndex returns a read index: the leader's commit index, read after the call began, once this
 // node confirmed after reading it that it still led (a round of heartbeats that a quorum answered in
 // its term). Every entry committed before the call is at or below it, and no other leader was
 // elected before the confirmation: a quorum answered this term's leader after the call began. It is
 // served only by a ready leader (its leader entry applied: every entry of earlier terms is below the
-// index); else a *NotLeaderError (errors.Is ErrNotLeader). The reads that come within readWindow of a
-// round share the next one. No log entry is written. ctx bounds the wait.
+// index); else a *NotLeaderError (errors.Is ErrNotLeader). The reads that come within readWindow (20
+// ms) of a round share the next one. No log entry is written. ctx bounds the wait.
 func (n *Node) ReadIndex(ctx context.Context) (uint64, error) {
+	return n.ReadIndexWithin(ctx, readWindow)
+}
+
+// ReadIndexWithin is ReadIndex for a read that may wait up to window after the previous round for
+// its own (at least 20 ms, the default of ReadIndex): the reads that come meanwhile share that round,
+// so reads that can wait longer cost fewer rounds of heartbeats. A round is held for the shortest
+// window of the reads waiting for it; a read after a quiet period of window is confirmed at once. The
+// answer's promise is ReadIndex's: only its time differs.
+func (n *Node) ReadIndexWithin(ctx context.Context, window time.Duration) (uint64, error) {
+	window = max(window, readWindow)
 	n.mu.Lock()
 	l, closed := n.lead, n.closed
 	n.mu.Unlock()
@@ -657,7 +679,16 @@ func (n *Node) ReadIndex(ctx context.Context) (uint64, error) {
 	}
 	ch := make(chan readResult, 1)
 	l.rmu.Lock()
-	l.readers = append(l.readers, ch)
+	if len(l.readers) == 0 || window < l.rmin {
+		if len(l.readers) != 0 {
+			select {
+			case l.rwake <- struct{}{}:
+			default:
+			}
+		}
+		l.rmin = window
+	}
+	l.readers = append(l.readers, reader{ch: ch, window: window})
 	start := !l.reading
 	l.reading = true
 	l.rmu.Unlock()
@@ -672,30 +703,42 @@ func (n *Node) ReadIndex(ctx context.Context) (uint64, error) {
 	}
 }
 
-// confirmReads answers the reads gathered (ReadIndex), a round at most every readWindow, until none
-// is waiting.
+// confirmReads answers the reads gathered (ReadIndex), a round at most every readWindow (or the
+// shortest window of the reads waiting, ReadIndexWithin), until none is waiting.
 func (l *leadership) confirmReads() {
 	n := l.n
 	t := stoppedTimer()
 	defer t.Stop()
 	for {
-		if wait := time.Until(l.lastRound.Add(readWindow)); wait > 0 {
+		l.rmu.Lock()
+		if len(l.readers) == 0 {
+			l.reading = false
+			l.rmu.Unlock()
+			return
+		}
+		w := l.rmin
+		l.rmu.Unlock()
+		if wait := time.Until(l.lastRound.Add(w)); wait > 0 {
 			t.Reset(wait)
 			select {
 			case <-t.C:
+			case <-l.rwake:
+				// A read with a shorter window came: wait for that one instead.
+				t.Stop()
+				continue
 			case <-l.ctx.Done():
 			}
 		}
 		l.rmu.Lock()
 		batch := l.readers
 		l.readers = nil
-		if len(batch) == 0 {
-			l.reading = false
-			l.rmu.Unlock()
-			return
+		select {
+		case <-l.rwake: // sent for a read of this batch (under rmu)
+		default:
 		}
 		l.rmu.Unlock()
 		l.lastRound = time.Now()
+		l.rounds.Add(1)
 		var r readResult
 		if l.ctx.Err() != nil {
 			r.err = n.notLeader()
@@ -708,8 +751,8 @@ func (l *leadership) confirmReads() {
 				r = readResult{err: n.notLeader()}
 			}
 		}
-		for _, ch := range batch {
-			ch <- r
+		for _, rd := range batch {
+			rd.ch <- r
 		}
 	}
 }

@@ -76,3 +76,69 @@ func TestReadIndex(t *testing.T) {
 	}
 	tc.heal(li)
 }
+
+// ReadIndexWithin: reads that may wait long share one round with a read that may not, which does not
+// wait for their window; every one of them is answered with an index at or above every entry
+// committed before that read, in one round of heartbeats.
+func TestReadIndexWithin(t *testing.T) {
+	t.Parallel()
+	tc := newInmemCluster(t, 3, false, nil)
+	li := tc.leader()
+	n := tc.nodes[li]
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if _, err := n.Propose(ctx, []byte("p0")); err != nil {
+		t.Fatal(err)
+	}
+	// A round now: the next reads come within their window of it.
+	if _, err := n.ReadIndex(ctx); err != nil {
+		t.Fatal(err)
+	}
+	n.mu.Lock()
+	l := n.lead
+	n.mu.Unlock()
+	const slow = 20
+	const window = time.Minute // past the test's own bound: their round is the fast read's
+	type answer struct {
+		idx uint64
+		err error
+	}
+	answers := make(chan answer, slow)
+	for range slow {
+		go func() {
+			idx, err := n.ReadIndexWithin(ctx, window)
+			answers <- answer{idx, err}
+		}()
+	}
+	for {
+		l.rmu.Lock()
+		k := len(l.readers)
+		l.rmu.Unlock()
+		if k == slow {
+			break
+		}
+		select {
+		case a := <-answers:
+			t.Fatalf("a read of window %v answered before any other read came: %d, %v", window, a.idx, a.err)
+		case <-time.After(5 * time.Millisecond): // polled: the reads join
+		}
+	}
+	before := l.rounds.Load()
+	if _, err := n.Propose(ctx, []byte("p1")); err != nil {
+		t.Fatal(err)
+	}
+	committed := n.Status().CommitIndex
+	idx, err := n.ReadIndex(ctx)
+	if err != nil || idx < committed {
+		t.Fatalf("ReadIndex = %d, %v; want at least %d", idx, err, committed)
+	}
+	for range slow {
+		a := <-answers
+		if a.err != nil || a.idx != idx {
+			t.Fatalf("a read of window %v answered %d, %v; want the fast read's round (%d)", window, a.idx, a.err, idx)
+		}
+	}
+	if got := l.rounds.Load() - before; got != 1 {
+		t.Fatalf("%d rounds for the %d reads, want 1", got, slow+1)
+	}
+}

@@ -1,8 +1,12 @@
 package faulttest
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -66,26 +70,36 @@ func TestIdleSessionsCost(t *testing.T) {
 		}
 		t.Run(strconv.Itoa(n), func(t *testing.T) {
 			c := newCluster(t, bin, clusterOptions{grace: idleGrace, workers: 0, extra: limits})
-			auth := filepath.Join(c.dir, "auth")
-			addr := proctest.FreeAddr(t)
-			one := exec.Command(bin, append([]string{"--listen", addr, "--auth-file", auth, "--status-rate", "-1",
-				"--data-dir", filepath.Join(c.dir, "one"),
-				"--log-level", "warn"}, limits...)...)
-			one.Env = proctest.CleanEnv()
-			one.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-			oneLog, err := os.Create(filepath.Join(c.dir, "one.log"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			one.Stdout, one.Stderr = oneLog, oneLog
-			if err := one.Start(); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = one.Process.Kill(); _, _ = one.Process.Wait() })
-			waitListening(t, addr)
+			// One mlockd holding n connections needs n files and more: past
+			// the process's limit only the cluster is measured (its nodes
+			// hold a third each, half after the kill of the leader).
+			var cpuOne float64
+			var rssOne, failOne int64
+			var lim syscall.Rlimit
+			if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err == nil && uint64(n)+1000 > lim.Max {
+				t.Logf("one mlockd not measured: %d sessions need more files than the process limit (%d)", n, lim.Max)
+			} else {
+				auth := filepath.Join(c.dir, "auth")
+				addr := proctest.FreeAddr(t)
+				one := exec.Command(bin, append([]string{"--listen", addr, "--auth-file", auth, "--status-rate", "-1",
+					"--data-dir", filepath.Join(c.dir, "one"),
+					"--log-level", "warn"}, limits...)...)
+				one.Env = proctest.CleanEnv()
+				one.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+				oneLog, err := os.Create(filepath.Join(c.dir, "one.log"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				one.Stdout, one.Stderr = oneLog, oneLog
+				if err := one.Start(); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = one.Process.Kill(); _, _ = one.Process.Wait() })
+				waitListening(t, addr)
 
-			cpuOne, rssOne, _, failOne := idleRun(t, n, []string{addr}, c.tokens["obs"], window,
-				func() []int { return []int{one.Process.Pid} }, nil, nil, nil)
+				cpuOne, rssOne, _, failOne = idleRun(t, n, []string{addr}, c.tokens["obs"], window,
+					func() []int { return []int{one.Process.Pid} }, nil, nil, nil)
+			}
 			pids := func() []int {
 				var ps []int
 				for _, nd := range c.nodes {
@@ -129,10 +143,16 @@ func TestIdleSessionsCost(t *testing.T) {
 						time.Duration(fo.latest.Load()), idleGrace)
 				}
 			}
-			t.Logf("%d idle sessions, pinging every %v, over %v: one mlockd %.1f %% of a core, RSS %d MB; "+
-				"cluster (3 nodes) %.1f %% of a core (ratio %.2f), RSS %d MB (all nodes), %d log entries (%.2f/s); "+
+			one := "one mlockd not measured"
+			ratio := "—"
+			if cpuOne > 0 {
+				one = fmt.Sprintf("one mlockd %.1f %% of a core, RSS %d MB", 100*cpuOne, rssOne>>20)
+				ratio = fmt.Sprintf("%.2f", cpuCl/cpuOne)
+			}
+			t.Logf("%d idle sessions, pinging every %v, over %v: %s; "+
+				"cluster (3 nodes) %.1f %% of a core (ratio %s), RSS %d MB (all nodes), %d log entries (%.2f/s); "+
 				"unanswered pings: %d one, %d cluster",
-				n, idlePing, window, 100*cpuOne, rssOne>>20, 100*cpuCl, cpuCl/cpuOne, rssCl>>20, entries, perSec, failOne, failCl)
+				n, idlePing, window, one, 100*cpuCl, ratio, rssCl>>20, entries, perSec, failOne, failCl)
 			if failOne > 0 || failCl > 0 {
 				t.Errorf("unanswered pings: %d on one node, %d on the cluster", failOne, failCl)
 			}
@@ -170,55 +190,77 @@ type failoverStats struct {
 	failoverActive atomic.Bool
 }
 
+// idleWorkerSessions is the most sessions one client process holds in
+// idleRun: the process file limit here is 20 000 (hard), and a process
+// holding 20 000 connections would reach it.
+const idleWorkerSessions = 5000
+
 // idleRun opens n sessions over addrs (round robin), each locking its own
-// resource (ttl 60 s) and then pinging every idlePing, staggered; after a
-// warm-up of one ping round it measures window: the CPU of the processes
-// pids returns (cores), their RSS at the end (bytes), and the log entries
-// applied meanwhile (applied: nil for one node). It returns the pings not
-// answered within 10 s too. With kill set (a cluster), it then kills the
-// leader and follows the sessions back (fo).
+// resource (ttl 60 s) and then pinging every idlePing, staggered; the
+// sessions are spread over ceil(n/idleWorkerSessions) client processes (the
+// test binary again, TestIdleWorker), so that none holds more than
+// idleWorkerSessions connections. After a warm-up of one ping round it
+// measures window: the CPU of the processes pids returns (cores), their RSS
+// at the end (bytes), and the log entries applied meanwhile (applied: nil
+// for one node). It returns the pings not answered within 10 s too. With
+// kill set (a cluster), it then kills the leader and follows the sessions
+// back (fo).
 func idleRun(t *testing.T, n int, addrs []string, tok string, window time.Duration, pids func() []int,
 	applied func() uint64, kill func(), fo *failoverStats) (cpu float64, rss int64, entries uint64, unanswered int64) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	var failed, ready atomic.Int64
-	var firstErr atomic.Value
 	if fo == nil {
 		fo = &failoverStats{}
 	}
-	start := time.Now()
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			err := idleSession(ctx, addrs, tok, i, start.Add(time.Duration(i)*idlePing/time.Duration(n)), &ready, &failed, fo)
-			if err != nil {
-				firstErr.CompareAndSwap(nil, err)
+	start := time.Now().Add(time.Second)
+	k := max(1, (n+idleWorkerSessions-1)/idleWorkerSessions)
+	workers := make([]*idleWorker, 0, k)
+	defer func() {
+		for _, w := range workers {
+			w.stop(t)
+		}
+	}()
+	for j := range k {
+		lo, hi := j*n/k, (j+1)*n/k
+		w, err := startIdleWorker(idleWorkerSpec{N: n, Lo: lo, Hi: hi, Addrs: addrs, Token: tok, Start: start.UnixNano()})
+		if err != nil {
+			t.Fatalf("client process %d: %v", j, err)
+		}
+		workers = append(workers, w)
+	}
+	sum := func() (s idleStat) {
+		for _, w := range workers {
+			x := w.snapshot()
+			s.Ready += x.Ready
+			s.Failed += x.Failed
+			s.Dropped += x.Dropped
+			s.Back += x.Back
+			s.Lost += x.Lost
+			s.Latest = max(s.Latest, x.Latest)
+			if s.FirstErr == "" {
+				s.FirstErr = x.FirstErr
 			}
-		}()
-		if i%200 == 199 {
-			// Connects in waves, at most 400 in their handshake at once: a
-			// busy machine must not time them out.
-			dl := time.Now().Add(30 * time.Second)
-			for ready.Load()+failed.Load() < int64(i+1-400) && time.Now().Before(dl) {
-				time.Sleep(10 * time.Millisecond) // polled: the sessions' setup
+			if s.FirstLost == "" {
+				s.FirstLost = x.FirstLost
+			}
+		}
+		return s
+	}
+	all := func(cmd string) {
+		for _, w := range workers {
+			if err := w.do(cmd); err != nil {
+				t.Fatalf("client process: %s: %v", cmd, err)
 			}
 		}
 	}
-	defer func() {
-		cancel()
-		wg.Wait()
-	}()
 	deadline := time.Now().Add(3 * time.Minute)
-	for ready.Load() < int64(n) && time.Now().Before(deadline) && failed.Load() == 0 {
+	for s := sum(); s.Ready < int64(n) && time.Now().Before(deadline) && s.Failed == 0; s = sum() {
 		time.Sleep(100 * time.Millisecond) // polled: the sessions' setup
 	}
-	if ready.Load() < int64(n) {
-		t.Fatalf("%d of %d sessions set up (%d failed: %v)", ready.Load(), n, failed.Load(), firstErr.Load())
+	if s := sum(); s.Ready < int64(n) {
+		t.Fatalf("%d of %d sessions set up (%d failed: %v)", s.Ready, n, s.Failed, s.FirstErr)
 	}
 	time.Sleep(idlePing) // fixed: a round of pings before the window
-	failed.Store(0)
+	all("reset")
 	c0 := procCPU(t, pids())
 	var a0 uint64
 	if applied != nil {
@@ -229,29 +271,248 @@ func idleRun(t *testing.T, n int, addrs []string, tok string, window time.Durati
 	if applied != nil {
 		entries = applied() - a0
 	}
+	var each []string
 	for _, p := range pids() {
-		rss += procRSS(p)
+		r := procRSS(p)
+		rss += r
+		each = append(each, fmt.Sprintf("%d MB", r>>20))
 	}
-	unanswered = failed.Load()
-	if firstErr.Load() != nil {
-		t.Logf("first failure: %v", firstErr.Load())
-	}
+	t.Logf("%d sessions over %d client processes: RSS per server process %s", n, k, strings.Join(each, ", "))
 	if kill != nil {
-		fo.failoverActive.Store(true)
-		fo.killed.Store(time.Now().UnixNano())
+		killed := time.Now().UnixNano()
+		all("failover " + strconv.FormatInt(killed, 10))
+		fo.killed.Store(killed)
 		kill()
 		// Every dropped session back or lost, within the grace and more.
 		end := time.Now().Add(idleGrace + 15*time.Second)
 		for time.Now().Before(end) {
 			time.Sleep(200 * time.Millisecond) // polled: the sessions move on their own
-			if d := fo.dropped.Load(); d > 0 && fo.back.Load()+fo.lost.Load() == d &&
-				time.Since(time.Unix(0, fo.killed.Load())) > 2*idlePing {
+			if s := sum(); s.Dropped > 0 && s.Back+s.Lost == s.Dropped &&
+				time.Since(time.Unix(0, killed)) > 2*idlePing {
 				break
 			}
 		}
-		unanswered += failed.Load()
 	}
-	return (c1 - c0) / window.Seconds(), rss, entries, unanswered
+	for _, w := range workers {
+		w.stop(t)
+	}
+	s := sum()
+	if s.FirstErr != "" {
+		t.Logf("first failure: %v", s.FirstErr)
+	}
+	fo.dropped.Store(s.Dropped)
+	fo.back.Store(s.Back)
+	fo.lost.Store(s.Lost)
+	fo.latest.Store(s.Latest)
+	if s.FirstLost != "" {
+		fo.firstLost.Store(s.FirstLost)
+	}
+	return (c1 - c0) / window.Seconds(), rss, entries, s.Failed
+}
+
+// idleWorkerSpec is what one client process of idleRun runs: sessions
+// Lo to Hi-1 of N, over Addrs, staggered from Start (Unix ns).
+type idleWorkerSpec struct {
+	N, Lo, Hi int
+	Addrs     []string
+	Token     string
+	Start     int64
+}
+
+// idleStat is a client process's counts, as it writes them on its stdout
+// (one JSON object a line).
+type idleStat struct {
+	Ready, Failed, Dropped, Back, Lost int64
+	Latest                             int64 // ns from the kill to the last session back
+	FirstErr, FirstLost                string
+	Ack                                string // the command this line answers, if any
+}
+
+// idleWorker is a client process of idleRun, driven by lines on its stdin:
+// "reset" (the unanswered pings counted from 0), "failover T" (the leader
+// is killed at T, Unix ns: a dropped session moves to the next node) and
+// "stop"; each answered by a line of its counts with Ack set.
+type idleWorker struct {
+	cmd   *exec.Cmd
+	in    io.WriteCloser
+	mu    sync.Mutex
+	last  idleStat
+	acks  chan string
+	done  chan struct{}
+	ended bool
+}
+
+func startIdleWorker(spec idleWorkerSpec) (*idleWorker, error) {
+	b, err := json.Marshal(spec)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(os.Args[0], "-test.run", "^TestIdleWorker$", "-test.count", "1", "-test.timeout", "0")
+	cmd.Env = append(os.Environ(), "MLOCK_IDLE_WORKER="+string(b))
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	w := &idleWorker{cmd: cmd, in: in, acks: make(chan string, 4), done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		sc := bufio.NewScanner(out)
+		sc.Buffer(nil, 1<<20)
+		for sc.Scan() {
+			var s idleStat
+			if json.Unmarshal(sc.Bytes(), &s) != nil {
+				continue // the test framework's own lines
+			}
+			w.mu.Lock()
+			w.last = s
+			w.mu.Unlock()
+			if s.Ack != "" {
+				w.acks <- s.Ack
+			}
+		}
+	}()
+	return w, nil
+}
+
+func (w *idleWorker) snapshot() idleStat {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.last
+}
+
+// do sends cmd and waits for its answer (at most a minute).
+func (w *idleWorker) do(cmd string) error {
+	if _, err := io.WriteString(w.in, cmd+"\n"); err != nil {
+		return err
+	}
+	select {
+	case a := <-w.acks:
+		if a != strings.Fields(cmd)[0] {
+			return fmt.Errorf("answered %q", a)
+		}
+		return nil
+	case <-w.done:
+		return errors.New("the process ended")
+	case <-time.After(time.Minute):
+		return errors.New("no answer in a minute")
+	}
+}
+
+// stop ends the process's sessions and waits for it (its last counts kept);
+// a second call does nothing.
+func (w *idleWorker) stop(t *testing.T) {
+	if w.ended {
+		return
+	}
+	w.ended = true
+	if err := w.do("stop"); err != nil {
+		t.Errorf("client process: stop: %v", err)
+		_ = w.cmd.Process.Kill()
+	}
+	_ = w.in.Close()
+	<-w.done
+	_ = w.cmd.Wait()
+}
+
+// TestIdleWorker is a client process of TestIdleSessionsCost (idleRun),
+// run by it with MLOCK_IDLE_WORKER set; skipped without it.
+func TestIdleWorker(t *testing.T) {
+	env := os.Getenv("MLOCK_IDLE_WORKER")
+	if env == "" {
+		t.Skip("a client process of TestIdleSessionsCost")
+	}
+	var spec idleWorkerSpec
+	if err := json.Unmarshal([]byte(env), &spec); err != nil || spec.N <= 0 || spec.Lo < 0 || spec.Hi > spec.N ||
+		spec.Lo >= spec.Hi || len(spec.Addrs) == 0 {
+		t.Fatalf("MLOCK_IDLE_WORKER: %q (%v)", env, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var wg sync.WaitGroup
+	var failed, ready atomic.Int64
+	var firstErr atomic.Value
+	fo := &failoverStats{}
+	start := time.Unix(0, spec.Start)
+	var outMu sync.Mutex
+	write := func(ack string) {
+		s := idleStat{Ready: ready.Load(), Failed: failed.Load(), Dropped: fo.dropped.Load(), Back: fo.back.Load(),
+			Lost: fo.lost.Load(), Latest: fo.latest.Load(), Ack: ack}
+		if e, ok := firstErr.Load().(error); ok {
+			s.FirstErr = e.Error()
+		}
+		if l, ok := fo.firstLost.Load().(string); ok {
+			s.FirstLost = l
+		}
+		b, _ := json.Marshal(s)
+		outMu.Lock()
+		defer outMu.Unlock()
+		_, _ = os.Stdout.Write(append(b, '\n'))
+	}
+	cmds := make(chan string)
+	go func() {
+		defer close(cmds)
+		sc := bufio.NewScanner(os.Stdin)
+		for sc.Scan() {
+			cmds <- sc.Text()
+		}
+	}()
+	for i := spec.Lo; i < spec.Hi; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			first := start.Add(time.Duration(i) * idlePing / time.Duration(spec.N))
+			if err := idleSession(ctx, spec.Addrs, spec.Token, i, first, &ready, &failed, fo); err != nil {
+				firstErr.CompareAndSwap(nil, err)
+			}
+		}()
+		if k := i - spec.Lo; k%100 == 99 {
+			// Connects in waves, at most 200 in their handshake at once
+			// in this process: a busy machine must not time them out.
+			dl := time.Now().Add(30 * time.Second)
+			for ready.Load()+failed.Load() < int64(k+1-200) && time.Now().Before(dl) {
+				time.Sleep(10 * time.Millisecond) // polled: the sessions' setup
+			}
+			write("")
+		}
+	}
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-tick.C:
+			write("")
+		case c, ok := <-cmds:
+			f := strings.Fields(c)
+			switch {
+			case !ok || len(f) == 0 || f[0] == "stop":
+				cancel()
+				wg.Wait()
+				write("stop")
+				return
+			case f[0] == "reset":
+				failed.Store(0)
+				write("reset")
+			case f[0] == "failover" && len(f) == 2:
+				ns, err := strconv.ParseInt(f[1], 10, 64)
+				if err != nil {
+					t.Fatalf("failover: %v", err)
+				}
+				fo.killed.Store(ns)
+				fo.failoverActive.Store(true)
+				write("failover")
+			default:
+				t.Fatalf("unknown command %q", c)
+			}
+		}
+	}
 }
 
 // idleGrace is the servers' session grace in TestIdleSessionsCost.
