@@ -87,6 +87,13 @@ type Config struct {
 	// node needs it or none: a node with TLS and one without cannot talk, and each logs why. Ignored
 	// with Transport. The Node uses a copy.
 	TLS *tls.Config
+	// ClusterVersion returns the cluster version this node has applied (the state machine's; nil:
+	// 0). With a Secret, the TCP transport's handshake carries it: once it is 2 or more this node
+	// dials its peers saying so, and refuses a peer that does not (a build that cannot read the
+	// cluster's log, as the previous release, or this build before it has applied that version):
+	// such a peer's vote requests never reach it, so it can never be elected. Called at each dial and
+	// accept; it must not block. Ignored with Transport.
+	ClusterVersion func() int
 
 	// Bootstrap creates a new cluster from Peers (all voters; empty: this node alone) when Dir holds no
 	// raft state yet; it is ignored when the node has state. Every node listed may be bootstrapped with
@@ -376,7 +383,7 @@ func Open(cfg Config) (_ *Node, err error) {
 
 	n.trans = cfg.Transport
 	if n.trans == nil {
-		n.trans, err = newTCPTransport(cfg.RaftAddr, cfg.Secret, cfg.TLS, logger)
+		n.trans, err = newTCPTransport(cfg.RaftAddr, cfg.Secret, cfg.TLS, cfg.ClusterVersion, logger)
 		if err != nil {
 			n.closeStores()
 			return nil, fmt.Errorf("cluster: listen: %w", err)
