@@ -229,7 +229,9 @@ type Node struct {
 	raft  *raft.Raft
 	fsm   *fsm
 	trans raft.Transport
-	wal   *raftwal.WAL // nil when in memory (closes its meta store too)
+	// stream is the TCP transport's stream layer (nil with Config.Transport).
+	stream *streamLayer
+	wal    *raftwal.WAL // nil when in memory (closes its meta store too)
 	// dirLock holds the wal directory's lock (datadir.Lock) while wal is open.
 	dirLock *os.File
 
@@ -383,7 +385,7 @@ func Open(cfg Config) (_ *Node, err error) {
 
 	n.trans = cfg.Transport
 	if n.trans == nil {
-		n.trans, err = newTCPTransport(cfg.RaftAddr, cfg.Secret, cfg.TLS, cfg.ClusterVersion, logger)
+		n.trans, n.stream, err = newTCPTransport(cfg.RaftAddr, cfg.Secret, cfg.TLS, cfg.ClusterVersion, logger)
 		if err != nil {
 			n.closeStores()
 			return nil, fmt.Errorf("cluster: listen: %w", err)

@@ -22,14 +22,14 @@ import (
 // configuration every connection speaks TLS (see newStreamLayer); with a secret, every connection is
 // authenticated both ways first (see handshake), inside TLS if there is TLS.
 // version (nil: always 0) is the cluster version the node has applied: see streamLayer.version.
-func newTCPTransport(addr string, secret []byte, tlsConf *tls.Config, version func() int, logger hclogLogger) (raft.Transport, error) {
+func newTCPTransport(addr string, secret []byte, tlsConf *tls.Config, version func() int, logger hclogLogger) (raft.Transport, *streamLayer, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if a, ok := ln.Addr().(*net.TCPAddr); !ok || a.IP.IsUnspecified() {
 		ln.Close()
-		return nil, errors.New("cluster: RaftAddr must be an address peers can dial, not " + ln.Addr().String())
+		return nil, nil, errors.New("cluster: RaftAddr must be an address peers can dial, not " + ln.Addr().String())
 	}
 	s := newStreamLayer(ln, secret, tlsConf)
 	s.version, s.logger = version, logger
@@ -38,7 +38,7 @@ func newTCPTransport(addr string, secret []byte, tlsConf *tls.Config, version fu
 		MaxPool: 4,
 		Timeout: 10 * time.Second,
 		Logger:  logger,
-	}), nil
+	}), s, nil
 }
 
 // streamLayer is a raft.StreamLayer on TCP that tracks its connections.
@@ -65,6 +65,10 @@ type streamLayer struct {
 	mu sync.Mutex
 	// oldPeers counts the refused connections of old peers, by remote host; guarded by mu.
 	oldPeers map[string]*oldPeer
+	// refusedBy holds, by peer address, the cluster version at which the peer last closed this
+	// node's raftMagicVersioned handshake without answering (a build that does not know it: see
+	// PeerRefusesVersion); a dial that succeeds removes it. Guarded by mu.
+	refusedBy map[string]int
 	// conns are the open connections; guarded by mu.
 	conns map[*trackedConn]struct{}
 	// closed is set by Close; guarded by mu.
@@ -211,19 +215,22 @@ func (s *streamLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.
 		}
 	}
 	if s.key != nil {
+		magic := s.dialMagic()
 		err := raw.SetDeadline(time.Now().Add(handshakeTimeout))
 		if err == nil {
-			err = s.handshake(c, true)
+			err = s.handshake(c, true, magic)
 		}
 		if err != nil {
 			tc.Close()
-			if errors.Is(err, errRaftNoAnswer) && s.dialMagic() == raftMagic {
+			s.noteRefused(string(addr), magic, err)
+			if errors.Is(err, errRaftNoAnswer) && magic == raftMagic && s.version != nil {
 				err = &peerError{kind: errRaftAuth, msg: fmt.Sprintf("cluster: raft peer %s closed the connection without answering the handshake "+
 					"(it has applied a cluster version this node has not yet: it answers once the leader has caught this node up; "+
 					"or it speaks TLS on its raft port, and this node not)", addr)}
 			} else if errors.Is(err, errRaftNoAnswer) {
-				err = &peerError{kind: errRaftAuth, msg: fmt.Sprintf("cluster: raft peer %s closed the connection without answering the handshake "+
-					"(does it speak TLS on its raft port, and this node not?)", addr)}
+				err = &peerError{kind: errRaftOldPeer, msg: fmt.Sprintf("cluster: raft peer %s closed the connection without answering the handshake "+
+					"of cluster version %d (a build that cannot read the cluster's log, as the previous release; "+
+					"or it speaks TLS on its raft port, and this node not)", addr, s.refusedAt(string(addr)))}
 			}
 			return nil, err
 		}
@@ -232,6 +239,7 @@ func (s *streamLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.
 		tc.Close()
 		return nil, err
 	}
+	s.noteRefused(string(addr), "", nil)
 	return tc, nil
 }
 
@@ -253,7 +261,7 @@ func (s *streamLayer) secureAccepted(c *trackedConn) error {
 		}
 	}
 	if s.key != nil {
-		if err := s.handshake(c.Conn, false); err != nil {
+		if err := s.handshake(c.Conn, false, ""); err != nil {
 			if errors.Is(err, errRaftPeerTLS) {
 				err = &peerError{kind: errRaftPeerTLS, msg: fmt.Sprintf("cluster: raft peer %s speaks TLS on the raft port and this node does not "+
 					"(give every node a certificate, or none)", c.raw.RemoteAddr())}
@@ -362,9 +370,10 @@ func binding(c net.Conn) ([]byte, error) {
 	return st.ExportKeyingMaterial(bindingLabel, nil, 32)
 }
 
-// handshake authenticates c (as the dialer or the acceptor); the caller bounds it with a deadline.
+// handshake authenticates c (as the dialer, which starts with magic, or the acceptor); the caller
+// bounds it with a deadline.
 // On a TLS connection the MACs also cover the session's exported keying material (see binding).
-func (s *streamLayer) handshake(c net.Conn, dialer bool) error {
+func (s *streamLayer) handshake(c net.Conn, dialer bool, magic string) error {
 	bind, err := binding(c)
 	if err != nil {
 		return fmt.Errorf("cluster: raft handshake: %w", err)
@@ -372,7 +381,7 @@ func (s *streamLayer) handshake(c net.Conn, dialer bool) error {
 	var dn, an [nonceLen]byte
 	if dialer {
 		rand.Read(dn[:])
-		if _, err := c.Write(append([]byte(s.dialMagic()), dn[:]...)); err != nil {
+		if _, err := c.Write(append([]byte(magic), dn[:]...)); err != nil {
 			return err
 		}
 		var in [nonceLen + sha256.Size]byte
@@ -393,7 +402,7 @@ func (s *streamLayer) handshake(c net.Conn, dialer bool) error {
 	}
 	var in [len(raftMagic) + nonceLen]byte
 	n, err := io.ReadFull(c, in[:])
-	magic := string(in[:len(raftMagic)])
+	magic = string(in[:len(raftMagic)])
 	if err != nil || (magic != raftMagic && magic != raftMagicVersioned) {
 		if n >= 2 && in[0] == 0x16 && in[1] == 0x03 { // a TLS handshake record
 			return errRaftPeerTLS
@@ -484,3 +493,32 @@ func (s *streamLayer) refuseOld(addr net.Addr, v int) error {
 
 // maxOldPeers bounds the hosts whose refusals are counted (the counts start again beyond it).
 const maxOldPeers = 1024
+
+// noteRefused records the end of a dial to addr that started with magic: err nil (it succeeded)
+// forgets addr; errRaftNoAnswer to raftMagicVersioned records the version dialed at.
+func (s *streamLayer) noteRefused(addr, magic string, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err == nil {
+		delete(s.refusedBy, addr)
+		return
+	}
+	if magic != raftMagicVersioned || !errors.Is(err, errRaftNoAnswer) {
+		return
+	}
+	if s.refusedBy == nil {
+		s.refusedBy = map[string]int{}
+	}
+	if len(s.refusedBy) >= maxOldPeers {
+		clear(s.refusedBy)
+	}
+	s.refusedBy[addr] = max(s.versionNow(), versionFenced)
+}
+
+// refusedAt returns the cluster version at which the peer at addr last refused this node's handshake
+// (0: it did not, or a dial succeeded since).
+func (s *streamLayer) refusedAt(addr string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.refusedBy[addr]
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -207,5 +208,60 @@ func TestOldPeerNeverElected(t *testing.T) {
 		if time.Now().After(end) {
 			t.Fatal("O, dialing at version 3, was not elected within 15 s")
 		}
+	}
+}
+
+// A peer whose acceptor knows only raftMagic (the previous release: it closes the connection on any
+// other magic, unanswered) refuses a node at version 2 or more; the node records it, and a dial that
+// succeeds later forgets it.
+func TestRaftOldAcceptorRecorded(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	oldAnswer := make(chan string, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		var in [len(raftMagic) + nonceLen]byte
+		io.ReadFull(c, in[:])
+		oldAnswer <- string(in[:len(raftMagic)]) // not raftMagic: the previous release closes
+	}()
+	var va, vb atomic.Int64
+	va.Store(3)
+	a, b := versionLayer(t, &va), versionLayer(t, &vb)
+	addr := raft.ServerAddress(ln.Addr().String())
+	if _, err := a.Dial(addr, time.Second); !errors.Is(err, errRaftOldPeer) || !strings.Contains(err.Error(), "of cluster version 3 (a build that cannot read") {
+		t.Fatalf("Dial to an old acceptor: %v, want errRaftOldPeer", err)
+	}
+	if m := <-oldAnswer; m != raftMagicVersioned {
+		t.Fatalf("the dialer at version 3 said %q", m)
+	}
+	if v := a.refusedAt(string(addr)); v != 3 {
+		t.Fatalf("refusedAt = %d, want 3", v)
+	}
+	n := &Node{stream: a}
+	if why := n.PeerRefusesVersion(string(addr)); !strings.Contains(why, "cluster version 3") {
+		t.Fatalf("PeerRefusesVersion = %q", why)
+	}
+	// b answers; an old acceptor's refusal at b's address is forgotten by the dial that succeeds.
+	baddr := b.Addr().String()
+	a.noteRefused(baddr, raftMagicVersioned, errRaftNoAnswer)
+	got := accepted(b)
+	c, err := a.Dial(raft.ServerAddress(baddr), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Write([]byte("hello"))
+	io.ReadFull(c, make([]byte, 5))
+	c.Close()
+	<-got
+	if v := a.refusedAt(baddr); v != 0 {
+		t.Fatalf("refusedAt after a dial that succeeded = %d, want 0", v)
 	}
 }
