@@ -234,8 +234,11 @@ func (s *Server) openCluster() error {
 	}
 	cl.node, err = cluster.Open(cluster.Config{
 		ID: cc.ID, RaftAddr: cc.RaftAddr, ClientAddr: cc.ClientAddr, Dir: cc.Dir, Transport: cc.Transport, Secret: cc.Secret,
-		TLS:       raftTLS,
-		Bootstrap: cc.Bootstrap, Peers: peers, SM: smHook{cl},
+		TLS: raftTLS,
+		// The raft handshake refuses a peer that cannot read the version
+		// applied here (see cluster.Config.ClusterVersion).
+		ClusterVersion: func() int { return int(cl.versionNow.Load()) },
+		Bootstrap:      cc.Bootstrap, Peers: peers, SM: smHook{cl},
 		NextDeadline: func() (int64, bool) {
 			if hk := cc.testHooks; hk != nil && hk.holdTicks.Load() {
 				return 0, false

@@ -418,3 +418,18 @@ func (a *formats) staleNow(id string) string {
 	defer a.mu.Unlock()
 	return a.stale[id]
 }
+
+// peerStale returns why member p cannot read what the cluster writes ("":
+// nothing says so; on the leader only): fenced by fenceStale, or, while the
+// leader's heartbeats to it fail, refusing the raft handshake of the
+// cluster version (a build that does not know it: see
+// cluster.Config.ClusterVersion), which fences it as well.
+func (s *Server) peerStale(p cluster.Peer) string {
+	if why := s.cl.formats.staleNow(p.ID); why != "" {
+		return why
+	}
+	if p.Failing {
+		return s.cl.node.PeerRefusesVersion(p.Addr)
+	}
+	return ""
+}
