@@ -465,7 +465,7 @@ func readVersionFile(dir string) (int, error) {
 	}
 	v, err := strconv.Atoi(strings.TrimSpace(string(b)))
 	if err != nil || v < 0 {
-		return 0, fmt.Errorf("cluster version file %s: %q is not a version (remove the file: the node learns the version from the log again)",
+		return 0, fmt.Errorf("cluster version file %s: %q is not a version (write there the cluster version that mlock cluster status shows)",
 			filepath.Join(dir, versionFile), strings.TrimSpace(string(b)))
 	}
 	return v, nil
