@@ -159,6 +159,10 @@ type clusterState struct {
 	// every node writes. versionNow is the same, for the proposers.
 	version    int
 	versionNow atomic.Int64
+	// versionFloor is the highest cluster version this node's raft
+	// directory says it applied, in this run or an earlier one
+	// (versionFile): see raftVersion.
+	versionFloor atomic.Int64
 	// halted says why this node stopped applying the log ("": it did not;
 	// see halt).
 	halted textValue
@@ -204,6 +208,13 @@ func (s *Server) openCluster() error {
 		secret: sha256.Sum256(append([]byte("mlock cluster forward\x00"), cc.Secret...)),
 		conns:  make(map[string]*conn), version: logFormat1, cancels: make(chan cancelJob, maxCancelQueue)}
 	cl.versionNow.Store(logFormat1)
+	if cc.Dir != "" {
+		v, err := readVersionFile(cc.Dir)
+		if err != nil {
+			return fmt.Errorf("server: %w", err)
+		}
+		cl.versionFloor.Store(int64(v))
+	}
 	if cc.CAFile != "" {
 		pem, err := os.ReadFile(cc.CAFile)
 		if err != nil {
@@ -234,8 +245,11 @@ func (s *Server) openCluster() error {
 	}
 	cl.node, err = cluster.Open(cluster.Config{
 		ID: cc.ID, RaftAddr: cc.RaftAddr, ClientAddr: cc.ClientAddr, Dir: cc.Dir, Transport: cc.Transport, Secret: cc.Secret,
-		TLS:       raftTLS,
-		Bootstrap: cc.Bootstrap, Peers: peers, SM: smHook{cl},
+		TLS: raftTLS,
+		// The raft handshake refuses a peer that cannot read the version
+		// applied here (see cluster.Config.ClusterVersion).
+		ClusterVersion: cl.raftVersion,
+		Bootstrap:      cc.Bootstrap, Peers: peers, SM: smHook{cl},
 		NextDeadline: func() (int64, bool) {
 			if hk := cc.testHooks; hk != nil && hk.holdTicks.Load() {
 				return 0, false

@@ -226,6 +226,15 @@ func (s *Server) setVersionLocked(v int) {
 	cl.version = v
 	cl.versionNow.Store(int64(v))
 	s.log.Info("cluster: cluster version in force", "version", v, "this-build-reads", logFormat)
+	if int64(v) > cl.versionFloor.Load() && cl.cfg.Dir != "" {
+		// Kept for the raft handshake of this node's next start, before
+		// it has applied the log again (see raftVersion).
+		if err := writeVersionFile(cl.cfg.Dir, v); err != nil {
+			s.log.Warn("cluster: cannot keep the cluster version for the next start", "err", err)
+		} else {
+			cl.versionFloor.Store(int64(v))
+		}
+	}
 }
 
 // halt stops this node's state machine for good (until it restarts with a

@@ -23,7 +23,7 @@ func (s *Server) clusterStatus() *ClusterStatus {
 		if f, known := s.cl.memberFormat(p.ID); known {
 			n.LogFormat = f
 		}
-		n.Stale = s.cl.formats.staleNow(p.ID)
+		n.Stale = s.peerStale(p)
 		cs.Peers = append(cs.Peers, n)
 	}
 	return cs

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -417,4 +420,80 @@ func (a *formats) staleNow(id string) string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.stale[id]
+}
+
+// peerStale returns why member p cannot read what the cluster writes ("":
+// nothing says so; on the leader only): fenced by fenceStale, or, while the
+// leader's heartbeats to it fail, refusing the raft handshake of the
+// cluster version (a build that does not know it: see
+// cluster.Config.ClusterVersion), which fences it as well.
+func (s *Server) peerStale(p cluster.Peer) string {
+	if why := s.cl.formats.staleNow(p.ID); why != "" {
+		return why
+	}
+	if p.Failing {
+		return s.cl.node.PeerRefusesVersion(p.Addr)
+	}
+	return ""
+}
+
+// versionFile, in a node's raft directory, holds the highest cluster
+// version the node applied ("3\n"; written when it rises, fsynced). A node
+// restarted gets the version back from its snapshot, and from its log only
+// once a leader has told it what is committed: until then the raft
+// handshake (raftVersion) would take it for a node of a build that cannot
+// read the log, and a peer of that build for one of its own.
+const versionFile = "cluster-version"
+
+// raftVersion is the cluster version this node's raft handshake carries
+// (cluster.Config.ClusterVersion): the highest it applied, in this run or
+// an earlier one on its directory. At 2 or more, it refuses the raft
+// connections of a build that cannot read the log (v0.1.0), which can thus
+// never win its vote.
+func (cl *clusterState) raftVersion() int {
+	return int(max(cl.versionNow.Load(), cl.versionFloor.Load()))
+}
+
+// readVersionFile returns the version in dir's versionFile (0: none).
+func readVersionFile(dir string) (int, error) {
+	b, err := os.ReadFile(filepath.Join(dir, versionFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("cluster version file: %w", err)
+	}
+	v, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || v < 0 {
+		return 0, fmt.Errorf("cluster version file %s: %q is not a version (write there the cluster version that mlock cluster status shows)",
+			filepath.Join(dir, versionFile), strings.TrimSpace(string(b)))
+	}
+	return v, nil
+}
+
+// writeVersionFile replaces dir's versionFile with v, durably.
+func writeVersionFile(dir string, v int) error {
+	tmp := filepath.Join(dir, versionFile+".tmp")
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(strconv.Itoa(v) + "\n")
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, filepath.Join(dir, versionFile))
+	}
+	if err == nil {
+		var d *os.File
+		if d, err = os.Open(dir); err == nil {
+			err = d.Sync()
+			d.Close()
+		}
+	}
+	return err
 }

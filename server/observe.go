@@ -355,7 +355,7 @@ func (src obsSource) Snapshot(snap *observe.Snapshot) {
 		cs.LastContact = time.Since(heard)
 	}
 	for _, p := range st.Peers {
-		cs.Peers = append(cs.Peers, observe.Peer{ID: p.ID, Failing: p.Failing, Stale: s.cl.formats.staleNow(p.ID) != ""})
+		cs.Peers = append(cs.Peers, observe.Peer{ID: p.ID, Failing: p.Failing, Stale: s.peerStale(p) != ""})
 	}
 	snap.Cluster = cs
 }

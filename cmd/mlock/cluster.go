@@ -278,7 +278,7 @@ func printClusterStatus(w io.Writer, views []nodeView, leader *nodeView) {
 	if leader != nil {
 		for _, p := range leader.Status.Peers {
 			if p.Stale != "" {
-				fmt.Fprintf(w, "%s is stale: %s (the leader refuses its commands; it is a nonvoter until it runs a build that reads the cluster version)\n", p.ID, p.Stale)
+				fmt.Fprintf(w, "%s is stale: %s (the cluster refuses its raft connections and commands: it is sent no log and never elected until it runs a build that reads the cluster version)\n", p.ID, p.Stale)
 			}
 		}
 	}

@@ -87,6 +87,13 @@ type Config struct {
 	// node needs it or none: a node with TLS and one without cannot talk, and each logs why. Ignored
 	// with Transport. The Node uses a copy.
 	TLS *tls.Config
+	// ClusterVersion returns the cluster version this node has applied (the state machine's; nil:
+	// 0). With a Secret, the TCP transport's handshake carries it: once it is 2 or more this node
+	// dials its peers saying so, and refuses a peer that does not (a build that cannot read the
+	// cluster's log, as the previous release, or this build before it has applied that version):
+	// such a peer's vote requests never reach it, so it can never be elected. Called at each dial and
+	// accept; it must not block. Ignored with Transport.
+	ClusterVersion func() int
 
 	// Bootstrap creates a new cluster from Peers (all voters; empty: this node alone) when Dir holds no
 	// raft state yet; it is ignored when the node has state. Every node listed may be bootstrapped with
@@ -222,7 +229,9 @@ type Node struct {
 	raft  *raft.Raft
 	fsm   *fsm
 	trans raft.Transport
-	wal   *raftwal.WAL // nil when in memory (closes its meta store too)
+	// stream is the TCP transport's stream layer (nil with Config.Transport).
+	stream *streamLayer
+	wal    *raftwal.WAL // nil when in memory (closes its meta store too)
 	// dirLock holds the wal directory's lock (datadir.Lock) while wal is open.
 	dirLock *os.File
 
@@ -376,7 +385,7 @@ func Open(cfg Config) (_ *Node, err error) {
 
 	n.trans = cfg.Transport
 	if n.trans == nil {
-		n.trans, err = newTCPTransport(cfg.RaftAddr, cfg.Secret, cfg.TLS, logger)
+		n.trans, n.stream, err = newTCPTransport(cfg.RaftAddr, cfg.Secret, cfg.TLS, cfg.ClusterVersion, logger)
 		if err != nil {
 			n.closeStores()
 			return nil, fmt.Errorf("cluster: listen: %w", err)

@@ -21,22 +21,24 @@ import (
 // connections to the peers, which keeps their handler goroutines alive after Close). With a TLS
 // configuration every connection speaks TLS (see newStreamLayer); with a secret, every connection is
 // authenticated both ways first (see handshake), inside TLS if there is TLS.
-func newTCPTransport(addr string, secret []byte, tlsConf *tls.Config, logger hclogLogger) (raft.Transport, error) {
+// version (nil: always 0) is the cluster version the node has applied: see streamLayer.version.
+func newTCPTransport(addr string, secret []byte, tlsConf *tls.Config, version func() int, logger hclogLogger) (raft.Transport, *streamLayer, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if a, ok := ln.Addr().(*net.TCPAddr); !ok || a.IP.IsUnspecified() {
 		ln.Close()
-		return nil, errors.New("cluster: RaftAddr must be an address peers can dial, not " + ln.Addr().String())
+		return nil, nil, errors.New("cluster: RaftAddr must be an address peers can dial, not " + ln.Addr().String())
 	}
 	s := newStreamLayer(ln, secret, tlsConf)
+	s.version, s.logger = version, logger
 	return raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream:  s,
 		MaxPool: 4,
 		Timeout: 10 * time.Second,
 		Logger:  logger,
-	}), nil
+	}), s, nil
 }
 
 // streamLayer is a raft.StreamLayer on TCP that tracks its connections.
@@ -51,7 +53,22 @@ type streamLayer struct {
 	// once, a connection beyond that is closed (a peer's own connections are few, and pooled).
 	handshakes chan struct{}
 
+	// version returns the cluster version this node has applied (nil: 0). With a key, a dialer says
+	// raftMagicVersioned once it is versionFenced or more, else raftMagic; an acceptor at
+	// versionFenced or more refuses a peer that says raftMagic: a build that cannot read the cluster's
+	// log (the previous release, which cannot be changed, says raftMagic and refuses
+	// raftMagicVersioned), so its vote requests never reach this node, nor this node's RPCs it.
+	version func() int
+	// logger logs the refusals of old peers (nil: not logged).
+	logger hclogLogger
+
 	mu sync.Mutex
+	// oldPeers counts the refused connections of old peers, by remote host; guarded by mu.
+	oldPeers map[string]*oldPeer
+	// refusedBy holds, by peer address, the cluster version at which the peer last closed this
+	// node's raftMagicVersioned handshake without answering (a build that does not know it: see
+	// PeerRefusesVersion); a dial that succeeds removes it. Guarded by mu.
+	refusedBy map[string]int
 	// conns are the open connections; guarded by mu.
 	conns map[*trackedConn]struct{}
 	// closed is set by Close; guarded by mu.
@@ -198,15 +215,22 @@ func (s *streamLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.
 		}
 	}
 	if s.key != nil {
+		magic := s.dialMagic()
 		err := raw.SetDeadline(time.Now().Add(handshakeTimeout))
 		if err == nil {
-			err = s.handshake(c, true)
+			err = s.handshake(c, true, magic)
 		}
 		if err != nil {
 			tc.Close()
-			if errors.Is(err, errRaftNoAnswer) {
+			s.noteRefused(string(addr), magic, err)
+			if errors.Is(err, errRaftNoAnswer) && magic == raftMagic && s.version != nil {
 				err = &peerError{kind: errRaftAuth, msg: fmt.Sprintf("cluster: raft peer %s closed the connection without answering the handshake "+
-					"(does it speak TLS on its raft port, and this node not?)", addr)}
+					"(it has applied a cluster version this node has not yet: it answers once the leader has caught this node up; "+
+					"or it speaks TLS on its raft port, and this node not)", addr)}
+			} else if errors.Is(err, errRaftNoAnswer) {
+				err = &peerError{kind: errRaftOldPeer, msg: fmt.Sprintf("cluster: raft peer %s closed the connection without answering the handshake "+
+					"of cluster version %d (a build that cannot read the cluster's log, as the previous release; "+
+					"or it speaks TLS on its raft port, and this node not)", addr, s.refusedAt(string(addr)))}
 			}
 			return nil, err
 		}
@@ -215,6 +239,7 @@ func (s *streamLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.
 		tc.Close()
 		return nil, err
 	}
+	s.noteRefused(string(addr), "", nil)
 	return tc, nil
 }
 
@@ -236,7 +261,7 @@ func (s *streamLayer) secureAccepted(c *trackedConn) error {
 		}
 	}
 	if s.key != nil {
-		if err := s.handshake(c.Conn, false); err != nil {
+		if err := s.handshake(c.Conn, false, ""); err != nil {
 			if errors.Is(err, errRaftPeerTLS) {
 				err = &peerError{kind: errRaftPeerTLS, msg: fmt.Sprintf("cluster: raft peer %s speaks TLS on the raft port and this node does not "+
 					"(give every node a certificate, or none)", c.raw.RemoteAddr())}
@@ -284,7 +309,13 @@ func (s *streamLayer) Addr() net.Addr { return s.ln.Addr() }
 // nodes have certificates, encrypts the stream (the handshake then runs inside it): see
 // docs/cluster.md.
 const (
-	raftMagic        = "MLRAFT1\n"
+	raftMagic = "MLRAFT1\n"
+	// raftMagicVersioned starts the handshake of a node of a build that knows the cluster version,
+	// once it has applied versionFenced or more (the previous release's acceptor refuses it).
+	raftMagicVersioned = "MLRAFT3\n"
+	// versionFenced is the lowest cluster version whose log the previous release cannot read (it
+	// skips what it cannot decode and would serve a diverged state).
+	versionFenced    = 2
 	nonceLen         = 32
 	handshakeTimeout = 5 * time.Second
 	// maxHandshakes bounds the accepted connections in their handshake at once (TLS costs the
@@ -299,6 +330,9 @@ var (
 	errRaftPeerTLS = errors.New("cluster: the raft peer speaks TLS and this node does not")
 	// errRaftNoAnswer: the dialer's peer closed the connection without answering (Dial explains).
 	errRaftNoAnswer = errors.New("cluster: the raft peer did not answer the handshake")
+	// errRaftOldPeer: the acceptor is at a cluster version the peer's build cannot read (it said
+	// raftMagic).
+	errRaftOldPeer = errors.New("cluster: a raft peer of a build that cannot read the cluster's log")
 )
 
 // peerError is a failed handshake with a peer, explained: its message, and the error it matches
@@ -336,9 +370,10 @@ func binding(c net.Conn) ([]byte, error) {
 	return st.ExportKeyingMaterial(bindingLabel, nil, 32)
 }
 
-// handshake authenticates c (as the dialer or the acceptor); the caller bounds it with a deadline.
+// handshake authenticates c (as the dialer, which starts with magic, or the acceptor); the caller
+// bounds it with a deadline.
 // On a TLS connection the MACs also cover the session's exported keying material (see binding).
-func (s *streamLayer) handshake(c net.Conn, dialer bool) error {
+func (s *streamLayer) handshake(c net.Conn, dialer bool, magic string) error {
 	bind, err := binding(c)
 	if err != nil {
 		return fmt.Errorf("cluster: raft handshake: %w", err)
@@ -346,7 +381,7 @@ func (s *streamLayer) handshake(c net.Conn, dialer bool) error {
 	var dn, an [nonceLen]byte
 	if dialer {
 		rand.Read(dn[:])
-		if _, err := c.Write(append([]byte(raftMagic), dn[:]...)); err != nil {
+		if _, err := c.Write(append([]byte(magic), dn[:]...)); err != nil {
 			return err
 		}
 		var in [nonceLen + sha256.Size]byte
@@ -366,11 +401,17 @@ func (s *streamLayer) handshake(c net.Conn, dialer bool) error {
 		return nil
 	}
 	var in [len(raftMagic) + nonceLen]byte
-	if n, err := io.ReadFull(c, in[:]); err != nil || string(in[:len(raftMagic)]) != raftMagic {
+	n, err := io.ReadFull(c, in[:])
+	magic = string(in[:len(raftMagic)])
+	if err != nil || (magic != raftMagic && magic != raftMagicVersioned) {
 		if n >= 2 && in[0] == 0x16 && in[1] == 0x03 { // a TLS handshake record
 			return errRaftPeerTLS
 		}
 		return errRaftAuth
+	}
+	if v := s.versionNow(); magic == raftMagic && v >= versionFenced {
+		// Refused before the MACs: an old peer is refused whatever it knows, and says nothing more.
+		return s.refuseOld(c.RemoteAddr(), v)
 	}
 	copy(dn[:], in[len(raftMagic):])
 	rand.Read(an[:])
@@ -387,4 +428,97 @@ func (s *streamLayer) handshake(c net.Conn, dialer bool) error {
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// versionNow is the cluster version this node has applied (0 without a version func).
+func (s *streamLayer) versionNow() int {
+	if s.version == nil {
+		return 0
+	}
+	return s.version()
+}
+
+// dialMagic is what this node's handshake starts with: raftMagicVersioned once it has applied
+// versionFenced, else raftMagic (a node that has not applied it yet, restarted or new, is accepted
+// only by peers that have not either, and by any once a leader has caught it up).
+func (s *streamLayer) dialMagic() string {
+	if s.versionNow() >= versionFenced {
+		return raftMagicVersioned
+	}
+	return raftMagic
+}
+
+// oldPeer counts the refused connections of one remote host.
+type oldPeer struct {
+	n      uint64
+	logged time.Time // when the last refusal was logged
+}
+
+// oldPeerLogEvery is how often the refusals of one host are logged again (with their count).
+const oldPeerLogEvery = time.Minute
+
+// refuseOld records the refusal of an old peer's connection from addr at cluster version v, logs the
+// first of each host and then one a minute with the count, and returns the error that closes it.
+func (s *streamLayer) refuseOld(addr net.Addr, v int) error {
+	host := addr.String()
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	now := time.Now()
+	s.mu.Lock()
+	if s.oldPeers == nil {
+		s.oldPeers = map[string]*oldPeer{}
+	}
+	p := s.oldPeers[host]
+	if p == nil {
+		if len(s.oldPeers) >= maxOldPeers {
+			clear(s.oldPeers)
+		}
+		p = &oldPeer{}
+		s.oldPeers[host] = p
+	}
+	p.n++
+	n, log := p.n, p.logged.IsZero() || now.Sub(p.logged) >= oldPeerLogEvery
+	if log {
+		p.logged = now
+	}
+	s.mu.Unlock()
+	if log && s.logger != nil {
+		s.logger.Warn("cluster: a raft peer of a build that cannot read the cluster's log: its connection is refused",
+			"peer", addr.String(), "cluster-version", v, "refused", n)
+	}
+	return &peerError{kind: errRaftOldPeer, msg: fmt.Sprintf("cluster: raft connection from %s refused: a raft peer of a build "+
+		"that cannot read the cluster's log (version %d), or of this build before it has applied it", addr, v)}
+}
+
+// maxOldPeers bounds the hosts whose refusals are counted (the counts start again beyond it).
+const maxOldPeers = 1024
+
+// noteRefused records the end of a dial to addr that started with magic: err nil (it succeeded)
+// forgets addr; errRaftNoAnswer to raftMagicVersioned records the version dialed at.
+func (s *streamLayer) noteRefused(addr, magic string, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err == nil {
+		delete(s.refusedBy, addr)
+		return
+	}
+	if magic != raftMagicVersioned || !errors.Is(err, errRaftNoAnswer) {
+		return
+	}
+	if s.refusedBy == nil {
+		s.refusedBy = map[string]int{}
+	}
+	if len(s.refusedBy) >= maxOldPeers {
+		clear(s.refusedBy)
+	}
+	s.refusedBy[addr] = max(s.versionNow(), versionFenced)
+}
+
+// refusedAt returns the cluster version at which the peer at addr last refused this node's handshake
+// (0: it did not, or a dial succeeded since).
+func (s *streamLayer) refusedAt(addr string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.refusedBy[addr]
 }
