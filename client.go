@@ -499,7 +499,8 @@ func (c *Client) Renew(ctx context.Context, owner string, resources []string, tt
 }
 
 // Ping checks the server (of a cluster: the node connected to; see
-// Client.Node). A connection error is retried once.
+// Client.Node). A connection error is retried up to twice, each after a
+// reconnect.
 func (c *Client) Ping(ctx context.Context) error {
 	if _, err := c.s.retry(ctx, c, &protocol.Words{V: protocol.VerbPing}); err != nil {
 		return err
@@ -508,8 +509,8 @@ func (c *Client) Ping(ctx context.Context) error {
 }
 
 // Status returns the status of the server (of a cluster: of the node that
-// answered, named by Status.AnsweredBy). A connection error is retried
-// once.
+// answered, named by Status.AnsweredBy). A connection error is retried up
+// to twice.
 func (c *Client) Status(ctx context.Context) (*Status, error) {
 	r, err := c.s.retry(ctx, c, &protocol.Words{V: protocol.VerbStatus})
 	if err != nil {
@@ -529,7 +530,7 @@ func (c *Client) Status(ctx context.Context) (*Status, error) {
 // is more (see LocksPage). A server with authentication shows a principal
 // that does not administer only the resources it may lock, and other
 // principals' entries without owner, session, lock or token. A connection
-// error is retried once.
+// error is retried up to twice.
 func (c *Client) Locks(ctx context.Context, prefix string) (*Locks, error) {
 	return c.LocksPage(ctx, prefix, 0, "")
 }
@@ -542,7 +543,7 @@ const noPrefix = "|"
 // the server allows) whose names, after the prefix, sort after the resource
 // after ("": from the first). When there are more, the answer's Next is
 // set: pass it as after to get the next page. A connection error is
-// retried once.
+// retried up to twice.
 func (c *Client) LocksPage(ctx context.Context, prefix string, limit int, after string) (*Locks, error) {
 	prefix = c.opts.Prefix + prefix
 	switch {

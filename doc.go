@@ -78,8 +78,8 @@
 // survive an outage shorter than the server's grace period (15 s by
 // default), and waiting locks are still granted. Calls in flight when the
 // connection drops fail at once with an Error of Type connection; Ping,
-// Status, Locks, Extend and Unlock are retried once after the reconnect
-// (they are idempotent), Release and ReleaseAll are not. Lock and TryLock
+// Status, Locks, Extend and Unlock are retried up to twice, each after a
+// reconnect (they are idempotent; a failover may take two connections), Release and ReleaseAll are not. Lock and TryLock
 // are asked again on the next connection, with what is left of their
 // timeout, when a node takes the session (another node of a cluster, or
 // the same server reached again); a Lock keeps waiting across failed rounds

@@ -131,8 +131,8 @@ func (l *Lock) Err() error {
 // when the extend was sent. If the lock is gone it returns an Error of Type
 // lost and the lock counts as lost; so it does if the lock was lost while
 // the extend was on its way (its Deadline passed first), whatever the server
-// answered. A connection error is retried once
-// after a reconnect: extending twice is harmless.
+// answered. A connection error is retried up to twice, each after a
+// reconnect: extending twice is harmless.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) (time.Time, error) {
 	if ttl < 0 || ttl%time.Millisecond != 0 {
 		return time.Time{}, &Error{Type: TypeRequest, Msg: "ttl should be whole milliseconds > 0"}
@@ -142,12 +142,12 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) (time.Time, error)
 
 // Unlock releases the lock. Unlocking twice is not an error. If the server
 // no longer had the lock (it expired) Unlock returns an Error of Type lost.
-// A connection error is retried once after a reconnect; if the lock is gone
-// then while its Deadline has not passed, the first unlock (whose answer was
-// lost) freed it, and Unlock succeeds. If the retry fails on the
-// connection too (a failover that takes two connections), Unlock returns
-// that Error of Type connection, and the session releases the lock when it
-// is connected again (or the lease ends it).
+// A connection error is retried up to twice, each after a reconnect; if
+// the lock is gone then while its Deadline has not passed, an earlier
+// unlock (whose answer was lost) freed it, and Unlock succeeds. If every
+// try fails on the connection, Unlock returns that Error of Type
+// connection, and the session releases the lock when it is connected again
+// (or the lease ends it).
 func (l *Lock) Unlock(ctx context.Context) error { return l.s.unlock(ctx, l) }
 
 // ---- state changes, by the session, under s.mu ----

@@ -733,7 +733,7 @@ func (s *session) unlock(ctx context.Context, l *Lock) error {
 	unlock := &protocol.IDArgs{ID: id}
 	_, err := s.roundTrip(ctx, l.c, nil, unlock)
 	retried := false
-	if err != nil && err.Type == TypeConnection && err.Err != ErrClosed && ctx.Err() == nil {
+	for i := 0; i < connRetries && retryable(ctx, err); i++ {
 		// Its outcome is unknown: asked again once the connection is back.
 		retried = true
 		_, err = s.roundTrip(ctx, l.c, nil, unlock)
@@ -769,11 +769,22 @@ func (s *session) unlock(ctx context.Context, l *Lock) error {
 	return nil
 }
 
+// connRetries is how many times an idempotent command whose connection
+// failed is asked again, each after the connection is back: a failover may
+// take two connections (the stopped node's, then one to a node that is
+// still catching up, or is stopped in turn).
+const connRetries = 2
+
+// retryable reports whether err, a failed round trip's, is asked again.
+func retryable(ctx context.Context, err *Error) bool {
+	return err != nil && err.Type == TypeConnection && err.Err != ErrClosed && ctx.Err() == nil
+}
+
 // retry is roundTrip for idempotent commands: a connection error is retried
-// once, after the connection is back.
+// up to connRetries times, each after the connection is back.
 func (s *session) retry(ctx context.Context, c *Client, cmd protocol.Command) (reply, *Error) {
 	r, err := s.roundTrip(ctx, c, nil, cmd)
-	if err != nil && err.Type == TypeConnection && err.Err != ErrClosed && ctx.Err() == nil {
+	for i := 0; i < connRetries && retryable(ctx, err); i++ {
 		r, err = s.roundTrip(ctx, c, nil, cmd)
 	}
 	return r, err
