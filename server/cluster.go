@@ -187,20 +187,8 @@ func (t *textValue) Store(s string) { t.v.Store(s) }
 // openCluster opens the node; it runs in New, before the server is shared.
 func (s *Server) openCluster() error {
 	cc := *s.cfg.Cluster
-	if cc.ID == "" {
-		return errors.New("server: Cluster.ID is required")
-	}
-	if len(cc.Secret) < 16 {
-		return errors.New("server: Cluster.Secret must have at least 16 bytes")
-	}
-	if cc.ClientAddr == "" {
-		cc.ClientAddr = s.cfg.Addr
-	}
-	if host, _, err := net.SplitHostPort(cc.ClientAddr); err != nil || host == "" || isUnspecified(host) {
-		// The other nodes forward to it, and clients are told it: a
-		// wildcard would send them to their own machine.
-		return fmt.Errorf("server: the cluster client address %q (--cluster-advertise; default: the listen address) "+
-			"must be one the other nodes can dial, not a wildcard", cc.ClientAddr)
+	if err := checkCluster(&cc, s.cfg.Addr); err != nil {
+		return err
 	}
 	var rnd [6]byte
 	_, _ = crand.Read(rnd[:])
@@ -292,6 +280,27 @@ func (s *Server) openCluster() error {
 	if cc.Join != "" {
 		cl.bg.Add(1)
 		go s.joinCluster()
+	}
+	return nil
+}
+
+// checkCluster checks the cluster settings cc that openCluster needs and
+// sets the client address to addr (the listen address) when it is empty.
+func checkCluster(cc *ClusterConfig, addr string) error {
+	if cc.ID == "" {
+		return errors.New("server: Cluster.ID is required")
+	}
+	if len(cc.Secret) < 16 {
+		return errors.New("server: Cluster.Secret must have at least 16 bytes")
+	}
+	if cc.ClientAddr == "" {
+		cc.ClientAddr = addr
+	}
+	if host, _, err := net.SplitHostPort(cc.ClientAddr); err != nil || host == "" || isUnspecified(host) {
+		// The other nodes forward to it, and clients are told it: a
+		// wildcard would send them to their own machine.
+		return fmt.Errorf("server: the cluster client address %q (--cluster-advertise; default: the listen address) "+
+			"must be one the other nodes can dial, not a wildcard", cc.ClientAddr)
 	}
 	return nil
 }

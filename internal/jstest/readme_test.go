@@ -12,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
+	"github.com/mlock-dev/mlock/internal/pgtest"
 	"github.com/mlock-dev/mlock/internal/proctest"
 	"github.com/mlock-dev/mlock/internal/testenv"
 )
@@ -102,12 +105,14 @@ func TestReadmeSnippets(t *testing.T) {
 		}
 		return p
 	}
+	var extraEnv []string // for the next run
 	run := func(name string, file string, want ...string) {
 		t.Helper()
+		defer func() { extraEnv = nil }()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		cmd := exec.CommandContext(ctx, node, file)
-		cmd.Dir, cmd.Env = dir, proctest.CleanEnv() // no MLOCK_URL of the caller's
+		cmd.Dir, cmd.Env = dir, append(proctest.CleanEnv(), extraEnv...) // no MLOCK_URL of the caller's
 
 		cmd.WaitDelay = 5 * time.Second
 		out, err := cmd.CombinedOutput()
@@ -163,6 +168,32 @@ async function runReport({ signal }: { signal: AbortSignal }) { return signal.ab
 	tsc("js/README.md, quick start and what is new", src)
 	run("js/README.md, quick start and what is new", filepath.Join(dir, "whatsnew.mjs"),
 		"order processed", "stock written with fence", "report total 42 tried true")
+
+	// js/README.md: the fenced write, against a real PostgreSQL
+	// (internal/pgtest) whose stock table the test makes first.
+	if pgtest.Found() || testenv.Strict() {
+		pg := pgtest.Start(t, "the README's fenced-write snippet runs against PostgreSQL")
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, pg.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close(context.Background())
+		if _, err := conn.Exec(ctx, "CREATE TABLE stock (sku text PRIMARY KEY, qty int NOT NULL); INSERT INTO stock VALUES ('1001', 3)"); err != nil {
+			t.Fatal(err)
+		}
+		extraEnv = []string{"DATABASE_URL=" + pg.URL}
+		run("js/README.md, fenced write", write("fenced.mjs", rewrite.Replace(mdBlock(t, jsReadme, "## What is new", "js", 0))))
+		var qty int
+		if err := conn.QueryRow(ctx, "SELECT qty FROM stock WHERE sku = '1001'").Scan(&qty); err != nil || qty != 2 {
+			t.Errorf("js/README.md, fenced write: stock %d (%v), want 2", qty, err)
+		}
+		var token int64
+		if err := conn.QueryRow(ctx, "SELECT token FROM mlock_fence WHERE resource = 'product:1001'").Scan(&token); err != nil || token <= 0 {
+			t.Errorf("js/README.md, fenced write: the fence recorded token %d (%v), want the lock's", token, err)
+		}
+	}
 
 	// js/README.md: the medusa-config snippet, imported as Medusa does.
 	cfg := write("medusa-config.mts", rewrite.Replace(mdBlock(t, jsReadme, "## Medusa: `locking-mlock`", "ts", 0)))
