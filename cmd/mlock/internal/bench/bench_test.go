@@ -237,7 +237,7 @@ func TestOpenRedisTargets(t *testing.T) {
 		defer closeT()
 		targets = append(targets, tg)
 	}
-	cfg := Config{Scenario: "uncontended", Workers: 2, Duration: 200 * time.Millisecond, Round: 100 * time.Millisecond}
+	cfg := Config{Scenario: "uncontended", Workers: 2, Duration: 30 * time.Second, Count: 40, Round: 100 * time.Millisecond} // ended by a count
 	res, err := Run(ctx, cfg, targets...)
 	if err != nil {
 		t.Fatal(err)
@@ -295,7 +295,9 @@ func TestOpenEtcdTarget(t *testing.T) {
 		if sc == "readheavy" {
 			continue // shared locks: etcd has no read/write lock target (see OpenRW)
 		}
-		cfg := Config{Scenario: sc, Workers: 4, Duration: 300 * time.Millisecond, Round: 150 * time.Millisecond}
+		// Ended by a count (a bound of seconds behind it): a busy machine's
+		// etcd may take longer than a short run for its first operation.
+		cfg := Config{Scenario: sc, Workers: 4, Duration: 30 * time.Second, Count: 40, Round: 150 * time.Millisecond}
 		res, err := Run(ctx, cfg, tg)
 		if err != nil {
 			t.Fatal(err)
