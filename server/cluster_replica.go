@@ -224,17 +224,18 @@ func (s *Server) setVersionLocked(v int) {
 		return
 	}
 	cl.version = v
-	cl.versionNow.Store(int64(v))
-	s.log.Info("cluster: cluster version in force", "version", v, "this-build-reads", logFormat)
 	if int64(v) > cl.versionFloor.Load() && cl.cfg.Dir != "" {
 		// Kept for the raft handshake of this node's next start, before
-		// it has applied the log again (see raftVersion).
+		// it has applied the log again (see raftVersion); written before
+		// the version is in force here.
 		if err := writeVersionFile(cl.cfg.Dir, v); err != nil {
 			s.log.Warn("cluster: cannot keep the cluster version for the next start", "err", err)
 		} else {
 			cl.versionFloor.Store(int64(v))
 		}
 	}
+	cl.versionNow.Store(int64(v))
+	s.log.Info("cluster: cluster version in force", "version", v, "this-build-reads", logFormat)
 }
 
 // halt stops this node's state machine for good (until it restarts with a
