@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mlock-dev/mlock/internal/proctest"
 	"github.com/mlock-dev/mlock/internal/testcert"
 	"github.com/mlock-dev/mlock/server"
 	"github.com/mlock-dev/mlock/server/servertest"
@@ -25,8 +26,8 @@ func TestClusterStatusAfterRemove(t *testing.T) {
 	var client, raftAddr []string
 	var peers []server.ClusterPeer
 	for i := range n {
-		client = append(client, refusedAddr(t))
-		raftAddr = append(raftAddr, refusedAddr(t))
+		client = append(client, proctest.FreeAddr(t))
+		raftAddr = append(raftAddr, proctest.FreeAddr(t))
 		peers = append(peers, server.ClusterPeer{ID: ids[i], Addr: raftAddr[i]})
 	}
 	for i := range n {
@@ -120,8 +121,8 @@ func TestClusterStatusWithoutLeader(t *testing.T) {
 	var client, raftAddr []string
 	var peers []server.ClusterPeer
 	for i := range n {
-		client = append(client, refusedAddr(t))
-		raftAddr = append(raftAddr, refusedAddr(t))
+		client = append(client, proctest.FreeAddr(t))
+		raftAddr = append(raftAddr, proctest.FreeAddr(t))
 		peers = append(peers, server.ClusterPeer{ID: ids[i], Addr: raftAddr[i]})
 	}
 	stops := make([]func(), n)
