@@ -13,16 +13,21 @@ import (
 
 	"github.com/mlock-dev/mlock"
 	"github.com/mlock-dev/mlock/internal/lease"
+	"github.com/mlock-dev/mlock/internal/proctest"
 	"github.com/mlock-dev/mlock/internal/protocol"
 )
 
 // scriptedServer is a server whose answers the test writes: pings are
-// answered at once, every other command is passed to the test.
+// answered at once (or, with holdPongs, after the test's next write),
+// every other command is passed to the test.
 type scriptedServer struct {
 	addr string
 	cmds chan []string
 	mu   sync.Mutex
 	conn net.Conn
+
+	holdPongs bool   // guarded by mu: pongs wait for the test's next write
+	pongs     []byte // guarded by mu: the pongs held
 }
 
 func newScriptedServer(t *testing.T, graceMs string) *scriptedServer {
@@ -42,7 +47,7 @@ func newScriptedServer(t *testing.T, graceMs string) *scriptedServer {
 				return
 			}
 			if f[0] == "ping" {
-				ss.write(protocol.Append(nil, "result", f[1], "success", "pong"))
+				ss.pong(f[1])
 				continue
 			}
 			ss.cmds <- f
@@ -51,9 +56,23 @@ func newScriptedServer(t *testing.T, graceMs string) *scriptedServer {
 	return ss
 }
 
+// write writes b, then the pongs held.
 func (ss *scriptedServer) write(b []byte) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
+	ss.conn.Write(append(b, ss.pongs...))
+	ss.pongs = nil
+}
+
+// pong answers the ping of seq, now or after the test's next write.
+func (ss *scriptedServer) pong(seq string) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	b := protocol.Append(nil, "result", seq, "success", "pong")
+	if ss.holdPongs {
+		ss.pongs = append(ss.pongs, b...)
+		return
+	}
 	ss.conn.Write(b)
 }
 
@@ -88,6 +107,14 @@ func TestFakeClockSlowConfirmationsAreNotHandedOverShort(t *testing.T) {
 	f := ss.next(t, "lock")
 	id1 := strings.Repeat("1", 32)
 	ss.write(protocol.Append(nil, "result", f[1], "success", id1))
+	// The result must be read before the clock moves, and the pings the
+	// move sends answered only after the grant: either answer, read before
+	// the grant, would be the grant's base, and the grant would not be
+	// stale.
+	proctest.WaitFor(t, 10*time.Second, "the lock queued", func() bool { return c.KnownLocks() == 1 })
+	ss.mu.Lock()
+	ss.holdPongs = true
+	ss.mu.Unlock()
 	// The grant is pushed half a ttl later: it arrives stale.
 	fc.Advance(ttl / 2)
 	exp := func() string { return strconv.FormatInt(time.Now().Add(ttl).UnixMilli(), 10) }
