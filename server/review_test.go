@@ -213,21 +213,29 @@ func TestIdleTimeoutCountsFromTheLastFrame(t *testing.T) {
 // held up: here, by the core's lock) is not an idle connection.
 func TestIdleTimeoutReadsWhatCameWhileTheReaderWasHeldUp(t *testing.T) {
 	t.Parallel()
-	const idle = 400 * time.Millisecond
+	// Seconds: ping 1 must reach the server within it of the handshake on
+	// a busy machine. The core's lock is held past the idle deadline by
+	// this test, which waits for it to pass: no margin to miss.
+	const idle = 2 * time.Second
 	srv := start(t, Config{IdleTimeout: idle, StatusRate: -1})
 	c := connected(t, srv, "held-up")
-	time.Sleep(250 * time.Millisecond) // fixed: the test's input: the deadline moves at the next frame
-	held := make(chan struct{})
+	held, release := make(chan struct{}), make(chan struct{})
 	go srv.batch(func(*core.Tx) {
 		close(held)
-		time.Sleep(700 * time.Millisecond) // fixed: the test's input: the core's lock held past the idle deadline
+		<-release
 	})
 	<-held
-	c.send("ping 1")                   // read at once; its answer waits for the lock
-	time.Sleep(300 * time.Millisecond) // fixed: the test's input: within the idle timeout of ping 1
-	c.send("ping 2")                   // received while the reader waits for the lock
+	before := srv.reads.Load()
+	c.send("ping 1") // read at once; its answer waits for the lock
+	// The reader has read ping 1 (it counts a read before it waits for the
+	// lock): its idle deadline is at most idle from now.
+	proctest.WaitFor(t, 10*time.Second, "the server's read of ping 1", func() bool { return srv.reads.Load() > before })
+	c.send("ping 2") // received while the reader waits for the lock
+	// fixed: the test's input: the core's lock held past the idle deadline
+	time.Sleep(idle + 100*time.Millisecond)
+	close(release)
 	for _, want := range []string{"result 1 success pong", "result 2 success pong"} {
-		if p, err := c.next(3 * time.Second); err != nil || p != want {
+		if p, err := c.next(10 * time.Second); err != nil || p != want {
 			t.Fatalf("got %q, %v; want %q", p, err, want)
 		}
 	}
