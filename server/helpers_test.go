@@ -135,7 +135,10 @@ func (c *raw) next(wait time.Duration) (string, error) {
 
 func (c *raw) read() string {
 	c.t.Helper()
-	p, err := c.next(3 * time.Second)
+	// Seconds: a frame a test expects comes; the bound is only reached by
+	// a failing test (and a busy machine, under the race detector, takes
+	// over a second for a cluster's commit).
+	p, err := c.next(10 * time.Second)
 	if err != nil {
 		c.t.Fatalf("reading a frame: %v", err)
 	}
@@ -203,7 +206,7 @@ func (c *raw) quiet() {
 func (c *raw) closed() {
 	c.t.Helper()
 	for {
-		p, err := c.next(3 * time.Second)
+		p, err := c.next(10 * time.Second)
 		if err == io.EOF || (err != nil && strings.Contains(err.Error(), "reset")) {
 			return
 		}
