@@ -237,22 +237,26 @@ func TestClusterIdlePastTheBound(t *testing.T) {
 		cs = append(cs, c)
 	}
 	time.Sleep(1500 * time.Millisecond) // fixed: idle past the bound (1 s), the test's input
-	for i, c := range cs {
-		c.send("ping 2")
-		if p, err := c.next(5 * time.Second); err != nil || p != "result 2 success pong" {
-			t.Fatalf("connection %d (on the %s) after idling: %q, %v", i, []string{"leader", "follower"}[i%2], p, err)
+	// Each round asks every connection at once, then reads every answer:
+	// a connection asks its next only once its last is answered, and the
+	// twelve wait for the log together, not one after another.
+	round := func(n int, what string) {
+		t.Helper()
+		for _, c := range cs {
+			c.send(fmt.Sprintf("ping %d", n))
+		}
+		for i, c := range cs {
+			if p, err := c.next(10 * time.Second); err != nil || p != fmt.Sprintf("result %d success pong", n) {
+				t.Fatalf("connection %d (on the %s), ping %d %s: %q, %v", i, []string{"leader", "follower"}[i%2], n, what, p, err)
+			}
 		}
 	}
+	round(2, "after idling")
 	// A slow, steady client: more answered commands than may be on their
 	// way (maxInflight), the oldest far past its bound.
 	for n := 3; n < 3+2*maxInflight; n++ {
 		time.Sleep(150 * time.Millisecond) // fixed: the client's pace, the test's input
-		for i, c := range cs {
-			c.send(fmt.Sprintf("ping %d", n))
-			if p, err := c.next(5 * time.Second); err != nil || p != fmt.Sprintf("result %d success pong", n) {
-				t.Fatalf("connection %d (on the %s), ping %d: %q, %v", i, []string{"leader", "follower"}[i%2], n, p, err)
-			}
-		}
+		round(n, "at a steady pace")
 	}
 }
 
