@@ -419,11 +419,13 @@ func TestFormatsAnnounceDue(t *testing.T) {
 }
 
 // waitFormats waits until the leader l's status shows the log format each
-// member said it reads, as want.
+// member said it reads, as want (when l no longer leads, the node that
+// leads now).
 func (tc *testCluster) waitFormats(l int, want map[string]int) {
 	tc.t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	for {
+		l = tc.leaderNow(l) // the leadership may have moved on a busy machine
 		st := tc.nodes[l].ClusterStatus()
 		got := map[string]int{}
 		for _, p := range st.Peers {

@@ -12,13 +12,17 @@ import (
 	"time"
 
 	"github.com/mlock-dev/mlock/internal/cluster"
+	"github.com/mlock-dev/mlock/internal/proctest"
 )
 
 // waitPeer polls the leader l's view of member id until ok holds (15 s).
+// When l no longer leads (a busy machine starved a heartbeat and the
+// leadership moved), the view of the node that leads now is polled.
 func (tc *testCluster) waitPeer(l int, id, what string, ok func(ClusterNode) bool) ClusterNode {
 	tc.t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	for {
+		l = tc.leaderNow(l)
 		for _, p := range tc.nodes[l].ClusterStatus().Peers {
 			if p.ID == id && ok(p) {
 				return p
@@ -29,6 +33,28 @@ func (tc *testCluster) waitPeer(l int, id, what string, ok func(ClusterNode) boo
 		}
 		time.Sleep(10 * time.Millisecond) // polled: status has no event to wait on
 	}
+}
+
+// leaderNow returns l if node l runs and leads, else the node that leads
+// now (waited for, as leader does).
+func (tc *testCluster) leaderNow(l int) int {
+	tc.t.Helper()
+	if s := tc.nodes[l]; s != nil && s.cl.node.IsLeader() {
+		return l
+	}
+	return tc.leader()
+}
+
+// refusedAll is the count of forwarded commands refused as a stale
+// member's, on every running node: the one that leads may have changed.
+func (tc *testCluster) refusedAll() uint64 {
+	var n uint64
+	for _, s := range tc.nodes {
+		if s != nil {
+			n += s.cl.formats.refusedN.Load()
+		}
+	}
+	return n
 }
 
 // A member that reads a format below the cluster version (here a node that
@@ -48,13 +74,16 @@ func TestStaleMemberRefusedAndFenced(t *testing.T) {
 		return 0
 	}
 	tc := newTestClusterWith(t, 3, true, func(tc *testCluster) { tc.hooks.ownFormat = ownFormat })
+	// The leader is found at each step, not assumed: on a busy machine it
+	// may move (f, a follower when chosen, may lead after its restart).
 	l := tc.leader()
 	tc.waitFormats(l, map[string]int{"n0": logFormat, "n1": logFormat, "n2": logFormat})
 	for i := range 3 {
-		for tc.nodes[i].ClusterStatus().Version != logFormat {
-			time.Sleep(10 * time.Millisecond) // polled: status has no event to wait on
-		}
+		proctest.WaitFor(t, 15*time.Second, "the cluster version on n"+strconv.Itoa(i), func() bool {
+			return tc.nodes[i].ClusterStatus().Version == logFormat
+		})
 	}
+	l = tc.leader()
 	f := (l + 1) % 3
 	id := "n" + string(rune('0'+f))
 
@@ -65,10 +94,10 @@ func TestStaleMemberRefusedAndFenced(t *testing.T) {
 	tc.start(f)
 	r := tc.dial(f, "restarted")
 	r.expect("connected 1.0 new * **")
-	if n := tc.nodes[l].cl.formats.refusedN.Load(); n != 0 {
+	if n := tc.refusedAll(); n != 0 {
 		t.Fatalf("the leader refused %d forwarded commands of a node of this build restarted", n)
 	}
-	for _, p := range tc.nodes[l].ClusterStatus().Peers {
+	for _, p := range tc.nodes[tc.leader()].ClusterStatus().Peers {
 		if p.Stale != "" || p.Suffrage != "Voter" {
 			t.Fatalf("after a restart on this build: %+v", p)
 		}
@@ -80,16 +109,16 @@ func TestStaleMemberRefusedAndFenced(t *testing.T) {
 	tc.start(f)
 	want := map[string]int{"n0": logFormat, "n1": logFormat, "n2": logFormat}
 	want[id] = logFormat1
-	tc.waitFormats(l, want) // it said so: it is answered as this build is (v0.1.0 says nothing)
+	tc.waitFormats(tc.leader(), want) // it said so: it is answered as this build is (v0.1.0 says nothing)
 	c := tc.dial(f, "stale")
 	c.expect("error node cannot read the cluster log!")
-	p := tc.waitPeer(l, id, "a stale nonvoter", func(p ClusterNode) bool { return p.Stale != "" && p.Suffrage == "Nonvoter" })
+	p := tc.waitPeer(tc.leader(), id, "a stale nonvoter", func(p ClusterNode) bool { return p.Stale != "" && p.Suffrage == "Nonvoter" })
 	t.Logf("%s fenced: %s", id, p.Stale)
-	if n := tc.nodes[l].cl.formats.refusedN.Load(); n == 0 {
+	if n := tc.refusedAll(); n == 0 {
 		t.Error("the leader refused no forwarded command")
 	}
 	// The others serve meanwhile.
-	other := (l + 2) % 3
+	other := (f + 1) % 3
 	d := tc.dial(other, "healthy")
 	d.expect("connected 1.0 new * **")
 	lk := d.lock("1", "r 60000 0 0")
