@@ -74,7 +74,7 @@ func TestClusterGivenUpLockCancelled(t *testing.T) {
 // waitClusterVersion waits until every running node writes format v.
 func waitClusterVersion(t *testing.T, tc *testCluster, v int) {
 	t.Helper()
-	proctest.WaitFor(t, 10*time.Second, fmt.Sprintf("cluster version %d in force on every node", v), func() bool {
+	proctest.WaitFor(t, 30*time.Second, fmt.Sprintf("cluster version %d in force on every node", v), func() bool {
 		for _, s := range tc.nodes {
 			if s != nil && s.cl.writeFormat() < v {
 				return false

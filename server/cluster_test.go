@@ -204,7 +204,7 @@ func (tc *testCluster) stop(i int) {
 			tc.trans[j].Disconnect(tc.trans[i].LocalAddr())
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // seconds: a busy machine
 	defer cancel()
 	if err := srv.Shutdown(ctx); err != nil {
 		tc.t.Errorf("shutdown n%d: %v", i, err)
@@ -216,10 +216,11 @@ func (tc *testCluster) stop(i int) {
 }
 
 // leader waits for a ready leader among the running nodes and returns its
-// index.
+// index. The bound is 30 s: a busy machine, under the race detector, with
+// the package's other clusters beside, has taken over 10 s to elect one.
 func (tc *testCluster) leader() int {
 	tc.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		for i, s := range tc.nodes {
 			if s != nil && s.cl.node.IsLeader() {
@@ -237,7 +238,7 @@ func (tc *testCluster) leader() int {
 // included) in resource's queue.
 func (tc *testCluster) waitQueue(i int, resource string, n int) {
 	tc.t.Helper()
-	proctest.WaitFor(tc.t, 10*time.Second, fmt.Sprintf("%d entries of %s on node %d", n, resource, i), func() bool {
+	proctest.WaitFor(tc.t, 30*time.Second, fmt.Sprintf("%d entries of %s on node %d", n, resource, i), func() bool {
 		got := 0
 		tc.nodes[i].batch(func(tx *core.Tx) { got = tx.QueueLen(resource) })
 		return got == n
