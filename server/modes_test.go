@@ -17,15 +17,15 @@ func TestModesOverTCP(t *testing.T) {
 	srv := start(t, Config{})
 	c1, c2, c3 := connected(t, srv, "m1"), connected(t, srv, "m2"), connected(t, srv, "m3")
 
-	r1 := c1.lock("1", "cat 5000 0 0  s")
+	r1 := c1.lock("1", "cat 60000 0 0  s")
 	c1.locked(r1)
-	r2 := c2.lock("2", "cat 5000 0 0  s")
+	r2 := c2.lock("2", "cat 60000 0 0  s")
 	c2.locked(r2) // readers together
-	w := c3.lock("3", "cat 5000 0 0")
-	r3 := c1.lock("4", "cat 5000 0 0  s")
+	w := c3.lock("3", "cat 60000 0 0")
+	r3 := c1.lock("4", "cat 60000 0 0  s")
 	c3.quiet() // the writer waits for the readers
 	c1.quiet() // the reader behind it waits too: no barging
-	c2.send("trylock 5 cat 5000  s")
+	c2.send("trylock 5 cat 60000  s")
 	c2.expect("result 5 failed resource is locked! cat")
 
 	// The listing shows the modes, two holders and two waiters.
@@ -56,29 +56,29 @@ func TestModesOverTCP(t *testing.T) {
 	}
 
 	// A semaphore of 2: two holders, a third waits; another count is refused.
-	p1 := c1.lock("10", "pay|log 5000 0 0  1/2|s")
+	p1 := c1.lock("10", "pay|log 60000 0 0  1/2|s")
 	c1.locked(p1)
-	p2 := c2.lock("11", "pay 5000 0 0  1/2")
+	p2 := c2.lock("11", "pay 60000 0 0  1/2")
 	c2.locked(p2)
-	p3 := c3.lock("12", "pay 5000 0 0  1/2")
+	p3 := c3.lock("12", "pay 60000 0 0  1/2")
 	c3.quiet()
-	c3.send("lock 13 pay 5000 0 0  1/3")
+	c3.send("lock 13 pay 60000 0 0  1/3")
 	c3.expect("result 13 failed permits do not match! pay")
 	c2.send("unlock 14 " + p2)
 	c2.expect("result 14 success done")
 	c3.locked(p3)
 
 	// Malformed modes, and an owner's upgrade.
-	for i, args := range []string{"a|b 5000 0 0  s|s|s", "a 5000 0 0  r", "a|a 5000 0 0  s|x", "a 5000 0 0  0/2"} {
+	for i, args := range []string{"a|b 60000 0 0  s|s|s", "a 60000 0 0  r", "a|a 60000 0 0  s|x", "a 60000 0 0  0/2"} {
 		req := strconv.Itoa(20 + i)
 		c1.send("lock " + req + " " + args)
 		c1.expect("result " + req + " failed invalid mode!")
 	}
-	o := c1.lock("30", "doc 5000 0 0 w1 s")
+	o := c1.lock("30", "doc 60000 0 0 w1 s")
 	c1.locked(o)
-	c1.send("lock 31 doc 5000 0 0 w1 x")
+	c1.send("lock 31 doc 60000 0 0 w1 x")
 	c1.expect("result 31 failed lock mode can not change! doc")
-	c1.send("lock 32 doc 5000 0 0 w1 s")
+	c1.send("lock 32 doc 60000 0 0 w1 s")
 	c1.expect("result 32 success " + o) // re-entry in its mode
 }
 
@@ -125,13 +125,15 @@ func TestClusterModes(t *testing.T) {
 // writer waits for the grace.
 func TestModesWaitsAndRefusals(t *testing.T) {
 	t.Parallel()
-	srv := start(t, Config{SessionGrace: 2 * time.Second})
+	// Seconds, the grace and the writer's wait: this test sees that nothing
+	// comes before they end (a busy machine took over a second to look).
+	srv := start(t, Config{SessionGrace: 5 * time.Second})
 	c1, c2, c3 := connected(t, srv, "k1"), connected(t, srv, "k2"), connected(t, srv, "k3")
 
 	// Readers, a writer that times out, a reader behind it.
 	r1 := c1.lock("1", "doc 60000 0 0  s")
 	c1.locked(r1)
-	w := c2.lock("2", "doc 60000 1000 0")
+	w := c2.lock("2", "doc 60000 5000 0")
 	r2 := c3.lock("3", "doc 60000 0 0  s")
 	c3.quiet()
 	c2.expect("timeout " + w)

@@ -190,16 +190,18 @@ func TestReloadRevokes(t *testing.T) {
 // a whole idle timeout without a frame, not after half of one.
 func TestIdleTimeoutCountsFromTheLastFrame(t *testing.T) {
 	t.Parallel()
-	const idle = 400 * time.Millisecond
+	// Seconds: the ping comes well before the first idle deadline on a busy
+	// machine (with 400 ms it came after it once).
+	const idle = 2 * time.Second
 	srv := start(t, Config{IdleTimeout: idle, StatusRate: -1})
 	c := connected(t, srv, "c")
-	// A frame just before the deadline would move (half the timeout).
-	time.Sleep(idle/2 - 30*time.Millisecond) // fixed: the test's input: a frame just before the deadline would move
+	// A frame before the deadline would move (half the timeout).
+	time.Sleep(idle/2 - 300*time.Millisecond) // fixed: the test's input: a frame before the deadline would move
 	// The server reads the ping after this instant, so its last frame is
 	// no earlier: taken after the answer, the round trip would count.
 	last := time.Now()
 	c.ping("1")
-	p, err := c.next(2 * time.Second)
+	p, err := c.next(10 * time.Second)
 	if err != nil || p != "error idle timeout!" {
 		t.Fatalf("got %q, %v", p, err)
 	}

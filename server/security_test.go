@@ -430,7 +430,7 @@ func TestChangesFromAnotherSessionOfThePrincipal(t *testing.T) {
 	t.Run("extend with a shorter ttl from elsewhere", func(t *testing.T) {
 		a1, a2 := two(t, "extend")
 		w := connectAs(t, srv, "extend-w", "A", tk.a)
-		id := a1.lock("1", "a:e 700 0 0")
+		id := a1.lock("1", "a:e 3000 0 0") // seconds: the extends come well before it ends
 		exp, _ := a1.held(id)
 		wid := w.lock("1", "a:e 10000 0 0")
 		for i := range 3 {
@@ -448,7 +448,7 @@ func TestChangesFromAnotherSessionOfThePrincipal(t *testing.T) {
 	t.Run("renew and re-entry with a shorter ttl from elsewhere", func(t *testing.T) {
 		a1, a2 := two(t, "renew")
 		w := connectAs(t, srv, "renew-w", "A", tk.a)
-		id := a1.lock("1", "a:s 700 0 0 o1")
+		id := a1.lock("1", "a:s 3000 0 0 o1") // seconds: the re-entry comes well before it ends
 		exp, tok := a1.held(id)
 		wid := w.lock("1", "a:s 10000 0 0")
 		a2.send("renew 2 o1 a:s 1")

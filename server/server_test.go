@@ -793,9 +793,9 @@ func TestExtendFailedCountCountsEveryFailedExtend(t *testing.T) {
 	t.Parallel()
 	srv := start(t, Config{})
 	c := connected(t, srv, "p1")
-	h := c.lock("l1", "x:held 5000 0 0")
+	h := c.lock("l1", "x:held 60000 0 0")
 	c.locked(h)
-	w := c.lock("l2", "x:held 5000 0 0") // waits behind h
+	w := c.lock("l2", "x:held 60000 0 0") // waits behind h
 	failedExtends := func(req string) uint64 {
 		t.Helper()
 		c.send("status " + req)
