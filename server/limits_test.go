@@ -18,7 +18,7 @@ import (
 // dialFrom connects to srv from the loopback address ip (127.0.0.x).
 func dialFrom(t testing.TB, addr, ip string) *raw {
 	t.Helper()
-	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}, Timeout: 2 * time.Second}
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}, Timeout: 10 * time.Second}
 	nc, err := d.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)

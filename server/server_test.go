@@ -757,7 +757,7 @@ func TestShutdownEndsAStuckInlineFlush(t *testing.T) {
 	// Wait until the reader's flush stays blocked on the client that does
 	// not read.
 	stuck := 0
-	for deadline := time.Now().Add(10 * time.Second); stuck < 3; {
+	for deadline := time.Now().Add(30 * time.Second); stuck < 3; {
 		var c *conn
 		srv.core().Batch(func(*core.Tx) {
 			if sess := srv.sessions["stuck"]; sess != nil {

@@ -296,7 +296,7 @@ func TestGoClientOverTLS(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer c.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // seconds: a busy machine
 		defer cancel()
 		l, err := c.Lock(ctx, allowed, &mlock.LockOptions{TTL: 10 * time.Second})
 		if err != nil {
@@ -342,7 +342,7 @@ func TestGoClientOverTLS(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer c.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // seconds: a busy machine
 		defer cancel()
 		err = c.Ping(ctx)
 		if err == nil || !strings.Contains(err.Error(), "TLS") {
@@ -362,7 +362,7 @@ func TestGoClientLocksPage(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // seconds: a busy machine
 	defer cancel()
 	for _, r := range []string{"pg:1", "pg:2", "pg:3"} {
 		if _, err := c.Lock(ctx, r, &mlock.LockOptions{TTL: 10 * time.Second}); err != nil {

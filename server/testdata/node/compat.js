@@ -138,14 +138,16 @@ async function main() {
   for (const k of ['socketCount', 'currentLocks', 'liveTime']) assert.strictEqual(typeof st[k], 'number', k);
 
   // Contention and FIFO across two connections; extend returns a number.
-  const h = await a.lock('sku:1', 5000);
+  // Leases of a minute: none ends before the test unlocks it, on a busy
+  // machine too.
+  const h = await a.lock('sku:1', 60000);
   await h.granted;
-  const w1 = await b.lock('sku:1|sku:2', 5000);
-  const w2 = await b.lock('sku:2', 5000);
+  const w1 = await b.lock('sku:1|sku:2', 60000);
+  const w2 = await b.lock('sku:2', 60000);
   const order = [];
   w1.granted.then(() => order.push('w1'));
   w2.granted.then(() => order.push('w2'));
-  const exp = await a.extend(h.id, 5000);
+  const exp = await a.extend(h.id, 60000);
   assert.ok(Number.isInteger(exp) && exp > Date.now());
   await a.unlock(h.id);
   await w1.granted;
@@ -155,12 +157,12 @@ async function main() {
   await b.unlock(w2.id);
 
   // tolerate and timeout errors.
-  const t0 = await a.lock('hot', 5000);
+  const t0 = await a.lock('hot', 60000);
   await t0.granted;
-  const t1 = await b.lock('hot', 5000, 0, 1);
-  await assert.rejects(b.lock('hot', 5000, 0, 1), (e) => e.type === 'tolerate' && e.message === 'can not tolerate!');
+  const t1 = await b.lock('hot', 60000, 0, 1);
+  await assert.rejects(b.lock('hot', 60000, 0, 1), (e) => e.type === 'tolerate' && e.message === 'can not tolerate!');
   await b.unlock(t1.id);
-  const t2 = await b.lock('hot', 5000, 100);
+  const t2 = await b.lock('hot', 60000, 100);
   await assert.rejects(t2.granted, (e) => e.type === 'timeout');
   await assert.rejects(a.send('lock', ['hot', '0', 0, 0]), (e) => e.type === 'request' && e.message === 'ttl should be integer!');
 
@@ -168,7 +170,7 @@ async function main() {
   const sid = hexId();
   const c = new Conn(sid);
   await c.open();
-  const cw = await c.lock('hot', 5000);
+  const cw = await c.lock('hot', 60000);
   c.close();
   await sleep(50);
   await a.unlock(t0.id); // granted while c is offline
@@ -201,7 +203,7 @@ async function burst() {
   await Promise.all(clients.map(async (c, i) => {
     for (let j = 0; j < 50; j++) {
       const res = [`shared:${(i + j) % 5}`, `shared:${(i + j + 1) % 5}`];
-      const l = await c.lock(res.join('|'), 5000, 20000);
+      const l = await c.lock(res.join('|'), 60000, 120000); // leases and waits far past a busy machine's delays
       await l.granted;
       for (const r of res) {
         assert.ok(!holder.has(r), `${r} granted to client ${i} while client ${holder.get(r)} holds it`);
