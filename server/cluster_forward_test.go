@@ -36,12 +36,21 @@ func TestClusterFollowerPipelines(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
+			// The applies are held from the first round until the leader
+			// has queued a command behind another (or a third of the
+			// rounds are sent): the requests find earlier ones on their
+			// way however fast, or busy, the machine. After that, an entry
+			// takes at least 1 ms to apply.
+			var hold atomic.Bool
+			release := make(chan struct{})
 			tc := newTestClusterWith(t, 3, false, func(tc *testCluster) {
 				tc.hooks.noProposeNext = tt.oldLeader
-				// An entry takes at least 1 ms to apply: the requests,
-				// 200 µs apart, find earlier ones on their way however
-				// fast the machine.
-				tc.hooks.apply = func(string, int64, [][]byte) { time.Sleep(time.Millisecond) }
+				tc.hooks.apply = func(string, int64, [][]byte) {
+					if hold.Load() {
+						<-release
+					}
+					time.Sleep(time.Millisecond)
+				}
 			})
 			l := tc.leader()
 			f := (l + 1) % 3
@@ -64,9 +73,22 @@ func TestClusterFollowerPipelines(t *testing.T) {
 					}
 				}
 			}()
+			released := false
+			free := func() {
+				if !released {
+					released = true
+					hold.Store(false)
+					close(release)
+				}
+			}
+			defer free() // before the cluster stops
+			hold.Store(true)
 			var queued uint64
 			for i := range rounds {
 				c.write(append(frame(fmt.Sprintf("trylock %d p 10000 o", 2*i+1)), frame(fmt.Sprintf("releaseall %d o", 2*i+2))...))
+				if !released && (i == rounds/3-1 || tc.nodes[l].cl.queuedNext.Load() > 0) {
+					free()
+				}
 				if tt.stopLeader && i == rounds/3 {
 					queued = tc.nodes[l].cl.queuedNext.Load()
 					tc.stop(l)

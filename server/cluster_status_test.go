@@ -27,13 +27,16 @@ func TestClusterStatusRightAfterMembershipChange(t *testing.T) {
 			id := "n" + strconv.Itoa(gone)
 			if stopped {
 				tc.stop(gone)
-				deadline := time.Now().Add(10 * time.Second)
-				for !peerFailing(tc.nodes[l].ClusterStatus(), id) {
+				deadline := time.Now().Add(30 * time.Second)
+				// The leader found, not assumed: with gone stopped, a busy
+				// machine may move the leadership to via.
+				for l = tc.leaderNow(l); !peerFailing(tc.nodes[l].ClusterStatus(), id); l = tc.leaderNow(l) {
 					if time.Now().After(deadline) {
 						t.Fatalf("the leader does not see %s failing", id)
 					}
 					time.Sleep(10 * time.Millisecond)
 				}
+				via = 3 - l - gone
 			}
 			c, err := mlock.New("mlock://" + tc.addrs[via])
 			if err != nil {
