@@ -313,7 +313,7 @@ func TestClusterLeaderCutWithCommandsOnTheirWay(t *testing.T) {
 	tc.cutRaft(l, true)
 	next := 1
 	for next <= n {
-		got := c.readWithin(10 * time.Second)
+		got := c.readWithin(30 * time.Second)
 		if strings.HasPrefix(got, "locked ") {
 			continue
 		}

@@ -94,7 +94,7 @@ func TestRecoverClusterKeepsLocksAndRaisesTokens(t *testing.T) {
 		t.Fatalf("leader n%d", got)
 	}
 	b := tc.dial(s, "keeper")
-	if got := b.readWithin(10 * time.Second); !match(got, "connected 1.0 resumed * **") {
+	if got := b.readWithin(30 * time.Second); !match(got, "connected 1.0 resumed * **") {
 		t.Fatalf("after the recovery: %q", got)
 	}
 	if f := strings.Fields(b.read()); len(f) != 4 || f[0] != "locked" || f[1] != id || f[3] != tok {
