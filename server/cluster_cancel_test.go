@@ -54,7 +54,7 @@ func TestClusterGivenUpLockCancelled(t *testing.T) {
 	start := time.Now()
 	for i := uint64(1); ; i++ {
 		o.send("trylock " + itoa(i) + " gu 60000")
-		p := o.readWithin(5 * time.Second)
+		p := o.readWithin(30 * time.Second)
 		if strings.HasPrefix(p, "result "+itoa(i)+" success") {
 			break
 		}
@@ -88,12 +88,12 @@ func waitClusterVersion(t *testing.T, tc *testCluster, v int) {
 // result with a lock id, then "timeout" with that id.
 func (c *raw) expectTimedOut(req string) {
 	c.t.Helper()
-	res := c.readWithin(5 * time.Second)
+	res := c.readWithin(30 * time.Second)
 	f := strings.Fields(res)
 	if len(f) != 4 || f[0] != "result" || f[1] != req || f[2] != "success" {
 		c.t.Fatalf("lock %s: %q", req, res)
 	}
-	if got := c.readWithin(5 * time.Second); got != "timeout "+f[3] {
+	if got := c.readWithin(30 * time.Second); got != "timeout "+f[3] {
 		c.t.Fatalf("after %q: %q, want the timeout push", res, got)
 	}
 }

@@ -328,7 +328,7 @@ func TestClusterLocksThroughEveryNode(t *testing.T) {
 	}
 	c.send("ping 4")
 	c.expect("result 4 success pong")
-	id := c.lock("5", "a|b 5000 0 0 own")
+	id := c.lock("5", "a|b 60000 0 0 own")
 	c.locked(id)
 	c.send("extend 6 " + id + " 20000")
 	c.expect("result 6 success *")
@@ -509,7 +509,7 @@ func TestClusterGoClient(t *testing.T) {
 		}()
 	}
 	// The load runs (10 grants) before the leader stops.
-	proctest.WaitFor(t, 10*time.Second, "grants before the leader stops", func() bool {
+	proctest.WaitFor(t, 30*time.Second, "grants before the leader stops", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(tokens) >= 10
@@ -917,14 +917,14 @@ func TestClusterClientMovesToTheLeader(t *testing.T) {
 	l := tc.leader()
 	f := (l + 1) % 3
 	c := tc.dialConnect(f, "connect hint-probe 1.0 want=leader")
-	if got, want := c.readWithin(5*time.Second), "connected 1.0 new * leader="+tc.addrs[l]; !match(got, want) {
+	if got, want := c.readWithin(30*time.Second), "connected 1.0 new * leader="+tc.addrs[l]; !match(got, want) {
 		t.Fatalf("a follower's handshake: %q, want %q", got, want)
 	}
-	if got := tc.dial(f, "hint-probe-0").readWithin(5 * time.Second); !match(got, "connected 1.0 new *") {
+	if got := tc.dial(f, "hint-probe-0").readWithin(30 * time.Second); !match(got, "connected 1.0 new *") {
 		t.Fatalf("a follower's handshake without want=leader: %q", got)
 	}
 	lc := tc.dialConnect(l, "connect hint-probe-2 1.0 want=leader")
-	if got := lc.readWithin(5 * time.Second); !match(got, "connected 1.0 new *") {
+	if got := lc.readWithin(30 * time.Second); !match(got, "connected 1.0 new *") {
 		t.Fatalf("the leader's handshake names a leader: %q", got)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -935,7 +935,7 @@ func TestClusterClientMovesToTheLeader(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		lk, err := cl.Lock(ctx, fmt.Sprintf("moved-%v", stay), nil)
+		lk, err := cl.Lock(ctx, fmt.Sprintf("moved-%v", stay), &mlock.LockOptions{TTL: time.Minute}) // outlives a busy machine's steps
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -986,7 +986,7 @@ func TestClusterForwardingConnectionsLeaveThePreHandshakePool(t *testing.T) {
 		}
 	}
 	c := tc.dial(l, "after-forwards")
-	if got := c.readWithin(5 * time.Second); !strings.HasPrefix(got, "connected ") {
+	if got := c.readWithin(30 * time.Second); !strings.HasPrefix(got, "connected ") {
 		t.Fatalf("a client from the forwarders' address: %q", got)
 	}
 }

@@ -64,15 +64,15 @@ func TestSeedScenarios(t *testing.T) {
 	c1, c2, c3 := connected(t, srv, "c1"), connected(t, srv, "c2"), connected(t, srv, "c3")
 
 	// Scenario 1: all free.
-	id := c1.lock("r1", "res-a|res-b|res-c 5000 0 0")
+	id := c1.lock("r1", "res-a|res-b|res-c 60000 0 0")
 	c1.locked(id)
 	c1.send("unlock r2 " + id)
 	c1.expect("result r2 success done")
 
 	// Scenario 2: partly taken.
-	a := c1.lock("r3", "res-a 5000 0 0")
+	a := c1.lock("r3", "res-a 60000 0 0")
 	c1.locked(a)
-	b := c2.lock("r4", "res-a|res-b|res-c 5000 0 0")
+	b := c2.lock("r4", "res-a|res-b|res-c 60000 0 0")
 	c2.quiet()
 	c1.send("unlock r5 " + a)
 	c1.expect("result r5 success done")
@@ -81,10 +81,10 @@ func TestSeedScenarios(t *testing.T) {
 	c2.expect("result r6 success done")
 
 	// Scenario 3: a queue, first come first served.
-	a = c1.lock("r7", "res-a 5000 0 0")
+	a = c1.lock("r7", "res-a 60000 0 0")
 	c1.locked(a)
-	b = c2.lock("r8", "res-a|res-b 5000 0 0")
-	c := c3.lock("r9", "res-a|res-b 5000 0 0")
+	b = c2.lock("r8", "res-a|res-b 60000 0 0")
+	c := c3.lock("r9", "res-a|res-b 60000 0 0")
 	c1.send("unlock r10 " + a)
 	c1.expect("result r10 success done")
 	c2.locked(b)
@@ -98,10 +98,10 @@ func TestHeadOfLineAndAtomicity(t *testing.T) {
 	t.Parallel()
 	srv := start(t, Config{})
 	c1, c2, c3 := connected(t, srv, "h1"), connected(t, srv, "h2"), connected(t, srv, "h3")
-	b := c1.lock("1", "B 5000 0 0")
+	b := c1.lock("1", "B 60000 0 0")
 	c1.locked(b)
-	ab := c2.lock("2", "A|B 5000 0 0")
-	a := c3.lock("3", "A 5000 0 0")
+	ab := c2.lock("2", "A|B 60000 0 0")
+	a := c3.lock("3", "A 60000 0 0")
 	c3.quiet() // A is free but reserved by A|B
 	c2.quiet() // never granted A alone
 	c1.send("unlock 4 " + b)
@@ -118,14 +118,14 @@ func TestTolerateTimeoutExpiryExtend(t *testing.T) {
 	c1, c2 := connected(t, srv, "t1"), connected(t, srv, "t2")
 	h := c1.lock("1", "T 10000 0 0") // outlives the steps before the extend, however slow
 	c1.locked(h)
-	w := c2.lock("2", "T 5000 0 1") // holder only: tolerated
-	c2.send("lock 3 T 5000 0 1")    // holder + waiter: refused
+	w := c2.lock("2", "T 60000 0 1") // holder only: tolerated
+	c2.send("lock 3 T 60000 0 1")    // holder + waiter: refused
 	c2.expect("result 3 failed can not tolerate!")
 	c2.send("unlock 4 " + w)
 	c2.expect("result 4 success done")
 
 	// Wait timeout.
-	w = c2.lock("5", "T 5000 50 0")
+	w = c2.lock("5", "T 60000 50 0")
 	c2.expect("timeout " + w)
 
 	// extend counts from now; expiry pushes expired and hands over.
@@ -136,7 +136,7 @@ func TestTolerateTimeoutExpiryExtend(t *testing.T) {
 	if exp < before+150 || exp > time.Now().UnixMilli()+250 {
 		t.Fatalf("extend returned %d, want about now+200ms (%d)", exp, before+200)
 	}
-	w = c2.lock("7", "T 5000 0 0")
+	w = c2.lock("7", "T 60000 0 0")
 	c1.expect("expired " + h)
 	c2.locked(w)
 	c1.send("extend 8 " + h + " 200")
@@ -151,9 +151,9 @@ func TestTTLArgument(t *testing.T) {
 		c.send(fmt.Sprintf("lock q%d x %s 0 0", i, bad))
 		c.expect(fmt.Sprintf("result q%d failed ttl should be integer!", i))
 	}
-	c.send("lock t1 x 5000 -1 0")
+	c.send("lock t1 x 60000 -1 0")
 	c.expect("result t1 failed timeout should be integer!")
-	c.send("lock t2 x 5000 0 -1")
+	c.send("lock t2 x 60000 0 -1")
 	c.expect("result t2 failed tolerate should be integer!")
 	c.send("lock r")
 	c.expect("result r failed invalid resource!") // a missing ttl is the default; resources are missing
@@ -177,17 +177,17 @@ func TestResourcesFoldedAndValidated(t *testing.T) {
 	t.Parallel()
 	srv := start(t, Config{MaxResources: 3})
 	c := connected(t, srv, "res")
-	id := c.lock("1", "dup|dup 5000 0 0")
+	id := c.lock("1", "dup|dup 60000 0 0")
 	c.locked(id)
 	c.send("unlock 2 " + id)
 	c.expect("result 2 success done")
-	id = c.lock("3", "dup 5000 0 0") // not blocked by an orphan entry
+	id = c.lock("3", "dup 60000 0 0") // not blocked by an orphan entry
 	c.locked(id)
-	for i, bad := range []string{"lock 4  5000 0 0", "lock 5 x| 5000 0 0", "lock 6 |x 5000 0 0"} {
+	for i, bad := range []string{"lock 4  5000 0 0", "lock 5 x| 60000 0 0", "lock 6 |x 60000 0 0"} {
 		c.send(bad)
 		c.expect(fmt.Sprintf("result %d failed invalid resource!", i+4))
 	}
-	c.send("lock 7 a|b|c|d 5000 0 0")
+	c.send("lock 7 a|b|c|d 60000 0 0")
 	c.expect("result 7 failed too many resources!")
 }
 
@@ -195,9 +195,9 @@ func TestUnlockWaitingAndUnknown(t *testing.T) {
 	t.Parallel()
 	srv := start(t, Config{})
 	c1, c2 := connected(t, srv, "u1"), connected(t, srv, "u2")
-	h := c1.lock("1", "W 5000 0 0")
+	h := c1.lock("1", "W 60000 0 0")
 	c1.locked(h)
-	w := c2.lock("2", "W 5000 0 0")
+	w := c2.lock("2", "W 60000 0 0")
 	c2.send("unlock 3 " + w)
 	c2.expect("result 3 success done")
 	c1.send("unlock 4 " + h)
@@ -209,9 +209,9 @@ func TestUnlockWaitingAndUnknown(t *testing.T) {
 	}
 	c1.send("extend e1 " + w + " 100")
 	c1.expect("result e1 failed lock not exist!")
-	w = c2.lock("5", "W2 5000 0 0")
+	w = c2.lock("5", "W2 60000 0 0")
 	c2.locked(w)
-	c1.lock("6", "W2 5000 0 0")
+	c1.lock("6", "W2 60000 0 0")
 	// extend of a waiting lock
 	c1.send("unlock 7 nope")
 	c1.expect("result 7 failed lock not exist!")
@@ -228,14 +228,14 @@ func TestPingStatusAndUnknownCommand(t *testing.T) {
 	c.send("ping r3") // still connected
 	c.expect("result r3 success pong")
 
-	h := c.lock("l1", "s:a|s:b 5000 0 0")
+	h := c.lock("l1", "s:a|s:b 60000 0 0")
 	c.locked(h)
-	c.send("extend e1 " + h + " 5000")
+	c.send("extend e1 " + h + " 60000")
 	c.expect("result e1 success *")
 	c.send("extend e2 " + strings.Repeat("0", 32) + " 5000")
 	c.expect("result e2 failed lock not exist!")
 	other := connected(t, srv, "p2")
-	other.lock("l2", "s:a 5000 100000 0")
+	other.lock("l2", "s:a 60000 100000 0")
 	c.send("status r4")
 	f := c.read()
 	prefix := "result r4 success "
@@ -282,7 +282,7 @@ func TestPlainStatus(t *testing.T) {
 	t.Parallel()
 	srv := start(t, Config{})
 	c := connected(t, srv, "ps")
-	c.lock("1", "plain 5000 0 0")
+	c.lock("1", "plain 60000 0 0")
 	nc, err := net.Dial("tcp", srv.Addr().String())
 	if err != nil {
 		t.Fatal(err)
@@ -365,27 +365,27 @@ func TestExtensions(t *testing.T) {
 	c1, c2 := connected(t, srv, "x1"), connected(t, srv, "x2")
 
 	// Fencing tokens grow; extend keeps them.
-	a := c1.lock("1", "fx 5000 0 0")
+	a := c1.lock("1", "fx 60000 0 0")
 	t1, _ := strconv.ParseUint(c1.locked(a), 10, 64)
 	c1.send("unlock 2 " + a)
 	c1.expect("result 2 success done")
-	b := c1.lock("3", "fx 5000 0 0")
+	b := c1.lock("3", "fx 60000 0 0")
 	t2, _ := strconv.ParseUint(c1.locked(b), 10, 64)
 	if t2 <= t1 || t1 == 0 {
 		t.Fatalf("tokens %d then %d", t1, t2)
 	}
 
 	// Owner re-entry renews the same lock.
-	o := c1.lock("4", "ox|oy 5000 0 0 worker-1")
+	o := c1.lock("4", "ox|oy 60000 0 0 worker-1")
 	tok := c1.locked(o)
 	c1.send("lock 5 oy|ox 9000 0 0 worker-1")
 	c1.expect("result 5 success " + o)
 	c1.expect("locked " + o + " * " + tok)
-	c2.send("lock 6 ox|oy 5000 0 0 worker-1")
+	c2.send("lock 6 ox|oy 60000 0 0 worker-1")
 	c2.expect("result 6 success " + o) // same owner from another session renews too
 	c2.expect("locked " + o + " * " + tok)
 	c1.expect("expired " + o + " released") // and moves it: c1's session no longer holds it
-	c1.send("lock 7 ox 5000 0 0 worker-1")
+	c1.send("lock 7 ox 60000 0 0 worker-1")
 	c1.expect("result 7 failed owner holds an overlapping lock! ox")
 
 	// Release by owner.
@@ -397,9 +397,9 @@ func TestExtensions(t *testing.T) {
 	c1.quiet()
 
 	// releaseall.
-	r1 := c1.lock("10", "ra1 5000 0 0 w9")
+	r1 := c1.lock("10", "ra1 60000 0 0 w9")
 	c1.locked(r1)
-	r2 := c1.lock("11", "ra2 5000 0 0 w9")
+	r2 := c1.lock("11", "ra2 60000 0 0 w9")
 	c1.locked(r2)
 	c2.send("releaseall 12 w9")
 	c2.expect("result 12 success 2")
@@ -407,16 +407,16 @@ func TestExtensions(t *testing.T) {
 	c1.expect("expired " + r1 + " released")
 
 	// trylock.
-	tl := c1.lock("13", "tl 5000 0 0")
+	tl := c1.lock("13", "tl 60000 0 0")
 	c1.locked(tl)
-	c2.send("trylock 14 tl 5000")
+	c2.send("trylock 14 tl 60000")
 	c2.expect("result 14 failed resource is locked! tl")
-	c2.send("trylock 15 tl2 5000 own")
+	c2.send("trylock 15 tl2 60000 own")
 	f := c2.expect("result 15 success *")
 	c2.locked(f[3])
 
 	// locks listing, by prefix.
-	w := c2.lock("16", "tl 5000 60000 0")
+	w := c2.lock("16", "tl 60000 60000 0")
 	_ = w
 	c1.send("locks 17 tl")
 	reply := c1.read()
@@ -443,11 +443,11 @@ func TestReconnectReplaysPushes(t *testing.T) {
 	t.Parallel()
 	srv := start(t, Config{SessionGrace: 5 * time.Second})
 	holder := connected(t, srv, "holder")
-	h := holder.lock("1", "rc 5000 0 0")
+	h := holder.lock("1", "rc 60000 0 0")
 	holder.locked(h)
 
 	w := connected(t, srv, "waiter")
-	wid := w.lock("2", "rc 5000 0 0")
+	wid := w.lock("2", "rc 60000 0 0")
 	w.nc.Close() // TCP dropped while waiting
 
 	holder.send("unlock 3 " + h)
@@ -465,7 +465,7 @@ func TestTakeoverOfHalfOpenConnection(t *testing.T) {
 	t.Parallel()
 	srv := start(t, Config{})
 	old := connected(t, srv, "same")
-	id := old.lock("1", "tk 5000 0 0")
+	id := old.lock("1", "tk 60000 0 0")
 	old.locked(id)
 	nw := dialRaw(t, srv)
 	nw.send("connect same 1.0")
@@ -554,17 +554,17 @@ func TestLimits(t *testing.T) {
 	extra.send("connect extra 1.0")
 	extra.expect("error too many connections!")
 	extra.closed()
-	c1.locked(c1.lock("1", "q 5000 0 0"))
-	c1.locked(c1.lock("2", "q2 5000 0 0"))
-	c1.send("lock 3 q3 5000 0 0")
+	c1.locked(c1.lock("1", "q 60000 0 0"))
+	c1.locked(c1.lock("2", "q2 60000 0 0"))
+	c1.send("lock 3 q3 60000 0 0")
 	c1.expect("result 3 failed too many locks in this session!")
-	c2.lock("4", "q 5000 0 0")
-	c3.send("lock 5 q 5000 0 0")
+	c2.lock("4", "q 60000 0 0")
+	c3.send("lock 5 q 60000 0 0")
 	c3.expect("result 5 failed queue is full!")
 	// A flood of commands is answered in order.
 	var flood []byte
 	for i := range 2000 {
-		flood = protocol.Append(flood, fmt.Sprintf("lock f%d q 5000 0 0", i))
+		flood = protocol.Append(flood, fmt.Sprintf("lock f%d q 60000 0 0", i))
 	}
 	c3.write(flood)
 	for i := range 2000 {
@@ -618,7 +618,7 @@ func TestRenew(t *testing.T) {
 	t.Parallel()
 	srv := start(t, Config{})
 	c1, c2 := connected(t, srv, "rn1"), connected(t, srv, "rn2")
-	id := c1.lock("1", "ra|rb 5000 0 0 w")
+	id := c1.lock("1", "ra|rb 60000 0 0 w")
 	tok := c1.locked(id)
 
 	// Renew by owner, from another session, resources in any order.
@@ -639,14 +639,14 @@ func TestRenew(t *testing.T) {
 
 	// Failures.
 	for _, tc := range []struct{ cmd, want string }{
-		{"renew 4 w ra 5000", "result 4 failed lock not exist!"},          // a subset
-		{"renew 5 w ra|rb|rc 5000", "result 5 failed lock not exist!"},    // a superset
-		{"renew 6 x ra|rb 5000", "result 6 failed lock not exist!"},       // another owner
+		{"renew 4 w ra 60000", "result 4 failed lock not exist!"},         // a subset
+		{"renew 5 w ra|rb|rc 60000", "result 5 failed lock not exist!"},   // a superset
+		{"renew 6 x ra|rb 60000", "result 6 failed lock not exist!"},      // another owner
 		{"renew 7 w ra|rb abc", "result 7 failed ttl should be integer!"}, // bad ttl
 		{"renew 8 w ra|rb 0", "result 8 failed ttl should be integer!"},   // zero ttl
 		{"renew 9 w", "result 9 failed missing arguments!"},               // no resources
-		{"renew 10 w ra|b|c 5000", "result 10 failed lock not exist!"},    // unknown set
-		{"renew 11 w a||b 5000", "result 11 failed invalid resource!"},    // bad name
+		{"renew 10 w ra|b|c 60000", "result 10 failed lock not exist!"},   // unknown set
+		{"renew 11 w a||b 60000", "result 11 failed invalid resource!"},   // bad name
 		{"RENEW 12 w rb|ra", "result 12 success * " + tok},                // default ttl, any case
 	} {
 		c2.send(tc.cmd)
@@ -654,13 +654,13 @@ func TestRenew(t *testing.T) {
 	}
 
 	// Anonymous locks are not renewable by owner.
-	a := c1.lock("13", "anon 5000 0 0 *")
+	a := c1.lock("13", "anon 60000 0 0 *")
 	c1.locked(a)
-	c1.send("renew 14 * anon 5000")
+	c1.send("renew 14 * anon 60000")
 	c1.expect("result 14 failed lock not exist!")
 
 	// Renewing used no token: the next grant gets the next one.
-	n := c1.lock("15", "next 5000 0 0")
+	n := c1.lock("15", "next 60000 0 0")
 	next, _ := strconv.ParseUint(c1.locked(n), 10, 64)
 	t0, _ := strconv.ParseUint(tok, 10, 64)
 	if next != t0+2 { // anon took t0+1
@@ -675,9 +675,9 @@ func TestPartialReleasePushesExpired(t *testing.T) {
 	t.Parallel()
 	srv := start(t, Config{})
 	c1, c2, c3 := connected(t, srv, "pr1"), connected(t, srv, "pr2"), connected(t, srv, "pr3")
-	id := c1.lock("1", "pa|pb 5000 0 0 w")
+	id := c1.lock("1", "pa|pb 60000 0 0 w")
 	c1.locked(id)
-	w := c3.lock("2", "pa 5000 0 0")
+	w := c3.lock("2", "pa 60000 0 0")
 	c3.quiet() // waiting behind pa
 
 	c2.send("release 3 w pa")
@@ -686,9 +686,9 @@ func TestPartialReleasePushesExpired(t *testing.T) {
 	c3.locked(w)                             // the released resource goes to the next in line
 	c2.quiet()
 
-	c2.send("renew 4 w pa|pb 5000")
+	c2.send("renew 4 w pa|pb 60000")
 	c2.expect("result 4 failed lock not exist!")
-	c2.send("renew 5 w pb 5000")
+	c2.send("renew 5 w pb 60000")
 	c2.expect("result 5 success * *")
 	// The rest is released as a whole lock, pushed as expired once more.
 	c2.send("release 6 w pb")
