@@ -408,6 +408,7 @@ func TestClusterSnapshotInstallKeepsOfflinePushes(t *testing.T) {
 		tc.configure = func(i int, c *Config) {
 			c.Cluster.TrailingLogs = 1
 			c.Cluster.SnapshotThreshold = 1 << 30 // only when asked
+			c.SessionGrace = time.Minute          // the waiter resumes after the steps below, however slow
 		}
 	})
 	l := tc.leader()
@@ -420,7 +421,7 @@ func TestClusterSnapshotInstallKeepsOfflinePushes(t *testing.T) {
 	w.expect("connected 1.0 new * **")
 	wid := w.lock("1", "x 60000 0 0")
 	w.nc.Close()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for node, _ := tc.sessionNode(l, "waiter"); node != ""; node, _ = tc.sessionNode(l, "waiter") {
 		if time.Now().After(deadline) {
 			t.Fatal("the waiter's session is not detached")
@@ -439,7 +440,7 @@ func TestClusterSnapshotInstallKeepsOfflinePushes(t *testing.T) {
 	}
 	before := tc.nodes[f].cl.node.Status().AppliedIndex
 	tc.cutRaft(f, true)
-	deadline = time.Now().Add(10 * time.Second)
+	deadline = time.Now().Add(30 * time.Second)
 	for {
 		st, lst := tc.nodes[f].cl.node.Status(), tc.nodes[l].cl.node.Status()
 		if st.AppliedIndex >= lst.CommitIndex && st.AppliedIndex > before {
