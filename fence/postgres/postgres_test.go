@@ -69,6 +69,7 @@ func write(ctx context.Context, db *sql.DB, token uint64, resource string) error
 }
 
 func TestStaleWriteRefusedAndRolledBack(t *testing.T) {
+	t.Parallel() // each on a PostgreSQL server of its own: their start-ups overlap
 	db := open(t)
 	ctx := context.Background()
 	if err := write(ctx, db, 5, "sku:1"); err != nil {
@@ -150,6 +151,7 @@ func TestStaleWriteRefusedAndRolledBack(t *testing.T) {
 // (paused there) keeps the next holder's write waiting until it commits; the
 // next one then reads what it wrote.
 func TestPausedHolderHoldsTheNextBack(t *testing.T) {
+	t.Parallel()
 	db := open(t)
 	ctx := context.Background()
 	tx, err := db.BeginTx(ctx, nil)
@@ -187,6 +189,7 @@ func TestPausedHolderHoldsTheNextBack(t *testing.T) {
 // update lost), the highest token is always accepted, and every refusal
 // names a higher token.
 func TestConcurrentStaleAndFreshWriters(t *testing.T) {
+	t.Parallel()
 	db := open(t)
 	db.SetMaxOpenConns(40)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -251,6 +254,7 @@ func TestConcurrentStaleAndFreshWriters(t *testing.T) {
 // fence (a serialization failure), even with a higher token: it could not
 // see that commit's writes.
 func TestRepeatableReadFailsRatherThanReadsStale(t *testing.T) {
+	t.Parallel()
 	db := open(t)
 	ctx := context.Background()
 	if err := write(ctx, db, 1, "sku:1"); err != nil {
