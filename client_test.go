@@ -694,7 +694,7 @@ func TestTTLOverTheMaximumSaysTheRange(t *testing.T) {
 // one clear line that keeps the cause.
 func TestNothingListeningFailsFast(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := listenFresh(t)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -118,7 +118,7 @@ type fakeNode struct {
 }
 
 func newFakeNode(t *testing.T, fn func(c net.Conn, r *bufio.Reader)) *fakeNode {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := listenFresh(t)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +161,7 @@ func (n *fakeNode) stop() {
 
 // deadAddr returns a loopback address nobody listens on.
 func deadAddr(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := listenFresh(t)
 	if err != nil {
 		t.Fatal(err)
 	}

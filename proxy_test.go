@@ -35,7 +35,7 @@ func (p *proxy) pause() (resume func()) {
 }
 
 func newProxy(t *testing.T, target string) *proxy {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := listenFresh(t)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -242,7 +242,7 @@ func TestShutdownLosesHeldLocksAndReasksWaiters(t *testing.T) {
 
 // fakeServer accepts one connection at a time and hands it to fn.
 func fakeServer(t *testing.T, fn func(c net.Conn, r *bufio.Reader)) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := listenFresh(t)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,6 +260,24 @@ func fakeServer(t *testing.T, fn func(c net.Conn, r *bufio.Reader)) string {
 	}()
 	t.Cleanup(func() { ln.Close(); <-done })
 	return ln.Addr().String()
+}
+
+// listenFresh listens on a loopback port this test binary has not used
+// before (proctest.FreeAddr), not on port 0: the client keeps one session
+// per address and reconnects to it for as long as it is open, so a port
+// the kernel handed out again (a dead address of one test, a closed fake
+// server of another) would join one test's client to another's server;
+// on a busy machine, where the tests overlap longer, it did.
+func listenFresh(t testing.TB) (net.Listener, error) {
+	t.Helper()
+	var err error
+	for range 10 {
+		var ln net.Listener
+		if ln, err = net.Listen("tcp", proctest.FreeAddr(t)); err == nil {
+			return ln, nil
+		}
+	}
+	return nil, err
 }
 
 // readCommand reads one command frame and splits it into fields.

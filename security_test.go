@@ -101,7 +101,7 @@ func newPKI(t *testing.T) *testPKI {
 // connections at the same time: fn gets each connection once its handshake
 // succeeded (failed handshakes are dropped).
 func fakeTLSServer(t *testing.T, cfg *tls.Config, fn func(c *tls.Conn, r *bufio.Reader)) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := listenFresh(t)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -688,7 +688,7 @@ func TestPlainClientTLSServer(t *testing.T) {
 // Clients share a session only with the same address, credentials and TLS
 // settings.
 func TestSessionsSharedByCredentialsAndTLS(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := listenFresh(t)
 	if err != nil {
 		t.Fatal(err)
 	}
