@@ -391,11 +391,13 @@ func TestHoldStopsTheJobLeadBeforeTheDeadline(t *testing.T) {
 	px := newProxy(t, addr)
 	c := client(t, px.addr(), mlock.Options{})
 	ctx := ctxT(t)
-	const lead = 300 * time.Millisecond
-	if _, err := c.Lock(ctx, "ld", &mlock.LockOptions{TTL: time.Second, Lead: time.Second / 2}); !errors.Is(err, mlock.ErrRequest) {
+	// Seconds: half the lead is the slack for a timer run late on a busy
+	// machine (150 ms of a 300 ms lead was missed once).
+	const ttl, lead = 10 * time.Second, 3 * time.Second
+	if _, err := c.Lock(ctx, "ld", &mlock.LockOptions{TTL: ttl, Lead: ttl / 2}); !errors.Is(err, mlock.ErrRequest) {
 		t.Fatalf("a lead of half the ttl: %v", err)
 	}
-	l, err := c.Lock(ctx, "ld", &mlock.LockOptions{TTL: time.Second, Lead: lead})
+	l, err := c.Lock(ctx, "ld", &mlock.LockOptions{TTL: ttl, Lead: lead})
 	if err != nil {
 		t.Fatal(err)
 	}
