@@ -57,7 +57,7 @@ func scopedReleases(t *testing.T, a, b *raw) {
 	a.expect("expired " + both + " released")
 	b.send("trylock 8 other:s 1000")
 	b.expect("result 8 failed resource is locked! other:s")
-	free := b.lock("9", "nsA:s 1000 0 0")
+	free := b.lock("9", "nsA:s 60000 0 0") // a minute: no expired push among the answers below
 	b.locked(free)
 
 	// Malformed.
