@@ -504,6 +504,13 @@ func TestSlowReaderDoesNotHurtOthers(t *testing.T) {
 	t.Parallel()
 	srv := start(t, Config{MaxPendingOutput: 256 << 10, WriteTimeout: 300 * time.Millisecond, StatusRate: -1})
 	slow := connected(t, srv, "slow")
+	// A small receive buffer: the answers the slow client does not read
+	// fill it, and the server's pending output, whatever the kernel would
+	// otherwise absorb (a busy machine's runs wrote every answer into the
+	// client's buffer and were never cut off).
+	if err := slow.nc.(*net.TCPConn).SetReadBuffer(4 << 10); err != nil {
+		t.Fatal(err)
+	}
 	slow.lock("0", "big 60000 0 0")
 	fast := connected(t, srv, "fast")
 	// The slow client asks for many status replies and never reads them.
