@@ -540,14 +540,16 @@ func TestRunQueueLongerThanTheTTL(t *testing.T) {
 	// command built without the race detector: twenty race-enabled
 	// processes renewing short leases needed the CPU the other tests take
 	// (a run starved past its Deadline gives its lock up, as it must, and
-	// exits 75). The shorter ttl is 750 ms: a grant is usable for 2/3 of
-	// it, and with 500 ms an extend answered 150 ms late (the other test
-	// packages run beside this one) lost a lock.
+	// exits 75). The queues are 3 s (10 runs of 300 ms) and 6 s long; the
+	// ttls 1 s and 1.5 s: a grant is usable for 2/3 of it, and with 750 ms
+	// a run on a machine loaded to 20 runnable threads a core got no
+	// extend answered within 500 ms and lost its lock (with 500 ms, one
+	// answered 150 ms late beside the other test packages).
 	t.Parallel()
 	for _, tc := range []struct {
 		n   int
 		ttl string
-	}{{10, "1s"}, {20, "750ms"}} {
+	}{{10, "1s"}, {20, "1500ms"}} {
 		t.Run(fmt.Sprintf("%dx%s", tc.n, tc.ttl), func(t *testing.T) {
 			t.Parallel()
 			runQueue(t, tc.n, tc.ttl)
