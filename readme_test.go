@@ -130,7 +130,10 @@ func main() {
 		t.Fatal(err)
 	}
 	bin := filepath.Join(dir, "quickstart")
-	build := exec.Command(goBin, "build", "-o", bin, "./"+filepath.ToSlash(rel))
+	// -trimpath, as internal/proctest builds the programs the other tests
+	// start: the same compiled packages (the standard library's too), from
+	// go's cache, rather than a second compilation of them on a fresh cache.
+	build := exec.Command(goBin, "build", "-trimpath", "-o", bin, "./"+filepath.ToSlash(rel))
 	build.Dir = root
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("the README's quick start does not build as written: %v\n%s\nthe program:\n%s", err, out, prog)

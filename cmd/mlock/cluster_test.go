@@ -56,13 +56,15 @@ func TestClusterStatusAfterRemove(t *testing.T) {
 		}
 	}
 	f1, f2 := (leader+1)%n, (leader+2)%n
+	// The commands below wait up to 20 s (not the default 5 s): on a busy
+	// machine a node's session waits seconds for its log.
 	// A follower removed through the other one.
-	stdout, stderr, code := runMlock(t, "cluster", "remove", "--uri", uri(f2), ids[f1])
+	stdout, stderr, code := runMlock(t, "cluster", "remove", "--uri", uri(f2), "--timeout", "20s", ids[f1])
 	for try := 0; try < 3 && code != 0 && strings.Contains(stderr, "outcome unknown"); try++ {
 		// A leader that lost its leadership while it committed the change
 		// (a busy machine's election) says so: the operator asks again;
 		// a change already made is then "no member".
-		stdout, stderr, code = runMlock(t, "cluster", "remove", "--uri", uri(f2), ids[f1])
+		stdout, stderr, code = runMlock(t, "cluster", "remove", "--uri", uri(f2), "--timeout", "20s", ids[f1])
 		if code != 0 && strings.Contains(stderr, "no member") {
 			stdout, code = "node "+ids[f1]+" removed\n", 0
 		}
@@ -73,7 +75,7 @@ func TestClusterStatusAfterRemove(t *testing.T) {
 	// On a busy machine the two left may hold an election first: "no leader
 	// known" is then the right answer, and the status is asked again.
 	for deadline := time.Now().Add(10 * time.Second); ; {
-		stdout, stderr, code = runMlock(t, "cluster", "status", "--uri", uri(leader, f2))
+		stdout, stderr, code = runMlock(t, "cluster", "status", "--uri", uri(leader, f2), "--timeout", "20s")
 		if code == 0 || stderr != "mlock cluster status: no leader known\n" || time.Now().After(deadline) {
 			break
 		}
@@ -87,11 +89,22 @@ func TestClusterStatusAfterRemove(t *testing.T) {
 		t.Errorf("cluster status: the leader's line names no cluster version: %q", first)
 	}
 	// The leader removes itself.
-	stdout, stderr, code = runMlock(t, "cluster", "remove", "--uri", uri(f2), ids[leader])
+	stdout, stderr, code = runMlock(t, "cluster", "remove", "--uri", uri(f2), "--timeout", "20s", ids[leader])
 	if code != 0 {
 		t.Fatalf("cluster remove %s (the leader): exit %d, stdout %q, stderr %q", ids[leader], code, stdout, stderr)
 	}
-	stdout, stderr, code = runMlock(t, "cluster", "status", "--uri", uri(f2))
+	// A survivor that has not applied the change yet (a busy machine's
+	// follower learns the commit with the next heartbeat) still names the
+	// old leader, which answers that it is not a member: true, and asked
+	// again until the change is applied.
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		stdout, stderr, code = runMlock(t, "cluster", "status", "--uri", uri(f2), "--timeout", "20s")
+		row := nodeRow(stdout, ids[leader])
+		if row == "" || !strings.HasSuffix(row, " not a member") || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond) // poll interval: the follower applies the change
+	}
 	if listsNode(stdout, ids[leader]) || strings.Contains(stdout, client[leader]) || !listsNode(stdout, ids[f2]) {
 		t.Fatalf("cluster status right after the leader %s removed itself: exit %d, stderr %q\n%s", ids[leader], code, stderr, stdout)
 	}
@@ -101,13 +114,16 @@ func TestClusterStatusAfterRemove(t *testing.T) {
 }
 
 // listsNode reports whether a cluster status table has a row for id.
-func listsNode(table, id string) bool {
+func listsNode(table, id string) bool { return nodeRow(table, id) != "" }
+
+// nodeRow returns the row of id in a cluster status table, or "".
+func nodeRow(table, id string) string {
 	for _, l := range strings.Split(table, "\n") {
 		if strings.HasPrefix(l, id+" ") {
-			return true
+			return strings.TrimRight(l, " ")
 		}
 	}
-	return false
+	return ""
 }
 
 // With two of its three nodes stopped, the survivor answers mlock cluster
@@ -194,11 +210,13 @@ func TestClusterProbeTLS(t *testing.T) {
 	ca := testcert.New(t)
 	cert, key := ca.Server(t)
 	addr, _ := servertest.Start(t, server.Config{TLSCertFile: cert, TLSKeyFile: key, StatusRate: -1}, "")
-	o, err := clientOptions("mlocks://"+addr+"?tls-ca="+ca.CertFile(), 2*time.Second)
+	// Bounds of seconds for the machine's sake: a TLS handshake with the
+	// race-enabled server takes seconds on a busy machine.
+	o, err := clientOptions("mlocks://"+addr+"?tls-ca="+ca.CertFile(), 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if st, err := probeCluster(ctx, o, addr); !errors.Is(err, errNotClusterNode) {
 		t.Fatalf("probe over TLS of a single server: %+v, %v; want %v", st, err, errNotClusterNode)
@@ -208,7 +226,7 @@ func TestClusterProbeTLS(t *testing.T) {
 	if st, err := probeCluster(ctx, plain, addr); err == nil || errors.Is(err, errNotClusterNode) {
 		t.Fatalf("plain probe of a TLS listener: %+v, %v; want a failure", st, err)
 	}
-	stdout, _, code := runMlock(t, "cluster", "status", "--uri", "mlocks://"+addr+"?tls-ca="+ca.CertFile(), "--timeout", "2s")
+	stdout, _, code := runMlock(t, "cluster", "status", "--uri", "mlocks://"+addr+"?tls-ca="+ca.CertFile(), "--timeout", "10s")
 	if code != exitError || !strings.Contains(stdout, "not a cluster node") {
 		t.Fatalf("cluster status of a single TLS server: exit %d\n%s", code, stdout)
 	}

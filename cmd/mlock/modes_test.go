@@ -19,7 +19,7 @@ func TestRunSharedAndPermits(t *testing.T) {
 	dir := t.TempDir()
 	gate := filepath.Join(dir, "gate")
 	long := mlockCmd("run", "--uri", uri, "--shared", "cat", "--", "sh", "-c",
-		`i=0; while [ ! -e `+gate+` ] && [ $i -lt 1000 ]; do sleep 0.01; i=$((i+1)); done`)
+		`i=0; while [ ! -e `+gate+` ] && [ $i -lt 6000 ]; do sleep 0.01; i=$((i+1)); done`)
 	if err := long.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -27,7 +27,7 @@ func TestRunSharedAndPermits(t *testing.T) {
 	waitHeld(t, admin, "cat")
 
 	var out, errb bytes.Buffer
-	if code := cli([]string{"locks", "--uri", uri, "cat"}, &out, &errb); code != 0 || !strings.Contains(out.String(), "MODE") ||
+	if code := cli(withBusyTimeout([]string{"locks", "--uri", uri, "cat"}), &out, &errb); code != 0 || !strings.Contains(out.String(), "MODE") ||
 		!strings.Contains(out.String(), "shared") {
 		t.Fatalf("locks: %d %s %s", code, out.String(), errb.String())
 	}
@@ -52,7 +52,7 @@ func TestRunSharedAndPermits(t *testing.T) {
 	gate2 := filepath.Join(dir, "gate2")
 	for range 2 {
 		c := mlockCmd("run", "--uri", uri, "--permits", "1/2", "psp", "--", "sh", "-c",
-			`i=0; while [ ! -e `+gate2+` ] && [ $i -lt 1000 ]; do sleep 0.01; i=$((i+1)); done`)
+			`i=0; while [ ! -e `+gate2+` ] && [ $i -lt 6000 ]; do sleep 0.01; i=$((i+1)); done`)
 		var e bytes.Buffer
 		c.Stderr = &e
 		if err := c.Start(); err != nil {
@@ -65,7 +65,9 @@ func TestRunSharedAndPermits(t *testing.T) {
 			}
 		}()
 	}
-	deadline := time.Now().Add(5 * time.Second)
+	// Each holder is this test binary started as mlock: on a busy machine
+	// it takes seconds to start.
+	deadline := time.Now().Add(30 * time.Second)
 	for {
 		ls, err := admin.Locks(t.Context(), "psp")
 		if err == nil && len(ls.Queues) == 1 && ls.Queues[0].Length == 2 &&

@@ -185,9 +185,16 @@ func (r *readmeRun) goInstall(c readmeCommand) {
 	// go test runs with its go command on PATH, as the other tests that
 	// build binaries assume. -trimpath, as proctest builds the programs the
 	// other tests start: the same compiled packages, from go's cache.
+	// GOFLAGS from go env, not from the environment only: a GOFLAGS set
+	// with go env -w (such as -buildvcs=false) is what proctest's builds
+	// get, and the variable set here would hide it.
+	goflags, err := exec.Command("go", "env", "GOFLAGS").Output()
+	if err != nil {
+		t.Fatalf("go env GOFLAGS: %v", err)
+	}
 	cmd := exec.Command("go", c.args[1:]...)
 	cmd.Dir = r.root
-	cmd.Env = append(os.Environ(), "GOBIN="+r.bin, "GOFLAGS="+strings.TrimSpace(os.Getenv("GOFLAGS")+" -trimpath"))
+	cmd.Env = append(os.Environ(), "GOBIN="+r.bin, "GOFLAGS="+strings.TrimSpace(strings.TrimSpace(string(goflags))+" -trimpath"))
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("%s: %v\n%s", c.line, err, out)
 	}

@@ -29,7 +29,7 @@ func TestRunTimeoutBoundsTheWaitForTheServer(t *testing.T) {
 	// Exit 124, not 125, already tells --timeout from the client's dial
 	// timeout (3 s); the process's start-up on a busy machine is part of
 	// what is measured: a bound of seconds, against a wait without end.
-	if took > 700*time.Millisecond+10*time.Second {
+	if took > 700*time.Millisecond+30*time.Second {
 		t.Errorf("exited after %v, want about --timeout (700ms)", took)
 	}
 	if _, err := os.Stat(marker); err == nil {

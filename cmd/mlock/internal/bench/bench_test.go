@@ -96,13 +96,14 @@ func TestScenariosOnMemory(t *testing.T) {
 			// Fairness is measured on timestamps: a goroutine the loaded
 			// machine holds up between its timestamp and its request is
 			// counted as overtaken. Each FIFO provider scores above the
-			// bound in one of five runs at least; a barging one in none.
+			// bound in one of ten runs at least (a machine loaded to 25 runnable
+			// threads a core measured 4 of 5 below it); a barging one in none.
 			wasFair := map[string]bool{}
 			for try := 1; sc == "hotkey"; try++ {
 				for _, r := range res {
 					wasFair[r.Target] = wasFair[r.Target] || fair([]Result{r})
 				}
-				if (wasFair[ta.Name] && wasFair[tb.Name]) || try == 5 {
+				if (wasFair[ta.Name] && wasFair[tb.Name]) || try == 10 {
 					break
 				}
 				t.Logf("run %d below the fairness bound (the machine is busy?): %+v", try, res)
@@ -123,7 +124,7 @@ func TestScenariosOnMemory(t *testing.T) {
 				// Timing-based measures: loose bounds, as this test shares
 				// the machine with the others (a barging lock scores far lower).
 				if sc == "hotkey" && !wasFair[r.Target] {
-					t.Fatalf("a FIFO provider must hand every grant to a waiter, fairly, in one of five runs: %+v", r)
+					t.Fatalf("a FIFO provider must hand every grant to a waiter, fairly, in one of ten runs: %+v", r)
 				}
 			}
 		})
