@@ -29,7 +29,13 @@ func TestBurstOfClientsIsAdmitted(t *testing.T) {
 	raiseNoFile(t)
 	bin := mlockdBin(t)
 	dir := t.TempDir()
-	p := startMlockd(t, bin, dir, proctest.FreeAddr(t), "--data-dir", "none", "--quiet-period", "0")
+	// The default limits but the auth timeout: the burst's clients are
+	// goroutines of this (race-instrumented) test process, and on a busy
+	// machine one was scheduled to write its connect more than 5 s after
+	// its dial (error auth timeout!). What a burst must not meet is a
+	// refusal or an eviction of the pre-handshake pool, which stay
+	// asserted; a minute still bounds a client that never sends.
+	p := startMlockd(t, bin, dir, proctest.FreeAddr(t), "--data-dir", "none", "--quiet-period", "0", "--auth-timeout", "1m")
 	for _, tc := range []struct {
 		name    string
 		clients int

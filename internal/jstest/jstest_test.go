@@ -10,7 +10,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -31,6 +33,7 @@ import (
 // it skips, except under CI=true, where they, and a missing REDIS_URL, fail
 // it.
 func TestNodePackages(t *testing.T) {
+	t.Parallel() // beside TestReadmeSnippets: both mostly wait on node and their servers
 	if testing.Short() {
 		t.Skip("-short: skipping the Node.js packages' tests")
 	}
@@ -73,12 +76,10 @@ func TestNodePackages(t *testing.T) {
 		bins, err = programs.Build()
 		built <- err
 	}()
-	env := append(os.Environ(), "NO_COLOR=1", "PATH="+filepath.Join(js, "node_modules", ".bin")+string(os.PathListSeparator)+os.Getenv("PATH"))
-	for _, step := range script.build {
-		if out, err := runGroup(ctx, js, env, "sh", "-c", step); err != nil {
-			<-built
-			t.Fatalf("%s: %v\n%s", step, err, out)
-		}
+	env := nodeEnv(js)
+	if err := jsBuild.do(js, script.build); err != nil {
+		<-built
+		t.Fatal(err)
 	}
 	if err := <-built; err != nil {
 		t.Fatal(err)
@@ -97,7 +98,7 @@ func TestNodePackages(t *testing.T) {
 	for i, file := range script.files {
 		runs[i] = make(chan run, 1)
 		go func() {
-			out, err := runGroup(ctx, js, env, "node", append(append([]string{"--test"}, script.flags...), file)...)
+			out, err := runGroup(ctx, js, env, "node", append(append([]string{"--test"}, fileTimeout(script.flags, fileLimit)...), file)...)
 			runs[i] <- run{out, err}
 		}()
 	}
@@ -115,9 +116,62 @@ func TestNodePackages(t *testing.T) {
 	}
 }
 
+// fileLimit is the --test-timeout of a test file run here: node --test
+// applies it to the file's whole run as well as to each test, and the
+// script's (60 s, for npm test on a developer's machine) is a speed a
+// busy machine does not keep (medusa-faults.test.js, 43 s alone, ran out of
+// it beside the other files). Minutes still end a test that hangs, well
+// within the 8 minutes of TestNodePackages.
+const fileLimit = 5 * time.Minute
+
+// fileTimeout returns flags with --test-timeout set to d.
+func fileTimeout(flags []string, d time.Duration) []string {
+	var out []string
+	for _, f := range flags {
+		if !strings.HasPrefix(f, "--test-timeout") {
+			out = append(out, f)
+		}
+	}
+	return append(out, "--test-timeout="+strconv.FormatInt(d.Milliseconds(), 10))
+}
+
 // programs are the server and the command line the Node.js tests run (see
 // proctest.Programs).
 var programs = proctest.NewPrograms("./cmd/mlockd", "./cmd/mlock")
+
+// nodeEnv is the environment of the test script's steps: node_modules/.bin
+// of js first on PATH, no colours.
+func nodeEnv(js string) []string {
+	return append(os.Environ(), "NO_COLOR=1", "PATH="+filepath.Join(js, "node_modules", ".bin")+string(os.PathListSeparator)+os.Getenv("PATH"))
+}
+
+// jsBuild runs the test script's build steps (tsc -b of the packages and
+// the tests) once for the package's tests, which run side by side: the
+// README's snippets import the packages' dist, which the build writes.
+var jsBuild buildOnce
+
+// buildOnce runs build steps once; every caller gets the first run's
+// error.
+type buildOnce struct {
+	once sync.Once
+	err  error
+}
+
+// do runs steps in js, one after the other, on its first call (at most 5
+// minutes) and returns their error: the failed step and its output.
+func (b *buildOnce) do(js string, steps []string) error {
+	b.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		for _, step := range steps {
+			if out, err := runGroup(ctx, js, nodeEnv(js), "sh", "-c", step); err != nil {
+				b.err = fmt.Errorf("%s: %v\n%s", step, err, out)
+				return
+			}
+		}
+	})
+	return b.err
+}
 
 // testScript is js/package.json's test script: "tsc -b PROJECTS... && node
 // --test [flags] FILES..." (any number of build steps before node), read so
@@ -199,6 +253,18 @@ func TestParseTestScript(t *testing.T) {
 		got, err := parseTestScript(c.script)
 		if (err != nil) != c.err || !c.err && fmt.Sprint(got) != fmt.Sprint(c.want) {
 			t.Errorf("parseTestScript(%q) = %+v, %v; want %+v, error %v", c.script, got, err, c.want, c.err)
+		}
+	}
+}
+
+func TestFileTimeout(t *testing.T) {
+	for _, c := range []struct{ in, want []string }{
+		{nil, []string{"--test-timeout=300000"}},
+		{[]string{"--test-timeout=60000"}, []string{"--test-timeout=300000"}},
+		{[]string{"--experimental-x", "--test-timeout=1", "--y"}, []string{"--experimental-x", "--y", "--test-timeout=300000"}},
+	} {
+		if got := fileTimeout(c.in, 5*time.Minute); fmt.Sprint(got) != fmt.Sprint(c.want) {
+			t.Errorf("fileTimeout(%q) = %q, want %q", c.in, got, c.want)
 		}
 	}
 }

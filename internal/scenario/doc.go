@@ -10,10 +10,10 @@
 //     longer than the ttl;
 //   - the cron fleet: mlock run --skip-if-locked runs and waiting mlock run
 //     runs (--timeout 60s) on one job, started in turn, the job a sh -c that
-//     writes the start and end of its run to the log and takes 150 ms; every
+//     writes the start and end of its run to the log and takes 350 ms; every
 //     run must exit 0 (run, or skipped), and at least one must be skipped;
 //   - the same with Node.js processes: the mlock npm package
-//     (js/packages/mlock, acquire with a ttl of 1 s, then a hold of 300 ms,
+//     (js/packages/mlock, acquire with a ttl of 2 s, then a hold of 500 ms,
 //     then unlock), and Medusa's Locking Module (@medusajs/locking, loaded by
 //     Medusa's module loader) with the locking-mlock provider: checkouts
 //     through execute with expire: 1 (testdata/node);
@@ -109,10 +109,10 @@
 // ttl (the scenario's premise: grants after waits longer than the lease).
 //
 // A short version runs by default (24 orders with a ttl of 1 s, 6 + 12 cron
-// runs with a ttl of 1 s, 8 Node.js processes, 6 on the cluster, and 4
+// runs with a ttl of 3 s, 8 Node.js processes with a ttl of 2 s, 6 on the cluster, and 4
 // Medusa checkouts holding 450 ms: loading Medusa costs about a second of
 // CPU per process); the full counts (50 orders with a ttl of 2 s, 20 + 20
-// cron runs with a ttl of 500 ms, 20 Node.js processes, 12 Medusa checkouts
+// cron runs with a ttl of 500 ms and jobs of 150 ms, 20 Node.js processes with a ttl of 1 s, 12 Medusa checkouts
 // holding 300 ms, on both targets):
 //
 //	MLOCK_SCENARIO_LONG=1 go test ./internal/scenario/ -v -count=1 -timeout 30m

@@ -98,13 +98,13 @@ func TestFencedFlashSale(t *testing.T) {
 	if os.Getenv("MLOCK_SCENARIO_LONG") == "1" {
 		sz, version = fencedLong, "long (MLOCK_SCENARIO_LONG=1)"
 	}
-	pg := pgtest.Start(t, "the fenced flash sale needs PostgreSQL")
-	bins := build(t)
-	buyer := buyerProgram.Paths(t)[0]
-	node := findNode(t)
+	node := findNode(t) // before PostgreSQL and the builds: a skip costs nothing
 	if sz.nodeEach > 0 {
 		node.need(t)
 	}
+	pg := pgtest.Start(t, "the fenced flash sale needs PostgreSQL")
+	bins := build(t)
+	buyer := buyerProgram.Paths(t)[0]
 	db, err := sql.Open("pgx", pg.URL)
 	if err != nil {
 		t.Fatal(err)

@@ -6,5 +6,5 @@ const { nowNs, clock } = require('./common');
 const readline = require('node:readline');
 
 readline.createInterface({ input: process.stdin }).on('line', () => {
-  process.stdout.write(`${nowNs()}\n`);
+  process.stdout.write(`${nowNs()} ${clock.error}\n`);
 });
