@@ -44,13 +44,7 @@ func TestRaftConnectionOldPeerRefused(t *testing.T) {
 			return err
 		}
 		defer c.Close()
-		if _, err := c.Write([]byte("hello")); err != nil {
-			t.Fatal(err)
-		}
-		buf := make([]byte, 5)
-		if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "world" {
-			t.Fatalf("answer %q, %v", buf, err)
-		}
+		helloWorld(t, c)
 		if err := <-got; err != nil {
 			t.Fatalf("acceptor: %v", err)
 		}
