@@ -17,7 +17,6 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -123,23 +122,8 @@ func mlockdLog(t *testing.T, args ...string) (*exec.Cmd, string, *syncBuffer) {
 	return cmd, addr, &stderr
 }
 
-// syncBuffer is a bytes.Buffer safe for the process's writer and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
+// syncBuffer is a buffer safe for the process's writer and the test.
+type syncBuffer = proctest.Buffer
 
 // client is a raw protocol client.
 type client struct {

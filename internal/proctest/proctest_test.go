@@ -1,6 +1,7 @@
 package proctest
 
 import (
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -208,5 +209,29 @@ func TestWaitStopped(t *testing.T) {
 	}
 	if WaitStopped(cmd.Process.Pid, 100*time.Millisecond) {
 		t.Fatal("still stopped after SIGCONT")
+	}
+}
+
+// Writers at once, and a reader among them: String holds every write whole.
+func TestBufferConcurrent(t *testing.T) {
+	var b Buffer
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			for range 100 {
+				fmt.Fprintf(&b, "w%d;", i)
+				_ = b.String()
+			}
+		})
+	}
+	wg.Wait()
+	got := b.String()
+	for i := range 8 {
+		if n := strings.Count(got, fmt.Sprintf("w%d;", i)); n != 100 {
+			t.Errorf("writer %d: %d writes in the buffer, want 100", i, n)
+		}
+	}
+	if len(got) != 8*100*3 {
+		t.Errorf("buffer holds %d bytes, want %d", len(got), 8*100*3)
 	}
 }
