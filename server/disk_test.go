@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/mlock-dev/mlock/internal/datadir"
+	"github.com/mlock-dev/mlock/internal/proctest"
 	"github.com/mlock-dev/mlock/internal/protocol"
 )
 
@@ -140,21 +141,7 @@ func TestTokenMarkWriteFails(t *testing.T) {
 			}
 			// The disk recovers: the server retries on its own.
 			fail.Store(false)
-			deadline := time.Now().Add(20 * time.Second)
-			for {
-				tok, why := c.cycle(&n, "r")
-				if why == "" {
-					if tok <= last {
-						t.Fatalf("token %d after %d", tok, last)
-					}
-					last = tok
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("still refused 20 s after the disk recovered: %q", why)
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
+			last = proctest.GrantAgain(t, 20*time.Second, 20*time.Millisecond, "the disk recovered", last, func() (uint64, string) { return c.cycle(&n, "r") })
 			if code, body := get(t, web+"/readyz"); code != http.StatusOK {
 				t.Fatalf("/readyz after the disk recovered: %d %q", code, body)
 			}

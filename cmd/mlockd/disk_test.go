@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"os"
 	"os/exec"
@@ -13,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mlock-dev/mlock/internal/proctest"
 	"github.com/mlock-dev/mlock/internal/protocol"
 	"github.com/mlock-dev/mlock/internal/testenv"
 )
@@ -65,16 +65,8 @@ func fill(t *testing.T, dir string) string {
 // diskStatus reads status's disk part.
 func (c *client) diskStatus() *protocol.StatusDisk {
 	c.t.Helper()
-	c.send("status", "d")
-	got := c.read()
-	js, ok := strings.CutPrefix(got, "result d success ")
-	if !ok {
-		c.t.Fatalf("status: %q", got)
-	}
 	var doc protocol.Status
-	if err := json.Unmarshal([]byte(js), &doc); err != nil {
-		c.t.Fatal(err)
-	}
+	js := c.status("d", &doc)
 	if doc.Disk == nil {
 		c.t.Fatalf("status without disk: %s", js)
 	}
@@ -192,21 +184,7 @@ func TestRealDiskFailures(t *testing.T) {
 				t.Fatalf("status with the disk %s: %+v", tc.name, d)
 			}
 			repair()
-			deadline := time.Now().Add(30 * time.Second)
-			for {
-				tok, why := c.cycle(&n, "r")
-				if why == "" {
-					if tok <= last {
-						t.Fatalf("token %d after %d", tok, last)
-					}
-					last = tok
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("still refused 30 s after the disk was repaired: %q", why)
-				}
-				time.Sleep(50 * time.Millisecond)
-			}
+			last = proctest.GrantAgain(t, 30*time.Second, 50*time.Millisecond, "the disk was repaired", last, func() (uint64, string) { return c.cycle(&n, "r") })
 			if d := c.diskStatus(); !d.Healthy || d.Error != "" {
 				t.Fatalf("status after the repair: %+v", d)
 			}

@@ -235,3 +235,55 @@ func TestBufferConcurrent(t *testing.T) {
 		t.Errorf("buffer holds %d bytes, want %d", len(got), 8*100*3)
 	}
 }
+
+// fatalTB records a Fatalf and ends its goroutine, as testing.T does.
+type fatalTB struct {
+	testing.TB
+	msg string
+}
+
+func (f *fatalTB) Helper() {}
+
+func (f *fatalTB) Fatalf(format string, args ...any) {
+	f.msg = fmt.Sprintf(format, args...)
+	runtime.Goexit()
+}
+
+// GrantAgain returns the first token granted; a token not above the last
+// one, and a refusal past the timeout, fail the test.
+func TestGrantAgain(t *testing.T) {
+	calls := 0
+	cycle := func(tok uint64, refusals int) func() (uint64, string) {
+		return func() (uint64, string) {
+			calls++
+			if calls <= refusals {
+				return 0, "no tokens"
+			}
+			return tok, ""
+		}
+	}
+	if got := GrantAgain(t, 10*time.Second, time.Millisecond, "the repair", 5, cycle(7, 3)); got != 7 || calls != 4 {
+		t.Fatalf("GrantAgain = %d after %d calls, want 7 after 4", got, calls)
+	}
+	for _, c := range []struct {
+		tok      uint64
+		refusals int
+		want     string
+	}{
+		{5, 0, "token 5 after 5"},
+		{9, 1 << 30, `still refused 0 s after the repair: "no tokens"`},
+	} {
+		calls = 0
+		f := &fatalTB{TB: t}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			GrantAgain(f, 0, time.Millisecond, "the repair", 5, cycle(c.tok, c.refusals))
+			t.Errorf("GrantAgain returned for %+v", c)
+		}()
+		<-done
+		if f.msg != c.want {
+			t.Errorf("GrantAgain's failure: %q, want %q", f.msg, c.want)
+		}
+	}
+}
