@@ -3,8 +3,6 @@ package server
 import (
 	"encoding/json"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -16,20 +14,6 @@ import (
 	"github.com/mlock-dev/mlock/internal/proctest"
 	"github.com/mlock-dev/mlock/internal/protocol"
 )
-
-// readMark reads the token mark on disk.
-func readMark(t *testing.T, dir string) uint64 {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(dir, "token-mark"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
-}
 
 // cycle asks for a lock on r and unlocks it. It returns the grant's token,
 // or the failure's text.
@@ -116,7 +100,7 @@ func TestTokenMarkWriteFails(t *testing.T) {
 			if refused != protocol.CodeNoTokens.Text() {
 				t.Fatalf("with the mark not written, the lock requests were answered %q (last token %d)", refused, last)
 			}
-			if m := readMark(t, dir); last >= m {
+			if m := proctest.TokenMark(t, dir); last >= m {
 				t.Fatalf("token %d given at or above the mark on disk %d", last, m)
 			}
 			if code, body := get(t, web+"/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, tc.err.Error()) {
@@ -156,7 +140,7 @@ func TestTokenMarkWriteFails(t *testing.T) {
 				}
 				last = tok
 			}
-			if m := readMark(t, dir); last >= m {
+			if m := proctest.TokenMark(t, dir); last >= m {
 				t.Fatalf("token %d at or above the mark on disk %d", last, m)
 			}
 			if err := stop(); err != nil {

@@ -105,19 +105,6 @@ func (c *client) cycle(n *int, res string) (uint64, string) {
 	return tok, ""
 }
 
-func markOnDisk(t *testing.T, dir string) uint64 {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(dir, "token-mark"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
-}
-
 // TestRealDiskFailures runs mlockd with its data directory on a small
 // tmpfs that fills up while a client locks, and on one remounted
 // read-only: mlockd gives no token the mark on disk does not cover, then
@@ -177,7 +164,7 @@ func TestRealDiskFailures(t *testing.T) {
 			if refused != protocol.CodeNoTokens.Text() {
 				t.Fatalf("with the disk %s, lock requests were answered %q", tc.name, refused)
 			}
-			if m := markOnDisk(t, dir); last >= m {
+			if m := proctest.TokenMark(t, dir); last >= m {
 				t.Fatalf("token %d given at or above the mark on disk %d", last, m)
 			}
 			if d := c.diskStatus(); d.Healthy || d.Error != tc.errText || d.Errors == 0 || d.TokensLeft != 0 {

@@ -249,6 +249,11 @@ func (f *fatalTB) Fatalf(format string, args ...any) {
 	runtime.Goexit()
 }
 
+func (f *fatalTB) Fatal(args ...any) {
+	f.msg = fmt.Sprint(args...)
+	runtime.Goexit()
+}
+
 // GrantAgain returns the first token granted; a token not above the last
 // one, and a refusal past the timeout, fail the test.
 func TestGrantAgain(t *testing.T) {
@@ -284,6 +289,37 @@ func TestGrantAgain(t *testing.T) {
 		<-done
 		if f.msg != c.want {
 			t.Errorf("GrantAgain's failure: %q, want %q", f.msg, c.want)
+		}
+	}
+}
+
+// TokenMark reads the number in token-mark; a missing file or one without
+// a number fails the test.
+func TestTokenMark(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "token-mark"), []byte("4096\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got := TokenMark(t, dir); got != 4096 {
+		t.Fatalf("TokenMark = %d, want 4096", got)
+	}
+	for _, c := range []struct{ content, want string }{{"", "no such file"}, {"x\n", "invalid syntax"}} {
+		d := t.TempDir()
+		if c.content != "" {
+			if err := os.WriteFile(filepath.Join(d, "token-mark"), []byte(c.content), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		f := &fatalTB{TB: t}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			TokenMark(f, d)
+			t.Errorf("TokenMark returned for %q", c.content)
+		}()
+		<-done
+		if !strings.Contains(f.msg, c.want) {
+			t.Errorf("TokenMark's failure for %q: %q, want %q in it", c.content, f.msg, c.want)
 		}
 	}
 }

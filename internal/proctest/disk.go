@@ -1,6 +1,10 @@
 package proctest
 
 import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -28,4 +32,20 @@ func GrantAgain(t testing.TB, timeout, pause time.Duration, after string, last u
 		}
 		time.Sleep(pause)
 	}
+}
+
+// TokenMark reads the token high-water mark a server keeps in its data
+// directory dir (the file token-mark: one decimal number); a file that is
+// missing or holds no number fails the test.
+func TokenMark(t testing.TB, dir string) uint64 {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, "token-mark"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }
