@@ -83,8 +83,7 @@ func TestClusterPingWritesNoEntry(t *testing.T) {
 	}
 	for k := 1; k <= 20; k++ {
 		for _, c := range cs {
-			c.send("ping " + strconv.Itoa(k))
-			c.expect("result " + strconv.Itoa(k) + " success pong")
+			c.ping(strconv.Itoa(k))
 		}
 	}
 	tc.settled(tc.leader())
@@ -133,8 +132,7 @@ func TestClusterPingThroughTheLogWithoutReads(t *testing.T) {
 	f := (l + 1) % 3
 	c := tc.connected(f, "pinger")
 	for k := 1; k <= 5; k++ {
-		c.send("ping " + strconv.Itoa(k))
-		c.expect("result " + strconv.Itoa(k) + " success pong")
+		c.ping(strconv.Itoa(k))
 	}
 	tc.settled(tc.leader())
 	if n := pings.Load(); n < 5 {
