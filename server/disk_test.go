@@ -80,23 +80,13 @@ func TestTokenMarkWriteFails(t *testing.T) {
 			n := 0
 			var last uint64
 			fail.Store(true)
-			refused := ""
-			for range 4 * block {
-				tok, why := c.cycle(&n, "r")
-				if why != "" {
-					refused = why
-					break
-				}
-				if tok <= last {
-					t.Fatalf("token %d after %d", tok, last)
-				}
-				last = tok
-				if srv.dir.MarkDue(last) {
+			last, refused := proctest.GrantUntilRefused(t, 4*block, last, func() (uint64, string) { return c.cycle(&n, "r") }, func(tok uint64) {
+				if srv.dir.MarkDue(tok) {
 					// The write is due: wait for it to fail, so that the
 					// requests past the mark are refused, not queued for it.
 					waitFor(t, "the failed write", func() bool { return srv.diskState().failing })
 				}
-			}
+			})
 			if refused != protocol.CodeNoTokens.Text() {
 				t.Fatalf("with the mark not written, the lock requests were answered %q (last token %d)", refused, last)
 			}

@@ -149,18 +149,7 @@ func TestRealDiskFailures(t *testing.T) {
 			n := 0
 			var last uint64
 			repair := tc.break_(t, mnt)
-			refused := ""
-			for range 1000 {
-				tok, why := c.cycle(&n, "r")
-				if why != "" {
-					refused = why
-					break
-				}
-				if tok <= last {
-					t.Fatalf("token %d after %d", tok, last)
-				}
-				last = tok
-			}
+			last, refused := proctest.GrantUntilRefused(t, 1000, last, func() (uint64, string) { return c.cycle(&n, "r") }, nil)
 			if refused != protocol.CodeNoTokens.Text() {
 				t.Fatalf("with the disk %s, lock requests were answered %q", tc.name, refused)
 			}

@@ -34,6 +34,29 @@ func GrantAgain(t testing.TB, timeout, pause time.Duration, after string, last u
 	}
 }
 
+// GrantUntilRefused calls cycle (as GrantAgain does) at most max times,
+// until a request is refused, and returns the last token granted (last
+// when none was) and the refusal ("" when none was refused). The tokens
+// granted must grow from last, else the test fails. each, when not nil, is
+// called after each grant with its token.
+func GrantUntilRefused(t testing.TB, max int, last uint64, cycle func() (token uint64, why string), each func(token uint64)) (uint64, string) {
+	t.Helper()
+	for range max {
+		tok, why := cycle()
+		if why != "" {
+			return last, why
+		}
+		if tok <= last {
+			t.Fatalf("token %d after %d", tok, last)
+		}
+		last = tok
+		if each != nil {
+			each(tok)
+		}
+	}
+	return last, ""
+}
+
 // TokenMark reads the token high-water mark a server keeps in its data
 // directory dir (the file token-mark: one decimal number); a file that is
 // missing or holds no number fails the test.

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -321,5 +322,43 @@ func TestTokenMark(t *testing.T) {
 		if !strings.Contains(f.msg, c.want) {
 			t.Errorf("TokenMark's failure for %q: %q, want %q in it", c.content, f.msg, c.want)
 		}
+	}
+}
+
+// GrantUntilRefused stops at the first refusal, or after max grants, and
+// calls each with every token granted; a token not above the one before
+// fails the test.
+func TestGrantUntilRefused(t *testing.T) {
+	seq := func(toks ...uint64) func() (uint64, string) {
+		return func() (uint64, string) {
+			if len(toks) == 0 {
+				return 0, "no tokens"
+			}
+			tok := toks[0]
+			toks = toks[1:]
+			return tok, ""
+		}
+	}
+	var seen []uint64
+	last, why := GrantUntilRefused(t, 10, 2, seq(3, 5, 8), func(tok uint64) { seen = append(seen, tok) })
+	if last != 8 || why != "no tokens" || !slices.Equal(seen, []uint64{3, 5, 8}) {
+		t.Fatalf("GrantUntilRefused = %d, %q, each saw %v; want 8, \"no tokens\", [3 5 8]", last, why, seen)
+	}
+	if last, why := GrantUntilRefused(t, 2, 0, seq(1, 2, 3), nil); last != 2 || why != "" {
+		t.Fatalf("GrantUntilRefused past max = %d, %q; want 2, \"\"", last, why)
+	}
+	if last, why := GrantUntilRefused(t, 2, 7, seq(), nil); last != 7 || why != "no tokens" {
+		t.Fatalf("GrantUntilRefused refused at once = %d, %q; want 7, \"no tokens\"", last, why)
+	}
+	f := &fatalTB{TB: t}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		GrantUntilRefused(f, 10, 0, seq(4, 4), nil)
+		t.Error("GrantUntilRefused returned after a token repeated")
+	}()
+	<-done
+	if f.msg != "token 4 after 4" {
+		t.Errorf("GrantUntilRefused's failure: %q, want \"token 4 after 4\"", f.msg)
 	}
 }
