@@ -3,11 +3,9 @@ package server
 import (
 	"bytes"
 	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -177,14 +175,7 @@ func forwardedChain(t *testing.T, tc *testCluster, l int) error {
 		answers map[uint64]byte
 	}
 	dial := func() *fwdClient {
-		nc, err := net.Dial("tcp", tc.addrs[l])
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { nc.Close() })
-		c := &raw{t: t, nc: nc}
-		c.write(frame("forward " + hex.EncodeToString(srv.cl.secret[:])))
-		return &fwdClient{c: c, answers: map[uint64]byte{}}
+		return &fwdClient{c: tc.dialForward(l), answers: map[uint64]byte{}}
 	}
 	// ask sends a command of kind for key and seq on f and returns the
 	// answer's status.

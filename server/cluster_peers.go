@@ -126,16 +126,7 @@ func (s *Server) watchPeers() {
 			// The members changed (or this node just took the lead): which
 			// nodes do sessions hang on that are none of them?
 			members = key
-			now := time.Now()
-			s.batch(func(*core.Tx) {
-				for _, sess := range s.sessions {
-					if sess.node != "" && !slices.Contains(ids, sess.node) {
-						if _, ok := gone[sess.node]; !ok {
-							gone[sess.node] = now
-						}
-					}
-				}
-			})
+			s.noteGone(ids, gone, time.Now())
 		}
 		for id, since := range gone {
 			if slices.Contains(ids, id) {
@@ -147,6 +138,22 @@ func (s *Server) watchPeers() {
 			}
 		}
 	}
+}
+
+// noteGone adds to gone, at now, each node that sessions are attached to
+// and that is none of the members ids; a node already in gone keeps its
+// time.
+func (s *Server) noteGone(ids []string, gone map[string]time.Time, now time.Time) {
+	s.batch(func(*core.Tx) {
+		for _, sess := range s.sessions {
+			if sess.node == "" || slices.Contains(ids, sess.node) {
+				continue
+			}
+			if _, ok := gone[sess.node]; !ok {
+				gone[sess.node] = now
+			}
+		}
+	})
 }
 
 // detachLost proposes the detach of the sessions attached to node (key:

@@ -113,10 +113,8 @@ func TestClusterPreHandshakeConnectionCostsWhatOneNodeCosts(t *testing.T) {
 	waiting.expect("connected 1.0 new *")
 	id := waiting.lock("r1", "a 10000 0 0")
 	waiting.locked(id)
-	waiting.send("unlock r2 " + id)
-	waiting.expect("result r2 success done")
-	waiting.send("ping p1")
-	waiting.expect("result p1 success pong")
+	waiting.unlock("r2", id)
+	waiting.ping("p1")
 	if _, p := connGoroutines(); p != 2 {
 		// pipeLoop and its watcher, for the connected client alone.
 		t.Errorf("%d pipeline goroutines with one connected client, want 2 (its pipeline and watcher)", p)

@@ -83,8 +83,7 @@ func TestClusterPingWritesNoEntry(t *testing.T) {
 	}
 	for k := 1; k <= 20; k++ {
 		for _, c := range cs {
-			c.send("ping " + strconv.Itoa(k))
-			c.expect("result " + strconv.Itoa(k) + " success pong")
+			c.ping(strconv.Itoa(k))
 		}
 	}
 	tc.settled(tc.leader())
@@ -102,10 +101,8 @@ func TestClusterPongAfterCommittedPushes(t *testing.T) {
 	tc := newTestCluster(t, 3, false)
 	l := tc.leader()
 	f := (l + 1) % 3
-	h := tc.dial(l, "holder")
-	h.expect("connected 1.0 new * **")
-	w := tc.dial(f, "waiter")
-	w.expect("connected 1.0 new * **")
+	h := tc.connected(l, "holder")
+	w := tc.connected(f, "waiter")
 	for k := range 20 {
 		res := "r" + strconv.Itoa(k)
 		id := h.lock("1", res+" 60000 0 0")
@@ -133,11 +130,9 @@ func TestClusterPingThroughTheLogWithoutReads(t *testing.T) {
 	})
 	l := tc.leader()
 	f := (l + 1) % 3
-	c := tc.dial(f, "pinger")
-	c.expect("connected 1.0 new * **")
+	c := tc.connected(f, "pinger")
 	for k := 1; k <= 5; k++ {
-		c.send("ping " + strconv.Itoa(k))
-		c.expect("result " + strconv.Itoa(k) + " success pong")
+		c.ping(strconv.Itoa(k))
 	}
 	tc.settled(tc.leader())
 	if n := pings.Load(); n < 5 {
@@ -155,12 +150,10 @@ func TestClusterCutOffFollowerPongsBoundTheExpiry(t *testing.T) {
 	tc := newTestCluster(t, 3, false)
 	l := tc.leader()
 	f := (l + 1) % 3
-	h := tc.dial(f, "holder")
-	h.expect("connected 1.0 new * **")
+	h := tc.connected(f, "holder")
 	hid := h.lock("1", "x 600000 0 0")
 	h.locked(hid)
-	w := tc.dial(l, "waiter")
-	w.expect("connected 1.0 new * **")
+	w := tc.connected(l, "waiter")
 	w.send("lock 1 x 1000 60000 0")
 	wid := w.expect("result 1 success *")[3]
 	tc.settled(l)

@@ -2,9 +2,7 @@ package server
 
 import (
 	"encoding/binary"
-	"encoding/hex"
 	"errors"
-	"net"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -228,16 +226,7 @@ func TestForwardedBelowVersion(t *testing.T) {
 	l := tc.leader()
 	srv := tc.nodes[l]
 	var id uint64
-	dial := func() *raw {
-		nc, err := net.Dial("tcp", tc.addrs[l])
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { nc.Close() })
-		c := &raw{t: t, nc: nc}
-		c.write(frame("forward " + hex.EncodeToString(srv.cl.secret[:])))
-		return c
-	}
+	dial := func() *raw { return tc.dialForward(l) }
 	// ask sends a request of kind on c and returns the answer's status and
 	// result.
 	ask := func(c *raw, kind byte, req []byte) (byte, string) {

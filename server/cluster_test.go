@@ -257,17 +257,41 @@ func (tc *testCluster) dial(i int, sid string) *raw {
 	return tc.dialConnect(i, "connect "+sid+" 1.0")
 }
 
+// connected dials node i as sid and expects a new session.
+func (tc *testCluster) connected(i int, sid string) *raw {
+	tc.t.Helper()
+	c := tc.dial(i, sid)
+	c.expect("connected 1.0 new * **")
+	return c
+}
+
 // dialConnect connects to node i and sends the connect frame given.
 func (tc *testCluster) dialConnect(i int, connect string) *raw {
+	tc.t.Helper()
+	c := tc.conn(i)
+	c.send(connect)
+	return c
+}
+
+// dialForward opens a forwarding connection to node i, as a follower
+// does: its first frame is forward and the cluster's secret.
+func (tc *testCluster) dialForward(i int) *raw {
+	tc.t.Helper()
+	c := tc.conn(i)
+	c.write(frame("forward " + hex.EncodeToString(tc.nodes[i].cl.secret[:])))
+	return c
+}
+
+// conn opens a connection to node i's client address, closed when the
+// test ends, and sends nothing.
+func (tc *testCluster) conn(i int) *raw {
 	tc.t.Helper()
 	nc, err := net.Dial("tcp", tc.addrs[i])
 	if err != nil {
 		tc.t.Fatal(err)
 	}
 	tc.t.Cleanup(func() { nc.Close() })
-	c := &raw{t: tc.t, nc: nc}
-	c.send(connect)
-	return c
+	return &raw{t: tc.t, nc: nc}
 }
 
 type testWriter struct{ t *testing.T }
@@ -875,10 +899,8 @@ func TestClusterFollowerAnswersInLogOrder(t *testing.T) {
 	tc := newTestCluster(t, 3, false)
 	l := tc.leader()
 	f := (l + 1) % 3
-	holder := tc.dial(l, "holder")
-	holder.expect("connected 1.0 new * **")
-	waiter := tc.dial(f, "waiter")
-	waiter.expect("connected 1.0 new * **")
+	holder := tc.connected(l, "holder")
+	waiter := tc.connected(f, "waiter")
 	idH := holder.lock("1", "x 10000 0 0")
 	holder.locked(idH)
 	idW := waiter.lock("1", "x 10000 0 0") // queued; the answer came from the follower's apply

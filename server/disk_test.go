@@ -3,8 +3,6 @@ package server
 import (
 	"encoding/json"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -13,22 +11,9 @@ import (
 	"time"
 
 	"github.com/mlock-dev/mlock/internal/datadir"
+	"github.com/mlock-dev/mlock/internal/proctest"
 	"github.com/mlock-dev/mlock/internal/protocol"
 )
-
-// readMark reads the token mark on disk.
-func readMark(t *testing.T, dir string) uint64 {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(dir, "token-mark"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
-}
 
 // cycle asks for a lock on r and unlocks it. It returns the grant's token,
 // or the failure's text.
@@ -95,27 +80,17 @@ func TestTokenMarkWriteFails(t *testing.T) {
 			n := 0
 			var last uint64
 			fail.Store(true)
-			refused := ""
-			for range 4 * block {
-				tok, why := c.cycle(&n, "r")
-				if why != "" {
-					refused = why
-					break
-				}
-				if tok <= last {
-					t.Fatalf("token %d after %d", tok, last)
-				}
-				last = tok
-				if srv.dir.MarkDue(last) {
+			last, refused := proctest.GrantUntilRefused(t, 4*block, last, func() (uint64, string) { return c.cycle(&n, "r") }, func(tok uint64) {
+				if srv.dir.MarkDue(tok) {
 					// The write is due: wait for it to fail, so that the
 					// requests past the mark are refused, not queued for it.
 					waitFor(t, "the failed write", func() bool { return srv.diskState().failing })
 				}
-			}
+			})
 			if refused != protocol.CodeNoTokens.Text() {
 				t.Fatalf("with the mark not written, the lock requests were answered %q (last token %d)", refused, last)
 			}
-			if m := readMark(t, dir); last >= m {
+			if m := proctest.TokenMark(t, dir); last >= m {
 				t.Fatalf("token %d given at or above the mark on disk %d", last, m)
 			}
 			if code, body := get(t, web+"/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, tc.err.Error()) {
@@ -140,21 +115,7 @@ func TestTokenMarkWriteFails(t *testing.T) {
 			}
 			// The disk recovers: the server retries on its own.
 			fail.Store(false)
-			deadline := time.Now().Add(20 * time.Second)
-			for {
-				tok, why := c.cycle(&n, "r")
-				if why == "" {
-					if tok <= last {
-						t.Fatalf("token %d after %d", tok, last)
-					}
-					last = tok
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("still refused 20 s after the disk recovered: %q", why)
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
+			last = proctest.GrantAgain(t, 20*time.Second, 20*time.Millisecond, "the disk recovered", last, func() (uint64, string) { return c.cycle(&n, "r") })
 			if code, body := get(t, web+"/readyz"); code != http.StatusOK {
 				t.Fatalf("/readyz after the disk recovered: %d %q", code, body)
 			}
@@ -169,7 +130,7 @@ func TestTokenMarkWriteFails(t *testing.T) {
 				}
 				last = tok
 			}
-			if m := readMark(t, dir); last >= m {
+			if m := proctest.TokenMark(t, dir); last >= m {
 				t.Fatalf("token %d at or above the mark on disk %d", last, m)
 			}
 			if err := stop(); err != nil {

@@ -231,3 +231,10 @@ func (c *raw) locked(id string) string {
 	f := c.expect("locked " + id + " * *")
 	return f[3]
 }
+
+// unlock frees the lock id as request req and expects it done.
+func (c *raw) unlock(req, id string) {
+	c.t.Helper()
+	c.send("unlock " + req + " " + id)
+	c.expect("result " + req + " success done")
+}

@@ -119,8 +119,7 @@ func TestTLSHandshakeAndCommands(t *testing.T) {
 	c.expect("connected 1.0 new *")
 	id := c.lock("1", "tls:x 10000 0 0")
 	c.locked(id)
-	c.send("unlock 2 " + id)
-	c.expect("result 2 success done")
+	c.unlock("2", id)
 	c.ping("3")
 
 	t.Run("plain client", func(t *testing.T) {

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -17,6 +16,7 @@ import (
 	"github.com/mlock-dev/mlock"
 	"github.com/mlock-dev/mlock/cmd/mlock/internal/bench"
 	"github.com/mlock-dev/mlock/internal/auth"
+	"github.com/mlock-dev/mlock/internal/proctest"
 	"github.com/mlock-dev/mlock/server"
 	"github.com/mlock-dev/mlock/server/servertest"
 )
@@ -438,23 +438,8 @@ func TestBenchTables(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for a process's writer and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
+// syncBuffer is a buffer safe for a process's writer and the test.
+type syncBuffer = proctest.Buffer
 
 // A lock released elsewhere is told apart from an expired one.
 func TestLossText(t *testing.T) {

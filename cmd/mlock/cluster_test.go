@@ -22,19 +22,7 @@ import (
 func TestClusterStatusAfterRemove(t *testing.T) {
 	t.Parallel()
 	const n = 3
-	ids := []string{"a", "b", "c"}
-	var client, raftAddr []string
-	var peers []server.ClusterPeer
-	for i := range n {
-		client = append(client, proctest.FreeAddr(t))
-		raftAddr = append(raftAddr, proctest.FreeAddr(t))
-		peers = append(peers, server.ClusterPeer{ID: ids[i], Addr: raftAddr[i]})
-	}
-	for i := range n {
-		servertest.Start(t, server.Config{Addr: client[i], StatusRate: -1, SessionGrace: 3 * time.Second,
-			Cluster: &server.ClusterConfig{ID: ids[i], RaftAddr: raftAddr[i], ClientAddr: client[i], Bootstrap: true,
-				Peers: peers, Secret: []byte("0123456789abcdef-cluster-cli-test")}}, client[i])
-	}
+	ids, client, _ := startCluster(t)
 	uri := func(nodes ...int) string {
 		var a []string
 		for _, i := range nodes {
@@ -42,19 +30,7 @@ func TestClusterStatusAfterRemove(t *testing.T) {
 		}
 		return "mlock://" + strings.Join(a, ",")
 	}
-	leader := -1
-	deadline := time.Now().Add(20 * time.Second)
-	for leader < 0 {
-		stdout, _, code := runMlock(t, "cluster", "status", "--uri", uri(0, 1, 2), "--timeout", "2s")
-		for i, id := range ids {
-			if code == 0 && strings.HasPrefix(stdout, "leader "+id+" ") {
-				leader = i
-			}
-		}
-		if leader < 0 && time.Now().After(deadline) {
-			t.Fatalf("no leader: %s", stdout)
-		}
-	}
+	leader := clusterLeader(t, uri(0, 1, 2), ids)
 	f1, f2 := (leader+1)%n, (leader+2)%n
 	// The commands below wait up to 20 s (not the default 5 s): on a busy
 	// machine a node's session waits seconds for its log.
@@ -113,6 +89,49 @@ func TestClusterStatusAfterRemove(t *testing.T) {
 	}
 }
 
+// startCluster starts a cluster of three nodes, a, b and c, in this
+// process, each on a free loopback address for its clients and another
+// for raft, stopped when the test ends. It returns their ids, their client
+// addresses and the functions that stop each earlier.
+func startCluster(t *testing.T) (ids, client []string, stops []func()) {
+	t.Helper()
+	const n = 3
+	ids = []string{"a", "b", "c"}
+	var raftAddr []string
+	var peers []server.ClusterPeer
+	for i := range n {
+		client = append(client, proctest.FreeAddr(t))
+		raftAddr = append(raftAddr, proctest.FreeAddr(t))
+		peers = append(peers, server.ClusterPeer{ID: ids[i], Addr: raftAddr[i]})
+	}
+	stops = make([]func(), n)
+	for i := range n {
+		_, stops[i] = servertest.Start(t, server.Config{Addr: client[i], StatusRate: -1, SessionGrace: 3 * time.Second,
+			Cluster: &server.ClusterConfig{ID: ids[i], RaftAddr: raftAddr[i], ClientAddr: client[i], Bootstrap: true,
+				Peers: peers, Secret: []byte("0123456789abcdef-cluster-cli-test")}}, client[i])
+	}
+	return ids, client, stops
+}
+
+// clusterLeader asks mlock cluster status at uri until it names a leader,
+// for at most 20 s, and returns the leader's index in ids.
+func clusterLeader(t *testing.T, uri string, ids []string) int {
+	t.Helper()
+	leader := -1
+	for deadline := time.Now().Add(20 * time.Second); leader < 0; {
+		stdout, _, code := runMlock(t, "cluster", "status", "--uri", uri, "--timeout", "2s")
+		for i, id := range ids {
+			if code == 0 && strings.HasPrefix(stdout, "leader "+id+" ") {
+				leader = i
+			}
+		}
+		if leader < 0 && time.Now().After(deadline) {
+			t.Fatalf("no leader: %s", stdout)
+		}
+	}
+	return leader
+}
+
 // listsNode reports whether a cluster status table has a row for id.
 func listsNode(table, id string) bool { return nodeRow(table, id) != "" }
 
@@ -133,33 +152,8 @@ func nodeRow(table, id string) string {
 func TestClusterStatusWithoutLeader(t *testing.T) {
 	t.Parallel()
 	const n = 3
-	ids := []string{"a", "b", "c"}
-	var client, raftAddr []string
-	var peers []server.ClusterPeer
-	for i := range n {
-		client = append(client, proctest.FreeAddr(t))
-		raftAddr = append(raftAddr, proctest.FreeAddr(t))
-		peers = append(peers, server.ClusterPeer{ID: ids[i], Addr: raftAddr[i]})
-	}
-	stops := make([]func(), n)
-	for i := range n {
-		_, stops[i] = servertest.Start(t, server.Config{Addr: client[i], StatusRate: -1, SessionGrace: 3 * time.Second,
-			Cluster: &server.ClusterConfig{ID: ids[i], RaftAddr: raftAddr[i], ClientAddr: client[i], Bootstrap: true,
-				Peers: peers, Secret: []byte("0123456789abcdef-cluster-cli-test")}}, client[i])
-	}
-	uri := "mlock://" + strings.Join(client, ",")
-	leader := -1
-	for deadline := time.Now().Add(20 * time.Second); leader < 0; {
-		stdout, _, code := runMlock(t, "cluster", "status", "--uri", uri, "--timeout", "2s")
-		for i, id := range ids {
-			if code == 0 && strings.HasPrefix(stdout, "leader "+id+" ") {
-				leader = i
-			}
-		}
-		if leader < 0 && time.Now().After(deadline) {
-			t.Fatalf("no leader: %s", stdout)
-		}
-	}
+	ids, client, stops := startCluster(t)
+	leader := clusterLeader(t, "mlock://"+strings.Join(client, ","), ids)
 	survivor := (leader + 1) % n
 	stops[leader]()
 	stops[(leader+2)%n]()

@@ -46,6 +46,27 @@ type topView struct {
 	queuesAtLeast bool
 }
 
+// httpTarget returns, for --http's value raw, the JSON API's base URL (no
+// trailing slash; http:// when raw names no scheme), how it is shown (its
+// credentials redacted), and the address a refused connection is probed
+// at (port 443 for https and 80 for http unless given; none when the URL
+// has no host).
+func httpTarget(raw string) (base, where string, addrs []string) {
+	base = strings.TrimSuffix(raw, "/")
+	if !strings.Contains(base, "://") {
+		base = "http://" + base
+	}
+	where = redactURL(base)
+	if u, err := url.Parse(base); err == nil && u.Host != "" {
+		port := u.Port()
+		if port == "" {
+			port = map[bool]string{true: "443", false: "80"}[u.Scheme == "https"]
+		}
+		addrs = []string{net.JoinHostPort(u.Hostname(), port)}
+	}
+	return base, where, addrs
+}
+
 type topCounts struct {
 	Held     int    `json:"held"`
 	Waiting  int    `json:"waiting"`
@@ -125,18 +146,8 @@ func cmdTop(args []string, stdout, stderr io.Writer) int {
 	var addrs []string // the addresses probed for a refusal (failFast)
 	where := shownURI(*uri)
 	if *httpURL != "" {
-		base := strings.TrimSuffix(*httpURL, "/")
-		if !strings.Contains(base, "://") {
-			base = "http://" + base
-		}
-		where = redactURL(base)
-		if u, err := url.Parse(base); err == nil && u.Host != "" {
-			port := u.Port()
-			if port == "" {
-				port = map[bool]string{true: "443", false: "80"}[u.Scheme == "https"]
-			}
-			addrs = []string{net.JoinHostPort(u.Hostname(), port)}
-		}
+		var base string
+		base, where, addrs = httpTarget(*httpURL)
 		hc := &http.Client{Timeout: *timeout}
 		fetch = func(ctx context.Context) (*topView, error) { return fetchHTTP(ctx, hc, base, prefix, show) }
 	} else {

@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -196,5 +197,25 @@ func TestTopWithCredentials(t *testing.T) {
 	out, errOut, code = runMlock(t, "top", "--http", wrong)
 	if code == 0 || !strings.Contains(errOut, "401") || strings.Contains(out+errOut, other) {
 		t.Errorf("top with a wrong token: exit %d:\n%s\n%s", code, out, errOut)
+	}
+}
+
+// --http's value: a scheme added when none is given, the trailing slash
+// dropped, the credentials redacted where it is shown, and the port probed
+// for a refusal the scheme's when none is given.
+func TestTopHTTPTarget(t *testing.T) {
+	for _, c := range []struct {
+		raw, base, where string
+		addrs            []string
+	}{
+		{"127.0.0.1:12341/", "http://127.0.0.1:12341", "http://127.0.0.1:12341", []string{"127.0.0.1:12341"}},
+		{"https://ops:TOKEN@lock.internal", "https://ops:TOKEN@lock.internal", "https://ops:xxxxx@lock.internal", []string{"lock.internal:443"}},
+		{"http://[::1]", "http://[::1]", "http://[::1]", []string{"[::1]:80"}},
+		{"http:///api", "http:///api", "http:///api", nil},
+	} {
+		base, where, addrs := httpTarget(c.raw)
+		if base != c.base || where != c.where || !slices.Equal(addrs, c.addrs) {
+			t.Errorf("httpTarget(%q) = %q, %q, %q; want %q, %q, %q", c.raw, base, where, addrs, c.base, c.where, c.addrs)
+		}
 	}
 }

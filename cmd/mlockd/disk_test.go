@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"os"
 	"os/exec"
@@ -13,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mlock-dev/mlock/internal/proctest"
 	"github.com/mlock-dev/mlock/internal/protocol"
 	"github.com/mlock-dev/mlock/internal/testenv"
 )
@@ -65,16 +65,8 @@ func fill(t *testing.T, dir string) string {
 // diskStatus reads status's disk part.
 func (c *client) diskStatus() *protocol.StatusDisk {
 	c.t.Helper()
-	c.send("status", "d")
-	got := c.read()
-	js, ok := strings.CutPrefix(got, "result d success ")
-	if !ok {
-		c.t.Fatalf("status: %q", got)
-	}
 	var doc protocol.Status
-	if err := json.Unmarshal([]byte(js), &doc); err != nil {
-		c.t.Fatal(err)
-	}
+	js := c.status("d", &doc)
 	if doc.Disk == nil {
 		c.t.Fatalf("status without disk: %s", js)
 	}
@@ -111,19 +103,6 @@ func (c *client) cycle(n *int, res string) (uint64, string) {
 		c.t.Fatalf("unlock: %q", got)
 	}
 	return tok, ""
-}
-
-func markOnDisk(t *testing.T, dir string) uint64 {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(dir, "token-mark"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
 }
 
 // TestRealDiskFailures runs mlockd with its data directory on a small
@@ -170,43 +149,18 @@ func TestRealDiskFailures(t *testing.T) {
 			n := 0
 			var last uint64
 			repair := tc.break_(t, mnt)
-			refused := ""
-			for range 1000 {
-				tok, why := c.cycle(&n, "r")
-				if why != "" {
-					refused = why
-					break
-				}
-				if tok <= last {
-					t.Fatalf("token %d after %d", tok, last)
-				}
-				last = tok
-			}
+			last, refused := proctest.GrantUntilRefused(t, 1000, last, func() (uint64, string) { return c.cycle(&n, "r") }, nil)
 			if refused != protocol.CodeNoTokens.Text() {
 				t.Fatalf("with the disk %s, lock requests were answered %q", tc.name, refused)
 			}
-			if m := markOnDisk(t, dir); last >= m {
+			if m := proctest.TokenMark(t, dir); last >= m {
 				t.Fatalf("token %d given at or above the mark on disk %d", last, m)
 			}
 			if d := c.diskStatus(); d.Healthy || d.Error != tc.errText || d.Errors == 0 || d.TokensLeft != 0 {
 				t.Fatalf("status with the disk %s: %+v", tc.name, d)
 			}
 			repair()
-			deadline := time.Now().Add(30 * time.Second)
-			for {
-				tok, why := c.cycle(&n, "r")
-				if why == "" {
-					if tok <= last {
-						t.Fatalf("token %d after %d", tok, last)
-					}
-					last = tok
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("still refused 30 s after the disk was repaired: %q", why)
-				}
-				time.Sleep(50 * time.Millisecond)
-			}
+			last = proctest.GrantAgain(t, 30*time.Second, 50*time.Millisecond, "the disk was repaired", last, func() (uint64, string) { return c.cycle(&n, "r") })
 			if d := c.diskStatus(); !d.Healthy || d.Error != "" {
 				t.Fatalf("status after the repair: %+v", d)
 			}

@@ -17,7 +17,6 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -123,23 +122,8 @@ func mlockdLog(t *testing.T, args ...string) (*exec.Cmd, string, *syncBuffer) {
 	return cmd, addr, &stderr
 }
 
-// syncBuffer is a bytes.Buffer safe for the process's writer and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
+// syncBuffer is a buffer safe for the process's writer and the test.
+type syncBuffer = proctest.Buffer
 
 // client is a raw protocol client.
 type client struct {
@@ -180,21 +164,29 @@ func (c *client) read() string {
 	return strings.TrimSuffix(string(p), "\n")
 }
 
-// quietUntil reads status and returns its quietUntil (zero if absent).
-func (c *client) quietUntil() time.Time {
+// status asks for status as request req, decodes its JSON into doc and
+// returns the JSON; an answer other than a success ends the test.
+func (c *client) status(req string, doc any) string {
 	c.t.Helper()
-	c.send("status", "s")
+	c.send("status", req)
 	got := c.read()
-	js, ok := strings.CutPrefix(got, "result s success ")
+	js, ok := strings.CutPrefix(got, "result "+req+" success ")
 	if !ok {
 		c.t.Fatalf("status: %q", got)
 	}
+	if err := json.Unmarshal([]byte(js), doc); err != nil {
+		c.t.Fatal(err)
+	}
+	return js
+}
+
+// quietUntil reads status and returns its quietUntil (zero if absent).
+func (c *client) quietUntil() time.Time {
+	c.t.Helper()
 	var doc struct {
 		QuietUntil int64 `json:"quietUntil"`
 	}
-	if err := json.Unmarshal([]byte(js), &doc); err != nil {
-		c.t.Fatal(err)
-	}
+	c.status("s", &doc)
 	if doc.QuietUntil == 0 {
 		return time.Time{}
 	}

@@ -5,8 +5,6 @@ package pgx_test
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +14,7 @@ import (
 
 	"github.com/mlock-dev/mlock/fence"
 	fencepgx "github.com/mlock-dev/mlock/fence/pgx"
+	"github.com/mlock-dev/mlock/internal/fencetest"
 	"github.com/mlock-dev/mlock/internal/pgtest"
 )
 
@@ -43,53 +42,21 @@ func TestConcurrentStaleAndFreshWriters(t *testing.T) {
 		t.Fatal(err)
 	}
 	const n = 50
-	tokens := rand.Perm(n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i, tk := range tokens {
-		wg.Go(func() {
-			errs[i] = fencepgx.Tx(ctx, pool, uint64(tk+1), fence.Split("sku:1|sku:2"), func(tx pgx.Tx) error {
-				var seen int
-				if err := tx.QueryRow(ctx, `UPDATE counter SET n = n + 1 RETURNING n - 1`).Scan(&seen); err != nil {
-					return err
-				}
-				_, err := tx.Exec(ctx, `INSERT INTO writes (token, seen) VALUES ($1, $2)`, tk+1, seen)
+	accepted, _ := fencetest.Race(t, n, func(token uint64) error {
+		return fencepgx.Tx(ctx, pool, token, fence.Split("sku:1|sku:2"), func(tx pgx.Tx) error {
+			var seen int
+			if err := tx.QueryRow(ctx, `UPDATE counter SET n = n + 1 RETURNING n - 1`).Scan(&seen); err != nil {
 				return err
-			})
-		})
-	}
-	wg.Wait()
-	accepted := 0
-	for i, err := range errs {
-		var se *fence.StaleError
-		switch {
-		case err == nil:
-			accepted++
-		case errors.As(err, &se) && errors.Is(err, fence.ErrStale):
-			if se.Token != uint64(tokens[i]+1) || se.Highest <= se.Token {
-				t.Errorf("refusal %v: its highest is not above its token", se)
 			}
-		default:
-			t.Fatalf("token %d: %v", tokens[i]+1, err)
-		}
-	}
+			_, err := tx.Exec(ctx, `INSERT INTO writes (token, seen) VALUES ($1, $2)`, int64(token), seen)
+			return err
+		})
+	})
 	rows, err := pool.Query(ctx, `SELECT token, seen FROM writes ORDER BY id`)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var last int64
-	k := 0
-	for rows.Next() {
-		var tok int64
-		var seen int
-		if err := rows.Scan(&tok, &seen); err != nil {
-			t.Fatal(err)
-		}
-		if tok <= last || seen != k {
-			t.Errorf("write %d has token %d after %d, read %d: want growing tokens, each reading the one before", k, tok, last, seen)
-		}
-		last, k = tok, k+1
-	}
+	last, k := fencetest.Chain(t, "", rows)
 	rows.Close()
 	var count int
 	if err := pool.QueryRow(ctx, `SELECT n FROM counter`).Scan(&count); err != nil {

@@ -6,9 +6,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"math/rand/v2"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +15,7 @@ import (
 
 	"github.com/mlock-dev/mlock/fence"
 	"github.com/mlock-dev/mlock/fence/postgres"
+	"github.com/mlock-dev/mlock/internal/fencetest"
 	"github.com/mlock-dev/mlock/internal/pgtest"
 )
 
@@ -195,49 +194,15 @@ func TestConcurrentStaleAndFreshWriters(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	const n = 60
-	tokens := rand.Perm(n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i, tk := range tokens {
-		wg.Go(func() {
-			errs[i] = write(ctx, db, uint64(tk+1), []string{"sku:a", "sku:b"}[tk%2])
-		})
-	}
-	wg.Wait()
-	accepted, refused := 0, 0
-	for i, err := range errs {
-		var se *fence.StaleError
-		switch {
-		case err == nil:
-			accepted++
-		case errors.As(err, &se):
-			refused++
-			if se.Token != uint64(tokens[i]+1) || se.Highest <= se.Token {
-				t.Errorf("refusal %v: its highest is not above its token", se)
-			}
-		default:
-			t.Fatalf("token %d: %v", tokens[i]+1, err)
-		}
-	}
+	accepted, refused := fencetest.Race(t, n, func(token uint64) error {
+		return write(ctx, db, token, []string{"sku:a", "sku:b"}[(token-1)%2])
+	})
 	for _, r := range []string{"sku:a", "sku:b"} {
 		rows, err := db.QueryContext(ctx, `SELECT token, seen FROM writes WHERE resource = $1 ORDER BY id`, r)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var last int64
-		k := 0
-		for rows.Next() {
-			var tok int64
-			var seen int
-			if err := rows.Scan(&tok, &seen); err != nil {
-				t.Fatal(err)
-			}
-			if tok <= last || seen != k {
-				t.Errorf("%s: write %d has token %d after %d, read %d: want growing tokens, each reading the one before", r, k, tok, last, seen)
-			}
-			last = tok
-			k++
-		}
+		last, _ := fencetest.Chain(t, r, rows)
 		rows.Close()
 		if want := map[string]int64{"sku:a": n - 1, "sku:b": n}[r]; last != want { // tokens 1..n, odd ones on sku:a
 			t.Errorf("%s: last accepted token %d; the highest must always be accepted", r, last)

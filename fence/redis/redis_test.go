@@ -8,7 +8,6 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 
 	"github.com/mlock-dev/mlock/fence"
 	fenceredis "github.com/mlock-dev/mlock/fence/redis"
+	"github.com/mlock-dev/mlock/internal/fencetest"
 	"github.com/mlock-dev/mlock/internal/testenv"
 )
 
@@ -130,29 +130,10 @@ func TestConcurrentStaleAndFreshWriters(t *testing.T) {
 	if err := c.Set(ctx, stock, initial, 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	tokens := rand.Perm(n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i, tk := range tokens {
-		wg.Go(func() {
-			_, errs[i] = buy.Run(ctx, c, uint64(tk+1), res, []string{stock, sales}, tk+1)
-		})
-	}
-	wg.Wait()
-	accepted := 0
-	for i, err := range errs {
-		var se *fence.StaleError
-		switch {
-		case err == nil:
-			accepted++
-		case errors.As(err, &se):
-			if se.Highest <= se.Token || se.Token != uint64(tokens[i]+1) {
-				t.Errorf("refusal %v", se)
-			}
-		default:
-			t.Fatalf("token %d: %v", tokens[i]+1, err)
-		}
-	}
+	accepted, _ := fencetest.Race(t, n, func(token uint64) error {
+		_, err := buy.Run(ctx, c, token, res, []string{stock, sales}, int(token))
+		return err
+	})
 	log, err := c.LRange(ctx, sales, 0, -1).Result()
 	if err != nil {
 		t.Fatal(err)

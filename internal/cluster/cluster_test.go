@@ -252,11 +252,7 @@ func TestPartitionHeal(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	tc.isolate(fi)
-	for k := range 20 {
-		if _, err := tc.nodes[li].Propose(ctx, fmt.Appendf(nil, "p%d", k)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	tc.propose(ctx, li, 20)
 	if st := tc.nodes[fi].Status(); st.Role == Leader {
 		t.Fatalf("isolated follower became leader: %+v", st)
 	}

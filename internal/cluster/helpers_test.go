@@ -224,6 +224,17 @@ func (tc *testCluster) leader(skip ...int) int {
 	return -1
 }
 
+// propose proposes "p0" to "p<n-1>" on node i, one after another, and fails the test at the first
+// error.
+func (tc *testCluster) propose(ctx context.Context, i, n int) {
+	tc.t.Helper()
+	for k := range n {
+		if _, err := tc.nodes[i].Propose(ctx, fmt.Appendf(nil, "p%d", k)); err != nil {
+			tc.t.Fatal(err)
+		}
+	}
+}
+
 func contains(s []int, v int) bool {
 	for _, x := range s {
 		if x == v {

@@ -3,7 +3,6 @@ package cluster
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -20,11 +19,7 @@ func TestReadIndex(t *testing.T) {
 	fi := (li + 1) % 3
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	for k := range 5 {
-		if _, err := tc.nodes[li].Propose(ctx, fmt.Appendf(nil, "p%d", k)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	tc.propose(ctx, li, 5)
 	committed := tc.nodes[li].Status().CommitIndex
 	idx, err := tc.nodes[li].ReadIndex(ctx)
 	if err != nil || idx < committed {

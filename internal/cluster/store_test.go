@@ -236,20 +236,19 @@ func (m *failingMeta) CommitState(s types.PersistentState) error {
 	return m.BoltMetaDB.CommitState(s)
 }
 
-// TestSealedTailRepaired: the append that fills a segment seals its file; the rotation that records
-// that commits to the meta store afterwards. With that commit lost, raft-wal alone refuses every later
-// append, after every restart; repairSealedTail records the rotation, and the log goes on with every
-// entry kept.
-func TestSealedTailRepaired(t *testing.T) {
-	t.Parallel()
-	dir := t.TempDir()
+// fillSegmentLosingRotation fills the first segment of a new log in dir
+// (segments of 8 KiB, entries of 600 bytes) with a meta store whose
+// commits fail: the append that fills the segment seals its file, and the
+// rotation that records that is lost. It returns the last index stored and
+// fails the test unless the segment filled.
+func fillSegmentLosingRotation(t *testing.T, dir string) (last uint64) {
+	t.Helper()
 	m := &failingMeta{BoltMetaDB: &metadb.BoltMetaDB{}}
 	w, err := raftwal.Open(dir, raftwal.WithMetaStore(m), raftwal.WithSegmentSize(8192))
 	if err != nil {
 		t.Fatal(err)
 	}
 	m.armed = true
-	var last uint64
 	for i := uint64(1); i <= 40; i++ {
 		if err := w.StoreLogs([]*raft.Log{{Index: i, Term: 1, Data: make([]byte, 600)}}); err != nil {
 			break // the rotation's commit failed: the tail is sealed on disk only
@@ -260,9 +259,32 @@ func TestSealedTailRepaired(t *testing.T) {
 	if last == 0 || last == 40 {
 		t.Fatalf("stored through %d: the segment did not fill", last)
 	}
+	return last
+}
+
+// checkEntries fails the test unless w holds entries 1 to through, each
+// at its index.
+func checkEntries(t *testing.T, w *raftwal.WAL, through uint64) {
+	t.Helper()
+	for i := uint64(1); i <= through; i++ {
+		var l raft.Log
+		if err := w.GetLog(i, &l); err != nil || l.Index != i {
+			t.Fatalf("entry %d after the repair: %v (index %d)", i, err, l.Index)
+		}
+	}
+}
+
+// TestSealedTailRepaired: the append that fills a segment seals its file; the rotation that records
+// that commits to the meta store afterwards. With that commit lost, raft-wal alone refuses every later
+// append, after every restart; repairSealedTail records the rotation, and the log goes on with every
+// entry kept.
+func TestSealedTailRepaired(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	last := fillSegmentLosingRotation(t, dir)
 
 	// Without the repair, the reopened log refuses appends.
-	w, err = raftwal.Open(dir, raftwal.WithMetaStore(&metadb.BoltMetaDB{}), raftwal.WithSegmentSize(8192))
+	w, err := raftwal.Open(dir, raftwal.WithMetaStore(&metadb.BoltMetaDB{}), raftwal.WithSegmentSize(8192))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -283,12 +305,7 @@ func TestSealedTailRepaired(t *testing.T) {
 	if err := w.StoreLogs([]*raft.Log{{Index: last + 1, Term: 1, Data: []byte("x")}}); err != nil {
 		t.Fatalf("append after the repair: %v", err)
 	}
-	for i := uint64(1); i <= last+1; i++ {
-		var l raft.Log
-		if err := w.GetLog(i, &l); err != nil || l.Index != i {
-			t.Fatalf("entry %d after the repair: %v (index %d)", i, err, l.Index)
-		}
-	}
+	checkEntries(t, w, last+1)
 	// A second repair finds nothing to do.
 	w.Close()
 	meta2 := &metadb.BoltMetaDB{}

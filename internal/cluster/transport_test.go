@@ -48,6 +48,18 @@ func accepted(s *streamLayer) <-chan error {
 	return ch
 }
 
+// helloWorld says hello on c and fails the test unless the answer is world (see accepted).
+func helloWorld(t *testing.T, c net.Conn) {
+	t.Helper()
+	if _, err := c.Write([]byte("hello")); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 5)
+	if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "world" {
+		t.Fatalf("answer %q, %v", buf, err)
+	}
+}
+
 // Peers that share the secret talk; the handshake is invisible to raft.
 func TestRaftConnectionsAuthenticated(t *testing.T) {
 	t.Parallel()
@@ -58,13 +70,7 @@ func TestRaftConnectionsAuthenticated(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if _, err := c.Write([]byte("hello")); err != nil {
-		t.Fatal(err)
-	}
-	buf := make([]byte, 5)
-	if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "world" {
-		t.Fatalf("answer %q, %v", buf, err)
-	}
+	helloWorld(t, c)
 	if err := <-got; err != nil {
 		t.Fatalf("acceptor: %v", err)
 	}

@@ -51,13 +51,7 @@ func talk(t *testing.T, a *streamLayer, addr string) net.Conn {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	if _, err := c.Write([]byte("hello")); err != nil {
-		t.Fatal(err)
-	}
-	buf := make([]byte, 5)
-	if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "world" {
-		t.Fatalf("answer %q, %v", buf, err)
-	}
+	helloWorld(t, c)
 	return c
 }
 

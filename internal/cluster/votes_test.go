@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,12 +9,13 @@ import (
 	"net"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/mlock-dev/mlock/internal/proctest"
 )
 
 // versionLayer is newLayer at the cluster version held by v.
@@ -44,13 +44,7 @@ func TestRaftConnectionOldPeerRefused(t *testing.T) {
 			return err
 		}
 		defer c.Close()
-		if _, err := c.Write([]byte("hello")); err != nil {
-			t.Fatal(err)
-		}
-		buf := make([]byte, 5)
-		if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "world" {
-			t.Fatalf("answer %q, %v", buf, err)
-		}
+		helloWorld(t, c)
 		if err := <-got; err != nil {
 			t.Fatalf("acceptor: %v", err)
 		}
@@ -78,24 +72,6 @@ func TestRaftConnectionOldPeerRefused(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for concurrent writes (a log handler's).
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // A node that dials with the previous release's handshake is never elected by a cluster at version 2
 // or more, even as the only node with the longest log: its vote requests never reach the voter it
 // needs. Three nodes at version 1 elect a leader L; the others, O (the old one: it never says a
@@ -112,10 +88,10 @@ func TestOldPeerNeverElected(t *testing.T) {
 		peers = append(peers, Peer{ID: fmt.Sprintf("n%d", i), Addr: a})
 	}
 	versions := make([]atomic.Int64, 3)
-	logs := make([]*syncBuffer, 3)
+	logs := make([]*proctest.Buffer, 3)
 	open := func(i int) *Node {
 		t.Helper()
-		logs[i] = &syncBuffer{}
+		logs[i] = &proctest.Buffer{}
 		cfg := Config{ID: peers[i].ID, RaftAddr: addrs[i], Dir: filepath.Join(base, peers[i].ID), Bootstrap: true, Peers: peers,
 			SM: newLockedSM(true), Secret: []byte("tcp-cluster-test-secret"),
 			ClusterVersion: func() int { return int(versions[i].Load()) },

@@ -20,23 +20,7 @@ import (
 func TestTornSealUndone(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	m := &failingMeta{BoltMetaDB: &metadb.BoltMetaDB{}}
-	w, err := raftwal.Open(dir, raftwal.WithMetaStore(m), raftwal.WithSegmentSize(8192))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.armed = true
-	var last uint64
-	for i := uint64(1); i <= 40; i++ {
-		if err := w.StoreLogs([]*raft.Log{{Index: i, Term: 1, Data: make([]byte, 600)}}); err != nil {
-			break // the rotation's commit failed: the tail is sealed on disk only
-		}
-		last = i
-	}
-	w.Close()
-	if last == 0 || last == 40 {
-		t.Fatalf("stored through %d: the segment did not fill", last)
-	}
+	last := fillSegmentLosingRotation(t, dir)
 	// Tear the seal: the file ends just after the index frame's header, as
 	// a write cut off by a full disk leaves it (nothing preallocated).
 	m0 := &metadb.BoltMetaDB{}
@@ -64,7 +48,7 @@ func TestTornSealUndone(t *testing.T) {
 	if err != nil || !repaired {
 		t.Fatalf("repairSealedTail = %v, %v", repaired, err)
 	}
-	w, err = raftwal.Open(dir, raftwal.WithMetaStore(meta), raftwal.WithSegmentSize(8192))
+	w, err := raftwal.Open(dir, raftwal.WithMetaStore(meta), raftwal.WithSegmentSize(8192))
 	if err != nil {
 		t.Fatalf("open after the repair: %v", err)
 	}
@@ -73,12 +57,7 @@ func TestTornSealUndone(t *testing.T) {
 	if err != nil || got == 0 || got > last+1 {
 		t.Fatalf("last index after the repair: %d, %v (stored through %d)", got, err, last)
 	}
-	for i := uint64(1); i <= got; i++ {
-		var l raft.Log
-		if err := w.GetLog(i, &l); err != nil || l.Index != i {
-			t.Fatalf("entry %d after the repair: %v (index %d)", i, err, l.Index)
-		}
-	}
+	checkEntries(t, w, got)
 	if err := w.StoreLogs([]*raft.Log{{Index: got + 1, Term: 1, Data: []byte("x")}}); err != nil {
 		t.Fatalf("append after the repair: %v", err)
 	}

@@ -66,42 +66,75 @@ func TestClusterFaults(t *testing.T) {
 	ctx, stop := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	clients := startWorkers(t, ctx, &wg, c, h, workers)
-	stopped := false
-	stopWorkers := func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		stop()
-		done := make(chan struct{})
-		go func() { wg.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(2 * callLimit):
-			t.Errorf("workers did not stop within %v", 2*callLimit)
-		}
-		for _, cl := range clients {
-			cl.Close()
-		}
-	}
+	stopWorkers := loadStopper(t, stop, &wg, clients, "workers did not stop within %v", nil)
 	t.Cleanup(stopWorkers)
 
-	start := time.Now()
-	for r := 1; r <= rounds; r++ {
-		kind := faultKinds[(r-1)%len(faultKinds)]
-		time.Sleep(loadBefore) // fixed: load before the fault, the test's input
-		if err := runFault(c, h, clients[r%workers], r, kind); err != nil {
-			t.Errorf("round %d (%s): %v\n%s", r, kind, err, c.logTails())
-			break
-		}
-		time.Sleep(settle) // fixed: the cluster settles after the fault, the test's input
-	}
-	elapsed := time.Since(start)
+	elapsed := runRounds(t, c, h, rounds, faultKinds, loadBefore, settle, func(r int) *mlock.Client { return clients[r%workers] })
 	stopWorkers()
 	c.stopAll()
 
 	ops, grants, events := h.snapshot()
 	report(t, c, rounds, elapsed, ops, grants, events)
+}
+
+// runRounds runs rounds fault rounds: round r (from 1) waits load (the
+// load before the fault), injects kinds[(r-1)%len(kinds)] with runFault,
+// probing with probe(r), and waits settle. The first round that fails is
+// marked on t and ends the rounds. It returns the time the rounds took.
+func runRounds(t *testing.T, c *cluster, h *clusterHistory, rounds int, kinds []string, load, settle time.Duration, probe func(r int) *mlock.Client) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for r := 1; r <= rounds; r++ {
+		kind := kinds[(r-1)%len(kinds)]
+		time.Sleep(load) // fixed: load before the fault, the test's input
+		if err := runFault(c, h, probe(r), r, kind); err != nil {
+			t.Errorf("round %d (%s): %v\n%s", r, kind, err, c.logTails())
+			break
+		}
+		time.Sleep(settle) // fixed: the cluster settles after the fault, the test's input
+	}
+	return time.Since(start)
+}
+
+// waitLoad waits at most limit for the load's goroutines in wg, whose
+// context is cancelled, to end. If they have not, it marks the test failed
+// with failf (a format of one verb, given limit) and, when kill is not nil,
+// calls kill and waits at most callLimit more.
+func waitLoad(t *testing.T, wg *sync.WaitGroup, limit time.Duration, failf string, kill func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(limit):
+		t.Errorf(failf, limit)
+		if kill != nil {
+			kill()
+			select {
+			case <-done:
+			case <-time.After(callLimit):
+			}
+		}
+	}
+}
+
+// loadStopper returns a function that stops the load once (later calls do
+// nothing): it cancels the load's context (stop), waits for its goroutines
+// in wg as waitLoad does with a limit of 2*callLimit, failf and kill, and
+// closes the clients.
+func loadStopper(t *testing.T, stop context.CancelFunc, wg *sync.WaitGroup, clients []*mlock.Client, failf string, kill func()) func() {
+	stopped := false
+	return func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		stop()
+		waitLoad(t, wg, 2*callLimit, failf, kill)
+		for _, cl := range clients {
+			cl.Close()
+		}
+	}
 }
 
 // runFault injects one fault of kind and waits (at most 20 s) for the

@@ -105,25 +105,9 @@ func TestClusterSessionLiveness(t *testing.T) {
 		}()
 	}
 
-	start := time.Now()
-	for r := 1; r <= rounds; r++ {
-		kind := sessionFaultKinds[(r-1)%len(sessionFaultKinds)]
-		time.Sleep(sessionLoad) // fixed: load before the fault, the test's input
-		if err := runFault(c, h, holders[r%idleHolders], r, kind); err != nil {
-			t.Errorf("round %d (%s): %v\n%s", r, kind, err, c.logTails())
-			break
-		}
-		time.Sleep(sessionAfter) // fixed: the cluster settles after the fault, the test's input
-	}
-	elapsed := time.Since(start)
+	elapsed := runRounds(t, c, h, rounds, sessionFaultKinds, sessionLoad, sessionAfter, func(r int) *mlock.Client { return holders[r%idleHolders] })
 	stop()
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(3 * callLimit):
-		t.Errorf("the holders and waiters did not stop within %v", 3*callLimit)
-	}
+	waitLoad(t, &wg, 3*callLimit, "the holders and waiters did not stop within %v", nil)
 	c.stopAll()
 	close(lostAt)
 

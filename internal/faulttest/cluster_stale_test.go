@@ -74,29 +74,7 @@ func TestStaleMemberFenced(t *testing.T) {
 			runHolder(ctx, hard, runs, bin, uri, hd, holderScriptStopped, k)
 		}()
 	}
-	stopped := false
-	stopLoad := func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		stop()
-		done := make(chan struct{})
-		go func() { wg.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(2 * callLimit):
-			t.Errorf("the load did not stop within %v: the mlock run still running are killed", 2*callLimit)
-			hardStop()
-			select {
-			case <-done:
-			case <-time.After(callLimit):
-			}
-		}
-		for _, cl := range clients {
-			cl.Close()
-		}
-	}
+	stopLoad := loadStopper(t, stop, &wg, clients, "the load did not stop within %v: the mlock run still running are killed", hardStop)
 	t.Cleanup(stopLoad)
 	ev := func(what, id string) { h.addEvent(event{T: h.now(), Round: 1, Kind: "stale", What: what, Node: id}) }
 	fail := func(format string, args ...any) {

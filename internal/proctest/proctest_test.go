@@ -1,11 +1,13 @@
 package proctest
 
 import (
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -208,5 +210,155 @@ func TestWaitStopped(t *testing.T) {
 	}
 	if WaitStopped(cmd.Process.Pid, 100*time.Millisecond) {
 		t.Fatal("still stopped after SIGCONT")
+	}
+}
+
+// Writers at once, and a reader among them: String holds every write whole.
+func TestBufferConcurrent(t *testing.T) {
+	var b Buffer
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			for range 100 {
+				fmt.Fprintf(&b, "w%d;", i)
+				_ = b.String()
+			}
+		})
+	}
+	wg.Wait()
+	got := b.String()
+	for i := range 8 {
+		if n := strings.Count(got, fmt.Sprintf("w%d;", i)); n != 100 {
+			t.Errorf("writer %d: %d writes in the buffer, want 100", i, n)
+		}
+	}
+	if len(got) != 8*100*3 {
+		t.Errorf("buffer holds %d bytes, want %d", len(got), 8*100*3)
+	}
+}
+
+// fatalTB records a Fatalf and ends its goroutine, as testing.T does.
+type fatalTB struct {
+	testing.TB
+	msg string
+}
+
+func (f *fatalTB) Helper() {}
+
+func (f *fatalTB) Fatalf(format string, args ...any) {
+	f.msg = fmt.Sprintf(format, args...)
+	runtime.Goexit()
+}
+
+func (f *fatalTB) Fatal(args ...any) {
+	f.msg = fmt.Sprint(args...)
+	runtime.Goexit()
+}
+
+// GrantAgain returns the first token granted; a token not above the last
+// one, and a refusal past the timeout, fail the test.
+func TestGrantAgain(t *testing.T) {
+	calls := 0
+	cycle := func(tok uint64, refusals int) func() (uint64, string) {
+		return func() (uint64, string) {
+			calls++
+			if calls <= refusals {
+				return 0, "no tokens"
+			}
+			return tok, ""
+		}
+	}
+	if got := GrantAgain(t, 10*time.Second, time.Millisecond, "the repair", 5, cycle(7, 3)); got != 7 || calls != 4 {
+		t.Fatalf("GrantAgain = %d after %d calls, want 7 after 4", got, calls)
+	}
+	for _, c := range []struct {
+		tok      uint64
+		refusals int
+		want     string
+	}{
+		{5, 0, "token 5 after 5"},
+		{9, 1 << 30, `still refused 0 s after the repair: "no tokens"`},
+	} {
+		calls = 0
+		f := &fatalTB{TB: t}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			GrantAgain(f, 0, time.Millisecond, "the repair", 5, cycle(c.tok, c.refusals))
+			t.Errorf("GrantAgain returned for %+v", c)
+		}()
+		<-done
+		if f.msg != c.want {
+			t.Errorf("GrantAgain's failure: %q, want %q", f.msg, c.want)
+		}
+	}
+}
+
+// TokenMark reads the number in token-mark; a missing file or one without
+// a number fails the test.
+func TestTokenMark(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "token-mark"), []byte("4096\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got := TokenMark(t, dir); got != 4096 {
+		t.Fatalf("TokenMark = %d, want 4096", got)
+	}
+	for _, c := range []struct{ content, want string }{{"", "no such file"}, {"x\n", "invalid syntax"}} {
+		d := t.TempDir()
+		if c.content != "" {
+			if err := os.WriteFile(filepath.Join(d, "token-mark"), []byte(c.content), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		f := &fatalTB{TB: t}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			TokenMark(f, d)
+			t.Errorf("TokenMark returned for %q", c.content)
+		}()
+		<-done
+		if !strings.Contains(f.msg, c.want) {
+			t.Errorf("TokenMark's failure for %q: %q, want %q in it", c.content, f.msg, c.want)
+		}
+	}
+}
+
+// GrantUntilRefused stops at the first refusal, or after max grants, and
+// calls each with every token granted; a token not above the one before
+// fails the test.
+func TestGrantUntilRefused(t *testing.T) {
+	seq := func(toks ...uint64) func() (uint64, string) {
+		return func() (uint64, string) {
+			if len(toks) == 0 {
+				return 0, "no tokens"
+			}
+			tok := toks[0]
+			toks = toks[1:]
+			return tok, ""
+		}
+	}
+	var seen []uint64
+	last, why := GrantUntilRefused(t, 10, 2, seq(3, 5, 8), func(tok uint64) { seen = append(seen, tok) })
+	if last != 8 || why != "no tokens" || !slices.Equal(seen, []uint64{3, 5, 8}) {
+		t.Fatalf("GrantUntilRefused = %d, %q, each saw %v; want 8, \"no tokens\", [3 5 8]", last, why, seen)
+	}
+	if last, why := GrantUntilRefused(t, 2, 0, seq(1, 2, 3), nil); last != 2 || why != "" {
+		t.Fatalf("GrantUntilRefused past max = %d, %q; want 2, \"\"", last, why)
+	}
+	if last, why := GrantUntilRefused(t, 2, 7, seq(), nil); last != 7 || why != "no tokens" {
+		t.Fatalf("GrantUntilRefused refused at once = %d, %q; want 7, \"no tokens\"", last, why)
+	}
+	f := &fatalTB{TB: t}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		GrantUntilRefused(f, 10, 0, seq(4, 4), nil)
+		t.Error("GrantUntilRefused returned after a token repeated")
+	}()
+	<-done
+	if f.msg != "token 4 after 4" {
+		t.Errorf("GrantUntilRefused's failure: %q, want \"token 4 after 4\"", f.msg)
 	}
 }

@@ -1,8 +1,9 @@
 // Package scenario is the user-scenario suite: mlock used the way its users
 // use it, with separate processes (each its own session), on one mlockd and
-// on a 3-node cluster, all real processes on loopback. It has no code of its
-// own; its test builds mlockd, mlock and a small worker program
-// (testdata/order, on the Go client) and runs:
+// on a 3-node cluster, all real processes on loopback. Its only code is
+// LogLine, the line its worker programs write to the shared log; its test
+// builds mlockd, mlock and a small worker program (testdata/order, on the
+// Go client) and runs:
 //
 //   - the flash sale: orders, each its own process, on 5 hot SKUs, each
 //     locking 1 to 3 of them in one request (sku:1|sku:3), holding them 50 to

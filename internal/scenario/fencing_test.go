@@ -20,7 +20,6 @@ import (
 
 	_ "github.com/jackc/pgx/v5/stdlib"
 
-	"github.com/mlock-dev/mlock"
 	"github.com/mlock-dev/mlock/fence/postgres"
 	"github.com/mlock-dev/mlock/internal/pgtest"
 	"github.com/mlock-dev/mlock/internal/proctest"
@@ -449,15 +448,7 @@ func leaderIndex(tg *target) int {
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
 		for i, d := range tg.daemons {
-			c, err := mlock.New("mlock://" + d.addr + "?stay-on-node=1")
-			if err != nil {
-				continue
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			st, err := c.Status(ctx)
-			cancel()
-			c.Close()
-			if err == nil && st.Cluster != nil && st.Cluster.Role == "leader" {
+			if ok, _ := leads(d.addr); ok {
 				return i
 			}
 		}

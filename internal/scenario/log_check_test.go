@@ -3,6 +3,7 @@ package scenario
 import (
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -274,4 +275,22 @@ func cat(parts ...[]string) []string {
 		all = append(all, p...)
 	}
 	return all
+}
+
+// LogLine writes what parseLine reads back: kind, id, the time in Unix ns
+// and each argument as fmt.Sprint writes it.
+func TestLogLine(t *testing.T) {
+	at := time.Unix(0, 1_700_000_000_123_456_789)
+	line := LogLine("grant", "o1", at, int64(-3), uint64(9), "a|b")
+	if want := "grant o1 1700000000123456789 -3 9 a|b"; line != want {
+		t.Fatalf("LogLine = %q, want %q", line, want)
+	}
+	e, err := parseLine(line)
+	if err != nil || e.kind != "grant" || e.id != "o1" || e.ns != at.UnixNano() || e.believed != -3 || e.token != 9 ||
+		!slices.Equal(e.resources, []string{"a", "b"}) {
+		t.Fatalf("parseLine(%q) = %+v, %v", line, e, err)
+	}
+	if got := LogLine("ready", "o1", at); got != "ready o1 1700000000123456789" {
+		t.Fatalf("LogLine without arguments = %q", got)
+	}
 }

@@ -106,20 +106,31 @@ func raiseOpenFiles(t *testing.T, need uint64) {
 	}
 }
 
+// leads asks the node at addr (its status, within 1 s) whether it leads its
+// cluster; a status that fails or names another role is false. The error
+// is the client's: an address it cannot take.
+func leads(addr string) (bool, error) {
+	c, err := mlock.New("mlock://" + addr + "?stay-on-node=1")
+	if err != nil {
+		return false, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	st, err := c.Status(ctx)
+	cancel()
+	c.Close()
+	return err == nil && st.Cluster != nil && st.Cluster.Role == "leader", nil
+}
+
 // clusterLeader returns the index of the cluster's leader.
 func clusterLeader(t *testing.T, tg *target) int {
 	t.Helper()
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
 		for i, d := range tg.daemons {
-			c, err := mlock.New("mlock://" + d.addr + "?stay-on-node=1")
+			ok, err := leads(d.addr)
 			if err != nil {
 				t.Fatal(err)
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			st, err := c.Status(ctx)
-			cancel()
-			c.Close()
-			if err == nil && st.Cluster != nil && st.Cluster.Role == "leader" {
+			if ok {
 				return i
 			}
 		}

@@ -22,11 +22,11 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/mlock-dev/mlock"
+	"github.com/mlock-dev/mlock/internal/scenario"
 )
 
 func main() { os.Exit(run()) }
@@ -56,11 +56,7 @@ func run() int {
 	// logged with the time their lock was last seen believed held: the
 	// process may be descheduled before it writes the line).
 	logAt := func(at time.Time, kind string, args ...any) {
-		line := kind + " " + *id + " " + strconv.FormatInt(at.UnixNano(), 10)
-		for _, a := range args {
-			line += " " + fmt.Sprint(a)
-		}
-		if _, err := f.Write([]byte(line + "\n")); err != nil {
+		if _, err := f.Write([]byte(scenario.LogLine(kind, *id, at, args...) + "\n")); err != nil {
 			fmt.Fprintln(os.Stderr, "order: writing the log:", err)
 		}
 	}

@@ -35,6 +35,7 @@ import (
 	"time"
 
 	"github.com/mlock-dev/mlock/internal/protocol"
+	"github.com/mlock-dev/mlock/internal/scenario"
 )
 
 func main() { os.Exit(run()) }
@@ -46,10 +47,7 @@ var (
 
 // logLine writes one line to the shared log, in one write.
 func logLine(kind, sid string, args ...any) {
-	line := kind + " " + sid + " " + strconv.FormatInt(time.Now().UnixNano(), 10)
-	for _, a := range args {
-		line += " " + fmt.Sprint(a)
-	}
+	line := scenario.LogLine(kind, sid, time.Now(), args...)
 	logMu.Lock()
 	defer logMu.Unlock()
 	_, _ = logF.WriteString(line + "\n")
