@@ -24,7 +24,9 @@ type clusterTestHooks struct {
 	// older build. 0 keeps the build's.
 	ownFormat func(id string) int
 	// holdTicks keeps a leader from proposing ticks: a deadline is
-	// processed by the next entry, whatever it is.
+	// processed by the next entry, whatever it is. The leader then sees no
+	// deadline, so its notices count as quiet (a read index may leave out
+	// one that runs a deadline): no ping of such a test may rely on them.
 	holdTicks atomic.Bool
 	// noLeaderWait, if set before the node starts, replaces the bound of
 	// the same name (5 s).

@@ -27,7 +27,7 @@ const defaultRaftDir = "mlockd.raft"
 //	--cluster-advertise   the client address the other nodes forward to
 //	--cluster-ca          the CA file verifying the other nodes' TLS certificates (forwarding, Raft)
 //	--raft-heartbeat, --raft-election  Raft timeouts (default 500ms each)
-//	--raft-commit-timeout how often raft tells idle followers the commit index (default 50ms)
+//	--raft-commit-timeout how often raft tells idle followers the commit index (default 250ms)
 func addClusterFlags(fs *flag.FlagSet, cfg *server.Config) {
 	dirSet := false
 	cc := func() *server.ClusterConfig {
@@ -106,7 +106,7 @@ func addClusterFlags(fs *flag.FlagSet, cfg *server.Config) {
 		cc().ElectionTimeout = d
 		return nil
 	})
-	fs.Func("raft-commit-timeout", "cluster: how often raft tells idle followers what is committed, a `duration` (default 50ms);\n"+
+	fs.Func("raft-commit-timeout", "cluster: how often raft tells idle followers what is committed, a `duration` (default 250ms);\n"+
 		"the leader tells them within about 1 ms of going idle anyway (a notice entry), so this is a fallback:\n"+
 		"lower values cost idle CPU", func(v string) error {
 		d, err := time.ParseDuration(v)

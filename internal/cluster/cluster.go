@@ -32,7 +32,9 @@ type StateMachine interface {
 	// Apply applies one log entry: the commands proposed together, in order, at the leader's time now
 	// (Unix ns; never lower than the previous call's now, also across snapshots and leader changes).
 	// cmds is nil for a tick entry (the leader's clock passed NextDeadline): Apply must then run the
-	// deadlines due at now. It returns one result per command (len(results) == len(cmds), or the
+	// deadlines due at now. The leader also proposes empty entries of its own (notices, see
+	// BatchWindow): a tick at a time before NextDeadline must change nothing a read sees but the time
+	// (a read index may leave such entries out, see Node.ReadIndex). It returns one result per command (len(results) == len(cmds), or the
 	// Node panics). cmds alias the log entry: do not modify them, copy what you keep. The results
 	// belong to the Node from then on (a Dedup keeps them): do not modify them later.
 	Apply(now int64, cmds [][]byte) [][]byte
@@ -132,9 +134,13 @@ type Config struct {
 	// HeartbeatTimeout (default 500 ms): a follower that hears nothing from the leader for this long
 	// (randomised up to twice) starts an election. ElectionTimeout (default 500 ms): a candidate's wait
 	// before a new election round. LeaderLeaseTimeout (default HeartbeatTimeout/2): a leader that hears
-	// from no quorum for this long steps down. CommitTimeout (default 50 ms): how often raft tells
-	// idle followers the commit index; the leader's notice entries (see BatchWindow) tell them sooner. Defaults suit a LAN: a dead leader is
-	// replaced in about 0.5-1.5 s.
+	// from no quorum for this long steps down. CommitTimeout (default 250 ms): how often raft tells
+	// idle followers the commit index (an append to each follower every CommitTimeout to twice that,
+	// besides the heartbeats, every HeartbeatTimeout/10 to /5); the leader's notice entries (see
+	// BatchWindow) tell them sooner, and a read index leaves out a notice committed last (see
+	// Node.ReadIndex), so it bounds only when a follower learns that a notice, or raft's own entry,
+	// is committed, and how soon an idle leader retries replication to a follower it could not reach.
+	// Defaults suit a LAN: a dead leader is replaced in about 0.5-1.5 s.
 	HeartbeatTimeout   time.Duration
 	ElectionTimeout    time.Duration
 	LeaderLeaseTimeout time.Duration
@@ -170,7 +176,7 @@ const (
 	DefaultMaxBatch         = 256
 	DefaultHeartbeatTimeout = 500 * time.Millisecond
 	DefaultElectionTimeout  = 500 * time.Millisecond
-	DefaultCommitTimeout    = 50 * time.Millisecond
+	DefaultCommitTimeout    = 250 * time.Millisecond
 	DefaultSnapshotInterval = 30 * time.Second
 	DefaultMaxAppendEntries = 256
 )

@@ -60,7 +60,15 @@ type pending struct {
 	f      raft.ApplyFuture
 	props  []*proposal
 	notice bool // an empty entry proposed to tell the followers the commit index (see settle)
+	// quiet: a notice at a time before the state machine's next deadline (or with none): its apply
+	// runs no deadline, it changes nothing but the state's time (see answeredIndex).
+	quiet bool
 }
+
+// answeredIndex is what the completer answered last: the index of the last entry it answered
+// (last), and of the last one among them that is not a quiet notice (work). The entries after work
+// up to last are quiet notices (and raft's own entries between them): nothing a read sees.
+type answeredIndex struct{ last, work uint64 }
 
 // leadership is one term of this node as leader: a barrier, the leader entry, then the batcher
 // (group commit and ticks) and the completer (results back to the proposers).
@@ -88,6 +96,8 @@ type leadership struct {
 	noticeFrom atomic.Uint64
 	// current is the entry whose future the completer waits for (nil between two).
 	current atomic.Pointer[pending]
+	// answered is the completer's answeredIndex (the leader entry's index before the first entry).
+	answered atomic.Pointer[answeredIndex]
 
 	// since is when raft made this node leader (the leadership was started).
 	since time.Time
@@ -157,6 +167,7 @@ func (l *leadership) run() {
 			<-l.ctx.Done()
 			return
 		}
+		l.answered.Store(&answeredIndex{last: f.Index(), work: f.Index()})
 		break
 	}
 	l.proposedNow = now
@@ -337,12 +348,21 @@ func (l *leadership) submit(batch []*proposal, notice bool, inflight chan<- *pen
 	for _, p := range batch {
 		p.cmd = nil // in data now: a Proposal kept by its caller (for ProposeAsync's after) does not keep it
 	}
+	quiet := false
 	if notice {
 		l.notices.Add(1)
+		// Nothing is outstanding (settle): the state is final before this entry, and its next
+		// deadline is the one this entry's apply would run, if it is at or before now.
+		quiet = true
+		if n.cfg.NextDeadline != nil {
+			if d, ok := n.cfg.NextDeadline(); ok && d <= now {
+				quiet = false
+			}
+		}
 	}
 	l.outstanding.Add(1)
 	l.submitted.Add(1)
-	inflight <- &pending{f: n.raft.ApplyLog(raft.Log{Data: data}, 0), props: batch, notice: notice}
+	inflight <- &pending{f: n.raft.ApplyLog(raft.Log{Data: data}, 0), props: batch, notice: notice, quiet: quiet}
 }
 
 // awaitCompleter waits, once the leadership ended and inflight is closed, until the completer has
@@ -434,6 +454,12 @@ func (l *leadership) complete(inflight <-chan *pending, done chan<- struct{}) {
 		}
 		if err != nil {
 			err = l.n.mapRaftErr(err)
+		} else if a := l.answered.Load(); a != nil {
+			next := &answeredIndex{last: pe.f.Index(), work: a.work}
+			if !pe.quiet {
+				next.work = next.last
+			}
+			l.answered.Store(next)
 		}
 		for i, p := range pe.props {
 			if err != nil {
@@ -652,6 +678,12 @@ type reader struct {
 // served only by a ready leader (its leader entry applied: every entry of earlier terms is below the
 // index); else a *NotLeaderError (errors.Is ErrNotLeader). The reads that come within readWindow (20
 // ms) of a round share the next one. No log entry is written. ctx bounds the wait.
+//
+// One exception, invisible to a read: when the entries committed last are the leader's quiet notices
+// (empty entries proposed to tell the followers the commit index, at a time before the state
+// machine's next deadline, so that their apply changes nothing but the state's time; see
+// StateMachine), the index is the entry before them. A follower learns that a notice is committed
+// only from raft's commit timeout (Config.CommitTimeout), and its read need not wait for that.
 func (n *Node) ReadIndex(ctx context.Context) (uint64, error) {
 	return n.ReadIndexWithin(ctx, readWindow)
 }
@@ -743,8 +775,14 @@ func (l *leadership) confirmReads() {
 		if l.ctx.Err() != nil {
 			r.err = n.notLeader()
 		} else {
-			// Read after every call of the batch began, confirmed after it was read.
+			// Read after every call of the batch began, confirmed after it was read. If the
+			// entries committed last are quiet notices (answered: nothing else came after them),
+			// the index is the entry before them: a notice's own commit is told to the followers
+			// only by raft's commit timeout, and a follower's read need not wait for it.
 			r.index = n.raft.CommitIndex()
+			if a := l.answered.Load(); a != nil && a.last == r.index {
+				r.index = a.work
+			}
 			if err := l.futureError(n.raft.VerifyLeader()); err != nil {
 				r = readResult{err: n.mapRaftErr(err)}
 			} else if l.ctx.Err() != nil {

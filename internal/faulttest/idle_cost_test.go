@@ -212,7 +212,7 @@ func idleRun(t *testing.T, n int, addrs []string, tok string, window time.Durati
 		fo = &failoverStats{}
 	}
 	start := time.Now().Add(time.Second)
-	k := max(1, (n+idleWorkerSessions-1)/idleWorkerSessions)
+	k := (n + idleWorkerSessions - 1) / idleWorkerSessions // none for 0 sessions: the idle servers alone
 	workers := make([]*idleWorker, 0, k)
 	defer func() {
 		for _, w := range workers {
