@@ -48,7 +48,8 @@ func newTCPTransport(addr string, secret []byte, tlsConf *tls.Config, version fu
 // whose log store write failed, which then stops: fail-stop): the leader's replication of that
 // follower stops for good, heartbeats go on, and the follower, restarted on its repaired disk,
 // never receives another entry (hashicorp/raft issue 612; TestClusterNodeRaftDirReadOnly, the
-// follower, did so in 3 runs of 4 with the pipeline).
+// follower, did so in 3 runs of 4 with the pipeline). The cost: docs/benchmarks.md, "Replication
+// without raft's pipeline".
 type noPipeline struct{ *raft.NetworkTransport }
 
 func (noPipeline) AppendEntriesPipeline(raft.ServerID, raft.ServerAddress) (raft.AppendPipeline, error) {
