@@ -322,10 +322,12 @@ func (s *Server) newCore(set settings, snapshot []byte, seed *[32]byte, first ui
 	var me *core.Core
 	ecfg := set.engineConfig()
 	ecfg.FirstToken, ecfg.Seed = max(first, 1), seed
-	// Every replica must apply the log alike, and a member may run a build
-	// that grants a waiter freed after its wait deadline: keep that rule
-	// (the waiter's node cancels a lock its client gave up: opCancel).
-	ecfg.LateGrants = true
+	// Every replica must apply the log alike: a waiter freed after its
+	// wait deadline is granted while the cluster version applied is below
+	// 3 (a member may run a build that grants it), timed out from 3 on
+	// (lateGrants: the version applied so far; Restore sets its
+	// snapshot's, applyLocked follows every change).
+	ecfg.LateGrants = lateGrants(s.cl.version)
 	ccfg := core.Config{
 		Engine: ecfg,
 		Manual: true,

@@ -213,9 +213,19 @@ func (s *Server) applyLocked(tx *core.Tx, m *logCmd) []byte {
 	case opCancel:
 		s.applyCancelLocked(tx, m)
 	}
+	// The rule of late grants follows the cluster version, whichever way
+	// a command moved it, from the next command on.
+	tx.SetLateGrants(lateGrants(cl.version))
 	s.deliverPushesLocked()
 	return []byte{cl.ans[0]}
 }
+
+// lateGrants reports whether the engine grants a waiter freed after its
+// wait deadline (locktable.Config.LateGrants) at cluster version v: below
+// log format 3 a member may run a build that does (every build before
+// format 3 did), so every replica keeps that rule; from format 3 on every
+// member's build times such a waiter out instead, as a single server does.
+func lateGrants(v int) bool { return v < logFormat3 }
 
 // setVersionLocked puts cluster version v in force (an opVersion, or a
 // snapshot's): every node may write the log formats up to it from now on.

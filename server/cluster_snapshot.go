@@ -137,6 +137,9 @@ func (r *replica) Restore(snap []byte) error {
 	if err != nil {
 		return err
 	}
+	// The snapshot's cluster version decides the rule of late grants
+	// (newCore took the version applied before it).
+	c.Batch(func(tx *core.Tx) { tx.SetLateGrants(lateGrants(version)) })
 	old := s.core()
 	changed := false
 	old.Batch(func(*core.Tx) {

@@ -33,12 +33,27 @@ func newTCPTransport(addr string, secret []byte, tlsConf *tls.Config, version fu
 	}
 	s := newStreamLayer(ln, secret, tlsConf)
 	s.version, s.logger = version, logger
-	return raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+	return noPipeline{raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream:  s,
 		MaxPool: 4,
 		Timeout: 10 * time.Second,
 		Logger:  logger,
-	}), s, nil
+	})}, s, nil
+}
+
+// noPipeline is the network transport without raft's pipelined replication: the leader sends
+// each follower one AppendEntries at a time (batched, up to Config.MaxAppendEntries entries),
+// as it does with any transport that has no pipeline. The pipeline of hashicorp/raft 1.8 can
+// wedge when a follower answers Success=false while the leader has more to send (a follower
+// whose log store write failed, which then stops: fail-stop): the leader's replication of that
+// follower stops for good, heartbeats go on, and the follower, restarted on its repaired disk,
+// never receives another entry (hashicorp/raft issue 612; TestClusterNodeRaftDirReadOnly, the
+// follower, did so in 3 runs of 4 with the pipeline). The cost: docs/benchmarks.md, "Replication
+// without raft's pipeline".
+type noPipeline struct{ *raft.NetworkTransport }
+
+func (noPipeline) AppendEntriesPipeline(raft.ServerID, raft.ServerAddress) (raft.AppendPipeline, error) {
+	return nil, raft.ErrPipelineReplicationNotSupported
 }
 
 // streamLayer is a raft.StreamLayer on TCP that tracks its connections.

@@ -294,6 +294,22 @@ func (tx *Tx) SetTokenLimit(limit uint64, refuse bool) {
 	tx.c.tab.SetTokenLimit(tx.now, limit, refuse)
 }
 
+// SetLateGrants puts the engine's rule of late grants in force (on: a
+// waiter whose queues are freed after its wait deadline is granted) or out
+// of it (off, the default: it is timed out) for the commands that follow,
+// in this batch and later ones (see locktable.Table.SetLateGrants). A
+// replicated log switches it at the same point on every replica. It panics
+// when called from OnBatch.
+func (tx *Tx) SetLateGrants(on bool) {
+	if tx.ending {
+		panic("core: Tx.SetLateGrants called from OnBatch")
+	}
+	tx.c.tab.SetLateGrants(on)
+}
+
+// LateGrants reports whether the engine's rule of late grants is in force.
+func (tx *Tx) LateGrants() bool { return tx.c.tab.LateGrants() }
+
 // TokenLimit returns the bound of the fencing tokens (0: none).
 func (tx *Tx) TokenLimit() uint64 { return tx.c.tab.TokenLimit() }
 

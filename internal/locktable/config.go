@@ -74,7 +74,8 @@ type Config struct {
 	// of any call) that frees its queues: it is granted at the time of the
 	// processing. False (the default): it is timed out (its client gave up
 	// at its deadline). A replicated log whose replicas may run earlier
-	// builds sets it, so that every replica applies the log alike.
+	// builds sets it, so that every replica applies the log alike (see
+	// SetLateGrants).
 	LateGrants bool
 	// GrantAfter, if > 0, starts the Table with its grants held until that
 	// time (ns, on the clock of the now arguments), as by HoldGrants: a
@@ -150,6 +151,18 @@ func (t *Table) SetLimits(cfg Config) error {
 	t.setLimits(&cfg)
 	return nil
 }
+
+// SetLateGrants puts the rule of Config.LateGrants in force (on) or out of
+// it (off) for the deadline processing that follows: with it, a waiter
+// whose queues are freed after its wait deadline is granted at the time of
+// the processing; without it (the default), it is timed out. What is live
+// stays as it is. A replicated log switches it at the same point on every
+// replica (the log format in force), so that every replica applies the log
+// alike.
+func (t *Table) SetLateGrants(on bool) { t.lateOK = on }
+
+// LateGrants reports whether the rule of Config.LateGrants is in force.
+func (t *Table) LateGrants() bool { return t.lateOK }
 
 // SessionGrace returns the grace period in force.
 func (t *Table) SessionGrace() time.Duration { return t.cfg.SessionGrace }

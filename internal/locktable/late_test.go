@@ -77,3 +77,46 @@ func TestLateGrantsKeepsTheEarlierRule(t *testing.T) {
 		t.Fatal("with LateGrants the late waiter was not granted")
 	}
 }
+
+// SetLateGrants switches the rule at a point of the table's history, both
+// ways: the same late waiter is granted while the rule of earlier builds is
+// in force, and timed out once it is not (a cluster whose version rises to
+// the format that carries the rule, or is lowered again).
+func TestSetLateGrantsSwitchesTheRule(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		start, then bool
+	}{
+		{"on-to-off", true, false},
+		{"off-to-on", false, true},
+		{"on-stays-on", true, true},
+		{"off-stays-off", false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, Config{LateGrants: tc.start})
+			if h.tab.LateGrants() != tc.start {
+				t.Fatalf("LateGrants() = %v, configured %v", h.tab.LateGrants(), tc.start)
+			}
+			a := h.mustLock("s1", "r", 10*time.Millisecond, 0)
+			w := h.mustLock("s2", "r", time.Second, 20*time.Millisecond)
+			names := map[ID]string{a.ID: "a", w.ID: "w"}
+			h.tab.SetLateGrants(tc.then)
+			if h.tab.LateGrants() != tc.then {
+				t.Fatalf("LateGrants() = %v after SetLateGrants(%v)", h.tab.LateGrants(), tc.then)
+			}
+			h.events = nil
+			h.advance(time.Second) // past a's expiry and w's wait deadline
+			ev := h.take(names)
+			if got := h.granted(w.ID); got != tc.then {
+				t.Fatalf("late waiter granted = %v with the rule %v: %v", got, tc.then, ev)
+			}
+			want := "timeout:w"
+			if tc.then {
+				want = "granted:w"
+			}
+			if !slices.Contains(ev, want) {
+				t.Fatalf("events %v, want %s", ev, want)
+			}
+		})
+	}
+}
