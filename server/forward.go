@@ -2,6 +2,7 @@ package server
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/subtle"
 	"crypto/tls"
@@ -46,6 +47,7 @@ const (
 	fwdPing        byte = 'K'
 	fwdFormat      byte = 'F' // "<id> <format>": the highest log format the member reads (cluster_version.go)
 	fwdRead        byte = 'I' // "<id>": a read index for the member's pings (cluster_read.go); the answer is a uvarint
+	fwdRollback    byte = 'V' // a rollback request (rollbackReq.String, cluster_rollback.go)
 
 	fwdOK        byte = 0
 	fwdNotLeader byte = 1 // nothing was done: ask the leader (the result is its client address, if known)
@@ -271,6 +273,23 @@ func (s *Server) serveForwarded(kind byte, req []byte) (byte, []byte) {
 		return s.forwardedOutcome(res, err)
 	case fwdRead:
 		return s.serveRead(string(req))
+	case fwdRollback:
+		r, ok := parseRollback(bytes.Fields(req))
+		if !ok {
+			return fwdFailed, []byte("bad rollback")
+		}
+		ctx, cancel := context.WithTimeout(cl.ctx, 10*time.Second)
+		defer cancel()
+		switch err := s.rollbackHere(ctx, r); {
+		case err == nil:
+			return fwdOK, nil
+		case errors.Is(err, cluster.ErrNotLeader):
+			return fwdNotLeader, []byte(cl.node.LeaderAddr())
+		case errors.Is(err, cluster.ErrUnknownOutcome):
+			return fwdUnknown, nil
+		default:
+			return fwdFailed, []byte(err.Error())
+		}
 	case fwdJoin, fwdRemove:
 		ch := &clusterChange{join: kind == fwdJoin, by: "a cluster node"}
 		if ch.join {
