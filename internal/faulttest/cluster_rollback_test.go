@@ -129,10 +129,12 @@ func TestRollingRollback(t *testing.T) {
 	})
 
 	// The rollback: checked, then made.
+	doc := rollbackRunbook(t)
 	out, err := c.rollback(newB.mlock, "--dry-run", "--to", "1")
 	if err != nil || out != "the cluster version can be lowered to 1 now" {
 		fatal("mlock cluster rollback --dry-run --to 1: %q, %v", out, err)
 	}
+	doc.prints(t, out)
 	if err := c.checkRollback(old, headLogFormat, false, false); err != nil {
 		fatal("after the dry run: %v", err)
 	}
@@ -140,6 +142,7 @@ func TestRollingRollback(t *testing.T) {
 	if err != nil || !strings.HasPrefix(out, "cluster version lowered to 1 and pinned") {
 		fatal("mlock cluster rollback --to 1: %q, %v", out, err)
 	}
+	doc.prints(t, out)
 	loweredAt := time.Now()
 	proctest.WaitFor(t, 30*time.Second, "cluster version 1, pinned, on every node", func() bool {
 		verr = c.checkRollback(old, 1, true, false)
@@ -181,6 +184,7 @@ func TestRollingRollback(t *testing.T) {
 		out, cerr = c.rollback(newB.mlock, "--cancel")
 		return cerr == nil
 	})
+	doc.prints(t, out)
 	proctest.WaitFor(t, 30*time.Second, fmt.Sprintf("cluster version %d, not pinned, on every node", headLogFormat), func() bool {
 		verr = c.checkRollback(old, headLogFormat, false, false)
 		return verr == nil
@@ -257,6 +261,8 @@ func TestRollbackRefused(t *testing.T) {
 		!strings.Contains(err.Error(), "every member must apply the lowering") {
 		t.Fatalf("rollback with %s down: %q, %v; want refused, naming it", down.id, out, err)
 	}
+	t.Logf("refused: %v", err)
+	rollbackRunbook(t).prints(t, "member "+down.id+" is not reached (its heartbeats fail): every member must apply the lowering (start it, or remove it, then ask again)")
 	if err := c.checkRollback(up, headLogFormat, false, false); err != nil {
 		t.Fatalf("after the refusals: %v", err)
 	}
@@ -321,4 +327,39 @@ func (c *cluster) checkRollback(nodes map[*node]bool, want int, pinned, ready bo
 		}
 	}
 	return nil
+}
+
+// runbook is the "Rollback" section of docs/cluster.md, its spaces folded.
+type runbook string
+
+// rollbackRunbook reads the runbook the tests check the builds against.
+func rollbackRunbook(t *testing.T) runbook {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(proctest.ModuleRoot(t), "docs", "cluster.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(data)
+	i := strings.Index(doc, "\n## Rollback\n")
+	if i < 0 {
+		t.Fatal(`docs/cluster.md has no section "Rollback"`)
+	}
+	doc = doc[i+1:]
+	if j := strings.Index(doc[1:], "\n## "); j >= 0 {
+		doc = doc[:j+1]
+	}
+	return runbook(strings.Join(strings.Fields(doc), " "))
+}
+
+// prints fails the test unless the runbook quotes what a build printed
+// (its spaces folded; a node's id may differ: the runbook's is c).
+func (r runbook) prints(t *testing.T, printed string) {
+	t.Helper()
+	p := strings.Join(strings.Fields(printed), " ")
+	for _, id := range []string{"n1", "n2", "n3"} {
+		p = strings.ReplaceAll(p, "member "+id+" ", "member c ")
+	}
+	if !strings.Contains(string(r), p) {
+		t.Errorf("docs/cluster.md's Rollback runbook does not quote what the build prints: %q", p)
+	}
 }
