@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"sort"
@@ -13,6 +15,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/raft"
 
 	"github.com/mlock-dev/mlock"
 	"github.com/mlock-dev/mlock/internal/cluster"
@@ -275,4 +279,68 @@ func TestPrevReleaseSettings(t *testing.T) {
 	if err := prevReleaseSettings(bad); err == nil || !strings.Contains(err.Error(), "max-sessions") {
 		t.Fatalf("max-sessions -1: %v", err)
 	}
+}
+
+// A node that joins through a member learns the cluster version its raft
+// handshake must say (and a rollback's pin) before it asks to be added: at
+// its first apply (it was added, and a leader reached it), its version file
+// says the cluster's version already, so it refused the previous release's
+// handshake from its first connection on (docs/cluster.md, "Stale
+// members"). Before, it said MLRAFT1 until it had applied the version.
+func TestClusterJoinerLearnsTheVersionFirst(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "n3")
+	var first atomic.Pointer[string] // the joiner's version file at its first apply
+	tc := newTestClusterWith(t, 3, true, func(tc *testCluster) {
+		tc.hooks.apply = func(node string, _ int64, _ [][]byte) {
+			if node != "n3" || first.Load() != nil {
+				return
+			}
+			b, err := os.ReadFile(filepath.Join(dir, versionFile))
+			s := string(b)
+			if err != nil {
+				s = err.Error()
+			}
+			first.CompareAndSwap(nil, &s)
+		}
+	})
+	tc.waitVersion(logFormat, false)
+	join := func(id, raftAddr, dir string) *Server {
+		t.Helper()
+		_, tr := raft.NewInmemTransport(raft.ServerAddress(raftAddr))
+		for j := range tc.n {
+			tr.Connect(tc.trans[j].LocalAddr(), tc.trans[j])
+			tc.trans[j].Connect(tr.LocalAddr(), tr)
+		}
+		addr := proctest.FreeAddr(t)
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv, err := New(Config{Addr: addr, SessionGrace: 3 * time.Second, Logger: slog.New(slog.DiscardHandler),
+			Cluster: &ClusterConfig{ID: id, ClientAddr: addr, Dir: dir, Transport: tr, Join: tc.addrs[0], Secret: testSecret,
+				HeartbeatTimeout: tc.raftTimeout(), ElectionTimeout: tc.raftTimeout(), LeaderLeaseTimeout: tc.raftTimeout() / 2,
+				testHooks: tc.hooks}})
+		if err != nil {
+			ln.Close()
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- srv.Serve(ln) }()
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			srv.Shutdown(ctx)
+			<-done
+		})
+		return srv
+	}
+	srv := join("n3", "raft3", dir)
+	proctest.WaitFor(t, 30*time.Second, "the joiner's first apply", func() bool { return first.Load() != nil })
+	if got := *first.Load(); got != strconv.Itoa(logFormat)+"\n" {
+		t.Fatalf("the joiner's version file at its first apply: %q, want %q", got, strconv.Itoa(logFormat)+"\n")
+	}
+	proctest.WaitFor(t, 30*time.Second, "the joiner at the cluster version", func() bool {
+		return srv.cl.versionNow.Load() == logFormat && srv.cl.raftVersion() == logFormat
+	})
 }
