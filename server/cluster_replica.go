@@ -229,6 +229,11 @@ func (s *Server) setVersionLocked(v int) {
 	}
 	lower := v < cl.version
 	cl.version = v
+	if lower {
+		// Not ready for the previous release (rollbackReady) until a
+		// snapshot covers this command: marked before the version shows.
+		cl.rollback.lowered()
+	}
 	if cl.cfg.Dir != "" && (lower || int64(v) > cl.versionFloor.Load() || cl.pinned.Load()) {
 		// Kept for the raft handshake of this node's next start, before
 		// it has applied the log again (see raftVersion); written before
@@ -242,7 +247,6 @@ func (s *Server) setVersionLocked(v int) {
 	cl.pinned.Store(lower)
 	cl.versionNow.Store(int64(v))
 	if lower {
-		cl.rollback.lowered()
 		s.log.Warn("cluster: cluster version lowered by a rollback: pinned until mlock cluster rollback --cancel",
 			"version", v, "this-build-reads", logFormat)
 		return

@@ -65,6 +65,7 @@ const rollbackQuiet = 500 * time.Millisecond
 type rollbackState struct {
 	mu     sync.Mutex
 	dirty  bool      // a command of format 2 or more was applied after the last snapshot asked for
+	taking bool      // the snapshot asked for is being taken
 	highAt time.Time // when the last one was applied
 }
 
@@ -88,23 +89,27 @@ func (r *rollbackState) take(now time.Time) bool {
 	if !r.dirty || now.Sub(r.highAt) < rollbackQuiet {
 		return false
 	}
-	r.dirty = false
+	r.dirty, r.taking = false, true
 	return true
 }
 
-// failed marks the snapshot asked for as not taken.
-func (r *rollbackState) failed() {
+// taken records the end of the snapshot asked for: ok, it is in the raft
+// directory; else it is asked for again.
+func (r *rollbackState) taken(ok bool) {
 	r.mu.Lock()
-	r.dirty = true
+	r.taking = false
+	if !ok {
+		r.dirty = true
+	}
 	r.mu.Unlock()
 }
 
 // clean reports whether no command of format 2 or more was applied since
-// the last snapshot asked for was taken.
+// the last snapshot asked for, and that snapshot is in the raft directory.
 func (r *rollbackState) clean() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return !r.dirty
+	return !r.dirty && !r.taking
 }
 
 // noteApplied runs after the apply of an entry's commands ms: while the
@@ -147,6 +152,7 @@ func (s *Server) rollbackLoop() {
 			continue
 		}
 		err := cl.node.Snapshot()
+		cl.rollback.taken(err == nil || errors.Is(err, raft.ErrNothingNewToSnapshot))
 		switch {
 		case err == nil:
 			s.log.Info("cluster: a snapshot past the rollback's lowering is taken: the previous release may open this node's raft directory",
@@ -154,7 +160,6 @@ func (s *Server) rollbackLoop() {
 		case errors.Is(err, raft.ErrNothingNewToSnapshot):
 			// The last snapshot covers every entry applied.
 		default:
-			cl.rollback.failed()
 			if cl.ctx.Err() == nil {
 				s.log.Warn("cluster: the snapshot past the rollback's lowering failed (tried again)", "err", err)
 			}
