@@ -277,7 +277,7 @@ func (s *Server) rollbackRefusal(to int, peers []cluster.Peer) string {
 	}
 	var why []string
 	for _, p := range peers {
-		f, known := cl.memberFormat(p.ID)
+		f, known := cl.memberFormatLive(p.ID)
 		switch {
 		case p.ID == cl.id:
 		case p.Failing:
@@ -308,7 +308,7 @@ func (s *Server) raiseRefusal(peers []cluster.Peer) (int, string) {
 	to := cl.ownFormat()
 	var why []string
 	for _, p := range peers {
-		f, known := cl.memberFormat(p.ID)
+		f, known := cl.memberFormatLive(p.ID)
 		switch {
 		case p.ID == cl.id:
 		case p.Failing:
@@ -356,4 +356,30 @@ func prevReleaseSettings(st settings) error {
 		return errors.New("max-sessions and max-offline-bytes must be positive for v0.1.0")
 	}
 	return nil
+}
+
+// memberFormatLive is memberFormat, counting only what member id said on
+// a forwarding connection that is still open: a member restarted on
+// another build (v0.1.0 says nothing) is not taken at the word of its
+// previous run.
+func (cl *clusterState) memberFormatLive(id string) (int, bool) {
+	if id == cl.id {
+		return cl.ownFormat(), true
+	}
+	f, known := cl.memberFormat(id)
+	if !known {
+		return f, false
+	}
+	cl.formats.mu.Lock()
+	via := cl.formats.said[id].via
+	cl.formats.mu.Unlock()
+	if via == nil {
+		return f, false
+	}
+	select {
+	case <-via.done:
+		return f, false
+	default:
+		return f, true
+	}
 }

@@ -191,10 +191,16 @@ func TestClusterRollback(t *testing.T) {
 	mu.Unlock()
 	watching.Store(false)
 
-	// The cancel raises it again, and lifts the pin.
-	if err := c.ClusterRollbackCancel(ctx); err != nil {
-		t.Fatalf("cancel: %v", err)
-	}
+	// The cancel raises it again, and lifts the pin (once every member
+	// told the new leader its formats).
+	var cerr error
+	proctest.WaitFor(t, 30*time.Second, "the cancel accepted", func() bool {
+		cerr = c.ClusterRollbackCancel(ctx)
+		if cerr != nil && !strings.Contains(cerr.Error(), "has not said which log formats it reads lately") {
+			t.Fatalf("cancel: %v", cerr)
+		}
+		return cerr == nil
+	})
 	tc.waitVersion(logFormat, false)
 	for i := range tc.nodes {
 		if b, err := os.ReadFile(filepath.Join(tc.dirs[i], versionFile)); err != nil || string(b) != "3\n" {
