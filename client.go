@@ -646,6 +646,45 @@ func (c *Client) ClusterRemove(ctx context.Context, id string) error {
 	return nil
 }
 
+// ClusterRollback lowers the cluster version of the connected node's
+// cluster to version (1: the log format of the previous release, v0.1.0,
+// the only one supported), through the leader, and pins it there: the
+// leader no longer raises it on its own (docs/cluster.md, "Rollback").
+// With dryRun it only checks that the lowering is possible now. A refused
+// rollback is an Error of Type request saying why (a member that is not
+// reached or does not read the cluster version, settings the previous
+// release does not read alike, another version). Asking again once the
+// version is lowered succeeds. Like ClusterJoin: administrators only,
+// ErrNotCluster on a single server, at most 15 s, not retried.
+func (c *Client) ClusterRollback(ctx context.Context, version int, dryRun bool) error {
+	if version < 1 {
+		return &Error{Type: TypeRequest, Msg: "invalid cluster version " + strconv.Itoa(version)}
+	}
+	args := []string{"rollback", strconv.Itoa(version)}
+	if dryRun {
+		args = append(args, "check")
+	}
+	_, err := c.s.roundTrip(ctx, c, nil, &protocol.Words{V: protocol.VerbCluster, Args: args})
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+// ClusterRollbackCancel lifts a rollback's pin: the leader raises the
+// cluster version to the highest log format every member reads. It is
+// refused (an Error of Type request saying why) while a member is not
+// reached or has not said lately which formats it reads (the previous
+// release says nothing): run the current build on every member first. It
+// succeeds when the version is raised already. Like ClusterJoin.
+func (c *Client) ClusterRollbackCancel(ctx context.Context) error {
+	_, err := c.s.roundTrip(ctx, c, nil, &protocol.Words{V: protocol.VerbCluster, Args: []string{"rollback", "cancel"}})
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
 // checkWord refuses an empty argument or one the protocol cannot carry.
 func checkWord(what, v string) error {
 	if v == "" || strings.ContainsAny(v, " \r\n\x00") {

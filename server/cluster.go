@@ -163,6 +163,14 @@ type clusterState struct {
 	// directory says it applied, in this run or an earlier one
 	// (versionFile): see raftVersion.
 	versionFloor atomic.Int64
+	// pinned: a rollback lowered the cluster version (an opVersion below
+	// the version in force, applied here, or a snapshot of a lower version
+	// restored while running), and the leader does not raise it on its own
+	// until a raise is applied (mlock cluster rollback --cancel); kept in
+	// versionFile. rollback tracks the raft directory's readiness for the
+	// previous release (cluster_rollback.go).
+	pinned   atomic.Bool
+	rollback rollbackState
 	// halted says why this node stopped applying the log ("": it did not;
 	// see halt).
 	halted textValue
@@ -197,11 +205,12 @@ func (s *Server) openCluster() error {
 		conns:  make(map[string]*conn), version: logFormat1, cancels: make(chan cancelJob, maxCancelQueue)}
 	cl.versionNow.Store(logFormat1)
 	if cc.Dir != "" {
-		v, err := readVersionFile(cc.Dir)
+		v, pinned, err := readVersionState(cc.Dir)
 		if err != nil {
 			return fmt.Errorf("server: %w", err)
 		}
 		cl.versionFloor.Store(int64(v))
+		cl.pinned.Store(pinned)
 	}
 	if cc.CAFile != "" {
 		pem, err := os.ReadFile(cc.CAFile)
@@ -237,6 +246,7 @@ func (s *Server) openCluster() error {
 		// The raft handshake refuses a peer that cannot read the version
 		// applied here (see cluster.Config.ClusterVersion).
 		ClusterVersion: cl.raftVersion,
+		Lowered:        cl.pinned.Load,
 		Bootstrap:      cc.Bootstrap, Peers: peers, SM: smHook{cl},
 		NextDeadline: func() (int64, bool) {
 			if hk := cc.testHooks; hk != nil && hk.holdTicks.Load() {
@@ -273,10 +283,11 @@ func (s *Server) openCluster() error {
 		return fmt.Errorf("server: %w", err)
 	}
 	s.log.Info("cluster node", "id", cc.ID, "raft", cl.node.RaftAddr(), "dir", cc.Dir, "bootstrap", cc.Bootstrap)
-	cl.bg.Add(3)
+	cl.bg.Add(4)
 	go s.detachOwnPast()
 	go s.watchPeers()
 	go s.cancelLoop()
+	go s.rollbackLoop()
 	if cc.Join != "" {
 		cl.bg.Add(1)
 		go s.joinCluster()

@@ -2,6 +2,7 @@ package server
 
 import (
 	"os"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -100,6 +101,39 @@ func TestRunbookVersions(t *testing.T) {
 	if len(snaps) == 0 || snaps[len(snaps)-1] != snapFormat {
 		t.Errorf("the snapshot formats named are %v; this build writes snapshot format %d at most", snaps, snapFormat)
 	}
+	// The rollback runbook: the version it lowers to is the previous
+	// release's format, the one the nodes then print; after the cancel,
+	// this build's; the status fields it names are the status's.
+	rb := docSection(t, doc, "Rollback")
+	tos := atoiAll(t, regexp.MustCompile(`--to (\d+)`), rb)
+	if len(tos) == 0 {
+		t.Fatal("the Rollback runbook names no --to")
+	}
+	for _, v := range tos {
+		if v != logFormat1 {
+			t.Errorf("the Rollback runbook lowers to version %d; a rollback lowers to %d only", v, logFormat1)
+		}
+	}
+	for _, v := range atoiAll(t, regexp.MustCompile(`"version": (\d+)`), rb) {
+		if v != logFormat1 && v != logFormat {
+			t.Errorf(`the Rollback runbook names "version": %d: neither the lowered version (%d) nor this build's (%d)`, v, logFormat1, logFormat)
+		}
+	}
+	if again := atoiAll(t, regexp.MustCompile("every node says `\"version\": (\\d+)` again"), rb); len(again) != 1 || again[0] != logFormat {
+		t.Errorf("the Rollback runbook's version after the cancel: %v, want [%d]", again, logFormat)
+	}
+	tags := map[string]bool{}
+	st := reflect.TypeFor[ClusterStatus]()
+	for i := range st.NumField() {
+		name, _, _ := strings.Cut(st.Field(i).Tag.Get("json"), ",")
+		tags[name] = true
+	}
+	for _, m := range regexp.MustCompile(`"([a-zA-Z]+)": (?:true|\d)`).FindAllStringSubmatch(rb, -1) {
+		if !tags[m[1]] {
+			t.Errorf("the Rollback runbook names the status field %q; the cluster status has no such field", m[1])
+		}
+	}
+
 	// The refusal a stale node's client gets is in docs/protocol.md.
 	proto, err := os.ReadFile("../docs/protocol.md")
 	if err != nil {

@@ -108,6 +108,7 @@ func (r *replica) Apply(now int64, cmds [][]byte) [][]byte {
 	if genesis != nil {
 		s.applyGenesis(now, genesis)
 	}
+	s.cl.noteApplied(ms)
 	return out
 }
 
@@ -229,24 +230,39 @@ func lateGrants(v int) bool { return v < logFormat3 }
 
 // setVersionLocked puts cluster version v in force (an opVersion, or a
 // snapshot's): every node may write the log formats up to it from now on.
-// It never goes down in the log; a snapshot restores its own.
+// It goes down only by a rollback (an opVersion below the version in
+// force, or the snapshot of a cluster that applied one): the version is
+// then pinned (the leader no longer raises it on its own) and the raft
+// handshake lowered with it; a raise lifts the pin.
 func (s *Server) setVersionLocked(v int) {
 	cl := s.cl
 	if v == cl.version {
 		return
 	}
+	lower := v < cl.version
 	cl.version = v
-	if int64(v) > cl.versionFloor.Load() && cl.cfg.Dir != "" {
+	if lower {
+		// Not ready for the previous release (rollbackReady) until a
+		// snapshot covers this command: marked before the version shows.
+		cl.rollback.lowered()
+	}
+	if cl.cfg.Dir != "" && (lower || int64(v) > cl.versionFloor.Load() || cl.pinned.Load()) {
 		// Kept for the raft handshake of this node's next start, before
 		// it has applied the log again (see raftVersion); written before
 		// the version is in force here.
-		if err := writeVersionFile(cl.cfg.Dir, v); err != nil {
+		if err := writeVersionFile(cl.cfg.Dir, v, lower); err != nil {
 			s.log.Warn("cluster: cannot keep the cluster version for the next start", "err", err)
 		} else {
 			cl.versionFloor.Store(int64(v))
 		}
 	}
+	cl.pinned.Store(lower)
 	cl.versionNow.Store(int64(v))
+	if lower {
+		s.log.Warn("cluster: cluster version lowered by a rollback: pinned until mlock cluster rollback --cancel",
+			"version", v, "this-build-reads", logFormat)
+		return
+	}
 	s.log.Info("cluster: cluster version in force", "version", v, "this-build-reads", logFormat)
 }
 

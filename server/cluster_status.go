@@ -17,7 +17,8 @@ func (s *Server) clusterStatus() *ClusterStatus {
 	cs := &ClusterStatus{ID: st.ID, Role: string(st.Role), Ready: st.Ready, Leader: st.Leader.ID,
 		LeaderAddr: st.Leader.ClientAddr, Term: st.Term, LastIndex: st.LastIndex,
 		CommitIndex: st.CommitIndex, AppliedIndex: st.AppliedIndex, Peers: []ClusterNode{},
-		Version: int(s.cl.versionNow.Load()), LogFormat: s.cl.ownFormat(), Halted: s.cl.halted.Load()}
+		Version: int(s.cl.versionNow.Load()), LogFormat: s.cl.ownFormat(), Halted: s.cl.halted.Load(),
+		Pinned: s.cl.pinned.Load(), RollbackReady: s.cl.rollbackReady()}
 	for _, p := range st.Peers {
 		n := ClusterNode{ID: p.ID, Addr: p.Addr, Suffrage: p.Suffrage, Failing: p.Failing}
 		if f, known := s.cl.memberFormat(p.ID); known {

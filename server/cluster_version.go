@@ -26,9 +26,11 @@ import (
 // lowest among the members (a member that has not said so for formatFresh
 // counts as format 1: a build before the formats, which says nothing) and,
 // when it is above the version in force, proposes it (opVersion), in the
-// new format itself: every member reads it. The version is replicated state: it never goes down (a member
-// of an older build must not join a cluster of a higher version; it would
-// stop applying, see halt).
+// new format itself: every member reads it. The version is replicated
+// state: it goes down only by a rollback (cluster_rollback.go), which pins
+// it until the operator raises it again (a member of an older build must
+// not join a cluster of a higher version; it would stop applying, see
+// halt).
 
 // announceEvery is how often a follower tells the leader its formats
 // again; formatFresh is how long the leader counts on what a member said.
@@ -168,8 +170,8 @@ func (s *Server) raiseVersion(peers []cluster.Peer) {
 		f, _ := cl.memberFormat(p.ID)
 		v = min(v, f)
 	}
-	if int64(v) <= cl.versionNow.Load() {
-		return
+	if int64(v) <= cl.versionNow.Load() || cl.pinned.Load() {
+		return // a rollback pinned the version: mlock cluster rollback --cancel raises it
 	}
 	ctx, cancel := context.WithTimeout(cl.ctx, cl.cfg.window())
 	defer cancel()
@@ -438,47 +440,68 @@ func (s *Server) peerStale(p cluster.Peer) string {
 }
 
 // versionFile, in a node's raft directory, holds the highest cluster
-// version the node applied ("3\n"; written when it rises, fsynced). A node
-// restarted gets the version back from its snapshot, and from its log only
-// once a leader has told it what is committed: until then the raft
-// handshake (raftVersion) would take it for a node of a build that cannot
-// read the log, and a peer of that build for one of its own.
+// version the node applied ("3\n"; written when it rises, fsynced), or
+// the version a rollback lowered it to, pinned ("1 rollback\n": see
+// cluster_rollback.go). A node restarted gets the version back from its
+// snapshot, and from its log only once a leader has told it what is
+// committed: until then the raft handshake (raftVersion) would take it for
+// a node of a build that cannot read the log, and a peer of that build for
+// one of its own.
 const versionFile = "cluster-version"
+
+// pinWord follows the version in versionFile when a rollback lowered it.
+const pinWord = "rollback"
 
 // raftVersion is the cluster version this node's raft handshake carries
 // (cluster.Config.ClusterVersion): the highest it applied, in this run or
-// an earlier one on its directory. At 2 or more, it refuses the raft
-// connections of a build that cannot read the log (v0.1.0), which can thus
-// never win its vote.
+// an earlier one on its directory, or since a rollback the version it
+// lowered to. At 2 or more, it refuses the raft connections of a build
+// that cannot read the log (v0.1.0), which can thus never win its vote.
 func (cl *clusterState) raftVersion() int {
 	return int(max(cl.versionNow.Load(), cl.versionFloor.Load()))
 }
 
 // readVersionFile returns the version in dir's versionFile (0: none).
 func readVersionFile(dir string) (int, error) {
-	b, err := os.ReadFile(filepath.Join(dir, versionFile))
-	if errors.Is(err, fs.ErrNotExist) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, fmt.Errorf("cluster version file: %w", err)
-	}
-	v, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil || v < 0 {
-		return 0, fmt.Errorf("cluster version file %s: %q is not a version (write there the cluster version that mlock cluster status shows)",
-			filepath.Join(dir, versionFile), strings.TrimSpace(string(b)))
-	}
-	return v, nil
+	v, _, err := readVersionState(dir)
+	return v, err
 }
 
-// writeVersionFile replaces dir's versionFile with v, durably.
-func writeVersionFile(dir string, v int) error {
+// readVersionState returns the version in dir's versionFile (0: none) and
+// whether a rollback pinned it.
+func readVersionState(dir string) (int, bool, error) {
+	b, err := os.ReadFile(filepath.Join(dir, versionFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("cluster version file: %w", err)
+	}
+	text, pin := strings.TrimSpace(string(b)), false
+	if vs, word, ok := strings.Cut(text, " "); ok && word == pinWord {
+		text, pin = vs, true
+	}
+	v, err := strconv.Atoi(text)
+	if err != nil || v < 0 {
+		return 0, false, fmt.Errorf("cluster version file %s: %q is not a version (write there the cluster version that mlock cluster status shows)",
+			filepath.Join(dir, versionFile), strings.TrimSpace(string(b)))
+	}
+	return v, pin, nil
+}
+
+// writeVersionFile replaces dir's versionFile with v (pinned: by a
+// rollback), durably.
+func writeVersionFile(dir string, v int, pinned bool) error {
 	tmp := filepath.Join(dir, versionFile+".tmp")
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return err
 	}
-	_, err = f.WriteString(strconv.Itoa(v) + "\n")
+	text := strconv.Itoa(v)
+	if pinned {
+		text += " " + pinWord
+	}
+	_, err = f.WriteString(text + "\n")
 	if err == nil {
 		err = f.Sync()
 	}

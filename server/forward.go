@@ -2,6 +2,7 @@ package server
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/subtle"
 	"crypto/tls"
@@ -11,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -46,6 +48,8 @@ const (
 	fwdPing        byte = 'K'
 	fwdFormat      byte = 'F' // "<id> <format>": the highest log format the member reads (cluster_version.go)
 	fwdRead        byte = 'I' // "<id>": a read index for the member's pings (cluster_read.go); the answer is a uvarint
+	fwdRollback    byte = 'V' // a rollback request (rollbackReq.String, cluster_rollback.go)
+	fwdVersion     byte = 'Q' // (none): the cluster version the node's raft handshake says, "<v>" or "<v> rollback" (pinned)
 
 	fwdOK        byte = 0
 	fwdNotLeader byte = 1 // nothing was done: ask the leader (the result is its client address, if known)
@@ -271,6 +275,29 @@ func (s *Server) serveForwarded(kind byte, req []byte) (byte, []byte) {
 		return s.forwardedOutcome(res, err)
 	case fwdRead:
 		return s.serveRead(string(req))
+	case fwdVersion:
+		v := strconv.Itoa(cl.raftVersion())
+		if cl.pinned.Load() {
+			v += " " + pinWord
+		}
+		return fwdOK, []byte(v)
+	case fwdRollback:
+		r, ok := parseRollback(bytes.Fields(req))
+		if !ok {
+			return fwdFailed, []byte("bad rollback")
+		}
+		ctx, cancel := context.WithTimeout(cl.ctx, 10*time.Second)
+		defer cancel()
+		switch err := s.rollbackHere(ctx, r); {
+		case err == nil:
+			return fwdOK, nil
+		case errors.Is(err, cluster.ErrNotLeader):
+			return fwdNotLeader, []byte(cl.node.LeaderAddr())
+		case errors.Is(err, cluster.ErrUnknownOutcome):
+			return fwdUnknown, nil
+		default:
+			return fwdFailed, []byte(err.Error())
+		}
 	case fwdJoin, fwdRemove:
 		ch := &clusterChange{join: kind == fwdJoin, by: "a cluster node"}
 		if ch.join {
@@ -658,6 +685,49 @@ func (f *forwarder) close() {
 	f.wg.Wait()
 }
 
+// learnVersion asks the member at addr (a node joining through it) the
+// cluster version its raft handshake says, and puts it in force in this
+// node's handshake (versionFloor, kept in versionFile) if it is higher, or
+// if the member's is pinned by a rollback: so a joining node refuses the
+// handshake of a build that cannot read the log (MLRAFT1) from its first
+// connection, not only once a leader has caught it up (docs/cluster.md,
+// "Stale members"). It reports whether the member answered (a member of a
+// build that does not know the request answers "unknown request": there
+// is nothing to learn).
+func (s *Server) learnVersion(addr string) bool {
+	cl := s.cl
+	ctx, cancel := context.WithTimeout(cl.ctx, 5*time.Second)
+	defer cancel()
+	st, res, err := cl.fwd.call(ctx, addr, fwdVersion, nil, nil)
+	if err != nil {
+		return false
+	}
+	if st != fwdOK {
+		return true
+	}
+	text, pinned := string(res), false
+	if vs, word, ok := strings.Cut(text, " "); ok && word == pinWord {
+		text, pinned = vs, true
+	}
+	v, err := strconv.Atoi(text)
+	if err != nil || v < logFormat1 || v > logFormat {
+		s.log.Warn("cluster: the member joined through says a cluster version this build does not know", "via", addr, "answer", string(res))
+		return true
+	}
+	if !pinned && int64(v) <= cl.versionFloor.Load() {
+		return true
+	}
+	if cl.cfg.Dir != "" {
+		if err := writeVersionFile(cl.cfg.Dir, v, pinned); err != nil {
+			s.log.Warn("cluster: cannot keep the cluster version for the next start", "err", err)
+		}
+	}
+	cl.pinned.Store(pinned)
+	cl.versionFloor.Store(int64(v))
+	s.log.Info("cluster: joining a cluster at version "+text+": the raft handshake says it", "via", addr, "pinned", pinned)
+	return true
+}
+
 // joinCluster asks the member at Cluster.Join (or the leader it names) to
 // add this node, until it is in (or the server stops).
 func (s *Server) joinCluster() {
@@ -666,10 +736,22 @@ func (s *Server) joinCluster() {
 	addr := cl.cfg.Join
 	req := []byte(cl.id + " " + cl.node.RaftAddr())
 	redirects := 0
+	learnt := false
 	for cl.ctx.Err() == nil {
 		for _, p := range cl.node.Status().Peers {
 			if p.ID == cl.id {
 				return // in the configuration already (a restart, or joined)
+			}
+		}
+		if !learnt {
+			// Before it is a member (nobody dials it before): its raft
+			// handshake says the cluster's version from the start.
+			if learnt = s.learnVersion(addr); !learnt {
+				select {
+				case <-cl.ctx.Done():
+				case <-time.After(time.Second):
+				}
+				continue
 			}
 		}
 		// A try is bounded: a member that stops answering is asked again.

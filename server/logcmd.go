@@ -87,9 +87,10 @@ const (
 	// count typed requests (see request). Applied in order for the
 	// session, if it is still attached to (node, conn).
 	opRequests byte = 9
-	// opVersion (format 2): uvarint version. The cluster version: every
-	// member reads the log formats up to it, which every node may write
-	// from the next command on. It never goes down.
+	// opVersion (format 2): uvarint version >= 1. The cluster version:
+	// every member reads the log formats up to it, which every node may
+	// write from the next command on. Below the version in force, it is a
+	// rollback's lowering (cluster_rollback.go).
 	opVersion byte = 10
 	// opCancel (format 3): session, uvarint count >= 1, count lock ids (16
 	// bytes each). Unlocks each of the ids that is still a lock (granted or
@@ -495,7 +496,7 @@ func decodeLogCmd(p []byte, m *logCmd) error {
 		m.params = d.str()
 	case opVersion:
 		m.version = d.uvarint()
-		if m.version <= logFormat1 {
+		if m.version < logFormat1 {
 			return errBadCommand
 		}
 	case opCancel:

@@ -18,6 +18,9 @@ type clusterChange struct {
 	id, addr string // the member; addr: its raft address (join)
 	req      string // the request id to answer
 	by       string // who asked (for the log)
+	// rollback, if set, is "cluster <req> rollback ..." instead
+	// (cluster_rollback.go).
+	rollback *rollbackReq
 }
 
 // parseClusterChange reads the arguments of a cluster command.
@@ -25,6 +28,13 @@ func parseClusterChange(f [][]byte) (*clusterChange, bool) {
 	const actionAt, idAt, addrAt = 2, 3, 4 // after the verb and the request id
 	if len(f) <= idAt || len(f[idAt]) == 0 {
 		return nil, false
+	}
+	if protocol.Lower(f[actionAt], "rollback") {
+		r, ok := parseRollback(f[idAt:])
+		if !ok {
+			return nil, false
+		}
+		return &clusterChange{rollback: &r}, true
 	}
 	switch {
 	case protocol.Lower(f[actionAt], "join"):
@@ -56,6 +66,10 @@ func (s *Server) changeMembers(ctx context.Context, ch *clusterChange) []byte {
 	if err == nil {
 		return protocol.AppendOK(nil, req, []byte("done"))
 	}
+	if ch.rollback != nil {
+		s.log.Warn("cluster: rollback refused", "request", ch.rollback.String(), "by", ch.by, "err", err)
+		return protocol.AppendFailed(nil, req, protocol.CodeClusterChange, oneLine(err.Error()))
+	}
 	s.log.Warn("cluster: membership change failed", "join", ch.join, "id", ch.id, "by", ch.by, "err", err)
 	return protocol.AppendFailed(nil, req, protocol.CodeClusterChange, oneLine(err.Error()))
 }
@@ -68,11 +82,16 @@ func (s *Server) changeAnywhere(ctx context.Context, ch *clusterChange) error {
 	if ch.join {
 		kind, body = fwdJoin, []byte(ch.id+" "+ch.addr)
 	}
+	if ch.rollback != nil {
+		kind, body = fwdRollback, []byte(ch.rollback.String())
+	}
 	maybeDone := false // an earlier attempt's outcome is unknown: it may have been applied
 	for {
 		info, changed := cl.node.Leader()
 		var err error
 		switch {
+		case info.ID == cl.id && ch.rollback != nil:
+			err = s.rollbackHere(ctx, *ch.rollback)
 		case info.ID == cl.id:
 			err = s.changeHere(ctx, ch)
 			if errors.Is(err, errNoMember) && maybeDone {
@@ -88,6 +107,8 @@ func (s *Server) changeAnywhere(ctx context.Context, ch *clusterChange) error {
 				return nil
 			case st == fwdNotLeader:
 				err = cluster.ErrNotLeader
+			case st == fwdUnknown:
+				err = cluster.ErrUnknownOutcome
 			case maybeDone && !ch.join && string(res) == errNoMember.Error()+" "+strconv.Quote(ch.id):
 				return nil // removed by the earlier attempt
 			default:

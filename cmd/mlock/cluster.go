@@ -23,18 +23,24 @@ const clusterUsage = `Usage:
   mlock cluster status [--json] [--uri URI] [--timeout D]   every node's role, term, indexes and lag
   mlock cluster join [--uri URI] [--timeout D] ID RAFTADDR   (admin) add a voter: its --cluster-id and --raft-addr
   mlock cluster remove [--uri URI] [--timeout D] ID          (admin) remove a member
+  mlock cluster rollback [--uri URI] [--timeout D] [--dry-run] --to 1
+                                                             (admin) lower the cluster version, pinned
+  mlock cluster rollback [--uri URI] [--timeout D] --cancel  (admin) lift the pin: raise it again
 
 --uri names the cluster's nodes (mlock://h1,h2,h3). status asks each of them (and the leader, if it is
 not among them and still a member) for its view and prints one line per node: LAG is the leader's commit index less the
 node's applied index; MEMBER is the member as the leader sees it (stale: its build cannot read the cluster version).
 Each node answers with its own view at once, without a session, also while it knows no leader. It exits 0 when every node answered and a leader is known, else 125 after the
-table. join and remove go through any node to the leader and return once the change is committed.
+table. join, remove and rollback go through any node to the leader and return once the change is committed.
 A node started with --cluster-join joins by itself; join is for a node started without it.
+rollback --to 1 lowers the cluster version to what the previous release (v0.1.0) reads, or says why it
+cannot (--dry-run only checks); the leader keeps it there until rollback --cancel. Replace a node by the
+previous release only once status --json shows "rollbackReady": true for it (docs/cluster.md, "Rollback").
 `
 
 func cmdCluster(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, "mlock cluster: missing subcommand: status, join or remove\nRun 'mlock cluster --help' for usage.\n")
+		fmt.Fprint(stderr, "mlock cluster: missing subcommand: status, join, remove or rollback\nRun 'mlock cluster --help' for usage.\n")
 		return exitUsage
 	}
 	switch args[0] {
@@ -62,6 +68,8 @@ func cmdCluster(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stdout, "node %s removed\n", pos[0])
 			return nil
 		})
+	case "rollback":
+		return cmdClusterRollback(args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, clusterUsage)
 		return exitOK
@@ -331,4 +339,63 @@ func probeCluster(ctx context.Context, o mlock.Options, addr string) (*mlock.Sta
 		return nil, err
 	}
 	return &st, nil
+}
+
+func cmdClusterRollback(args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("cluster rollback")
+	to := fs.Int("to", 0, "the cluster version to lower to: 1 (the previous release's log format)")
+	dry := fs.Bool("dry-run", false, "only check that the rollback is possible now")
+	cancel := fs.Bool("cancel", false, "lift a rollback's pin: raise the cluster version to the highest format every member reads")
+	uri := uriFlag(fs, uriServer)
+	timeout := timeoutFlag(fs)
+	inspectUsage(fs, "mlock cluster rollback [--uri URI] [--timeout D] [--dry-run] --to 1 | --cancel",
+		"Lowers the cluster version to what the previous release reads and pins it (--to 1), or says why it\n"+
+			"cannot; --cancel raises it again once every member runs this build. Administrators only.\n")
+	p := parse(fs, args, stdout, stderr)
+	if p.done {
+		return p.exit
+	}
+	switch {
+	case len(p.pos) > 0:
+		return usageError(fs, stderr, fmt.Sprintf("unexpected argument %q", p.pos[0]))
+	case *timeout <= 0:
+		return usageError(fs, stderr, "--timeout must be positive")
+	case *cancel && (*to != 0 || *dry):
+		return usageError(fs, stderr, "--cancel takes neither --to nor --dry-run")
+	case !*cancel && *to <= 0:
+		return usageError(fs, stderr, "--to is required (1: the previous release's log format), or --cancel")
+	}
+	o, err := clientOptions(*uri, *timeout)
+	if err != nil {
+		return fail(fs, stderr, err)
+	}
+	c, err := mlock.NewClient(o)
+	if err != nil {
+		return fail(fs, stderr, err)
+	}
+	defer c.Close()
+	ctx, stop := signalCtx()
+	defer stop()
+	ctx, cancelCtx := context.WithTimeoutCause(ctx, *timeout, errNoAnswer)
+	defer cancelCtx()
+	ctx, settle := failFast(ctx, c.Addrs(), *timeout)
+	var msg string
+	switch {
+	case *cancel:
+		err = c.ClusterRollbackCancel(ctx)
+		msg = "rollback cancelled: the cluster version is raised to the highest log format every member reads\n"
+	case *dry:
+		err = c.ClusterRollback(ctx, *to, true)
+		msg = fmt.Sprintf("the cluster version can be lowered to %d now\n", *to)
+	default:
+		err = c.ClusterRollback(ctx, *to, false)
+		msg = fmt.Sprintf("cluster version lowered to %d and pinned: replace a node by the previous release once "+
+			"mlock cluster status --json shows \"rollbackReady\": true for it\n", *to)
+	}
+	settle(err)
+	if err != nil {
+		return fail(fs, stderr, explain(ctx, err, c.Addrs(), *timeout))
+	}
+	fmt.Fprint(stdout, msg)
+	return exitOK
 }

@@ -96,6 +96,13 @@ type Config struct {
 	// such a peer's vote requests never reach it, so it can never be elected. Called at each dial and
 	// accept; it must not block. Ignored with Transport.
 	ClusterVersion func() int
+	// Lowered reports whether this node applied a lowering of the cluster version (a rollback: see
+	// docs/cluster.md) below 2 (nil: never). Its handshake then says the version it has applied, as
+	// any node; but a peer of this build that has not applied the lowering yet (restarted, or down
+	// meanwhile) refuses that, and could never be caught up: when a peer closes such a handshake
+	// unanswered, this node dials it again saying raftMagicVersioned, which only a build that reads
+	// the cluster's log accepts. Called at each dial; it must not block. Ignored with Transport.
+	Lowered func() bool
 
 	// Bootstrap creates a new cluster from Peers (all voters; empty: this node alone) when Dir holds no
 	// raft state yet; it is ignored when the node has state. Every node listed may be bootstrapped with
@@ -391,7 +398,7 @@ func Open(cfg Config) (_ *Node, err error) {
 
 	n.trans = cfg.Transport
 	if n.trans == nil {
-		n.trans, n.stream, err = newTCPTransport(cfg.RaftAddr, cfg.Secret, cfg.TLS, cfg.ClusterVersion, logger)
+		n.trans, n.stream, err = newTCPTransport(cfg.RaftAddr, cfg.Secret, cfg.TLS, cfg.ClusterVersion, cfg.Lowered, logger)
 		if err != nil {
 			n.closeStores()
 			return nil, fmt.Errorf("cluster: listen: %w", err)

@@ -21,8 +21,9 @@ import (
 // connections to the peers, which keeps their handler goroutines alive after Close). With a TLS
 // configuration every connection speaks TLS (see newStreamLayer); with a secret, every connection is
 // authenticated both ways first (see handshake), inside TLS if there is TLS.
-// version (nil: always 0) is the cluster version the node has applied: see streamLayer.version.
-func newTCPTransport(addr string, secret []byte, tlsConf *tls.Config, version func() int, logger hclogLogger) (raft.Transport, *streamLayer, error) {
+// version (nil: always 0) is the cluster version the node has applied: see streamLayer.version;
+// lowered (nil: never), whether it applied a lowering: see streamLayer.lowered.
+func newTCPTransport(addr string, secret []byte, tlsConf *tls.Config, version func() int, lowered func() bool, logger hclogLogger) (raft.Transport, *streamLayer, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, nil, err
@@ -32,7 +33,7 @@ func newTCPTransport(addr string, secret []byte, tlsConf *tls.Config, version fu
 		return nil, nil, errors.New("cluster: RaftAddr must be an address peers can dial, not " + ln.Addr().String())
 	}
 	s := newStreamLayer(ln, secret, tlsConf)
-	s.version, s.logger = version, logger
+	s.version, s.lowered, s.logger = version, lowered, logger
 	return noPipeline{raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream:  s,
 		MaxPool: 4,
@@ -74,6 +75,10 @@ type streamLayer struct {
 	// log (the previous release, which cannot be changed, says raftMagic and refuses
 	// raftMagicVersioned), so its vote requests never reach this node, nor this node's RPCs it.
 	version func() int
+	// lowered reports whether this node applied a lowering of the cluster version (nil: never): a
+	// dial whose raftMagic handshake the peer closes unanswered is made again with
+	// raftMagicVersioned (see Config.Lowered).
+	lowered func() bool
 	// logger logs the refusals of old peers (nil: not logged).
 	logger hclogLogger
 
@@ -189,11 +194,27 @@ func (s *streamLayer) track(raw, conn net.Conn, accepted bool) (*trackedConn, er
 }
 
 // Dial connects to a peer; the connection and the TLS handshake, if any, end within timeout (0:
-// handshakeTimeout), then the authentication within handshakeTimeout.
+// handshakeTimeout), then the authentication within handshakeTimeout. A node that applied a lowering
+// of the cluster version (lowered) whose raftMagic handshake the peer closes unanswered dials again
+// with raftMagicVersioned: a peer of this build that has not applied the lowering yet accepts it (and
+// is then caught up); a build that cannot read the log refuses it as well.
 func (s *streamLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
 	if timeout <= 0 {
 		timeout = handshakeTimeout
 	}
+	magic := s.dialMagic()
+	c, err := s.dial(addr, timeout, magic)
+	var pe *peerError
+	if err != nil && magic == raftMagic && s.lowered != nil && errors.As(err, &pe) && pe.noAnswer && s.lowered() {
+		if c2, err2 := s.dial(addr, timeout, raftMagicVersioned); err2 == nil {
+			return c2, nil
+		}
+	}
+	return c, err
+}
+
+// dial is Dial with the handshake's magic.
+func (s *streamLayer) dial(addr raft.ServerAddress, timeout time.Duration, magic string) (net.Conn, error) {
 	deadline := time.Now().Add(timeout)
 	var conn *tls.Conn
 	var cfg *tls.Config
@@ -230,7 +251,6 @@ func (s *streamLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.
 		}
 	}
 	if s.key != nil {
-		magic := s.dialMagic()
 		err := raw.SetDeadline(time.Now().Add(handshakeTimeout))
 		if err == nil {
 			err = s.handshake(c, true, magic)
@@ -239,7 +259,7 @@ func (s *streamLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.
 			tc.Close()
 			s.noteRefused(string(addr), magic, err)
 			if errors.Is(err, errRaftNoAnswer) && magic == raftMagic && s.version != nil {
-				err = &peerError{kind: errRaftAuth, msg: fmt.Sprintf("cluster: raft peer %s closed the connection without answering the handshake "+
+				err = &peerError{kind: errRaftAuth, noAnswer: true, msg: fmt.Sprintf("cluster: raft peer %s closed the connection without answering the handshake "+
 					"(it has applied a cluster version this node has not yet: it answers once the leader has caught this node up; "+
 					"or it speaks TLS on its raft port, and this node not)", addr)}
 			} else if errors.Is(err, errRaftNoAnswer) {
@@ -355,6 +375,9 @@ var (
 type peerError struct {
 	msg  string
 	kind error
+	// noAnswer: the peer closed a raftMagic handshake unanswered (it is at a cluster version of 2 or
+	// more).
+	noAnswer bool
 }
 
 func (e *peerError) Error() string { return e.msg }

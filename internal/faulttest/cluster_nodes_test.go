@@ -84,6 +84,10 @@ func newCluster(t testing.TB, bin string, o clusterOptions) *cluster {
 		c.tokens[n] = tok
 		fmt.Fprintf(&auth, "%s %s prefix=*\n", n, cred)
 	}
+	// ops: an administrator (cluster membership, rollback).
+	tok, cred := token()
+	c.tokens["ops"] = tok
+	fmt.Fprintf(&auth, "ops %s admin\n", cred)
 	authFile := filepath.Join(dir, "auth")
 	secretFile := filepath.Join(dir, "secret")
 	secret, _ := token()

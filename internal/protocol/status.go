@@ -80,6 +80,14 @@ type StatusCluster struct {
 	LogFormat int `json:"logFormat,omitempty"`
 	// Halted says why this node stopped applying the log ("": it applies).
 	Halted string `json:"halted,omitempty"`
+	// Pinned: a rollback lowered the cluster version, and the leader does
+	// not raise it again until mlock cluster rollback --cancel.
+	Pinned bool `json:"pinned,omitempty"`
+	// RollbackReady: the version is pinned at 1 and a snapshot covers
+	// every command of a higher format this node applied: the previous
+	// release may be started on its raft directory (docs/cluster.md,
+	// "Rollback").
+	RollbackReady bool `json:"rollbackReady,omitempty"`
 }
 
 // StatusClusterNode is one member of the cluster in StatusCluster.
