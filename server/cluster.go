@@ -212,16 +212,11 @@ func (s *Server) openCluster() error {
 		cl.versionFloor.Store(int64(v))
 		cl.pinned.Store(pinned)
 	}
-	if cc.CAFile != "" {
-		pem, err := os.ReadFile(cc.CAFile)
-		if err != nil {
-			return fmt.Errorf("server: cluster CA: %w", err)
-		}
-		cl.roots = x509.NewCertPool()
-		if !cl.roots.AppendCertsFromPEM(pem) {
-			return fmt.Errorf("server: cluster CA: no certificate in %s", cc.CAFile)
-		}
+	roots, err := clusterRoots(cc.CAFile)
+	if err != nil {
+		return err
 	}
+	cl.roots = roots
 	cl.ctx, cl.cancel = context.WithCancel(context.Background())
 	cl.fwd = newForwarder(s, cl)
 	s.cl = cl
@@ -293,6 +288,23 @@ func (s *Server) openCluster() error {
 		go s.joinCluster()
 	}
 	return nil
+}
+
+// clusterRoots reads the cluster's CA certificates from file (empty: nil,
+// the system's roots). Errors: the file cannot be read or holds none.
+func clusterRoots(file string) (*x509.CertPool, error) {
+	if file == "" {
+		return nil, nil
+	}
+	pem, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("server: cluster CA: %w", err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("server: cluster CA: no certificate in %s", file)
+	}
+	return roots, nil
 }
 
 // checkCluster checks the cluster settings cc that openCluster needs and

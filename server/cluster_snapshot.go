@@ -115,23 +115,9 @@ func (r *replica) Restore(snap []byte) error {
 		}
 		version = int(min(v, logFormat))
 	}
-	n := d.uvarint()
-	if d.bad || n > uint64(len(d.p)) {
-		return errBadCommand
-	}
-	restored := make(map[string]*session, n)
-	for range n {
-		sess := &session{id: d.str(), pname: d.str(), node: d.str(), key: d.str()}
-		sess.offline = append([]byte(nil), d.bytes()...)
-		if d.bad || len(d.p) == 0 {
-			return errBadCommand
-		}
-		sess.pruned = d.p[0] == 1
-		d.p = d.p[1:]
-		if len(sess.offline) == 0 {
-			sess.offline = nil
-		}
-		restored[sess.id] = sess
+	restored, err := decodeSnapSessions(&d)
+	if err != nil {
+		return err
 	}
 	c, err := s.newCore(set, d.p, nil, 0)
 	if err != nil {
@@ -181,4 +167,28 @@ func (r *replica) Restore(snap []byte) error {
 		s.log.Info("cluster: settings in force (the snapshot's)", "settings", set.String())
 	}
 	return nil
+}
+
+// decodeSnapSessions decodes the sessions of a snapshot, by id, and leaves
+// d at the core's encoding. Errors: errBadCommand.
+func decodeSnapSessions(d *decoder) (map[string]*session, error) {
+	n := d.uvarint()
+	if d.bad || n > uint64(len(d.p)) {
+		return nil, errBadCommand
+	}
+	restored := make(map[string]*session, n)
+	for range n {
+		sess := &session{id: d.str(), pname: d.str(), node: d.str(), key: d.str()}
+		sess.offline = append([]byte(nil), d.bytes()...)
+		if d.bad || len(d.p) == 0 {
+			return nil, errBadCommand
+		}
+		sess.pruned = d.p[0] == 1
+		d.p = d.p[1:]
+		if len(sess.offline) == 0 {
+			sess.offline = nil
+		}
+		restored[sess.id] = sess
+	}
+	return restored, nil
 }
