@@ -275,19 +275,13 @@ func (s *Server) rollbackRefusal(to int, peers []cluster.Peer) string {
 	case v <= to:
 		return fmt.Sprintf("the cluster version is %d already: nothing to roll back", v)
 	}
-	var why []string
-	for _, p := range peers {
-		f, known := cl.memberFormatLive(p.ID)
-		switch {
-		case p.ID == cl.id:
-		case p.Failing:
-			why = append(why, fmt.Sprintf("member %s is not reached (its heartbeats fail)", p.ID))
-		case !known:
-			why = append(why, fmt.Sprintf("member %s has not said which log formats it reads lately", p.ID))
-		case f < v:
-			why = append(why, fmt.Sprintf("member %s reads log formats up to %d, below the cluster version %d", p.ID, f, v))
+	var below []string
+	why := cl.liveFormats(peers, "", func(id string, f int) {
+		if f < v {
+			below = append(below, fmt.Sprintf("member %s reads log formats up to %d, below the cluster version %d", id, f, v))
 		}
-	}
+	})
+	why = append(why, below...)
 	if len(why) > 0 {
 		slices.Sort(why)
 		return strings.Join(why, "; ") + ": every member must apply the lowering (start it, or remove it, then ask again)"
@@ -306,6 +300,19 @@ func (s *Server) rollbackRefusal(to int, peers []cluster.Peer) string {
 func (s *Server) raiseRefusal(peers []cluster.Peer) (int, string) {
 	cl := s.cl
 	to := cl.ownFormat()
+	why := cl.liveFormats(peers, " (v0.1.0 says nothing)", func(_ string, f int) { to = min(to, f) })
+	if len(why) > 0 {
+		slices.Sort(why)
+		return 0, strings.Join(why, "; ") + ": run this build on every member before the version is raised again"
+	}
+	return to, ""
+}
+
+// liveFormats calls each with the id and the formats of every other
+// member reached that said which log formats it reads on a connection still
+// open, and returns why each other member did not (not reached, or silent
+// lately, followed by silentNote), in no order.
+func (cl *clusterState) liveFormats(peers []cluster.Peer, silentNote string, each func(id string, format int)) []string {
 	var why []string
 	for _, p := range peers {
 		f, known := cl.memberFormatLive(p.ID)
@@ -314,16 +321,12 @@ func (s *Server) raiseRefusal(peers []cluster.Peer) (int, string) {
 		case p.Failing:
 			why = append(why, fmt.Sprintf("member %s is not reached (its heartbeats fail)", p.ID))
 		case !known:
-			why = append(why, fmt.Sprintf("member %s has not said which log formats it reads lately (v0.1.0 says nothing)", p.ID))
+			why = append(why, fmt.Sprintf("member %s has not said which log formats it reads lately%s", p.ID, silentNote))
 		default:
-			to = min(to, f)
+			each(p.ID, f)
 		}
 	}
-	if len(why) > 0 {
-		slices.Sort(why)
-		return 0, strings.Join(why, "; ") + ": run this build on every member before the version is raised again"
-	}
-	return to, ""
+	return why
 }
 
 // prevSettingNames are the replicated settings v0.1.0 knows (it ignores

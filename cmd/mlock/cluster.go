@@ -346,56 +346,36 @@ func cmdClusterRollback(args []string, stdout, stderr io.Writer) int {
 	to := fs.Int("to", 0, "the cluster version to lower to: 1 (the previous release's log format)")
 	dry := fs.Bool("dry-run", false, "only check that the rollback is possible now")
 	cancel := fs.Bool("cancel", false, "lift a rollback's pin: raise the cluster version to the highest format every member reads")
-	uri := uriFlag(fs, uriServer)
-	timeout := timeoutFlag(fs)
 	inspectUsage(fs, "mlock cluster rollback [--uri URI] [--timeout D] [--dry-run] --to 1 | --cancel",
 		"Lowers the cluster version to what the previous release reads and pins it (--to 1), or says why it\n"+
 			"cannot; --cancel raises it again once every member runs this build. Administrators only.\n")
-	p := parse(fs, args, stdout, stderr)
-	if p.done {
-		return p.exit
+	check := func() string {
+		switch {
+		case *cancel && (*to != 0 || *dry):
+			return "--cancel takes neither --to nor --dry-run"
+		case !*cancel && *to <= 0:
+			return "--to is required (1: the previous release's log format), or --cancel"
+		}
+		return ""
 	}
-	switch {
-	case len(p.pos) > 0:
-		return usageError(fs, stderr, fmt.Sprintf("unexpected argument %q", p.pos[0]))
-	case *timeout <= 0:
-		return usageError(fs, stderr, "--timeout must be positive")
-	case *cancel && (*to != 0 || *dry):
-		return usageError(fs, stderr, "--cancel takes neither --to nor --dry-run")
-	case !*cancel && *to <= 0:
-		return usageError(fs, stderr, "--to is required (1: the previous release's log format), or --cancel")
-	}
-	o, err := clientOptions(*uri, *timeout)
-	if err != nil {
-		return fail(fs, stderr, err)
-	}
-	c, err := mlock.NewClient(o)
-	if err != nil {
-		return fail(fs, stderr, err)
-	}
-	defer c.Close()
-	ctx, stop := signalCtx()
-	defer stop()
-	ctx, cancelCtx := context.WithTimeoutCause(ctx, *timeout, errNoAnswer)
-	defer cancelCtx()
-	ctx, settle := failFast(ctx, c.Addrs(), *timeout)
-	var msg string
-	switch {
-	case *cancel:
-		err = c.ClusterRollbackCancel(ctx)
-		msg = "rollback cancelled: the cluster version is raised to the highest log format every member reads\n"
-	case *dry:
-		err = c.ClusterRollback(ctx, *to, true)
-		msg = fmt.Sprintf("the cluster version can be lowered to %d now\n", *to)
-	default:
-		err = c.ClusterRollback(ctx, *to, false)
-		msg = fmt.Sprintf("cluster version lowered to %d and pinned: replace a node by the previous release once "+
-			"mlock cluster status --json shows \"rollbackReady\": true for it\n", *to)
-	}
-	settle(err)
-	if err != nil {
-		return fail(fs, stderr, explain(ctx, err, c.Addrs(), *timeout))
-	}
-	fmt.Fprint(stdout, msg)
-	return exitOK
+	return withClientChecked(fs, args, stdout, stderr, 0, 0, check, func(ctx context.Context, c *mlock.Client, _ string, _ []string) error {
+		var err error
+		var msg string
+		switch {
+		case *cancel:
+			err = c.ClusterRollbackCancel(ctx)
+			msg = "rollback cancelled: the cluster version is raised to the highest log format every member reads\n"
+		case *dry:
+			err = c.ClusterRollback(ctx, *to, true)
+			msg = fmt.Sprintf("the cluster version can be lowered to %d now\n", *to)
+		default:
+			err = c.ClusterRollback(ctx, *to, false)
+			msg = fmt.Sprintf("cluster version lowered to %d and pinned: replace a node by the previous release once "+
+				"mlock cluster status --json shows \"rollbackReady\": true for it\n", *to)
+		}
+		if err == nil {
+			fmt.Fprint(stdout, msg)
+		}
+		return err
+	})
 }

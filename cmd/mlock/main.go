@@ -292,6 +292,14 @@ func timeoutFlag(fs *flag.FlagSet) *time.Duration {
 // positional arguments.
 func withClient(fs *flag.FlagSet, args []string, stdout, stderr io.Writer, minPos, maxPos int,
 	do func(ctx context.Context, c *mlock.Client, uri string, pos []string) error) int {
+	return withClientChecked(fs, args, stdout, stderr, minPos, maxPos, nil, do)
+}
+
+// withClientChecked is withClient with check (nil: none), which runs once
+// the flags and arguments are parsed and found in range, before the client
+// is made: what it returns, if not empty, is a usage error.
+func withClientChecked(fs *flag.FlagSet, args []string, stdout, stderr io.Writer, minPos, maxPos int, check func() string,
+	do func(ctx context.Context, c *mlock.Client, uri string, pos []string) error) int {
 	uri := uriFlag(fs, uriServer)
 	timeout := timeoutFlag(fs)
 	p := parse(fs, args, stdout, stderr)
@@ -306,6 +314,11 @@ func withClient(fs *flag.FlagSet, args []string, stdout, stderr io.Writer, minPo
 	}
 	if *timeout <= 0 {
 		return usageError(fs, stderr, "--timeout must be positive")
+	}
+	if check != nil {
+		if msg := check(); msg != "" {
+			return usageError(fs, stderr, msg)
+		}
 	}
 	o, err := clientOptions(*uri, *timeout)
 	if err != nil {

@@ -209,16 +209,7 @@ func TestRollingRollback(t *testing.T) {
 	stopLoad()
 	c.stopAll()
 
-	for _, n := range c.nodes {
-		data, _ := os.ReadFile(filepath.Join(n.dir, "mlockd.log"))
-		if strings.Contains(string(data), "does not decode") || strings.Contains(string(data), "stops applying the log") {
-			t.Errorf("%s met a log command it could not read:\n%s", n.id, c.logTails())
-		}
-		if strings.Contains(string(data), "a member cannot read what the cluster writes") ||
-			strings.Contains(string(data), "a forwarded command refused") {
-			t.Errorf("%s fenced a member:\n%s", n.id, c.logTails())
-		}
-	}
+	c.checkLogs(t, "does not decode", "stops applying the log")
 	ops, grants, events := h.snapshot()
 	report(t, c, round, elapsed, ops, grants, events)
 	failedRequests(t, ops)

@@ -197,23 +197,32 @@ func TestRollingUpgrade(t *testing.T) {
 	c.stopAll()
 
 	// The old nodes never met a command they could not decode.
-	for _, n := range c.nodes {
-		data, _ := os.ReadFile(filepath.Join(n.dir, "mlockd.log"))
-		if strings.Contains(string(data), "does not decode") {
-			t.Errorf("%s logged a log command it could not decode:\n%s", n.id, c.logTails())
-		}
-		// No member of this build was taken for one that cannot read the
-		// cluster version (docs/cluster.md, "Stale members").
-		if strings.Contains(string(data), "a member cannot read what the cluster writes") ||
-			strings.Contains(string(data), "a forwarded command refused") {
-			t.Errorf("%s fenced a member:\n%s", n.id, c.logTails())
-		}
-	}
+	c.checkLogs(t, "does not decode")
 
 	ops, grants, events := h.snapshot()
 	report(t, c, round, elapsed, ops, grants, events)
 	failedRequests(t, ops)
 	runs.check(t, hd)
+}
+
+// checkLogs fails t if a node's log holds any of unread (the words of a
+// log command it could not read), or says it fenced a member: no member of
+// this build is taken for one that cannot read the cluster version
+// (docs/cluster.md, "Stale members").
+func (c *cluster) checkLogs(t *testing.T, unread ...string) {
+	t.Helper()
+	for _, n := range c.nodes {
+		data, _ := os.ReadFile(filepath.Join(n.dir, "mlockd.log"))
+		for _, w := range unread {
+			if strings.Contains(string(data), w) {
+				t.Errorf("%s met a log command it could not read (%q):\n%s", n.id, w, c.logTails())
+			}
+		}
+		if strings.Contains(string(data), "a member cannot read what the cluster writes") ||
+			strings.Contains(string(data), "a forwarded command refused") {
+			t.Errorf("%s fenced a member:\n%s", n.id, c.logTails())
+		}
+	}
 }
 
 // index returns n's position in c.nodes (the order of the upgrade).
