@@ -8,6 +8,7 @@ package proctest
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -138,6 +139,15 @@ var handedOut = struct {
 // it (a port the kernel handed out for a listener on port 0 could be).
 func FreeAddr(t testing.TB) string {
 	t.Helper()
+	a, err := NewFreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// NewFreeAddr is FreeAddr for a caller without a test (a TestMain).
+func NewFreeAddr() (string, error) {
 	handedOut.Lock()
 	defer handedOut.Unlock()
 	low := ephemeralLow()
@@ -151,7 +161,7 @@ func FreeAddr(t testing.TB) string {
 			if try != "127.0.0.1:0" {
 				continue // in use
 			}
-			t.Fatal(err)
+			return "", err
 		}
 		a := ln.Addr().String()
 		ln.Close()
@@ -162,10 +172,9 @@ func FreeAddr(t testing.TB) string {
 			continue // another test process holds it
 		}
 		handedOut.m[a] = true
-		return a
+		return a, nil
 	}
-	t.Fatal("no new free port in 100 tries")
-	return ""
+	return "", errors.New("no new free port in 100 tries")
 }
 
 // minPort is the lowest port FreeAddr draws.
