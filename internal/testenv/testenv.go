@@ -14,6 +14,7 @@ package testenv
 
 import (
 	"flag"
+	"fmt"
 	"os"
 	"os/exec"
 	"strconv"
@@ -84,4 +85,31 @@ func WaitBound(n int) {
 	if !set {
 		_ = flag.Set("test.parallel", strconv.Itoa(n))
 	}
+}
+
+// SkipExamples is Missing for a package's examples, which have no
+// testing.T to skip: called from TestMain before m.Run, it keeps the
+// package's examples from running (it adds ^Example to -test.skip) and
+// says so on standard output; under CI=true it runs nothing and returns
+// the error TestMain fails with. A -test.skip given with subtests (a /)
+// cannot be joined to ^Example: an error too.
+func SkipExamples(what, why string) error {
+	if Strict() {
+		return fmt.Errorf("%s: %s; required under CI=true", what, why)
+	}
+	if !flag.Parsed() {
+		flag.Parse()
+	}
+	skip := "^Example"
+	if given := flag.Lookup("test.skip").Value.String(); given != "" {
+		if strings.Contains(given, "/") {
+			return fmt.Errorf("%s: %s; the examples cannot be skipped beside -test.skip %q", what, why, given)
+		}
+		skip = given + "|" + skip
+	}
+	if err := flag.Set("test.skip", skip); err != nil {
+		return err
+	}
+	fmt.Printf("%s: %s; the examples are skipped (under CI=true this fails)\n", what, why)
+	return nil
 }

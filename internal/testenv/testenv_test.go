@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -8,6 +9,16 @@ import (
 	"strings"
 	"testing"
 )
+
+func TestMain(m *testing.M) {
+	if os.Getenv("MLOCK_TESTENV_CASE") == "examples" {
+		if err := SkipExamples("no service", "the helper's examples case"); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+	}
+	os.Exit(m.Run())
+}
 
 func TestStrict(t *testing.T) {
 	for _, tc := range []struct {
@@ -111,5 +122,50 @@ func TestMissingSkipsOrFails(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// Example_skipped is the example SkipExamples keeps from running: run in
+// the examples case, its output would not match.
+func Example_skipped() {
+	if os.Getenv("MLOCK_TESTENV_CASE") == "examples" {
+		fmt.Println("ran although skipped")
+	}
+	fmt.Println("ok")
+	// Output: ok
+}
+
+// SkipExamples (from TestMain) keeps the examples from running and says
+// why; beside a -test.skip of top-level names it keeps that one too, and
+// beside one of subtests it cannot, and fails; under CI=true it fails.
+func TestSkipExamples(t *testing.T) {
+	const msg = "no service: the helper's examples case"
+	for _, tc := range []struct {
+		name, ci, skip string
+		ok             bool
+		want           string
+	}{
+		{"skipped", "", "", true, msg + "; the examples are skipped (under CI=true this fails)"},
+		{"beside a skip", "", "TestStrict", true, msg + "; the examples are skipped (under CI=true this fails)"},
+		{"beside a skip of subtests", "", "TestX/y", false, msg + `; the examples cannot be skipped beside -test.skip "TestX/y"`},
+		{"CI", "true", "", false, msg + "; required under CI=true"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			cmd := exec.Command(os.Args[0], "-test.run=^(Example_skipped|TestStrict)$", "-test.v", "-test.count=1", "-test.skip="+tc.skip)
+			cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool {
+				return strings.HasPrefix(kv, "CI=") || strings.HasPrefix(kv, "MLOCK_TESTENV_")
+			}), "CI="+tc.ci, "MLOCK_TESTENV_CASE=examples")
+			out, err := cmd.CombinedOutput()
+			if (err == nil) != tc.ok || !strings.Contains(string(out), tc.want) {
+				t.Errorf("exit %v, want success %v, and the output %q:\n%s", err, tc.ok, tc.want, out)
+			}
+			if strings.Contains(string(out), "Example_skipped") {
+				t.Errorf("the example ran:\n%s", out)
+			}
+			if ran := strings.Contains(string(out), "--- PASS: TestStrict"); ran != (tc.ok && tc.skip == "") {
+				t.Errorf("TestStrict ran %v; want it run only without a skip of its own:\n%s", ran, out)
+			}
+		})
 	}
 }
