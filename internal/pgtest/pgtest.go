@@ -21,6 +21,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -87,6 +88,50 @@ func Start(t testing.TB, why string) *Server {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// Examples is a server for a package's examples, which have no testing.T
+// to start one: TestMain calls NewExamples before m.Run and Stop after it,
+// and an example calls URL, which starts the server on its first call (a
+// package whose examples do not run starts none).
+type Examples struct {
+	bin  string
+	once sync.Once
+	s    *Server
+	err  error
+}
+
+// NewExamples finds PostgreSQL for the examples. Without it the examples
+// do not run (testenv.SkipExamples: it says why) and it returns nil, or,
+// under CI=true, an error for TestMain to fail with.
+func NewExamples(why string) (*Examples, error) {
+	dir := bin()
+	if dir == "" {
+		return nil, testenv.SkipExamples("PostgreSQL (postgres and initdb) not found on PATH or in /usr/lib/postgresql/*/bin", why)
+	}
+	return &Examples{bin: dir}, nil
+}
+
+// URL starts the server on its first call and returns its URL. A server
+// that does not start panics: the example fails with the reason.
+func (e *Examples) URL() string {
+	e.once.Do(func() {
+		var addr string
+		if addr, e.err = proctest.NewFreeAddr(); e.err == nil {
+			e.s, e.err = start(e.bin, addr)
+		}
+	})
+	if e.err != nil {
+		panic(e.err)
+	}
+	return e.s.URL
+}
+
+// Stop stops the server if URL started one (nil: nothing to stop).
+func (e *Examples) Stop() {
+	if e != nil && e.s != nil {
+		e.s.Stop()
+	}
 }
 
 func start(bindir, addr string) (*Server, error) {
