@@ -5,6 +5,8 @@ package pgx_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
 	"testing"
 	"time"
 
@@ -18,7 +20,25 @@ import (
 	"github.com/mlock-dev/mlock/internal/pgtest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// examples is the PostgreSQL of the runnable examples (example_run_test.go).
+var examples *pgtest.Examples
+
+func TestMain(m *testing.M) {
+	var err error
+	if examples, err = pgtest.NewExamples("the runnable examples of fence/pgx need it"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	examples.Stop()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
 
 // TestConcurrentStaleAndFreshWriters: writers with tokens in random order,
 // all at once, through a pgxpool.Pool. The accepted writes come in the

@@ -6,6 +6,8 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -19,7 +21,25 @@ import (
 	"github.com/mlock-dev/mlock/internal/pgtest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// examples is the PostgreSQL of the runnable examples (example_run_test.go).
+var examples *pgtest.Examples
+
+func TestMain(m *testing.M) {
+	var err error
+	if examples, err = pgtest.NewExamples("the runnable examples of fence/postgres need it"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	examples.Stop()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
 
 // open starts a PostgreSQL server and returns a database/sql handle on it
 // with the fence table and the tests' tables: counter (one row per

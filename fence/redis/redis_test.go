@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -20,7 +21,15 @@ import (
 	"github.com/mlock-dev/mlock/internal/testenv"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv("REDIS_URL") == "" {
+		if err := testenv.SkipExamples("REDIS_URL is not set", "the runnable example of fence/redis needs a Redis (start redis-server and set REDIS_URL)"); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+	}
+	goleak.VerifyTestMain(m)
+}
 
 // open returns a client of the Redis at REDIS_URL (skipped without it,
 // failing under CI=true) and a prefix of keys of the test's own, whose
