@@ -295,7 +295,10 @@ describe("the original client's bugs", () => {
     const c1 = new Client({ host: '127.0.0.1', port: srv.port });
     const c2 = new Client({ host: '127.0.0.1', port: srv.port });
     try {
-      const l = await c2.acquire(r('shared'), { ttl: 2000 });
+      // A lease of a minute: the 1.5 s below, the ping and a busy machine's
+      // delays stay far inside it (with 2 s, a run whose ping came 1.1 s late
+      // rightly believed the lock lost).
+      const l = await c2.acquire(r('shared'), { ttl: 60000 });
       let disconnected = false;
       c2.on('disconnect', () => (disconnected = true));
       c1.destroy();
