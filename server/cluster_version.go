@@ -165,11 +165,7 @@ func (a *formats) due(leader string, now time.Time) bool {
 // the cluster version in force, it proposes that format as the version.
 func (s *Server) raiseVersion(peers []cluster.Peer) {
 	cl := s.cl
-	v := cl.ownFormat()
-	for _, p := range peers {
-		f, _ := cl.memberFormat(p.ID)
-		v = min(v, f)
-	}
+	v := cl.raiseTarget(peers)
 	if int64(v) <= cl.versionNow.Load() || cl.pinned.Load() {
 		return // a rollback pinned the version: mlock cluster rollback --cancel raises it
 	}
@@ -181,6 +177,17 @@ func (s *Server) raiseVersion(peers []cluster.Peer) {
 		return
 	}
 	s.log.Info("cluster: every member reads log format "+strconv.Itoa(v)+": the cluster version is raised", "version", v)
+}
+
+// raiseTarget returns the highest log format every member of peers reads,
+// as far as this node (the leader) knows.
+func (cl *clusterState) raiseTarget(peers []cluster.Peer) int {
+	v := cl.ownFormat()
+	for _, p := range peers {
+		f, _ := cl.memberFormat(p.ID)
+		v = min(v, f)
+	}
+	return v
 }
 
 // Stale members. A member whose build cannot read the cluster version must
