@@ -458,3 +458,32 @@ func (tc *testCluster) waitApplied(i, l int) {
 		time.Sleep(5 * time.Millisecond) // polled: the apply has no event to wait on
 	}
 }
+
+// The leader raises the cluster version on the word of members that said
+// their formats on a forwarding connection still open only: a member whose
+// connection ended (restarted, perhaps on v0.1.0, which says nothing) counts
+// as format 1 until it says them again, however fresh its last word.
+func TestRaiseTargetLiveOnly(t *testing.T) {
+	cl := &clusterState{id: "n0"}
+	cl.versionNow.Store(logFormat1)
+	peers := []cluster.Peer{{ID: "n0"}, {ID: "n1"}, {ID: "n2"}}
+	live := func() *conn { return &conn{done: make(chan struct{})} }
+	n2 := live()
+	cl.noteFormat("n1", logFormat, live())
+	cl.noteFormat("n2", logFormat, n2)
+	if v := cl.raiseTarget(peers); v != logFormat {
+		t.Fatalf("every member said %d on a connection still open: raise to %d", logFormat, v)
+	}
+	close(n2.done) // n2's forwarding connection ended
+	if v := cl.raiseTarget(peers); v != logFormat1 {
+		t.Fatalf("n2 said %d on a connection that ended since: raise to %d, want %d (not known)", logFormat, v, logFormat1)
+	}
+	cl.noteFormat("n2", logFormat, live()) // said again, on its new connection
+	if v := cl.raiseTarget(peers); v != logFormat {
+		t.Fatalf("n2 said %d again: raise to %d", logFormat, v)
+	}
+	cl.noteFormat("n1", logFormat, nil) // on no known connection
+	if v := cl.raiseTarget(peers); v != logFormat1 {
+		t.Fatalf("n1 said %d on no known connection: raise to %d, want %d", logFormat, v, logFormat1)
+	}
+}

@@ -362,26 +362,26 @@ func prevReleaseSettings(st settings) error {
 }
 
 // memberFormatLive is memberFormat, counting only what member id said on
-// a forwarding connection that is still open: a member restarted on
-// another build (v0.1.0 says nothing) is not taken at the word of its
-// previous run.
+// a forwarding connection that is still open (else format 1, not known): a
+// member restarted on another build (v0.1.0 says nothing) is not taken at
+// the word of its previous run.
 func (cl *clusterState) memberFormatLive(id string) (int, bool) {
 	if id == cl.id {
 		return cl.ownFormat(), true
 	}
 	f, known := cl.memberFormat(id)
 	if !known {
-		return f, false
+		return logFormat1, false
 	}
 	cl.formats.mu.Lock()
 	via := cl.formats.said[id].via
 	cl.formats.mu.Unlock()
 	if via == nil {
-		return f, false
+		return logFormat1, false
 	}
 	select {
 	case <-via.done:
-		return f, false
+		return logFormat1, false
 	default:
 		return f, true
 	}

@@ -23,8 +23,9 @@ import (
 // meanwhile). Each member says which formats its build reads: a follower
 // tells the leader (fwdFormat) when it learns of a new leader (a new term,
 // even with the same member) and every announceEvery; the leader takes the
-// lowest among the members (a member that has not said so for formatFresh
-// counts as format 1: a build before the formats, which says nothing) and,
+// lowest among the members (a member that has not said so for formatFresh,
+// or said it on a forwarding connection that ended since, counts as format
+// 1: a build before the formats says nothing) and,
 // when it is above the version in force, proposes it (opVersion), in the
 // new format itself: every member reads it. The version is replicated
 // state: it goes down only by a rollback (cluster_rollback.go), which pins
@@ -180,11 +181,18 @@ func (s *Server) raiseVersion(peers []cluster.Peer) {
 }
 
 // raiseTarget returns the highest log format every member of peers reads,
-// as far as this node (the leader) knows.
+// as far as this node (the leader) knows: on the word each said on a
+// forwarding connection still open (memberFormatLive; else it counts as
+// format 1). A word said on a connection that ended since is not taken,
+// however fresh: the member may have been restarted meanwhile on a build
+// that reads less (v0.1.0 says nothing), and a raise it cannot read would
+// reach it. A member of this build says its formats again every
+// announceEvery, on whatever connection, so a healthy cluster raises all
+// the same.
 func (cl *clusterState) raiseTarget(peers []cluster.Peer) int {
 	v := cl.ownFormat()
 	for _, p := range peers {
-		f, _ := cl.memberFormat(p.ID)
+		f, _ := cl.memberFormatLive(p.ID)
 		v = min(v, f)
 	}
 	return v
