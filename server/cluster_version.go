@@ -107,9 +107,18 @@ func (cl *clusterState) noteFormat(id string, format int, via *conn) {
 		cl.formats.said = map[string]formatSaid{}
 	}
 	cl.formats.said[id] = formatSaid{format: format, at: time.Now(), via: via}
+	if via != nil {
+		via.saidFormat = format
+	}
 	if format >= int(cl.versionNow.Load()) {
 		delete(cl.formats.refused, id)
 	}
+}
+
+// formatSaid is the body of this node's fwdFormat requests, which
+// parseFormatSaid reads.
+func (cl *clusterState) formatSaid() []byte {
+	return []byte(cl.id + " " + strconv.Itoa(cl.ownFormat()))
 }
 
 // parseFormatSaid parses the body of a fwdFormat request: "<id> <format>".
@@ -141,7 +150,7 @@ func (s *Server) announceFormat() {
 	a.tried = time.Now()
 	ctx, cancel := context.WithTimeout(cl.ctx, time.Second)
 	defer cancel()
-	st, _, err := cl.fwd.call(ctx, info.ClientAddr, fwdFormat, []byte(cl.id+" "+strconv.Itoa(cl.ownFormat())), nil)
+	st, _, err := cl.fwd.call(ctx, info.ClientAddr, fwdFormat, cl.formatSaid(), nil)
 	if err == nil && st == fwdOK {
 		a.toLeader = leader
 	} else {
@@ -186,9 +195,9 @@ func (s *Server) raiseVersion(peers []cluster.Peer) {
 // format 1). A word said on a connection that ended since is not taken,
 // however fresh: the member may have been restarted meanwhile on a build
 // that reads less (v0.1.0 says nothing), and a raise it cannot read would
-// reach it. A member of this build says its formats again every
-// announceEvery, on whatever connection, so a healthy cluster raises all
-// the same.
+// reach it. A member of this build says its formats first on every
+// forwarding connection it opens, and again every announceEvery (on its
+// connection of then), so a healthy cluster raises all the same.
 func (cl *clusterState) raiseTarget(peers []cluster.Peer) int {
 	v := cl.ownFormat()
 	for _, p := range peers {
@@ -240,10 +249,11 @@ var errStaleNode = errors.New("server: this node's build cannot read the cluster
 //   - so is one from a connection on which a member said it reads the
 //     version: a node of this build writes the format of the version it
 //     has applied, which lags behind the leader's while it catches up (a
-//     restart, the version just raised);
+//     restart, the version just raised), and says its formats first on
+//     every forwarding connection it opens (forwarder.get);
 //   - one from a connection that said nothing yet, less than announceGrace
-//     old, is answered fwdNotLeader (ask again): a node of this build says
-//     its formats on it at once, v0.1.0 never;
+//     old, is answered fwdNotLeader (ask again): a node of an earlier build
+//     says its formats on it within announceEvery, v0.1.0 never;
 //   - any other is a stale member's: it is refused (staleAnswer), and the
 //     member fenced (fenceStale) until it says it reads the version.
 func (s *Server) checkForwarded(cmd []byte, via *conn) (ok bool, st byte, res []byte) {
@@ -310,7 +320,8 @@ func (cl *clusterState) staleAnswer(why string, announced bool) (byte, []byte) {
 }
 
 // saidOn returns the log format a member said it reads on the forwarding
-// connection via (its latest word), and whether one said any there.
+// connection via (its latest word there), and whether one said any there
+// (whatever the member said since on another connection).
 func (cl *clusterState) saidOn(via *conn) (int, bool) {
 	if via == nil {
 		return 0, false
@@ -318,12 +329,7 @@ func (cl *clusterState) saidOn(via *conn) (int, bool) {
 	a := &cl.formats
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	for _, f := range a.said {
-		if f.via == via {
-			return f.format, true
-		}
-	}
-	return 0, false
+	return via.saidFormat, via.saidFormat > 0
 }
 
 // staleWhy returns why member p is stale at cluster version v ("": it is

@@ -83,6 +83,10 @@ type conn struct {
 	// it (newPipeLocked: set in a core batch, read by the reader and the apply).
 	pipe    *pipeline
 	forward bool // reader only: a follower's forwarding connection
+	// saidFormat: on a forwarding connection, the highest log format a
+	// member said it reads on it, its latest word (0: none); guarded by
+	// the cluster's formats.mu (cluster_version.go).
+	saidFormat int
 	// fwd: a forwarding connection's queued commands by the follower's
 	// connection (reader only; forward.go).
 	fwd fwdChains
