@@ -176,8 +176,7 @@ func (s *Server) accept(nc net.Conn) {
 			return
 		}
 		if v, own := s.victimLocked(ip, full); own {
-			s.refusePoolLocked(tx.Now(), nc.RemoteAddr())
-			refuse, park = protocol.CodeEvicted, true
+			refuse, park = s.refuseNewcomerLocked(tx.Now(), nc.RemoteAddr()), true
 			return
 		} else if v != nil {
 			s.evictLocked(tx.Now(), v)
