@@ -458,3 +458,64 @@ func (tc *testCluster) waitApplied(i, l int) {
 		time.Sleep(5 * time.Millisecond) // polled: the apply has no event to wait on
 	}
 }
+
+// The leader raises the cluster version on the word of members that said
+// their formats on a forwarding connection still open only: a member whose
+// connection ended (restarted, perhaps on v0.1.0, which says nothing) counts
+// as format 1 until it says them again, however fresh its last word.
+func TestRaiseTargetLiveOnly(t *testing.T) {
+	cl := &clusterState{id: "n0"}
+	cl.versionNow.Store(logFormat1)
+	peers := []cluster.Peer{{ID: "n0"}, {ID: "n1"}, {ID: "n2"}}
+	live := func() *conn { return &conn{done: make(chan struct{})} }
+	n2 := live()
+	cl.noteFormat("n1", logFormat, live())
+	cl.noteFormat("n2", logFormat, n2)
+	if v := cl.raiseTarget(peers); v != logFormat {
+		t.Fatalf("every member said %d on a connection still open: raise to %d", logFormat, v)
+	}
+	close(n2.done) // n2's forwarding connection ended
+	if v := cl.raiseTarget(peers); v != logFormat1 {
+		t.Fatalf("n2 said %d on a connection that ended since: raise to %d, want %d (not known)", logFormat, v, logFormat1)
+	}
+	cl.noteFormat("n2", logFormat, live()) // said again, on its new connection
+	if v := cl.raiseTarget(peers); v != logFormat {
+		t.Fatalf("n2 said %d again: raise to %d", logFormat, v)
+	}
+	cl.noteFormat("n1", logFormat, nil) // on no known connection
+	if v := cl.raiseTarget(peers); v != logFormat1 {
+		t.Fatalf("n1 said %d on no known connection: raise to %d, want %d", logFormat, v, logFormat1)
+	}
+}
+
+// The snapshot's format follows the cluster version: 2 (the previous
+// release's) at version 1, 3 at versions 2 and 3, 4 from version 4 on (a
+// build that reads log format 3 at most refuses it, as it refuses the
+// log); each restores with its version.
+func TestSnapshotFormatFollowsVersion(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
+	s := replayServer(t, "snapfmt", nil)
+	d := s.cl.dedup
+	d.Apply(t0, [][]byte{cluster0(appendGenesis(nil, t0, replaySettings.String()))})
+	for i, c := range []struct{ version, format int }{{1, 2}, {2, 3}, {3, 3}, {4, 4}, {1, 2}} {
+		if i > 0 {
+			v := c.version
+			d.Apply(t0+int64(i), [][]byte{cluster0(appendLogCmd(nil, &logCmd{format: max(v, s.cl.writeFormat()), op: opVersion, version: uint64(v)}))})
+		}
+		snap, err := d.Snapshot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		inner := snap[bytes.Index(snap, []byte(snapMagic)):]
+		if got := int(inner[len(snapMagic)]); got != c.format {
+			t.Fatalf("version %d: snapshot format %d, want %d", c.version, got, c.format)
+		}
+		r := replayServer(t, "snapfmt-restore"+strconv.Itoa(i), nil)
+		if err := r.cl.dedup.Restore(snap); err != nil {
+			t.Fatalf("version %d: restore: %v", c.version, err)
+		}
+		if v := r.cl.versionNow.Load(); v != int64(c.version) {
+			t.Fatalf("version %d: restored at version %d", c.version, v)
+		}
+	}
+}

@@ -33,7 +33,7 @@ func TestClusterLateWaiterTimedOut(t *testing.T) {
 		}
 	})
 	l := tc.leader()
-	waitVersion(t, tc, logFormat3)
+	waitVersion(t, tc, logFormat) // 3 or later
 	tc.hooks.holdTicks.Store(true)
 	f1, f2 := (l+1)%3, (l+2)%3
 	trigger := tc.dial(f1, "trigger")
@@ -141,7 +141,7 @@ func mustID(t *testing.T, s string) core.ID {
 
 // The rule of late grants follows the cluster version the log applies,
 // whichever way it moves, and the version of a snapshot restored: on below
-// version 3, off from 3 on.
+// version 3, off from 3 on (4 included).
 func TestLateGrantsFollowTheClusterVersion(t *testing.T) {
 	s := replayServer(t, "late", nil)
 	d := s.cl.dedup
@@ -154,7 +154,7 @@ func TestLateGrantsFollowTheClusterVersion(t *testing.T) {
 		t.Fatal("a node that applied nothing (version 1) does not grant late")
 	}
 	now := time.Now().UnixNano()
-	for i, v := range []int{2, 3, 2, 3, 2, 3} {
+	for i, v := range []int{2, 3, 2, 3, 2, 4, 3, 4, 2, 4} {
 		now += int64(time.Millisecond)
 		cmd := cluster.DedupCommand("", 0, appendLogCmd(nil, &logCmd{format: v, op: opVersion, version: uint64(v)}))
 		d.Apply(now, [][]byte{cmd})
@@ -162,14 +162,14 @@ func TestLateGrantsFollowTheClusterVersion(t *testing.T) {
 			t.Fatalf("step %d, version %d: late grants %v, want %v", i, v, got, want)
 		}
 	}
-	for _, v := range []int{3, 2} {
+	for _, v := range []int{3, 2, 4} {
 		now += int64(time.Millisecond)
 		d.Apply(now, [][]byte{cluster.DedupCommand("", 0, appendLogCmd(nil, &logCmd{format: v, op: opVersion, version: uint64(v)}))})
 		snap, err := d.Snapshot()
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, from := range []int{1, 3} { // the restoring node's own version before
+		for _, from := range []int{1, 3, 4} { // the restoring node's own version before
 			r := replayServer(t, fmt.Sprintf("restore%d", from), nil)
 			r.batch(func(*core.Tx) { r.cl.version = from })
 			if err := r.cl.dedup.Restore(snap); err != nil {

@@ -22,20 +22,24 @@ import (
 // with that release while the cluster serves.
 //
 //   - The leader checks that the lowering is possible (rollbackRefusal):
-//     every member runs a build that applies it (it said lately that it
-//     reads the version in force, and the leader reaches it), the settings
+//     every member runs a build that applies it (it said, on a forwarding
+//     connection still open, that it reads log format 4, the mark of the
+//     builds that apply a lowering, and the version in force; and the
+//     leader reaches it), the settings
 //     in force are ones the previous release reads alike, and the target is
 //     the previous release's format. Else it is refused with the reason.
 //     What the previous release reads of the state: the lock table's and
 //     the sessions' snapshot encodings are those of v0.1.0 (snapshot format
 //     2 is written below version 2), and format 1 carries every request (as
-//     the client's frames); what format 3 adds is the cluster version
+//     the client's frames); what formats 3 and 4 add is the cluster version
 //     itself, the wait deadline of a lock request (applied where it is
 //     proposed, then a deadline of the table as any) and the cancel of the
 //     locks of given-up requests (below version 3 not written: those locks
 //     end with their leases, as in a mixed cluster of an upgrade).
 //   - The lowering is an opVersion below the version in force, written in
-//     the format in force and applied by every node through the apply path
+//     the format in force, format 4 at least (a build before the rollback,
+//     which would not apply it as one, stops at it instead: see
+//     logFormat4), and applied by every node through the apply path
 //     of any opVersion (setVersionLocked), at its index: every rule gated
 //     on the version (the formats written, the late grants of the lock
 //     table) changes at that entry on every node alike. A node that applies
@@ -242,8 +246,13 @@ func (s *Server) rollbackHere(ctx context.Context, r rollbackReq) error {
 	if r.dry {
 		return nil
 	}
-	return s.proposeVersion(ctx, cl.writeFormat(), r.to)
+	// Every member said it reads rollbackFormat (rollbackRefusal).
+	return s.proposeVersion(ctx, max(cl.writeFormat(), rollbackFormat), r.to)
 }
+
+// rollbackFormat is the lowest log format of the builds that apply a
+// rollback's lowering (see logFormat4).
+const rollbackFormat = logFormat4
 
 // proposeVersion proposes an opVersion of version in format f, and waits
 // until this node applied it.
@@ -277,10 +286,17 @@ func (s *Server) rollbackRefusal(to int, peers []cluster.Peer) string {
 	}
 	var below []string
 	why := cl.liveFormats(peers, "", func(id string, f int) {
-		if f < v {
+		switch {
+		case f < v:
 			below = append(below, fmt.Sprintf("member %s reads log formats up to %d, below the cluster version %d", id, f, v))
+		case f < rollbackFormat:
+			below = append(below, fmt.Sprintf("member %s reads log formats up to %d: its build cannot apply a rollback's lowering "+
+				"(a build that can reads log format %d: run this build on it)", id, f, rollbackFormat))
 		}
 	})
+	if own := cl.ownFormat(); own < rollbackFormat {
+		below = append(below, fmt.Sprintf("the leader %s reads log formats up to %d: its build cannot apply a rollback's lowering", cl.id, own))
+	}
 	why = append(why, below...)
 	if len(why) > 0 {
 		slices.Sort(why)
@@ -362,26 +378,26 @@ func prevReleaseSettings(st settings) error {
 }
 
 // memberFormatLive is memberFormat, counting only what member id said on
-// a forwarding connection that is still open: a member restarted on
-// another build (v0.1.0 says nothing) is not taken at the word of its
-// previous run.
+// a forwarding connection that is still open (else format 1, not known): a
+// member restarted on another build (v0.1.0 says nothing) is not taken at
+// the word of its previous run.
 func (cl *clusterState) memberFormatLive(id string) (int, bool) {
 	if id == cl.id {
 		return cl.ownFormat(), true
 	}
 	f, known := cl.memberFormat(id)
 	if !known {
-		return f, false
+		return logFormat1, false
 	}
 	cl.formats.mu.Lock()
 	via := cl.formats.said[id].via
 	cl.formats.mu.Unlock()
 	if via == nil {
-		return f, false
+		return logFormat1, false
 	}
 	select {
 	case <-via.done:
-		return f, false
+		return logFormat1, false
 	default:
 		return f, true
 	}

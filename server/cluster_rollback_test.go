@@ -37,11 +37,12 @@ func (tc *testCluster) waitVersion(v int, pinned bool) {
 	})
 }
 
-// The supported rollback, in process: a cluster at version 3 is lowered to
+// The supported rollback, in process: a cluster at version 4 is lowered to
 // 1 by mlock cluster rollback's request through a follower. Refused, with
 // the reason, while a member is down (it could not apply the lowering) and
-// for a version other than 1; a dry run changes nothing. Once lowered every
-// node applies version 1 at the same entry, keeps "1 rollback" in its
+// for a version other than 1; a dry run changes nothing. The lowering is
+// written in format 4 (a build before the rollback stops at it). Once
+// lowered every node applies version 1 at the same entry, keeps "1 rollback" in its
 // version file, lowers its raft handshake, writes format 1 only, takes a
 // snapshot of format 2 (the previous release's) past the lowering and says
 // it is ready; the leader does not raise the version again on its own, also
@@ -54,16 +55,18 @@ func TestClusterRollback(t *testing.T) {
 	var mu sync.Mutex
 	high := map[string]int{} // node -> commands of format 2 or more applied while watching
 	low := map[string]int{}
+	lowering := map[int]int{} // format -> the lowerings (opVersion 1) applied, on any node
 	tc := newTestClusterWith(t, 3, true, func(tc *testCluster) {
 		tc.hooks.apply = func(node string, _ int64, cmds [][]byte) {
-			if !watching.Load() {
-				return
-			}
 			mu.Lock()
 			defer mu.Unlock()
 			for _, c := range cmds {
 				_, _, body, err := cluster.ParseDedupCommand(c)
-				if err != nil {
+				var m logCmd
+				if err == nil && decodeLogCmd(body, &m) == nil && m.op == opVersion && m.version == logFormat1 {
+					lowering[m.format]++
+				}
+				if err != nil || !watching.Load() {
 					continue
 				}
 				if f, _, err := logFormatOf(body); err == nil && f >= logFormat2 {
@@ -128,6 +131,13 @@ func TestClusterRollback(t *testing.T) {
 		t.Fatalf("rollback: %v", err)
 	}
 	tc.waitVersion(logFormat1, true)
+	mu.Lock()
+	// In format 4 or later: a build before the rollback (format 3 at most)
+	// stops at it rather than apply it as it would (keep writing format 3).
+	if len(lowering) != 1 || lowering[logFormat] == 0 {
+		t.Errorf("the lowerings applied, by format: %v; want all in format %d", lowering, logFormat)
+	}
+	mu.Unlock()
 	proctest.WaitFor(t, 30*time.Second, "every node ready for the previous release", func() bool {
 		for _, s := range tc.nodes {
 			if !s.ClusterStatus().RollbackReady {
@@ -144,7 +154,8 @@ func TestClusterRollback(t *testing.T) {
 		if b, err := os.ReadFile(filepath.Join(tc.dirs[i], versionFile)); err != nil || string(b) != "1 rollback\n" {
 			t.Fatalf("n%d's version file: %q, %v", i, b, err)
 		}
-		if snap := latestSnapshot(t, tc.dirs[i]); !bytes.Contains(snap, []byte("MLSS\x02")) || bytes.Contains(snap, []byte("MLSS\x03")) {
+		if snap := latestSnapshot(t, tc.dirs[i]); !bytes.Contains(snap, []byte("MLSS\x02")) || bytes.Contains(snap, []byte("MLSS\x03")) ||
+			bytes.Contains(snap, []byte("MLSS\x04")) {
 			t.Fatalf("n%d's latest snapshot is not of format 2 (the previous release's)", i)
 		}
 	}
@@ -203,7 +214,7 @@ func TestClusterRollback(t *testing.T) {
 	})
 	tc.waitVersion(logFormat, false)
 	for i := range tc.nodes {
-		if b, err := os.ReadFile(filepath.Join(tc.dirs[i], versionFile)); err != nil || string(b) != "3\n" {
+		if b, err := os.ReadFile(filepath.Join(tc.dirs[i], versionFile)); err != nil || string(b) != strconv.Itoa(logFormat)+"\n" {
 			t.Fatalf("n%d's version file after the cancel: %q, %v", i, b, err)
 		}
 	}
@@ -349,4 +360,68 @@ func TestClusterJoinerLearnsTheVersionFirst(t *testing.T) {
 	proctest.WaitFor(t, 30*time.Second, "the joiner at the cluster version", func() bool {
 		return srv.cl.versionNow.Load() == logFormat && srv.cl.raftVersion() == logFormat
 	})
+}
+
+// A member of a build before the rollback reads log format 3 and says so,
+// as this build did before log format 4; it would not apply a lowering as
+// one (it keeps writing format 3, and as the leader raises the version
+// again). Here n2 is such a member (its ownFormat says 3): while it is in
+// the cluster the version stays 3, and a rollback is refused, naming it and
+// why; once it runs this build the version rises to 4 and a rollback may
+// be made.
+func TestRollbackRefusedBeforeRollbackBuild(t *testing.T) {
+	t.Parallel()
+	var old atomic.Bool
+	old.Store(true)
+	ownFormat := func(id string) int {
+		if id == "n2" && old.Load() {
+			return logFormat3
+		}
+		return 0
+	}
+	tc := newTestClusterWith(t, 3, false, func(tc *testCluster) { tc.hooks.ownFormat = ownFormat })
+	tc.waitFormats(tc.leader(), map[string]int{"n0": logFormat, "n1": logFormat, "n2": logFormat3})
+	tc.waitVersion(logFormat3, false)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	// ask asks the leader of now for a rollback (dry: only the check).
+	ask := func(dry bool) error {
+		t.Helper()
+		for {
+			err := tc.nodes[tc.leader()].rollbackHere(ctx, rollbackReq{to: logFormat1, dry: dry})
+			if !errors.Is(err, cluster.ErrNotLeader) || ctx.Err() != nil {
+				return err
+			}
+		}
+	}
+	for _, dry := range []bool{true, false} {
+		err := ask(dry)
+		var re *errRollback
+		if !errors.As(err, &re) || !strings.Contains(err.Error(), "reads log formats up to 3: its build cannot apply a rollback's lowering") ||
+			!strings.Contains(err.Error(), "n2") {
+			t.Fatalf("rollback (dry %v) with n2 reading format 3: %v, want refused naming n2 and why", dry, err)
+		}
+		t.Logf("refused: %v", err)
+		if dry && strings.Contains(err.Error(), "member n2 ") { // (else n2 leads: "the leader n2 reads ...")
+			// The Rollback runbook quotes what is said of the member.
+			data, rerr := os.ReadFile("../docs/cluster.md")
+			if rerr != nil {
+				t.Fatal(rerr)
+			}
+			rb := strings.Join(strings.Fields(docSection(t, string(data), "Rollback")), " ")
+			part, _, _ := strings.Cut(err.Error()[strings.Index(err.Error(), "member n2 "):], "; ")
+			part, _, _ = strings.Cut(part, ": every member must")
+			if !strings.Contains(rb, strings.Replace(part, "member n2 ", "member c ", 1)) {
+				t.Errorf("docs/cluster.md's Rollback runbook does not quote %q", part)
+			}
+		}
+	}
+	tc.waitVersion(logFormat3, false) // nothing changed
+
+	// n2 runs this build: the version rises to 4, and a rollback may be made.
+	tc.stop(2)
+	old.Store(false)
+	tc.start(2)
+	tc.waitVersion(logFormat, false)
+	proctest.WaitFor(t, 30*time.Second, "the rollback's check passed", func() bool { return ask(true) == nil })
 }

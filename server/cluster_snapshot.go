@@ -10,20 +10,22 @@ import (
 )
 
 // Snapshot layout: "MLSS", the format (one byte), genesis byte, the
-// settings in force (string, settings.String), [format 3: the cluster
-// version, uvarint], uvarint sessions, each: id, principal, node, key,
-// offline (length-prefixed), pruned byte; in id order; then the core's
-// snapshot. Format 1 has no settings: it restores with the node's own,
-// until the next opParams. Format 2 is the previous build's: it restores
-// with cluster version 1.
+// settings in force (string, settings.String), [format 3 and later: the
+// cluster version, uvarint], uvarint sessions, each: id, principal, node,
+// key, offline (length-prefixed), pruned byte; in id order; then the
+// core's snapshot. Format 1 has no settings: it restores with the node's
+// own, until the next opParams. Format 2 is the previous build's: it
+// restores with cluster version 1. Format 4 is format 3, written at cluster
+// version 4 or more: a build that reads log format 3 at most (one before
+// the rollback, see logFormat4) refuses it as it refuses the log.
 //
 // A build reads every format up to snapFormat and refuses a higher one
-// (errFutureFormat). It writes format 3 once the cluster version is 2 or
-// more (every member reads it), format 2 before: a snapshot goes to
-// followers that lag, whatever their build.
+// (errFutureFormat). It writes format 4 once the cluster version is 4 or
+// more, format 3 once it is 2 or more (every member reads it), format 2
+// before: a snapshot goes to followers that lag, whatever their build.
 const (
 	snapMagic       = "MLSS"
-	snapFormat      = 3
+	snapFormat      = 4
 	sessionsMagic   = "MLSS\x02"
 	sessionsMagicV1 = "MLSS\x01"
 )
@@ -38,8 +40,11 @@ func (r *replica) Snapshot() ([]byte, error) {
 	b := []byte(snapMagic)
 	s.batch(func(*core.Tx) {
 		format := byte(2)
-		if s.cl.version >= logFormat2 {
+		switch {
+		case s.cl.version >= logFormat4:
 			format = snapFormat
+		case s.cl.version >= logFormat2:
+			format = 3
 		}
 		b = append(b, format)
 		if s.cl.genesis {

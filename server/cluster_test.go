@@ -936,42 +936,69 @@ func TestClusterFollowerAnswersInLogOrder(t *testing.T) {
 func TestClusterClientMovesToTheLeader(t *testing.T) {
 	t.Parallel()
 	tc := newTestCluster(t, 3, false)
-	l := tc.leader()
-	f := (l + 1) % 3
-	c := tc.dialConnect(f, "connect hint-probe 1.0 want=leader")
-	if got, want := c.readWithin(30*time.Second), "connected 1.0 new * leader="+tc.addrs[l]; !match(got, want) {
-		t.Fatalf("a follower's handshake: %q, want %q", got, want)
-	}
-	if got := tc.dial(f, "hint-probe-0").readWithin(30 * time.Second); !match(got, "connected 1.0 new *") {
-		t.Fatalf("a follower's handshake without want=leader: %q", got)
-	}
-	lc := tc.dialConnect(l, "connect hint-probe-2 1.0 want=leader")
-	if got := lc.readWithin(30 * time.Second); !match(got, "connected 1.0 new *") {
-		t.Fatalf("the leader's handshake names a leader: %q", got)
-	}
+	tc.steadyLeader("the handshakes", func(l, f int) error {
+		c := tc.dialConnect(f, "connect hint-probe 1.0 want=leader")
+		if got, want := c.readWithin(30*time.Second), "connected 1.0 new * leader="+tc.addrs[l]; !match(got, want) {
+			return fmt.Errorf("a follower's handshake: %q, want %q", got, want)
+		}
+		if got := tc.dial(f, "hint-probe-0").readWithin(30 * time.Second); !match(got, "connected 1.0 new *") {
+			return fmt.Errorf("a follower's handshake without want=leader: %q", got)
+		}
+		lc := tc.dialConnect(l, "connect hint-probe-2 1.0 want=leader")
+		if got := lc.readWithin(30 * time.Second); !match(got, "connected 1.0 new *") {
+			return fmt.Errorf("the leader's handshake names a leader: %q", got)
+		}
+		return nil
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	for _, stay := range []bool{false, true} {
-		cl, err := mlock.NewClient(mlock.Options{Addrs: []string{tc.addrs[f], tc.addrs[l]}, StayOnNode: stay,
-			SocketID: fmt.Sprintf("mover-%v", stay)})
-		if err != nil {
-			t.Fatal(err)
+		tc.steadyLeader(fmt.Sprintf("StayOnNode %v", stay), func(l, f int) error {
+			cl, err := mlock.NewClient(mlock.Options{Addrs: []string{tc.addrs[f], tc.addrs[l]}, StayOnNode: stay,
+				SocketID: fmt.Sprintf("mover-%v", stay)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cl.Close()
+			lk, err := cl.Lock(ctx, fmt.Sprintf("moved-%v", stay), &mlock.LockOptions{TTL: time.Minute}) // outlives a busy machine's steps
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				if err := lk.Unlock(ctx); err != nil {
+					t.Error(err)
+				}
+			}()
+			want := tc.addrs[l]
+			if stay {
+				want = tc.addrs[f]
+			}
+			if got := cl.Node(); got != want {
+				return fmt.Errorf("the session is on %s, want %s", got, want)
+			}
+			return nil
+		})
+	}
+}
+
+// steadyLeader runs step with the leader's index and a follower's, again
+// (up to 5 times) while step fails and the leadership moved meanwhile (a
+// busy machine elects now and then): what step checks is a steady
+// cluster's. A failure with the leader and its term unchanged fails the
+// test.
+func (tc *testCluster) steadyLeader(what string, step func(l, f int) error) {
+	tc.t.Helper()
+	for try := 1; ; try++ {
+		l := tc.leader()
+		term := tc.nodes[l].cl.node.Term()
+		err := step(l, (l+1)%tc.n)
+		if err == nil {
+			return
 		}
-		lk, err := cl.Lock(ctx, fmt.Sprintf("moved-%v", stay), &mlock.LockOptions{TTL: time.Minute}) // outlives a busy machine's steps
-		if err != nil {
-			t.Fatal(err)
+		if moved := tc.leader() != l || tc.nodes[l].cl.node.Term() != term; !moved || try == 5 {
+			tc.t.Fatalf("%s: %v (try %d, the leadership moved: %v)", what, err, try, moved)
 		}
-		want := tc.addrs[l]
-		if stay {
-			want = tc.addrs[f]
-		}
-		if got := cl.Node(); got != want {
-			t.Errorf("StayOnNode %v: the session is on %s, want %s", stay, got, want)
-		}
-		if err := lk.Unlock(ctx); err != nil {
-			t.Error(err)
-		}
-		cl.Close()
+		tc.t.Logf("%s: %v: the leadership moved meanwhile; again", what, err)
 	}
 }
 

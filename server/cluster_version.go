@@ -23,8 +23,9 @@ import (
 // meanwhile). Each member says which formats its build reads: a follower
 // tells the leader (fwdFormat) when it learns of a new leader (a new term,
 // even with the same member) and every announceEvery; the leader takes the
-// lowest among the members (a member that has not said so for formatFresh
-// counts as format 1: a build before the formats, which says nothing) and,
+// lowest among the members (a member that has not said so for formatFresh,
+// or said it on a forwarding connection that ended since, counts as format
+// 1: a build before the formats says nothing) and,
 // when it is above the version in force, proposes it (opVersion), in the
 // new format itself: every member reads it. The version is replicated
 // state: it goes down only by a rollback (cluster_rollback.go), which pins
@@ -106,9 +107,18 @@ func (cl *clusterState) noteFormat(id string, format int, via *conn) {
 		cl.formats.said = map[string]formatSaid{}
 	}
 	cl.formats.said[id] = formatSaid{format: format, at: time.Now(), via: via}
+	if via != nil {
+		via.saidFormat = format
+	}
 	if format >= int(cl.versionNow.Load()) {
 		delete(cl.formats.refused, id)
 	}
+}
+
+// formatSaid is the body of this node's fwdFormat requests, which
+// parseFormatSaid reads.
+func (cl *clusterState) formatSaid() []byte {
+	return []byte(cl.id + " " + strconv.Itoa(cl.ownFormat()))
 }
 
 // parseFormatSaid parses the body of a fwdFormat request: "<id> <format>".
@@ -140,7 +150,7 @@ func (s *Server) announceFormat() {
 	a.tried = time.Now()
 	ctx, cancel := context.WithTimeout(cl.ctx, time.Second)
 	defer cancel()
-	st, _, err := cl.fwd.call(ctx, info.ClientAddr, fwdFormat, []byte(cl.id+" "+strconv.Itoa(cl.ownFormat())), nil)
+	st, _, err := cl.fwd.call(ctx, info.ClientAddr, fwdFormat, cl.formatSaid(), nil)
 	if err == nil && st == fwdOK {
 		a.toLeader = leader
 	} else {
@@ -165,11 +175,7 @@ func (a *formats) due(leader string, now time.Time) bool {
 // the cluster version in force, it proposes that format as the version.
 func (s *Server) raiseVersion(peers []cluster.Peer) {
 	cl := s.cl
-	v := cl.ownFormat()
-	for _, p := range peers {
-		f, _ := cl.memberFormat(p.ID)
-		v = min(v, f)
-	}
+	v := cl.raiseTarget(peers)
 	if int64(v) <= cl.versionNow.Load() || cl.pinned.Load() {
 		return // a rollback pinned the version: mlock cluster rollback --cancel raises it
 	}
@@ -181,6 +187,24 @@ func (s *Server) raiseVersion(peers []cluster.Peer) {
 		return
 	}
 	s.log.Info("cluster: every member reads log format "+strconv.Itoa(v)+": the cluster version is raised", "version", v)
+}
+
+// raiseTarget returns the highest log format every member of peers reads,
+// as far as this node (the leader) knows: on the word each said on a
+// forwarding connection still open (memberFormatLive; else it counts as
+// format 1). A word said on a connection that ended since is not taken,
+// however fresh: the member may have been restarted meanwhile on a build
+// that reads less (v0.1.0 says nothing), and a raise it cannot read would
+// reach it. A member of this build says its formats first on every
+// forwarding connection it opens, and again every announceEvery (on its
+// connection of then), so a healthy cluster raises all the same.
+func (cl *clusterState) raiseTarget(peers []cluster.Peer) int {
+	v := cl.ownFormat()
+	for _, p := range peers {
+		f, _ := cl.memberFormatLive(p.ID)
+		v = min(v, f)
+	}
+	return v
 }
 
 // Stale members. A member whose build cannot read the cluster version must
@@ -225,10 +249,11 @@ var errStaleNode = errors.New("server: this node's build cannot read the cluster
 //   - so is one from a connection on which a member said it reads the
 //     version: a node of this build writes the format of the version it
 //     has applied, which lags behind the leader's while it catches up (a
-//     restart, the version just raised);
+//     restart, the version just raised), and says its formats first on
+//     every forwarding connection it opens (forwarder.get);
 //   - one from a connection that said nothing yet, less than announceGrace
-//     old, is answered fwdNotLeader (ask again): a node of this build says
-//     its formats on it at once, v0.1.0 never;
+//     old, is answered fwdNotLeader (ask again): a node of an earlier build
+//     says its formats on it within announceEvery, v0.1.0 never;
 //   - any other is a stale member's: it is refused (staleAnswer), and the
 //     member fenced (fenceStale) until it says it reads the version.
 func (s *Server) checkForwarded(cmd []byte, via *conn) (ok bool, st byte, res []byte) {
@@ -295,7 +320,8 @@ func (cl *clusterState) staleAnswer(why string, announced bool) (byte, []byte) {
 }
 
 // saidOn returns the log format a member said it reads on the forwarding
-// connection via (its latest word), and whether one said any there.
+// connection via (its latest word there), and whether one said any there
+// (whatever the member said since on another connection).
 func (cl *clusterState) saidOn(via *conn) (int, bool) {
 	if via == nil {
 		return 0, false
@@ -303,12 +329,7 @@ func (cl *clusterState) saidOn(via *conn) (int, bool) {
 	a := &cl.formats
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	for _, f := range a.said {
-		if f.via == via {
-			return f.format, true
-		}
-	}
-	return 0, false
+	return via.saidFormat, via.saidFormat > 0
 }
 
 // staleWhy returns why member p is stale at cluster version v ("": it is

@@ -3,6 +3,7 @@ package server
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -29,7 +30,7 @@ func TestClusterVersionKeptForTheHandshake(t *testing.T) {
 		}
 	}
 	b, err := os.ReadFile(filepath.Join(tc.dirs[1], versionFile))
-	if err != nil || strings.TrimSpace(string(b)) != "3" || logFormat != 3 {
+	if err != nil || strings.TrimSpace(string(b)) != strconv.Itoa(logFormat) {
 		t.Fatalf("version file of n1: %q, %v (this build reads format %d)", b, err, logFormat)
 	}
 	tc.stop(1)

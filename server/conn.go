@@ -83,6 +83,10 @@ type conn struct {
 	// it (newPipeLocked: set in a core batch, read by the reader and the apply).
 	pipe    *pipeline
 	forward bool // reader only: a follower's forwarding connection
+	// saidFormat: on a forwarding connection, the highest log format a
+	// member said it reads on it, its latest word (0: none); guarded by
+	// the cluster's formats.mu (cluster_version.go).
+	saidFormat int
 	// fwd: a forwarding connection's queued commands by the follower's
 	// connection (reader only; forward.go).
 	fwd fwdChains
@@ -172,8 +176,7 @@ func (s *Server) accept(nc net.Conn) {
 			return
 		}
 		if v, own := s.victimLocked(ip, full); own {
-			s.refusePoolLocked(tx.Now(), nc.RemoteAddr())
-			refuse, park = protocol.CodeEvicted, true
+			refuse, park = s.refuseNewcomerLocked(tx.Now(), nc.RemoteAddr()), true
 			return
 		} else if v != nil {
 			s.evictLocked(tx.Now(), v)

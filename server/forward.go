@@ -571,9 +571,25 @@ func (f *forwarder) get(addr string) (*fwdConn, error) {
 	}
 	f.conns[addr] = fc
 	f.wg.Add(2)
+	// This node's formats go first on the connection, before anything
+	// that is forwarded on it (the others' sends wait for wmu): the leader
+	// takes a command written in a format below the cluster version only
+	// from a connection on which the member said it reads the version
+	// (checkForwarded), and this node's applied version lags behind the
+	// leader's right after a raise, or a restart. Its answer, to an id
+	// nobody waits for, is dropped (a leader of an older build answers
+	// "unknown request").
+	fc.wmu.Lock()
+	f.nextID++
+	id := f.nextID
 	f.mu.Unlock()
 	go fc.readLoop()
 	go fc.pingLoop()
+	_ = nc.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	if _, err := fc.rw.Write(fwdFrame(id, fwdFormat, f.cl.formatSaid())); err != nil {
+		nc.Close() // the readLoop ends the connection
+	}
+	fc.wmu.Unlock()
 	return fc, nil
 }
 

@@ -28,7 +28,8 @@ import (
 //     one pre-handshake connection: the oldest of the address that holds
 //     the most of the pool (ties: the address whose oldest is oldest).
 //     When its own address holds as much of the pool as that one, the
-//     newcomer is refused instead, with the same text, at the cost of an
+//     newcomer is refused instead (with the pool's text, or MaxConns's,
+//     "too many connections!", when the pool has room), at the cost of an
 //     accept and the tarpit: evicting would trade one of the largest
 //     holders' connections for another, at the cost of a connection made
 //     and one ended (what an attacker reopening as fast as it is closed
@@ -255,15 +256,25 @@ func (s *Server) victimLocked(ip netip.Addr, full bool) (v *conn, refuse bool) {
 	return nil, false
 }
 
-// refusePoolLocked counts and logs the refusal of a newcomer from a full
-// pool whose own address holds the most of it: an eviction would only
-// trade one of that address's connections for another, at the cost of
-// making a connection and ending one (an attacker reopening as fast as it
-// is closed pays the accept and the tarpit instead).
-func (s *Server) refusePoolLocked(now int64, remote net.Addr) {
+// refuseNewcomerLocked counts and logs the refusal of a newcomer whose own
+// address holds the most of the pre-handshake pool when the pool is full,
+// or the server at MaxConns, and returns the text it is told: an eviction
+// would only trade one of that address's connections for another, at the
+// cost of making a connection and ending one (an attacker reopening as
+// fast as it is closed pays the accept and the tarpit instead). The text
+// and the count are the full pool's (pool_full) when the pool is full,
+// else MaxConns's (max_conns).
+func (s *Server) refuseNewcomerLocked(now int64, remote net.Addr) protocol.Code {
+	if s.unauthed < s.cfg.MaxUnauthenticated {
+		s.counters.rejected++
+		s.logRefusal(now, "connection refused: "+protocol.CodeTooManyConnections.Text()+" (its address holds the most of the pre-handshake pool)",
+			"remote", remote, "refused-total", s.counters.rejected)
+		return protocol.CodeTooManyConnections
+	}
 	s.counters.poolRefused++
 	s.logRefusal(now, "connection refused: "+protocol.CodeEvicted.Text()+" (its address holds the most of the full pool)",
 		"remote", remote, "refused-total", s.counters.poolRefused)
+	return protocol.CodeEvicted
 }
 
 // preCapPerIP is the most of the pool one address holds

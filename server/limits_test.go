@@ -222,6 +222,26 @@ func TestMaxConnsEvictsBeforeRefusing(t *testing.T) {
 	}
 }
 
+// At MaxConns, with room in the pre-handshake pool, a newcomer whose own
+// address holds the most of the pool is refused with MaxConns's text and
+// counted as such, not as the full pool's.
+func TestMaxConnsRefusalNamesMaxConns(t *testing.T) {
+	t.Parallel()
+	srv := start(t, Config{MaxConns: 3, StatusRate: -1})
+	c1 := connected(t, srv, "c1")
+	pre1, pre2 := dialRaw(t, srv), dialRaw(t, srv)
+	pre1.quiet()
+	pre2.quiet()
+	waitFor(t, "two connections in the pool", func() bool { return c1.statusOf("p").Limits.Unauthenticated == 2 })
+	refused := dialRaw(t, srv) // 127.0.0.1 holds the whole pool
+	refused.expect("error too many connections!")
+	// Evicted counts the pool's refusals and evictions; RejectedConnections
+	// every refusal.
+	if st := c1.statusOf("s"); st.RejectedConnections != 1 || st.Limits.Evicted != 0 {
+		t.Errorf("refused %d, of which the pool's %d; want 1, 0", st.RejectedConnections, st.Limits.Evicted)
+	}
+}
+
 // quotaServer runs a server whose auth file has A (quotas of its own), B
 // (the server's defaults, given in cfg) and ops (admin).
 func quotaServer(t *testing.T, cfg Config, aQuota ...string) (*Server, tokens, string) {

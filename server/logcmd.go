@@ -33,6 +33,16 @@ import (
 //     had no leader is never granted later (see pipeRun.giveUp). opCancel
 //     unlocks what given-up requests made all the same (their entry was
 //     stamped before the deadline, or they had none).
+//   - Format 4: the commands of format 3, only the header says 4. It says
+//     that the build applies a rollback's lowering (an opVersion below the
+//     version in force) and its pin (cluster_rollback.go): the builds
+//     before the rollback read format 3 and skip neither, but as any
+//     format 3 build they would keep writing format 3 after a lowering,
+//     and as the leader raise the version again. So the leader lowers the
+//     version only once every member said it reads format 4, and writes
+//     the lowering in format 4 at least: a build that reads format 3 at
+//     most stops applying at it (errFutureFormat) rather than miss it.
+//     Wherever format 3 is meant below, format 4 is meant as well.
 //
 // A build reads every format up to logFormat and refuses a higher one with
 // an error naming both (errFutureFormat): the node stops applying (see
@@ -43,8 +53,9 @@ const (
 	logFormat1 = 1
 	logFormat2 = 2
 	logFormat3 = 3
+	logFormat4 = 4
 	// logFormat is the highest format this build reads and writes.
-	logFormat = logFormat3
+	logFormat = logFormat4
 	// versionMark starts a command of format 2 or later: no op is 0.
 	versionMark byte = 0
 )
@@ -92,7 +103,7 @@ const (
 	// write from the next command on. Below the version in force, it is a
 	// rollback's lowering (cluster_rollback.go).
 	opVersion byte = 10
-	// opCancel (format 3): session, uvarint count >= 1, count lock ids (16
+	// opCancel (format 3 and later): session, uvarint count >= 1, count lock ids (16
 	// bytes each). Unlocks each of the ids that is still a lock (granted or
 	// waiting): the locks that requests of the session made although the
 	// node that held their connection had given them up (see
@@ -151,7 +162,7 @@ type logCmd struct {
 //	reqRefused   verb (its word), code (its text): a request whose parse
 //	             failed where the client is connected, answered failed in
 //	             its turn (and counted, as a single node counts it)
-//	reqLockBy    (format 3) a lock with a wait timeout: the fields of
+//	reqLockBy    (format 3 and later) a lock with a wait timeout: the fields of
 //	             reqLock, then its deadline (varint, Unix ns, > 0); decoded
 //	             as a reqLock with request.deadline set
 //
@@ -428,7 +439,8 @@ func logFormatOf(p []byte) (int, []byte, error) {
 	return int(v), d.p, nil
 }
 
-// opIn reports whether op is a command of format f.
+// opIn reports whether op is a command of format f (format 4's are format
+// 3's).
 func opIn(op byte, f int) bool {
 	if f == logFormat1 {
 		return op >= opFrames && op <= opParams

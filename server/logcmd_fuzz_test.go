@@ -48,7 +48,12 @@ func logCmdSeeds() []logCmd {
 	seeds = append(seeds,
 		logCmd{format: logFormat3, op: opRequests, node: "n1", conn: "n1/ab/1", seq: 5, session: "s", reqs: reqs3},
 		logCmd{format: logFormat3, op: opVersion, version: logFormat3},
-		logCmd{format: logFormat3, op: opCancel, session: "s", ids: []protocol.ID{{1, 2, 3}, {15: 0xff}}})
+		logCmd{format: logFormat3, op: opCancel, session: "s", ids: []protocol.ID{{1, 2, 3}, {15: 0xff}}},
+		// Format 4: format 3's commands, the mark of a build that applies a
+		// rollback's lowering.
+		logCmd{format: logFormat4, op: opRequests, node: "n1", conn: "n1/ab/1", seq: 6, session: "s", reqs: reqs3},
+		logCmd{format: logFormat4, op: opVersion, version: logFormat1},
+		logCmd{format: logFormat4, op: opCancel, session: "s", ids: []protocol.ID{{4}}})
 	return append(seeds, g2)
 }
 
@@ -151,9 +156,14 @@ func TestLogCmdLockDeadline(t *testing.T) {
 	if err := decodeLogCmd(b, &got); err == nil {
 		t.Fatal("a lock with deadline 0 accepted as reqLockBy")
 	}
-	// Without a deadline it is a plain lock, in both formats.
+	// Format 4 carries it as format 3 does.
+	m.format, m.reqs[0].deadline = logFormat4, 12345
+	if err := decodeLogCmd(appendLogCmd(nil, &m), &got); err != nil || got.format != logFormat4 || got.reqs[0].deadline != 12345 {
+		t.Fatalf("format 4: %+v, %v", got.reqs, err)
+	}
+	// Without a deadline it is a plain lock, in every format.
 	m.reqs[0].deadline = 0
-	for _, f := range []int{logFormat2, logFormat3} {
+	for _, f := range []int{logFormat2, logFormat3, logFormat4} {
 		m.format = f
 		b = appendLogCmd(nil, &m)
 		if err := decodeLogCmd(b, &got); err != nil || got.reqs[0].deadline != 0 {

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -44,6 +45,30 @@ type topView struct {
 	// queuesAtLeast: the protocol's status listed queues up to the
 	// server's status limit, so Counts.Queues is a lower bound.
 	queuesAtLeast bool
+}
+
+// checkHTTPURL reports why --http's value raw (empty: not given) names no
+// JSON API to read: it does not parse, its scheme is not http or https,
+// or it names no host. The error shows raw with its credentials redacted.
+func checkHTTPURL(raw string) error {
+	if raw == "" {
+		return nil
+	}
+	s := raw
+	if !strings.Contains(s, "://") {
+		s = "http://" + s
+	}
+	u, err := url.Parse(s)
+	switch {
+	case err != nil:
+		// The parser's error quotes the URL, and its credentials with it.
+		return errors.New("--http: the URL does not parse (want http://HOST:PORT or https://NAME:TOKEN@HOST:PORT)")
+	case u.Scheme != "http" && u.Scheme != "https":
+		return fmt.Errorf("--http %s: the scheme must be http or https", u.Redacted())
+	case u.Hostname() == "":
+		return fmt.Errorf("--http %s names no host", u.Redacted())
+	}
+	return nil
 }
 
 // httpTarget returns, for --http's value raw, the JSON API's base URL (no
@@ -117,6 +142,9 @@ func cmdTop(args []string, stdout, stderr io.Writer) int {
 		return usageError(fs, stderr, "-n and --limit must not be negative")
 	case *timeout <= 0:
 		return usageError(fs, stderr, "--timeout must be positive")
+	}
+	if err := checkHTTPURL(*httpURL); err != nil {
+		return usageError(fs, stderr, err.Error())
 	}
 	prefix := ""
 	if len(p.pos) == 1 {

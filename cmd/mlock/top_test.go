@@ -200,6 +200,26 @@ func TestTopWithCredentials(t *testing.T) {
 	}
 }
 
+// An --http that names no JSON API is a usage error (exit 2), its
+// credentials never shown.
+func TestTopHTTPURLChecked(t *testing.T) {
+	for _, c := range []struct{ raw, want string }{
+		{"http://", "names no host"},
+		{"http:///api", "names no host"},
+		{"ftp://lock.internal", "the scheme must be http or https"},
+		{"https://ops:SECRET@a b", "does not parse"},
+		{"https://ops:SECRET@", "names no host"},
+	} {
+		out, errOut, code := runMlock(t, "top", "--http", c.raw, "-n", "1")
+		if code != exitUsage || !strings.Contains(errOut, c.want) || strings.Contains(out+errOut, "SECRET") {
+			t.Errorf("top --http %q: exit %d (want %d), want %q and no credentials:\n%s%s", c.raw, code, exitUsage, c.want, out, errOut)
+		}
+	}
+	if err := checkHTTPURL("127.0.0.1:12341"); err != nil {
+		t.Errorf("a host and port without a scheme: %v", err)
+	}
+}
+
 // --http's value: a scheme added when none is given, the trailing slash
 // dropped, the credentials redacted where it is shown, and the port probed
 // for a refusal the scheme's when none is given.

@@ -20,12 +20,12 @@ import (
 // ("Rollback"), step by step under the load of TestRollingUpgrade (the Go
 // workers through every node, `mlock run` holders of both releases'
 // mlock): a cluster of the previous release (v0.1.0) is upgraded one node
-// at a time to this build and reaches cluster version 3; `mlock cluster
+// at a time to this build and reaches cluster version 4; `mlock cluster
 // rollback --dry-run --to 1`, then `--to 1`, lower it to 1 and pin it; once
 // a node says it is ready (rollbackReady) it is replaced by v0.1.0, one at
 // a time, while the cluster serves; then each is replaced by this build
 // again, the version stays 1 (pinned) until `mlock cluster rollback
-// --cancel` raises it to 3. The whole history is checked as
+// --cancel` raises it to 4. The whole history is checked as
 // TestRollingUpgrade checks its own: porcupine finds it linearizable, no
 // request fails but those whose own timeout elapsed, every `mlock run`
 // exits 0, their commands never overlap and see increasing fencing tokens;
@@ -216,7 +216,7 @@ func TestRollingRollback(t *testing.T) {
 	runs.check(t, hd)
 }
 
-// TestRollbackRefused: on a cluster of this build at version 3, the
+// TestRollbackRefused: on a cluster of this build at version 4, the
 // rollback is refused, with the reason, while a member cannot apply the
 // lowering (stopped: the leader's heartbeats to it fail), and for a version
 // other than 1; nothing changes. With the member back it is accepted.

@@ -366,8 +366,9 @@ func versions(vs []statusView) string {
 }
 
 // headLogFormat is the highest log format this build reads (server's
-// logFormat): 2 typed requests, 3 locks with deadlines.
-const headLogFormat = 3
+// logFormat): 2 typed requests, 3 locks with deadlines, 4 the builds that
+// apply a rollback's lowering.
+const headLogFormat = 4
 
 // checkVersions asks every node for its status: the first upgraded ones
 // must say they read log format headLogFormat and run at cluster version want; the
