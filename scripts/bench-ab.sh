@@ -74,6 +74,8 @@ for scenario in uncontended hotkey shop; do
 	echo "== one node, $scenario (new vs old)"
 	"$tmp/new/mlock" bench --scenario "$scenario" --duration "$dur" mlock://127.0.0.1:23401 --vs mlock://127.0.0.1:23400
 done
-echo "== 3-node cluster, uncontended (new vs old)"
-"$tmp/new/mlock" bench --scenario uncontended --duration "$dur" \
-	mlock://127.0.0.1:23431,127.0.0.1:23432,127.0.0.1:23433 --vs mlock://127.0.0.1:23411,127.0.0.1:23412,127.0.0.1:23413
+for scenario in uncontended shop; do
+	echo "== 3-node cluster, $scenario (new vs old)"
+	"$tmp/new/mlock" bench --scenario "$scenario" --duration "$dur" \
+		mlock://127.0.0.1:23431,127.0.0.1:23432,127.0.0.1:23433 --vs mlock://127.0.0.1:23411,127.0.0.1:23412,127.0.0.1:23413
+done
