@@ -5,8 +5,9 @@
 #   scripts/bench-ab.sh OLD_REV [NEW_REV] [DURATION]
 #
 # OLD_REV and NEW_REV (default: the working tree) are git revisions; both
-# are built into a temporary directory. For each scenario (uncontended,
-# hotkey, shop) `mlock bench` of the new build runs the new target against
+# are built into a temporary directory. For each scenario (one node:
+# uncontended, hotkey, shop; the clusters: uncontended, shop) `mlock bench`
+# of the new build runs the new target against
 # the old one with --vs, in interleaved rounds, and prints the ratios (new /
 # old). Every process started here is stopped by its PID.
 set -euo pipefail
