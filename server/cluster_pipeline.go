@@ -50,7 +50,7 @@ type pipeline struct {
 type item struct {
 	frame  []byte   // a replicated request: a copy of its payload (format 1)
 	req    *request // ... and the same, parsed (format 2)
-	ping   bool     // the request is a ping: answered from a read index (runPing), else through the log
+	ping   bool     // the request is a ping: answered from a read index (pingHere, runPing), else through the log
 	local  []byte   // else: frames to write (already answered here)
 	end    bool     // the connection ends after local
 	attach *logCmd
@@ -959,7 +959,8 @@ func (c *conn) decideRequest(tx *core.Tx, f [][]byte, payload []byte) (it item, 
 		return c.decideReplicated(tx, p, verb, f, payload)
 	case protocol.VerbPing:
 		// Answered without a log entry once the leader confirmed a read
-		// index after it arrived and this node applied up to it (runPing);
+		// index after it arrived and this node applied up to it (pingHere on
+		// the reader while the pipeline is idle, else runPing in its turn);
 		// through the log if the leader serves no reads (an older build).
 		it, stop, done = c.decideReplicated(tx, p, verb, f, payload)
 		it.ping = done
