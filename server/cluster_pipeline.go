@@ -82,6 +82,13 @@ func (p *pipeline) setIdle() {
 	p.mu.Unlock()
 }
 
+// setBusy clears idle (setIdle).
+func (p *pipeline) setBusy() {
+	p.mu.Lock()
+	p.idle = false
+	p.mu.Unlock()
+}
+
 // pingIdle reports whether a ping of c may be answered by its reader now
 // (pingHere) rather than in its turn on the pipeline: nothing is queued or
 // on its way, and this node's apply wrote the answer of the connection's
@@ -246,6 +253,7 @@ func (c *conn) pipeLoop() {
 	s := c.srv
 	defer s.wg.Done()
 	defer close(c.pipe.done)
+	defer c.pipe.setBusy() // no ping is answered on the reader once it ended
 	ctx, cancel := context.WithCancel(s.cl.ctx)
 	defer cancel()
 	go func() {

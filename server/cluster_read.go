@@ -107,6 +107,14 @@ func (c *conn) pong(it *item, self bool) bool {
 	s := c.srv
 	ok := true
 	s.batch(func(tx *core.Tx) {
+		select {
+		case <-c.done:
+			// Ended meanwhile (given up, evicted, a failed write): nothing
+			// more is written to it.
+			ok = false
+			return
+		default:
+		}
 		sess := s.sessions[c.sid]
 		if sess == nil || sess.node != s.cl.id || sess.key != c.key || c.ended {
 			// Taken over or detached meanwhile: as its log command would.
