@@ -29,7 +29,13 @@ type pipeline struct {
 	mu     sync.Mutex
 	items  []item // guarded by mu
 	closed bool   // guarded by mu: the reader ended
-	wake   chan struct{}
+	// idle: the goroutine waits for items with nothing on its way, every
+	// request before them decided and proposed; idleSeq is then its last
+	// proposal (answered once conn.answered reaches it). Guarded by mu: the
+	// reader answers a ping itself while it holds (pingIdle).
+	idle    bool
+	idleSeq uint64
+	wake    chan struct{}
 	// applied (cap 1) is poked when this node's apply writes an answer to
 	// one of the connection's proposals (conn.answered moves).
 	applied chan struct{}
@@ -44,7 +50,7 @@ type pipeline struct {
 type item struct {
 	frame  []byte   // a replicated request: a copy of its payload (format 1)
 	req    *request // ... and the same, parsed (format 2)
-	ping   bool     // the request is a ping: answered from a read index (runPing), else through the log
+	ping   bool     // the request is a ping: answered from a read index (pingHere, runPing), else through the log
 	local  []byte   // else: frames to write (already answered here)
 	end    bool     // the connection ends after local
 	attach *logCmd
@@ -64,6 +70,35 @@ func (p *pipeline) push(items []item) {
 	case p.wake <- struct{}{}:
 	default:
 	}
+}
+
+// setIdle marks the pipeline idle (its goroutine waits with nothing on its
+// way) unless items came meanwhile. Pipeline goroutine only.
+func (p *pipeline) setIdle() {
+	p.mu.Lock()
+	if len(p.items) == 0 {
+		p.idle, p.idleSeq = true, p.seq
+	}
+	p.mu.Unlock()
+}
+
+// setBusy clears idle (setIdle).
+func (p *pipeline) setBusy() {
+	p.mu.Lock()
+	p.idle = false
+	p.mu.Unlock()
+}
+
+// pingIdle reports whether a ping of c may be answered by its reader now
+// (pingHere) rather than in its turn on the pipeline: nothing is queued or
+// on its way, and this node's apply wrote the answer of the connection's
+// last proposal, so no earlier answer is left to write. The reader decides
+// nothing more until the ping is answered. It runs in a core batch (which
+// guards conn.answered), on the reader.
+func (p *pipeline) pingIdle(c *conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.idle && !p.closed && len(p.items) == 0 && c.answered >= p.idleSeq
 }
 
 func (p *pipeline) close() {
@@ -218,6 +253,7 @@ func (c *conn) pipeLoop() {
 	s := c.srv
 	defer s.wg.Done()
 	defer close(c.pipe.done)
+	defer c.pipe.setBusy() // no ping is answered on the reader once it ended
 	ctx, cancel := context.WithCancel(s.cl.ctx)
 	defer cancel()
 	go func() {
@@ -255,6 +291,7 @@ func (r *pipeRun) next() ([]item, bool) {
 		p.mu.Lock()
 		items, closed := p.items, p.closed
 		p.items = nil
+		p.idle = false
 		p.mu.Unlock()
 		if len(items) > 0 {
 			return items, true
@@ -279,6 +316,8 @@ func (r *pipeRun) next() ([]item, bool) {
 		if n := len(r.fl); n > 0 {
 			failed, changed = r.fl[n-1].pr.Failed(), r.fl[n-1].changed
 			bound = r.boundTimer(r.fl[0].bound)
+		} else {
+			p.setIdle()
 		}
 		select {
 		case <-p.wake:
@@ -693,15 +732,36 @@ func (c *conn) goesOn(res []byte) bool {
 
 // decideFrames is handleFrames in cluster mode: every complete frame is
 // decided (parsed, checked against this node's rights) and queued on the
-// pipeline in one local batch.
+// pipeline in one local batch. A ping that comes while the pipeline is idle
+// is answered here, on the reader (pingHere), before the frames after it are
+// decided: one wake-up of the reader and its own write, as on a single node,
+// instead of a hand-off to the pipeline goroutine and its writer.
 func (c *conn) decideFrames(buf []byte, fields [][]byte) ([]byte, [][]byte, bool) {
+	for {
+		var ping *item
+		var stop bool
+		buf, fields, stop, ping = c.decideSome(buf, fields)
+		if stop || ping == nil {
+			return buf, fields, stop
+		}
+		if !c.pingHere(ping) {
+			return buf, fields, true
+		}
+	}
+}
+
+// decideSome decides the complete frames at the start of buf, in one local
+// batch, up to a ping it returns to be answered on the reader (pingHere).
+func (c *conn) decideSome(buf []byte, fields [][]byte) ([]byte, [][]byte, bool, *item) {
 	s := c.srv
 	if c.forward {
-		return c.forwardFrames(buf)
+		buf, fields, stop := c.forwardFrames(buf)
+		return buf, fields, stop, nil
 	}
 	off := 0
 	stop := false
 	var items []item
+	var ping *item
 	start := false
 	s.batch(func(tx *core.Tx) {
 		for !stop {
@@ -719,6 +779,11 @@ func (c *conn) decideFrames(buf []byte, fields [][]byte) ([]byte, [][]byte, bool
 			s.framesIn.Add(1)
 			var it item
 			it, stop = c.observeDecide(tx, fields, payload)
+			if it.ping && !stop && len(items) == 0 && c.pipe != nil && c.pipe.pingIdle(c) {
+				ping = &it
+				off += n
+				break
+			}
 			if c.pipe == nil && len(items) == 0 && !it.needsPipe() {
 				// Nothing is queued before it (the connect is not
 				// decided yet): answered here, as on a single node.
@@ -746,9 +811,9 @@ func (c *conn) decideFrames(buf []byte, fields [][]byte) ([]byte, [][]byte, bool
 	rest := copy(buf, buf[off:])
 	buf = buf[:rest]
 	if c.forward && !stop {
-		return c.forwardFrames(buf)
+		buf, fields, stop = c.forwardFrames(buf)
 	}
-	return buf, fields, stop
+	return buf, fields, stop, ping
 }
 
 // needsPipe reports whether it must run on the connection's pipeline, in
@@ -902,7 +967,8 @@ func (c *conn) decideRequest(tx *core.Tx, f [][]byte, payload []byte) (it item, 
 		return c.decideReplicated(tx, p, verb, f, payload)
 	case protocol.VerbPing:
 		// Answered without a log entry once the leader confirmed a read
-		// index after it arrived and this node applied up to it (runPing);
+		// index after it arrived and this node applied up to it (pingHere on
+		// the reader while the pipeline is idle, else runPing in its turn);
 		// through the log if the leader serves no reads (an older build).
 		it, stop, done = c.decideReplicated(tx, p, verb, f, payload)
 		it.ping = done

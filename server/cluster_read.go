@@ -45,8 +45,39 @@ func (r *pipeRun) runPing(it *item) (ok, viaLog bool) {
 	if !r.flush() || !r.settle(0) || !r.applied() {
 		return false, false
 	}
-	c, s := r.c, r.s
-	ctx, cancel := context.WithTimeout(r.ctx, s.cl.noLeaderWait())
+	ok, viaLog = r.c.pingRead(r.ctx)
+	if !ok || viaLog {
+		return ok, viaLog
+	}
+	return r.c.pong(it, false), false
+}
+
+// pingHere answers the ping it on the connection's reader, which decides
+// nothing more meanwhile: its pipeline was idle (pipeline.pingIdle), so
+// every earlier request is answered, and a later one is decided only once
+// the pong is written. The pong is flushed here, not by the writer. False:
+// the connection ends. If the leader serves no reads, the ping is queued on
+// the pipeline, which sends it through the log.
+func (c *conn) pingHere(it *item) bool {
+	ok, viaLog := c.pingRead(c.srv.cl.ctx)
+	if viaLog {
+		c.pipe.push([]item{*it})
+		return true
+	}
+	if !ok || !c.pong(it, true) {
+		return false
+	}
+	return c.flush() == nil
+}
+
+// pingRead waits for a read index confirmed after the call began and for
+// this node's apply up to it (which writes the pushes of those entries),
+// within noLeaderWait; past it, the connection is closed without a word
+// (finish), as for a request through the log. ok false: the connection
+// ends. viaLog: the leader serves no reads (an older build).
+func (c *conn) pingRead(parent context.Context) (ok, viaLog bool) {
+	s := c.srv
+	ctx, cancel := context.WithTimeout(parent, s.cl.noLeaderWait())
 	defer cancel()
 	at := time.Now()
 	idx, err := s.readIndex(ctx)
@@ -57,7 +88,7 @@ func (r *pipeRun) runPing(it *item) (ok, viaLog bool) {
 		err = s.cl.node.WaitApplied(ctx, idx)
 	}
 	if err != nil {
-		if r.ctx.Err() != nil || errors.Is(err, cluster.ErrClosed) {
+		if parent.Err() != nil || errors.Is(err, cluster.ErrClosed) {
 			return false, false
 		}
 		s.log.Warn("cluster: a ping was not confirmed in time (no leader, or no quorum): connection closed",
@@ -65,8 +96,25 @@ func (r *pipeRun) runPing(it *item) (ok, viaLog bool) {
 		s.batch(func(*core.Tx) { c.finish() })
 		return false, false
 	}
-	ok = true
+	return true, false
+}
+
+// pong answers the ping it (read and applied: pingRead) if the session is
+// still attached to the connection on this node; else it closes the
+// connection, as the ping's log command would have (false). self: the
+// caller is the connection's reader, which flushes the answer itself.
+func (c *conn) pong(it *item, self bool) bool {
+	s := c.srv
+	ok := true
 	s.batch(func(tx *core.Tx) {
+		select {
+		case <-c.done:
+			// Ended meanwhile (given up, evicted, a failed write): nothing
+			// more is written to it.
+			ok = false
+			return
+		default:
+		}
 		sess := s.sessions[c.sid]
 		if sess == nil || sess.node != s.cl.id || sess.key != c.key || c.ended {
 			// Taken over or detached meanwhile: as its log command would.
@@ -74,9 +122,12 @@ func (r *pipeRun) runPing(it *item) (ok, viaLog bool) {
 			ok = false
 			return
 		}
+		if self {
+			s.self = c // flushed by the reader (pingHere), not its writer
+		}
 		c.observeRequest(tx, it.req)
 	})
-	return ok, false
+	return ok
 }
 
 // readIndex returns a read index confirmed by the leader after the call

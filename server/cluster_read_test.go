@@ -258,3 +258,31 @@ func TestClusterDetachWaitsForTheNodesReads(t *testing.T) {
 		t.Fatal("a follower may detach")
 	}
 }
+
+// A ping answered on its connection's reader (its pipeline idle: pingHere)
+// keeps the order of the answers, on the leader and on a follower: the
+// frames read with it are decided once its pong is written, and answered
+// without the client sending more; a ping behind a lock on its way is
+// answered after the lock's result and its grant.
+func TestClusterPingOnTheReaderKeepsOrder(t *testing.T) {
+	t.Parallel()
+	tc := newTestCluster(t, 3, false)
+	l := tc.leader()
+	for _, i := range []int{l, (l + 1) % 3} {
+		c := tc.connected(i, "pinger"+strconv.Itoa(i))
+		for k := range 5 {
+			res := "o" + strconv.Itoa(i) + "-" + strconv.Itoa(k)
+			var b []byte
+			b = protocol.Append(b, "ping 1")
+			b = protocol.Append(b, "lock 2 "+res+" 60000 0 0")
+			b = protocol.Append(b, "ping 3")
+			c.write(b) // one write: one read on the node, as a rule
+			c.expect("result 1 success pong")
+			id := c.expect("result 2 success *")[3]
+			c.locked(id)
+			c.expect("result 3 success pong")
+			c.unlock("4", id)
+			c.ping("5") // after every answer: on the reader
+		}
+	}
+}
