@@ -122,6 +122,18 @@ func (c *conn) pong(it *item, self bool) bool {
 			ok = false
 			return
 		}
+		if s.closing {
+			// Shutting down (clusterStop): the detach of this node's
+			// sessions is proposed once closing is set, and a read index
+			// confirmed before it commits does not cover it, while its
+			// entry may be stamped before the ping was sent. A pong now
+			// would let the client count its session past that detach's
+			// time plus the grace. Closed without a word, as clusterStop
+			// closes every connection: its client moves to another node.
+			c.finish()
+			ok = false
+			return
+		}
 		if self {
 			s.self = c // flushed by the reader (pingHere), not its writer
 		}

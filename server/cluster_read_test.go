@@ -286,3 +286,34 @@ func TestClusterPingOnTheReaderKeepsOrder(t *testing.T) {
 		}
 	}
 }
+
+// A node whose shutdown began answers no ping from a read, on the reader or
+// on the pipeline: clusterStop proposes the detach of the node's sessions
+// once closing is set, and a read index confirmed before that detach
+// commits does not cover it, while its entry may be stamped before the
+// ping was sent. The connection is closed without a word instead, as
+// clusterStop closes it.
+func TestClusterNoPongOnceShuttingDown(t *testing.T) {
+	t.Parallel()
+	tc := newTestCluster(t, 3, false)
+	l := tc.leader()
+	for _, i := range []int{l, (l + 1) % 3} {
+		n := strconv.Itoa(i)
+		idle := tc.connected(i, "idle"+n)
+		idle.ping("1")
+		busy := tc.connected(i, "busy"+n)
+		busy.ping("1")
+		srv := tc.nodes[i]
+		srv.batch(func(*core.Tx) { srv.closing = true }) // clusterStop's first step; its detach follows
+		idle.send("ping 2")                              // on the reader (pingHere)
+		idle.closed()
+		var b []byte
+		b = protocol.Append(b, "lock 2 down"+n+" 60000 0 0")
+		b = protocol.Append(b, "ping 3") // behind the lock: on the pipeline (runPing)
+		busy.write(b)
+		id := busy.expect("result 2 success *")[3]
+		busy.locked(id)
+		busy.closed()
+		srv.batch(func(*core.Tx) { srv.closing = false })
+	}
+}
