@@ -35,7 +35,11 @@ type pipeline struct {
 	// reader answers a ping itself while it holds (pingIdle).
 	idle    bool
 	idleSeq uint64
-	wake    chan struct{}
+	// ctx is the pipeline goroutine's context (pipeLoop), which ends with
+	// the connection or the node: a ping answered on the reader waits for
+	// its read under it. Guarded by mu; set before the first idle.
+	ctx  context.Context
+	wake chan struct{}
 	// applied (cap 1) is poked when this node's apply writes an answer to
 	// one of the connection's proposals (conn.answered moves).
 	applied chan struct{}
@@ -263,6 +267,9 @@ func (c *conn) pipeLoop() {
 		case <-ctx.Done():
 		}
 	}()
+	c.pipe.mu.Lock()
+	c.pipe.ctx = ctx // a ping's read on the reader ends with the connection (pingHere)
+	c.pipe.mu.Unlock()
 	r := &pipeRun{c: c, s: s, p: c.pipe, ctx: ctx}
 	for {
 		items, ok := r.next()

@@ -57,9 +57,17 @@ func (r *pipeRun) runPing(it *item) (ok, viaLog bool) {
 // every earlier request is answered, and a later one is decided only once
 // the pong is written. The pong is flushed here, not by the writer. False:
 // the connection ends. If the leader serves no reads, the ping is queued on
-// the pipeline, which sends it through the log.
+// the pipeline, which sends it through the log. The read waits under the
+// pipeline's context, which ends with the connection (as runPing's does): a
+// connection ended meanwhile (taken over, a failed write, a client that
+// does not read) is not held by its reader for the rest of a read that
+// waits for a leader, and its detach is not put off by as much.
 func (c *conn) pingHere(it *item) bool {
-	ok, viaLog := c.pingRead(c.srv.cl.ctx)
+	p := c.pipe
+	p.mu.Lock()
+	ctx := p.ctx
+	p.mu.Unlock()
+	ok, viaLog := c.pingRead(ctx)
 	if viaLog {
 		c.pipe.push([]item{*it})
 		return true

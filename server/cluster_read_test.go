@@ -317,3 +317,56 @@ func TestClusterNoPongOnceShuttingDown(t *testing.T) {
 		srv.batch(func(*core.Tx) { srv.closing = false })
 	}
 }
+
+// A ping answered on its connection's reader waits for its read under a
+// context that ends with the connection: a connection ended meanwhile (here
+// by the node, as a takeover or a failed write ends it) while no leader
+// confirms the read is let go by its reader at once, not after noLeaderWait.
+func TestClusterPingReadEndsWithItsConnection(t *testing.T) {
+	t.Parallel()
+	tc := newTestCluster(t, 3, false)
+	l := tc.leader()
+	f := (l + 1) % 3
+	c := tc.connected(f, "stuck")
+	c.ping("1") // every answer written: the next ping is answered on the reader
+	tc.stop(l)
+	tc.stop((l + 2) % 3) // no leader: the read waits (up to noLeaderWait, 15 s)
+	srv := tc.nodes[f]
+	before := srv.framesIn.Load()
+	c.send("ping 2")
+	deadline := time.Now().Add(10 * time.Second)
+	for srv.framesIn.Load() == before {
+		if time.Now().After(deadline) {
+			t.Fatal("the ping was not read")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	var sc *conn
+	srv.batch(func(*core.Tx) { // after the batch that decided the ping
+		for _, x := range srv.cl.conns {
+			if x.pipe != nil && !x.forward {
+				sc = x
+			}
+		}
+		if sc != nil {
+			sc.finish()
+		}
+	})
+	if sc == nil {
+		t.Fatal("no client connection on the node")
+	}
+	c.closed()
+	deadline = time.Now().Add(3 * time.Second) // seconds: the promise is "at once", not within noLeaderWait
+	for {
+		sc.pipe.mu.Lock()
+		ended := sc.pipe.closed // set when the reader ends (clusterCleanup)
+		sc.pipe.mu.Unlock()
+		if ended {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the reader still waits for the ping's read after its connection ended")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
