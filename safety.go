@@ -310,6 +310,7 @@ func (s *session) expireLocked(l *Lock, bySession bool) {
 	s.log.Warn("mlock: lock given up at its deadline", "resources", l.Resources(), "reason", e.Msg)
 	id := l.id
 	s.loseLocked(l, e)
+	l.lapsed = l.state == lost
 	s.forgetLocked(id)
 }
 
