@@ -233,12 +233,11 @@ func (s *session) armLocked(at time.Duration) {
 // held locks and backstop of the waits (or leaves it off if there is none),
 // losing the held locks already past their deadline and failing the waits
 // past their backstop. A held lock is lost once its Deadline has passed,
-// never before, although another lock's deadline may be a moment later
-// (the timer then fires again for it): losing a lock gives it back to the
-// server (see expireLocked), and the server must not grant it to the next
-// waiter before the Deadline its holder was told (see the package
-// documentation, "Safety"). It once lost every lock due within a
-// millisecond, and a waiter was granted one before its holder's Deadline.
+// never before, even if it falls due a moment after the one the timer
+// fired for (the timer fires again): losing a lock gives it back to the
+// server (see expireLocked), which must not grant it to the next waiter
+// before the Deadline its holder was told (see the package documentation,
+// "Safety").
 func (s *session) rearmLocked() {
 	now := s.clk.now()
 	var next time.Duration

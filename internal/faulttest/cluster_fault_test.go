@@ -338,10 +338,11 @@ func holdLock(ctx context.Context, h *clusterHistory, w int, c *mlock.Client, l 
 	}
 	// Lost before the unlock was sent: the loss is the lease's end, and the
 	// unlock does nothing. Lost while the unlock was on its way (a fault
-	// outlasted the lease): the unlock's first attempt may have been
-	// applied (its answer lost with the connection, the retry answered
-	// "not found" after the Deadline), freeing the lock at any time from
-	// its call on; or not, and the lease ended it. Its outcome is unknown.
+	// outlasted the lease; an unlock called after the Deadline, before the
+	// client's timer gave the lock up): the unlock may have been applied,
+	// freeing the lock at any time from its call on, or not, and the lease
+	// ended it. Its outcome is unknown. (A retried unlock called before the
+	// Deadline that finds the lock gone succeeds: see mlock's Lock.Unlock.)
 	sample()
 	lostOnTheWay := err != nil && strings.HasPrefix(o.Err, string(mlock.TypeLost)) && leaseEnd.Load() <= o.Return
 	switch {
