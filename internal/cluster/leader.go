@@ -711,12 +711,11 @@ type reader struct {
 // entry committed before the call, and every entry proposed before it (whose time, the entry's now,
 // is before the call), is at or below it: a node that applies up to it has applied every entry of a
 // time before the call, whatever the entry's commit waited for (a follower's ping answered from it
-// is ordered after the grants of those entries, whose leases count from their time). And no other
-// leader was elected before the confirmation: a quorum answered this term's leader after the call
-// began. It is
-// served only by a ready leader (its leader entry applied: every entry of earlier terms is below the
-// index); else a *NotLeaderError (errors.Is ErrNotLeader). The reads that come within readWindow (20
-// ms) of a round share the next one. No log entry is written. ctx bounds the wait.
+// is ordered after the grants of those entries, whose leases count from their time). No other leader
+// was elected before the confirmation: a quorum answered this term's leader after the call began. It
+// is served only by a ready leader (its leader entry applied: every entry of earlier terms is below
+// the index); else a *NotLeaderError (errors.Is ErrNotLeader). The reads that come within readWindow
+// (20 ms) of a round share the next one. No log entry is written. ctx bounds the wait.
 //
 // One exception, invisible to a read: when the entries committed last are the leader's quiet notices
 // (empty entries proposed to tell the followers the commit index, at a time before the state
