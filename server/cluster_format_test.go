@@ -488,6 +488,60 @@ func TestRaiseTargetLiveOnly(t *testing.T) {
 	}
 }
 
+// A member's word read late on its older forwarding connection (the
+// leader reads each connection on a reader of its own: its previous run's
+// last announcement may be read after its new run's first word) does not
+// replace the word said on its newer connection still open: once the older
+// one is seen closed, the member would count as format 1 (a raise and a
+// rollback wait for its next announcement, up to announceEvery), or, while
+// it is still open, at its previous run's format (a raise to a format it
+// does not read, if it was restarted on an older build).
+func TestFormatWordLateOnOlderConnection(t *testing.T) {
+	cl := &clusterState{id: "n0"}
+	cl.versionNow.Store(logFormat1)
+	peers := []cluster.Peer{{ID: "n0"}, {ID: "n1"}}
+	t0 := time.Now()
+	older := &conn{done: make(chan struct{}), accepted: t0}
+	newer := &conn{done: make(chan struct{}), accepted: t0.Add(time.Second)}
+	cl.noteFormat("n1", logFormat, newer)  // the new run's first word
+	cl.noteFormat("n1", logFormat3, older) // the previous run's last, read late
+	if v := cl.raiseTarget(peers); v != logFormat {
+		t.Fatalf("n1 said %d on its newer connection, still open: raise to %d (its older connection's word taken)", logFormat, v)
+	}
+	if f, ok := cl.saidOn(older); !ok || f != logFormat3 {
+		t.Fatalf("the older connection's own word: %d, %v, want %d", f, ok, logFormat3)
+	}
+	close(older.done)
+	if f, ok := cl.memberFormatLive("n1"); !ok || f != logFormat {
+		t.Fatalf("n1's older connection closed, its newer one open: memberFormatLive = %d, %v, want %d, true", f, ok, logFormat)
+	}
+	// The other way: restarted on a build that reads 3 at most, n2 says
+	// so on its new connection; its previous run's word, 4, read late on
+	// the older one still open, must not make the leader raise to 4 (a
+	// command n2 cannot read: it would stop applying the log).
+	peers = append(peers, cluster.Peer{ID: "n2"})
+	older2 := &conn{done: make(chan struct{}), accepted: t0}
+	newer2 := &conn{done: make(chan struct{}), accepted: t0.Add(time.Second)}
+	cl.noteFormat("n2", logFormat3, newer2)
+	cl.noteFormat("n2", logFormat, older2)
+	if v := cl.raiseTarget(peers); v != logFormat3 {
+		t.Fatalf("n2 said %d on its newer connection: raise to %d (its previous run's word taken)", logFormat3, v)
+	}
+	cl.noteFormat("n2", logFormat, newer2) // run this build again
+	// A word on a newer connection than the member's last replaces it,
+	// and so does one on an older connection once the newer has closed.
+	newest := &conn{done: make(chan struct{}), accepted: t0.Add(2 * time.Second)}
+	cl.noteFormat("n1", logFormat3, newest)
+	if f, ok := cl.memberFormatLive("n1"); !ok || f != logFormat3 {
+		t.Fatalf("n1 said %d on its newest connection: memberFormatLive = %d, %v", logFormat3, f, ok)
+	}
+	close(newest.done)
+	cl.noteFormat("n1", logFormat, newer)
+	if f, ok := cl.memberFormatLive("n1"); !ok || f != logFormat {
+		t.Fatalf("n1 said %d on a connection open after its newest closed: memberFormatLive = %d, %v", logFormat, f, ok)
+	}
+}
+
 // The snapshot's format follows the cluster version: 2 (the previous
 // release's) at version 1, 3 at versions 2 and 3, 4 from version 4 on (a
 // build that reads log format 3 at most refuses it, as it refuses the
