@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -539,6 +540,28 @@ func TestFormatWordLateOnOlderConnection(t *testing.T) {
 	cl.noteFormat("n1", logFormat, newer)
 	if f, ok := cl.memberFormatLive("n1"); !ok || f != logFormat {
 		t.Fatalf("n1 said %d on a connection open after its newest closed: memberFormatLive = %d, %v", logFormat, f, ok)
+	}
+}
+
+// A rollback (or its cancel) refused for a member whose last word was said
+// on a forwarding connection that has closed since says so: not that the
+// member has said nothing lately (it did, and status shows that format).
+func TestLiveFormatsWordOnClosedConnection(t *testing.T) {
+	cl := &clusterState{id: "n0"}
+	cl.versionNow.Store(logFormat)
+	peers := []cluster.Peer{{ID: "n0"}, {ID: "n1"}, {ID: "n2"}}
+	gone := &conn{done: make(chan struct{})}
+	cl.noteFormat("n1", logFormat, gone)
+	close(gone.done)
+	why := cl.liveFormats(peers, " (v0.1.0 says nothing)", func(string, int) {})
+	slices.Sort(why)
+	want := []string{
+		"member n1 said it reads log formats up to " + strconv.Itoa(logFormat) + " on a forwarding connection that has closed " +
+			"since (perhaps restarted on another build; it says them again on its next one, within " + announceEvery.String() + ")",
+		"member n2 has not said which log formats it reads lately (v0.1.0 says nothing)",
+	}
+	if !slices.Equal(why, want) {
+		t.Fatalf("liveFormats:\n got %q\nwant %q", why, want)
 	}
 }
 
