@@ -824,7 +824,7 @@ func TestClusterForwardsOverTLS(t *testing.T) {
 	c, f := tc.tlsClientOnFollower(ca)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	lk, err := c.Lock(ctx, "over-tls", &mlock.LockOptions{TTL: 5 * time.Second})
+	lk, err := c.Lock(ctx, "over-tls", &mlock.LockOptions{TTL: time.Minute}) // outlives a busy machine's forwarding
 	if err != nil {
 		t.Fatalf("Lock through a follower over TLS: %v", err)
 	}
