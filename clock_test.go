@@ -101,6 +101,61 @@ func TestFakeClockDeadlineOfTheLease(t *testing.T) {
 	}
 }
 
+// Two held locks whose Deadlines are less than a millisecond apart are lost
+// each at its own Deadline: when the first one's passes, the second is still
+// held. A lost lock is given back to the server at once, and the server
+// grants it to the next waiter: not before the Deadline its holder was
+// told. (The session's timer once lost every lock due within a
+// millisecond of the one it fired for, and a waiter was granted the second
+// lock before its holder's Deadline.)
+func TestFakeClockLocksDueTogetherAreLostEachAtItsDeadline(t *testing.T) {
+	t.Parallel()
+	addr, _ := startServer(t, server.Config{SessionGrace: 10 * time.Minute}, "")
+	c, fc := fakeClient(t, addr, mlock.Options{})
+	ctx := ctxT(t)
+	const ttl1, ttl2 = time.Minute, time.Minute + time.Millisecond
+	sent := fc.Now() // both requests: the fake clock does not move between them
+	l1, err := c.Lock(ctx, "due-1", &mlock.LockOptions{TTL: ttl1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l2, err := c.Lock(ctx, "due-2", &mlock.LockOptions{TTL: ttl2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d1, d2 := sent.Add(ttl1-lease.Margin(ttl1)), sent.Add(ttl2-lease.Margin(ttl2))
+	if !l1.Deadline().Equal(d1) || !l2.Deadline().Equal(d2) {
+		t.Fatalf("Deadlines %v and %v after the send, want %v and %v", l1.Deadline().Sub(sent), l2.Deadline().Sub(sent),
+			d1.Sub(sent), d2.Sub(sent))
+	}
+	if gap := d2.Sub(d1); gap <= 0 || gap >= time.Millisecond {
+		t.Fatalf("the Deadlines are %v apart, want less than a millisecond", gap)
+	}
+	step(t, fc, d1.Sub(fc.Now()), 10*time.Second) // to the first Deadline
+	select {
+	case <-l1.Lost():
+	default:
+		t.Fatal("the first lock is still held at its Deadline")
+	}
+	select {
+	case <-l2.Lost():
+		t.Fatalf("the second lock was lost %v before its Deadline: %v", d2.Sub(fc.Now()), l2.Err())
+	default:
+	}
+	if d := l2.Deadline(); !d.Equal(d2) {
+		t.Fatalf("the second lock's Deadline is %v after the send, want %v", d.Sub(sent), d2.Sub(sent))
+	}
+	fc.Advance(d2.Sub(fc.Now())) // the second Deadline
+	select {
+	case <-l2.Lost():
+	default:
+		t.Fatal("the second lock is still held at its Deadline")
+	}
+	if err := l2.Err(); !errors.Is(err, mlock.ErrExpired) {
+		t.Fatalf("Err = %v, want the lease's end", err)
+	}
+}
+
 // A session left unanswered for its grace (less the grace's margin) loses
 // its locks, however long their leases: the server may have dropped the
 // session.

@@ -55,6 +55,7 @@ type Lock struct {
 	confirming bool
 	confirms   uint8         // confirming: extends sent after the first (see maxConfirms)
 	unlocking  bool          // held: Unlock's unlock is in flight
+	lapsed     bool          // lost because its Deadline passed (see expireLocked), not by word from the server
 	lost       chan struct{} // made on first use; closed when a held lock is lost
 	lostErr    *Error
 	// Renewals to a shorter lease whose outcome is not known yet (in
@@ -143,8 +144,11 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) (time.Time, error)
 // Unlock releases the lock. Unlocking twice is not an error. If the server
 // no longer had the lock (it expired) Unlock returns an Error of Type lost.
 // A connection error is retried up to twice, each after a reconnect; if
-// the lock is gone then while its Deadline has not passed, an earlier
-// unlock (whose answer was lost) freed it, and Unlock succeeds. If every
+// the lock is gone then, and Unlock was called before its Deadline and no
+// word from the server ended it since (only the Deadline passing while the
+// unlock waited for the connection, as in a failover), Unlock succeeds:
+// either the earlier unlock (whose answer was lost) freed it, or the lease
+// ended after Unlock was called, which the Deadline proves. If every
 // try fails on the connection, Unlock returns that Error of Type
 // connection, and the session releases the lock when it is connected again
 // (or the lease ends it).

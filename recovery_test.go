@@ -822,6 +822,51 @@ func TestUnlockAnsweredOnlyAfterAReconnectSucceeds(t *testing.T) {
 	}
 }
 
+// An Unlock sent while the lock was believed held, whose answer was lost with
+// a connection that stayed silent past the lock's Deadline (a failover: the
+// node stopped, the next one elected late), is asked again; the server no
+// longer has the lock. Either the first unlock freed it, or the lease ended
+// no earlier than the Deadline, after Unlock was called: the holder held
+// the lock for all its use, so Unlock succeeds. (It once returned "lock
+// expired", telling a holder whose writes were alone that they may not have
+// been.) The Deadline passing still loses the lock for its Lost channel.
+func TestUnlockRetriedAfterTheDeadlinePassedInFlight(t *testing.T) {
+	t.Parallel()
+	addr, _ := startServer(t, server.Config{SessionGrace: 5 * time.Second}, "")
+	px := newProxy(t, addr)
+	c := client(t, px.addr(), mlock.Options{MaxBackoff: 50 * time.Millisecond})
+	other := client(t, addr, mlock.Options{})
+	ctx := ctxT(t)
+	l, err := c.Lock(ctx, "unlock-late", &mlock.LockOptions{TTL: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st0, err := other.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	px.dropBack.Store(true) // the unlock's answer is lost, and every answer after it
+	errc := make(chan error, 1)
+	go func() { errc <- l.Unlock(ctx) }()
+	framesSeen(t, other, st0, 1) // the server has the unlock
+	waitQueue(t, other, "unlock-late", 0)
+	select {
+	case <-l.Lost(): // the Deadline passed while the unlock waited
+	case err := <-errc:
+		t.Fatalf("Unlock returned %v before the Deadline passed", err)
+	case <-ctx.Done():
+		t.Fatal("the lock was not lost at its Deadline")
+	}
+	if !errors.Is(l.Err(), mlock.ErrExpired) {
+		t.Fatalf("Err = %v, want the lease's end", l.Err())
+	}
+	px.cut()
+	px.dropBack.Store(false)
+	if err := <-errc; err != nil {
+		t.Fatalf("Unlock = %v, want nil: it was called well before the Deadline", err)
+	}
+}
+
 // A grant whose every confirmation comes back after the lease it gives has
 // ended is not handed over (it would be lost on arrival): it is given back
 // and asked again, and the wait ends with its timeout.

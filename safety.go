@@ -19,11 +19,6 @@ import (
 // a grace of 0 cannot be kept up with by pinging).
 const minKeepAlive = 5 * time.Millisecond
 
-// clockSlack: the session's timer loses every lock whose deadline is at most
-// this far ahead when it fires, instead of firing again for each: losing a
-// lock a little early is safe.
-const clockSlack = time.Millisecond
-
 // deadlineLocked returns when l (held) stops being believed held:
 // min(base + ttl - Margin(ttl), lastAck + grace - Margin(grace)), the second
 // only if the server announced its grace. bySession reports that the
@@ -237,7 +232,12 @@ func (s *session) armLocked(at time.Duration) {
 // rearmLocked arms the session's timer for the earliest deadline of the
 // held locks and backstop of the waits (or leaves it off if there is none),
 // losing the held locks already past their deadline and failing the waits
-// past their backstop.
+// past their backstop. A held lock is lost once its Deadline has passed,
+// never before, even if it falls due a moment after the one the timer
+// fired for (the timer fires again): losing a lock gives it back to the
+// server (see expireLocked), which must not grant it to the next waiter
+// before the Deadline its holder was told (see the package documentation,
+// "Safety").
 func (s *session) rearmLocked() {
 	now := s.clk.now()
 	var next time.Duration
@@ -247,7 +247,7 @@ func (s *session) rearmLocked() {
 		switch {
 		case l.state == held:
 			d, bySession := s.deadlineLocked(l)
-			if d <= now+clockSlack {
+			if d <= now {
 				s.expireLocked(l, bySession)
 				continue
 			}
@@ -310,6 +310,7 @@ func (s *session) expireLocked(l *Lock, bySession bool) {
 	s.log.Warn("mlock: lock given up at its deadline", "resources", l.Resources(), "reason", e.Msg)
 	id := l.id
 	s.loseLocked(l, e)
+	l.lapsed = l.state == lost
 	s.forgetLocked(id)
 }
 

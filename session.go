@@ -720,6 +720,14 @@ func (s *session) extend(ctx context.Context, l *Lock, ttl time.Duration) (time.
 func (s *session) unlock(ctx context.Context, l *Lock) error {
 	s.mu.Lock()
 	id, st, lostErr := l.id, l.state, l.lostErr
+	var believed bool // the first unlock is sent while the lock is believed held
+	if st == held {
+		d, _ := s.deadlineLocked(l)
+		believed = s.clk.now() < d
+	}
+	if st != released && st != failed && st != lost {
+		l.unlocking = true // a re-entry answered meanwhile is not this lock (see resultLocked)
+	}
 	s.mu.Unlock()
 	switch st {
 	case released, failed:
@@ -727,9 +735,6 @@ func (s *session) unlock(ctx context.Context, l *Lock) error {
 	case lost:
 		return lostErr
 	}
-	s.mu.Lock()
-	l.unlocking = true // a re-entry answered meanwhile is not this lock (see resultLocked)
-	s.mu.Unlock()
 	unlock := &protocol.IDArgs{ID: id}
 	_, err := s.roundTrip(ctx, l.c, nil, unlock)
 	retried := false
@@ -740,13 +745,15 @@ func (s *session) unlock(ctx context.Context, l *Lock) error {
 	}
 	gone := err == nil || err.code.Class() == protocol.ClassNotFound // the server holds it no more
 	s.mu.Lock()
-	if retried && err != nil && l.state == held && err.code.Class() == protocol.ClassNotFound {
-		if d, _ := s.deadlineLocked(l); s.clk.now() < d {
-			// The lease had not run out when the server answered (it
-			// ends no earlier than the Deadline): the first unlock, whose
-			// answer was lost with the connection, freed the lock.
-			err = nil
-		}
+	if retried && believed && err != nil && err.code.Class() == protocol.ClassNotFound &&
+		(l.state == held || l.state == lost && l.lapsed) {
+		// The first unlock, whose answer was lost with the connection, was
+		// sent before the Deadline, and no word from the server ended the
+		// lock since (at most its Deadline passed while the unlock waited
+		// for the connection: a failover). Either that unlock freed the
+		// lock, or the lease ended no earlier than the Deadline, after
+		// Unlock was called: the holder held it for all its use.
+		err = nil
 	}
 	l.unlocking = false
 	if l.state == held {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -485,6 +486,82 @@ func TestRaiseTargetLiveOnly(t *testing.T) {
 	cl.noteFormat("n1", logFormat, nil) // on no known connection
 	if v := cl.raiseTarget(peers); v != logFormat1 {
 		t.Fatalf("n1 said %d on no known connection: raise to %d, want %d", logFormat, v, logFormat1)
+	}
+}
+
+// A member's word read late on its older forwarding connection (the
+// leader reads each connection on a reader of its own: its previous run's
+// last announcement may be read after its new run's first word) does not
+// replace the word said on its newer connection still open: once the older
+// one is seen closed, the member would count as format 1 (a raise and a
+// rollback wait for its next announcement, up to announceEvery), or, while
+// it is still open, at its previous run's format (a raise to a format it
+// does not read, if it was restarted on an older build).
+func TestFormatWordLateOnOlderConnection(t *testing.T) {
+	cl := &clusterState{id: "n0"}
+	cl.versionNow.Store(logFormat1)
+	peers := []cluster.Peer{{ID: "n0"}, {ID: "n1"}}
+	t0 := time.Now()
+	older := &conn{done: make(chan struct{}), accepted: t0}
+	newer := &conn{done: make(chan struct{}), accepted: t0.Add(time.Second)}
+	cl.noteFormat("n1", logFormat, newer)  // the new run's first word
+	cl.noteFormat("n1", logFormat3, older) // the previous run's last, read late
+	if v := cl.raiseTarget(peers); v != logFormat {
+		t.Fatalf("n1 said %d on its newer connection, still open: raise to %d (its older connection's word taken)", logFormat, v)
+	}
+	if f, ok := cl.saidOn(older); !ok || f != logFormat3 {
+		t.Fatalf("the older connection's own word: %d, %v, want %d", f, ok, logFormat3)
+	}
+	close(older.done)
+	if f, ok := cl.memberFormatLive("n1"); !ok || f != logFormat {
+		t.Fatalf("n1's older connection closed, its newer one open: memberFormatLive = %d, %v, want %d, true", f, ok, logFormat)
+	}
+	// The other way: restarted on a build that reads 3 at most, n2 says
+	// so on its new connection; its previous run's word, 4, read late on
+	// the older one still open, must not make the leader raise to 4 (a
+	// command n2 cannot read: it would stop applying the log).
+	peers = append(peers, cluster.Peer{ID: "n2"})
+	older2 := &conn{done: make(chan struct{}), accepted: t0}
+	newer2 := &conn{done: make(chan struct{}), accepted: t0.Add(time.Second)}
+	cl.noteFormat("n2", logFormat3, newer2)
+	cl.noteFormat("n2", logFormat, older2)
+	if v := cl.raiseTarget(peers); v != logFormat3 {
+		t.Fatalf("n2 said %d on its newer connection: raise to %d (its previous run's word taken)", logFormat3, v)
+	}
+	cl.noteFormat("n2", logFormat, newer2) // run this build again
+	// A word on a newer connection than the member's last replaces it,
+	// and so does one on an older connection once the newer has closed.
+	newest := &conn{done: make(chan struct{}), accepted: t0.Add(2 * time.Second)}
+	cl.noteFormat("n1", logFormat3, newest)
+	if f, ok := cl.memberFormatLive("n1"); !ok || f != logFormat3 {
+		t.Fatalf("n1 said %d on its newest connection: memberFormatLive = %d, %v", logFormat3, f, ok)
+	}
+	close(newest.done)
+	cl.noteFormat("n1", logFormat, newer)
+	if f, ok := cl.memberFormatLive("n1"); !ok || f != logFormat {
+		t.Fatalf("n1 said %d on a connection open after its newest closed: memberFormatLive = %d, %v", logFormat, f, ok)
+	}
+}
+
+// A rollback (or its cancel) refused for a member whose last word was said
+// on a forwarding connection that has closed since says so: not that the
+// member has said nothing lately (it did, and status shows that format).
+func TestLiveFormatsWordOnClosedConnection(t *testing.T) {
+	cl := &clusterState{id: "n0"}
+	cl.versionNow.Store(logFormat)
+	peers := []cluster.Peer{{ID: "n0"}, {ID: "n1"}, {ID: "n2"}}
+	gone := &conn{done: make(chan struct{})}
+	cl.noteFormat("n1", logFormat, gone)
+	close(gone.done)
+	why := cl.liveFormats(peers, " (v0.1.0 says nothing)", func(string, int) {})
+	slices.Sort(why)
+	want := []string{
+		"member n1 said it reads log formats up to " + strconv.Itoa(logFormat) + " on a forwarding connection that has closed " +
+			"since (perhaps restarted on another build; it says them again on its next one, within " + announceEvery.String() + ")",
+		"member n2 has not said which log formats it reads lately (v0.1.0 says nothing)",
+	}
+	if !slices.Equal(why, want) {
+		t.Fatalf("liveFormats:\n got %q\nwant %q", why, want)
 	}
 }
 

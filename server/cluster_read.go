@@ -14,9 +14,10 @@ import (
 // Session liveness off the log (see docs/cluster.md, "Liveness"). A ping is
 // answered by the node that holds its connection without a log entry: once
 // every earlier request of the connection is answered, the node gets a read
-// index (the leader's commit index, read after the ping arrived and
-// confirmed by a round of heartbeats of the leader's term after it was
-// read), applies the log up to it, and answers pong if the session is still
+// index (the leader's commit index, read after the ping arrived and after
+// every entry the leader had proposed by then was committed, and confirmed
+// by a round of heartbeats of the leader's term after it was read), applies
+// the log up to it, and answers pong if the session is still
 // attached to the connection there. A follower asks the leader for the read
 // index over its forwarding connection (fwdRead, batched: one request on its
 // way at a time), and the leader counts it as word from the follower: it

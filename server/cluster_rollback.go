@@ -326,8 +326,9 @@ func (s *Server) raiseRefusal(peers []cluster.Peer) (int, string) {
 
 // liveFormats calls each with the id and the formats of every other
 // member reached that said which log formats it reads on a connection still
-// open, and returns why each other member did not (not reached, or silent
-// lately, followed by silentNote), in no order.
+// open, and returns why each other member did not (not reached, silent
+// lately, followed by silentNote, or its word said on a connection closed
+// since), in no order.
 func (cl *clusterState) liveFormats(peers []cluster.Peer, silentNote string, each func(id string, format int)) []string {
 	var why []string
 	for _, p := range peers {
@@ -337,6 +338,14 @@ func (cl *clusterState) liveFormats(peers []cluster.Peer, silentNote string, eac
 		case p.Failing:
 			why = append(why, fmt.Sprintf("member %s is not reached (its heartbeats fail)", p.ID))
 		case !known:
+			if said, fresh := cl.memberFormat(p.ID); fresh {
+				// It said so lately, but on a connection that has closed
+				// since: it may have been restarted on another build.
+				why = append(why, fmt.Sprintf("member %s said it reads log formats up to %d on a forwarding connection "+
+					"that has closed since (perhaps restarted on another build; it says them again on its next one, "+
+					"within %v)", p.ID, said, announceEvery))
+				continue
+			}
 			why = append(why, fmt.Sprintf("member %s has not said which log formats it reads lately%s", p.ID, silentNote))
 		default:
 			each(p.ID, f)

@@ -106,12 +106,36 @@ func (cl *clusterState) noteFormat(id string, format int, via *conn) {
 	if cl.formats.said == nil {
 		cl.formats.said = map[string]formatSaid{}
 	}
-	cl.formats.said[id] = formatSaid{format: format, at: time.Now(), via: via}
 	if via != nil {
 		via.saidFormat = format
 	}
+	if prev := cl.formats.said[id]; newerOpen(prev.via, via) {
+		// A word read late on an older connection (each connection has
+		// its own reader) does not replace the member's word on a newer
+		// one still open: a member opens a new forwarding connection to
+		// an address only once its previous one ended on its side, so
+		// the older word is its previous run's (or link's), and the
+		// newer connection is the one memberFormatLive must follow.
+		return
+	}
+	cl.formats.said[id] = formatSaid{format: format, at: time.Now(), via: via}
 	if format >= int(cl.versionNow.Load()) {
 		delete(cl.formats.refused, id)
+	}
+}
+
+// newerOpen reports whether prev, the connection of a member's last word,
+// is still open and was accepted after via, the connection of a word read
+// now.
+func newerOpen(prev, via *conn) bool {
+	if prev == nil || via == nil || prev == via || !prev.accepted.After(via.accepted) {
+		return false
+	}
+	select {
+	case <-prev.done:
+		return false
+	default:
+		return true
 	}
 }
 

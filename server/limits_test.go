@@ -8,6 +8,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -603,5 +605,38 @@ func TestClusterLinksPassClientLimits(t *testing.T) {
 	fc.quiet()
 	if _, _, r := counts(); r != 1 {
 		t.Errorf("%d refused, want 1", r)
+	}
+}
+
+// failingListener fails its first accepts with an error that is not
+// temporary (ENOBUFS, as a kernel short of memory answers), then accepts.
+type failingListener struct {
+	net.Listener
+	fails atomic.Int32
+}
+
+func (l *failingListener) Accept() (net.Conn, error) {
+	if l.fails.Add(-1) >= 0 {
+		return nil, &net.OpError{Op: "accept", Net: "tcp", Err: os.NewSyscallError("accept4", syscall.ENOBUFS)}
+	}
+	return l.Listener.Accept()
+}
+
+// A failed accept, even one that is not temporary, does not end the
+// server: it retries, and a client connects once accepts succeed again.
+func TestAcceptFailureIsRetried(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fl := &failingListener{Listener: ln}
+	fl.fails.Store(3)
+	srv := serveOn(t, Config{QuietPeriod: -1}, fl)
+	c := connected(t, srv, "after-enobufs")
+	c.send("ping 1")
+	c.expect("result 1 success pong")
+	if n := fl.fails.Load(); n >= 0 {
+		t.Fatalf("%d failing accepts left, want none", n+1)
 	}
 }

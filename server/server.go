@@ -326,7 +326,10 @@ func (s *Server) ListenAndServe() error {
 }
 
 // Serve accepts connections on ln until Shutdown, and then returns
-// ErrServerClosed. It closes ln. With Config.TLSCertFile every connection
+// ErrServerClosed. A failed accept is logged and retried, with a backoff of
+// 5 ms doubling up to 1 s; Serve returns it only when ln was closed by
+// another than Shutdown (net.ErrClosed). It closes ln. With
+// Config.TLSCertFile every connection
 // speaks TLS. Without credentials it refuses a TCP listener beyond loopback
 // unless Config.Insecure.
 func (s *Server) Serve(ln net.Listener) error {
@@ -352,14 +355,17 @@ func (s *Server) Serve(ln net.Listener) error {
 			if s.closed.Load() {
 				return ErrServerClosed
 			}
-			// Resource exhaustion (EMFILE and the like) is temporary: retry.
-			if te, ok := err.(interface{ Temporary() bool }); ok && te.Temporary() {
-				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-				s.log.Warn("accept failed; retrying", "err", err, "in", backoff)
-				time.Sleep(backoff)
-				continue
+			if errors.Is(err, net.ErrClosed) {
+				return err // closed by its owner, not by Shutdown
 			}
-			return err
+			// Any other failure (EMFILE, ENOBUFS, ENOMEM, a connection
+			// aborted before its accept...) is retried: returning would
+			// end mlockd and every lock it holds, for the lack of one
+			// newcomer.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			s.log.Warn("accept failed; retrying", "err", err, "in", backoff)
+			time.Sleep(backoff)
+			continue
 		}
 		backoff = 0
 		s.accept(nc)

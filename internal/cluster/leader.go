@@ -113,6 +113,11 @@ type leadership struct {
 	// them.
 	lastRound time.Time
 	rounds    atomic.Uint64
+	// completed counts the entries the completer answered (in the order they were submitted);
+	// completedCh is closed, and replaced, each time it moves (guarded by cmu).
+	completed   atomic.Uint64
+	cmu         sync.Mutex
+	completedCh chan struct{}
 }
 
 func newLeadership(n *Node) *leadership {
@@ -128,6 +133,8 @@ func newLeadership(n *Node) *leadership {
 		stopping: make(chan struct{}),
 		notice:   stoppedTimer(),
 		since:    time.Now(),
+
+		completedCh: make(chan struct{}),
 	}
 }
 
@@ -335,6 +342,10 @@ func (l *leadership) collect(batch []*proposal, first *proposal, window *time.Ti
 // max(last entry's time, clock).
 func (l *leadership) submit(batch []*proposal, notice bool, inflight chan<- *pending) {
 	n := l.n
+	// Counted before its time is read: a read that does not count it began after that time, and
+	// one that does waits for it (see ReadIndex).
+	l.outstanding.Add(1)
+	l.submitted.Add(1)
 	now := max(l.proposedNow, n.cfg.Clock())
 	l.proposedNow = now
 	e := entry{kind: entryBatch, now: now}
@@ -360,8 +371,6 @@ func (l *leadership) submit(batch []*proposal, notice bool, inflight chan<- *pen
 			}
 		}
 	}
-	l.outstanding.Add(1)
-	l.submitted.Add(1)
 	inflight <- &pending{f: n.raft.ApplyLog(raft.Log{Data: data}, 0), props: batch, notice: notice, quiet: quiet}
 }
 
@@ -473,6 +482,29 @@ func (l *leadership) complete(inflight <-chan *pending, done chan<- struct{}) {
 		}
 		if l.outstanding.Add(-1) == 0 && !pe.notice {
 			l.armNotice()
+		}
+		l.cmu.Lock()
+		l.completed.Add(1)
+		close(l.completedCh)
+		l.completedCh = make(chan struct{})
+		l.cmu.Unlock()
+	}
+}
+
+// awaitCompleted waits until the completer has answered the first n entries submitted (committed
+// and applied here, or failed); false if the leadership ended first.
+func (l *leadership) awaitCompleted(n uint64) bool {
+	for {
+		l.cmu.Lock()
+		done, ch := l.completed.Load() >= n, l.completedCh
+		l.cmu.Unlock()
+		if done {
+			return true
+		}
+		select {
+		case <-ch:
+		case <-l.ctx.Done():
+			return false
 		}
 	}
 }
@@ -665,19 +697,25 @@ type readResult struct {
 	err   error
 }
 
-// reader is a read waiting for a round: its answer's channel and its window (ReadIndexWithin).
+// reader is a read waiting for a round: its answer's channel, its window (ReadIndexWithin), and the
+// entries submitted when it began (its index covers them).
 type reader struct {
-	ch     chan readResult
-	window time.Duration
+	ch        chan readResult
+	window    time.Duration
+	submitted uint64
 }
 
-// ReadIndex returns a read index: the leader's commit index, read after the call began, once this
-// node confirmed after reading it that it still led (a round of heartbeats that a quorum answered in
-// its term). Every entry committed before the call is at or below it, and no other leader was
-// elected before the confirmation: a quorum answered this term's leader after the call began. It is
-// served only by a ready leader (its leader entry applied: every entry of earlier terms is below the
-// index); else a *NotLeaderError (errors.Is ErrNotLeader). The reads that come within readWindow (20
-// ms) of a round share the next one. No log entry is written. ctx bounds the wait.
+// ReadIndex returns a read index: the leader's commit index, read after the call began and after
+// every entry the leader had proposed when it began was committed, once this node confirmed after
+// reading it that it still led (a round of heartbeats that a quorum answered in its term). Every
+// entry committed before the call, and every entry proposed before it (whose time, the entry's now,
+// is before the call), is at or below it: a node that applies up to it has applied every entry of a
+// time before the call, whatever the entry's commit waited for (a follower's ping answered from it
+// is ordered after the grants of those entries, whose leases count from their time). No other leader
+// was elected before the confirmation: a quorum answered this term's leader after the call began. It
+// is served only by a ready leader (its leader entry applied: every entry of earlier terms is below
+// the index); else a *NotLeaderError (errors.Is ErrNotLeader). The reads that come within readWindow
+// (20 ms) of a round share the next one. No log entry is written. ctx bounds the wait.
 //
 // One exception, invisible to a read: when the entries committed last are the leader's quiet notices
 // (empty entries proposed to tell the followers the commit index, at a time before the state
@@ -720,7 +758,7 @@ func (n *Node) ReadIndexWithin(ctx context.Context, window time.Duration) (uint6
 		}
 		l.rmin = window
 	}
-	l.readers = append(l.readers, reader{ch: ch, window: window})
+	l.readers = append(l.readers, reader{ch: ch, window: window, submitted: l.submitted.Load()})
 	start := !l.reading
 	l.reading = true
 	l.rmu.Unlock()
@@ -769,10 +807,14 @@ func (l *leadership) confirmReads() {
 		default:
 		}
 		l.rmu.Unlock()
+		var proposed uint64
+		for _, rd := range batch {
+			proposed = max(proposed, rd.submitted)
+		}
 		l.lastRound = time.Now()
 		l.rounds.Add(1)
 		var r readResult
-		if l.ctx.Err() != nil {
+		if !l.awaitCompleted(proposed) || l.ctx.Err() != nil {
 			r.err = n.notLeader()
 		} else {
 			// Read after every call of the batch began, confirmed after it was read. If the

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/raft"
 )
 
 // ReadIndex: on the ready leader, an index at or above every entry committed before the call, with no
@@ -212,5 +214,124 @@ func TestReadIndexLeavesOutQuietNotices(t *testing.T) {
 				t.Fatalf("follower %d's last command after its read = %q, want %s", i, last, cmd)
 			}
 		}
+	}
+}
+
+// entryGate holds, while it is closed, every AppendEntries that carries entries (heartbeats pass):
+// the leader's entries stay uncommitted while it keeps its leadership and confirms reads.
+type entryGate struct {
+	mu   sync.Mutex
+	held chan struct{} // nil: open
+}
+
+// hold closes the gate; the returned function opens it (once).
+func (g *entryGate) hold() (release func()) {
+	ch := make(chan struct{})
+	g.mu.Lock()
+	g.held = ch
+	g.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			g.mu.Lock()
+			g.held = nil
+			g.mu.Unlock()
+			close(ch)
+		})
+	}
+}
+
+func (g *entryGate) wait() {
+	g.mu.Lock()
+	ch := g.held
+	g.mu.Unlock()
+	if ch != nil {
+		<-ch
+	}
+}
+
+// gatedTransport is an in-memory transport whose entries wait at gate; no pipeline, as on the
+// network transport (noPipeline).
+type gatedTransport struct {
+	*raft.InmemTransport
+	gate *entryGate
+}
+
+func (t *gatedTransport) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest,
+	resp *raft.AppendEntriesResponse) error {
+	if len(args.Entries) > 0 {
+		t.gate.wait()
+	}
+	return t.InmemTransport.AppendEntries(id, target, args, resp)
+}
+
+func (*gatedTransport) AppendEntriesPipeline(raft.ServerID, raft.ServerAddress) (raft.AppendPipeline, error) {
+	return nil, raft.ErrPipelineReplicationNotSupported
+}
+
+// A read index covers every entry the leader proposed before the read, committed or not: an entry
+// whose commit is held up (its AppendEntries wait, the heartbeats pass: the leader confirms its
+// leadership) holds the read back until it is committed. Before, the read answered the commit index
+// at once, below the entry: a follower's ping answered from it was read by the client before the
+// grant of an entry whose time (the lease's start) was before the ping was sent, and the client
+// counted the lease from the ping's send time, past the server's expiry.
+func TestReadIndexCoversEntriesProposedBeforeIt(t *testing.T) {
+	t.Parallel()
+	gate := &entryGate{}
+	tc := newInmemCluster(t, 3, false, func(i int, c *Config) {
+		c.Transport = &gatedTransport{InmemTransport: c.Transport.(*raft.InmemTransport), gate: gate}
+	})
+	li := tc.leader()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	tc.propose(ctx, li, 2)
+	last := tc.nodes[li].Status().LastIndex
+	release := gate.hold()
+	defer release()
+	proposed := make(chan error, 1)
+	go func() {
+		_, err := tc.nodes[li].Propose(ctx, []byte("held"))
+		proposed <- err
+	}()
+	var held uint64 // the entry's index, once the leader stored it
+	for polls := 0; held == 0; polls++ {
+		if polls == 10000 {
+			t.Fatal("the leader did not store the proposed entry within 10 s")
+		}
+		if idx := tc.nodes[li].Status().LastIndex; idx > last {
+			held = idx
+			break
+		}
+		time.Sleep(time.Millisecond) // poll interval
+	}
+	type result struct {
+		index uint64
+		err   error
+	}
+	read := make(chan result, 1)
+	go func() {
+		idx, err := tc.nodes[li].ReadIndex(ctx)
+		read <- result{idx, err}
+	}()
+	var r result
+	answered := false
+	select {
+	case r = <-read: // answered while the entry waits: it must be at or below the index
+		answered = true
+	case <-time.After(time.Second): // the test's input: how long the entry is held up
+	}
+	release()
+	if !answered {
+		r = <-read
+	}
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if r.index < held {
+		t.Fatalf("read index %d (answered while the entry was held up: %v), below entry %d proposed before the read",
+			r.index, answered, held)
+	}
+	if err := <-proposed; err != nil {
+		t.Fatal(err)
 	}
 }

@@ -23,6 +23,12 @@ type clusterViolation struct {
 
 // checkSafety requires, per resource, that no two belief intervals overlap
 // and that fencing tokens strictly increase in the order of the intervals.
+// An interval runs from the lock call's return to the earlier of the
+// unlock's call and the holder's latest Deadline (see beliefEnd): times of
+// this process's monotonic clock, read without rounding, and no margin
+// added or taken: the client's Deadline has the drift margin in it already,
+// and the server frees a lock no earlier (the package documentation of
+// mlock, "Safety"). An overlap of any length is a violation.
 // An empty interval (the lock was already past its Deadline when granted)
 // is left out of both: nobody believed it; the model checks its token.
 // An overlap whose earlier holder was idle (grant.Idle: its belief is its
@@ -395,6 +401,45 @@ func TestCheckers(t *testing.T) {
 			lv := checkLinearizable(tc.ops, tc.grants, 5*time.Second)
 			if (len(lv) == 0) != tc.lin {
 				t.Errorf("linearizability violations %v, want linearizable %v", lv, tc.lin)
+			}
+		})
+	}
+}
+
+// beliefEnd ends the interval at the unlock's call or the Deadline, exact
+// readings; a loss seen earlier does not end it (its sighting is late by the
+// sampler's wake-up, and the server may not free the lock before the
+// Deadline but through the holder's unlock), so a grant between the loss's
+// sighting and the Deadline is an overlap, and one after the Deadline is
+// not, however late the loss was seen.
+func TestBeliefEnd(t *testing.T) {
+	us := int64(time.Microsecond)
+	for _, tc := range []struct {
+		name                    string
+		unlockCall, lease, lost int64
+		end                     int64
+		why                     string
+		next                    int64 // the next grant's start
+		overlap                 bool
+	}{
+		{"unlocked", 500 * us, 1000 * us, 0, 500 * us, "unlock", 600 * us, false},
+		{"unlocked, granted before the unlock", 500 * us, 1000 * us, 0, 500 * us, "unlock", 499 * us, true},
+		{"lost at its Deadline, seen late", 5000 * us, 1000 * us, 1024 * us, 1000 * us, "deadline", 1000 * us, false},
+		{"lost before its Deadline, granted after the sighting", 5000 * us, 1000 * us, 400 * us, 1000 * us,
+			"lost at 0.000400s, before its deadline", 424 * us, true},
+		{"lost before its unlock, granted after it", 500 * us, 1000 * us, 400 * us, 500 * us,
+			"lost at 0.000400s, before its unlock", 510 * us, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			end, why := beliefEnd(tc.unlockCall, tc.lease, tc.lost)
+			if end != tc.end || why != tc.why {
+				t.Fatalf("beliefEnd = %v, %q; want %v, %q", end, why, tc.end, tc.why)
+			}
+			a := grant{Worker: 0, Res: "r", Handle: 1, Token: 5, Start: 0, End: end, LeaseEnd: tc.lease, Why: why}
+			b := grant{Worker: 1, Res: "r", Handle: 2, Token: 6, Start: tc.next, End: tc.next + 1000*us, LeaseEnd: tc.next + 1000*us}
+			vs, _ := checkSafety([]grant{a, b})
+			if (len(vs) > 0) != tc.overlap {
+				t.Fatalf("violations %v, want an overlap: %v", vs, tc.overlap)
 			}
 		})
 	}

@@ -338,10 +338,11 @@ func holdLock(ctx context.Context, h *clusterHistory, w int, c *mlock.Client, l 
 	}
 	// Lost before the unlock was sent: the loss is the lease's end, and the
 	// unlock does nothing. Lost while the unlock was on its way (a fault
-	// outlasted the lease): the unlock's first attempt may have been
-	// applied (its answer lost with the connection, the retry answered
-	// "not found" after the Deadline), freeing the lock at any time from
-	// its call on; or not, and the lease ended it. Its outcome is unknown.
+	// outlasted the lease; an unlock called after the Deadline, before the
+	// client's timer gave the lock up): the unlock may have been applied,
+	// freeing the lock at any time from its call on, or not, and the lease
+	// ended it. Its outcome is unknown. (A retried unlock called before the
+	// Deadline that finds the lock gone succeeds: see mlock's Lock.Unlock.)
 	sample()
 	lostOnTheWay := err != nil && strings.HasPrefix(o.Err, string(mlock.TypeLost)) && leaseEnd.Load() <= o.Return
 	switch {
@@ -356,14 +357,31 @@ func holdLock(ctx context.Context, h *clusterHistory, w int, c *mlock.Client, l 
 	sstop()
 	<-sdone
 	g.LeaseEnd = leaseEnd.Load()
-	g.End, g.Why = o.Call, "unlock"
-	if g.LeaseEnd < g.End {
-		g.End, g.Why = g.LeaseEnd, "deadline"
-	}
-	if la := lostAt.Load(); la != 0 && la < g.End {
-		g.End, g.Why = la, "lost"
-	}
+	g.End, g.Why = beliefEnd(o.Call, g.LeaseEnd, lostAt.Load())
 	h.addGrant(g)
+}
+
+// beliefEnd returns the end of a grant's belief interval, as checkSafety
+// counts it, and why: the earlier of its unlock's call and the latest
+// Deadline seen, both read exactly on this process's monotonic clock (the
+// Deadline is the client's own time.Time; the unlock's call is read before
+// Unlock is called). A loss the holder heard of before its Deadline (seen
+// at lostAt, 0: none) ended its belief earlier but does not end the
+// interval: the sampler sees the loss late, by its own wake-up, while the
+// next grant may come at once; and in this workload (no owners, no
+// evictions) the server may free a lock before its holder's Deadline only
+// through that holder's unlock: the client gives a lost lock back at its
+// Deadline, never before. A grant before the Deadline of a holder that did
+// not unlock is a violation, whatever the holder was told.
+func beliefEnd(unlockCall, leaseEnd, lostAt int64) (int64, string) {
+	end, why := unlockCall, "unlock"
+	if leaseEnd < end {
+		end, why = leaseEnd, "deadline"
+	}
+	if lostAt != 0 && lostAt < end {
+		why = fmt.Sprintf("lost at %.6fs, before its %s", float64(lostAt)/1e9, why)
+	}
+	return end, why
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) {

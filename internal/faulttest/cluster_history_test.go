@@ -57,7 +57,7 @@ type grant struct {
 	Token    uint64
 	Call     int64 // the lock call's invocation
 	Start    int64 // the lock call's response
-	End      int64 // min(latest Deadline, loss seen, unlock invocation)
+	End      int64 // min(latest Deadline, unlock invocation): see beliefEnd
 	LeaseEnd int64 // the latest Deadline seen (0: none seen)
 	Arrival  int64 // the Deadline when the lock call returned (0: lost already)
 	Why      string

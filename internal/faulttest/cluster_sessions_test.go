@@ -206,17 +206,15 @@ func holdIdle(ctx context.Context, h *clusterHistory, w int, c *mlock.Client, lo
 		tk.Stop()
 		sample()
 		g.LeaseEnd = end
-		g.End, g.Why = h.now(), "unlock"
-		if end < g.End {
-			g.End, g.Why = end, "deadline"
-		}
-		if lostSeen != 0 && lostSeen < g.End {
-			g.End, g.Why = lostSeen, "lost"
-		}
+		g.End, g.Why = beliefEnd(h.now(), end, lostSeen)
 		if g.Why != "unlock" {
 			lost.Add(1)
+			at := g.End
+			if lostSeen != 0 {
+				at = min(at, lostSeen)
+			}
 			select {
-			case lostAt <- g.End:
+			case lostAt <- at:
 			default:
 			}
 		}
