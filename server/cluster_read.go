@@ -133,12 +133,11 @@ func (c *conn) pong(it *item, self bool) bool {
 		}
 		if s.closing {
 			// Shutting down (clusterStop): the detach of this node's
-			// sessions is proposed once closing is set, and a read index
-			// confirmed before it commits does not cover it, while its
-			// entry may be stamped before the ping was sent. A pong now
-			// would let the client count its session past that detach's
-			// time plus the grace. Closed without a word, as clusterStop
-			// closes every connection: its client moves to another node.
+			// sessions is proposed once closing is set, so it comes after
+			// every pong of the node (its time after their reads),
+			// whatever a read index covers of an entry on its way. Closed
+			// without a word, as clusterStop closes every connection: its
+			// client moves to another node.
 			c.finish()
 			ok = false
 			return
