@@ -1394,7 +1394,13 @@ export class Session {
   /**
    * Arms the timer for the earliest deadline of the held locks and backstop of
    * the waits, losing the held locks past their deadline and failing the waits
-   * past their backstop.
+   * past their backstop. A held lock is lost once its deadline has come, never
+   * before, although another lock's deadline may be a moment later (the timer
+   * then fires again for it): losing a lock gives it back to the server (see
+   * forget), and the server must not grant it to the next waiter before the
+   * deadline its holder was told. It once lost every lock due within a
+   * millisecond, and a waiter could be granted one before its holder's
+   * deadline.
    */
   private rearm(): void {
     clearTimeout(this.clock);
@@ -1405,7 +1411,7 @@ export class Session {
       let at: number;
       if (l.state === 'held') {
         const [d, bySession] = this.deadlineOf(l);
-        if (d <= now + 1) {
+        if (d <= now) {
           this.log(`lock on ${l.resources} given up at its deadline`);
           const id = l._id;
           this.lose(l, lostErrors.deadline(bySession));
