@@ -12,7 +12,7 @@ import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import assert from 'node:assert/strict';
 import * as net from 'node:net';
-import Client, { type MlockError } from 'mlock';
+import Client, { type Lock, type MlockError } from 'mlock';
 import { encode } from 'mlock/dist/framing';
 import { type Proxy, type Server, fakeServer, freePort, queued, sleep, startProxy, startServer, until } from './helpers';
 
@@ -699,6 +699,74 @@ describe("a lock's deadline, on the test's clock", () => {
       c.destroy();
       fake.close();
     }
+  });
+
+  // The first unlock's answer is lost with the connection; the test moves the
+  // clock while the unlock asked again waits, then the server answers that
+  // it has no such lock.
+  async function unlockAcrossFailover(sendAt: (d: number) => number, meanwhile: (d: number, l: Lock, s: net.Socket) => void): Promise<Lock> {
+    const held: { s: net.Socket; seq: string }[] = [];
+    let asked = 0;
+    let ours = '';
+    const { fake, c } = await scripted((s, seq, id) => {
+      if (id !== ours) s.write(encode(`result ${seq} failed lock not exist!`)); // a give-back
+      else if (++asked === 1) s.destroy(); // the first unlock: its answer lost with the connection
+      else held.push({ s, seq });
+    });
+    try {
+      const l = await c.acquire(r('unlock-failover'), { ttl });
+      ours = l.id;
+      const d = deadlineAt(1000);
+      now = sendAt(d);
+      const p = l.unlock();
+      await until(() => held.length > 0, 5000, 'the unlock asked again');
+      meanwhile(d, l, held[0].s);
+      held[0].s.write(encode(`result ${held[0].seq} failed lock not exist!`));
+      await p;
+      return l;
+    } finally {
+      c.destroy();
+      fake.close();
+    }
+  }
+
+  test('an unlock sent before the deadline, asked again after it passed, and answered not found succeeds', async () => {
+    // The deadline passed while it waited, and the session's timer lost the lock meanwhile.
+    const l = await unlockAcrossFailover(
+      (d) => d - 1,
+      (d, l) => {
+        now = d + 5;
+        assert.equal(l.held, false, 'the lock is lost at its deadline');
+      },
+    );
+    assert.equal(l.held, false);
+    assert.equal(l.error?.reason, 'expired');
+    // The deadline passed while it waited; the timer that loses the lock may not have run.
+    await unlockAcrossFailover(
+      (d) => d - 1,
+      (d) => {
+        now = d + 5;
+      },
+    );
+  });
+
+  test('an unlock sent after the deadline, or of a lock the server said it lost, asked again and answered not found reports the loss', async () => {
+    // Sent when the deadline had come (the timer that loses the lock had not run yet).
+    await assert.rejects(
+      unlockAcrossFailover(
+        (d) => d,
+        () => {},
+      ),
+      (e: MlockError) => e.type === 'lost' && e.reason === 'expired',
+    );
+    // Sent before the deadline; the server said meanwhile that an administrator evicted the lock.
+    await assert.rejects(
+      unlockAcrossFailover(
+        (d) => d - 1,
+        (_d, l, s) => s.write(encode(`expired ${l.id} evicted`)),
+      ),
+      (e: MlockError) => e.type === 'lost',
+    );
   });
 });
 
