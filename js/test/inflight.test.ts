@@ -3,15 +3,16 @@
 // stall connections, the move to the leader, and the process kept alive by
 // a call. (Cut connections, restarts, failover, credentials and TLS are in
 // resilience.test.ts.)
-import { after, before, describe, test } from 'node:test';
+import { after, afterEach, before, describe, mock, test } from 'node:test';
 import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { performance } from 'node:perf_hooks';
 import assert from 'node:assert/strict';
 import * as net from 'node:net';
-import Client, { type MlockError } from 'mlock';
+import Client, { type Lock, type MlockError } from 'mlock';
 import { encode } from 'mlock/dist/framing';
 import { type Proxy, type Server, fakeServer, freePort, queued, sleep, startProxy, startServer, until } from './helpers';
 
@@ -642,6 +643,130 @@ describe('a lock on a server that does not answer the handshake', () => {
       c.destroy();
       late.close();
     }
+  });
+});
+
+// The session's clock (performance.now) made the test's: deadlines are reached
+// by moving it, and reading a lock's held runs the session's timer at once (a
+// lock past its deadline is lost when read). A scripted server grants every
+// lock at once and answers pings; unlocks go to the test's onUnlock.
+describe("a lock's deadline, on the test's clock", () => {
+  let now = 0;
+  afterEach(() => mock.restoreAll());
+  const ttl = 10000;
+  const deadlineAt = (sent: number) => sent + ttl - (ttl / 100 + 5); // the margin: span/100 + 5 ms
+  async function scripted(onUnlock: (s: net.Socket, seq: string, id: string) => void) {
+    mock.method(performance, 'now', () => now);
+    now = 1000;
+    const unlocks: string[] = [];
+    let connects = 0;
+    const fake = await fakeServer((s, w) => {
+      if (w[0] === 'connect') s.write(encode(`connected 1.0 ${++connects > 1 ? 'resumed' : 'new'} 60000`));
+      else if (w[0] === 'lock') {
+        const id = randomBytes(16).toString('hex');
+        s.write(encode(`result ${w[1]} success ${id}`));
+        s.write(encode(`locked ${id} ${Date.now() + Number(w[3])} 1`));
+      } else if (w[0] === 'unlock') {
+        unlocks.push(w[2]);
+        onUnlock(s, w[1], w[2]);
+      } else s.write(encode(`result ${w[1]} success pong`));
+    });
+    const c = new Client({ host: '127.0.0.1', port: fake.port, socketId: `deadline-${process.pid}-${++n}`, pingInterval: 60000, maxBackoff: 20 });
+    return { fake, c, unlocks };
+  }
+
+  test('locks due within a millisecond of each other are each lost at its own deadline, never before', async () => {
+    const { fake, c, unlocks } = await scripted((s, seq) => s.write(encode(`result ${seq} failed lock not exist!`)));
+    try {
+      const a = await c.acquire(r('due-a'), { ttl });
+      now += 0.5;
+      const b = await c.acquire(r('due-b'), { ttl });
+      now = deadlineAt(1000);
+      assert.equal(a.held, false, 'a is lost at its deadline');
+      assert.equal(a.error?.reason, 'expired');
+      // b's deadline is half a millisecond later: it is still held, and not
+      // given back to the server, which could grant it to the next waiter.
+      assert.equal(b.held, true, "b was lost half a millisecond before its deadline");
+      await until(() => unlocks.includes(a.id), 5000, "a's give-back");
+      await c.ping(); // after a's give-back on the same connection
+      assert.ok(!unlocks.includes(b.id), 'b was given back to the server before its deadline');
+      now = deadlineAt(1000.5) - 0.001;
+      assert.equal(b.held, true, 'b is lost before its deadline');
+      now = deadlineAt(1000.5);
+      assert.equal(b.held, false, 'b is lost at its deadline');
+      await until(() => unlocks.includes(b.id), 5000, "b's give-back");
+    } finally {
+      c.destroy();
+      fake.close();
+    }
+  });
+
+  // The first unlock's answer is lost with the connection; the test moves the
+  // clock while the unlock asked again waits, then the server answers that
+  // it has no such lock.
+  async function unlockAcrossFailover(sendAt: (d: number) => number, meanwhile: (d: number, l: Lock, s: net.Socket) => void): Promise<Lock> {
+    const held: { s: net.Socket; seq: string }[] = [];
+    let asked = 0;
+    let ours = '';
+    const { fake, c } = await scripted((s, seq, id) => {
+      if (id !== ours) s.write(encode(`result ${seq} failed lock not exist!`)); // a give-back
+      else if (++asked === 1) s.destroy(); // the first unlock: its answer lost with the connection
+      else held.push({ s, seq });
+    });
+    try {
+      const l = await c.acquire(r('unlock-failover'), { ttl });
+      ours = l.id;
+      const d = deadlineAt(1000);
+      now = sendAt(d);
+      const p = l.unlock();
+      await until(() => held.length > 0, 5000, 'the unlock asked again');
+      meanwhile(d, l, held[0].s);
+      held[0].s.write(encode(`result ${held[0].seq} failed lock not exist!`));
+      await p;
+      return l;
+    } finally {
+      c.destroy();
+      fake.close();
+    }
+  }
+
+  test('an unlock sent before the deadline, asked again after it passed, and answered not found succeeds', async () => {
+    // The deadline passed while it waited, and the session's timer lost the lock meanwhile.
+    const l = await unlockAcrossFailover(
+      (d) => d - 1,
+      (d, l) => {
+        now = d + 5;
+        assert.equal(l.held, false, 'the lock is lost at its deadline');
+      },
+    );
+    assert.equal(l.held, false);
+    assert.equal(l.error?.reason, 'expired');
+    // The deadline passed while it waited; the timer that loses the lock may not have run.
+    await unlockAcrossFailover(
+      (d) => d - 1,
+      (d) => {
+        now = d + 5;
+      },
+    );
+  });
+
+  test('an unlock sent after the deadline, or of a lock the server said it lost, asked again and answered not found reports the loss', async () => {
+    // Sent when the deadline had come (the timer that loses the lock had not run yet).
+    await assert.rejects(
+      unlockAcrossFailover(
+        (d) => d,
+        () => {},
+      ),
+      (e: MlockError) => e.type === 'lost' && e.reason === 'expired',
+    );
+    // Sent before the deadline; the server said meanwhile that an administrator evicted the lock.
+    await assert.rejects(
+      unlockAcrossFailover(
+        (d) => d - 1,
+        (_d, l, s) => s.write(encode(`expired ${l.id} evicted`)),
+      ),
+      (e: MlockError) => e.type === 'lost',
+    );
   });
 });
 

@@ -176,6 +176,8 @@ export class Lock extends EventEmitter {
   /** @internal The read (Session.reads) that carried the request's result. */
   answeredIn = 0;
   /** @internal held: unlock()'s unlock is in flight. */ unlocking = false;
+  /** @internal lost because its deadline passed (see Session.rearm), not by word from the server. */
+  lapsed = false;
   /**
    * @internal waiting, granted, but the grant arrived with less than
    * minUsable of its lease to believe: an extend sent after its arrival
@@ -1394,7 +1396,13 @@ export class Session {
   /**
    * Arms the timer for the earliest deadline of the held locks and backstop of
    * the waits, losing the held locks past their deadline and failing the waits
-   * past their backstop.
+   * past their backstop. A held lock is lost once its deadline has come, never
+   * before, although another lock's deadline may be a moment later (the timer
+   * then fires again for it): losing a lock gives it back to the server (see
+   * forget), and the server must not grant it to the next waiter before the
+   * deadline its holder was told. It once lost every lock due within a
+   * millisecond, and a waiter could be granted one before its holder's
+   * deadline.
    */
   private rearm(): void {
     clearTimeout(this.clock);
@@ -1405,10 +1413,11 @@ export class Session {
       let at: number;
       if (l.state === 'held') {
         const [d, bySession] = this.deadlineOf(l);
-        if (d <= now + 1) {
+        if (d <= now) {
           this.log(`lock on ${l.resources} given up at its deadline`);
           const id = l._id;
           this.lose(l, lostErrors.deadline(bySession));
+          l.lapsed = true;
           this.forget(id);
           continue;
         }
@@ -1659,6 +1668,8 @@ export class Session {
         if (l.call) this.abandon(l.call);
         return;
     }
+    // The first unlock is sent while the lock is believed held.
+    const believed = mono() < this.deadline(l);
     // A re-entry answered meanwhile is not this lock (see result).
     l.unlocking = true;
     const id = l._id;
@@ -1674,10 +1685,14 @@ export class Session {
       }
     } catch (e) {
       if (e instanceof MlockError && e.reason === 'lock not exist!') {
-        // The lease had not run out when the server answered (it ends no
-        // earlier than the deadline): the first unlock, whose answer was
-        // lost with the connection, freed the lock.
-        if (retried && l.state === 'held' && mono() < this.deadline(l)) return;
+        // The first unlock, whose answer was lost with the connection, was
+        // sent before the deadline, and no word from the server ended the
+        // lock since (at most its deadline passed while the unlock waited
+        // for the connection: a failover). Either that unlock freed the
+        // lock, or the lease ended no earlier than the deadline, after
+        // unlock() was called: the holder held it for all its use.
+        const st = l.state as LockState;
+        if (retried && believed && (st === 'held' || (st === 'lost' && l.lapsed))) return;
         throw lostErrors.expired();
       }
       // Not known to be freed: given back when the connection allows.
