@@ -865,6 +865,9 @@ func TestUnlockRetriedAfterTheDeadlinePassedInFlight(t *testing.T) {
 	if err := <-errc; err != nil {
 		t.Fatalf("Unlock = %v, want nil: it was called well before the Deadline", err)
 	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatalf("a second Unlock = %v, want nil (unlocking twice is no error)", err)
+	}
 }
 
 // A grant whose every confirmation comes back after the lease it gives has

@@ -752,8 +752,12 @@ func (s *session) unlock(ctx context.Context, l *Lock) error {
 		// lock since (at most its Deadline passed while the unlock waited
 		// for the connection: a failover). Either that unlock freed the
 		// lock, or the lease ended no earlier than the Deadline, after
-		// Unlock was called: the holder held it for all its use.
+		// Unlock was called: the holder held it for all its use. Released,
+		// then: unlocking it again is no error (Err keeps the lease's end).
 		err = nil
+		if l.state == lost {
+			l.state = released
+		}
 	}
 	l.unlocking = false
 	if l.state == held {

@@ -741,6 +741,7 @@ describe("a lock's deadline, on the test's clock", () => {
     );
     assert.equal(l.held, false);
     assert.equal(l.error?.reason, 'expired');
+    await l.unlock(); // unlocking again resolves
     // The deadline passed while it waited; the timer that loses the lock may not have run.
     await unlockAcrossFailover(
       (d) => d - 1,

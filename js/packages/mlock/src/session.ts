@@ -1692,7 +1692,11 @@ export class Session {
         // lock, or the lease ended no earlier than the deadline, after
         // unlock() was called: the holder held it for all its use.
         const st = l.state as LockState;
-        if (retried && believed && (st === 'held' || (st === 'lost' && l.lapsed))) return;
+        if (retried && believed && (st === 'held' || (st === 'lost' && l.lapsed))) {
+          // Released, then: unlocking it again resolves (its error keeps the lease's end).
+          if (st === 'lost') l.state = 'released';
+          return;
+        }
         throw lostErrors.expired();
       }
       // Not known to be freed: given back when the connection allows.
