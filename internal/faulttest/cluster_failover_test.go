@@ -125,7 +125,7 @@ func TestFailover(t *testing.T) {
 			last := slices.MinFunc(lastAt, func(a, b time.Time) int { return a.Compare(b) })
 			return last.After(began)
 		})
-		victim := c.leader()
+		victim := c.waitLeader(15 * time.Second)
 		if victim == nil {
 			t.Fatalf("round %d: no leader\n%s", r, c.logTails())
 		}

@@ -336,6 +336,19 @@ func (c *cluster) leader() *node {
 	return nil
 }
 
+// waitLeader returns the leader the live nodes name, waiting for one at
+// most d (nil if none): a busy machine answers a status slower than
+// leader's 500 ms now and then.
+func (c *cluster) waitLeader(d time.Duration) *node {
+	deadline := time.Now().Add(d)
+	for {
+		if l := c.leader(); l != nil || !time.Now().Before(deadline) {
+			return l
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // waitHealthy waits (at most d) until every node answers its status and
 // all name the same leader, which says it is ready. It returns the leader.
 func (c *cluster) waitHealthy(d time.Duration) (*node, error) {

@@ -236,7 +236,7 @@ func TestRollbackRefused(t *testing.T) {
 	if out, err := c.rollback(bins[1], "--to", "2"); err == nil || !strings.Contains(err.Error(), "only version 1") {
 		t.Fatalf("rollback --to 2: %q, %v; want refused", out, err)
 	}
-	l := c.leader()
+	l := c.waitLeader(15 * time.Second)
 	if l == nil {
 		t.Fatalf("no leader\n%s", c.logTails())
 	}

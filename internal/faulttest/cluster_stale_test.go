@@ -90,7 +90,7 @@ func TestStaleMemberFenced(t *testing.T) {
 	})
 
 	// A follower goes back to the previous release.
-	l := c.leader()
+	l := c.waitLeader(15 * time.Second)
 	if l == nil {
 		fail("no leader")
 	}
@@ -189,7 +189,7 @@ func TestStaleMemberFenced(t *testing.T) {
 	time.Sleep(3 * time.Second) // fixed: load with the stale node in the cluster, the test's input
 
 	// An election with the stale node in the cluster: it must not win.
-	l = c.leader()
+	l = c.waitLeader(15 * time.Second)
 	if l == nil || l == stale {
 		fail("leader %v with %s stale", l, stale.id)
 	}
