@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -514,17 +515,24 @@ func (h *harness) report(rounds, noHolder int) {
 		}
 	}
 	grants, lost := len(hist.sections), 0
+	var early []string // the sections ended early, and their workers
+	var earlyWids []string
 	for _, s := range hist.sections {
 		if s.how != "ok" {
 			lost++
+			early = append(early, s.wid+" "+hist.span(s))
+			if !slices.Contains(earlyWids, s.wid) {
+				earlyWids = append(earlyWids, s.wid)
+			}
 		}
 	}
 	// Sections ended early (the holder lost its lock, or gave it up at its
 	// deadline): a fault cuts at most the sections under way, one per
 	// worker.
 	if maxLost := rounds * h.k.slots; lost > maxLost {
-		vs = append(vs, violation{kind: "early", from: hist.origin, to: 1<<63 - 1,
-			msg: fmt.Sprintf("%d sections ended early, above the bound %d (a worker's per fault round)", lost, maxLost)})
+		vs = append(vs, violation{kind: "early", from: hist.origin, to: 1<<63 - 1, wids: earlyWids,
+			msg: fmt.Sprintf("%d sections ended early, above the bound %d (a worker's per fault round): %s",
+				lost, maxLost, strings.Join(early, "; "))})
 	}
 	count := map[string]int{}
 	for _, v := range vs {
