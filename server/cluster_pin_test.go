@@ -174,6 +174,23 @@ func TestClusterRollbackRestartOnOlderSnapshot(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(tc.dirs[xi], versionFile)); err != nil || string(b) != string(pinFile) {
 		t.Fatalf("version file after the lowering applied again: %q, %v; want %q", b, err, pinFile)
 	}
+
+	// A node that joins learns the pin with the lowering's index (it asks
+	// with "index"); one of an earlier build, which asks without, is told
+	// the two words it reads. (Here another member learns it again.)
+	o := tc.nodes[(xi+1)%3]
+	st, res, err := o.cl.fwd.call(ctx, tc.addrs[xi], fwdVersion, nil, nil)
+	if err != nil || st != fwdOK || string(res) != "1 rollback" {
+		t.Fatalf("the version asked without \"index\": %d %q %v", st, res, err)
+	}
+	want, _ := parseVersionState(string(pinFile))
+	o.cl.pinAt.Store(0)
+	if !o.learnVersion(tc.addrs[xi]) || o.cl.pinAt.Load() != want.at || !o.cl.pinned.Load() {
+		t.Fatalf("learnt: lowering at %d, pinned %v; want %d", o.cl.pinAt.Load(), o.cl.pinned.Load(), want.at)
+	}
+	if b, err := os.ReadFile(filepath.Join(tc.dirs[(xi+1)%3], versionFile)); err != nil || string(b) != string(pinFile) {
+		t.Fatalf("the learner's version file: %q, %v; want %q", b, err, pinFile)
+	}
 }
 
 // The version file's forms: a version; pinned by a rollback, with the
