@@ -171,6 +171,19 @@ type clusterState struct {
 	// previous release (cluster_rollback.go).
 	pinned   atomic.Bool
 	rollback rollbackState
+	// pinAt is the raft index of the lowering that pinned the version (0:
+	// not known: a pin kept by an earlier build, or restored from a
+	// snapshot while running), kept with the pin in versionFile; at is the
+	// index of the entry being applied, or of the snapshot being restored
+	// (0: not known; smHook.At). While pinned, what comes from below pinAt
+	// (a replay of the log, or a snapshot, older than the lowering: a
+	// restart) changes the replicated version (version) but not the one
+	// this node writes, says and keeps (versionNow, the pin, versionFile):
+	// held records that they differ (see setVersionLocked; on the apply
+	// goroutine only).
+	pinAt atomic.Uint64
+	at    atomic.Uint64
+	held  bool
 	// halted says why this node stopped applying the log ("": it did not;
 	// see halt).
 	halted textValue
@@ -205,12 +218,13 @@ func (s *Server) openCluster() error {
 		conns:  make(map[string]*conn), version: logFormat1, cancels: make(chan cancelJob, maxCancelQueue)}
 	cl.versionNow.Store(logFormat1)
 	if cc.Dir != "" {
-		v, pinned, err := readVersionState(cc.Dir)
+		vs, err := readVersionState(cc.Dir)
 		if err != nil {
 			return fmt.Errorf("server: %w", err)
 		}
-		cl.versionFloor.Store(int64(v))
-		cl.pinned.Store(pinned)
+		cl.versionFloor.Store(int64(vs.version))
+		cl.pinned.Store(vs.pinned)
+		cl.pinAt.Store(vs.at)
 	}
 	roots, err := clusterRoots(cc.CAFile)
 	if err != nil {

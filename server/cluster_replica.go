@@ -56,6 +56,7 @@ func (h smHook) Apply(now int64, cmds [][]byte) [][]byte {
 	}
 	return h.cl.dedup.Apply(now, cmds)
 }
+func (h smHook) At(index uint64)           { h.cl.at.Store(index) }
 func (h smHook) Snapshot() ([]byte, error) { return h.cl.dedup.Snapshot() }
 func (h smHook) Restore(b []byte) error    { return h.cl.dedup.Restore(b) }
 
@@ -72,6 +73,9 @@ func (r *replica) Apply(now int64, cmds [][]byte) [][]byte {
 	out := make([][]byte, len(cmds))
 	if s.cl.halted.Load() != "" {
 		return out // stopped: see halt
+	}
+	if s.cl.held && s.cl.at.Load() > s.cl.pinAt.Load() {
+		s.releaseVersion() // past the lowering: the version it kept was older
 	}
 	ms, ok := s.decodeEntry(cmds)
 	if !ok {
@@ -234,6 +238,14 @@ func lateGrants(v int) bool { return v < logFormat3 }
 // force, or the snapshot of a cluster that applied one): the version is
 // then pinned (the leader no longer raises it on its own) and the raft
 // handshake lowered with it; a raise lifts the pin.
+//
+// A pinned node that applies an entry, or restores a snapshot, from below
+// the lowering's index (pinAt: restarted on a snapshot older than the
+// lowering, it replays the log up to it again) puts v in force in the
+// replicated state only (the rule of late grants, its snapshots): it
+// keeps writing, saying and keeping the version it was pinned at, so it
+// never writes a format that a member already running the previous
+// release skips. The lowering, applied again at its index, finds it so.
 func (s *Server) setVersionLocked(v int) {
 	cl := s.cl
 	if v == cl.version {
@@ -241,26 +253,58 @@ func (s *Server) setVersionLocked(v int) {
 	}
 	lower := v < cl.version
 	cl.version = v
+	if pin := cl.pinAt.Load(); cl.pinned.Load() && pin > 0 && cl.at.Load() < pin {
+		if !cl.held {
+			s.log.Info("cluster: applying what came before the rollback's lowering: this node keeps the pinned version until it applies the lowering again",
+				"version", v, "pinned", cl.versionNow.Load(), "index", cl.at.Load(), "lowering", pin)
+		}
+		cl.held = true
+		return
+	}
+	s.putVersion(v, lower)
+}
+
+// releaseVersion ends a hold (see setVersionLocked): an entry past the
+// lowering's index is applied, so the replicated version is that of state
+// newer than the lowering (a snapshot of unknown index was restored).
+func (s *Server) releaseVersion() {
+	cl := s.cl
+	cl.held = false
+	if now := int(cl.versionNow.Load()); cl.version != now {
+		s.putVersion(cl.version, cl.version < now)
+	}
+}
+
+// putVersion makes v the version this node writes, says and keeps; lower:
+// by a rollback (pinned, at the index being applied).
+func (s *Server) putVersion(v int, lower bool) {
+	cl := s.cl
+	cl.held = false
 	if lower {
 		// Not ready for the previous release (rollbackReady) until a
 		// snapshot covers this command: marked before the version shows.
 		cl.rollback.lowered()
 	}
+	at := uint64(0)
+	if lower {
+		at = cl.at.Load()
+	}
 	if cl.cfg.Dir != "" && (lower || int64(v) > cl.versionFloor.Load() || cl.pinned.Load()) {
 		// Kept for the raft handshake of this node's next start, before
 		// it has applied the log again (see raftVersion); written before
 		// the version is in force here.
-		if err := writeVersionFile(cl.cfg.Dir, v, lower); err != nil {
+		if err := writeVersionFile(cl.cfg.Dir, versionState{version: v, pinned: lower, at: at}); err != nil {
 			s.log.Warn("cluster: cannot keep the cluster version for the next start", "err", err)
 		} else {
 			cl.versionFloor.Store(int64(v))
 		}
 	}
+	cl.pinAt.Store(at)
 	cl.pinned.Store(lower)
 	cl.versionNow.Store(int64(v))
 	if lower {
 		s.log.Warn("cluster: cluster version lowered by a rollback: pinned until mlock cluster rollback --cancel",
-			"version", v, "this-build-reads", logFormat)
+			"version", v, "this-build-reads", logFormat, "index", at)
 		return
 	}
 	s.log.Info("cluster: cluster version in force", "version", v, "this-build-reads", logFormat)

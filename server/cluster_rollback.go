@@ -132,11 +132,12 @@ func (cl *clusterState) noteApplied(ms []logCmd) {
 
 // rollbackReady reports whether the previous release may be started on
 // this node's raft directory: the version is pinned at 1, the handshake
-// says it, and a snapshot covers every command of a higher format this
-// node applied.
+// says it, this node has applied the lowering (again, if it restarted on
+// an older snapshot), and a snapshot covers every command of a higher
+// format this node applied.
 func (cl *clusterState) rollbackReady() bool {
 	return cl.pinned.Load() && cl.versionNow.Load() == logFormat1 && cl.raftVersion() == logFormat1 &&
-		cl.halted.Load() == "" && cl.rollback.clean()
+		cl.halted.Load() == "" && cl.at.Load() >= cl.pinAt.Load() && cl.rollback.clean()
 }
 
 // rollbackLoop takes the snapshots that rollbackState asks for, until the

@@ -147,13 +147,18 @@ func TestClusterRollback(t *testing.T) {
 		return true
 	})
 	watching.Store(true)
+	pinFile := ""
 	for i, s := range tc.nodes {
 		if v := s.cl.raftVersion(); v != logFormat1 {
 			t.Fatalf("n%d's raft handshake after the rollback: version %d, want 1", i, v)
 		}
-		if b, err := os.ReadFile(filepath.Join(tc.dirs[i], versionFile)); err != nil || string(b) != "1 rollback\n" {
-			t.Fatalf("n%d's version file: %q, %v", i, b, err)
+		// "1 rollback <index of the lowering>": the same on every node.
+		b, err := os.ReadFile(filepath.Join(tc.dirs[i], versionFile))
+		if vs, ok := parseVersionState(string(b)); err != nil || !ok || vs.version != logFormat1 || !vs.pinned || vs.at == 0 ||
+			string(b) != vs.String()+"\n" || pinFile != "" && string(b) != pinFile {
+			t.Fatalf("n%d's version file: %q, %v (n0's %q)", i, b, err, pinFile)
 		}
+		pinFile = string(b)
 		if snap := latestSnapshot(t, tc.dirs[i]); !bytes.Contains(snap, []byte("MLSS\x02")) || bytes.Contains(snap, []byte("MLSS\x03")) ||
 			bytes.Contains(snap, []byte("MLSS\x04")) {
 			t.Fatalf("n%d's latest snapshot is not of format 2 (the previous release's)", i)

@@ -486,12 +486,15 @@ func (s *Server) peerStale(p cluster.Peer) string {
 
 // versionFile, in a node's raft directory, holds the highest cluster
 // version the node applied ("3\n"; written when it rises, fsynced), or
-// the version a rollback lowered it to, pinned ("1 rollback\n": see
-// cluster_rollback.go). A node restarted gets the version back from its
-// snapshot, and from its log only once a leader has told it what is
-// committed: until then the raft handshake (raftVersion) would take it for
-// a node of a build that cannot read the log, and a peer of that build for
-// one of its own.
+// the version a rollback lowered it to, pinned, with the raft index of the
+// lowering ("1 rollback 1234\n": see cluster_rollback.go; an earlier build
+// wrote "1 rollback\n", read as a pin of unknown index). A node restarted
+// gets the version back from its snapshot, and from its log only once a
+// leader has told it what is committed: until then the raft handshake
+// (raftVersion) would take it for a node of a build that cannot read the
+// log, and a peer of that build for one of its own. A pinned node that
+// restores a snapshot, or replays entries, from before the lowering's
+// index keeps the pin (setVersionLocked).
 const versionFile = "cluster-version"
 
 // pinWord follows the version in versionFile when a rollback lowered it.
@@ -506,47 +509,80 @@ func (cl *clusterState) raftVersion() int {
 	return int(max(cl.versionNow.Load(), cl.versionFloor.Load()))
 }
 
+// versionState is what versionFile holds: the version, whether a
+// rollback pinned it, and the raft index of the lowering that did (0: not
+// known).
+type versionState struct {
+	version int
+	pinned  bool
+	at      uint64
+}
+
+// String is the file's text (without its newline), which
+// parseVersionState reads.
+func (vs versionState) String() string {
+	text := strconv.Itoa(vs.version)
+	if vs.pinned {
+		text += " " + pinWord
+		if vs.at > 0 {
+			text += " " + strconv.FormatUint(vs.at, 10)
+		}
+	}
+	return text
+}
+
+// parseVersionState reads "<v>", "<v> rollback" or "<v> rollback <index>".
+func parseVersionState(text string) (versionState, bool) {
+	var vs versionState
+	f := strings.Fields(text)
+	if len(f) == 0 || len(f) > 3 || len(f) >= 2 && f[1] != pinWord {
+		return vs, false
+	}
+	v, err := strconv.Atoi(f[0])
+	if err != nil || v < 0 {
+		return vs, false
+	}
+	vs.version, vs.pinned = v, len(f) >= 2
+	if len(f) == 3 {
+		if vs.at, err = strconv.ParseUint(f[2], 10, 64); err != nil || vs.at == 0 {
+			return versionState{}, false
+		}
+	}
+	return vs, true
+}
+
 // readVersionFile returns the version in dir's versionFile (0: none).
 func readVersionFile(dir string) (int, error) {
-	v, _, err := readVersionState(dir)
-	return v, err
+	vs, err := readVersionState(dir)
+	return vs.version, err
 }
 
-// readVersionState returns the version in dir's versionFile (0: none) and
-// whether a rollback pinned it.
-func readVersionState(dir string) (int, bool, error) {
+// readVersionState returns what dir's versionFile holds (version 0:
+// there is none).
+func readVersionState(dir string) (versionState, error) {
 	b, err := os.ReadFile(filepath.Join(dir, versionFile))
 	if errors.Is(err, fs.ErrNotExist) {
-		return 0, false, nil
+		return versionState{}, nil
 	}
 	if err != nil {
-		return 0, false, fmt.Errorf("cluster version file: %w", err)
+		return versionState{}, fmt.Errorf("cluster version file: %w", err)
 	}
-	text, pin := strings.TrimSpace(string(b)), false
-	if vs, word, ok := strings.Cut(text, " "); ok && word == pinWord {
-		text, pin = vs, true
-	}
-	v, err := strconv.Atoi(text)
-	if err != nil || v < 0 {
-		return 0, false, fmt.Errorf("cluster version file %s: %q is not a version (write there the cluster version that mlock cluster status shows)",
+	vs, ok := parseVersionState(string(b))
+	if !ok {
+		return versionState{}, fmt.Errorf("cluster version file %s: %q is not a version (write there the cluster version that mlock cluster status shows)",
 			filepath.Join(dir, versionFile), strings.TrimSpace(string(b)))
 	}
-	return v, pin, nil
+	return vs, nil
 }
 
-// writeVersionFile replaces dir's versionFile with v (pinned: by a
-// rollback), durably.
-func writeVersionFile(dir string, v int, pinned bool) error {
+// writeVersionFile replaces dir's versionFile with vs, durably.
+func writeVersionFile(dir string, vs versionState) error {
 	tmp := filepath.Join(dir, versionFile+".tmp")
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return err
 	}
-	text := strconv.Itoa(v)
-	if pinned {
-		text += " " + pinWord
-	}
-	_, err = f.WriteString(text + "\n")
+	_, err = f.WriteString(vs.String() + "\n")
 	if err == nil {
 		err = f.Sync()
 	}

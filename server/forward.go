@@ -49,7 +49,7 @@ const (
 	fwdFormat      byte = 'F' // "<id> <format>": the highest log format the member reads (cluster_version.go)
 	fwdRead        byte = 'I' // "<id>": a read index for the member's pings (cluster_read.go); the answer is a uvarint
 	fwdRollback    byte = 'V' // a rollback request (rollbackReq.String, cluster_rollback.go)
-	fwdVersion     byte = 'Q' // (none): the cluster version the node's raft handshake says, "<v>" or "<v> rollback" (pinned)
+	fwdVersion     byte = 'Q' // (none, or "index"): the cluster version the node's raft handshake says, "<v>" or "<v> rollback" (pinned), asked with "index" "<v> rollback <index of the lowering>" (if known)
 
 	fwdOK        byte = 0
 	fwdNotLeader byte = 1 // nothing was done: ask the leader (the result is its client address, if known)
@@ -276,11 +276,13 @@ func (s *Server) serveForwarded(kind byte, req []byte) (byte, []byte) {
 	case fwdRead:
 		return s.serveRead(string(req))
 	case fwdVersion:
-		v := strconv.Itoa(cl.raftVersion())
-		if cl.pinned.Load() {
-			v += " " + pinWord
+		// Without "index" (a joining node of an earlier build, which
+		// reads the pin's two words only), the lowering's index is left out.
+		vs := versionState{version: cl.raftVersion(), pinned: cl.pinned.Load()}
+		if string(req) == "index" {
+			vs.at = cl.pinAt.Load()
 		}
-		return fwdOK, []byte(v)
+		return fwdOK, []byte(vs.String())
 	case fwdRollback:
 		r, ok := parseRollback(bytes.Fields(req))
 		if !ok {
@@ -714,19 +716,16 @@ func (s *Server) learnVersion(addr string) bool {
 	cl := s.cl
 	ctx, cancel := context.WithTimeout(cl.ctx, 5*time.Second)
 	defer cancel()
-	st, res, err := cl.fwd.call(ctx, addr, fwdVersion, nil, nil)
+	st, res, err := cl.fwd.call(ctx, addr, fwdVersion, []byte("index"), nil)
 	if err != nil {
 		return false
 	}
 	if st != fwdOK {
 		return true
 	}
-	text, pinned := string(res), false
-	if vs, word, ok := strings.Cut(text, " "); ok && word == pinWord {
-		text, pinned = vs, true
-	}
-	v, err := strconv.Atoi(text)
-	if err != nil || v < logFormat1 || v > logFormat {
+	vs, ok := parseVersionState(string(res))
+	v, pinned := vs.version, vs.pinned
+	if !ok || v < logFormat1 || v > logFormat {
 		s.log.Warn("cluster: the member joined through says a cluster version this build does not know", "via", addr, "answer", string(res))
 		return true
 	}
@@ -734,13 +733,16 @@ func (s *Server) learnVersion(addr string) bool {
 		return true
 	}
 	if cl.cfg.Dir != "" {
-		if err := writeVersionFile(cl.cfg.Dir, v, pinned); err != nil {
+		if err := writeVersionFile(cl.cfg.Dir, vs); err != nil {
 			s.log.Warn("cluster: cannot keep the cluster version for the next start", "err", err)
 		}
 	}
+	// The lowering's index too: a snapshot older than it, which the
+	// leader may send, keeps the pin (setVersionLocked).
+	cl.pinAt.Store(vs.at)
 	cl.pinned.Store(pinned)
 	cl.versionFloor.Store(int64(v))
-	s.log.Info("cluster: joining a cluster at version "+text+": the raft handshake says it", "via", addr, "pinned", pinned)
+	s.log.Info("cluster: joining a cluster at version "+strconv.Itoa(v)+": the raft handshake says it", "via", addr, "pinned", pinned, "lowering", vs.at)
 	return true
 }
 

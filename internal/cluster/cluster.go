@@ -44,6 +44,14 @@ type StateMachine interface {
 	Restore(snapshot []byte) error
 }
 
+// IndexedStateMachine is a StateMachine that is told the raft index of what it is given: At(i)
+// comes just before the Apply of the entry at index i, and just before a Restore, with the index of
+// the snapshot restored (0: not known). It is called on the goroutine that calls Apply and Restore.
+type IndexedStateMachine interface {
+	StateMachine
+	At(index uint64)
+}
+
 // Peer is one member of the cluster configuration.
 type Peer struct {
 	ID   string // unique node id, stable across restarts
@@ -395,6 +403,7 @@ func Open(cfg Config) (_ *Node, err error) {
 	}
 
 	logs, stable = failStopLogs{logs, n}, failStopStable{stable, n}
+	snaps = indexedSnaps{snaps, n.fsm}
 
 	n.trans = cfg.Transport
 	if n.trans == nil {

@@ -153,6 +153,65 @@ type fsm struct {
 	imu      sync.Mutex
 	index    uint64
 	advanced chan struct{}
+
+	// opened counts the snapshots open for reading (indexedSnaps), and openedAt is the index of the
+	// last one opened: the index of the snapshot Restore reads, when it is the only one open (a
+	// leader may read one at the same time to send it; guarded by imu).
+	opened   int
+	openedAt uint64
+}
+
+// at tells the state machine, if it wants to know (IndexedStateMachine), the raft index of what it
+// is given next.
+func (f *fsm) at(index uint64) {
+	if ism, ok := f.sm.(IndexedStateMachine); ok {
+		ism.At(index)
+	}
+}
+
+// restoreIndex returns the index of the snapshot being restored (0: not known).
+func (f *fsm) restoreIndex() uint64 {
+	f.imu.Lock()
+	defer f.imu.Unlock()
+	if f.opened != 1 {
+		return 0
+	}
+	return f.openedAt
+}
+
+// indexedSnaps is the snapshot store raft uses: it records which snapshot is open for reading, so
+// that the state machine learns the index of the one it restores (fsm.restoreIndex).
+type indexedSnaps struct {
+	raft.SnapshotStore
+	f *fsm
+}
+
+func (s indexedSnaps) Open(id string) (*raft.SnapshotMeta, io.ReadCloser, error) {
+	meta, rc, err := s.SnapshotStore.Open(id)
+	if err != nil {
+		return meta, rc, err
+	}
+	s.f.imu.Lock()
+	s.f.opened++
+	s.f.openedAt = meta.Index
+	s.f.imu.Unlock()
+	return meta, &openSnap{ReadCloser: rc, f: s.f}, nil
+}
+
+// openSnap is a snapshot open for reading (indexedSnaps).
+type openSnap struct {
+	io.ReadCloser
+	f    *fsm
+	once sync.Once
+}
+
+func (o *openSnap) Close() error {
+	o.once.Do(func() {
+		o.f.imu.Lock()
+		o.f.opened--
+		o.f.imu.Unlock()
+	})
+	return o.ReadCloser.Close()
 }
 
 // setIndex records that the entries up to i are applied, and wakes the waiters.
@@ -185,6 +244,7 @@ func (f *fsm) Apply(l *raft.Log) any {
 	if l.Type != raft.LogCommand {
 		return nil
 	}
+	f.at(l.Index)
 	r := f.applyOne(l.Data)
 	f.setIndex(l.Index)
 	f.pokeIfEarlier()
@@ -196,6 +256,7 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []any {
 	out := make([]any, len(logs))
 	for i, l := range logs {
 		if l.Type == raft.LogCommand {
+			f.at(l.Index)
 			out[i] = f.applyOne(l.Data)
 		}
 	}
@@ -301,6 +362,7 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	if !ok {
 		return errCorrupt
 	}
+	f.at(f.restoreIndex())
 	if err := f.sm.Restore(p); err != nil {
 		return err
 	}

@@ -2,7 +2,11 @@ package cluster
 
 import (
 	"bytes"
+	"math"
+	"slices"
 	"testing"
+
+	"github.com/hashicorp/raft"
 )
 
 func TestEntryRoundTrip(t *testing.T) {
@@ -54,4 +58,62 @@ func FuzzDecodeEntry(f *testing.F) {
 			t.Fatalf("encoding not stable: %x vs %x", b, b2)
 		}
 	})
+}
+
+// indexSM is a state machine that records the indexes it is told (At).
+type indexSM struct {
+	*lockedSM
+	at []uint64
+}
+
+func (s *indexSM) At(index uint64) { s.at = append(s.at, index) }
+
+// The state machine is told the index of each command entry before its
+// Apply, and of the snapshot it restores (0 while another snapshot is open
+// for reading, as a leader sending one: not known).
+func TestFSMTellsIndex(t *testing.T) {
+	sm := &indexSM{lockedSM: newLockedSM(false)}
+	f := &fsm{sm: sm, applied: make(chan struct{}, 1)}
+	f.armed.Store(math.MinInt64)
+	cmd := appendEntry(nil, &entry{kind: entryBatch, now: 1, cmds: [][]byte{[]byte("x")}})
+	f.Apply(&raft.Log{Index: 7, Type: raft.LogCommand, Data: cmd})
+	f.ApplyBatch([]*raft.Log{{Index: 8, Type: raft.LogNoop}, {Index: 9, Type: raft.LogCommand, Data: cmd}})
+	snap, err := f.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := indexedSnaps{raft.NewInmemSnapshotStore(), f}
+	sink, err := store.Create(raft.SnapshotVersionMax, 42, 1, raft.Configuration{}, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := snap.Persist(sink); err != nil {
+		t.Fatal(err)
+	}
+	_, rc, err := store.Open(sink.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Restore(rc); err != nil {
+		t.Fatal(err)
+	}
+	rc.Close() // raft closes it too: once counts
+	_, other, err := store.Open(sink.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rc, err = store.Open(sink.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Restore(rc); err != nil {
+		t.Fatal(err)
+	}
+	other.Close()
+	if want := []uint64{7, 9, 42, 0}; !slices.Equal(sm.at, want) {
+		t.Fatalf("indexes told: %v, want %v", sm.at, want)
+	}
+	if f.opened != 0 {
+		t.Fatalf("%d snapshots still counted open", f.opened)
+	}
 }
