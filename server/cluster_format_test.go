@@ -373,22 +373,25 @@ func TestClusterVersionGate(t *testing.T) {
 	d.expect("connected 1.0 new * **")
 	id = d.lock("1", "g2 60000 0 0")
 	d.locked(id)
-	tc.waitApplied(0, l)
-	mu.Lock()
-	defer mu.Unlock()
-	typed := 0
-	for _, b := range bodies {
-		var m logCmd
-		if decodeLogCmd(b, &m) == nil && m.op == opRequests && m.format == logFormat {
-			typed++
+	// n0 applies the lock's entry in its time (the leader may have moved
+	// meanwhile on a busy machine): waited for, not assumed.
+	seen := 0
+	proctest.WaitFor(t, 30*time.Second, "a typed request written once every member reads them, applied on n0", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		typed := 0
+		for _, b := range bodies[seen:] {
+			var m logCmd
+			if decodeLogCmd(b, &m) == nil && m.op == opRequests && m.format == logFormat {
+				typed++
+			}
+			if b[0] == opFrames {
+				t.Errorf("client frames written at cluster version %d: %q", logFormat, b)
+			}
 		}
-		if b[0] == opFrames {
-			t.Errorf("client frames written at cluster version %d: %q", logFormat, b)
-		}
-	}
-	if typed == 0 {
-		t.Fatal("no typed requests were written once every member reads them")
-	}
+		seen = len(bodies)
+		return typed > 0
+	})
 }
 
 // A follower tells a leader its formats once, then every announceEvery; a
