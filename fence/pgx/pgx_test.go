@@ -5,14 +5,11 @@ package pgx_test
 import (
 	"context"
 	"errors"
-	"fmt"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"go.uber.org/goleak"
 
 	"github.com/mlock-dev/mlock/fence"
 	fencepgx "github.com/mlock-dev/mlock/fence/pgx"
@@ -24,20 +21,7 @@ import (
 var examples *pgtest.Examples
 
 func TestMain(m *testing.M) {
-	var err error
-	if examples, err = pgtest.NewExamples("the runnable examples of fence/pgx need it"); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	examples.Stop()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	pgtest.RunWithExamples(m, "the runnable examples of fence/pgx need it", &examples)
 }
 
 // TestConcurrentStaleAndFreshWriters: writers with tokens in random order,

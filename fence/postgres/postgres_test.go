@@ -6,14 +6,11 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // the database/sql driver of the tests
-	"go.uber.org/goleak"
 
 	"github.com/mlock-dev/mlock/fence"
 	"github.com/mlock-dev/mlock/fence/postgres"
@@ -25,20 +22,7 @@ import (
 var examples *pgtest.Examples
 
 func TestMain(m *testing.M) {
-	var err error
-	if examples, err = pgtest.NewExamples("the runnable examples of fence/postgres need it"); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	examples.Stop()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	pgtest.RunWithExamples(m, "the runnable examples of fence/postgres need it", &examples)
 }
 
 // open starts a PostgreSQL server and returns a database/sql handle on it

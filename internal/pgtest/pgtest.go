@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"go.uber.org/goleak"
 
 	"github.com/mlock-dev/mlock/internal/proctest"
 	"github.com/mlock-dev/mlock/internal/testenv"
@@ -110,6 +111,27 @@ func NewExamples(why string) (*Examples, error) {
 		return nil, testenv.SkipExamples("PostgreSQL (postgres and initdb) not found on PATH or in /usr/lib/postgresql/*/bin", why)
 	}
 	return &Examples{bin: dir}, nil
+}
+
+// RunWithExamples is a TestMain's body for a package with PostgreSQL
+// examples: it sets *ex (NewExamples(why); an error ends the process with
+// status 1), runs the tests and examples, stops the server, checks that no
+// goroutine leaked (goleak) when they passed, and exits with their status.
+func RunWithExamples(m *testing.M, why string, ex **Examples) {
+	var err error
+	if *ex, err = NewExamples(why); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	(*ex).Stop()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
 
 // URL starts the server on its first call and returns its URL. A server
