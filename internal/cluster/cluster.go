@@ -356,7 +356,7 @@ func Open(cfg Config) (_ *Node, err error) {
 	)
 	if cfg.Dir == "" {
 		mem := raft.NewInmemStore()
-		logs, stable, snaps = mem, mem, raft.NewInmemSnapshotStore()
+		logs, stable, snaps = mem, mem, newMemSnaps()
 	} else {
 		if err := checkOldLogStore(cfg.Dir); err != nil {
 			return nil, err

@@ -82,7 +82,7 @@ func TestFSMTellsIndex(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store := indexedSnaps{raft.NewInmemSnapshotStore(), f}
+	store := indexedSnaps{newMemSnaps(), f}
 	sink, err := store.Create(raft.SnapshotVersionMax, 42, 1, raft.Configuration{}, 1, nil)
 	if err != nil {
 		t.Fatal(err)
