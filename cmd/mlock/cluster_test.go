@@ -155,6 +155,21 @@ func TestClusterStatusWithoutLeader(t *testing.T) {
 	ids, client, stops := startCluster(t)
 	leader := clusterLeader(t, "mlock://"+strings.Join(client, ","), ids)
 	survivor := (leader + 1) % n
+	// The survivor has applied the log's first entries (a follower learns
+	// the commit index with the leader's next append: on a busy machine the
+	// leader could be stopped before it told).
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		stdout, _, _ := runMlock(t, "cluster", "status", "--json", "--uri", "mlock://"+client[survivor], "--timeout", "2s")
+		var views []nodeView
+		if json.Unmarshal([]byte(stdout), &views) == nil && len(views) > 0 && views[0].Status != nil &&
+			views[0].Status.ID == ids[survivor] && views[0].Status.AppliedIndex > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the survivor %s applied nothing in 30 s:\n%s", ids[survivor], stdout)
+		}
+		time.Sleep(100 * time.Millisecond) // polled: status has no event to wait on
+	}
 	stops[leader]()
 	stops[(leader+2)%n]()
 	// The survivor may still believe in the leader for a moment; its row
