@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/mlock-dev/mlock/internal/cluster"
-	"github.com/mlock-dev/mlock/internal/core"
 	"github.com/mlock-dev/mlock/internal/proctest"
 )
 
@@ -100,17 +99,7 @@ func TestLaggingFollowerNewLinkNotStale(t *testing.T) {
 	}
 	before := saidAt()
 	proctest.WaitFor(t, 2*announceEvery, fID+" says its formats again", func() bool { return saidAt() != before })
-	var links []*conn
-	srv.core().Batch(func(*core.Tx) {
-		for c := range srv.conns {
-			if c.link {
-				links = append(links, c)
-			}
-		}
-	})
-	for _, c := range links {
-		c.nc.Close()
-	}
+	closeLinks(srv)
 	fw := tc.nodes[f].cl.fwd
 	proctest.WaitFor(t, 10*time.Second, fID+"'s link to the leader closed", func() bool {
 		fw.mu.Lock()

@@ -8,7 +8,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -233,20 +232,10 @@ func TestClusterRollback(t *testing.T) {
 // directory.
 func latestSnapshot(t *testing.T, dir string) []byte {
 	t.Helper()
-	ents, err := os.ReadDir(filepath.Join(dir, "snapshots"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, e := range ents {
-		if e.IsDir() && !strings.HasSuffix(e.Name(), ".tmp") { // .tmp: being written
-			names = append(names, e.Name())
-		}
-	}
+	names := snapshotNames(t, dir)
 	if len(names) == 0 {
 		t.Fatalf("no snapshot in %s", dir)
 	}
-	sort.Strings(names) // term-index-time: the latest last
 	b, err := os.ReadFile(filepath.Join(dir, "snapshots", names[len(names)-1], "state.bin"))
 	if err != nil {
 		t.Fatal(err)

@@ -564,17 +564,7 @@ func TestClusterLinksPassClientLimits(t *testing.T) {
 	refused.expect("error too many connections!")
 	// The followers' links of before are closed: the next forwarded command
 	// needs a new one, accepted by the full leader.
-	var links []*conn
-	srv.core().Batch(func(*core.Tx) {
-		for c := range srv.conns {
-			if c.link {
-				links = append(links, c)
-			}
-		}
-	})
-	for _, c := range links {
-		c.nc.Close()
-	}
+	closeLinks(srv)
 	for deadline := time.Now().Add(30 * time.Second); ; {
 		if _, n, _ := counts(); n == 0 {
 			break
@@ -638,5 +628,21 @@ func TestAcceptFailureIsRetried(t *testing.T) {
 	c.expect("result 1 success pong")
 	if n := fl.fails.Load(); n >= 0 {
 		t.Fatalf("%d failing accepts left, want none", n+1)
+	}
+}
+
+// closeLinks closes srv's forwarding links (the followers' connections to
+// it): their next forwarded command needs a new one.
+func closeLinks(srv *Server) {
+	var links []*conn
+	srv.core().Batch(func(*core.Tx) {
+		for c := range srv.conns {
+			if c.link {
+				links = append(links, c)
+			}
+		}
+	})
+	for _, c := range links {
+		c.nc.Close()
 	}
 }
