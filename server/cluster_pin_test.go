@@ -19,7 +19,7 @@ import (
 )
 
 // snapshotNames returns the names of the snapshots in a node's raft
-// directory, the latest last.
+// directory (term-index-time), the latest last.
 func snapshotNames(t *testing.T, dir string) []string {
 	t.Helper()
 	ents, err := os.ReadDir(filepath.Join(dir, "snapshots"))
@@ -32,8 +32,24 @@ func snapshotNames(t *testing.T, dir string) []string {
 			names = append(names, e.Name())
 		}
 	}
-	sort.Strings(names) // term-index-time
+	sort.Slice(names, func(i, j int) bool { return snapshotLater(names[j], names[i]) })
 	return names
+}
+
+// snapshotLater reports whether the snapshot named a is later than the one
+// named b, by term, then index, then time: numbers, not strings ("2-130-…"
+// is later than "2-95-…").
+func snapshotLater(a, b string) bool {
+	var at, ai, am, bt, bi, bm uint64
+	fmt.Sscanf(strings.ReplaceAll(a, "-", " "), "%d %d %d", &at, &ai, &am)
+	fmt.Sscanf(strings.ReplaceAll(b, "-", " "), "%d %d %d", &bt, &bi, &bm)
+	if at != bt {
+		return at > bt
+	}
+	if ai != bi {
+		return ai > bi
+	}
+	return am > bm
 }
 
 // isLowering reports whether the log command c is a rollback's lowering
@@ -119,7 +135,7 @@ func TestClusterRollbackRestartOnOlderSnapshot(t *testing.T) {
 	// lowering and starts alone (no leader: it applies nothing).
 	tc.stop(xi)
 	for _, name := range snapshotNames(t, tc.dirs[xi]) {
-		if name > older[len(older)-1] {
+		if snapshotLater(name, older[len(older)-1]) {
 			if err := os.RemoveAll(filepath.Join(tc.dirs[xi], "snapshots", name)); err != nil {
 				t.Fatal(err)
 			}
