@@ -157,27 +157,25 @@ type sample struct {
 
 // run accumulates one target's rounds.
 type run struct {
-	t        Target
-	cfg      Config
-	ops      int64
-	elapsed  time.Duration
-	lat      []time.Duration
-	handoff  []time.Duration
-	wlat     []time.Duration // readheavy: waits of the writers
-	grants   []int64         // per worker
-	overtake int64
-	waitMu   sync.Mutex
-	waitFrom map[int]time.Time // hotkey: workers waiting, since when
-	timeout  int64
-	errs     int64
-	viol     int64
-	cpu      time.Duration
-	cpuOK    bool
-	ccpu     time.Duration // client CPU
-	ccpuOK   bool
-	first    error
-	holders  []atomic.Int32 // per key: worker+1 holding it, 0 free
-	release  atomic.Int64   // hotkey: when the last release was called (ns)
+	t       Target
+	cfg     Config
+	ops     int64
+	elapsed time.Duration
+	lat     []time.Duration
+	handoff []time.Duration
+	wlat    []time.Duration // readheavy: waits of the writers
+	waitMu  sync.Mutex      // serializes fair
+	fair    *fairness       // hotkey: the order of requests and grants
+	timeout int64
+	errs    int64
+	viol    int64
+	cpu     time.Duration
+	cpuOK   bool
+	ccpu    time.Duration // client CPU
+	ccpuOK  bool
+	first   error
+	holders []atomic.Int32 // per key: worker+1 holding it, 0 free
+	release atomic.Int64   // hotkey: when the last release was called (ns)
 }
 
 // Run runs cfg against each target, interleaved in rounds, and returns one
@@ -187,15 +185,6 @@ func Run(ctx context.Context, cfg Config, targets ...Target) ([]Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	keys := cfg.SKUs
-	switch cfg.Scenario {
-	case "uncontended":
-		keys = cfg.Workers
-	case "hotkey":
-		keys = 1
-	case "readheavy":
-		keys = cfg.HotKeys
-	}
 	for _, t := range targets {
 		if (cfg.Scenario == "readheavy") != (t.RW != nil) {
 			return nil, fmt.Errorf("bench: target %s does not fit the scenario %s (readheavy targets come from OpenRW)", t.Name, cfg.Scenario)
@@ -203,8 +192,7 @@ func Run(ctx context.Context, cfg Config, targets ...Target) ([]Result, error) {
 	}
 	runs := make([]*run, len(targets))
 	for i, t := range targets {
-		runs[i] = &run{t: t, cfg: cfg, grants: make([]int64, cfg.Workers), holders: make([]atomic.Int32, keys),
-			cpuOK: t.ServerCPU != nil, ccpuOK: true, waitFrom: map[int]time.Time{}}
+		runs[i] = newRun(t, cfg)
 	}
 	for ctx.Err() == nil {
 		active := false
@@ -226,6 +214,21 @@ func Run(ctx context.Context, cfg Config, targets ...Target) ([]Result, error) {
 		out[i] = r.result()
 	}
 	return out, ctx.Err()
+}
+
+// newRun returns the run of cfg (with its defaults) against t.
+func newRun(t Target, cfg Config) *run {
+	keys := cfg.SKUs
+	switch cfg.Scenario {
+	case "uncontended":
+		keys = cfg.Workers
+	case "hotkey":
+		keys = 1
+	case "readheavy":
+		keys = cfg.HotKeys
+	}
+	return &run{t: t, cfg: cfg, fair: newFairness(cfg.Workers), holders: make([]atomic.Int32, keys),
+		cpuOK: t.ServerCPU != nil, ccpuOK: true}
 }
 
 // round runs the workers for d.
@@ -362,7 +365,7 @@ func (r *run) cycle(ctx context.Context, w int, owner string, idx []int, keys []
 	hot := r.cfg.Scenario == "hotkey"
 	if hot {
 		r.waitMu.Lock()
-		r.waitFrom[w] = t0
+		r.fair.request(w, t0)
 		r.waitMu.Unlock()
 	}
 	_, err := r.t.Provider.Acquire(actx, keys, locking.AcquireOptions{OwnerID: owner, Expire: r.cfg.Timeout + time.Minute, AwaitQueue: true})
@@ -370,15 +373,7 @@ func (r *run) cycle(ctx context.Context, w int, owner string, idx []int, keys []
 	granted := time.Now()
 	if hot {
 		r.waitMu.Lock()
-		delete(r.waitFrom, w)
-		if err == nil {
-			for _, from := range r.waitFrom {
-				if from.Add(FIFOSlack).Before(t0) {
-					r.overtake++ // someone waiting clearly longer was passed over
-					break
-				}
-			}
-		}
+		r.fair.done(w, err == nil)
 		r.waitMu.Unlock()
 	}
 	if err != nil {
@@ -400,11 +395,10 @@ func (r *run) cycle(ctx context.Context, w int, owner string, idx []int, keys []
 			atomic.AddInt64(&r.viol, 1)
 		}
 	}
-	if r.cfg.Scenario == "hotkey" {
+	if hot {
 		if rel := r.release.Load(); rel != 0 {
 			s.handoff = append(s.handoff, max(0, time.Duration(granted.UnixNano()-rel)))
 		}
-		atomic.AddInt64(&r.grants[w], 1)
 	}
 	if r.cfg.Hold > 0 {
 		hold(r.cfg.Hold)
@@ -412,7 +406,7 @@ func (r *run) cycle(ctx context.Context, w int, owner string, idx []int, keys []
 	for _, i := range idx {
 		r.holders[i].CompareAndSwap(int32(w+1), 0)
 	}
-	if r.cfg.Scenario == "hotkey" {
+	if hot {
 		r.release.Store(time.Now().UnixNano())
 	}
 	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.Timeout)
@@ -439,10 +433,7 @@ func (r *run) result() Result {
 	res.WriteP50, res.WriteP99, res.WriteMax = Percentiles(r.wlat)
 	if r.cfg.Scenario == "hotkey" {
 		res.HandoffP50, res.HandoffP99, _ = Percentiles(r.handoff)
-		res.Jain = Jain(r.grants)
-		if r.ops > 0 {
-			res.FIFO = 1 - float64(r.overtake)/float64(r.ops)
-		}
+		res.Jain, res.FIFO = r.fair.jain(), r.fair.fifo()
 	}
 	if r.cpuOK {
 		res.ServerCPU = r.cpu
