@@ -57,7 +57,8 @@ func (careless) Release(context.Context, []string, locking.ReleaseOptions) (bool
 }
 
 func TestSafetyCheckerFindsAPlantedViolation(t *testing.T) {
-	cfg := Config{Scenario: "hotkey", Workers: 4, Duration: 200 * time.Millisecond, Hold: time.Millisecond}
+	// Ended by a count (a bound of seconds behind it), however slow the machine.
+	cfg := Config{Scenario: "hotkey", Workers: 4, Duration: 30 * time.Second, Count: 400, Hold: time.Millisecond}
 	res, err := Run(context.Background(), cfg, Target{Name: "careless", Provider: careless{}})
 	if err != nil {
 		t.Fatal(err)
@@ -289,7 +290,9 @@ func carelessRW(context.Context, string, bool) (func(context.Context) error, err
 }
 
 func TestReadHeavySafetyAndWriters(t *testing.T) {
-	cfg := Config{Scenario: "readheavy", Workers: 8, Duration: 300 * time.Millisecond, Hold: time.Millisecond}
+	// Ended by a count (a bound of seconds behind it): 400 operations, one
+	// in ten a write, have none with a chance of 0.9^400.
+	cfg := Config{Scenario: "readheavy", Workers: 8, Duration: 30 * time.Second, Count: 400, Hold: time.Millisecond}
 	res, err := Run(context.Background(), cfg, Target{Name: "careless", RW: carelessRW}, Target{Name: "memory", RW: memoryRW(false)})
 	if err != nil {
 		t.Fatal(err)
@@ -321,7 +324,9 @@ func TestOpenRW(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer closeT()
-	cfg := Config{Scenario: "readheavy", Workers: 4, Duration: 300 * time.Millisecond, Hold: 200 * time.Microsecond}
+	// Ended by a count (a bound of seconds behind it): 200 operations, one
+	// in ten a write, have none with a chance of 0.9^200.
+	cfg := Config{Scenario: "readheavy", Workers: 4, Duration: 30 * time.Second, Count: 200, Hold: 200 * time.Microsecond}
 	res, err := Run(ctx, cfg, tg)
 	if err != nil {
 		t.Fatal(err)
