@@ -182,13 +182,25 @@ func testOversell(t *testing.T, p locking.Provider, k func(string) string) {
 			}
 			return nil
 		}
+		// Without the lock, every buyer checks before any buys (a
+		// barrier, not a sleep: a busy machine cannot serialize them).
+		var checked sync.WaitGroup
+		checked.Add(10)
+		unlocked := func() {
+			ok := stock.Load() > 0
+			checked.Done()
+			checked.Wait()
+			if ok {
+				stock.Add(-1)
+			}
+		}
 		var wg sync.WaitGroup
 		for range 10 {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				if !locked {
-					buy(c)
+					unlocked()
 					return
 				}
 				if err := locking.Execute(c, p, []string{k("item_1")}, buy, locking.ExecuteOptions{}); err != nil {
@@ -295,10 +307,14 @@ func testTimeoutOrdering(t *testing.T, p locking.Provider, k func(string) string
 	var called2 atomic.Bool
 	var wg sync.WaitGroup
 	started := make(chan struct{})
+	failed := make(chan error, 1) // the first caller got no lock
 	second := make(chan struct{}) // the second caller gave up
 	wg.Add(3)
 	go func() {
 		defer wg.Done()
+		// Timeouts of seconds: only the second caller's is meant to
+		// run out (the first holds until it has); the others guard
+		// against a hang on a busy machine.
 		err := locking.Execute(c, p, []string{key}, func(context.Context) error {
 			close(started)
 			// The first job holds while the others queue: until the
@@ -307,12 +323,17 @@ func testTimeoutOrdering(t *testing.T, p locking.Provider, k func(string) string
 			waitQueued(t, key, 2)
 			results[0] = "fn_1"
 			return nil
-		}, locking.ExecuteOptions{Timeout: time.Second})
+		}, locking.ExecuteOptions{Timeout: 10 * time.Second})
 		if err != nil {
 			results[0] = err
+			failed <- err
 		}
 	}()
-	<-started
+	select {
+	case <-started:
+	case err := <-failed:
+		t.Fatalf("the first caller, alone on the key: %v", err)
+	}
 	go func() {
 		defer wg.Done()
 		defer close(second)
@@ -322,7 +343,7 @@ func testTimeoutOrdering(t *testing.T, p locking.Provider, k func(string) string
 	go func() {
 		defer wg.Done()
 		err := locking.Execute(c, p, []string{key}, func(context.Context) error { results[2] = "fn_3"; return nil },
-			locking.ExecuteOptions{Timeout: 3 * time.Second})
+			locking.ExecuteOptions{Timeout: 10 * time.Second})
 		if err != nil {
 			results[2] = err
 		}
