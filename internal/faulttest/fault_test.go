@@ -138,7 +138,7 @@ func TestFaults(t *testing.T) {
 	t.Parallel()
 	binaries(t)
 	t.Logf("redis-server: %q", bins.redis)
-	stalls = watchStalls(t)
+	sw := watchStalls(t)
 	t.Cleanup(func() {
 		summary.mu.Lock()
 		defer summary.mu.Unlock()
@@ -155,15 +155,11 @@ func TestFaults(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			t.Run(k.name, func(t *testing.T) { runKind(t, k) })
+			t.Run(k.name, func(t *testing.T) { runKind(t, k, sw) })
 		}()
 	}
 	wg.Wait()
 }
-
-// stalls is the test process's own stall record during TestFaults (set
-// before the kinds start).
-var stalls *stallWatch
 
 // stallTick is the stall watch's sleep; stallMin the least lateness of a
 // wake-up it records as a stall.
@@ -250,6 +246,8 @@ type harness struct {
 	addr string   // server's own address
 	srv  *proc
 	srvO *os.File // server output
+	// stalls is the test process's own stall record (TestFaults's).
+	stalls *stallWatch
 
 	mu      sync.Mutex
 	live    map[string]*proc // running workers by id; guarded by mu
@@ -260,8 +258,8 @@ type harness struct {
 	extra   sync.WaitGroup   // newcomers
 }
 
-func runKind(t *testing.T, k kind) {
-	h := &harness{t: t, k: k, dir: t.TempDir(), live: map[string]*proc{}, waiters: map[string]bool{}, queued: map[string]bool{}}
+func runKind(t *testing.T, k kind, sw *stallWatch) {
+	h := &harness{t: t, k: k, dir: t.TempDir(), stalls: sw, live: map[string]*proc{}, waiters: map[string]bool{}, queued: map[string]bool{}}
 	if k.backend == "redis" && bins.redis == "" {
 		t.Skip("redis-server not in PATH")
 	}
@@ -570,7 +568,7 @@ func (h *harness) stallNear(s *section) string {
 	if s.end == 1<<63-1 {
 		return ""
 	}
-	worst, n := stalls.worst(s.end-int64(min(h.k.ttl, h.k.grace)), s.end)
+	worst, n := h.stalls.worst(s.end-int64(h.span()), s.end)
 	if n == 0 {
 		return ""
 	}
@@ -593,7 +591,7 @@ func (h *harness) checkEarly(hist *history, rounds int) (lost, stalled int, v *v
 		}
 		lost++
 		limit := h.stallExcuse(hist.modes[s.wid])
-		if worst, _ := stalls.worst(s.end-int64(h.span()), s.end); s.end != 1<<63-1 && worst >= limit {
+		if worst, _ := h.stalls.worst(s.end-int64(h.span()), s.end); s.end != 1<<63-1 && worst >= limit {
 			stalled++
 			h.t.Logf("section %s %s ended in a stall of this process of %v (at least %v explains it): not held to the bound",
 				s.wid, hist.span(s), worst.Round(time.Millisecond), limit)
@@ -709,7 +707,7 @@ func (h *harness) report(rounds, noHolder int) {
 	summary.rows = append(summary.rows, fmt.Sprintf("%-24s %6d %7d %6d %8d %7d %6d  %s\n",
 		h.k.name, rounds, grants, lost, count["overlap"], count["token"], count["waiter"], result))
 	summary.mu.Unlock()
-	worst, nStalls := stalls.worst(hist.origin, now())
+	worst, nStalls := h.stalls.worst(hist.origin, now())
 	t.Logf("%d rounds, %d grants, %d sections ended early (%d of them in a stall of this process), %d short on arrival after a fault (bound %d), violations: %d overlap, %d token, %d waiter, %d arrival; this process stalled %d times (>= %v) during the run, at most %v",
 		rounds, grants, lost, stalled, short, bound, count["overlap"], count["token"], count["waiter"], count["arrival"], nStalls, stallMin, worst.Round(time.Millisecond))
 	if grants == 0 {
@@ -746,4 +744,57 @@ func (h *harness) report(rounds, noHolder int) {
 		}
 	}
 	t.Errorf("%d violations:\n%s", len(vs), b.String())
+}
+
+// TestEarlyBound checks the bound on sections ended early: one per worker
+// and round, except those that ended within a span of a stall of the test
+// process long enough to end them alone (stallExcuse: 2/3 of the span less
+// its margin, less mlock run's kill-after for its commands).
+func TestEarlyBound(t *testing.T) {
+	const s = int64(time.Second)
+	// Four sections lost (one per second, each 0.5 s long), one kept; the
+	// workers: w1-w3 the Go client, w4 mlock run.
+	log := `
+spawn w1 0 client
+spawn w2 0 client
+spawn w3 0 client
+spawn w4 0 run
+spawn w5 0 client
+start r 1 1000000000 w1
+end r 1 1500000000 w1 lost
+start r 2 3000000000 w2
+end r 2 3500000000 w2 lost
+start r 3 5000000000 w3
+end r 3 5500000000 w3 lost
+start r 4 7000000000 w4
+end r 4 7500000000 w4 term
+start r 5 9000000000 w5
+end r 5 9500000000 w5 ok
+`
+	for _, tc := range []struct {
+		name    string
+		stalls  []stall
+		stalled int
+		fail    bool
+	}{
+		{"no stall: 4 above the bound of 3", nil, 0, true},
+		{"a stall that ends a client's lock", []stall{{s * 5, s*5 + 700*int64(time.Millisecond)}}, 1, false},
+		{"a stall too short for a client", []stall{{s * 5, s*5 + 600*int64(time.Millisecond)}}, 0, true},
+		{"a stall that ends mlock run's lease", []stall{{s * 7, s*7 + 600*int64(time.Millisecond)}}, 1, false},
+		// After w3's end, and more than a span before w4's.
+		{"a stall away from the ends", []stall{{s*5 + 600*int64(time.Millisecond), s*6 + 300*int64(time.Millisecond)}}, 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			hist, err := parseHistory(strings.NewReader(log))
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := &harness{t: t, k: kind{backend: "mlockd", slots: 3, ttl: time.Second, grace: time.Second},
+				stalls: &stallWatch{list: tc.stalls}}
+			lost, stalled, v := h.checkEarly(hist, 1)
+			if lost != 4 || stalled != tc.stalled || (v != nil) != tc.fail {
+				t.Fatalf("lost %d, stalled %d, violation %v; want 4, %d, a violation: %v", lost, stalled, v, tc.stalled, tc.fail)
+			}
+		})
+	}
 }
