@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/mlock-dev/mlock"
+	"github.com/mlock-dev/mlock/internal/lease"
 	"github.com/mlock-dev/mlock/internal/proctest"
 )
 
@@ -64,14 +65,19 @@ func kinds() []kind {
 		redis(base("redis-restart", func(h *harness) { h.serverKill(300 * time.Millisecond) })),
 
 		// Issue 10, cases 1-3 and 6, scaled down.
-		// 1: blackholed path, ttl 2 s, longer than the lease (25 s there).
+		// 1: blackholed path, ttl 3 s, longer than the lease (25 s there).
 		slow(base("issue1-blackhole", func(h *harness) { h.blackhole(5 * time.Second) })),
 		// 1: SIGSTOP of mlockd longer than the lease.
 		slow(base("issue1-server-stop", func(h *harness) { h.serverStop(5 * time.Second) })),
-		// 2: connection down longer than the grace (grace 3 s, ttl 12 s there).
+		// 2: connection down longer than the grace (grace 3 s, ttl 12 s
+		// there; here grace 3 s, ttl 4 s, down 4.5 s). The holder's
+		// section is under way when the connection goes down (the fault
+		// comes at most ttl/2 after it started) and outlasts the grace
+		// (5.5 > 2 + 3 s): the fault ends it, and the server has ended the
+		// sessions 1.5 s before the clients can come back.
 		func() kind {
-			k := base("issue2-down-past-grace", func(h *harness) { h.down(2500 * time.Millisecond) })
-			k.ttl, k.hold, k.rounds = 4*time.Second, 3*time.Second, 1
+			k := base("issue2-down-past-grace", func(h *harness) { h.down(4500 * time.Millisecond) })
+			k.ttl, k.grace, k.hold, k.rounds = 4*time.Second, 3*time.Second, 5500*time.Millisecond, 1
 			return k
 		}(),
 		// 3: kill -9 and restart 1-3 s later, within the holder's lease
@@ -102,8 +108,20 @@ func redis(k kind) kind {
 	return k
 }
 
+// slow is issue 10's case 1: a fault of 5 s, longer than the lease (ttl
+// and grace 3 s), comes at most ttl/2 into a section of 5 s, which it
+// outlasts: the fault ends the section.
+//
+// The issue kinds keep a grace and ttl of seconds, as the issue's own (the
+// generic kinds keep 1 s): a holder keeps its lock through
+// silences up to two thirds of the shorter (see stallExcuse), so at 3 s
+// about 2 s, which the delays of a loaded machine (two go test -race ./...
+// at once on two cores: load 12-20, each process held back at times for
+// hundreds of milliseconds, along a chain of four processes: worker,
+// proxy, server, worker) stay well inside; at 1 s (0.65 s), under that
+// load, sections beyond the fault's were lost at their deadline.
 func slow(k kind) kind {
-	k.ttl, k.hold, k.rounds = 2*time.Second, 4*time.Second, 1
+	k.ttl, k.grace, k.hold, k.rounds = 3*time.Second, 3*time.Second, 5*time.Second, 1
 	return k
 }
 
@@ -120,6 +138,7 @@ func TestFaults(t *testing.T) {
 	t.Parallel()
 	binaries(t)
 	t.Logf("redis-server: %q", bins.redis)
+	sw := watchStalls(t)
 	t.Cleanup(func() {
 		summary.mu.Lock()
 		defer summary.mu.Unlock()
@@ -136,10 +155,75 @@ func TestFaults(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			t.Run(k.name, func(t *testing.T) { runKind(t, k) })
+			t.Run(k.name, func(t *testing.T) { runKind(t, k, sw) })
 		}()
 	}
 	wg.Wait()
+}
+
+// stallTick is the stall watch's sleep; stallMin the least lateness of a
+// wake-up it records as a stall.
+const (
+	stallTick = 10 * time.Millisecond
+	stallMin  = 100 * time.Millisecond
+)
+
+// stallWatch records when the test process was not run: a goroutine sleeps
+// stallTick at a time, and a wake-up later than that by stallMin or more is
+// a stall, from the sleep's start to the late wake-up. The proxies of the
+// kinds run in this process, so a stall here holds back every forwarded
+// byte; the workers and the servers are processes of their own on the
+// same CPUs, which a starved machine holds back alike.
+type stallWatch struct {
+	mu   sync.Mutex
+	list []stall // guarded by mu
+	stop chan struct{}
+	done chan struct{}
+}
+
+// stall is one, in Unix ns of the host clock (the history's).
+type stall struct{ from, to int64 }
+
+func watchStalls(t *testing.T) *stallWatch {
+	w := &stallWatch{stop: make(chan struct{}), done: make(chan struct{})}
+	go w.run()
+	t.Cleanup(func() { close(w.stop); <-w.done })
+	return w
+}
+
+func (w *stallWatch) run() {
+	defer close(w.done)
+	tm := time.NewTimer(stallTick)
+	defer tm.Stop()
+	last := time.Now()
+	for {
+		select {
+		case <-w.stop:
+			return
+		case <-tm.C:
+		}
+		now := time.Now()
+		if now.Sub(last)-stallTick >= stallMin {
+			w.mu.Lock()
+			w.list = append(w.list, stall{from: last.UnixNano(), to: now.UnixNano()})
+			w.mu.Unlock()
+		}
+		last = now
+		tm.Reset(stallTick)
+	}
+}
+
+// worst returns the longest stall that overlaps [from, to] (0 if none) and
+// how many do.
+func (w *stallWatch) worst(from, to int64) (longest time.Duration, n int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, s := range w.list {
+		if s.to >= from && s.from <= to {
+			longest, n = max(longest, time.Duration(s.to-s.from)), n+1
+		}
+	}
+	return longest, n
 }
 
 func envRounds(def int) int {
@@ -162,6 +246,8 @@ type harness struct {
 	addr string   // server's own address
 	srv  *proc
 	srvO *os.File // server output
+	// stalls is the test process's own stall record (TestFaults's).
+	stalls *stallWatch
 
 	mu      sync.Mutex
 	live    map[string]*proc // running workers by id; guarded by mu
@@ -172,8 +258,8 @@ type harness struct {
 	extra   sync.WaitGroup   // newcomers
 }
 
-func runKind(t *testing.T, k kind) {
-	h := &harness{t: t, k: k, dir: t.TempDir(), live: map[string]*proc{}, waiters: map[string]bool{}, queued: map[string]bool{}}
+func runKind(t *testing.T, k kind, sw *stallWatch) {
+	h := &harness{t: t, k: k, dir: t.TempDir(), stalls: sw, live: map[string]*proc{}, waiters: map[string]bool{}, queued: map[string]bool{}}
 	if k.backend == "redis" && bins.redis == "" {
 		t.Skip("redis-server not in PATH")
 	}
@@ -321,7 +407,7 @@ func (h *harness) spawn(mode string) *proc {
 		args = append([]string{"-mode", mode, "-uri", h.uri, "-ttl", k.ttl.String(), "-timeout", k.wait.String()}, common...)
 	case "run":
 		name = bins.mlock
-		killAfter := max(k.ttl/10, 50*time.Millisecond)
+		killAfter := h.killAfter()
 		args = append([]string{"run", "--uri", h.uri, "--ttl", k.ttl.String(), "--timeout", k.wait.String(),
 			"--kill-after", killAfter.String(), "r", "--", bins.worker, "-mode", "exec"}, common...)
 	}
@@ -475,6 +561,90 @@ func (h *harness) delay(d, span time.Duration) {
 		"proxy delay off", func() { h.px.setDelay(0) })
 }
 
+// stallNear describes the test process's stalls within a span (the
+// shorter of ttl and grace) before the end of section s: what may have
+// held back the answers whose absence ended it.
+func (h *harness) stallNear(s *section) string {
+	if s.end == 1<<63-1 {
+		return ""
+	}
+	worst, n := h.stalls.worst(s.end-int64(h.span()), s.end)
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (%d stalls of this process in the span before, the longest %v)", n, worst.Round(time.Millisecond))
+}
+
+// checkEarly counts the sections that ended early (the holder lost its
+// lock, or gave it up at its deadline) and bounds them: a fault cuts at most
+// the sections under way, one per worker and round. A section that ended
+// within a span (the shorter of ttl and grace) of a stall of this process
+// at least stallExcuse long is counted apart (stalled) and not held to the
+// bound: the stall alone explains it (see stallExcuse). It returns the
+// violation, if any.
+func (h *harness) checkEarly(hist *history, rounds int) (lost, stalled int, v *violation) {
+	var early []string // the sections ended early, and their workers
+	var earlyWids []string
+	for _, s := range hist.sections {
+		if s.how == "ok" {
+			continue
+		}
+		lost++
+		limit := h.stallExcuse(hist.modes[s.wid])
+		if worst, _ := h.stalls.worst(s.end-int64(h.span()), s.end); s.end != 1<<63-1 && worst >= limit {
+			stalled++
+			h.t.Logf("section %s %s ended in a stall of this process of %v (at least %v explains it): not held to the bound",
+				s.wid, hist.span(s), worst.Round(time.Millisecond), limit)
+			continue
+		}
+		early = append(early, s.wid+" "+hist.span(s)+h.stallNear(s))
+		if !slices.Contains(earlyWids, s.wid) {
+			earlyWids = append(earlyWids, s.wid)
+		}
+	}
+	if maxLost := rounds * h.k.slots; lost-stalled > maxLost {
+		return lost, stalled, &violation{kind: "early", from: hist.origin, to: 1<<63 - 1, wids: earlyWids,
+			msg: fmt.Sprintf("%d sections ended early (and %d in a stall), above the bound %d (a worker's per fault round): %s",
+				lost-stalled, stalled, maxLost, strings.Join(early, "; "))}
+	}
+	return lost, stalled, nil
+}
+
+// span is the time within which a holder must hear from the server: the
+// shorter of the ttl and (mlockd) the session grace.
+func (h *harness) span() time.Duration {
+	if h.k.backend == "redis" {
+		return h.k.ttl
+	}
+	return min(h.k.ttl, h.k.grace)
+}
+
+// killAfter is mlock run's --kill-after for the kind: how long before the
+// end of its lease it stops its command.
+func (h *harness) killAfter() time.Duration { return max(h.k.ttl/10, 50*time.Millisecond) }
+
+// stallExcuse is the shortest stall of this process that alone ends a
+// section of a worker in mode early. The holder believes its lock until the
+// send time of the last request answered (a renewal or a ping) plus the
+// span less its margin (lease.Margin), and sends the next one at most a
+// third of the span after that send; mlock run stops its command
+// killAfter earlier still. Every byte between the workers and the server
+// goes through the proxy, in this process: a stall of it at least 2/3 of
+// the span less the margin (and killAfter, for mlock run) holds back every
+// answer past the holder's deadline with no other delay. Shorter stalls
+// are no excuse: such losses count against the bound. With the spans of
+// the kinds (1-3 s), that is 0.55-1.97 s: a quiet machine stalls no
+// process that long; a loaded one (load 30-60 on two cores: busy loops
+// beside this package's tests) stalled this process for up to 2.4 s.
+func (h *harness) stallExcuse(mode string) time.Duration {
+	span := h.span()
+	d := span*2/3 - lease.Margin(span)
+	if mode == "run" {
+		d -= h.killAfter()
+	}
+	return d
+}
+
 // report checks the history, logs the kind's counts and fails the test on a
 // violation.
 func (h *harness) report(rounds, noHolder int) {
@@ -514,25 +684,10 @@ func (h *harness) report(rounds, noHolder int) {
 			}
 		}
 	}
-	grants, lost := len(hist.sections), 0
-	var early []string // the sections ended early, and their workers
-	var earlyWids []string
-	for _, s := range hist.sections {
-		if s.how != "ok" {
-			lost++
-			early = append(early, s.wid+" "+hist.span(s))
-			if !slices.Contains(earlyWids, s.wid) {
-				earlyWids = append(earlyWids, s.wid)
-			}
-		}
-	}
-	// Sections ended early (the holder lost its lock, or gave it up at its
-	// deadline): a fault cuts at most the sections under way, one per
-	// worker.
-	if maxLost := rounds * h.k.slots; lost > maxLost {
-		vs = append(vs, violation{kind: "early", from: hist.origin, to: 1<<63 - 1, wids: earlyWids,
-			msg: fmt.Sprintf("%d sections ended early, above the bound %d (a worker's per fault round): %s",
-				lost, maxLost, strings.Join(early, "; "))})
+	grants := len(hist.sections)
+	lost, stalled, early := h.checkEarly(hist, rounds)
+	if early != nil {
+		vs = append(vs, *early)
 	}
 	count := map[string]int{}
 	for _, v := range vs {
@@ -545,12 +700,16 @@ func (h *harness) report(rounds, noHolder int) {
 	if noHolder > 0 {
 		result += fmt.Sprintf("; %d rounds without a holder", noHolder)
 	}
+	if stalled > 0 {
+		result += fmt.Sprintf("; %d of the lost in a stall", stalled)
+	}
 	summary.mu.Lock()
 	summary.rows = append(summary.rows, fmt.Sprintf("%-24s %6d %7d %6d %8d %7d %6d  %s\n",
 		h.k.name, rounds, grants, lost, count["overlap"], count["token"], count["waiter"], result))
 	summary.mu.Unlock()
-	t.Logf("%d rounds, %d grants, %d sections ended early, %d short on arrival after a fault (bound %d), violations: %d overlap, %d token, %d waiter, %d arrival",
-		rounds, grants, lost, short, bound, count["overlap"], count["token"], count["waiter"], count["arrival"])
+	worst, nStalls := h.stalls.worst(hist.origin, now())
+	t.Logf("%d rounds, %d grants, %d sections ended early (%d of them in a stall of this process), %d short on arrival after a fault (bound %d), violations: %d overlap, %d token, %d waiter, %d arrival; this process stalled %d times (>= %v) during the run, at most %v",
+		rounds, grants, lost, stalled, short, bound, count["overlap"], count["token"], count["waiter"], count["arrival"], nStalls, stallMin, worst.Round(time.Millisecond))
 	if grants == 0 {
 		// The directory goes with the test: say here what the server and
 		// the workers said.
@@ -585,4 +744,57 @@ func (h *harness) report(rounds, noHolder int) {
 		}
 	}
 	t.Errorf("%d violations:\n%s", len(vs), b.String())
+}
+
+// TestEarlyBound checks the bound on sections ended early: one per worker
+// and round, except those that ended within a span of a stall of the test
+// process long enough to end them alone (stallExcuse: 2/3 of the span less
+// its margin, less mlock run's kill-after for its commands).
+func TestEarlyBound(t *testing.T) {
+	const s = int64(time.Second)
+	// Four sections lost (one per second, each 0.5 s long), one kept; the
+	// workers: w1-w3 the Go client, w4 mlock run.
+	log := `
+spawn w1 0 client
+spawn w2 0 client
+spawn w3 0 client
+spawn w4 0 run
+spawn w5 0 client
+start r 1 1000000000 w1
+end r 1 1500000000 w1 lost
+start r 2 3000000000 w2
+end r 2 3500000000 w2 lost
+start r 3 5000000000 w3
+end r 3 5500000000 w3 lost
+start r 4 7000000000 w4
+end r 4 7500000000 w4 term
+start r 5 9000000000 w5
+end r 5 9500000000 w5 ok
+`
+	for _, tc := range []struct {
+		name    string
+		stalls  []stall
+		stalled int
+		fail    bool
+	}{
+		{"no stall: 4 above the bound of 3", nil, 0, true},
+		{"a stall that ends a client's lock", []stall{{s * 5, s*5 + 700*int64(time.Millisecond)}}, 1, false},
+		{"a stall too short for a client", []stall{{s * 5, s*5 + 600*int64(time.Millisecond)}}, 0, true},
+		{"a stall that ends mlock run's lease", []stall{{s * 7, s*7 + 600*int64(time.Millisecond)}}, 1, false},
+		// After w3's end, and more than a span before w4's.
+		{"a stall away from the ends", []stall{{s*5 + 600*int64(time.Millisecond), s*6 + 300*int64(time.Millisecond)}}, 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			hist, err := parseHistory(strings.NewReader(log))
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := &harness{t: t, k: kind{backend: "mlockd", slots: 3, ttl: time.Second, grace: time.Second},
+				stalls: &stallWatch{list: tc.stalls}}
+			lost, stalled, v := h.checkEarly(hist, 1)
+			if lost != 4 || stalled != tc.stalled || (v != nil) != tc.fail {
+				t.Fatalf("lost %d, stalled %d, violation %v; want 4, %d, a violation: %v", lost, stalled, v, tc.stalled, tc.fail)
+			}
+		})
+	}
 }
