@@ -318,6 +318,11 @@ func (n *node) status(timeout time.Duration) (*mlock.Status, error) {
 	return n.obs.Status(ctx)
 }
 
+// statusWait bounds a status asked of a node to find the leader or check
+// health: seconds, as a node on a starved machine (load 40 on 2 cores)
+// answered none within 500 ms for 15 s and a test found "no leader".
+const statusWait = 2 * time.Second
+
 // leader returns the leader the live nodes name, or nil if none answers
 // with one.
 func (c *cluster) leader() *node {
@@ -325,7 +330,7 @@ func (c *cluster) leader() *node {
 		if !n.up() {
 			continue
 		}
-		st, err := n.status(500 * time.Millisecond)
+		st, err := n.status(statusWait)
 		if err != nil || st.Cluster == nil || st.Cluster.Leader == "" {
 			continue
 		}
@@ -359,7 +364,7 @@ func (c *cluster) waitHealthy(d time.Duration) (*node, error) {
 		ok := true
 		var ready bool
 		for _, n := range c.nodes {
-			st, err := n.status(500 * time.Millisecond)
+			st, err := n.status(statusWait)
 			if err != nil || st.Cluster == nil {
 				ok, last = false, fmt.Sprintf("%s: %v", n.id, err)
 				break
