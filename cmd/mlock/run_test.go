@@ -637,3 +637,41 @@ func runQueue(t *testing.T, n int, ttl string) {
 		}
 	}
 }
+
+// A lock found expired only after its command exited 0 within the lease
+// (the unlock, sent as the command ended, answered after the lease ran
+// out: a failover of seconds) is not a lost lock: the command ran whole
+// under it, and the run exits 0, not exitLost. Seen in the rolling-upgrade
+// test: a run exited 75 ("lock lost: expired") after its command ran
+// whole. A loss while the command ran, a lock no longer believed held when
+// it ended, a release, an eviction and a shutdown still count as losses.
+func TestRunExpiredAfterTheCommand(t *testing.T) {
+	t.Parallel()
+	expired := &mlock.Error{Type: mlock.TypeLost, Msg: "lock expired", Err: mlock.ErrExpired}
+	ranOut := &mlock.Error{Type: mlock.TypeLost, Msg: "lease ran out without word from the server", Err: mlock.ErrExpired}
+	old := &mlock.Error{Type: mlock.TypeLost, Msg: "lock expired or released", Err: mlock.ErrExpired}
+	released := &mlock.Error{Type: mlock.TypeLost, Msg: "lock released", Err: mlock.ErrReleased}
+	shutdown := &mlock.Error{Type: mlock.TypeLost, Msg: "server shutting down", Err: mlock.ErrSessionLost}
+	stopped := &lostError{cause: expired}
+	for _, tc := range []struct {
+		name      string
+		err, job  error
+		heldAtEnd bool
+		want      bool
+	}{
+		{"the unlock found it expired", expired, nil, true, true},
+		{"the watchdog's end after the exit", ranOut, nil, true, true},
+		{"no loss", nil, nil, true, false},
+		{"not believed held at the end", expired, nil, false, false},
+		{"the command was stopped", expired, stopped, true, false},
+		{"the command failed", expired, exitCode(3), true, false},
+		{"released", released, nil, true, false},
+		{"expired or released (1.0 server)", old, nil, true, false},
+		{"the server shut down", shutdown, nil, true, false},
+		{"not a loss", &mlock.Error{Type: mlock.TypeConnection, Err: mlock.ErrExpired}, nil, true, false},
+	} {
+		if got := expiredAfterTheCommand(tc.err, tc.job, tc.heldAtEnd); got != tc.want {
+			t.Errorf("%s: expiredAfterTheCommand = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
