@@ -60,7 +60,9 @@ type build struct {
 // must reach 2. The whole history is checked as TestClusterFaults checks
 // its own (safety, linearizability with porcupine); a failed request is
 // allowed only when its own timeout elapsed, and every `mlock run` must
-// exit 0, its commands never overlapping, their fencing tokens increasing.
+// exit 0 (a lost lock only near a fault, once per holder and round: see
+// holderLease), its commands never overlapping, their fencing tokens
+// increasing.
 //
 // The previous release is the tag v0.1.0, or its commit 1fa2ca2 in a clone
 // without tags; without either (a shallow clone) the test is skipped, or
@@ -114,7 +116,7 @@ func TestRollingUpgrade(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			runHolder(ctx, hard, runs, bin, uri, hd, holderScript, k)
+			runHolderLease(ctx, hard, runs, bin, uri, hd, holderScriptStopped, k, holderLease...)
 		}()
 	}
 	stopLoad := loadStopper(t, stop, &wg, clients, "the load did not stop within %v: the mlock run still running are killed", hardStop)
@@ -202,7 +204,7 @@ func TestRollingUpgrade(t *testing.T) {
 	ops, grants, events := h.snapshot()
 	report(t, c, round, elapsed, ops, grants, events)
 	failedRequests(t, ops)
-	runs.check(t, hd)
+	runs.check(t, hd, h, events)
 }
 
 // checkLogs fails t if a node's log holds any of unread (the words of a
@@ -434,31 +436,58 @@ type holderRuns struct {
 type holderRun struct {
 	holder int
 	exit   int
+	start  time.Time
 	took   time.Duration
 	out    string
 }
 
-// holderScript is the command of the `mlock run` holders: it fails (exit
-// 3) if another holder's command is inside, and appends its fencing token
-// to $D/tokens. holderScriptStopped is the same, but leaves when it is
-// stopped (SIGTERM: mlock run found its lock lost), as a job should: the
-// next holder's command must not find it inside.
+// The rolling tests' holders: holderLease is their lease, holderLossNear
+// how long after a round's cluster is healthy again a holder's loss still
+// counts as the round's fault, holderExitLost mlock run's exit status of a
+// lost lock.
+//
+// A lease of 6 s outlasts a failover (the in-flight requests of a stopped
+// leader were answered up to 3.5 s later on a busy machine): with 2 s, an
+// unlock sent as the command ended was answered after the lease ran out
+// (exit 75: mlock run took that for a loss; the previous release's still
+// does). --kill-after 200ms (sh and sleep die at SIGTERM) keeps the lead
+// at 300 ms, so the session grace (3 s) leaves 2.665 s after each answer
+// before the lock is given up. A run can still lose its lock while a node
+// is stopped and the cluster elects a leader (no answer for longer than
+// that): allowed near a fault, once per holder and round; never away from
+// one.
+var holderLease = []string{"--ttl", "6s", "--kill-after", "200ms"}
+
 const (
-	holderScript        = `mkdir "$D/held" || exit 3; echo "$MLOCK_TOKEN" >> "$D/tokens"; sleep 0.2; rmdir "$D/held"`
-	holderScriptStopped = `mkdir "$D/held" || exit 3; trap 'rmdir "$D/held"; exit 143' TERM; echo "$MLOCK_TOKEN" >> "$D/tokens"; ` +
-		`sleep 0.2 & wait $!; rmdir "$D/held"`
+	holderLossNear = 2 * grace
+	holderExitLost = 75
 )
+
+// holderScriptStopped is the command of the `mlock run` holders: it fails
+// (exit 3) if another holder's command is inside, appends its fencing
+// token to $D/tokens, and leaves when it is stopped (SIGTERM: mlock run
+// found its lock lost), as a job should: the next holder's command must
+// not find it inside.
+const holderScriptStopped = `mkdir "$D/held" || exit 3; trap 'rmdir "$D/held"; exit 143' TERM; echo "$MLOCK_TOKEN" >> "$D/tokens"; ` +
+	`sleep 0.2 & wait $!; rmdir "$D/held"`
 
 // runHolder runs `mlock run` of script on upg:cron in a loop until ctx
 // ends (a run is killed only when hard ends).
 func runHolder(ctx, hard context.Context, runs *holderRuns, bin, uri, dir, script string, k int) {
+	runHolderLease(ctx, hard, runs, bin, uri, dir, script, k, "--ttl", "2s")
+}
+
+// runHolderLease is runHolder with the lease flags of mlock run given.
+func runHolderLease(ctx, hard context.Context, runs *holderRuns, bin, uri, dir, script string, k int, lease ...string) {
 	for ctx.Err() == nil {
-		cmd := exec.CommandContext(hard, bin, "run", "--uri", uri, "--ttl", "2s", "--timeout", "60s",
+		args := append([]string{"run", "--uri", uri}, lease...)
+		args = append(args, "--timeout", "60s",
 			"--owner", fmt.Sprintf("holder-%d-%d", k, time.Now().UnixNano()), "upg:cron", "--", "sh", "-c", script)
+		cmd := exec.CommandContext(hard, bin, args...)
 		cmd.Env = append(proctest.CleanEnv(), "D="+dir)
 		t0 := time.Now()
 		out, err := cmd.CombinedOutput()
-		r := holderRun{holder: k, took: time.Since(t0), out: strings.TrimSpace(string(out))}
+		r := holderRun{holder: k, start: t0, took: time.Since(t0), out: strings.TrimSpace(string(out))}
 		var ee *exec.ExitError
 		switch {
 		case err == nil:
@@ -473,38 +502,76 @@ func runHolder(ctx, hard context.Context, runs *holderRuns, bin, uri, dir, scrip
 	}
 }
 
-// check requires every run to have exited 0 and the tokens its commands
-// wrote to increase strictly.
-func (hr *holderRuns) check(t *testing.T, dir string) {
+// check requires every run to have exited 0, but for a lost lock (exit
+// holderExitLost, "lock lost") during a fault's window, at most once per
+// holder and round (see holderLease), and the tokens its commands wrote to
+// increase strictly.
+func (hr *holderRuns) check(t *testing.T, dir string, h *clusterHistory, events []event) {
 	hr.mu.Lock()
 	defer hr.mu.Unlock()
+	windows := faultWindows(events, holderLossNear)
+	used := map[[2]int]bool{} // holder, round: its loss near the round's fault
 	bad := 0
 	var longest time.Duration
 	for _, r := range hr.runs {
 		longest = max(longest, r.took)
-		if r.exit != 0 {
-			bad++
-			t.Errorf("mlock run of holder %d exited %d after %v: %s", r.holder, r.exit, r.took.Round(time.Millisecond), r.out)
+		if r.exit == 0 {
+			continue
 		}
-	}
-	data, err := os.ReadFile(filepath.Join(dir, "tokens"))
-	if err != nil {
-		t.Fatalf("the holders' tokens: %v", err)
-	}
-	var last uint64
-	lines := strings.Fields(string(data))
-	for i, s := range lines {
-		tok, err := strconv.ParseUint(s, 10, 64)
-		if err != nil || tok <= last {
-			t.Errorf("holder token %d: %q after %d: not increasing", i, s, last)
+		if r.exit == holderExitLost && strings.Contains(r.out, "lock lost") {
+			if round, ok := windows.first(h.at(r.start), h.at(r.start.Add(r.took)), func(round int) bool {
+				return !used[[2]int{r.holder, round}]
+			}); ok {
+				used[[2]int{r.holder, round}] = true
+				t.Logf("mlock run of holder %d lost its lock near round %d's fault after %v: %s",
+					r.holder, round, r.took.Round(time.Millisecond), r.out)
+				continue
+			}
 		}
-		last = tok
+		bad++
+		t.Errorf("mlock run of holder %d exited %d after %v: %s", r.holder, r.exit, r.took.Round(time.Millisecond), r.out)
 	}
-	t.Logf("mlock run: %d runs, %d exited non-zero, longest %v; %d commands ran, their tokens increasing",
-		len(hr.runs), bad, longest.Round(time.Millisecond), len(lines))
+	lines := hr.tokens(t, dir)
+	t.Logf("mlock run: %d runs, %d lost their lock near a fault (bound: one per holder and round), %d other exits "+
+		"non-zero, longest %v; %d commands ran, their tokens increasing",
+		len(hr.runs), len(used), bad, longest.Round(time.Millisecond), lines)
 	if len(hr.runs) == 0 {
 		t.Error("no mlock run completed")
 	}
+}
+
+// faultWindow is a round's fault, from its first event until near after
+// the cluster was healthy again (for ever if it never was).
+type faultWindow struct {
+	round    int
+	from, to int64
+}
+
+type faultWindowList []faultWindow
+
+// faultWindows returns the window of each round of events, in order.
+func faultWindows(events []event, near time.Duration) faultWindowList {
+	var ws faultWindowList
+	for _, e := range events {
+		if len(ws) == 0 || ws[len(ws)-1].round != e.Round {
+			ws = append(ws, faultWindow{round: e.Round, from: e.T, to: 1<<63 - 1})
+		}
+		if strings.HasPrefix(e.What, "healthy") {
+			ws[len(ws)-1].to = e.T + int64(near)
+		}
+	}
+	return ws
+}
+
+// first returns the round of the first window that overlaps [from, to]
+// and that ok accepts.
+func (ws faultWindowList) first(from, to int64, ok func(round int) bool) (int, bool) {
+	for _, w := range ws {
+		if from <= w.to && to >= w.from && ok(w.round) {
+			return w.round, true
+		}
+	}
+	return 0, false
 }
 
 // buildUpgradePair builds the previous release's mlockd and mlock and
