@@ -428,8 +428,8 @@ func (r *runner) hold(ctx context.Context, c *mlock.Client, l *mlock.Lock) error
 	}
 	if expiredAfterTheCommand(err, jobErr, heldAtEnd) {
 		if !r.quiet {
-			fmt.Fprintf(r.progress.w, "mlock run: the lock expired after the command ended (%s), before the server had "+
-				"its unlock; the command ran whole under it\n", lossText(err))
+			fmt.Fprintf(r.progress.w, "mlock run: the lock was found expired after the command ended (%s): "+
+				"the command ran whole under it\n", lossText(err))
 		}
 		return nil
 	}
