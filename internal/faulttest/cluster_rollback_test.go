@@ -27,7 +27,8 @@ import (
 // again, the version stays 1 (pinned) until `mlock cluster rollback
 // --cancel` raises it to 4. The whole history is checked as
 // TestRollingUpgrade checks its own: porcupine finds it linearizable, no
-// request fails but those whose own timeout elapsed, every `mlock run`
+// request fails but those whose own timeout elapsed (and locks found lost
+// near a fault, within the bound of failedRequests), every `mlock run`
 // exits 0 (or loses its lock near a fault, within the bound of
 // holderRuns.check), their commands never overlap and see increasing fencing tokens;
 // and no node (v0.1.0's above all, which would skip it and diverge) logs a
@@ -225,7 +226,7 @@ func TestRollingRollback(t *testing.T) {
 	c.checkLogs(t, "does not decode", "stops applying the log")
 	ops, grants, events := h.snapshot()
 	report(t, c, round, elapsed, ops, grants, events)
-	failedRequests(t, ops)
+	failedRequests(t, ops, events)
 	runs.check(t, hd, h, events)
 }
 
