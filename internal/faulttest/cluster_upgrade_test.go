@@ -591,6 +591,40 @@ func (ws faultWindowList) first(from, to int64, ok func(round int) bool) (int, b
 	return 0, false
 }
 
+// faultWindows spans each round from its first event to near after its
+// "healthy" event (for ever without one), and first finds the first
+// window a span overlaps that its filter accepts.
+func TestFaultWindows(t *testing.T) {
+	events := []event{
+		{T: 10, Round: 1, What: "stop"}, {T: 12, Round: 1, What: "start"}, {T: 20, Round: 1, What: "healthy, leader"},
+		{T: 40, Round: 2, What: "stop"}, {T: 45, Round: 2, What: "start"},
+	}
+	ws := faultWindows(events, 5)
+	if want := (faultWindowList{{1, 10, 25}, {2, 40, 1<<63 - 1}}); !slices.Equal(ws, want) {
+		t.Fatalf("faultWindows = %v, want %v", ws, want)
+	}
+	all := func(int) bool { return true }
+	for _, tc := range []struct {
+		from, to int64
+		ok       func(int) bool
+		round    int
+		found    bool
+	}{
+		{0, 9, all, 0, false},                                 // before every fault
+		{5, 10, all, 1, true},                                 // ends at the stop
+		{25, 30, all, 1, true},                                // starts at the window's end
+		{26, 39, all, 0, false},                               // between two windows
+		{20, 50, all, 1, true},                                // across both: the first
+		{20, 50, func(r int) bool { return r != 1 }, 2, true}, // the first is used
+		{100, 200, all, 2, true},                              // the round that never healed
+	} {
+		round, found := ws.first(tc.from, tc.to, tc.ok)
+		if round != tc.round || found != tc.found {
+			t.Errorf("first(%d, %d) = %d, %v; want %d, %v", tc.from, tc.to, round, found, tc.round, tc.found)
+		}
+	}
+}
+
 // buildUpgradePair builds the previous release's mlockd and mlock and
 // HEAD's, each once per test.
 func buildUpgradePair(t *testing.T) (old, cur build) {
