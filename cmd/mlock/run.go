@@ -195,7 +195,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	}
 
 	r := runner{resources: resources, ttl: *ttl, lead: lead, timeout: *timeout, skip: *skip, owner: *owner, mode: mode,
-		job: job, progress: out, killAfter: killAfter, killGiven: given["kill-after"]}
+		job: job, progress: out, killAfter: killAfter, killGiven: given["kill-after"], quiet: *quiet}
 	if isMlock {
 		err = r.mlock(ctx, *uri, *tolerate)
 	} else {
@@ -284,6 +284,7 @@ type runner struct {
 	// to the server's session grace (fitGrace) unless killGiven.
 	killAfter *time.Duration
 	killGiven bool
+	quiet     bool // --quiet: no note of a lock that expired after the command ended
 }
 
 // errWaitRanOut is the cause of a wait for the server cut by --timeout.
@@ -416,14 +417,45 @@ func (r *runner) hold(ctx context.Context, c *mlock.Client, l *mlock.Lock) error
 		return err
 	}
 	var jobErr error
+	heldAtEnd := false // the lock still believed held when the command had ended
 	err := c.Hold(ctx, l, func(ctx context.Context) error {
 		jobErr = r.job(ctx, grant{token: l.Token(), expiresAt: l.ExpiresAt()})
+		heldAtEnd = time.Now().Before(l.Deadline())
 		return jobErr
 	})
 	if errors.Is(err, mlock.ErrLost) && errors.Is(jobErr, errLostLock) {
 		return jobErr // the command was stopped for the loss, which it names
 	}
+	if expiredAfterTheCommand(err, jobErr, heldAtEnd) {
+		if !r.quiet {
+			fmt.Fprintf(r.progress.w, "mlock run: the lock was found expired after the command ended (%s): "+
+				"the command ran whole under it\n", lossText(err))
+		}
+		return nil
+	}
 	return err
+}
+
+// expiredAfterTheCommand says whether err, Hold's, is only the lease found
+// expired after the command had ended: the command exited 0 (jobErr nil:
+// not stopped for a loss) while the lock was still believed held
+// (heldAtEnd), and the loss is an expiry, which the server declares only
+// after the end the client believes (it counts from the send time of its
+// requests, with the drift margin), never a release, an eviction or a
+// server's shutdown, which may come at any time. This is the unlock sent
+// as the command ended and answered after the lease ran out (a slow
+// answer, a cluster's failover: seconds), or the watchdog's end coming
+// between the command's exit and Hold's return. The command then ran whole
+// under the lock: its status is the run's, not exitLost (75).
+func expiredAfterTheCommand(err, jobErr error, heldAtEnd bool) bool {
+	if err == nil || jobErr != nil || !heldAtEnd || !errors.Is(err, mlock.ErrLost) ||
+		!errors.Is(err, mlock.ErrExpired) || errors.Is(err, mlock.ErrReleased) {
+		return false
+	}
+	// A server that does not tell a release from an expiry (1.0) says
+	// "released" in the expiry's text: it may have been a release.
+	var e *mlock.Error
+	return !errors.As(err, &e) || !strings.Contains(e.Msg, "released")
 }
 
 // minLeft is the least time the lock must be believed held, after an

@@ -27,8 +27,10 @@ import (
 // again, the version stays 1 (pinned) until `mlock cluster rollback
 // --cancel` raises it to 4. The whole history is checked as
 // TestRollingUpgrade checks its own: porcupine finds it linearizable, no
-// request fails but those whose own timeout elapsed, every `mlock run`
-// exits 0, their commands never overlap and see increasing fencing tokens;
+// request fails but those whose own timeout elapsed (and locks found lost
+// near a fault, within the bound of failedRequests), every `mlock run`
+// exits 0 (or loses its lock near a fault, within the bound of
+// holderRuns.check), their commands never overlap and see increasing fencing tokens;
 // and no node (v0.1.0's above all, which would skip it and diverge) logs a
 // command it could not decode, and none fences a member.
 func TestRollingRollback(t *testing.T) {
@@ -67,7 +69,7 @@ func TestRollingRollback(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			runHolder(ctx, hard, runs, bin, uri, hd, holderScript, k)
+			runHolderLease(ctx, hard, runs, bin, uri, hd, holderScriptStopped, k, holderLease...)
 		}()
 	}
 	stopped := false
@@ -224,8 +226,8 @@ func TestRollingRollback(t *testing.T) {
 	c.checkLogs(t, "does not decode", "stops applying the log")
 	ops, grants, events := h.snapshot()
 	report(t, c, round, elapsed, ops, grants, events)
-	failedRequests(t, ops)
-	runs.check(t, hd)
+	failedRequests(t, ops, events)
+	runs.check(t, hd, h, events)
 }
 
 // TestRollbackRefused: on a cluster of this build at version 4, the

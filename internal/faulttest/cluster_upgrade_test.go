@@ -59,8 +59,11 @@ type build struct {
 // meet one they cannot decode); once the last node runs the new build it
 // must reach 2. The whole history is checked as TestClusterFaults checks
 // its own (safety, linearizability with porcupine); a failed request is
-// allowed only when its own timeout elapsed, and every `mlock run` must
-// exit 0, its commands never overlapping, their fencing tokens increasing.
+// allowed only when its own timeout elapsed (or a lock found lost near a
+// fault, see failedRequests), and every `mlock run` must
+// exit 0 (a lost lock only near a fault, once per holder and round: see
+// holderLease), its commands never overlapping, their fencing tokens
+// increasing.
 //
 // The previous release is the tag v0.1.0, or its commit 1fa2ca2 in a clone
 // without tags; without either (a shallow clone) the test is skipped, or
@@ -114,7 +117,7 @@ func TestRollingUpgrade(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			runHolder(ctx, hard, runs, bin, uri, hd, holderScript, k)
+			runHolderLease(ctx, hard, runs, bin, uri, hd, holderScriptStopped, k, holderLease...)
 		}()
 	}
 	stopLoad := loadStopper(t, stop, &wg, clients, "the load did not stop within %v: the mlock run still running are killed", hardStop)
@@ -201,8 +204,8 @@ func TestRollingUpgrade(t *testing.T) {
 
 	ops, grants, events := h.snapshot()
 	report(t, c, round, elapsed, ops, grants, events)
-	failedRequests(t, ops)
-	runs.check(t, hd)
+	failedRequests(t, ops, events)
+	runs.check(t, hd, h, events)
 }
 
 // checkLogs fails t if a node's log holds any of unread (the words of a
@@ -402,8 +405,14 @@ func (c *cluster) checkVersions(upgraded, want int) error {
 
 // failedRequests fails the test on a failed request of the workers whose
 // own timeout did not elapse: a lock whose wait timed out on the server
-// (timeout) or whose context ended (ctx-deadline) may fail, nothing else.
-func failedRequests(t *testing.T, ops []op) {
+// (timeout) or whose context ended (ctx-deadline) may fail, and a held
+// lock may be found lost (an extend or unlock answered lost) near a fault,
+// once per worker and round (the lease is 2 s: a failover, whose in-flight
+// requests were answered up to 3.5 s after the stop on a busy machine, can
+// outlast it), nothing else.
+func failedRequests(t *testing.T, ops []op, events []event) {
+	windows := faultWindows(events, holderLossNear)
+	used := map[[2]int]bool{} // worker, round: its loss near the round's fault
 	var timedOut, other int
 	for _, o := range ops {
 		if o.AtStop || o.Outcome == resOK || o.Outcome == resSkip {
@@ -414,12 +423,22 @@ func failedRequests(t *testing.T, ops []op) {
 			timedOut++
 			continue
 		}
+		if (o.Kind == opExtend || o.Kind == opUnlock) && o.Outcome == resLost {
+			if round, ok := windows.first(o.Call, o.Return, func(round int) bool {
+				return !used[[2]int{o.Worker, round}]
+			}); ok {
+				used[[2]int{o.Worker, round}] = true
+				t.Logf("lock found lost near round %d's fault: %v", round, o)
+				continue
+			}
+		}
 		other++
 		if other <= 20 {
 			t.Errorf("failed request, its own timeout not elapsed: %v", o)
 		}
 	}
-	t.Logf("failed requests: %d whose own timeout elapsed, %d others", timedOut, other)
+	t.Logf("failed requests: %d whose own timeout elapsed, %d locks found lost near a fault (bound: one per worker "+
+		"and round), %d others", timedOut, len(used), other)
 	if other > 20 {
 		t.Errorf("... %d failed requests in all, their own timeout not elapsed", other)
 	}
@@ -434,31 +453,58 @@ type holderRuns struct {
 type holderRun struct {
 	holder int
 	exit   int
+	start  time.Time
 	took   time.Duration
 	out    string
 }
 
-// holderScript is the command of the `mlock run` holders: it fails (exit
-// 3) if another holder's command is inside, and appends its fencing token
-// to $D/tokens. holderScriptStopped is the same, but leaves when it is
-// stopped (SIGTERM: mlock run found its lock lost), as a job should: the
-// next holder's command must not find it inside.
+// The rolling tests' holders: holderLease is their lease, holderLossNear
+// how long after a round's cluster is healthy again a loss (a holder's, or
+// a worker's lock found lost) still counts as the round's fault,
+// holderExitLost mlock run's exit status of a lost lock.
+//
+// A lease of 6 s outlasts a failover (the in-flight requests of a stopped
+// leader were answered up to 3.5 s later on a busy machine): with 2 s, an
+// unlock sent as the command ended was answered after the lease ran out
+// (exit 75: mlock run took that for a loss; the previous release's still
+// does). --kill-after 200ms (sh and sleep die at SIGTERM) keeps the lead
+// at 300 ms, so the session grace (3 s) leaves 2.665 s after each answer
+// before the lock is given up. A run can still lose its lock while a node
+// is stopped and the cluster elects a leader (no answer for longer than
+// that): allowed near a fault, once per holder and round; never away from
+// one.
+var holderLease = []string{"--ttl", "6s", "--kill-after", "200ms"}
+
 const (
-	holderScript        = `mkdir "$D/held" || exit 3; echo "$MLOCK_TOKEN" >> "$D/tokens"; sleep 0.2; rmdir "$D/held"`
-	holderScriptStopped = `mkdir "$D/held" || exit 3; trap 'rmdir "$D/held"; exit 143' TERM; echo "$MLOCK_TOKEN" >> "$D/tokens"; ` +
-		`sleep 0.2 & wait $!; rmdir "$D/held"`
+	holderLossNear = 2 * grace
+	holderExitLost = 75
 )
+
+// holderScriptStopped is the command of the `mlock run` holders: it fails
+// (exit 3) if another holder's command is inside, appends its fencing
+// token to $D/tokens, and leaves when it is stopped (SIGTERM: mlock run
+// found its lock lost), as a job should: the next holder's command must
+// not find it inside.
+const holderScriptStopped = `mkdir "$D/held" || exit 3; trap 'rmdir "$D/held"; exit 143' TERM; echo "$MLOCK_TOKEN" >> "$D/tokens"; ` +
+	`sleep 0.2 & wait $!; rmdir "$D/held"`
 
 // runHolder runs `mlock run` of script on upg:cron in a loop until ctx
 // ends (a run is killed only when hard ends).
 func runHolder(ctx, hard context.Context, runs *holderRuns, bin, uri, dir, script string, k int) {
+	runHolderLease(ctx, hard, runs, bin, uri, dir, script, k, "--ttl", "2s")
+}
+
+// runHolderLease is runHolder with the lease flags of mlock run given.
+func runHolderLease(ctx, hard context.Context, runs *holderRuns, bin, uri, dir, script string, k int, lease ...string) {
 	for ctx.Err() == nil {
-		cmd := exec.CommandContext(hard, bin, "run", "--uri", uri, "--ttl", "2s", "--timeout", "60s",
+		args := append([]string{"run", "--uri", uri}, lease...)
+		args = append(args, "--timeout", "60s",
 			"--owner", fmt.Sprintf("holder-%d-%d", k, time.Now().UnixNano()), "upg:cron", "--", "sh", "-c", script)
+		cmd := exec.CommandContext(hard, bin, args...)
 		cmd.Env = append(proctest.CleanEnv(), "D="+dir)
 		t0 := time.Now()
 		out, err := cmd.CombinedOutput()
-		r := holderRun{holder: k, took: time.Since(t0), out: strings.TrimSpace(string(out))}
+		r := holderRun{holder: k, start: t0, took: time.Since(t0), out: strings.TrimSpace(string(out))}
 		var ee *exec.ExitError
 		switch {
 		case err == nil:
@@ -473,37 +519,109 @@ func runHolder(ctx, hard context.Context, runs *holderRuns, bin, uri, dir, scrip
 	}
 }
 
-// check requires every run to have exited 0 and the tokens its commands
-// wrote to increase strictly.
-func (hr *holderRuns) check(t *testing.T, dir string) {
+// check requires every run to have exited 0, but for a lost lock (exit
+// holderExitLost, "lock lost") during a fault's window, at most once per
+// holder and round (see holderLease), and the tokens its commands wrote to
+// increase strictly.
+func (hr *holderRuns) check(t *testing.T, dir string, h *clusterHistory, events []event) {
 	hr.mu.Lock()
 	defer hr.mu.Unlock()
+	windows := faultWindows(events, holderLossNear)
+	used := map[[2]int]bool{} // holder, round: its loss near the round's fault
 	bad := 0
 	var longest time.Duration
 	for _, r := range hr.runs {
 		longest = max(longest, r.took)
-		if r.exit != 0 {
-			bad++
-			t.Errorf("mlock run of holder %d exited %d after %v: %s", r.holder, r.exit, r.took.Round(time.Millisecond), r.out)
+		if r.exit == 0 {
+			continue
 		}
-	}
-	data, err := os.ReadFile(filepath.Join(dir, "tokens"))
-	if err != nil {
-		t.Fatalf("the holders' tokens: %v", err)
-	}
-	var last uint64
-	lines := strings.Fields(string(data))
-	for i, s := range lines {
-		tok, err := strconv.ParseUint(s, 10, 64)
-		if err != nil || tok <= last {
-			t.Errorf("holder token %d: %q after %d: not increasing", i, s, last)
+		if r.exit == holderExitLost && strings.Contains(r.out, "lock lost") {
+			if round, ok := windows.first(h.at(r.start), h.at(r.start.Add(r.took)), func(round int) bool {
+				return !used[[2]int{r.holder, round}]
+			}); ok {
+				used[[2]int{r.holder, round}] = true
+				t.Logf("mlock run of holder %d lost its lock near round %d's fault after %v: %s",
+					r.holder, round, r.took.Round(time.Millisecond), r.out)
+				continue
+			}
 		}
-		last = tok
+		bad++
+		t.Errorf("mlock run of holder %d exited %d after %v: %s", r.holder, r.exit, r.took.Round(time.Millisecond), r.out)
 	}
-	t.Logf("mlock run: %d runs, %d exited non-zero, longest %v; %d commands ran, their tokens increasing",
-		len(hr.runs), bad, longest.Round(time.Millisecond), len(lines))
+	lines := hr.tokens(t, dir)
+	t.Logf("mlock run: %d runs, %d lost their lock near a fault (bound: one per holder and round), %d other exits "+
+		"non-zero, longest %v; %d commands ran, their tokens increasing",
+		len(hr.runs), len(used), bad, longest.Round(time.Millisecond), lines)
 	if len(hr.runs) == 0 {
 		t.Error("no mlock run completed")
+	}
+}
+
+// faultWindow is a round's fault, from its first event until near after
+// the cluster was healthy again (for ever if it never was).
+type faultWindow struct {
+	round    int
+	from, to int64
+}
+
+type faultWindowList []faultWindow
+
+// faultWindows returns the window of each round of events, in order.
+func faultWindows(events []event, near time.Duration) faultWindowList {
+	var ws faultWindowList
+	for _, e := range events {
+		if len(ws) == 0 || ws[len(ws)-1].round != e.Round {
+			ws = append(ws, faultWindow{round: e.Round, from: e.T, to: 1<<63 - 1})
+		}
+		if strings.HasPrefix(e.What, "healthy") {
+			ws[len(ws)-1].to = e.T + int64(near)
+		}
+	}
+	return ws
+}
+
+// first returns the round of the first window that overlaps [from, to]
+// and that ok accepts.
+func (ws faultWindowList) first(from, to int64, ok func(round int) bool) (int, bool) {
+	for _, w := range ws {
+		if from <= w.to && to >= w.from && ok(w.round) {
+			return w.round, true
+		}
+	}
+	return 0, false
+}
+
+// faultWindows spans each round from its first event to near after its
+// "healthy" event (for ever without one), and first finds the first
+// window a span overlaps that its filter accepts.
+func TestFaultWindows(t *testing.T) {
+	events := []event{
+		{T: 10, Round: 1, What: "stop"}, {T: 12, Round: 1, What: "start"}, {T: 20, Round: 1, What: "healthy, leader"},
+		{T: 40, Round: 2, What: "stop"}, {T: 45, Round: 2, What: "start"},
+	}
+	ws := faultWindows(events, 5)
+	if want := (faultWindowList{{1, 10, 25}, {2, 40, 1<<63 - 1}}); !slices.Equal(ws, want) {
+		t.Fatalf("faultWindows = %v, want %v", ws, want)
+	}
+	all := func(int) bool { return true }
+	for _, tc := range []struct {
+		from, to int64
+		ok       func(int) bool
+		round    int
+		found    bool
+	}{
+		{0, 9, all, 0, false},                                 // before every fault
+		{5, 10, all, 1, true},                                 // ends at the stop
+		{25, 30, all, 1, true},                                // starts at the window's end
+		{26, 39, all, 0, false},                               // between two windows
+		{20, 50, all, 1, true},                                // across both: the first
+		{20, 50, func(r int) bool { return r != 1 }, 2, true}, // the first is used
+		{100, 200, all, 2, true},                              // the round that never healed
+	} {
+		round, found := ws.first(tc.from, tc.to, tc.ok)
+		if round != tc.round || found != tc.found {
+			t.Errorf("first(%d, %d) = %d, %v; want %d, %v", tc.from, tc.to, round, found, tc.round, tc.found)
+		}
 	}
 }
 
