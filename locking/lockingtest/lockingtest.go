@@ -355,12 +355,18 @@ func testHoldUntilDone(t *testing.T, p locking.Provider, k func(string) string) 
 }
 
 // A job three times longer than its lease keeps the lock: it is renewed.
+// The lease is of seconds, not milliseconds: Execute gives each renewal
+// until the lease the last one set runs out (Expire less its margin), and a
+// starved machine (two cores at load 20, -race) has left a renewal (a script
+// and an INFO on Redis) unanswered for more than 300 ms. Three renewals per
+// lease still fit, and the job still outlasts three leases.
 func testRenewal(t *testing.T, p locking.Provider, k func(string) string) {
+	const expire = 2 * time.Second
 	c, key := ctx(t), k("renewed")
 	err := locking.Execute(c, p, []string{key}, func(ctx context.Context) error {
 		for range 6 {
 			select {
-			case <-time.After(150 * time.Millisecond):
+			case <-time.After(expire / 2):
 			case <-ctx.Done():
 				return context.Cause(ctx)
 			}
@@ -369,7 +375,7 @@ func testRenewal(t *testing.T, p locking.Provider, k func(string) string) {
 			}
 		}
 		return nil
-	}, locking.ExecuteOptions{Expire: 300 * time.Millisecond})
+	}, locking.ExecuteOptions{Expire: expire})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -692,13 +698,17 @@ func (r *renewRecorder) Renew(ctx context.Context, keys []string, owner string, 
 }
 
 // Medusa's renewal case, scaled: with expire 30 the lease is renewed every
-// 10 while the job runs, and never after it. Here expire is 900 ms: the job
-// runs until it has seen two renewals; neither comes well before its 300 ms
+// 10 while the job runs, and never after it. Here expire is 3 s: the job
+// runs until it has seen two renewals; neither comes well before its 1 s
 // (timers never fire early), the second comes before the lease the first
 // renewed would end, and none comes after Execute returned. Only lower
 // bounds and the lease's own bound are checked: a busy machine delays
-// timers, it never advances them.
+// timers, it never advances them. Seconds, not milliseconds: with 900 ms a
+// starved machine (two cores at load 20, -race) left a renewal unanswered
+// until the lease ran out, and Execute rightly gave the lock up.
 func testRenewalCadence(t *testing.T, p locking.Provider, k func(string) string) {
+	const expire = 3 * time.Second
+	period := expire / 3
 	r := &renewRecorder{Provider: p, start: time.Now()}
 	seen := func() int {
 		r.mu.Lock()
@@ -710,12 +720,12 @@ func testRenewalCadence(t *testing.T, p locking.Provider, k func(string) string)
 			time.Sleep(10 * time.Millisecond) // poll interval
 		}
 		return nil
-	}, locking.ExecuteOptions{Expire: 900 * time.Millisecond})
+	}, locking.ExecuteOptions{Expire: expire})
 	if err != nil {
 		t.Fatal(err)
 	}
 	after := seen()
-	time.Sleep(750 * time.Millisecond) // fixed: the window in which a renewal after the job would show
+	time.Sleep(period * 5 / 2) // fixed: the window in which a renewal after the job would show
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if len(r.renews) != 2 || after != 2 {
@@ -723,12 +733,12 @@ func testRenewalCadence(t *testing.T, p locking.Provider, k func(string) string)
 	}
 	for i, at := range r.renews {
 		// A provider may renew a little ahead (a margin for the round trip).
-		if want := time.Duration(i+1) * 300 * time.Millisecond; at < want-60*time.Millisecond {
+		if want := time.Duration(i+1) * period; at < want-60*time.Millisecond {
 			t.Fatalf("renewal %d at %v, well before its %v", i, at, want)
 		}
 	}
-	if gap := r.renews[1] - r.renews[0]; gap >= 900*time.Millisecond {
-		t.Fatalf("renewals %v apart: the lease of 900 ms ran out between them", gap)
+	if gap := r.renews[1] - r.renews[0]; gap >= expire {
+		t.Fatalf("renewals %v apart: the lease of %v ran out between them", gap, expire)
 	}
 }
 
