@@ -143,31 +143,9 @@ func runFault(c *cluster, h *clusterHistory, probe *mlock.Client, round int, kin
 	ev := func(what string, n *node) {
 		h.addEvent(event{T: h.now(), Round: round, Kind: kind, What: what, Node: n.id})
 	}
-	var victim *node
-	switch kind {
-	case "kill-leader", "stop-leader":
-		victim = c.leader()
-	case "kill-follower":
-		if l := c.leader(); l != nil {
-			for _, n := range c.nodes {
-				if n != l && n.up() {
-					victim = n
-					break
-				}
-			}
-		}
-	case "kill-client-node":
-		victim = c.byAddr(probe.Node())
-		if victim == nil {
-			// Not connected at this instant: ask, which connects.
-			cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			_ = probe.Ping(cctx)
-			cancel()
-			victim = c.byAddr(probe.Node())
-		}
-	}
+	victim := pickVictim(c, probe, kind, victimWait)
 	if victim == nil {
-		return fmt.Errorf("no node to fault (leader %v)", c.leader())
+		return fmt.Errorf("no node to fault after %v (leader %v)", victimWait, c.leader())
 	}
 	// The fault: begin, its duration, end.
 	begin, on, d, end, off := "stop", func() { victim.signal(syscall.SIGSTOP) }, pauseFor,
@@ -193,6 +171,48 @@ func runFault(c *cluster, h *clusterHistory, probe *mlock.Client, round int, kin
 	}
 	ev("healthy, leader", l)
 	return nil
+}
+
+// victimWait bounds pickVictim's wait. The cluster was healthy when the
+// round began, but on a starved machine (two cores at load 20, -race) a
+// node's status can take longer than leader's 500 ms, and a client can be
+// between two connections: one look named no node.
+const victimWait = 20 * time.Second
+
+// pickVictim returns the node a fault of kind hits (the leader, a live
+// follower, or the node probe is connected to), asking again until one is
+// found or wait has passed (nil then).
+func pickVictim(c *cluster, probe *mlock.Client, kind string, wait time.Duration) *node {
+	deadline := time.Now().Add(wait)
+	for {
+		var victim *node
+		switch kind {
+		case "kill-leader", "stop-leader":
+			victim = c.leader()
+		case "kill-follower":
+			if l := c.leader(); l != nil {
+				for _, n := range c.nodes {
+					if n != l && n.up() {
+						victim = n
+						break
+					}
+				}
+			}
+		case "kill-client-node":
+			victim = c.byAddr(probe.Node())
+			if victim == nil {
+				// Not connected at this instant: ask, which connects.
+				cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				_ = probe.Ping(cctx)
+				cancel()
+				victim = c.byAddr(probe.Node())
+			}
+		}
+		if victim != nil || !time.Now().Before(deadline) {
+			return victim
+		}
+		time.Sleep(50 * time.Millisecond) // poll interval (status is rate-limited)
+	}
 }
 
 // startWorkers starts n workers (runWorker) on c, each with its own

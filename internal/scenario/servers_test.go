@@ -141,9 +141,9 @@ func startSingle(t testing.TB, bin string) *target {
 }
 
 // startCluster starts three mlockd nodes on loopback as docs/cluster.md
-// shows (no credentials, the default settings) and waits until they agree
-// on a ready leader.
-func startCluster(t testing.TB, bin string) *target {
+// shows (no credentials, the default settings, then args on every node)
+// and waits until they agree on a ready leader.
+func startCluster(t testing.TB, bin string, args ...string) *target {
 	dir := t.TempDir()
 	secret := make([]byte, 24)
 	_, _ = rand.Read(secret)
@@ -159,10 +159,10 @@ func startCluster(t testing.TB, bin string) *target {
 	}
 	tg := &target{name: "cluster"}
 	for i, id := range ids {
-		tg.daemons = append(tg.daemons, startDaemon(t, bin, dir, "node-"+id, addrs[i],
-			"--cluster-id", id, "--raft-addr", rafts[i], "--raft-dir", filepath.Join(dir, id+".raft"),
+		argv := []string{"--cluster-id", id, "--raft-addr", rafts[i], "--raft-dir", filepath.Join(dir, id+".raft"),
 			"--data-dir", filepath.Join(dir, id+".data"), "--cluster-peers", strings.Join(peers, ","),
-			"--cluster-secret-file", secretFile))
+			"--cluster-secret-file", secretFile}
+		tg.daemons = append(tg.daemons, startDaemon(t, bin, dir, "node-"+id, addrs[i], append(argv, args...)...))
 	}
 	if err := waitLeader(tg, 30*time.Second); err != nil {
 		t.Fatalf("the cluster did not come up: %v\n%s", err, tg.logTails())

@@ -376,12 +376,19 @@ func testHoldUntilDone(t *testing.T, p locking.Provider, k func(string) string) 
 }
 
 // A job three times longer than its lease keeps the lock: it is renewed.
+// The lease is of seconds, not milliseconds: Execute gives each renewal
+// until the lease the last one set runs out (Expire less its margin), and a
+// starved machine (two cores at load 20, -race) has left a renewal (a script
+// and an INFO on Redis) unanswered for more than 300 ms, and once, with a
+// lease of 2 s, for more than 1.3 s. Three renewals per lease still fit,
+// and the job still outlasts three leases.
 func testRenewal(t *testing.T, p locking.Provider, k func(string) string) {
+	const expire = 4 * time.Second
 	c, key := ctx(t), k("renewed")
 	err := locking.Execute(c, p, []string{key}, func(ctx context.Context) error {
 		for range 6 {
 			select {
-			case <-time.After(150 * time.Millisecond):
+			case <-time.After(expire / 2):
 			case <-ctx.Done():
 				return context.Cause(ctx)
 			}
@@ -390,7 +397,7 @@ func testRenewal(t *testing.T, p locking.Provider, k func(string) string) {
 			}
 		}
 		return nil
-	}, locking.ExecuteOptions{Expire: 300 * time.Millisecond})
+	}, locking.ExecuteOptions{Expire: expire})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -590,18 +597,22 @@ func testAcquireDeadline(t *testing.T, p locking.Provider, k func(string) string
 	}
 }
 
+// A re-entry sets the lease anew. Seconds, not milliseconds: with a
+// re-entry of 1 s and a pause of 400 ms, on a starved machine (two cores at
+// load 36, -race, polling) the owner's Renew came after the second lease
+// too had run out. 4.5 s of slack now stand between the pause and it.
 func testReentryRenewsExpire(t *testing.T, p locking.Provider, k func(string) string) {
 	c, key := ctx(t), k("renew")
-	o := locking.AcquireOptions{OwnerID: "o", Expire: 300 * time.Millisecond}
+	o := locking.AcquireOptions{OwnerID: "o", Expire: time.Second}
 	if _, err := p.Acquire(c, []string{key}, o); err != nil {
 		t.Fatal(err)
 	}
 	// The re-entry, before the first expiry, sets the new one.
-	o.Expire = time.Second
+	o.Expire = 6 * time.Second
 	if _, err := p.Acquire(c, []string{key}, o); err != nil {
 		t.Fatalf("re-entry: %v", err)
 	}
-	time.Sleep(400 * time.Millisecond) // fixed: past the first expiry, on the provider's clock (a store's lease, no event)
+	time.Sleep(1500 * time.Millisecond) // fixed: past the first expiry, on the provider's clock (a store's lease, no event)
 	_, err := p.Acquire(c, []string{key}, locking.AcquireOptions{OwnerID: "other"})
 	isConflict(t, err, key)
 	if ok, _ := p.Renew(c, []string{key}, "o", time.Second); !ok {
@@ -713,13 +724,17 @@ func (r *renewRecorder) Renew(ctx context.Context, keys []string, owner string, 
 }
 
 // Medusa's renewal case, scaled: with expire 30 the lease is renewed every
-// 10 while the job runs, and never after it. Here expire is 900 ms: the job
-// runs until it has seen two renewals; neither comes well before its 300 ms
+// 10 while the job runs, and never after it. Here expire is 3 s: the job
+// runs until it has seen two renewals; neither comes well before its 1 s
 // (timers never fire early), the second comes before the lease the first
 // renewed would end, and none comes after Execute returned. Only lower
 // bounds and the lease's own bound are checked: a busy machine delays
-// timers, it never advances them.
+// timers, it never advances them. Seconds, not milliseconds: with 900 ms a
+// starved machine (two cores at load 20, -race) left a renewal unanswered
+// until the lease ran out, and Execute rightly gave the lock up.
 func testRenewalCadence(t *testing.T, p locking.Provider, k func(string) string) {
+	const expire = 3 * time.Second
+	period := expire / 3
 	r := &renewRecorder{Provider: p, start: time.Now()}
 	seen := func() int {
 		r.mu.Lock()
@@ -731,12 +746,12 @@ func testRenewalCadence(t *testing.T, p locking.Provider, k func(string) string)
 			time.Sleep(10 * time.Millisecond) // poll interval
 		}
 		return nil
-	}, locking.ExecuteOptions{Expire: 900 * time.Millisecond})
+	}, locking.ExecuteOptions{Expire: expire})
 	if err != nil {
 		t.Fatal(err)
 	}
 	after := seen()
-	time.Sleep(750 * time.Millisecond) // fixed: the window in which a renewal after the job would show
+	time.Sleep(period * 5 / 2) // fixed: the window in which a renewal after the job would show
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if len(r.renews) != 2 || after != 2 {
@@ -744,12 +759,12 @@ func testRenewalCadence(t *testing.T, p locking.Provider, k func(string) string)
 	}
 	for i, at := range r.renews {
 		// A provider may renew a little ahead (a margin for the round trip).
-		if want := time.Duration(i+1) * 300 * time.Millisecond; at < want-60*time.Millisecond {
+		if want := time.Duration(i+1) * period; at < want-60*time.Millisecond {
 			t.Fatalf("renewal %d at %v, well before its %v", i, at, want)
 		}
 	}
-	if gap := r.renews[1] - r.renews[0]; gap >= 900*time.Millisecond {
-		t.Fatalf("renewals %v apart: the lease of 900 ms ran out between them", gap)
+	if gap := r.renews[1] - r.renews[0]; gap >= expire {
+		t.Fatalf("renewals %v apart: the lease of %v ran out between them", gap, expire)
 	}
 }
 
@@ -775,10 +790,16 @@ func (u *unreachable) Renew(context.Context, []string, string, time.Duration) (b
 // When no renewal gets through, Execute cancels the job at base + Expire -
 // margin - Lead (margin = Expire/100 + 5ms, base the acquisition), so the job
 // is stopped (with Lead to spare) while the provider still holds the keys
-// for it: nobody else can have them yet.
+// for it: nobody else can have them yet. The job must see the cancellation
+// within half the Lead, and its intruder then still finds the keys held.
+// Seconds, not milliseconds: with a lease of 600 ms and a Lead of 100 ms,
+// on a starved machine (two cores at load 20 to 50, -race) the job woke
+// 108 ms late (617 ms once, at load 18), and once the intruder's request
+// reached Redis after the lease had run out (the job had been stopped in
+// time: no double hold). A Lead of 1.9 s leaves 950 ms for each.
 func testUnreachableCancelsInTime(t *testing.T, p locking.Provider, k func(string) string) {
-	const expire, lead = 600 * time.Millisecond, 100 * time.Millisecond
-	end := expire - (expire/100 + 5*time.Millisecond) - lead // 489ms after the base
+	const expire, lead = 4 * time.Second, 1900 * time.Millisecond
+	end := expire - (expire/100 + 5*time.Millisecond) - lead // 2.055 s after the base
 	u, key := &unreachable{Provider: p}, k("unreachable")
 	var cancelled time.Time
 	var intruder error
@@ -797,7 +818,7 @@ func testUnreachableCancelsInTime(t *testing.T, p locking.Provider, k func(strin
 	}
 	// The base is between the call and the return of Acquire.
 	if sinceCall, sinceReturn := cancelled.Sub(u.called), cancelled.Sub(u.returned); sinceCall < end-time.Millisecond ||
-		sinceReturn > end+50*time.Millisecond {
+		sinceReturn > end+lead/2 {
 		t.Fatalf("cancelled %v after Acquire was called, %v after it returned; want about %v", sinceCall, sinceReturn, end)
 	}
 	if !errors.Is(intruder, locking.ErrConflict) {
