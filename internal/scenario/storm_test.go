@@ -234,6 +234,7 @@ func runStorm(t *testing.T, bin, dir string, addrs []string, perSource int, limi
 		"%d refused handshakes, %d locks lost, %d overlaps, %d tokens out of order, %d released, %d errors",
 		total, len(stormSources), len(addrs), time.Duration(last-began).Round(time.Millisecond), r.back, r.resumed, r.new,
 		r.refused, r.lost, r.overlaps, r.tokens, r.done, r.errors)
+	t.Logf("drops by why: %v", r.drops)
 	for _, p := range r.problems {
 		t.Error(p)
 	}
@@ -309,6 +310,7 @@ func waitLog(t *testing.T, path string, deadline time.Time, what string, cond fu
 type stormResult struct {
 	back, resumed, new, refused, lost, overlaps, tokens, done, errors int
 	problems                                                          []string
+	drops                                                             map[string]int // by why
 }
 
 // checkStorm counts the log's events and checks every resource's believed
@@ -320,7 +322,7 @@ type stormResult struct {
 // kept: a loss is a problem (on one server a restart ends every session:
 // its holders are told, and ask again).
 func checkStorm(ev []stormEvent, kept bool) stormResult {
-	var r stormResult
+	r := stormResult{drops: map[string]int{}}
 	type hold struct {
 		sid        string
 		start, end int64
@@ -345,6 +347,9 @@ func checkStorm(ev []stormEvent, kept bool) stormResult {
 			holds[e.args[1]] = append(holds[e.args[1]], h)
 		case "drop", "release":
 			end(e.sid, e.at)
+			if e.kind == "drop" {
+				r.drops[strings.Join(e.args, " ")]++
+			}
 		case "loss":
 			end(e.sid, e.at)
 			r.lost++
