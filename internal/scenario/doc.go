@@ -54,8 +54,13 @@
 //
 //	ready ID NS                          connected, waiting for the start signal
 //	ask ID NS RESOURCES                  the lock request is sent
-//	grant ID NS BELIEVED TOKEN RESOURCES the grant reached the caller, believed
-//	                                     held for BELIEVED ns from then on
+//	grant ID NS BELIEVED TOKEN RESOURCES [LAG]
+//	                                     the grant reached the caller, believed
+//	                                     held for BELIEVED ns from then on; LAG
+//	                                     (the Node.js acquire): ns from its event
+//	                                     loop's last tick before the grant to
+//	                                     then, a bound of its own stall after
+//	                                     its client's check of the grant
 //	start ID NS TOKEN RESOURCES [EXP]    the critical section starts (a cron
 //	                                     run: EXP is MLOCK_EXPIRES_AT, Unix ms)
 //	end ID NS TOKEN RESOURCES            the critical section ends, the lock
@@ -98,7 +103,7 @@
 //
 // For each scenario and target the test prints a row: processes, grants,
 // skipped cron runs, grants lost on arrival (lost, or believed for less than
-// two thirds of ttl - ttl/100 - 5 ms when they arrive), losses during the
+// two thirds of ttl - ttl/100 - 5 ms when they arrive, LAG added), losses during the
 // hold, overlapping critical sections on one resource (a section with no end
 // line counts until its loss line, its stop line, or the exit of its process
 // as the test saw it, whichever comes first: mlock run reaps its command

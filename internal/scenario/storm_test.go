@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/mlock-dev/mlock"
 	"github.com/mlock-dev/mlock/internal/proctest"
+	"github.com/mlock-dev/mlock/internal/protocol"
 )
 
 // stormPrograms is the storm scenario's worker (testdata/storm).
@@ -232,6 +234,7 @@ func runStorm(t *testing.T, bin, dir string, addrs []string, perSource int, limi
 		"%d refused handshakes, %d locks lost, %d overlaps, %d tokens out of order, %d released, %d errors",
 		total, len(stormSources), len(addrs), time.Duration(last-began).Round(time.Millisecond), r.back, r.resumed, r.new,
 		r.refused, r.lost, r.overlaps, r.tokens, r.done, r.errors)
+	t.Logf("drops by why: %v", r.drops)
 	for _, p := range r.problems {
 		t.Error(p)
 	}
@@ -307,6 +310,7 @@ func waitLog(t *testing.T, path string, deadline time.Time, what string, cond fu
 type stormResult struct {
 	back, resumed, new, refused, lost, overlaps, tokens, done, errors int
 	problems                                                          []string
+	drops                                                             map[string]int // by why
 }
 
 // checkStorm counts the log's events and checks every resource's believed
@@ -318,7 +322,7 @@ type stormResult struct {
 // kept: a loss is a problem (on one server a restart ends every session:
 // its holders are told, and ask again).
 func checkStorm(ev []stormEvent, kept bool) stormResult {
-	var r stormResult
+	r := stormResult{drops: map[string]int{}}
 	type hold struct {
 		sid        string
 		start, end int64
@@ -343,6 +347,9 @@ func checkStorm(ev []stormEvent, kept bool) stormResult {
 			holds[e.args[1]] = append(holds[e.args[1]], h)
 		case "drop", "release":
 			end(e.sid, e.at)
+			if e.kind == "drop" {
+				r.drops[strings.Join(e.args, " ")]++
+			}
 		case "loss":
 			end(e.sid, e.at)
 			r.lost++
@@ -389,4 +396,111 @@ func checkStorm(ev []stormEvent, kept bool) stormResult {
 		}
 	}
 	return r
+}
+
+// TestStormWorkerUnlockLost is the storm worker's unlock whose connection
+// ends before the answer, as a cluster node ends a connection whose request
+// it could not commit within 5 s (a starved machine): the worker connects
+// again, is resumed (the server announces the lock again, which is not
+// believed again) and sends the unlock again. answer is the second unlock's
+// answer: "lock not exist!" (the first took effect) and "done" both end
+// the session; the worker exits 0 with one release and one done, no error,
+// and its drop line says the server closed the connection.
+func TestStormWorkerUnlockLost(t *testing.T) {
+	for _, answer := range []string{"failed lock not exist!", "success done"} {
+		t.Run(strings.Fields(answer)[1], func(t *testing.T) {
+			worker := stormPrograms.Paths(t)[0]
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			served := make(chan error, 1)
+			go func() { served <- serveUnlockLost(ln, answer) }()
+			logPath := filepath.Join(t.TempDir(), "storm.log")
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, worker, "-addrs", ln.Addr().String(), "-name", "wx", "-n", "1", "-log", logPath)
+			cmd.Env = proctest.CleanEnv()
+			cmd.Stdin = strings.NewReader("") // released at once: unlocked once granted
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Errorf("worker: %v\n%s", err, out)
+			}
+			ln.Close() // a server still waiting for a connection ends
+			if err := <-served; err != nil {
+				t.Errorf("server: %v", err)
+			}
+			ev := readStorm(t, logPath)
+			var lines []string
+			for _, e := range ev {
+				lines = append(lines, e.kind+" "+strings.Join(e.args, " "))
+			}
+			said := slices.Contains(lines, "drop closed by the server") // the drop says why
+			if count(ev, "error") != 0 || count(ev, "release") != 1 || count(ev, "done") != 1 || count(ev, "grant") != 1 || !said {
+				t.Errorf("log: want 1 grant, 1 release, a drop closed by the server, 1 done and no error:\n%s", strings.Join(lines, "\n"))
+			}
+		})
+	}
+}
+
+// serveUnlockLost serves the worker of TestStormWorkerUnlockLost: a
+// session granted L1 (token 7); the unlock of its first connection is
+// unanswered (the connection closed); the second connection resumes the
+// session, announces L1 again, and answers the unlock with answer.
+func serveUnlockLost(ln net.Listener, answer string) error {
+	script := [][2]string{ // what is read (its first words), what is written ("" closes)
+		{"connect wx-0", "connected 1.0 new 15000"},
+		{"lock", "result REQ success L1|locked L1 1 7"},
+		{"extend", "result REQ success 1"},
+		{"unlock", ""},
+		{"connect wx-0", "connected 1.0 resumed 15000|locked L1 1 7"},
+		{"unlock", "result REQ " + answer},
+	}
+	var nc net.Conn
+	var buf []byte
+	for _, step := range script {
+		if nc == nil {
+			_ = ln.(*net.TCPListener).SetDeadline(time.Now().Add(20 * time.Second))
+			c, err := ln.Accept()
+			if err != nil {
+				return err
+			}
+			nc, buf = c, nil
+			defer c.Close()
+			_ = nc.SetDeadline(time.Now().Add(20 * time.Second))
+		}
+		var p []byte
+		for {
+			f, n, _, err := protocol.Next(buf, protocol.MaxFrameLimit)
+			if err != nil {
+				return err
+			}
+			if n > 0 {
+				p, buf = f, buf[n:]
+				break
+			}
+			tmp := make([]byte, 4096)
+			m, err := nc.Read(tmp)
+			if err != nil {
+				return fmt.Errorf("reading %q: %v", step[0], err)
+			}
+			buf = append(buf, tmp[:m]...)
+		}
+		if !strings.HasPrefix(string(p), step[0]) {
+			return fmt.Errorf("read %q, want %q", p, step[0])
+		}
+		if step[1] == "" {
+			nc.Close()
+			nc = nil
+			continue
+		}
+		req := strings.Fields(string(p))[1] // REQ in what is written
+		for _, w := range strings.Split(strings.ReplaceAll(step[1], "REQ", req), "|") {
+			if _, err := nc.Write(protocol.Append(nil, w)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }

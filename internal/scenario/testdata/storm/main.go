@@ -10,10 +10,14 @@
 // (50 ms doubling up to 1 s, each wait between half and all of it),
 // trying the nodes in turn. When the worker's standard input closes, every
 // session releases: a holder checks its lock is still its own (extend),
-// then unlocks; a waiter waits for its grant, then unlocks.
+// then unlocks; a waiter waits for its grant, then unlocks. An unlock whose
+// connection ends before its answer (a cluster node closes a connection
+// whose request it could not commit within 5 s) is sent again on the next
+// connection, as the clients do; there `lock not exist!` means the first
+// one took effect, and a new session means the lock went with the old one.
 //
 // Log lines (times in Unix ns): ready SID NS; grant SID NS TOKEN RESOURCE;
-// drop SID NS; back SID NS new|resumed; refused SID NS TEXT...; loss SID NS
+// drop SID NS WHY...; back SID NS new|resumed; refused SID NS TEXT...; loss SID NS
 // WHY...; release SID NS TOKEN RESOURCE; done SID NS; error SID NS WHAT....
 //
 // Exit status: 0 every session released its lock; 1 otherwise; 2 a usage
@@ -110,13 +114,17 @@ type session struct {
 
 	nc       net.Conn    // nil while dropped
 	frames   chan string // the connection's frames; closed when it ends
+	ended    *error      // why the reader ended, set before frames closes
 	lockID   string      // the session's lock request (held or waiting)
 	held     bool        // granted, and believed held (not while dropped)
 	token    string
 	needAsk  bool // the lock request is to be sent (again)
 	inFlight bool // a lock request was sent and its answer lost with the connection
-	backoff  time.Duration
-	req      int
+	// unlocking: released (its release line written), the unlock not
+	// answered yet; unlockSent: an unlock was sent before (its answer lost).
+	unlocking, unlockSent bool
+	backoff               time.Duration
+	req                   int
 }
 
 // errDropped: the connection ended before the answer.
@@ -137,6 +145,17 @@ func (s *session) run(release <-chan struct{}) error {
 		switch {
 		case s.nc == nil:
 			if err := s.reconnect(); err != nil {
+				return err
+			}
+			if s.unlocking && s.needAsk {
+				// A new session: the lock went with the old one.
+				s.finish()
+				return nil
+			}
+			continue
+		case s.unlocking:
+			done, err := s.unlock()
+			if err != nil || done {
 				return err
 			}
 			continue
@@ -161,8 +180,8 @@ func (s *session) run(release <-chan struct{}) error {
 			release = nil
 			released = true
 		case <-ping.C:
-			if s.send("ping "+s.nextReq()) != nil {
-				s.drop()
+			if err := s.send("ping " + s.nextReq()); err != nil {
+				s.dropWhy("ping: " + err.Error())
 			}
 		case p, ok := <-s.frames:
 			if !ok {
@@ -178,8 +197,8 @@ func (s *session) run(release <-chan struct{}) error {
 // unlocks it; done once unlocked.
 func (s *session) release() (bool, error) {
 	req := s.nextReq()
-	if s.send("extend "+req+" "+s.lockID+" 120000") != nil {
-		s.drop()
+	if err := s.send("extend " + req + " " + s.lockID + " 120000"); err != nil {
+		s.dropWhy("extend: " + err.Error())
 		return false, nil
 	}
 	p, ok := s.answer(req)
@@ -193,21 +212,41 @@ func (s *session) release() (bool, error) {
 		return false, nil
 	}
 	logLine("release", s.sid, s.token, s.res)
-	s.held = false
-	req = s.nextReq()
-	if s.send("unlock "+req+" "+s.lockID) != nil {
-		s.drop()
-		return false, errors.New("the connection dropped with the unlock")
+	s.held, s.unlocking = false, true
+	return s.unlock()
+}
+
+// unlock sends the unlock of the released lock; done once answered. A
+// connection that ends first is dropped (unlocking stays set: the unlock
+// is sent again on the next connection).
+func (s *session) unlock() (bool, error) {
+	req := s.nextReq()
+	if err := s.send("unlock " + req + " " + s.lockID); err != nil {
+		s.dropWhy("unlock: " + err.Error())
+		return false, nil
 	}
-	p, ok = s.answer(req)
-	if !ok || p != "result "+req+" success done" {
+	again := s.unlockSent
+	s.unlockSent = true
+	p, ok := s.answer(req)
+	if !ok {
+		s.drop()
+		return false, nil
+	}
+	if p != "result "+req+" success done" && (!again || p != "result "+req+" failed lock not exist!") {
 		return false, fmt.Errorf("unlock: %q", p)
 	}
+	s.finish()
+	return true, nil
+}
+
+// finish logs the session done (its lock unlocked) and closes its
+// connection.
+func (s *session) finish() {
+	s.unlocking = false
 	logLine("done", s.sid)
 	s.nc.Close()
 	for range s.frames {
 	}
-	return true, nil
 }
 
 func (s *session) nextReq() string {
@@ -221,7 +260,9 @@ func (s *session) push(p string) {
 	f := strings.Fields(p)
 	switch {
 	case len(f) >= 4 && f[0] == "locked" && f[1] == s.lockID:
-		if !s.held {
+		// A resumed session's holds are announced again: one being
+		// unlocked is not believed again.
+		if !s.held && !s.unlocking {
 			s.held, s.token = true, f[3]
 			logLine("grant", s.sid, s.token, s.res)
 		}
@@ -232,7 +273,7 @@ func (s *session) push(p string) {
 		// Gone (a shutdown tells every holder so): asked again on the
 		// next connection.
 		s.held = false
-		s.drop()
+		s.dropWhy("expired")
 		s.needAsk = true
 	}
 }
@@ -256,8 +297,8 @@ func (s *session) answer(req string) (string, bool) {
 // ask sends the session's lock request (held for 120 s, no wait timeout).
 func (s *session) ask() error {
 	req := s.nextReq()
-	if s.send("lock "+req+" "+s.res+" 120000 0 0") != nil {
-		s.drop()
+	if err := s.send("lock " + req + " " + s.res + " 120000 0 0"); err != nil {
+		s.dropWhy("lock: " + err.Error())
 		return errDropped
 	}
 	s.inFlight = true
@@ -271,7 +312,7 @@ func (s *session) ask() error {
 	if len(f) != 4 || f[2] != "success" {
 		// A server shutting down, say: asked again on the next connection.
 		logLine("error", s.sid, "lock", strings.ReplaceAll(p, " ", "_"))
-		s.drop()
+		s.dropWhy("lock answered with an error")
 		return errDropped
 	}
 	s.lockID, s.needAsk = f[3], false
@@ -285,16 +326,26 @@ func (s *session) send(text string) error {
 }
 
 // drop ends the connection (once): the session's lock is not believed
-// held until it is back.
-func (s *session) drop() {
+// held until it is back. The drop line says why the connection's reader
+// ended (the server closed it, say), or that the session closed it.
+func (s *session) drop() { s.dropWhy("") }
+
+// dropWhy is drop for a reason of the session's own (why not empty).
+func (s *session) dropWhy(why string) {
 	if s.nc == nil {
 		return
 	}
 	s.nc.Close()
 	for range s.frames {
 	}
-	s.nc, s.frames = nil, nil
-	logLine("drop", s.sid)
+	if why == "" {
+		why = "closed by the session"
+		if *s.ended != nil {
+			why = (*s.ended).Error()
+		}
+	}
+	s.nc, s.frames, s.ended = nil, nil, nil
+	logLine("drop", s.sid, why)
 }
 
 // reconnect connects again with the backoff. A new session has lost what
@@ -363,7 +414,8 @@ func (s *session) dial() (string, error) {
 		return "", err
 	}
 	frames := make(chan string, 64)
-	go readFrames(nc, frames)
+	ended := new(error)
+	go readFrames(nc, frames, ended)
 	var first string
 	select {
 	case p, ok := <-frames:
@@ -391,13 +443,14 @@ func (s *session) dial() (string, error) {
 		s.next++
 		return "", fmt.Errorf("connect: %q", first)
 	}
-	s.nc, s.frames = nc, frames
+	s.nc, s.frames, s.ended = nc, frames, ended
 	return f[2], nil
 }
 
 // readFrames sends every frame read from nc to out, and closes out when
-// the connection ends.
-func readFrames(nc net.Conn, out chan<- string) {
+// the connection ends, having set *ended to why (the server closing it is
+// "closed by the server").
+func readFrames(nc net.Conn, out chan<- string, ended *error) {
 	defer close(out)
 	r := bufio.NewReaderSize(nc, 4096)
 	var buf []byte
@@ -406,6 +459,7 @@ func readFrames(nc net.Conn, out chan<- string) {
 		for {
 			p, n, _, err := protocol.Next(buf, protocol.MaxFrameLimit)
 			if err != nil {
+				*ended = fmt.Errorf("a bad frame: %w", err)
 				return
 			}
 			if n == 0 {
@@ -416,7 +470,11 @@ func readFrames(nc net.Conn, out chan<- string) {
 		}
 		m, err := r.Read(tmp)
 		buf = append(buf, tmp[:m]...)
+		if errors.Is(err, io.EOF) {
+			err = errors.New("closed by the server")
+		}
 		if err != nil {
+			*ended = err
 			return
 		}
 	}
