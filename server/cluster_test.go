@@ -848,9 +848,11 @@ func TestClusterRaftOverTLS(t *testing.T) {
 		tc.tlsCert, tc.tlsKey, tc.caFile, tc.raftAddrs = cert, key, ca.CertFile(), raftAddrs
 	})
 	c, _ := tc.tlsClientOnFollower(ca)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	// Seconds of margin: a starved machine takes seconds to handshake TLS
+	// between the nodes and may elect again before the lock is committed.
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	lk, err := c.Lock(ctx, "raft-over-tls", &mlock.LockOptions{TTL: 5 * time.Second})
+	lk, err := c.Lock(ctx, "raft-over-tls", &mlock.LockOptions{TTL: time.Minute}) // outlives a busy machine's forwarding
 	if err != nil {
 		t.Fatalf("Lock through a follower: %v", err)
 	}
@@ -941,15 +943,19 @@ func TestClusterFollowerAnswersInLogOrder(t *testing.T) {
 func TestClusterClientMovesToTheLeader(t *testing.T) {
 	t.Parallel()
 	tc := newTestCluster(t, 3, false)
+	// Each try names new sessions: a session of an earlier try lives on
+	// (resumed, rightly, by a connect with its socketId).
+	try := 0
 	tc.steadyLeader("the handshakes", func(l, f int) error {
-		c := tc.dialConnect(f, "connect hint-probe 1.0 want=leader")
+		try++
+		c := tc.dialConnect(f, fmt.Sprintf("connect hint-probe-%d 1.0 want=leader", try))
 		if got, want := c.readWithin(30*time.Second), "connected 1.0 new * leader="+tc.addrs[l]; !match(got, want) {
 			return fmt.Errorf("a follower's handshake: %q, want %q", got, want)
 		}
-		if got := tc.dial(f, "hint-probe-0").readWithin(30 * time.Second); !match(got, "connected 1.0 new *") {
+		if got := tc.dial(f, fmt.Sprintf("hint-probe-%d-0", try)).readWithin(30 * time.Second); !match(got, "connected 1.0 new *") {
 			return fmt.Errorf("a follower's handshake without want=leader: %q", got)
 		}
-		lc := tc.dialConnect(l, "connect hint-probe-2 1.0 want=leader")
+		lc := tc.dialConnect(l, fmt.Sprintf("connect hint-probe-%d-2 1.0 want=leader", try))
 		if got := lc.readWithin(30 * time.Second); !match(got, "connected 1.0 new *") {
 			return fmt.Errorf("the leader's handshake names a leader: %q", got)
 		}
@@ -959,8 +965,9 @@ func TestClusterClientMovesToTheLeader(t *testing.T) {
 	defer cancel()
 	for _, stay := range []bool{false, true} {
 		tc.steadyLeader(fmt.Sprintf("StayOnNode %v", stay), func(l, f int) error {
+			try++ // a resumed session would not move
 			cl, err := mlock.NewClient(mlock.Options{Addrs: []string{tc.addrs[f], tc.addrs[l]}, StayOnNode: stay,
-				SocketID: fmt.Sprintf("mover-%v", stay)})
+				SocketID: fmt.Sprintf("mover-%v-%d", stay, try)})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -762,16 +762,16 @@ func TestMaxConnsPerIP(t *testing.T) {
 
 func TestIdleTimeoutKeepsTheSessionForItsGrace(t *testing.T) {
 	t.Parallel()
-	// An idle timeout of a second: busy's pings, 100 ms apart, keep it
-	// open on a busy machine.
-	const idleTimeout, grace = time.Second, time.Second
+	// An idle timeout of seconds: busy's pings, 100 ms apart, keep it open
+	// on a starved machine too (a second was crossed at load 40).
+	const idleTimeout, grace = 5 * time.Second, 2 * time.Second
 	srv := start(t, Config{IdleTimeout: idleTimeout, SessionGrace: grace, StatusRate: -1})
 	idle := connected(t, srv, "idle")
 	lastSent := time.Now() // before its last frame is sent: the server reads it later
-	id := idle.lock("1", "r 10000 0 0")
+	id := idle.lock("1", "r 60000 0 0")
 	idle.locked(id)
 	busy := connected(t, srv, "busy")
-	wid := busy.lock("1", "r 10000 0 0")
+	wid := busy.lock("1", "r 60000 0 0")
 
 	type event struct {
 		frame string
@@ -782,7 +782,7 @@ func TestIdleTimeoutKeepsTheSessionForItsGrace(t *testing.T) {
 	go func() {
 		var evs []event
 		for {
-			p, err := idle.next(10 * time.Second)
+			p, err := idle.next(idleTimeout + 30*time.Second)
 			evs = append(evs, event{p, err, time.Now()})
 			if err != nil {
 				break
@@ -794,7 +794,7 @@ func TestIdleTimeoutKeepsTheSessionForItsGrace(t *testing.T) {
 	// busy pings every 100 ms (so it is not idle) and watches for its
 	// grant.
 	var granted time.Time
-	for n, deadline := 2, time.Now().Add(15*time.Second); granted.IsZero(); n++ {
+	for n, deadline := 2, time.Now().Add(idleTimeout+grace+30*time.Second); granted.IsZero(); n++ {
 		if time.Now().After(deadline) {
 			t.Fatal("the waiter was never granted")
 		}

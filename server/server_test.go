@@ -502,7 +502,11 @@ func TestGraceExpiryReleasesAndGrantsNext(t *testing.T) {
 
 func TestSlowReaderDoesNotHurtOthers(t *testing.T) {
 	t.Parallel()
-	srv := start(t, Config{MaxPendingOutput: 256 << 10, WriteTimeout: 300 * time.Millisecond, StatusRate: -1})
+	// A grace far past the test's run: the slow session, cut off early,
+	// is still there (detached) when the check below comes, seconds later
+	// on a starved machine (the default 15 s ran out before it at load 40).
+	srv := start(t, Config{MaxPendingOutput: 256 << 10, WriteTimeout: 300 * time.Millisecond, StatusRate: -1,
+		SessionGrace: 10 * time.Minute})
 	slow := connected(t, srv, "slow")
 	// A small receive buffer: the answers the slow client does not read
 	// fill it, and the server's pending output, whatever the kernel would
@@ -535,11 +539,14 @@ func TestSlowReaderDoesNotHurtOthers(t *testing.T) {
 	// The slow client has been cut off; its session keeps its grace period.
 	deadline := time.Now().Add(30 * time.Second) // seconds: a busy machine
 	for {
-		var gone bool
+		var gone, dropped bool
 		srv.core().Batch(func(*core.Tx) {
 			sess := srv.sessions["slow"]
-			gone = sess != nil && sess.c == nil
+			gone, dropped = sess != nil && sess.c == nil, sess == nil
 		})
+		if dropped {
+			t.Fatal("the slow session was dropped within its grace period")
+		}
 		if gone {
 			break
 		}
