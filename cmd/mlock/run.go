@@ -95,7 +95,8 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 			"(kill-after + 100ms before the lease may end) before anyone else can be granted the lock.\n\n"+
 			"Exit status: the command's; --skip-exit (default 0) when --skip-if-locked skipped it;\n"+
 			"%d the lock was lost (the command was stopped; stderr names the cause: expired, released by its\n"+
-			"owner, the session lost, the server shutting down); %d the lock was not taken in time (--timeout,\n"+
+			"owner, the session lost, the server shutting down; a lock found expired only after the command\n"+
+			"exited 0 in time is no loss: a note says so); %d the lock was not taken in time (--timeout,\n"+
 			"--tolerate, or interrupted while waiting); %d mlock's own error (server unreachable, refused);\n"+
 			"%d a usage error (a --kill-after that does not fit the server's grace among them); %d the command\n"+
 			"cannot be executed; %d the command was not found.\n\n"+
