@@ -142,7 +142,11 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) (time.Time, error)
 }
 
 // Unlock releases the lock. Unlocking twice is not an error. If the server
-// no longer had the lock (it expired) Unlock returns an Error of Type lost.
+// no longer had the lock Unlock returns an Error of Type lost: the loss the
+// session learned meanwhile (Err), else ErrReleased when the answer came
+// while the lock was still believed held (a server expires a lease only
+// after the Deadline: something else ended it, a release by its owner
+// elsewhere or an eviction), else ErrExpired.
 // A connection error is retried up to twice, each after a reconnect; if
 // the lock is gone then, and Unlock was called before its Deadline and no
 // word from the server ended it since (only the Deadline passing while the

@@ -921,3 +921,46 @@ func TestGrantNeverConfirmedInTimeIsNotHandedOver(t *testing.T) {
 		t.Fatalf("Lock: %v, want the wait's timeout", err)
 	}
 }
+
+// An Unlock asked once and answered "lock not exist!" while the lock was
+// still believed held is no expiry (a server expires a lease only after the
+// Deadline its holder counts): something else ended it, a release by its
+// owner elsewhere or an eviction whose word did not reach this connection.
+// Unlock says so (ErrReleased), so that a caller such as mlock run never
+// takes it for a lease that ended after the work was done.
+func TestUnlockNotFoundBeforeTheDeadlineIsNoExpiry(t *testing.T) {
+	t.Parallel()
+	addr := fakeServer(t, func(c net.Conn, r *bufio.Reader) {
+		if f, err := readCommand(r); err != nil || f[0] != "connect" {
+			return
+		}
+		c.Write(protocol.Append(nil, "connected", "1.0", "new", "15000"))
+		id := strings.Repeat("7", 32)
+		for {
+			f, err := readCommand(r)
+			if err != nil {
+				return
+			}
+			switch f[0] {
+			case "lock":
+				exp := strconv.FormatInt(time.Now().Add(time.Minute).UnixMilli(), 10)
+				c.Write(append(protocol.Append(nil, "result", f[1], "success", id), protocol.Append(nil, "locked", id, exp, "1")...))
+			case "unlock":
+				c.Write(protocol.Append(nil, "result", f[1], "failed", "lock not exist!"))
+			default:
+				if len(f) > 1 {
+					c.Write(protocol.Append(nil, "result", f[1], "success", "done"))
+				}
+			}
+		}
+	})
+	c := client(t, addr, mlock.Options{})
+	l, err := c.Lock(ctxT(t), "ended-elsewhere", &mlock.LockOptions{TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = l.Unlock(ctxT(t))
+	if !errors.Is(err, mlock.ErrReleased) || errors.Is(err, mlock.ErrExpired) || !errors.Is(err, mlock.ErrLost) {
+		t.Fatalf("Unlock = %v, want a loss that is no expiry (ErrReleased)", err)
+	}
+}

@@ -427,7 +427,7 @@ func (r *runner) hold(ctx context.Context, c *mlock.Client, l *mlock.Lock) error
 	if errors.Is(err, mlock.ErrLost) && errors.Is(jobErr, errLostLock) {
 		return jobErr // the command was stopped for the loss, which it names
 	}
-	if expiredAfterTheCommand(err, jobErr, heldAtEnd) {
+	if expiredAfterTheCommand(err, jobErr, heldAtEnd) && !lostOtherwise(l.Err()) {
 		if !r.quiet {
 			fmt.Fprintf(r.progress.w, "mlock run: the lock was found expired after the command ended (%s): "+
 				"the command ran whole under it\n", lossText(err))
@@ -435,6 +435,13 @@ func (r *runner) hold(ctx context.Context, c *mlock.Client, l *mlock.Lock) error
 		return nil
 	}
 	return err
+}
+
+// lostOtherwise reports whether the lock's own record of its loss (lockErr,
+// Lock.Err) says something else ended it than its lease: a release, an
+// eviction, the session lost.
+func lostOtherwise(lockErr error) bool {
+	return lockErr != nil && (!errors.Is(lockErr, mlock.ErrExpired) || errors.Is(lockErr, mlock.ErrReleased))
 }
 
 // expiredAfterTheCommand says whether err, Hold's, is only the lease found

@@ -685,3 +685,25 @@ func TestRunExpiredAfterTheCommand(t *testing.T) {
 		}
 	}
 }
+
+// The lock's own record of its loss (Lock.Err) overrides an unlock's "lock
+// expired": a release, an eviction or the session lost, learned from the
+// server while the unlock was on its way, keeps the run's exit at exitLost.
+func TestRunLostOtherwise(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"not lost", nil, false},
+		{"its lease ended", &mlock.Error{Type: mlock.TypeLost, Msg: "lock expired", Err: mlock.ErrExpired}, false},
+		{"released by its owner", &mlock.Error{Type: mlock.TypeLost, Msg: "lock released by its owner", Err: mlock.ErrReleased}, true},
+		{"evicted", &mlock.Error{Type: mlock.TypeLost, Msg: "lock evicted by an administrator", Err: mlock.ErrReleased}, true},
+		{"the session lost", &mlock.Error{Type: mlock.TypeLost, Msg: "session lost", Err: mlock.ErrSessionLost}, true},
+	} {
+		if got := lostOtherwise(tc.err); got != tc.want {
+			t.Errorf("%s: lostOtherwise = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
