@@ -213,14 +213,15 @@ func (w *stallWatch) run() {
 	}
 }
 
-// worst returns the longest stall that overlaps [from, to] (0 if none) and
-// how many do.
+// worst returns the longest part of a stall within [from, to] (0 if none)
+// and how many stalls overlap it: a long stall that ended well before the
+// window, or began just before its end, counts only for its part inside.
 func (w *stallWatch) worst(from, to int64) (longest time.Duration, n int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, s := range w.list {
 		if s.to >= from && s.from <= to {
-			longest, n = max(longest, time.Duration(s.to-s.from)), n+1
+			longest, n = max(longest, time.Duration(min(s.to, to)-max(s.from, from))), n+1
 		}
 	}
 	return longest, n
@@ -778,11 +779,17 @@ end r 5 9500000000 w5 ok
 		fail    bool
 	}{
 		{"no stall: 4 above the bound of 3", nil, 0, true},
-		{"a stall that ends a client's lock", []stall{{s * 5, s*5 + 700*int64(time.Millisecond)}}, 1, false},
-		{"a stall too short for a client", []stall{{s * 5, s*5 + 600*int64(time.Millisecond)}}, 0, true},
-		{"a stall that ends mlock run's lease", []stall{{s * 7, s*7 + 600*int64(time.Millisecond)}}, 1, false},
+		// w3 ended at 5.5 s: 0.7 s of the stall before it.
+		{"a stall that ends a client's lock", []stall{{s*4 + 800*int64(time.Millisecond), s*5 + 700*int64(time.Millisecond)}}, 1, false},
+		{"a stall too short for a client", []stall{{s*4 + 900*int64(time.Millisecond), s*5 + 600*int64(time.Millisecond)}}, 0, true},
+		// w4 ended at 7.5 s: 0.6 s of the stall before it.
+		{"a stall that ends mlock run's lease", []stall{{s*6 + 900*int64(time.Millisecond), s*7 + 600*int64(time.Millisecond)}}, 1, false},
+		// 1.2 s long, but it began 0.2 s before w3's end.
+		{"a long stall that began just before the end", []stall{{s*5 + 300*int64(time.Millisecond), s*6 + 500*int64(time.Millisecond)}}, 0, true},
 		// After w3's end, and more than a span before w4's.
 		{"a stall away from the ends", []stall{{s*5 + 600*int64(time.Millisecond), s*6 + 300*int64(time.Millisecond)}}, 0, true},
+		// 2 s long, but only 0.6 s of it in w2's span and 0.4 s in w3's.
+		{"a long stall mostly outside the spans", []stall{{s*2 + 900*int64(time.Millisecond), s*4 + 900*int64(time.Millisecond)}}, 0, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			hist, err := parseHistory(strings.NewReader(log))
