@@ -477,6 +477,7 @@ var holderLease = []string{"--ttl", "6s", "--kill-after", "200ms"}
 
 const (
 	holderLossNear = 2 * grace
+	holderLookBack = 6 * time.Second // holderLease's ttl: a loss follows its cause by less
 	holderExitLost = 75
 )
 
@@ -536,7 +537,15 @@ func (hr *holderRuns) check(t *testing.T, dir string, h *clusterHistory, events 
 			continue
 		}
 		if r.exit == holderExitLost && strings.Contains(r.out, "lock lost") {
-			if round, ok := windows.first(h.at(r.start), h.at(r.start.Add(r.took)), func(round int) bool {
+			// The loss came at most a lease before the run's end (the
+			// last answer was at most that long before it): only that
+			// part of the run, not its wait for the lock, meets a fault.
+			end := r.start.Add(r.took)
+			from := r.start
+			if b := end.Add(-holderLookBack); b.After(from) {
+				from = b
+			}
+			if round, ok := windows.first(h.at(from), h.at(end), func(round int) bool {
 				return !used[[2]int{r.holder, round}]
 			}); ok {
 				used[[2]int{r.holder, round}] = true
