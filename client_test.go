@@ -268,11 +268,11 @@ func TestDoExtendsWhileRunning(t *testing.T) {
 	addr, _ := startServer(t, server.Config{}, "")
 	c := client(t, addr, mlock.Options{})
 	ctx := ctxT(t)
-	// A lease of a second, renewed every third of it: a lease of 150 ms was
-	// lost on a busy machine, whose stalls outlast 100 ms.
-	err := c.Do(ctx, "job", &mlock.LockOptions{TTL: time.Second}, func(ctx context.Context) error {
+	// A lease of 3 s, renewed every third of it: leases of 150 ms and of
+	// 1 s were lost on a busy machine (load 20), whose stalls outlast 600 ms.
+	err := c.Do(ctx, "job", &mlock.LockOptions{TTL: 3 * time.Second}, func(ctx context.Context) error {
 		select {
-		case <-time.After(3 * time.Second): // three leases
+		case <-time.After(7 * time.Second): // more than two leases
 			return nil
 		case <-ctx.Done():
 			return context.Cause(ctx)
