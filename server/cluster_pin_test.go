@@ -41,8 +41,14 @@ func snapshotNames(t *testing.T, dir string) []string {
 // is later than "2-95-…").
 func snapshotLater(a, b string) bool {
 	var at, ai, am, bt, bi, bm uint64
-	fmt.Sscanf(strings.ReplaceAll(a, "-", " "), "%d %d %d", &at, &ai, &am)
-	fmt.Sscanf(strings.ReplaceAll(b, "-", " "), "%d %d %d", &bt, &bi, &bm)
+	for _, x := range []struct {
+		name       string
+		t, i, msec *uint64
+	}{{a, &at, &ai, &am}, {b, &bt, &bi, &bm}} {
+		if n, err := fmt.Sscanf(strings.ReplaceAll(x.name, "-", " "), "%d %d %d", x.t, x.i, x.msec); n != 3 {
+			panic(fmt.Sprintf("snapshot name %q is not term-index-time: %v", x.name, err))
+		}
+	}
 	if at != bt {
 		return at > bt
 	}
