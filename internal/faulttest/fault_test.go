@@ -81,11 +81,26 @@ func kinds() []kind {
 			return k
 		}(),
 		// 3: kill -9 and restart 1-3 s later, within the holder's lease
-		// (the kill comes at most ttl/2 after a grant: 2.5 + 1.5 s down <
-		// 5 s); waiters must ask again.
+		// (the kill comes at most ttl/2 + 0.3 s into a section: 2.8 + 1.5 s
+		// down < 5 s); waiters must ask again. The grace is of seconds
+		// too (3 s, as the other issue kinds; see slow): a holder believes
+		// its lock until its last answer plus the shorter of ttl and grace,
+		// so the generic 1 s grace left every holder a silence of 0.65 s
+		// at most whatever the ttl, and under load (two go test -race ./...
+		// at once) holders granted after the restart lost their locks
+		// 0.6-1.4 s into their sections, beyond the fault. The fault still
+		// bites: the restarted mlockd keeps no sessions (its data directory
+		// holds the fencing tokens' high-water mark only), so the restart
+		// ends the holder's and the waiters' sessions however long the
+		// grace, and grants nothing for its quiet period (grace + 1 % +
+		// 5 ms). The section (6 s) outlasts the kill's latest phase plus
+		// the grace (2.8 + 3 s): the holder's belief ends before it,
+		// learnt at the reconnect or run out, so the fault cuts the
+		// section under way (with 4 s, one 2.75 s old at the kill ended
+		// ok while the server was down).
 		func() kind {
 			k := withWaiters(base("issue3-restart", func(h *harness) { h.serverKill(1500 * time.Millisecond) }))
-			k.ttl, k.hold, k.wait, k.rounds, k.slots = 5*time.Second, 4*time.Second, 25*time.Second, 1, 3
+			k.ttl, k.grace, k.hold, k.wait, k.rounds, k.slots = 5*time.Second, 3*time.Second, 6*time.Second, 25*time.Second, 1, 3
 			return k
 		}(),
 		// 6: Redis restart under a long lease (60 s, renewal at 20 s there):
