@@ -97,10 +97,13 @@ func kinds() []kind {
 		// the grace (2.8 + 3 s): the holder's belief ends before it,
 		// learnt at the reconnect or run out, so the fault cuts the
 		// section under way (with 4 s, one 2.75 s old at the kill ended
-		// ok while the server was down).
+		// ok while the server was down). A waiter of the fault may then
+		// wait up to about 30 s (8 s before the kill, 1.5 s down, the
+		// quiet 3 s, three sections of 6 s ahead after the restart): the
+		// wait of 40 s lets it reach its grant rather than time out.
 		func() kind {
 			k := withWaiters(base("issue3-restart", func(h *harness) { h.serverKill(1500 * time.Millisecond) }))
-			k.ttl, k.grace, k.hold, k.wait, k.rounds, k.slots = 5*time.Second, 3*time.Second, 6*time.Second, 25*time.Second, 1, 3
+			k.ttl, k.grace, k.hold, k.wait, k.rounds, k.slots = 5*time.Second, 3*time.Second, 6*time.Second, 40*time.Second, 1, 3
 			return k
 		}(),
 		// 6: Redis restart under a long lease (60 s, renewal at 20 s there):
