@@ -745,7 +745,7 @@ func (s *session) unlock(ctx context.Context, l *Lock) error {
 	}
 	gone := err == nil || err.code.Class() == protocol.ClassNotFound // the server holds it no more
 	s.mu.Lock()
-	notFound := notFoundLoss(s, l, err, retried)
+	notFound := s.notFoundLossLocked(l, err, retried)
 	if retried && believed && err != nil && err.code.Class() == protocol.ClassNotFound &&
 		(l.state == held || l.state == lost && l.lapsed) {
 		// The first unlock, whose answer was lost with the connection, was
@@ -781,15 +781,15 @@ func (s *session) unlock(ctx context.Context, l *Lock) error {
 	return nil
 }
 
-// notFoundLoss is what an unlock answered "not found" (err) returns, with
-// s.mu held and l as the answer found it: the loss the session learned
+// notFoundLossLocked is what an unlock answered "not found" (err) returns,
+// l as the answer found it: the loss the session learned
 // meanwhile (a push read before the answer: released, evicted, the session
 // lost); else, for an unlock asked once (not retried) and answered while
 // the lock was still believed held, a release by another session or an
 // administrator (ErrReleased): the server expires a lease only after the
 // Deadline the client counts, so it was no expiry; else an expiry. Nil
 // when err is not "not found".
-func notFoundLoss(s *session, l *Lock, err *Error, retried bool) error {
+func (s *session) notFoundLossLocked(l *Lock, err *Error, retried bool) error {
 	if err == nil || err.code.Class() != protocol.ClassNotFound {
 		return nil
 	}
